@@ -1,0 +1,34 @@
+# Sailor monorepo tasks. `make test` is what CI runs (.ci/run).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+# uv: the one on PATH, else the per-user pip install location, else `python3 -m uv` (works once
+# `make setup` has pip-installed uv anywhere). Recursively expanded, so it is re-resolved per use.
+UV ?= $(shell command -v uv 2>/dev/null || { test -x "$$HOME/.local/bin/uv" && echo "$$HOME/.local/bin/uv"; } || echo "$(PYTHON) -m uv")
+
+.PHONY: setup test lint proto proto-check demo bench
+
+setup:
+	@if ! $(UV) --version >/dev/null 2>&1; then \
+		echo "uv not found; installing it from PyPI"; \
+		$(PYTHON) -m pip install --user uv || $(PYTHON) -m pip install uv; \
+	fi
+	$(UV) sync --all-packages --locked
+
+test: setup lint
+	$(UV) run pytest
+
+lint: setup
+	$(UV) run ruff check .
+
+proto: setup
+	$(UV) run python scripts/gen_proto.py
+
+proto-check: setup
+	$(UV) run python scripts/gen_proto.py --check
+
+demo: setup
+	$(UV) run sailor-sim demo
+
+bench: setup
+	$(UV) run python bench/run_all.py

@@ -1,0 +1,37 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Job(_message.Message):
+    __slots__ = ("model", "global_batch_size", "sequence_length", "dtype", "optimizer")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    global_batch_size: int
+    sequence_length: int
+    dtype: str
+    optimizer: str
+    def __init__(self, model: _Optional[str] = ..., global_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., dtype: _Optional[str] = ..., optimizer: _Optional[str] = ...) -> None: ...
+
+class GpuPool(_message.Message):
+    __slots__ = ("gpu_type", "zone", "count")
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    gpu_type: str
+    zone: str
+    count: int
+    def __init__(self, gpu_type: _Optional[str] = ..., zone: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class Inventory(_message.Message):
+    __slots__ = ("pools",)
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    pools: _containers.RepeatedCompositeFieldContainer[GpuPool]
+    def __init__(self, pools: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ...) -> None: ...
