@@ -1,0 +1,52 @@
+"""sailor-sim: the torch-free core of Sailor.
+
+Model accounting (ModelSpec), GPU / zone / price catalogs, jobs, inventories and plans, and the
+simulator that predicts iteration time, memory and cost of any heterogeneous plan.
+"""
+
+from .dtypes import DTYPES, dtype_bytes
+from .errors import PlanError, ProfileError, SailorSimError, UnknownNameError, ValidationError
+from .gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
+from .job import GpuPool, Inventory, Job
+from .model import MODEL_CATALOG, ModelSpec, get_model
+from .original import SailorPlanRecord, read_sailor_plan
+from .plan import Plan, Replica, Stage, even_split
+from .prices import EGRESS_PER_GB, price_per_gpu_hour, set_price
+from .zones import ZONE_CATALOG, Zone, get_zone, register_zone, relationship
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DTYPES",
+    "EGRESS_PER_GB",
+    "GPU_CATALOG",
+    "MODEL_CATALOG",
+    "ZONE_CATALOG",
+    "GPUType",
+    "GpuPool",
+    "Inventory",
+    "Job",
+    "ModelSpec",
+    "Plan",
+    "PlanError",
+    "ProfileError",
+    "Replica",
+    "SailorPlanRecord",
+    "SailorSimError",
+    "Stage",
+    "UnknownNameError",
+    "ValidationError",
+    "Zone",
+    "dtype_bytes",
+    "even_split",
+    "get_gpu",
+    "get_model",
+    "get_zone",
+    "price_per_gpu_hour",
+    "read_sailor_plan",
+    "register_gpu",
+    "register_zone",
+    "relationship",
+    "set_price",
+    "__version__",
+]

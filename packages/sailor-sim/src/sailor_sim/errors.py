@@ -1,0 +1,31 @@
+"""The sailor-sim exception family.
+
+Every error names the offending field (``field``) and says how to fix it. CLIs turn these into
+one line and exit status 2; the planner server maps them to INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+
+class SailorSimError(ValueError):
+    """Base of every error sailor-sim raises on bad input."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class ValidationError(SailorSimError):
+    """A value is out of range or inconsistent with another one."""
+
+
+class UnknownNameError(SailorSimError):
+    """A model, GPU type, zone or price that no catalog knows."""
+
+
+class PlanError(ValidationError):
+    """A plan that cannot run the job (coverage, TP, batch accounting)."""
+
+
+class ProfileError(SailorSimError):
+    """A profile file that is malformed, truncated, or lacks what is asked of it."""

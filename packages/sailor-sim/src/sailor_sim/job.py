@@ -1,0 +1,230 @@
+"""Job (what to train) and Inventory (what can be allocated)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .dtypes import check_dtype
+from .errors import ValidationError
+from .gpus import get_gpu
+from .model import ModelSpec, get_model
+from .zones import get_zone
+
+OPTIMIZERS = ("adam", "adamw", "sgd")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A model and how to train it: global batch, sequence length, dtype, optimizer."""
+
+    model: ModelSpec
+    global_batch_size: int
+    sequence_length: int
+    dtype: str = "fp32"
+    optimizer: str = "adam"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", get_model(self.model))
+        object.__setattr__(self, "dtype", check_dtype(self.dtype))
+        if self.global_batch_size <= 0:
+            raise ValidationError(
+                f"must be positive, got {self.global_batch_size}", field="global_batch_size"
+            )
+        if self.sequence_length <= 0:
+            raise ValidationError(
+                f"must be positive, got {self.sequence_length}", field="sequence_length"
+            )
+        if self.model.position == "learned" and self.sequence_length > self.model.max_seq_len:
+            raise ValidationError(
+                f"{self.sequence_length} exceeds the {self.model.max_seq_len} learned positions of "
+                f"{self.model.name}; use a sequence length <= {self.model.max_seq_len}",
+                field="sequence_length",
+            )
+        optimizer = self.optimizer.lower()
+        if optimizer not in OPTIMIZERS:
+            raise ValidationError(
+                f"unknown optimizer {self.optimizer!r}; use one of {OPTIMIZERS}", field="optimizer"
+            )
+        object.__setattr__(self, "optimizer", optimizer)
+
+    @classmethod
+    def create(
+        cls,
+        model: str | ModelSpec,
+        global_batch_size: int,
+        sequence_length: int | None = None,
+        dtype: str = "fp32",
+        optimizer: str = "adam",
+    ) -> Job:
+        """Build a job by model name; the sequence length defaults to the model's maximum."""
+        spec = get_model(model)
+        return cls(spec, global_batch_size, sequence_length or spec.max_seq_len, dtype, optimizer)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.name,
+            "global_batch_size": self.global_batch_size,
+            "sequence_length": self.sequence_length,
+            "dtype": self.dtype,
+            "optimizer": self.optimizer,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Job:
+        _reject_unknown(
+            data, {"model", "global_batch_size", "sequence_length", "dtype", "optimizer"}, "job"
+        )
+        if "model" not in data or "global_batch_size" not in data:
+            raise ValidationError("needs 'model' and 'global_batch_size'", field="job")
+        return cls.create(
+            data["model"],
+            int(data["global_batch_size"]),
+            data.get("sequence_length"),
+            data.get("dtype", "fp32"),
+            data.get("optimizer", "adam"),
+        )
+
+    def to_proto(self):
+        from .proto import job_pb2
+
+        return job_pb2.Job(**self.to_dict())
+
+    @classmethod
+    def from_proto(cls, msg) -> Job:
+        if not msg.model:
+            raise ValidationError("is empty; name a catalog model", field="job.model")
+        return cls.create(
+            msg.model,
+            msg.global_batch_size,
+            msg.sequence_length or None,
+            msg.dtype or "fp32",
+            msg.optimizer or "adam",
+        )
+
+
+@dataclass(frozen=True)
+class GpuPool:
+    """``count`` GPUs of one type available in one zone."""
+
+    gpu_type: str
+    zone: str
+    count: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_type", get_gpu(self.gpu_type).name)
+        get_zone(self.zone)
+        if self.count < 0:
+            raise ValidationError(
+                f"must be >= 0, got {self.count} for {self.gpu_type}@{self.zone}", field="count"
+            )
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What can be allocated: GPUs per (type, zone). Pools of the same key are merged."""
+
+    pools: tuple[GpuPool, ...]
+
+    def __post_init__(self) -> None:
+        merged: dict[tuple[str, str], int] = {}
+        for pool in self.pools:
+            merged[(pool.gpu_type, pool.zone)] = (
+                merged.get((pool.gpu_type, pool.zone), 0) + pool.count
+            )
+        object.__setattr__(
+            self, "pools", tuple(GpuPool(g, z, c) for (g, z), c in sorted(merged.items()) if c > 0)
+        )
+
+    @classmethod
+    def of(cls, counts: Mapping[tuple[str, str], int] | Iterable[GpuPool]) -> Inventory:
+        if isinstance(counts, Mapping):
+            return cls(tuple(GpuPool(g, z, c) for (g, z), c in counts.items()))
+        return cls(tuple(counts))
+
+    @classmethod
+    def parse(cls, specs: Iterable[str]) -> Inventory:
+        """Parse 'TYPE@ZONE=COUNT' strings (the CLI's --gpus)."""
+        pools = []
+        for spec in specs:
+            try:
+                left, count = spec.split("=")
+                gpu_type, zone = left.split("@")
+                pools.append(GpuPool(gpu_type.strip(), zone.strip(), int(count)))
+            except ValueError as exc:
+                if isinstance(exc, ValidationError):
+                    raise
+                raise ValidationError(
+                    f"{spec!r} is not TYPE@ZONE=COUNT, e.g. A100-40@us-central1-a=8", field="gpus"
+                ) from None
+        return cls(tuple(pools))
+
+    def count(self, gpu_type: str, zone: str) -> int:
+        return next((p.count for p in self.pools if (p.gpu_type, p.zone) == (gpu_type, zone)), 0)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(p.count for p in self.pools)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({p.gpu_type for p in self.pools}))
+
+    @property
+    def zones(self) -> tuple[str, ...]:
+        return tuple(sorted({p.zone for p in self.pools}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pools": [
+                {"gpu_type": p.gpu_type, "zone": p.zone, "count": p.count} for p in self.pools
+            ]
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Inventory:
+        """Read {'pools': [{gpu_type, zone, count}]} or the original Sailor quota layout
+        {gpu_type: {zone: count}}."""
+        if "pools" in data:
+            _reject_unknown(data, {"pools"}, "inventory")
+            pools = []
+            for i, p in enumerate(data["pools"]):
+                _reject_unknown(p, {"gpu_type", "zone", "count"}, f"inventory.pools[{i}]")
+                pools.append(GpuPool(p["gpu_type"], p["zone"], int(p["count"])))
+            return cls(tuple(pools))
+        return cls(
+            tuple(GpuPool(g, z, int(c)) for g, zones in data.items() for z, c in zones.items())
+        )
+
+    @classmethod
+    def from_json_file(cls, path) -> Inventory:
+        with open(path) as fh:
+            try:
+                return cls.from_dict(json.load(fh))
+            except json.JSONDecodeError as exc:
+                raise ValidationError(
+                    f"{path} is not valid JSON ({exc})", field="inventory"
+                ) from None
+
+    def to_proto(self):
+        from .proto import job_pb2
+
+        return job_pb2.Inventory(
+            pools=[
+                job_pb2.GpuPool(gpu_type=p.gpu_type, zone=p.zone, count=p.count) for p in self.pools
+            ]
+        )
+
+    @classmethod
+    def from_proto(cls, msg) -> Inventory:
+        return cls(tuple(GpuPool(p.gpu_type, p.zone, p.count) for p in msg.pools))
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = set(data) - allowed
+    if unknown:
+        raise ValidationError(
+            f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}", field=where
+        )

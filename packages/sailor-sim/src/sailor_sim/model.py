@@ -1,0 +1,363 @@
+"""ModelSpec: the architecture of a decoder-only transformer and its exact per-layer accounting.
+
+Layer ids are used everywhere (plans, profiles, checkpoints, the runtime's model zoo):
+0 = embedding, 1..L = transformer blocks, L+1 = final norm + LM head + loss.
+
+Parameter counts are exact and per GPU of a tensor-parallel (TP) group, Megatron style:
+column-parallel matrices (QKV, MLP up/gate, vocab rows of the embedding and the head) and their
+biases are split by TP; row-parallel matrices (attention output, MLP down) are split, their
+biases and every norm are replicated. The LM head is never tied to the embedding, as in
+Megatron once the embedding and head sit on different pipeline stages; the runtime's zoo does
+the same, and a test checks that its ``numel()`` equals these counts.
+
+Activation memory follows Korthikanti et al., "Reducing Activation Recomputation in Large
+Transformer Models" (2022), Sec. 4.1, without sequence parallelism or recomputation, one named
+term per stored tensor (see ``stash_terms``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dtypes import check_dtype, dtype_bytes
+from .errors import UnknownNameError, ValidationError
+
+FAMILIES = ("opt", "gpt-neo", "llama")
+# Bytes of the int64 token ids a stage 0 keeps per token (for the embedding backward).
+_TOKEN_ID_BYTES = 8
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of a decoder-only transformer (values, no hardware)."""
+
+    name: str
+    family: str
+    num_layers: int
+    """L, the number of transformer blocks (layer ids 1..L)."""
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    """Key/value heads; < num_heads means grouped-query attention."""
+    ffn_hidden_size: int
+    vocab_size: int
+    """Rows of the embedding and the head, already padded (a multiple of 128 divides any TP)."""
+    max_seq_len: int
+    position: str = "learned"
+    """'learned' (absolute position embedding in layer 0) or 'rotary' (no parameters)."""
+    norm: str = "layernorm"
+    """'layernorm' (weight + bias) or 'rmsnorm' (weight only)."""
+    mlp: str = "gelu"
+    """'gelu' (up, down) or 'swiglu' (gate, up, down)."""
+    bias: bool = True
+    """Linear layers carry biases (OPT, GPT-Neo) or not (LLaMA)."""
+    dropout: float = 0.0
+    """Dropout probability; > 0 adds a one-byte mask per dropped tensor to the stash."""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValidationError(
+                f"unknown family {self.family!r}; use one of {FAMILIES}", field="family"
+            )
+        for field in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "num_kv_heads",
+            "ffn_hidden_size",
+            "vocab_size",
+            "max_seq_len",
+        ):
+            if getattr(self, field) <= 0:
+                raise ValidationError(f"must be positive, got {getattr(self, field)}", field=field)
+        if self.hidden_size % self.num_heads:
+            raise ValidationError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}",
+                field="num_heads",
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValidationError(
+                f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}",
+                field="num_kv_heads",
+            )
+        if self.position not in ("learned", "rotary"):
+            raise ValidationError("use 'learned' or 'rotary'", field="position")
+        if self.norm not in ("layernorm", "rmsnorm"):
+            raise ValidationError("use 'layernorm' or 'rmsnorm'", field="norm")
+        if self.mlp not in ("gelu", "swiglu"):
+            raise ValidationError("use 'gelu' or 'swiglu'", field="mlp")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValidationError(f"must be in [0, 1), got {self.dropout}", field="dropout")
+
+    # ---- shape helpers ---------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def kv_size(self) -> int:
+        """Width of K (and of V): num_kv_heads * head_dim."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def num_layer_ids(self) -> int:
+        """L + 2: embedding, L blocks, head."""
+        return self.num_layers + 2
+
+    @property
+    def head_layer_id(self) -> int:
+        return self.num_layers + 1
+
+    def layer_kind(self, layer_id: int) -> str:
+        """'embedding', 'block' or 'head'."""
+        self.check_layer_id(layer_id)
+        if layer_id == 0:
+            return "embedding"
+        return "head" if layer_id == self.head_layer_id else "block"
+
+    def check_layer_id(self, layer_id: int, field: str = "layer_id") -> None:
+        if not 0 <= layer_id <= self.head_layer_id:
+            raise ValidationError(
+                f"layer id {layer_id} is outside 0..{self.head_layer_id} of {self.name}",
+                field=field,
+            )
+
+    def tp_degrees(self, limit: int = 64) -> list[int]:
+        """Powers of two up to ``limit`` that split this model's heads, kv heads, FFN and vocab."""
+        return [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= limit and self.tp_problem(t) is None]
+
+    def tp_problem(self, tp: int) -> str | None:
+        """Why ``tp`` cannot split this model, or None when it can."""
+        if tp < 1:
+            return f"TP degree must be >= 1, got {tp}"
+        for what, size in (
+            ("num_heads", self.num_heads),
+            ("num_kv_heads", self.num_kv_heads),
+            ("ffn_hidden_size", self.ffn_hidden_size),
+            ("vocab_size", self.vocab_size),
+        ):
+            if size % tp:
+                return f"TP degree {tp} does not divide {what} {size} of {self.name}"
+        return None
+
+    def check_tp(self, tp: int, field: str = "tp") -> None:
+        problem = self.tp_problem(tp)
+        if problem:
+            raise ValidationError(problem + "; choose a TP degree that divides it", field=field)
+
+    # ---- parameters ------------------------------------------------------------------------
+    def _norm_params(self) -> int:
+        return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
+
+    def param_terms(self, layer_id: int, tp: int = 1) -> dict[str, int]:
+        """Parameters per GPU of a TP group for one layer, by named tensor group."""
+        self.check_tp(tp)
+        h, kind = self.hidden_size, self.layer_kind(layer_id)
+        if kind == "embedding":
+            terms = {"word_embeddings": self.vocab_size * h // tp}
+            if self.position == "learned":
+                terms["position_embeddings"] = self.max_seq_len * h
+            return terms
+        if kind == "head":
+            return {"final_norm": self._norm_params(), "lm_head": self.vocab_size * h // tp}
+        qkv_out = h + 2 * self.kv_size
+        mlp_mats = 3 if self.mlp == "swiglu" else 2
+        terms = {
+            "attention_norm": self._norm_params(),
+            "attention_qkv": qkv_out * h // tp,
+            "attention_out": h * h // tp,
+            "mlp_norm": self._norm_params(),
+            "mlp": mlp_mats * h * self.ffn_hidden_size // tp,
+        }
+        if self.bias:
+            up_biases = self.ffn_hidden_size * (mlp_mats - 1)
+            terms["attention_qkv_bias"] = qkv_out // tp
+            terms["attention_out_bias"] = h  # row-parallel bias: replicated
+            terms["mlp_bias"] = up_biases // tp + h
+        return terms
+
+    def params(self, layer_id: int, tp: int = 1) -> int:
+        """Parameter count of one layer per GPU of a TP group."""
+        return sum(self.param_terms(layer_id, tp).values())
+
+    def total_params(self) -> int:
+        return sum(self.params(i) for i in range(self.num_layer_ids))
+
+    # ---- activations -----------------------------------------------------------------------
+    def activation_out_bytes(
+        self, layer_id: int, microbatch_size: int, seq_len: int, dtype: str
+    ) -> int:
+        """Bytes a layer hands to the next one (and the gradient coming back), per microbatch.
+
+        The full hidden state is sent even under TP (every TP rank holds a replica of it).
+        The head ends the model and sends nothing.
+        """
+        if self.layer_kind(layer_id) == "head":
+            return 0
+        return microbatch_size * seq_len * self.hidden_size * dtype_bytes(dtype)
+
+    def stash_terms(
+        self,
+        layer_id: int,
+        microbatch_size: int,
+        seq_len: int,
+        dtype: str,
+        tp: int = 1,
+        flash_attention: bool = False,
+    ) -> dict[str, int]:
+        """Bytes kept for backward per microbatch on one GPU of a TP group, by stored tensor."""
+        self.check_tp(tp)
+        dtype = check_dtype(dtype)
+        e, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, self.hidden_size
+        sbh = s * b * h
+        mask = 1 if self.dropout > 0 else 0
+        kind = self.layer_kind(layer_id)
+        if kind == "embedding":
+            return {"token_ids": s * b * _TOKEN_ID_BYTES, "embedding_dropout_mask": sbh * mask}
+        if kind == "head":
+            # Logits are kept in fp32 for a numerically sound softmax cross-entropy.
+            return {
+                "final_norm_input": sbh * e,
+                "lm_head_input": sbh * e,
+                "logits": s * b * self.vocab_size // tp * max(e, 4),
+            }
+        a, kv = self.num_heads, self.kv_size
+        if flash_attention:  # only the log-sum-exp per row survives (Dao et al. 2022)
+            scores = {"softmax_lse": a * s * b // tp * 4}
+        else:
+            scores = {
+                "softmax_output": a * s * s * b // tp * e,
+                "softmax_dropout_mask": a * s * s * b // tp * mask,
+            }
+        ffn_t = self.ffn_hidden_size // tp
+        mlp_stored = 3 if self.mlp == "swiglu" else 2  # gate, up, act-out | act-in, act-out
+        return {
+            "attention_norm_input": sbh * e,
+            "qkv_input": sbh * e,
+            "query_key": s * b * (h + kv) // tp * e,
+            **scores,
+            "value": s * b * kv // tp * e,
+            "attention_out_input": sbh // tp * e,
+            "attention_dropout_mask": sbh * mask,
+            "mlp_norm_input": sbh * e,
+            "mlp_input": sbh * e,
+            "mlp_hidden": s * b * ffn_t * mlp_stored * e,
+            "mlp_dropout_mask": sbh * mask,
+        }
+
+    def activation_stash_bytes(
+        self,
+        layer_id: int,
+        microbatch_size: int,
+        seq_len: int,
+        dtype: str,
+        tp: int = 1,
+        flash_attention: bool = False,
+    ) -> int:
+        """Bytes kept for backward per microbatch on one GPU of a TP group."""
+        return sum(
+            self.stash_terms(
+                layer_id, microbatch_size, seq_len, dtype, tp, flash_attention
+            ).values()
+        )
+
+    # ---- compute ---------------------------------------------------------------------------
+    def forward_flops(
+        self, layer_id: int, microbatch_size: int, seq_len: int, tp: int = 1
+    ) -> float:
+        """Matmul FLOPs of one layer's forward pass per GPU of a TP group (2 per multiply-add).
+
+        Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+        Megatron-LM" (2021), Sec. 5.1: 2 * tokens * weights, plus attention scores and context.
+        """
+        kind = self.layer_kind(layer_id)
+        tokens = microbatch_size * seq_len
+        h = self.hidden_size
+        if kind == "embedding":
+            return 0.0
+        if kind == "head":
+            return 2.0 * tokens * h * self.vocab_size / tp
+        weights = self.param_terms(layer_id, tp)
+        matmul = weights["attention_qkv"] + weights["attention_out"] + weights["mlp"]
+        attention = 2 * 2 * tokens * seq_len * h / tp  # QK^T and softmax @ V
+        return 2.0 * tokens * matmul + attention
+
+
+def _pad(vocab: int, multiple: int = 128) -> int:
+    return -(-vocab // multiple) * multiple
+
+
+# Catalog. Vocabularies are padded to a multiple of 128 (Megatron's make-vocab-size-divisible-by),
+# which keeps the embedding shape independent of the TP degree. Dropout 0.1 for the OPT and
+# GPT-Neo families is Megatron's default, used by the original Sailor measurements.
+MODEL_CATALOG: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec("OPT-350M", "opt", 24, 1024, 16, 16, 4096, _pad(50272), 2048, dropout=0.1),
+        ModelSpec(
+            "GPT-Neo-2.7B", "gpt-neo", 32, 2560, 20, 20, 10240, _pad(50257), 2048, dropout=0.1
+        ),
+        ModelSpec("OPT-30B", "opt", 48, 7168, 56, 56, 28672, _pad(50272), 2048, dropout=0.1),
+        ModelSpec(
+            "LLaMA-3-8B",
+            "llama",
+            32,
+            4096,
+            32,
+            8,
+            14336,
+            128256,
+            8192,
+            position="rotary",
+            norm="rmsnorm",
+            mlp="swiglu",
+            bias=False,
+        ),
+        # Tiny models for tests and local demos: byte-level vocabulary (256), trains on CPU.
+        ModelSpec("tiny-gpt", "opt", 6, 64, 4, 4, 256, 256, 128),
+        ModelSpec(
+            "tiny-llama",
+            "llama",
+            6,
+            64,
+            8,
+            4,
+            192,
+            256,
+            128,
+            position="rotary",
+            norm="rmsnorm",
+            mlp="swiglu",
+            bias=False,
+        ),
+    )
+}
+
+# Names used by the original Sailor artifacts and common spellings.
+MODEL_ALIASES: dict[str, str] = {
+    "opt-350": "OPT-350M",
+    "opt-350m": "OPT-350M",
+    "gpt-neo-2.7": "GPT-Neo-2.7B",
+    "gpt-neo-2.7b": "GPT-Neo-2.7B",
+    "opt-30": "OPT-30B",
+    "opt-30b": "OPT-30B",
+    "llama-3-8": "LLaMA-3-8B",
+    "llama-3-8b": "LLaMA-3-8B",
+    "llama3-8b": "LLaMA-3-8B",
+    "tiny": "tiny-gpt",
+    "tiny-gpt": "tiny-gpt",
+    "tiny-llama": "tiny-llama",
+}
+
+
+def get_model(name: str | ModelSpec) -> ModelSpec:
+    """Look a model up by catalog name or alias (case-insensitive)."""
+    if isinstance(name, ModelSpec):
+        return name
+    key = MODEL_ALIASES.get(name.lower(), name)
+    for spec_name, spec in MODEL_CATALOG.items():
+        if spec_name.lower() == key.lower():
+            return spec
+    raise UnknownNameError(
+        f"unknown model {name!r}; known models: {', '.join(MODEL_CATALOG)}", field="model"
+    )
