@@ -33,6 +33,8 @@ OWNERS: dict[str, str] = {
     "sailor/v1/plan.proto": "packages/sailor-sim/src/sailor_sim/proto",
     "sailor/v1/estimate.proto": "packages/sailor-sim/src/sailor_sim/proto",
     "sailor/v1/planner.proto": "packages/sailor-planner/src/sailor_planner/proto",
+    "sailor/v1/agent.proto": "packages/sailor-runtime/src/sailor_runtime/proto",
+    "sailor/v1/controller.proto": "packages/sailor-runtime/src/sailor_runtime/proto",
 }
 
 INIT_TEMPLATE = '''"""Generated protobuf code for {protos}.
