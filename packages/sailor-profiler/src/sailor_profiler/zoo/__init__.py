@@ -1,0 +1,47 @@
+"""The torch model zoo shared by the profiler and the runtime: catalog decoder families built
+per pipeline stage from layer ids, with Megatron-style tensor-parallel layers.
+
+Owner: sailor-profiler (the runtime imports it). Main entry: ``build_stage``.
+"""
+
+from .layers import Block, Embedding, Head
+from .stage import (
+    StageModule,
+    build_stage,
+    example_input,
+    full_shape,
+    init_parameters,
+    layer_forward_backward,
+    shard,
+)
+from .tp import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    all_reduce_,
+    copy_to_tp,
+    get_split,
+    reduce_from_tp,
+    vocab_parallel_cross_entropy,
+)
+
+__all__ = [
+    "Block",
+    "ColumnParallelLinear",
+    "Embedding",
+    "Head",
+    "RowParallelLinear",
+    "StageModule",
+    "VocabParallelEmbedding",
+    "all_reduce_",
+    "build_stage",
+    "copy_to_tp",
+    "example_input",
+    "full_shape",
+    "get_split",
+    "init_parameters",
+    "layer_forward_backward",
+    "reduce_from_tp",
+    "shard",
+    "vocab_parallel_cross_entropy",
+]

@@ -1,0 +1,188 @@
+"""The three layer kinds of a decoder-only transformer, one module per layer id.
+
+Input contract (what the profiler and the pipeline engine feed each layer):
+
+- ``Embedding`` (layer id 0): ``tokens`` int64 ``[b, s]`` -> hidden ``[b, s, h]``.
+- ``Block`` (layer ids 1..L): hidden ``[b, s, h]`` -> hidden ``[b, s, h]``.
+- ``Head`` (layer id L+1): hidden ``[b, s, h]`` and ``labels`` int64 ``[b, s]`` -> the mean
+  token cross-entropy (a scalar).
+
+Under tensor parallelism the hidden state is replicated on every rank of the TP group (Megatron
+without sequence parallelism). Families: OPT / GPT-Neo (learned positions, LayerNorm, GELU,
+biases) and LLaMA (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention).
+Dropout (``ModelSpec.dropout``) is applied only in training mode; runs that must be exactly
+reproducible across plans use a spec with dropout 0 (the tiny catalog models) or eval mode.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sailor_sim.model import ModelSpec
+
+from .tp import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    copy_to_tp,
+    set_split,
+    vocab_parallel_cross_entropy,
+)
+
+ROPE_BASE = 10000.0
+
+
+class TPInfo:
+    """Where a layer sits in its TP group (a plain holder, passed to every layer)."""
+
+    def __init__(self, rank: int, size: int, group, dtype: torch.dtype, device) -> None:
+        self.rank, self.size, self.group, self.dtype, self.device = rank, size, group, dtype, device
+
+    def param(self, *shape: int) -> nn.Parameter:
+        return set_split(nn.Parameter(torch.empty(*shape, dtype=self.dtype, device=self.device)),
+                         None)
+
+
+class Norm(nn.Module):
+    """LayerNorm (weight + bias) or RMSNorm (weight only; Zhang & Sennrich 2019), replicated."""
+
+    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+        super().__init__()
+        self.rms = spec.norm == "rmsnorm"
+        self.eps = 1e-5
+        self.weight = tp.param(spec.hidden_size)
+        self.bias = None if self.rms else tp.param(spec.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rms:
+            var = x.pow(2).mean(-1, keepdim=True)
+            return x * torch.rsqrt(var + self.eps) * self.weight
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+class Embedding(nn.Module):
+    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+        super().__init__()
+        self.p = spec.dropout
+        self.word = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp.rank, tp.size,
+                                           tp.group, tp.dtype, tp.device)
+        self.position = (tp.param(spec.max_seq_len, spec.hidden_size)
+                         if spec.position == "learned" else None)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.word(tokens)
+        if self.position is not None:
+            x = x + self.position[: tokens.shape[1]]
+        return F.dropout(x, self.p, self.training) if self.p else x
+
+
+def _rotary(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021, RoFormer Eq. 34), rotate-half layout.
+    ``x``: [b, heads, s, d]."""
+    s, d = x.shape[-2], x.shape[-1]
+    inv = 1.0 / (ROPE_BASE ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d))
+    ang = torch.outer(torch.arange(s, dtype=torch.float64, device=x.device), inv)
+    cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+        super().__init__()
+        h, kv, b = spec.hidden_size, spec.kv_size, spec.bias
+        args = (tp.rank, tp.size, tp.group, tp.dtype, tp.device)
+        self.q = ColumnParallelLinear(h, h, b, *args, enter_region=False)
+        self.k = ColumnParallelLinear(h, kv, b, *args, enter_region=False)
+        self.v = ColumnParallelLinear(h, kv, b, *args, enter_region=False)
+        self.o = RowParallelLinear(h, h, b, *args)
+        self.heads = spec.num_heads // tp.size
+        self.kv_heads = spec.num_kv_heads // tp.size
+        self.head_dim = spec.head_dim
+        self.rotary = spec.position == "rotary"
+        self.p = spec.dropout
+        self.group = tp.group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        x = copy_to_tp(x, self.group)
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.rotary:
+            q, k = _rotary(q), _rotary(k)
+        if self.kv_heads != self.heads:  # grouped-query attention: share each K/V head
+            rep = self.heads // self.kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        p = self.p if self.training else 0.0
+        ctx = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        return self.o(ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+        super().__init__()
+        h, f, b = spec.hidden_size, spec.ffn_hidden_size, spec.bias
+        args = (tp.rank, tp.size, tp.group, tp.dtype, tp.device)
+        self.swiglu = spec.mlp == "swiglu"
+        self.gate = (ColumnParallelLinear(h, f, b, *args, enter_region=False)
+                     if self.swiglu else None)
+        self.up = ColumnParallelLinear(h, f, b, *args, enter_region=False)
+        self.down = RowParallelLinear(f, h, b, *args)
+        self.group = tp.group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = copy_to_tp(x, self.group)
+        if self.swiglu:  # Shazeer 2020, "GLU Variants Improve Transformer", Eq. 6
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+        super().__init__()
+        self.norm1, self.attn = Norm(spec, tp), Attention(spec, tp)
+        self.norm2, self.mlp = Norm(spec, tp), MLP(spec, tp)
+        self.p = spec.dropout
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, self.p, self.training) if self.p else x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self._drop(self.attn(self.norm1(x)))
+        return x + self._drop(self.mlp(self.norm2(x)))
+
+
+class Head(nn.Module):
+    """Final norm, untied vocabulary-parallel LM head and the loss (mean over tokens)."""
+
+    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+        super().__init__()
+        self.norm = Norm(spec, tp)
+        self.lm_head = ColumnParallelLinear(spec.hidden_size, spec.vocab_size, False, tp.rank,
+                                            tp.size, tp.group, tp.dtype, tp.device)
+        self.tp = tp
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(self.norm(x))
+        return vocab_parallel_cross_entropy(logits, labels, self.tp.rank, self.tp.size,
+                                            self.tp.group)
+
+
+def init_std(name: str, spec: ModelSpec) -> float | None:
+    """Initial value rule: None = constant (norm weights 1, biases 0), else the normal's std.
+
+    GPT-2 (Radford et al. 2019, Sec. 2.3): std 0.02, residual output projections scaled by
+    1/sqrt(2L)."""
+    if name.endswith("bias") or ".norm" in f".{name}":
+        return None
+    if name.endswith("o.weight") or name.endswith("down.weight"):
+        return 0.02 / math.sqrt(2 * spec.num_layers)
+    return 0.02

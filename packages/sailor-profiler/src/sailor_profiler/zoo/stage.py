@@ -1,0 +1,168 @@
+"""Build one pipeline stage (a contiguous range of layer ids) of a catalog model.
+
+Layers live in ``StageModule.layers``, a ModuleDict keyed by ``str(layer_id)``, so parameter
+names (``layers.3.attn.q.weight``) are the same whatever the plan: checkpoints key on them.
+
+Initial weights do not depend on the plan: every parameter's *full* tensor is drawn from its own
+generator, seeded by (seed, layer id, parameter name), and each TP rank keeps its chunk. So a
+stage of any plan starts from the same weights as the single-process model.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+from torch import nn
+
+from sailor_sim.model import ModelSpec, get_model
+
+from .layers import Block, Embedding, Head, TPInfo, init_std
+from .tp import get_split
+
+
+class StageModule(nn.Module):
+    """Layers ``first_layer..last_layer`` of ``spec``; ``forward`` runs them in order.
+
+    Input: token ids ``[b, s]`` when the stage holds layer 0, else hidden ``[b, s, h]``;
+    ``labels`` ``[b, s]`` when it holds the head. Output: hidden, or the mean loss.
+    """
+
+    def __init__(self, spec: ModelSpec, first_layer: int, last_layer: int, tp: TPInfo) -> None:
+        super().__init__()
+        spec.check_layer_id(first_layer, "first_layer")
+        spec.check_layer_id(last_layer, "last_layer")
+        if last_layer < first_layer:
+            raise ValueError(f"last_layer {last_layer} < first_layer {first_layer}")
+        spec.check_tp(tp.size)
+        self.spec, self.first_layer, self.last_layer = spec, first_layer, last_layer
+        self.tp_rank, self.tp_size = tp.rank, tp.size
+        self.layers = nn.ModuleDict(
+            {str(i): make_layer(spec, i, tp) for i in range(first_layer, last_layer + 1)}
+        )
+
+    @property
+    def layer_ids(self) -> range:
+        return range(self.first_layer, self.last_layer + 1)
+
+    @property
+    def has_head(self) -> bool:
+        return self.last_layer == self.spec.head_layer_id
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        for lid, layer in self.layers.items():
+            if int(lid) == self.spec.head_layer_id:
+                if labels is None:
+                    raise ValueError("the stage holds the head: pass labels")
+                return layer(x, labels)
+            x = layer(x)
+        return x
+
+    def layer_params(self, layer_id: int) -> dict[str, nn.Parameter]:
+        """Parameters of one layer, by name within the layer."""
+        return dict(self.layers[str(layer_id)].named_parameters())
+
+    def example_input(self, layer_id: int, mbs: int, seq: int) -> tuple[torch.Tensor, ...]:
+        p = next(self.parameters())
+        return example_input(self.spec, layer_id, mbs, seq, p.dtype, p.device)
+
+
+def make_layer(spec: ModelSpec, layer_id: int, tp: TPInfo) -> nn.Module:
+    kind = spec.layer_kind(layer_id)
+    if kind == "embedding":
+        return Embedding(spec, tp)
+    if kind == "head":
+        return Head(spec, tp)
+    return Block(spec, tp)
+
+
+def build_stage(
+    spec: ModelSpec | str,
+    first_layer: int,
+    last_layer: int,
+    tp_rank: int = 0,
+    tp_size: int = 1,
+    tp_group=None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seed: int | None = 0,
+) -> StageModule:
+    """Layers ``first_layer..last_layer`` (inclusive layer ids) for one rank of a TP group.
+
+    ``seed=None`` (or the meta device) leaves the weights uninitialized, e.g. to count
+    parameters of a large model on ``torch.device('meta')``.
+    """
+    spec = get_model(spec)
+    if not 0 <= tp_rank < tp_size:
+        raise ValueError(f"tp_rank {tp_rank} is outside 0..{tp_size - 1}")
+    stage = StageModule(spec, first_layer, last_layer, TPInfo(tp_rank, tp_size, tp_group, dtype,
+                                                              device))
+    if seed is not None and torch.device(device).type != "meta":
+        init_parameters(stage, seed)
+    return stage
+
+
+def full_shape(param: torch.Tensor) -> tuple[int, ...]:
+    """Shape of the full (unsharded) tensor a TP shard belongs to."""
+    shape = list(param.shape)
+    split = get_split(param)
+    if split is not None:
+        shape[split[0]] *= split[1]
+    return tuple(shape)
+
+
+def shard(full: torch.Tensor, split, tp_rank: int) -> torch.Tensor:
+    """The ``tp_rank``-th chunk of ``full`` under ``split`` (a contiguous copy)."""
+    if split is None:
+        return full.contiguous()
+    dim, size = split
+    return full.chunk(size, dim)[tp_rank].contiguous()
+
+
+def param_seed(seed: int, layer_id: int, name: str) -> int:
+    return (seed * 1_000_003 + layer_id * 7919 + zlib.crc32(name.encode())) % (2**63)
+
+
+@torch.no_grad()
+def init_parameters(stage: StageModule, seed: int) -> None:
+    """Plan-independent initialization (see module docstring)."""
+    for lid in stage.layer_ids:
+        for name, p in stage.layer_params(lid).items():
+            std = init_std(name, stage.spec)
+            if std is None:
+                p.fill_(0.0 if name.endswith("bias") else 1.0)
+                continue
+            gen = torch.Generator(device="cpu").manual_seed(param_seed(seed, lid, name))
+            full = torch.randn(full_shape(p), generator=gen, dtype=torch.float32) * std
+            p.copy_(shard(full, get_split(p), stage.tp_rank).to(p.dtype))
+
+
+def example_input(
+    spec: ModelSpec | str,
+    layer_id: int,
+    mbs: int,
+    seq: int,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> tuple[torch.Tensor, ...]:
+    """Arguments for one layer's forward (see the contract in ``layers``): ``(tokens,)``,
+    ``(hidden,)`` with ``requires_grad`` so its backward can be timed, or ``(hidden, labels)``."""
+    spec = get_model(spec)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    kind = spec.layer_kind(layer_id)
+    tokens = torch.randint(0, spec.vocab_size, (mbs, seq), generator=gen).to(device)
+    if kind == "embedding":
+        return (tokens,)
+    hidden = torch.randn(mbs, seq, spec.hidden_size, generator=gen).to(device, dtype)
+    hidden.requires_grad_(True)
+    return (hidden,) if kind == "block" else (hidden, tokens)
+
+
+def layer_forward_backward(layer: nn.Module, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Run one layer's forward and backward standalone (what the profiler times).
+
+    The backward of a block or the embedding uses an all-ones output gradient."""
+    out = layer(*inputs)
+    out.backward(None if out.dim() == 0 else torch.ones_like(out))
+    return out.detach()

@@ -1,0 +1,209 @@
+"""Tensor-parallel building blocks (Megatron-LM style), usable with or without a process group.
+
+Shoeybi et al., "Megatron-LM" (2019), Sec. 3: a column-parallel linear splits its output
+features, a row-parallel linear splits its input features and all-reduces the partial sums;
+``f`` (identity forward, all-reduce backward) enters a TP region and ``g`` (all-reduce forward,
+identity backward) leaves it. The embedding and the LM head split the vocabulary; the
+cross-entropy is computed on the vocabulary shards without gathering the logits.
+
+Every parameter carries its split as metadata: ``param.tp_split = (dim, tp_size)`` when each TP
+rank holds the ``tp_rank``-th of ``tp_size`` equal chunks of the full tensor along ``dim``, or
+``None`` when every rank holds the full (replicated) tensor. Checkpoints, data-parallel
+reduction across replicas of different TP degree and resharding all read only this attribute.
+
+``tp_group=None`` with ``tp_size > 1`` builds one rank's shard and skips every collective: the
+profiler uses it to time one GPU's share of a layer, and parameter counting uses it on the meta
+device. Collectives always run on contiguous buffers (gloo silently miscomputes strided views).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+SplitT = tuple[int, int] | None
+
+
+def set_split(param: nn.Parameter, split: SplitT) -> nn.Parameter:
+    """Attach the TP layout to a parameter (see module docstring)."""
+    param.tp_split = split  # type: ignore[attr-defined]
+    return param
+
+
+def get_split(param: torch.Tensor) -> SplitT:
+    return getattr(param, "tp_split", None)
+
+
+def _active(group) -> bool:
+    return group is not None and dist.get_world_size(group) > 1
+
+
+def all_reduce_(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
+    """All-reduce through a contiguous buffer (no-op without a group); returns ``t``."""
+    if not _active(group):
+        return t
+    buf = t.contiguous()
+    dist.all_reduce(buf, op=op, group=group)
+    if buf.data_ptr() != t.data_ptr():
+        t.copy_(buf)
+    return t
+
+
+class _CopyToTP(torch.autograd.Function):
+    """``f``: identity forward, all-reduce of the input gradient backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    """``g``: all-reduce forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        out = x.contiguous().clone()
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def copy_to_tp(x: torch.Tensor, group) -> torch.Tensor:
+    return _CopyToTP.apply(x, group) if _active(group) else x
+
+
+def reduce_from_tp(x: torch.Tensor, group) -> torch.Tensor:
+    return _ReduceFromTP.apply(x, group) if _active(group) else x
+
+
+def _check_divisible(size: int, tp_size: int, what: str) -> None:
+    if size % tp_size:
+        raise ValueError(f"{what}: TP degree {tp_size} does not divide {size}")
+
+
+class ColumnParallelLinear(nn.Module):
+    """y_k = x W_k^T + b_k with W split by output rows; the output stays sharded.
+
+    ``enter_region=False`` when the caller already applied ``copy_to_tp`` to the input (several
+    column-parallel layers reading one input then all-reduce its gradient once)."""
+
+    def __init__(self, in_f, out_f, bias, tp_rank, tp_size, group, dtype, device,
+                 enter_region: bool = True):
+        super().__init__()
+        self.enter_region = enter_region
+        _check_divisible(out_f, tp_size, "column-parallel output features")
+        self.group, self.tp_size = group, tp_size
+        split = (0, tp_size) if tp_size > 1 else None
+        local = out_f // tp_size
+        self.weight = set_split(nn.Parameter(torch.empty(local, in_f, dtype=dtype, device=device)),
+                                split)
+        self.bias = (
+            set_split(nn.Parameter(torch.empty(local, dtype=dtype, device=device)), split)
+            if bias else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = copy_to_tp(x, self.group) if self.enter_region else x
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """y = sum_k x_k W_k^T + b with W split by input columns; the bias is replicated."""
+
+    def __init__(self, in_f, out_f, bias, tp_rank, tp_size, group, dtype, device):
+        super().__init__()
+        _check_divisible(in_f, tp_size, "row-parallel input features")
+        self.group = group
+        split = (1, tp_size) if tp_size > 1 else None
+        self.weight = set_split(
+            nn.Parameter(torch.empty(out_f, in_f // tp_size, dtype=dtype, device=device)), split
+        )
+        self.bias = (
+            set_split(nn.Parameter(torch.empty(out_f, dtype=dtype, device=device)), None)
+            if bias else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = reduce_from_tp(F.linear(x, self.weight), self.group)
+        return y + self.bias if self.bias is not None else y
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Embedding whose vocabulary rows are split; out-of-shard tokens contribute zeros."""
+
+    def __init__(self, vocab, dim, tp_rank, tp_size, group, dtype, device):
+        super().__init__()
+        _check_divisible(vocab, tp_size, "vocabulary")
+        self.group, self.tp_size = group, tp_size
+        self.per = vocab // tp_size
+        self.start = tp_rank * self.per
+        split = (0, tp_size) if tp_size > 1 else None
+        self.weight = set_split(
+            nn.Parameter(torch.empty(self.per, dim, dtype=dtype, device=device)), split
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.tp_size == 1:
+            return F.embedding(tokens, self.weight)
+        local = tokens - self.start
+        outside = (local < 0) | (local >= self.per)
+        out = F.embedding(local.masked_fill(outside, 0), self.weight)
+        out = out.masked_fill(outside.unsqueeze(-1), 0.0)
+        return reduce_from_tp(out, self.group)
+
+
+class _VocabParallelCE(torch.autograd.Function):
+    """Mean cross-entropy over tokens from vocabulary-sharded logits (Megatron's
+    ``_VocabParallelCrossEntropy``): max, target logit and sum of exponentials are all-reduced."""
+
+    @staticmethod
+    def forward(ctx, logits, target, start, group):
+        logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+        lmax = logits.max(dim=-1, keepdim=True)[0]
+        all_reduce_(lmax, group, dist.ReduceOp.MAX)
+        shifted = logits - lmax
+        per = logits.shape[-1]
+        local = target - start
+        outside = (local < 0) | (local >= per)
+        local = local.masked_fill(outside, 0)
+        picked = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+        all_reduce_(picked, group)
+        exp = shifted.exp()
+        sum_exp = exp.sum(-1)
+        all_reduce_(sum_exp, group)
+        loss = sum_exp.log() - picked
+        softmax = exp / sum_exp.unsqueeze(-1)
+        ctx.save_for_backward(softmax, local, outside)
+        ctx.numel = loss.numel()
+        return loss.mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, local, outside = ctx.saved_tensors
+        g = softmax.clone()
+        onehot = F.one_hot(local, g.shape[-1]).to(g.dtype)
+        onehot = onehot.masked_fill(outside.unsqueeze(-1), 0.0)
+        g = (g - onehot) * (grad / ctx.numel)
+        return g, None, None, None
+
+
+def vocab_parallel_cross_entropy(logits, target, tp_rank, tp_size, group) -> torch.Tensor:
+    """Mean token cross-entropy; ``logits`` holds this rank's vocabulary shard."""
+    if tp_size == 1:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float()
+                               if logits.dtype in (torch.float16, torch.bfloat16)
+                               else logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+    start = tp_rank * logits.shape[-1]
+    return _VocabParallelCE.apply(logits, target, start, group)

@@ -1,0 +1,137 @@
+"""Model zoo: parameter counts equal ModelSpec accounting, TP shards equal the full model."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from sailor_profiler.zoo import (
+    build_stage,
+    example_input,
+    full_shape,
+    get_split,
+    layer_forward_backward,
+)
+from sailor_sim import MODEL_CATALOG, get_model
+
+
+@pytest.mark.parametrize("name", list(MODEL_CATALOG))
+def test_param_counts_equal_spec_for_every_tp(name):
+    spec = get_model(name)
+    small = spec.hidden_size <= 256
+    for tp in spec.tp_degrees(8):
+        device = "cpu" if small else "meta"
+        stage = build_stage(spec, 0, spec.head_layer_id, tp_rank=tp - 1, tp_size=tp,
+                            device=device, seed=0 if small else None)
+        for lid in range(spec.num_layer_ids):
+            got = sum(p.numel() for p in stage.layers[str(lid)].parameters())
+            assert got == spec.params(lid, tp), (lid, tp)
+
+
+def test_split_metadata_and_stable_names():
+    stage = build_stage("tiny-llama", 2, 7, tp_rank=1, tp_size=2)
+    names = {n for n, _ in stage.named_parameters()}
+    assert "layers.2.attn.q.weight" in names and "layers.7.lm_head.weight" in names
+    assert "layers.1.attn.q.weight" not in names
+    splits = {n: get_split(p) for n, p in stage.named_parameters()}
+    assert splits["layers.2.attn.q.weight"] == (0, 2)
+    assert splits["layers.2.attn.o.weight"] == (1, 2)
+    assert splits["layers.2.norm1.weight"] is None
+    assert splits["layers.7.lm_head.weight"] == (0, 2)
+    assert full_shape(stage.layers["7"].lm_head.weight) == (256, 64)
+
+
+def test_init_is_plan_independent():
+    full = build_stage("tiny-gpt", 0, 7)
+    for rank in range(4):
+        part = build_stage("tiny-gpt", 3, 5, tp_rank=rank, tp_size=4)
+        for name, p in part.named_parameters():
+            ref = dict(full.named_parameters())[name]
+            split = get_split(p)
+            want = ref if split is None else ref.chunk(split[1], split[0])[rank]
+            assert torch.equal(p, want), name
+
+
+def test_rejects_bad_tp_and_layer_range():
+    with pytest.raises(ValueError, match="num_heads"):
+        build_stage("tiny-gpt", 0, 1, tp_size=3, tp_rank=0)
+    with pytest.raises(ValueError, match="layer id 9"):
+        build_stage("tiny-gpt", 0, 9)
+
+
+@pytest.mark.parametrize("lid", [0, 3, 7])
+def test_example_input_runs_one_layer_forward_backward(lid):
+    stage = build_stage("tiny-llama", lid, lid)
+    inputs = stage.example_input(lid, 2, 16)
+    out = layer_forward_backward(stage.layers[str(lid)], inputs)
+    assert out.shape == (() if lid == 7 else (2, 16, 64))
+    assert all(p.grad is not None for p in stage.parameters())
+    assert len(example_input("tiny-gpt", 7, 1, 8)) == 2
+
+
+_TP_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch, torch.distributed as dist
+    from sailor_profiler.zoo import build_stage, get_split
+    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    groups = {2: dist.new_group([0, 1]), 4: dist.new_group([0, 1, 2, 3])}
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    labels = torch.roll(tokens, -1, 1)
+    result = {}
+    for name in ("tiny-gpt", "tiny-llama"):
+        for tp in (2, 4):
+            if rank >= tp:
+                continue
+            m = build_stage(name, 0, 7, tp_rank=rank, tp_size=tp, tp_group=groups[tp],
+                            dtype=torch.float64)
+            loss = m(tokens, labels)
+            loss.backward()
+            grads = {}
+            for n, p in m.named_parameters():
+                g = p.grad.contiguous()
+                if get_split(p) is not None:
+                    parts = [torch.empty_like(g) for _ in range(tp)]
+                    dist.all_gather(parts, g, group=groups[tp])
+                    g = torch.cat(parts, get_split(p)[0])
+                grads[n] = g
+            result[(name, tp)] = (loss.detach(), grads)
+    if rank == 0:
+        torch.save(result, out)
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tensor_parallel_equals_single_process(tmp_path):
+    script, out, port = tmp_path / "tp.py", tmp_path / "out.pt", _free_port()
+    script.write_text(_TP_SCRIPT)
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "4", str(port), str(out)])
+             for r in range(4)]
+    assert all(p.wait(timeout=240) == 0 for p in procs)
+    result = torch.load(out)
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    labels = torch.roll(tokens, -1, 1)
+    for name in ("tiny-gpt", "tiny-llama"):
+        ref = build_stage(name, 0, 7, dtype=torch.float64)
+        loss = ref(tokens, labels)
+        loss.backward()
+        for tp in (2, 4):
+            got_loss, grads = result[(name, tp)]
+            torch.testing.assert_close(got_loss, loss.detach(), rtol=1e-12, atol=0)
+            for n, p in ref.named_parameters():
+                torch.testing.assert_close(grads[n], p.grad, rtol=1e-9, atol=1e-12)
