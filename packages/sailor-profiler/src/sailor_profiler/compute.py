@@ -1,0 +1,245 @@
+"""Compute profiling of one TP rank: per layer id, forward / backward / optimizer-step time,
+parameters and activation memory, for each microbatch size.
+
+Each layer id is built alone with the model zoo (``build_stage(spec, i, i, ...)``: the very layer
+the runtime trains), in training mode (dropout on), and run standalone on ``example_input``.
+Per repetition: forward timed, then backward with an all-ones output gradient timed (gradients
+accumulate into ``.grad`` as in gradient accumulation over microbatches). Under TP every rank
+runs the same sequence, so the collectives inside the layer (Megatron's f/g all-reduces) are
+part of the measured times; entries therefore say ``includes_tp_comm``.
+
+Extrapolation (``blocks=K``): identical blocks have identical cost, so only blocks 1..K are run
+and block j > K copies block 1 + (j - 1) mod K, with a note; ``bench/profiler_extrapolation.py``
+checks the sum of per-layer times against a full-model measurement.
+
+Sizes that do not fit are recorded with status 'oom' (predicted from an upper estimate before
+running, or caught as an out-of-memory error), never skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+
+from sailor_sim.model import get_model
+
+from .devices import DeviceSpec
+from .memory import ActivationMemory, measure_activation_memory
+from .optim import optimizer_step_fn
+from .timing import Clock, Stat, repeat, summarize
+from .zoo import build_stage, example_input
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 4}  # fp32 optimizer state per parameter
+
+
+@dataclass(frozen=True)
+class ComputeConfig:
+    model: str
+    device: DeviceSpec
+    dtype: str = "fp32"
+    mbs: tuple[int, ...] = (1,)
+    seq_len: int = 128
+    warmup: int = 2
+    reps: int = 5
+    blocks: int = 0
+    """0: profile every block; K > 0: profile blocks 1..K, copy them to the others."""
+    optimizer: str = "adam"
+    memory_limit_bytes: int | None = None
+    """Memory one rank may use; None: free device memory (CUDA) or available RAM / TP (CPU)."""
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    layer_id: int
+    kind: str
+    mbs: int
+    tp: int
+    status: str
+    """'ok', or 'oom' when the layer does not fit at this microbatch size."""
+    params: int
+    fwd: Stat | None = None
+    bwd: Stat | None = None
+    opt: Stat | None = None
+    memory: ActivationMemory | None = None
+    note: str = ""
+
+
+def layer_ids_to_profile(num_layers: int, blocks: int) -> list[int]:
+    last_block = num_layers if blocks <= 0 else min(blocks, num_layers)
+    return [0, *range(1, last_block + 1), num_layers + 1]
+
+
+def _is_oom(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text or (
+        "can't allocate memory" in text)
+
+
+def _available_bytes(cfg: ComputeConfig, device: str, tp: int) -> int:
+    if cfg.memory_limit_bytes is not None:
+        return cfg.memory_limit_bytes
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    with open("/proc/meminfo") as f:
+        info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+    return info.get("MemAvailable", info.get("MemFree", 0)) // tp
+
+
+def estimated_bytes(cfg: ComputeConfig, layer_id: int, mbs: int, tp: int) -> int:
+    """Upper estimate of what profiling one layer needs: weights, grads, optimizer state (and
+    fp32 masters under mixed precision), twice the analytic stash (two forwards may overlap
+    in ``measure_activation_memory``) and input, output and their gradients."""
+    spec = get_model(cfg.model)
+    elem = torch.tensor([], dtype=TORCH_DTYPES[cfg.dtype]).element_size()
+    params = spec.params(layer_id, tp)
+    master = 4 if cfg.dtype != "fp32" else 0
+    weights = params * (2 * elem + _STATE_BYTES[cfg.optimizer] + master)
+    stash = spec.activation_stash_bytes(layer_id, mbs, cfg.seq_len, cfg.dtype, tp)
+    hidden = 4 * mbs * cfg.seq_len * spec.hidden_size * elem
+    return weights + 2 * stash + hidden
+
+
+def _agree(flag: bool, group) -> bool:
+    """True only if every TP rank says True (keeps ranks in lockstep around collectives)."""
+    if group is None:
+        return flag
+    import torch.distributed as dist
+
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+    return bool(t.item())
+
+
+def _time_fwd_bwd(layer, inputs, device: str, warmup: int, reps: int) -> tuple[Stat, Stat]:
+    clock = Clock(device)
+    fwd, bwd = [], []
+    for i in range(warmup + reps):
+        if inputs[0].requires_grad:
+            inputs[0].grad = None
+        clock.start()
+        out = layer(*inputs)
+        t_fwd = clock.stop()
+        grad = None if out.dim() == 0 else torch.ones_like(out)
+        clock.start()
+        out.backward(grad)
+        t_bwd = clock.stop()
+        if i >= warmup:
+            fwd.append(t_fwd)
+            bwd.append(t_bwd)
+    return summarize(fwd), summarize(bwd)
+
+
+def _time_optimizer(layer, optimizer: str, device: str, warmup: int, reps: int) -> Stat:
+    step = optimizer_step_fn(layer, optimizer)
+    clock = Clock(device)
+
+    def once() -> float:
+        clock.start()
+        step()
+        return clock.stop()
+
+    return repeat(once, warmup, reps)
+
+
+def _profile_layer(cfg, layer, lid, kind, mbs, tp, device, opt_cache, group) -> LayerResult:
+    params = sum(p.numel() for p in layer.parameters())
+    need, have = estimated_bytes(cfg, lid, mbs, tp), _available_bytes(cfg, device, tp)
+    if not _agree(need <= have, group):
+        return LayerResult(lid, kind, mbs, tp, "oom", params,
+                           note=f"estimated {need} B > {have} B available on some rank")
+    try:
+        inputs = example_input(cfg.model, lid, mbs, cfg.seq_len, TORCH_DTYPES[cfg.dtype], device)
+        fwd, bwd = _time_fwd_bwd(layer, inputs, device, cfg.warmup, cfg.reps)
+        memory = measure_activation_memory(layer, inputs, kind)
+        if "opt" not in opt_cache:  # the step does not depend on the microbatch size
+            opt_cache["opt"] = _time_optimizer(layer, cfg.optimizer, device, cfg.warmup, cfg.reps)
+    except Exception as exc:  # out-of-memory is a result; anything else is a bug: re-raise
+        if not _is_oom(exc):
+            raise
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        return LayerResult(lid, kind, mbs, tp, "oom", params, note=f"out of memory: {exc}"[:200])
+    return LayerResult(lid, kind, mbs, tp, "ok", params, fwd, bwd, opt_cache["opt"], memory)
+
+
+def profile_rank(
+    cfg: ComputeConfig,
+    tp_rank: int = 0,
+    tp: int = 1,
+    group=None,
+    progress: Callable[[tuple[int, int]], None] = lambda _step: None,
+) -> list[LayerResult]:
+    """Profile every (layer id, microbatch size) on one rank of a TP group of size ``tp``."""
+    spec = get_model(cfg.model)
+    device = cfg.device.for_rank(tp_rank)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    torch.manual_seed(0)
+    results = []
+    for lid in layer_ids_to_profile(spec.num_layers, cfg.blocks):
+        layer = build_stage(spec, lid, lid, tp_rank, tp, group, TORCH_DTYPES[cfg.dtype],
+                            device).layers[str(lid)]
+        layer.train()
+        opt_cache: dict[str, Stat] = {}
+        for mbs in cfg.mbs:
+            results.append(_profile_layer(cfg, layer, lid, spec.layer_kind(lid), mbs, tp,
+                                          device, opt_cache, group))
+            progress((lid, mbs))
+        del layer
+    return _extrapolate(results, spec.num_layers, cfg.blocks)
+
+
+def _extrapolate(results: list[LayerResult], num_layers: int, blocks: int) -> list[LayerResult]:
+    if blocks <= 0 or blocks >= num_layers:
+        return results
+    by_key = {(r.layer_id, r.mbs): r for r in results}
+    mbs_values = sorted({r.mbs for r in results})
+    copies = [
+        replace(by_key[(src, mbs)], layer_id=lid, note=f"copied from layer {src} (blocks={blocks})")
+        for lid in range(blocks + 1, num_layers + 1)
+        for src in [1 + (lid - 1) % blocks]
+        for mbs in mbs_values
+    ]
+    return sorted(results + copies, key=lambda r: (r.layer_id, r.mbs))
+
+
+def compute_worker(ctx, cfg: ComputeConfig) -> list[LayerResult]:
+    """Entry point of one TP rank under ``launch.run_local`` (the group is the TP group)."""
+    import torch.distributed as dist
+
+    report = ctx.progress if ctx.rank == 0 else (lambda _step: None)
+    return profile_rank(cfg, ctx.rank, ctx.world_size, dist.group.WORLD, report)
+
+
+def merge_ranks(per_rank: list[list[LayerResult]]) -> list[LayerResult]:
+    """One result per (layer, mbs): the slowest rank's times (it paces the TP group), the
+    largest memory, rank 0's parameter count (Megatron splits evenly)."""
+    merged = []
+    for rows in zip(*per_rank, strict=True):
+        first = rows[0]
+        if any(r.status != "ok" for r in rows):
+            merged.append(next(r for r in rows if r.status != "ok"))
+            continue
+        merged.append(replace(
+            first,
+            fwd=max((r.fwd for r in rows), key=lambda s: s.median),
+            bwd=max((r.bwd for r in rows), key=lambda s: s.median),
+            opt=max((r.opt for r in rows), key=lambda s: s.median),
+            memory=max((r.memory for r in rows), key=lambda m: m.stash_bytes),
+        ))
+    return merged
+
+
+def params_per_layer(model: str, tp: int = 1) -> dict[int, int]:
+    """Parameters per layer id on one rank of a TP group, counted on the meta device."""
+    spec = get_model(model)
+    return {
+        lid: sum(p.numel() for p in build_stage(spec, lid, lid, 0, tp, None, torch.float32,
+                                                "meta", seed=None).parameters())
+        for lid in range(spec.num_layer_ids)
+    }
+
+

@@ -1,0 +1,143 @@
+"""Run a function on every rank of a torch.distributed group.
+
+Two ways, one code path for the measured function ``fn(ctx, *args)``:
+
+* ``run_local``: this machine, ``world_size`` fresh processes (spawn), rendezvous through a
+  TCPStore the parent binds on port 0 (no fixed or guessed ports). Results come back to the
+  parent through a queue; a failing rank's last error line is raised as ``WorkerError``.
+* ``run_from_env``: several machines, launched by torchrun or by hand with the usual
+  ``MASTER_ADDR`` / ``MASTER_PORT`` / ``RANK`` / ``WORLD_SIZE`` (and ``LOCAL_RANK``) variables;
+  ``fn`` runs in this process and its result is returned on every rank.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from .errors import WorkerError
+
+_STORE_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a rank knows about itself."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    progress: Callable[[Any], None] = lambda _payload: None
+    """Report progress to the parent (rank 0 only is enough); a no-op outside ``run_local``."""
+
+
+def env_launched() -> bool:
+    """True when torch.distributed environment variables describe a multi-process launch."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def _threads_per_rank(world_size: int) -> int:
+    # Ranks on one machine share its cores; oversubscribing makes every timing worse.
+    return max(1, (os.cpu_count() or 1) // world_size)
+
+
+def _rank_main(fn, rank, world_size, port, prefix, backend, timeout_s, args, results) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(_threads_per_rank(world_size))
+    try:
+        store = dist.TCPStore(_STORE_HOST, port, world_size, is_master=False,
+                              timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(backend, store=dist.PrefixStore(prefix, store), rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=timeout_s))
+        try:
+            def progress(payload: Any) -> None:
+                results.put((rank, "progress", payload))
+
+            result = fn(RankContext(rank, world_size, rank, backend, progress), *args)
+        finally:
+            dist.destroy_process_group()
+        results.put((rank, "ok", result))
+    except BaseException as exc:  # report every failure to the parent, then exit
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        results.put((rank, "error", last))
+
+
+def run_local(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple = (),
+    backend: str = "gloo",
+    timeout_s: float = 300.0,
+    on_progress: Callable[[Any], None] | None = None,
+) -> list[Any]:
+    """Run ``fn(ctx, *args)`` on ``world_size`` local processes; return results by rank.
+
+    ``timeout_s`` bounds the wait for each message from a rank (a hung rank cannot hang us)."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore(_STORE_HOST, 0, world_size + 1, is_master=True,
+                          wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
+    prefix = f"sailor-profiler/{uuid.uuid4().hex}"
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_rank_main, daemon=True,
+                    args=(fn, r, world_size, store.port, prefix, backend, timeout_s, args, results))
+        for r in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        return _collect(procs, results, world_size, timeout_s, on_progress)
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        del store
+
+
+def _collect(procs, results, world_size: int, timeout_s: float, on_progress) -> list[Any]:
+    out: dict[int, Any] = {}
+    while len(out) < world_size:
+        try:
+            rank, status, payload = results.get(timeout=timeout_s)
+        except queue.Empty:
+            dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in out]
+            raise WorkerError(
+                f"no result within {timeout_s:.0f} s (ranks exited early: {dead})", field="workers"
+            ) from None
+        if status == "progress":
+            if on_progress is not None:
+                on_progress(payload)
+            continue
+        if status != "ok":
+            raise WorkerError(f"rank {rank} failed: {payload}", field="workers")
+        out[rank] = payload
+    return [out[r] for r in range(world_size)]
+
+
+def run_from_env(fn: Callable[..., Any], args: tuple = (), backend: str = "gloo",
+                 timeout_s: float = 600.0) -> Any:
+    """Join the group described by the environment and run ``fn`` in this process."""
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))
+    try:
+        return fn(RankContext(rank, world, local_rank, backend), *args)
+    finally:
+        dist.destroy_process_group()
