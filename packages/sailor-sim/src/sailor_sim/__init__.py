@@ -6,18 +6,42 @@ simulator that predicts iteration time, memory and cost of any heterogeneous pla
 
 from .dtypes import DTYPES, dtype_bytes
 from .errors import PlanError, ProfileError, SailorSimError, UnknownNameError, ValidationError
+from .estimate import Estimate, ReplicaMemory
 from .gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
 from .job import GpuPool, Inventory, Job
 from .model import MODEL_CATALOG, ModelSpec, get_model
+from .network import Endpoint, LinkCurve, NetworkModel
 from .original import SailorPlanRecord, read_sailor_plan
 from .plan import Plan, Replica, Stage, even_split
 from .prices import EGRESS_PER_GB, price_per_gpu_hour, set_price
+from .profiles import (
+    LayerProfile,
+    ProfileEntry,
+    ProfileKey,
+    ProfileStore,
+    load_profile_dir,
+    save_profile_dir,
+)
+from .simulator import Simulator, StageTime
 from .zones import ZONE_CATALOG, Zone, get_zone, register_zone, relationship
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",
+    "Endpoint",
+    "Estimate",
+    "LayerProfile",
+    "LinkCurve",
+    "NetworkModel",
+    "ProfileEntry",
+    "ProfileKey",
+    "ProfileStore",
+    "ReplicaMemory",
+    "Simulator",
+    "StageTime",
+    "load_profile_dir",
+    "save_profile_dir",
     "EGRESS_PER_GB",
     "GPU_CATALOG",
     "MODEL_CATALOG",

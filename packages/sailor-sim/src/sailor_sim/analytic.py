@@ -1,0 +1,83 @@
+"""Analytic (roofline) per-layer estimates, used when no profile entry exists.
+
+A layer's forward time is ``max(FLOPs / (peak * efficiency), bytes / (memory bandwidth *
+MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S``; backward does twice the FLOPs (Narayanan et al. 2021,
+Sec. 5.1: backward = 2x forward). The efficiency is an achieved fraction of peak per GPU type
+(``COMPUTE_EFFICIENCY``), each fitted to measured per-layer times and recording its source. For
+fp32 training, matmuls run on TF32 tensor cores where the GPU has them, as Megatron-LM enables
+(``torch.backends.cuda.matmul.allow_tf32``); the efficiencies are relative to that peak.
+
+TP communication is *not* part of these estimates: the simulator adds it (``tp_comm``) for every
+entry whose ``includes_tp_comm`` is false.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dtypes import dtype_bytes
+from .gpus import GPUType
+from .model import ModelSpec
+
+_FIT = "fit to original Sailor profiles_tmp.json, OPT-350 blocks, fp32, mbs 1-8, tp 1"
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    forward: float
+    """Achieved fraction of peak matmul FLOP/s in the forward pass."""
+    backward: float
+    source: str
+
+
+COMPUTE_EFFICIENCY: dict[str, Efficiency] = {
+    "GH-96": Efficiency(0.158, 0.104, _FIT),
+    "A100-40": Efficiency(0.21, 0.154, _FIT),
+    "A100-80": Efficiency(0.26, 0.176, _FIT),
+    "V100-16": Efficiency(0.61, 0.50, _FIT),
+    "Titan-RTX": Efficiency(0.54, 0.42, _FIT),
+    "RTX-2080": Efficiency(0.83, 0.635, _FIT),
+    "RTX-3090": Efficiency(0.44, 0.32, _FIT),
+    # No profiles in the Sailor artifacts: borrowed from the closest architecture.
+    "H100-80": Efficiency(0.158, 0.104, "assumed equal to GH-96 (same Hopper SM, same peak)"),
+    "H200": Efficiency(0.158, 0.104, "assumed equal to GH-96 (same Hopper SM, same peak)"),
+    "L4": Efficiency(0.44, 0.32, "assumed equal to RTX-3090 (Ada/Ampere consumer SM)"),
+    "T4": Efficiency(0.61, 0.50, "assumed equal to V100-16 relative to fp32 peak"),
+    "CPU": Efficiency(0.5, 0.5, "placeholder for the emulated CPU device; profile it"),
+}
+DEFAULT_EFFICIENCY = Efficiency(0.3, 0.25, "default for GPU types without a fit")
+MEMORY_EFFICIENCY = 0.7
+"""Achieved fraction of peak memory bandwidth for elementwise kernels (STREAM-like)."""
+KERNEL_OVERHEAD_S = 20e-6
+"""Launch and framework overhead per layer and pass (~10 kernels x ~2 us)."""
+ADAM_BYTES_PER_PARAM = {"fp32": 28, "bf16": 34, "fp16": 34}
+"""Memory traffic of one Adam step per parameter: read p, g, m, v and write p, m, v (fp32);
+mixed precision also reads the 16-bit grad and writes the 16-bit weight copy."""
+SGD_BYTES_PER_PARAM = {"fp32": 16, "bf16": 22, "fp16": 22}
+"""SGD with momentum: read p, g, buf and write p, buf (fp32)."""
+
+
+def efficiency(gpu: GPUType) -> Efficiency:
+    return COMPUTE_EFFICIENCY.get(gpu.name, DEFAULT_EFFICIENCY)
+
+
+def layer_times(
+    model: ModelSpec, layer_id: int, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int
+) -> tuple[float, float]:
+    """(forward s, backward s) of one layer on one GPU of a TP group, TP communication excluded."""
+    eff = efficiency(gpu)
+    peak = gpu.peak_flops(dtype, allow_tf32=True)
+    flops = model.forward_flops(layer_id, mbs, seq, tp)
+    # Bytes touched: weights once, activations in and out a few times (elementwise ops).
+    e = dtype_bytes(dtype)
+    traffic = model.params(layer_id, tp) * e + 8 * mbs * seq * model.hidden_size * e
+    mem_s = traffic / (gpu.memory_bandwidth * MEMORY_EFFICIENCY)
+    fwd = max(flops / (peak * eff.forward), mem_s) + KERNEL_OVERHEAD_S
+    bwd = max(2 * flops / (peak * eff.backward), 2 * mem_s) + KERNEL_OVERHEAD_S
+    return fwd, bwd
+
+
+def optimizer_time(params: int, gpu: GPUType, dtype: str, optimizer: str) -> float:
+    """Seconds of one optimizer step over ``params`` parameters (memory bound)."""
+    table = SGD_BYTES_PER_PARAM if optimizer == "sgd" else ADAM_BYTES_PER_PARAM
+    return params * table[dtype] / (gpu.memory_bandwidth * MEMORY_EFFICIENCY)

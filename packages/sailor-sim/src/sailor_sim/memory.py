@@ -1,0 +1,105 @@
+"""Peak memory of one GPU of a replica: named terms and the constants behind them.
+
+Terms (bytes, per GPU of a TP group):
+
+- ``weights``: parameters of the stage's layers at the training dtype.
+- ``gradients``: fp32 (Megatron accumulates and all-reduces gradients in an fp32 ``main_grad``
+  buffer also in mixed precision, ``accumulate_allreduce_grads_in_fp32``).
+- ``optimizer_states``: Adam keeps m and v in fp32 (8 B/param); SGD a momentum buffer (4 B);
+  mixed precision adds the fp32 master weights (4 B) (Rajbhandari et al., ZeRO, 2020, Sec. 3.1).
+- ``activations``: bytes stashed per microbatch for the stage's layers (profile, else
+  ``ModelSpec.stash_terms``) x microbatches in flight under 1F1B at stage i of P:
+  min(P - i, M) (Narayanan et al. 2021, Sec. 2.2; never more than the M that exist).
+- ``transient``: the largest short-lived working set on top, while the last microbatch runs
+  backward: the fp32 logits gradient of the head, else one layer's output gradient.
+- ``comm_buffers``: p2p receive buffers (activation in, gradient in) for pipelined stages.
+- ``framework``: CUDA context, NCCL communicator buffers and the caching allocator's reserve,
+  by GPU platform (``FRAMEWORK_OVERHEAD``), since nvidia-smi counts them in the peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dtypes import dtype_bytes
+from .gpus import GPUType
+
+GiB = 1024**3
+MiB = 1024**2
+
+
+@dataclass(frozen=True)
+class FrameworkOverhead:
+    cuda_context: int
+    """Driver context + cuBLAS/cuDNN workspaces + PyTorch's CUDA kernels (per process)."""
+    nccl_per_communicator: int
+    """NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB x channels x peers)."""
+    allocator_reserve_fraction: float
+    """Caching-allocator blocks reserved but not in use, as a fraction of the tensors' peak."""
+    source: str
+
+
+FRAMEWORK_OVERHEAD: dict[str, FrameworkOverhead] = {
+    # Grace-Hopper: 64 KiB pages and the larger Hopper kernel images make the context big.
+    "superchip": FrameworkOverhead(
+        int(2.5 * GiB),
+        256 * MiB,
+        0.03,
+        "fit to the 15 GH200 validation runs of the original Sailor (nvidia-smi max_mem)",
+    ),
+    "sxm": FrameworkOverhead(
+        int(1.2 * GiB),
+        256 * MiB,
+        0.03,
+        "PyTorch CUDA context + cuBLAS workspace on A100/H100 (~0.8-1.5 GiB, nvidia-smi)",
+    ),
+    "pcie": FrameworkOverhead(
+        int(1.0 * GiB),
+        128 * MiB,
+        0.03,
+        "PyTorch CUDA context on consumer/PCIe GPUs (~0.7-1.2 GiB, nvidia-smi)",
+    ),
+    "cpu": FrameworkOverhead(200 * MiB, 0, 0.0, "Python + torch runtime on CPU"),
+}
+
+GRAD_BYTES = {"fp32": 4, "bf16": 4, "fp16": 4}
+MASTER_WEIGHT_BYTES = {"fp32": 0, "bf16": 4, "fp16": 4}
+OPTIMIZER_STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 4}
+
+
+def framework_overhead(gpu: GPUType) -> FrameworkOverhead:
+    return FRAMEWORK_OVERHEAD.get(gpu.platform, FRAMEWORK_OVERHEAD["sxm"])
+
+
+def in_flight(stage_index: int, num_stages: int, num_microbatches: int) -> int:
+    """Microbatches whose activations stage i holds at once under 1F1B: min(P - i, M)."""
+    return min(num_stages - stage_index, num_microbatches)
+
+
+def memory_terms(
+    *,
+    gpu: GPUType,
+    dtype: str,
+    optimizer: str,
+    params: int,
+    activation_per_microbatch: int,
+    in_flight_microbatches: int,
+    transient: int,
+    p2p_buffer: int,
+    communicators: int,
+) -> dict[str, int]:
+    """Named bytes of one GPU; their sum is the peak."""
+    e = dtype_bytes(dtype)
+    over = framework_overhead(gpu)
+    terms = {
+        "weights": params * e,
+        "gradients": params * GRAD_BYTES[dtype],
+        "optimizer_states": params
+        * (OPTIMIZER_STATE_BYTES[optimizer] + MASTER_WEIGHT_BYTES[dtype]),
+        "activations": activation_per_microbatch * in_flight_microbatches,
+        "transient": transient,
+        "comm_buffers": p2p_buffer + communicators * over.nccl_per_communicator,
+    }
+    tensors = sum(terms.values())
+    terms["framework"] = over.cuda_context + int(over.allocator_reserve_fraction * tensors)
+    return terms

@@ -1,0 +1,272 @@
+"""Network links between (zone, GPU type, GPU count) endpoints.
+
+A ``LinkCurve`` gives bandwidth as a function of message size plus a latency. Measured curves
+come as Sailor's fits (GB/s = c0*x^2 + c1*x + c2 with x = log2(bytes / 1e6), fitted on
+64 KB-1 GB) or as measured (bytes, bytes/s) points from sailor-profiler. Both are evaluated only
+inside their measured size range (message sizes outside it are clamped to its ends, never
+extrapolated), then bounded to [MIN_FRACTION * max, max], so a curve never goes to zero or below.
+
+``count`` is the number of concurrent sender/receiver GPU pairs (e.g. the TP degree of a replica
+that sends its shards in parallel); defaults scale per-pair bandwidth linearly with it.
+
+Lookup order for a link: a measured curve for exactly these endpoints; the measured curve for
+the nearest GPU count of these endpoints, scaled by the count ratio; for same-zone links the
+homogeneous fit of the GPU type; otherwise the default by zone relationship (``DEFAULT_LINKS``,
+seed figures of the Sailor authors). Intra-node links (TP groups, p2p inside a node) use a
+measured intra-node curve or ``GPUType.intra_node_bandwidth``.
+
+File format (``links.json`` in a profile folder, written by sailor-profiler)::
+
+    {"format": "sailor-network/1",
+     "links": [{"src": {"zone": "us-central1-a", "gpu_type": "A100-40", "count": 1},
+                "dst": {...}, "points": [[65536, 1.2e9], ...] | "coeffs_gbps": [c0, c1, c2],
+                "max_bandwidth": 2.4e9, "latency_s": 5e-5, "source": "measured"}],
+     "intra_node": [{"gpu_type": "A100-40", "count": 2, "points": [...], ...}]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ProfileError
+from .gpus import get_gpu
+from .prices import EGRESS_PER_GB
+from .zones import CROSS_CONTINENT, CROSS_REGION, SAME_REGION, SAME_ZONE, relationship
+
+MIN_FRACTION = 0.02
+"""Lower bound of any curve, as a fraction of its maximum (guards fits that dip at the ends)."""
+FIT_RANGE_BYTES = (64e3, 1e9)
+"""Message sizes the original Sailor fits were measured on."""
+INTRA_NODE_LATENCY_S = 10e-6
+"""NVLink / PCIe latency of one NCCL send-recv inside a node (NCCL tests, ~5-15 us)."""
+_SEED = "seed figures of the Sailor authors (per link, GCP)"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    zone: str
+    gpu_type: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class LinkCurve:
+    max_bandwidth: float
+    """Bytes/s at large messages (upper bound of the curve)."""
+    latency_s: float
+    source: str
+    coeffs_gbps: tuple[float, float, float] | None = None
+    points: tuple[tuple[float, float], ...] | None = None
+    """Measured (message bytes, bytes/s), sorted by size."""
+    scale: float = 1.0
+
+    def bandwidth(self, nbytes: float) -> float:
+        """Bytes/s for one message of ``nbytes``."""
+        if self.coeffs_gbps is not None:
+            lo, hi = FIT_RANGE_BYTES
+            x = math.log2(min(max(nbytes, lo), hi) / 1e6)
+            c0, c1, c2 = self.coeffs_gbps
+            bw = (c0 * x * x + c1 * x + c2) * 1e9
+        elif self.points:
+            bw = _interp_log(self.points, nbytes)
+        else:
+            bw = self.max_bandwidth
+        bw = min(max(bw, MIN_FRACTION * self.max_bandwidth), self.max_bandwidth)
+        return bw * self.scale
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to move one message: latency + size / bandwidth(size)."""
+        if nbytes <= 0:
+            return 0.0
+        return self.latency_s + nbytes / self.bandwidth(nbytes)
+
+
+def _interp_log(points, nbytes: float) -> float:
+    if nbytes <= points[0][0]:
+        return points[0][1]
+    if nbytes >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x0 <= nbytes <= x1:
+            w = math.log2(nbytes / x0) / math.log2(x1 / x0)
+            return y0 + (y1 - y0) * w
+    return points[-1][1]
+
+
+# relationship -> (bytes/s per GPU pair, latency s, source)
+DEFAULT_LINKS: dict[str, tuple[float, float, str]] = {
+    SAME_ZONE: (1.45e9, 0.5e-3, _SEED),
+    SAME_REGION: (1.42e9, 0.9e-3, _SEED),
+    CROSS_REGION: (0.63e9, 31e-3, _SEED),
+    CROSS_CONTINENT: (0.18e9, 102e-3, _SEED),
+}
+DEFAULT_INTER_NODE_LATENCY_S = 20e-6
+"""Latency of a measured same-zone curve (RDMA fabrics, NCCL tests: ~10-30 us)."""
+
+
+class NetworkModel:
+    """Link curves between endpoints; measured where given, defaults otherwise."""
+
+    def __init__(self) -> None:
+        self.links: dict[tuple[Endpoint, Endpoint], LinkCurve] = {}
+        self.homogeneous: dict[tuple[str, int], LinkCurve] = {}
+        """Same-zone inter-node fits per (GPU type, count), e.g. Sailor's network_coeffs."""
+        self.intra: dict[tuple[str, int], LinkCurve] = {}
+        self._cache: dict[tuple, LinkCurve] = {}
+
+    def add_link(self, src: Endpoint, dst: Endpoint, curve: LinkCurve) -> None:
+        self.links[(src, dst)] = curve
+        self._cache.clear()
+
+    def add_homogeneous(self, gpu_type: str, count: int, curve: LinkCurve) -> None:
+        self.homogeneous[(gpu_type, count)] = curve
+        self._cache.clear()
+
+    def add_intra_node(self, gpu_type: str, count: int, curve: LinkCurve) -> None:
+        self.intra[(gpu_type, count)] = curve
+        self._cache.clear()
+
+    # ---- lookup ----------------------------------------------------------------------------
+    def link(self, src: Endpoint, dst: Endpoint) -> LinkCurve:
+        """The curve between two endpoints on different nodes (cached)."""
+        key = (src, dst)
+        curve = self._cache.get(key)
+        if curve is None:
+            curve = self._cache[key] = self._resolve(src, dst)
+        return curve
+
+    def _resolve(self, src: Endpoint, dst: Endpoint) -> LinkCurve:
+        exact = self.links.get((src, dst))
+        if exact is not None:
+            return exact
+        count = src.count
+        near = [
+            (abs(math.log2(s.count / count)), s.count, c)
+            for (s, d), c in self.links.items()
+            if (s.zone, s.gpu_type, d.zone, d.gpu_type)
+            == (src.zone, src.gpu_type, dst.zone, dst.gpu_type)
+        ]
+        rel = relationship(src.zone, dst.zone)
+        if not near and rel == SAME_ZONE and src.gpu_type == dst.gpu_type:
+            near = [
+                (abs(math.log2(c / count)), c, curve)
+                for (g, c), curve in self.homogeneous.items()
+                if g == src.gpu_type
+            ]
+        if near:
+            _, measured_count, curve = min(near, key=lambda t: (t[0], t[1]))
+            if measured_count == count:
+                return curve
+            return _scaled(curve, count / measured_count, f"count-scaled from {measured_count}")
+        bw, latency, source = DEFAULT_LINKS[rel]
+        return LinkCurve(bw * count, latency, f"default {rel}: {source}")
+
+    def intra_node(self, gpu_type: str, count: int) -> LinkCurve:
+        """Curve between GPUs of one node; ``count`` = GPUs taking part (e.g. the TP degree)."""
+        key = ("intra", gpu_type, count)
+        curve = self._cache.get(key)
+        if curve is None:
+            curve = self.intra.get((gpu_type, count))
+            if curve is None:
+                others = [
+                    (abs(math.log2(c / max(count, 1))), c) for g, c in self.intra if g == gpu_type
+                ]
+                if others:
+                    curve = self.intra[(gpu_type, min(others)[1])]
+                else:
+                    gpu = get_gpu(gpu_type)
+                    curve = LinkCurve(
+                        gpu.intra_node_bandwidth, INTRA_NODE_LATENCY_S, f"GPUType {gpu.source}"
+                    )
+            self._cache[key] = curve
+        return curve
+
+    def transfer_time(self, src: Endpoint, dst: Endpoint, nbytes: float) -> float:
+        return self.link(src, dst).time(nbytes)
+
+    @staticmethod
+    def egress_per_gb(zone_a: str, zone_b: str) -> float:
+        return EGRESS_PER_GB[relationship(zone_a, zone_b)]
+
+
+def _scaled(curve: LinkCurve, factor: float, note: str) -> LinkCurve:
+    return LinkCurve(
+        curve.max_bandwidth,
+        curve.latency_s,
+        f"{curve.source}; {note}",
+        curve.coeffs_gbps,
+        curve.points,
+        curve.scale * factor,
+    )
+
+
+# ---- files -----------------------------------------------------------------------------------
+def load_network_file(path: str | Path, network: NetworkModel | None = None) -> NetworkModel:
+    """Read a ``sailor-network/1`` JSON file into a (new or given) model."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileError(
+            f"{path} is not valid JSON, truncated? ({exc})", field="network"
+        ) from None
+    network = network or NetworkModel()
+    if not isinstance(data, dict) or data.get("format") != "sailor-network/1":
+        raise ProfileError("expected format 'sailor-network/1'", field=f"{path}.format")
+    for i, link in enumerate(data.get("links", [])):
+        where = f"{path}.links[{i}]"
+        try:
+            src, dst = Endpoint(**link["src"]), Endpoint(**link["dst"])
+        except (KeyError, TypeError) as exc:
+            raise ProfileError(f"bad endpoint ({exc})", field=where) from None
+        network.add_link(src, dst, curve_from_dict(link, where))
+    for i, intra in enumerate(data.get("intra_node", [])):
+        where = f"{path}.intra_node[{i}]"
+        if "gpu_type" not in intra or "count" not in intra:
+            raise ProfileError("needs gpu_type and count", field=where)
+        network.add_intra_node(
+            intra["gpu_type"], int(intra["count"]), curve_from_dict(intra, where)
+        )
+    return network
+
+
+def curve_from_dict(data: dict[str, Any], where: str) -> LinkCurve:
+    try:
+        max_bw = float(data["max_bandwidth"])
+        latency = float(data.get("latency_s", DEFAULT_INTER_NODE_LATENCY_S))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProfileError(f"needs max_bandwidth (bytes/s) ({exc!r})", field=where) from None
+    if not (max_bw > 0 and math.isfinite(max_bw)) or latency < 0:
+        raise ProfileError("max_bandwidth must be > 0 and latency_s >= 0", field=where)
+    coeffs = data.get("coeffs_gbps")
+    points = data.get("points")
+    if points is not None:
+        points = tuple(sorted((float(a), float(b)) for a, b in points))
+        if not points or any(a <= 0 or b <= 0 for a, b in points):
+            raise ProfileError(
+                "points must be positive (bytes, bytes/s) pairs", field=f"{where}.points"
+            )
+    return LinkCurve(
+        max_bw,
+        latency,
+        str(data.get("source", "measured")),
+        tuple(float(c) for c in coeffs) if coeffs is not None else None,
+        points,
+    )
+
+
+def link_to_dict(curve: LinkCurve) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "max_bandwidth": curve.max_bandwidth,
+        "latency_s": curve.latency_s,
+        "source": curve.source,
+    }
+    if curve.coeffs_gbps is not None:
+        out["coeffs_gbps"] = list(curve.coeffs_gbps)
+    if curve.points is not None:
+        out["points"] = [list(p) for p in curve.points]
+    return out

@@ -1,0 +1,300 @@
+"""The simulator: iteration time, memory and cost of a (Job, Plan), from public components.
+
+``Simulator.estimate(job, plan)`` is composed of exactly these public components, which the
+planner's dynamic program calls on partial plans so its numbers agree with ``estimate``:
+
+- ``stage_time(job, first, last, gpu_type, tp, mbs) -> StageTime``: per-microbatch forward,
+  backward and TP-communication seconds of a layer range on one replica, and its optimizer step.
+  O(1) after the first call per (model, GPU, dtype, mbs, TP): prefix sums over the profile.
+- ``replica_memory(job, first, last, gpu_type, tp, mbs, stage_index, num_stages,
+  num_microbatches, dp=1) -> dict[str, int]``: named peak-memory terms of one GPU.
+- ``p2p_time(job, boundary_layer, src, dst) -> float``: one microbatch's activation (or its
+  gradient) from replica ``src`` to ``dst`` across stage boundary after ``boundary_layer``.
+- ``dp_sync_time(job, first, last, replicas) -> float``: data-parallel gradient all-reduce of a
+  stage over its replicas (``timing.ring_allreduce_time``).
+- ``timing.pipeline_time(...)``: 1F1B fill, steady state and drain of one pipeline.
+
+Iteration time = the slowest pipeline's 1F1B time (each pipeline j uses its own replicas, so a
+slow replica slows only its pipeline unless microbatches are balanced against it), plus the
+exposed tail: max over stages of (all-reduce + optimizer step - the time that stage idles while
+earlier stages drain). Costs: GPU-hours by type and zone, and egress by link relationship.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import timing
+from .estimate import Estimate, ReplicaMemory
+from .gpus import get_gpu
+from .job import Job
+from .memory import GRAD_BYTES, in_flight, memory_terms
+from .network import Endpoint, NetworkModel
+from .plan import Plan, Replica
+from .prices import price_per_gpu_hour
+from .profiles import ProfileStore, load_profile_dir
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Per-microbatch seconds of one replica's layer range, and its optimizer step."""
+
+    forward_s: float
+    backward_s: float
+    tp_comm_s: float
+    """TP all-reduces (forward + backward) not already inside the profile."""
+    optimizer_s: float
+    source: str
+
+    @property
+    def per_microbatch_s(self) -> float:
+        return self.forward_s + self.backward_s + self.tp_comm_s
+
+
+class Simulator:
+    def __init__(self, profiles: ProfileStore | None = None, network: NetworkModel | None = None):
+        self.profiles = profiles if profiles is not None else ProfileStore()
+        self.network = network if network is not None else NetworkModel()
+        self._stage_cache: dict[tuple, StageTime] = {}
+        self._mem_cache: dict[tuple, tuple[int, dict[str, int]]] = {}
+        self._p2p_cache: dict[tuple, float] = {}
+        self._dp_cache: dict[tuple, float] = {}
+
+    @classmethod
+    def from_sailor_root(cls, root: str | Path) -> Simulator:
+        """Profiles and network fits from a folder laid out like the original Sailor repo."""
+        from .original import load_sailor_network, load_sailor_profiles
+
+        return cls(load_sailor_profiles(root), load_sailor_network(root))
+
+    @classmethod
+    def from_profile_dir(cls, path: str | Path) -> Simulator:
+        """Profiles (``*.json``) and, when present, ``links.json`` from a sailor profile folder."""
+        from .network import load_network_file
+
+        folder = Path(path)
+        store = ProfileStore()
+        for file in sorted(folder.glob("*.json")):
+            if file.name != "links.json":
+                from .profiles import read_profile_file
+
+                for entry in read_profile_file(file):
+                    store.add(entry)
+        if not folder.is_dir():
+            load_profile_dir(folder)  # raises the clear error
+        links = folder / "links.json"
+        network = load_network_file(links) if links.exists() else NetworkModel()
+        return cls(store, network)
+
+    # ---- components ------------------------------------------------------------------------
+    def stage_time(
+        self, job: Job, first: int, last: int, gpu_type: str, tp: int, mbs: int
+    ) -> StageTime:
+        key = (
+            job.model.name,
+            job.dtype,
+            job.sequence_length,
+            job.optimizer,
+            first,
+            last,
+            gpu_type,
+            tp,
+            mbs,
+        )
+        hit = self._stage_cache.get(key)
+        if hit is not None:
+            return hit
+        gpu = get_gpu(gpu_type)
+        t = self.profiles.table(
+            job.model, gpu, job.dtype, mbs, tp, job.sequence_length, job.optimizer
+        )
+        tp_s = 0.0
+        if tp > 1 and not t.entry.includes_tp_comm:
+            tp_s = timing.tp_comm_time(
+                job.model,
+                first,
+                last,
+                mbs,
+                job.sequence_length,
+                job.dtype,
+                self.network.intra_node(gpu.name, tp),
+                tp,
+            )
+        result = StageTime(
+            t.span(t.forward, first, last),
+            t.span(t.backward, first, last),
+            tp_s,
+            t.span(t.optimizer, first, last),
+            t.entry.source,
+        )
+        self._stage_cache[key] = result
+        return result
+
+    def replica_memory(
+        self,
+        job: Job,
+        first: int,
+        last: int,
+        gpu_type: str,
+        tp: int,
+        mbs: int,
+        stage_index: int,
+        num_stages: int,
+        num_microbatches: int,
+        dp: int = 1,
+    ) -> dict[str, int]:
+        """Named peak-memory terms of one GPU of a replica (sum = peak)."""
+        return self._memory(
+            job, first, last, gpu_type, tp, mbs, stage_index, num_stages, num_microbatches, dp
+        )[1]
+
+    def _memory(
+        self, job, first, last, gpu_type, tp, mbs, i, p, m, dp
+    ) -> tuple[int, dict[str, int]]:
+        key = (
+            job.model.name,
+            job.dtype,
+            job.sequence_length,
+            job.optimizer,
+            first,
+            last,
+            gpu_type,
+            tp,
+            mbs,
+            i,
+            p,
+            m,
+            dp > 1,
+        )
+        hit = self._mem_cache.get(key)
+        if hit is not None:
+            return hit
+        model, gpu, seq = job.model, get_gpu(gpu_type), job.sequence_length
+        t = self.profiles.table(model, gpu, job.dtype, mbs, tp, seq, job.optimizer)
+        act_out = model.activation_out_bytes(0, mbs, seq, job.dtype)
+        if last == model.head_layer_id:  # fp32 logits and their gradient while backward starts
+            transient = 2 * mbs * seq * model.vocab_size // tp * 4
+        else:
+            transient = 2 * act_out
+        communicators = (tp > 1) + (dp > 1) + (i > 0) + (i < p - 1)
+        terms = memory_terms(
+            gpu=gpu,
+            dtype=job.dtype,
+            optimizer=job.optimizer,
+            params=t.span(t.params, first, last),
+            activation_per_microbatch=t.span(t.activation, first, last),
+            in_flight_microbatches=in_flight(i, p, m),
+            transient=transient,
+            p2p_buffer=act_out * ((i > 0) + (i < p - 1)),
+            communicators=communicators,
+        )
+        result = (sum(terms.values()), terms)
+        self._mem_cache[key] = result
+        return result
+
+    def p2p_time(self, job: Job, boundary_layer: int, src: Replica, dst: Replica) -> float:
+        """Seconds to send one microbatch's activations after ``boundary_layer`` (same for the
+        gradient coming back): the TP shards travel in parallel (Megatron scatter-gather)."""
+        key = (job.model.name, job.dtype, job.sequence_length, boundary_layer, src, dst)
+        hit = self._p2p_cache.get(key)
+        if hit is None:
+            nbytes = job.model.activation_out_bytes(
+                boundary_layer, src.microbatch_size, job.sequence_length, job.dtype
+            )
+            pairs = min(src.tp, dst.tp)
+            link = self.network.link(
+                Endpoint(src.zone, src.gpu_type, pairs), Endpoint(dst.zone, dst.gpu_type, pairs)
+            )
+            hit = self._p2p_cache[key] = timing.p2p_transfer_time(link, nbytes, pairs)
+        return hit
+
+    def dp_sync_time(self, job: Job, first: int, last: int, replicas: tuple[Replica, ...]) -> float:
+        """Gradient all-reduce of one stage over its replicas (0 for one replica)."""
+        if len(replicas) < 2:
+            return 0.0
+        key = (job.model.name, job.dtype, first, last, replicas)
+        hit = self._dp_cache.get(key)
+        if hit is None:
+            grad_bytes = GRAD_BYTES[job.dtype] * sum(
+                job.model.params(i) for i in range(first, last + 1)
+            )
+            hit = self._dp_cache[key] = timing.ring_allreduce_time(
+                self.network, replicas, grad_bytes
+            )
+        return hit
+
+    # ---- the whole plan --------------------------------------------------------------------
+    def estimate(
+        self, job: Job, plan: Plan, *, iterations: float | None = None, tokens: float | None = None
+    ) -> Estimate:
+        """Predict iteration time, memory and cost of ``plan`` for ``job`` (checks the plan)."""
+        plan.check(job)
+        return _estimate(self, job, plan, iterations, tokens)
+
+
+def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estimate:
+    stages, p = plan.stages, plan.num_stages
+    d = plan.num_pipelines
+    pipelines = []
+    for j in range(d):
+        reps = [s.replicas[j] for s in stages]
+        times = [
+            sim.stage_time(job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size)
+            for s, r in zip(stages, reps, strict=True)
+        ]
+        p2p = [sim.p2p_time(job, stages[i].last_layer, reps[i], reps[i + 1]) for i in range(p - 1)]
+        pipelines.append((timing.pipeline_time(times, p2p, reps[0].num_microbatches), times, p2p))
+    crit, crit_times, crit_p2p = max(pipelines, key=lambda x: x[0].total_s)
+    tails = []
+    for i, s in enumerate(stages):
+        sync = sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas)
+        opt = max(pl[1][i].optimizer_s for pl in pipelines)
+        lead = sum(crit_times[k].backward_s + crit_p2p[k] for k in range(i))
+        tails.append((sync + opt - lead, sync, opt))
+    tail, _sync, opt = max(tails)
+    tail = max(tail, 0.0)
+    breakdown = dict(crit.breakdown)
+    breakdown["optimizer"] = min(opt, tail)
+    breakdown["dp_sync"] = tail - breakdown["optimizer"]
+    iteration = crit.total_s + tail
+
+    memory = []
+    for i, s in enumerate(stages):
+        for j, r in enumerate(s.replicas):
+            peak, terms = sim._memory(
+                job,
+                s.first_layer,
+                s.last_layer,
+                r.gpu_type,
+                r.tp,
+                r.microbatch_size,
+                i,
+                p,
+                r.num_microbatches,
+                d,
+            )
+            cap = get_gpu(r.gpu_type).memory_bytes
+            memory.append(ReplicaMemory(i, j, r.gpu_type, r.zone, peak, cap, peak <= cap, terms))
+    compute_usd_per_s = sum(
+        r.tp * price_per_gpu_hour(r.gpu_type, r.zone) / 3600.0 for s in stages for r in s.replicas
+    )
+    egress = timing.egress_usd(sim.network, job, plan)
+    cost_iter = compute_usd_per_s * iteration + egress
+    if tokens is not None and iterations is None:
+        iterations = tokens / (job.global_batch_size * job.sequence_length)
+    sources = sorted({t.source for pl in pipelines for t in pl[1]})
+    return Estimate(
+        iteration_time_s=iteration,
+        throughput_iters_per_s=1.0 / iteration,
+        samples_per_s=job.global_batch_size / iteration,
+        peak_memory_bytes=max(m.peak_bytes for m in memory),
+        fits=all(m.fits for m in memory),
+        cost_per_iteration_usd=cost_iter,
+        cost_per_hour_usd=cost_iter * 3600.0 / iteration,
+        time_breakdown_s=breakdown,
+        cost_breakdown_usd={"compute": compute_usd_per_s * iteration, "egress": egress},
+        memory=tuple(memory),
+        sources=tuple(sources),
+        run_iterations=iterations,
+    )

@@ -1,0 +1,150 @@
+"""Time components: 1F1B pipeline, p2p transfers, ring all-reduce, TP all-reduces, egress.
+
+Pure functions over numbers and link curves; ``simulator.py`` feeds them and caches results.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .memory import GRAD_BYTES
+from .network import LinkCurve, NetworkModel
+from .zones import relationship
+
+DP_BUCKET_BYTES = 160 * 1024**2
+"""Gradient bucket of one all-reduce call: Megatron-LM's DistributedDataParallel default of
+40 M parameters (fp32 main grads) per bucket (``bucket_size`` in megatron/core/distributed)."""
+ALLREDUCE_BUS_EFFICIENCY = 0.5
+"""Achieved fraction of a link's p2p bandwidth by a NCCL ring all-reduce across nodes (NCCL
+tests: ring bus bandwidth ~45-60% of unidirectional p2p bandwidth on IB/Slingshot with
+several rings sharing a node's NICs)."""
+MICROBATCH_OVERHEAD_S = 0.0
+"""Per-microbatch, per-stage schedule overhead (Python, p2p handshakes) not in the profile."""
+
+
+@dataclass(frozen=True)
+class PipelineTime:
+    total_s: float
+    breakdown: dict[str, float]
+    bottleneck_stage: int
+
+
+def pipeline_time(stage_times, p2p: list[float], num_microbatches: int) -> PipelineTime:
+    """1F1B time of one pipeline (Narayanan et al. 2021, Sec. 2.2).
+
+    ``stage_times``: per stage, objects with ``forward_s``, ``backward_s``, ``tp_comm_s`` per
+    microbatch; ``p2p``: per stage boundary, seconds to move one microbatch's activations (the
+    gradient back costs the same). Fill and drain: every stage once plus every boundary in both
+    directions; steady state: M - 1 steps of the slowest stage including its blocking sends.
+    Breakdown (sums to ``total_s``): compute and tp_comm = M x the bottleneck's share,
+    pipeline_bubble = the other stages' fill/drain, p2p = the exposed transfers.
+    """
+    m = num_microbatches
+    n = len(stage_times)
+    per = [t.forward_s + t.backward_s + t.tp_comm_s + MICROBATCH_OVERHEAD_S for t in stage_times]
+    sends = [(p2p[i] if i < n - 1 else 0.0) + (p2p[i - 1] if i > 0 else 0.0) for i in range(n)]
+    k = max(range(n), key=lambda i: per[i] + sends[i])
+    fill = 2.0 * sum(p2p)
+    b = stage_times[k]
+    breakdown = {
+        "compute": m * (b.forward_s + b.backward_s + MICROBATCH_OVERHEAD_S),
+        "tp_comm": m * b.tp_comm_s,
+        "pipeline_bubble": sum(per) - per[k],
+        "p2p": (m - 1) * sends[k] + fill,
+    }
+    return PipelineTime(sum(breakdown.values()), breakdown, k)
+
+
+def p2p_transfer_time(link: LinkCurve, nbytes: int, pairs: int) -> float:
+    """``nbytes`` split over ``pairs`` concurrent GPU pairs (the link's curve is aggregate)."""
+    if nbytes <= 0:
+        return 0.0
+    return link.latency_s + nbytes / link.bandwidth(nbytes / pairs)
+
+
+def allreduce_time(link: LinkCurve, nbytes: float, ranks: int, parallel_rings: int = 1) -> float:
+    """Ring all-reduce of ``nbytes`` over ``ranks`` (Patarasuk & Yuan 2009): 2(n-1)/n of the data
+    crosses every link, in 2(n-1) latency-bound steps per bucket."""
+    if ranks < 2 or nbytes <= 0:
+        return 0.0
+    buckets = max(1, math.ceil(nbytes / parallel_rings / DP_BUCKET_BYTES))
+    chunk = nbytes / parallel_rings / buckets / ranks
+    volume = 2.0 * (ranks - 1) / ranks * nbytes
+    bw = link.bandwidth(chunk) * ALLREDUCE_BUS_EFFICIENCY
+    return volume / bw + buckets * 2 * (ranks - 1) * link.latency_s
+
+
+def ring_allreduce_time(network: NetworkModel, replicas, grad_bytes_unsharded: int) -> float:
+    """All-reduce of one stage's gradients over its replicas.
+
+    The ring visits replicas sorted by (zone, GPU type), so it crosses each zone boundary as few
+    times as possible; TP shards of a replica reduce in parallel rings (min TP of two neighbours
+    concurrent pairs). Time = the slowest edge of the ring (cross-zone edges use their own,
+    slower curve).
+    """
+    from .network import Endpoint
+
+    ring = sorted(replicas, key=lambda r: (r.zone, r.gpu_type, r.tp))
+    n = len(ring)
+    worst = 0.0
+    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+        pairs = min(a.tp, b.tp)
+        link = network.link(
+            Endpoint(a.zone, a.gpu_type, pairs), Endpoint(b.zone, b.gpu_type, pairs)
+        )
+        worst = max(worst, allreduce_time(link, grad_bytes_unsharded, n, pairs))
+    return worst
+
+
+def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) -> float:
+    """Megatron TP all-reduces per microbatch (Shoeybi et al. 2019, Sec. 3): two per block in
+    forward and two in backward on the (b, s, h) activations, one in the embedding forward and
+    one in the head backward."""
+    if tp < 2:
+        return 0.0
+    blocks = max(0, min(last, model.num_layers) - max(first, 1) + 1)
+    calls = 4 * blocks + (1 if first == 0 else 0) + (1 if last == model.head_layer_id else 0)
+    nbytes = model.activation_out_bytes(0, mbs, seq, dtype)
+    one = 2.0 * (tp - 1) / tp * nbytes / link.bandwidth(nbytes / tp) + 2 * (tp - 1) * link.latency_s
+    return calls * one
+
+
+def egress_usd(network: NetworkModel, job, plan) -> float:
+    """$ per iteration for bytes leaving a zone: p2p activations and gradients between stages,
+    and the data-parallel ring's cross-zone edges."""
+    total = 0.0
+    model, seq = job.model, job.sequence_length
+    for i in range(plan.num_stages - 1):
+        boundary = plan.stages[i].last_layer
+        for a, b in zip(plan.stages[i].replicas, plan.stages[i + 1].replicas, strict=True):
+            if a.zone != b.zone:
+                nbytes = (
+                    2
+                    * a.num_microbatches
+                    * model.activation_out_bytes(boundary, a.microbatch_size, seq, job.dtype)
+                )
+                total += nbytes / 1e9 * network.egress_per_gb(a.zone, b.zone)
+    for s in plan.stages:
+        n = len(s.replicas)
+        if n < 2 or len({r.zone for r in s.replicas}) < 2:
+            continue
+        grad = GRAD_BYTES[job.dtype] * sum(model.params(i) for i in s.layer_ids)
+        ring = sorted(s.replicas, key=lambda r: (r.zone, r.gpu_type, r.tp))
+        for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+            if a.zone != b.zone:
+                rate = network.egress_per_gb(a.zone, b.zone)
+                total += 2.0 * (n - 1) / n * grad / 1e9 * rate
+    return total
+
+
+__all__ = [
+    "PipelineTime",
+    "allreduce_time",
+    "egress_usd",
+    "p2p_transfer_time",
+    "pipeline_time",
+    "relationship",
+    "ring_allreduce_time",
+    "tp_comm_time",
+]
