@@ -1,22 +1,232 @@
-"""The `sailor` command line."""
+"""The `sailor` command line: `run`, `controller`, `worker`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 import sailor_runtime
+from sailor_sim.errors import SailorSimError
+
+from .errors import SailorRuntimeError
 
 app = typer.Typer(no_args_is_help=True, help=sailor_runtime.__doc__)
 
 
 @app.callback()
 def main() -> None:
-    # A callback keeps `sailor` a command group even while it has a single command.
+    # A callback keeps `sailor` a command group.
     pass
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
 
 
 @app.command()
 def version() -> None:
     """Print the sailor-runtime version."""
     typer.echo(sailor_runtime.__version__)
+
+
+@app.command()
+def run(
+    local: bool = typer.Option(False, "--local", help="Run everything on this machine."),
+    workers: int = typer.Option(4, help="Worker agents (nodes) to start."),
+    gpu_types: str = typer.Option(
+        "CPU", help="Comma-separated GPU type each worker emulates (cycled), e.g. CPU,T4."
+    ),
+    model: str = typer.Option("tiny-gpt", help="Catalog model."),
+    steps: int = typer.Option(20, help="Global steps to train."),
+    global_batch_size: int = typer.Option(8, help="Samples per step."),
+    seq_len: int = typer.Option(32, help="Tokens per sample."),
+    checkpoint_every: int = typer.Option(5, help="Checkpoint every this many steps."),
+    kill_worker_at_step: int = typer.Option(
+        0, help="Failure injection: kill -9 a worker once this step is reached (0 = never)."
+    ),
+    add_worker_at_step: int = typer.Option(
+        0, help="Add one more worker once this step is reached (0 = never)."
+    ),
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Folder for checkpoints, logs and the profile.")
+    ] = None,
+    heartbeat_timeout: float = typer.Option(
+        3.0, help="Seconds of silence that mark a node failed."
+    ),
+    seed: int = typer.Option(0, help="Seed of the initial weights and the data order."),
+    timeout: float = typer.Option(900.0, help="Give up after this many seconds."),
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
+    ] = None,
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Train a model end to end: planner server, controller and worker agents."""
+    from .run.local import LocalRunConfig, run_local
+    from .run.summary import render
+
+    _logging(verbose)
+    if not local:
+        _fail(SailorRuntimeError(
+            "only --local is built in; for several machines start `sailor controller` and "
+            "point `sailor worker --controller HOST:PORT` at it", field="--local"))  # fmt: skip
+    if workers < 1 or steps < 1 or checkpoint_every < 1:
+        _fail(SailorRuntimeError("must all be >= 1", field="--workers/--steps/--checkpoint-every"))
+    types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="sailor-run-"))
+    cfg = LocalRunConfig(
+        run_dir=run_dir,
+        workers=workers,
+        gpu_types=types or ("CPU",),
+        model=model,
+        global_batch_size=global_batch_size,
+        sequence_length=seq_len,
+        steps=steps,
+        checkpoint_every=checkpoint_every,
+        kill_worker_at_step=kill_worker_at_step or None,
+        add_worker_at_step=add_worker_at_step or None,
+        heartbeat_timeout_s=heartbeat_timeout,
+        seed=seed,
+        timeout_s=timeout,
+    )
+    typer.echo(f"run folder: {run_dir}", err=True)
+    try:
+        summary = run_local(cfg)
+    except (SailorRuntimeError, SailorSimError) as exc:
+        _fail(exc)
+    typer.echo(render(summary))
+    if json_out:
+        json_out.write_text(json.dumps(summary.to_dict(), indent=2))
+    if summary.state != "DONE":
+        raise typer.Exit(1)
+
+
+@app.command()
+def controller(
+    planner: str = typer.Option(..., help="HOST:PORT of the planner server."),
+    model: str = typer.Option("tiny-gpt"),
+    steps: int = typer.Option(20),
+    global_batch_size: int = typer.Option(8),
+    seq_len: int = typer.Option(32),
+    checkpoint_every: int = typer.Option(5),
+    run_dir: Annotated[Path, typer.Option(help="Checkpoints (shared by all nodes).")] = Path(
+        "sailor-run"
+    ),
+    profile_dir: str = typer.Option("", help="Profile folder the planner should use."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(0, help="Port (0 = any free one; see --port-file)."),
+    port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
+    min_workers: int = typer.Option(1, help="Workers to wait for before the first plan."),
+    heartbeat_interval: float = typer.Option(1.0),
+    heartbeat_timeout: float = typer.Option(5.0),
+    debounce: float = typer.Option(1.0, help="Seconds without change before re-planning."),
+    max_failures: int = typer.Option(5),
+    seed: int = typer.Option(0),
+    lr: float = typer.Option(0.0),
+    token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
+    verbose: bool = typer.Option(True, "--verbose/--quiet"),
+) -> None:
+    """Run the controller until the job finishes (or fails)."""
+    from sailor_sim import Job
+
+    from .controller.controller import Controller, ControllerConfig
+    from .controller.service import create_controller_server
+    from .security import check_bind, resolve_token
+
+    _logging(verbose)
+    token = resolve_token(token)
+    try:
+        check_bind(host, token, "the controller")
+        job = Job.create(model, global_batch_size, seq_len)
+        cfg = ControllerConfig(
+            job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
+            planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,
+            heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
+            debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
+            else "127.0.0.1", seed=seed, lr=lr, token=token,
+        )  # fmt: skip
+        c = Controller(cfg)
+    except (SailorRuntimeError, SailorSimError) as exc:
+        _fail(exc)
+    server, bound = create_controller_server(c, f"{host}:{port}", token)
+    server.start()
+    c.start()
+    if port_file:
+        port_file.write_text(str(bound))
+    typer.echo(f"controller listening on {host}:{bound}", err=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not c.finished and not stop.wait(0.5):
+            pass
+        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
+    except KeyboardInterrupt:
+        pass
+    finally:
+        c.close()
+        server.stop(grace=0.5)
+    typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
+    if c.state.name != "DONE":
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(
+    controller: str = typer.Option(..., help="HOST:PORT of the controller."),
+    gpu_type: str = typer.Option(None, help="Declare the GPU type (emulation); else detect CUDA."),
+    gpus: int = typer.Option(None, help="GPUs on this node (default 1 when declared)."),
+    zone: str = typer.Option("local", help="Zone of this node."),
+    host: str = typer.Option("127.0.0.1", help="Address the agent listens on."),
+    worker_id: str = typer.Option(None, help="Unique node name (default host-pid)."),
+    workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
+    threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
+    token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
+    verbose: bool = typer.Option(True, "--verbose/--quiet"),
+) -> None:
+    """Run a worker agent: register with the controller and run the ranks it assigns."""
+    from .agent.agent import WorkerAgent
+    from .agent.gpus import node_gpus
+    from .security import check_bind, resolve_token
+
+    _logging(verbose)
+    token = resolve_token(token)
+    try:
+        check_bind(host, token, "the worker agent")
+        node = node_gpus(gpu_type, gpus, zone)
+        agent = WorkerAgent(
+            controller, node, workdir, host=host, token=token, worker_id=worker_id,
+            threads_per_rank=threads_per_rank,
+        )  # fmt: skip
+        agent.start()
+    except (SailorRuntimeError, SailorSimError) as exc:
+        _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - e.g. a refused registration (gRPC error)
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        _fail(SailorRuntimeError(f"registration failed: {details}", field="controller"))
+    signal.signal(signal.SIGTERM, lambda *_: agent.leave("SIGTERM"))
+    try:
+        agent.done.wait()
+    except KeyboardInterrupt:
+        agent.leave("interrupted")
+    finally:
+        agent.close()
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,161 @@
+"""The worker agent: one per node. Registers with the controller, heartbeats, runs ranks.
+
+The loop: register (retrying until the controller answers), then every heartbeat interval send
+the rank states and new step metrics. A heartbeat answered `known=false` (the controller
+declared this node failed, or restarted) makes the agent stop its ranks and register again; one
+answered `shutdown=true` ends the agent. SIGTERM/SIGINT leave gracefully.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from ..proto import controller_pb2, controller_pb2_grpc
+from ..security import call_metadata
+from .gpus import NodeGpus
+from .ranks import RankRunner
+from .service import AgentServicer, create_agent_server, rank_statuses
+
+log = logging.getLogger("sailor.agent")
+
+
+class WorkerAgent:
+    def __init__(
+        self,
+        controller: str,
+        gpus: NodeGpus,
+        workdir: Path,
+        *,
+        host: str = "127.0.0.1",
+        token: str | None = None,
+        worker_id: str | None = None,
+        threads_per_rank: int = 1,
+        register_timeout_s: float = 120.0,
+    ) -> None:
+        self.controller = controller
+        self.gpus = gpus
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.token = token
+        self.metadata = call_metadata(token)
+        self.runner = RankRunner(workdir / self.worker_id, threads_per_rank)
+        self.servicer = AgentServicer(self.worker_id, gpus, self.runner)
+        self.server, self.port = create_agent_server(self.servicer, f"{host}:0", token)
+        self.address = f"{host}:{self.port}"
+        self.register_timeout_s = register_timeout_s
+        self.interval_s = 1.0
+        self.done = threading.Event()
+        self._channel = grpc.insecure_channel(controller)
+        self._stub = controller_pb2_grpc.ControllerServiceStub(self._channel)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.server.start()
+        self.register()
+        threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
+
+    def register(self) -> None:
+        """Register, retrying while the controller is unreachable; raises on refusal."""
+        request = controller_pb2.RegisterRequest(
+            worker_id=self.worker_id,
+            agent_address=self.address,
+            gpus=self.gpus.to_proto(),
+            hostname=socket.gethostname(),
+        )
+        deadline = time.monotonic() + self.register_timeout_s
+        while True:
+            try:
+                reply = self._stub.Register(request, timeout=5, metadata=self.metadata)
+                break
+            except grpc.RpcError as exc:
+                if (
+                    exc.code()
+                    not in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    )
+                    or time.monotonic() > deadline
+                ):
+                    raise
+                time.sleep(0.5)
+        self.worker_id = reply.worker_id
+        self.interval_s = max(0.1, reply.heartbeat_interval_s or 1.0)
+        log.info(
+            "registered as %s (%s) at %s", self.worker_id, self.gpus.describe(), self.controller
+        )
+
+    def leave(self, reason: str = "leaving") -> None:
+        self.runner.stop(0, grace_s=1.0)
+        try:
+            self._stub.Leave(
+                controller_pb2.LeaveRequest(worker_id=self.worker_id, reason=reason),
+                timeout=5,
+                metadata=self.metadata,
+            )
+        except grpc.RpcError as exc:
+            log.warning("leave not acknowledged: %s", exc.details())
+        self.done.set()
+
+    def close(self) -> None:
+        self.runner.shutdown()
+        self.server.stop(grace=0.5)
+        self._channel.close()
+
+    # ---- heartbeats --------------------------------------------------------------------------
+    def _metrics(self) -> list:
+        out = []
+        for proc, rec in self.runner.new_metrics():
+            out.append(
+                controller_pb2.StepMetrics(
+                    generation=proc.generation,
+                    rank=proc.rank,
+                    step=int(rec.get("step", 0)),
+                    loss=float(rec.get("loss", 0.0)),
+                    iteration_time_s=float(rec.get("iteration_time_s", 0.0)),
+                    samples_per_s=float(rec.get("samples_per_s", 0.0)),
+                    consumed_samples=int(rec.get("consumed_samples", 0)),
+                    raw_json=json.dumps(rec),
+                )
+            )
+        return out
+
+    def heartbeat_once(self, pending: list) -> list:
+        """Send one heartbeat; returns metrics still to send (kept when the call fails)."""
+        pending = pending + self._metrics()
+        request = controller_pb2.HeartbeatRequest(
+            worker_id=self.worker_id,
+            generation=self.runner.current_generation(),
+            ranks=rank_statuses(self.runner),
+            metrics=pending,
+        )
+        try:
+            reply = self._stub.Heartbeat(request, timeout=5, metadata=self.metadata)
+        except grpc.RpcError as exc:
+            log.warning("heartbeat failed: %s %s", exc.code(), exc.details())
+            return pending
+        if reply.shutdown:
+            log.info("controller says the run is over")
+            self.runner.stop(0, grace_s=5.0)
+            self.done.set()
+        elif not reply.known:
+            log.warning(
+                "controller does not know %s; stopping ranks, registering again", self.worker_id
+            )
+            self.runner.stop(0, grace_s=1.0)
+            self.register()
+        return []
+
+    def _heartbeat_loop(self) -> None:
+        pending: list = []
+        while not self.done.wait(self.interval_s):
+            try:
+                pending = self.heartbeat_once(pending)
+            except Exception:  # noqa: BLE001 - the loop must survive anything
+                log.exception("heartbeat loop error")

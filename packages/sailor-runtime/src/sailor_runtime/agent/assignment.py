@@ -1,0 +1,143 @@
+"""Validate an Assignment message from the controller before any process starts.
+
+A malformed assignment is refused with an AssignmentError naming the field; the ranks already
+running keep running.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sailor_sim import Job, Plan
+from sailor_sim.errors import SailorSimError
+
+from ..errors import AssignmentError, StaleGenerationError
+from ..topology import rank_layout
+
+BACKENDS = ("gloo", "nccl")
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._/-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class ValidAssignment:
+    """A checked assignment: what the rank launcher needs."""
+
+    generation: int
+    job: Job
+    plan: Plan
+    world_size: int
+    ranks: tuple[tuple[int, int], ...]
+    """(rank, local device) pairs."""
+    master_addr: str
+    master_port: int
+    store_prefix: str
+    checkpoint_dir: str
+    steps: int
+    checkpoint_every: int
+    seed: int
+    backend: str
+    lr: float
+
+
+def _parse_job_plan(msg) -> tuple[Job, Plan]:
+    if not msg.HasField("job"):
+        raise AssignmentError("is missing", field="assignment.job")
+    if not msg.HasField("plan"):
+        raise AssignmentError("is missing", field="assignment.plan")
+    try:
+        job = Job.from_proto(msg.job)
+    except SailorSimError as exc:
+        raise AssignmentError(str(exc), field="assignment.job") from None
+    try:
+        plan = Plan.from_proto(msg.plan).check(job)
+    except SailorSimError as exc:
+        raise AssignmentError(str(exc), field="assignment.plan") from None
+    return job, plan
+
+
+def _check_ranks(msg, plan: Plan, gpu_type: str, zone: str, num_devices: int):
+    layout = rank_layout(plan)
+    if msg.world_size != len(layout):
+        raise AssignmentError(
+            f"{msg.world_size} differs from the plan's {len(layout)} GPUs",
+            field="assignment.world_size",
+        )
+    if not msg.ranks:
+        raise AssignmentError("lists no rank for this node", field="assignment.ranks")
+    seen_ranks, seen_devs, pairs = set(), set(), []
+    for n, slot in enumerate(msg.ranks):
+        where = f"assignment.ranks[{n}]"
+        if slot.rank >= len(layout) or slot.rank in seen_ranks:
+            raise AssignmentError(
+                f"rank {slot.rank} is out of 0..{len(layout) - 1} or listed twice", field=where
+            )
+        if slot.local_device >= num_devices or slot.local_device in seen_devs:
+            raise AssignmentError(
+                f"device {slot.local_device} is out of 0..{num_devices - 1} or used twice",
+                field=f"{where}.local_device",
+            )
+        spec = layout[slot.rank]
+        if (spec.gpu_type, spec.zone) != (gpu_type, zone):
+            raise AssignmentError(
+                f"rank {slot.rank} needs a {spec.gpu_type}@{spec.zone} GPU but this node has "
+                f"{gpu_type}@{zone}",
+                field=where,
+            )
+        seen_ranks.add(slot.rank)
+        seen_devs.add(slot.local_device)
+        pairs.append((slot.rank, slot.local_device))
+    return tuple(pairs)
+
+
+def validate_assignment(
+    msg, *, gpu_type: str, zone: str, num_devices: int, current_generation: int
+) -> ValidAssignment:
+    """Check ``msg`` (an agent_pb2.Assignment) against this node; raise AssignmentError."""
+    if msg.generation < 1:
+        raise AssignmentError("must be >= 1", field="assignment.generation")
+    if msg.generation < current_generation:
+        raise StaleGenerationError(
+            f"{msg.generation} is older than the running generation {current_generation}",
+            field="assignment.generation",
+        )
+    job, plan = _parse_job_plan(msg)
+    ranks = _check_ranks(msg, plan, gpu_type, zone, num_devices)
+    if not msg.master_addr or not 0 < msg.master_port < 65536:
+        raise AssignmentError(
+            f"{msg.master_addr!r}:{msg.master_port} is not a host and a port in 1..65535",
+            field="assignment.master_addr",
+        )
+    if not _PREFIX_RE.match(msg.store_prefix):
+        raise AssignmentError(
+            "must be 1-128 characters of letters, digits, '.', '_', '/', '-'",
+            field="assignment.store_prefix",
+        )
+    if not msg.checkpoint_dir:
+        raise AssignmentError("is empty", field="assignment.checkpoint_dir")
+    if msg.steps < 1 or msg.checkpoint_every < 1:
+        raise AssignmentError(
+            f"steps {msg.steps} and checkpoint_every {msg.checkpoint_every} must be >= 1",
+            field="assignment.steps",
+        )
+    backend = msg.backend or "gloo"
+    if backend not in BACKENDS:
+        raise AssignmentError(f"{backend!r} is not one of {BACKENDS}", field="assignment.backend")
+    if msg.lr < 0 or msg.lr != msg.lr:
+        raise AssignmentError(f"must be >= 0, got {msg.lr}", field="assignment.lr")
+    return ValidAssignment(
+        msg.generation,
+        job,
+        plan,
+        msg.world_size,
+        ranks,
+        msg.master_addr,
+        msg.master_port,
+        msg.store_prefix,
+        msg.checkpoint_dir,
+        msg.steps,
+        msg.checkpoint_every,
+        msg.seed,
+        backend,
+        msg.lr,
+    )

@@ -1,0 +1,117 @@
+"""What GPUs this node has: detected CUDA devices, or a declared type and count (emulation)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from sailor_sim import get_gpu, get_zone
+from sailor_sim.errors import SailorSimError
+
+from ..errors import RegistrationError
+
+MAX_GPUS_PER_NODE = 64
+"""No node sold today has more; more is a typo or a hostile registration."""
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    gpu_type: str
+    count: int
+    memory_bytes: int
+    zone: str
+
+    def __post_init__(self) -> None:
+        try:
+            gpu = get_gpu(self.gpu_type)
+            get_zone(self.zone)
+        except SailorSimError as exc:
+            raise RegistrationError(str(exc), field="gpus") from None
+        object.__setattr__(self, "gpu_type", gpu.name)
+        if not 1 <= self.count <= MAX_GPUS_PER_NODE:
+            raise RegistrationError(
+                f"count {self.count} is impossible; a node has 1..{MAX_GPUS_PER_NODE} GPUs",
+                field="gpus.count",
+            )
+        # A declared memory above twice the catalog's is not that GPU type.
+        if self.memory_bytes < 0 or self.memory_bytes > 2 * gpu.memory_bytes:
+            raise RegistrationError(
+                f"{self.memory_bytes} bytes is impossible for a {gpu.name} "
+                f"({gpu.memory_bytes} bytes in the catalog); send 0 for the catalog value",
+                field="gpus.memory_bytes",
+            )
+        if self.memory_bytes == 0:
+            object.__setattr__(self, "memory_bytes", gpu.memory_bytes)
+
+    def to_proto(self):
+        from ..proto import agent_pb2
+
+        return agent_pb2.GpuInfo(
+            gpu_type=self.gpu_type,
+            count=self.count,
+            memory_bytes=self.memory_bytes,
+            zone=self.zone,
+        )
+
+    @classmethod
+    def from_proto(cls, msg) -> NodeGpus:
+        return cls(msg.gpu_type, msg.count, msg.memory_bytes, msg.zone)
+
+    def describe(self) -> str:
+        return f"{self.count}x {self.gpu_type}@{self.zone}"
+
+
+# nvidia-smi names -> catalog names; the catalog's aliases handle the rest.
+def _catalog_name(smi_name: str, memory_mib: int) -> str:
+    name = smi_name.upper()
+    for key, catalog in (
+        ("H200", "H200"),
+        ("GH200", "GH-96"),
+        ("H100", "H100-80"),
+        ("L4", "L4"),
+        ("T4", "T4"),
+        ("V100", "V100-16"),
+        ("3090", "RTX-3090"),
+        ("2080", "RTX-2080"),
+        ("TITAN RTX", "Titan-RTX"),
+    ):
+        if key in name:
+            return catalog
+    if "A100" in name:
+        return "A100-80" if memory_mib > 50_000 else "A100-40"
+    raise RegistrationError(
+        f"detected GPU {smi_name!r} is not in the catalog; pass --gpu-type", field="gpu_type"
+    )
+
+
+def detect_cuda() -> tuple[str, int, int] | None:
+    """(catalog type, count, memory bytes) of this node's CUDA GPUs, or None without any."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [line.rsplit(",", 1) for line in out.strip().splitlines() if line.strip()]
+    if not rows:
+        return None
+    name, mem = rows[0][0].strip(), int(float(rows[0][1]))
+    return _catalog_name(name, mem), len(rows), 0
+
+
+def node_gpus(gpu_type: str | None, count: int | None, zone: str) -> NodeGpus:
+    """Declared GPUs when a type is given (emulation), else detected CUDA GPUs."""
+    if gpu_type:
+        return NodeGpus(gpu_type, count if count is not None else 1, 0, zone)
+    found = detect_cuda()
+    if found is None:
+        raise RegistrationError(
+            "no CUDA GPU found; declare the GPUs to emulate, e.g. --gpu-type CPU --gpus 1",
+            field="gpu_type",
+        )
+    detected_type, detected_count, _ = found
+    return NodeGpus(detected_type, count or detected_count, 0, zone)

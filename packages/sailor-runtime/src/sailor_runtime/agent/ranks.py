@@ -1,0 +1,194 @@
+"""Start, watch and stop the rank processes of one node.
+
+Each rank runs the engine's entry point (``python -m sailor_runtime.engine.worker``) as a child
+process with its own log and metrics file. Children get PR_SET_PDEATHSIG(SIGKILL) so that a
+node whose agent dies (kill -9) loses its ranks too, as a real node failure would. Processes are
+forked from one long-lived thread because Linux ties the death signal to the forking thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .assignment import ValidAssignment
+
+ENGINE_MODULE = "sailor_runtime.engine.worker"
+RANK_COMMAND_ENV = "SAILOR_RANK_COMMAND"
+"""Override of the rank command (a shell-quoted prefix), for engine development only."""
+
+RUNNING, SUCCEEDED, FAILED, STOPPED = "running", "succeeded", "failed", "stopped"
+
+
+def _set_pdeathsig() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: ranks may outlive a killed agent
+
+
+@dataclass
+class RankProcess:
+    generation: int
+    rank: int
+    popen: subprocess.Popen
+    log_path: Path
+    metrics_path: Path
+    metrics_offset: int = 0
+    stopped: bool = False
+    partial: bytes = b""
+
+    def state(self) -> tuple[str, int]:
+        code = self.popen.poll()
+        if code is None:
+            return RUNNING, 0
+        if self.stopped:
+            return STOPPED, code
+        return (SUCCEEDED if code == 0 else FAILED), code
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(deque(f, maxlen=lines))
+        except OSError:
+            return ""
+
+
+@dataclass
+class RankRunner:
+    """The rank processes of this node, across generations."""
+
+    workdir: Path
+    threads_per_rank: int = 1
+    procs: list[RankProcess] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rank-forker")
+
+    # ---- commands ----------------------------------------------------------------------------
+    def rank_command(self, a: ValidAssignment, rank: int, gen_dir: Path) -> list[str]:
+        prefix = os.environ.get(RANK_COMMAND_ENV)
+        cmd = shlex.split(prefix) if prefix else [sys.executable, "-m", ENGINE_MODULE]
+        job_path, plan_path = gen_dir / "job.json", gen_dir / "plan.json"
+        cmd += [
+            "--job", str(job_path), "--plan", str(plan_path),
+            "--rank", str(rank), "--world-size", str(a.world_size),
+            "--master-addr", a.master_addr, "--master-port", str(a.master_port),
+            "--store-prefix", a.store_prefix, "--store-is-external",
+            "--checkpoint-dir", a.checkpoint_dir,
+            "--steps", str(a.steps), "--checkpoint-every", str(a.checkpoint_every),
+            "--metrics", str(gen_dir / f"rank-{rank}.metrics.jsonl"),
+            "--seed", str(a.seed), "--backend", a.backend,
+        ]  # fmt: skip
+        if a.lr > 0:
+            cmd += ["--lr", repr(a.lr)]
+        return cmd
+
+    def _spawn(self, a: ValidAssignment) -> list[RankProcess]:
+        gen_dir = self.workdir / f"gen-{a.generation}"
+        gen_dir.mkdir(parents=True, exist_ok=True)
+        (gen_dir / "job.json").write_text(json.dumps(a.job.to_dict()))
+        (gen_dir / "plan.json").write_text(a.plan.to_json())
+        started = []
+        for rank, device in a.ranks:
+            env = dict(os.environ)
+            env["CUDA_VISIBLE_DEVICES"] = str(device)
+            env["OMP_NUM_THREADS"] = str(self.threads_per_rank)
+            env["PYTHONUNBUFFERED"] = "1"
+            log_path = gen_dir / f"rank-{rank}.log"
+            with open(log_path, "wb") as log:
+                popen = subprocess.Popen(
+                    self.rank_command(a, rank, gen_dir),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    preexec_fn=_set_pdeathsig,
+                )
+            metrics = gen_dir / f"rank-{rank}.metrics.jsonl"
+            started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
+        return started
+
+    def start(self, a: ValidAssignment) -> int:
+        """Stop every older rank, then start the ranks of ``a``; returns how many started."""
+        self.stop(generation=0, grace_s=1.0)
+        started = self._forker.submit(self._spawn, a).result()
+        with self._lock:
+            self.procs = [p for p in self.procs if p.popen.poll() is None] + started
+        return len(started)
+
+    def stop(self, generation: int = 0, grace_s: float = 1.0) -> int:
+        """SIGTERM the ranks of ``generation`` (0 = all), SIGKILL after ``grace_s``."""
+        with self._lock:
+            targets = [
+                p for p in self.procs if p.popen.poll() is None and generation in (0, p.generation)
+            ]
+            for p in targets:
+                p.stopped = True
+                _signal(p.popen, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in targets:
+            try:
+                p.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal(p.popen, signal.SIGKILL)
+                p.popen.wait()
+        return len(targets)
+
+    def shutdown(self) -> None:
+        self.stop(0, grace_s=1.0)
+        self._forker.shutdown(wait=False)
+
+    # ---- observation -------------------------------------------------------------------------
+    def current_generation(self) -> int:
+        with self._lock:
+            return max((p.generation for p in self.procs), default=0)
+
+    def statuses(self) -> list[tuple[RankProcess, str, int]]:
+        with self._lock:
+            procs = list(self.procs)
+        return [(p, *p.state()) for p in procs]
+
+    def new_metrics(self) -> list[tuple[RankProcess, dict]]:
+        """Complete JSON lines appended to each rank's metrics file since the last call."""
+        out: list[tuple[RankProcess, dict]] = []
+        with self._lock:
+            procs = list(self.procs)
+        for p in procs:
+            try:
+                with open(p.metrics_path, "rb") as f:
+                    f.seek(p.metrics_offset)
+                    data = f.read()
+            except OSError:
+                continue
+            p.metrics_offset += len(data)
+            lines = (p.partial + data).split(b"\n")
+            p.partial = lines.pop()
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and "step" in record:
+                    out.append((p, record))
+        return out
+
+
+def _signal(popen: subprocess.Popen, sig: int) -> None:
+    try:
+        popen.send_signal(sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,91 @@
+"""WorkerAgentService: the gRPC face of one node (assign, stop, status)."""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+
+import grpc
+
+from ..errors import grpc_status
+from ..proto import agent_pb2, agent_pb2_grpc
+from ..security import interceptors
+from .assignment import validate_assignment
+from .gpus import NodeGpus
+from .ranks import FAILED, RUNNING, STOPPED, SUCCEEDED, RankRunner
+
+log = logging.getLogger("sailor.agent")
+
+_STATE = {
+    RUNNING: agent_pb2.RANK_STATE_RUNNING,
+    SUCCEEDED: agent_pb2.RANK_STATE_SUCCEEDED,
+    FAILED: agent_pb2.RANK_STATE_FAILED,
+    STOPPED: agent_pb2.RANK_STATE_STOPPED,
+}
+
+
+def rank_statuses(runner: RankRunner) -> list:
+    out = []
+    for proc, state, code in runner.statuses():
+        out.append(
+            agent_pb2.RankStatus(
+                generation=proc.generation,
+                rank=proc.rank,
+                state=_STATE[state],
+                exit_code=code,
+                log_tail=proc.log_tail() if state == FAILED else "",
+            )
+        )
+    return out
+
+
+class AgentServicer(agent_pb2_grpc.WorkerAgentServiceServicer):
+    def __init__(self, worker_id: str, gpus: NodeGpus, runner: RankRunner) -> None:
+        self.worker_id = worker_id
+        self.gpus = gpus
+        self.runner = runner
+
+    def _fail(self, context, method: str, exc: Exception):
+        log.warning("%s refused: %s", method, exc)
+        context.abort(grpc_status(exc), str(exc))
+
+    def Assign(self, request, context):
+        try:
+            a = validate_assignment(
+                request,
+                gpu_type=self.gpus.gpu_type,
+                zone=self.gpus.zone,
+                num_devices=self.gpus.count,
+                current_generation=self.runner.current_generation(),
+            )
+        except Exception as exc:  # noqa: BLE001 - any bad input becomes a clear status
+            self._fail(context, "Assign", exc)
+        started = self.runner.start(a)
+        log.info("generation %d: started ranks %s", a.generation, [r for r, _ in a.ranks])
+        return agent_pb2.AssignResponse(generation=a.generation, ranks_started=started)
+
+    def Stop(self, request, context):
+        if request.grace_s < 0 or request.grace_s > 600:
+            self._fail(context, "Stop", ValueError("grace_s must be in 0..600 seconds"))
+        n = self.runner.stop(request.generation, request.grace_s or 1.0)
+        return agent_pb2.StopResponse(ranks_stopped=n)
+
+    def GetStatus(self, request, context):
+        return agent_pb2.AgentStatus(
+            worker_id=self.worker_id,
+            generation=self.runner.current_generation(),
+            gpus=self.gpus.to_proto(),
+            ranks=rank_statuses(self.runner),
+        )
+
+
+def create_agent_server(
+    servicer: AgentServicer, address: str = "127.0.0.1:0", token: str | None = None
+) -> tuple[grpc.Server, int]:
+    """A started-later server for ``servicer`` bound to ``address``; returns (server, port)."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4), interceptors=interceptors(token)
+    )
+    agent_pb2_grpc.add_WorkerAgentServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port(address)
+    return server, port

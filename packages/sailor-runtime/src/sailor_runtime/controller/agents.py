@@ -1,0 +1,70 @@
+"""Calls from the controller to the worker agents, fanned out in parallel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from ..proto import agent_pb2, agent_pb2_grpc
+from ..security import call_metadata
+
+
+class AgentClients:
+    """One channel per agent address, reused across generations."""
+
+    def __init__(self, token: str | None) -> None:
+        self.metadata = call_metadata(token)
+        self._channels: dict[str, grpc.Channel] = {}
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-call")
+
+    def stub(self, address: str) -> agent_pb2_grpc.WorkerAgentServiceStub:
+        if address not in self._channels:
+            self._channels[address] = grpc.insecure_channel(address)
+        return agent_pb2_grpc.WorkerAgentServiceStub(self._channels[address])
+
+    def fan_out(
+        self, calls: dict[str, Callable[[agent_pb2_grpc.WorkerAgentServiceStub], object]]
+    ) -> dict[str, object | grpc.RpcError]:
+        """Run ``fn(stub)`` per address in parallel; the value is the reply or the RpcError."""
+
+        def one(address, fn):
+            try:
+                return fn(self.stub(address))
+            except grpc.RpcError as exc:
+                return exc
+
+        futures = {a: self._pool.submit(one, a, fn) for a, fn in calls.items()}
+        return {a: f.result() for a, f in futures.items()}
+
+    def stop_all(self, addresses: list[str], generation: int, timeout_s: float = 10.0):
+        request = agent_pb2.StopRequest(generation=generation, grace_s=1.0)
+        return self.fan_out(
+            {
+                a: (lambda s: s.Stop(request, timeout=timeout_s, metadata=self.metadata))
+                for a in addresses
+            }
+        )
+
+    def status_all(self, addresses: list[str], timeout_s: float = 1.5):
+        request = agent_pb2.AgentStatusRequest()
+        return self.fan_out(
+            {
+                a: (lambda s: s.GetStatus(request, timeout=timeout_s, metadata=self.metadata))
+                for a in addresses
+            }
+        )
+
+    def assign_all(self, assignments: dict[str, object], timeout_s: float = 30.0):
+        return self.fan_out(
+            {
+                a: (lambda s, m=msg: s.Assign(m, timeout=timeout_s, metadata=self.metadata))
+                for a, msg in assignments.items()
+            }
+        )
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        self._pool.shutdown(wait=False)

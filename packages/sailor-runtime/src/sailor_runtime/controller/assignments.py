@@ -1,0 +1,39 @@
+"""Build the per-node Assignment messages of one generation."""
+
+from __future__ import annotations
+
+from sailor_sim import Plan
+
+from ..proto import agent_pb2
+from .placement import Placement
+
+
+def store_prefix(generation: int) -> str:
+    """Rendezvous keys of a generation live under their own prefix in the one TCPStore, so a
+    straggler of an older generation can never meet a newer one."""
+    return f"gen-{generation}"
+
+
+def build_assignments(
+    cfg, generation: int, plan: Plan, placement: Placement, store_port: int
+) -> dict[str, agent_pb2.Assignment]:
+    job_msg, plan_msg = cfg.job.to_proto(), plan.to_proto()
+    return {
+        worker_id: agent_pb2.Assignment(
+            generation=generation,
+            job=job_msg,
+            plan=plan_msg,
+            world_size=plan.num_gpus,
+            ranks=[agent_pb2.RankSlot(rank=r, local_device=d) for r, d in slots],
+            master_addr=cfg.store_host,
+            master_port=store_port,
+            store_prefix=store_prefix(generation),
+            checkpoint_dir=str(cfg.checkpoint_dir.resolve()),
+            steps=cfg.steps,
+            checkpoint_every=cfg.checkpoint_every,
+            seed=cfg.seed,
+            backend=cfg.backend,
+            lr=cfg.lr,
+        )
+        for worker_id, slots in placement.items()
+    }

@@ -1,0 +1,362 @@
+"""The controller: membership in, generations out.
+
+Event sources (gRPC threads): Register (join), Leave (graceful), Heartbeat (liveness, rank
+states, step metrics). One control thread (`_loop`) turns them into re-plans: it expires silent
+workers, probes the agents when a rank fails (a dead node answers nothing, a live one
+answers), waits out a debounce window so that a burst of changes costs one re-plan, and then
+runs `_reconfigure`: plan on the live inventory -> place ranks -> stop the old generation ->
+locate the last checkpoint -> assign the new generation (rendezvous prefix ``gen-N`` in the
+controller's TCPStore). Each phase is timed (state.PHASES).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from sailor_sim import Job, Plan
+
+from ..errors import PlacementError, PlannerUnavailableError
+from .agents import AgentClients
+from .assignments import build_assignments
+from .checkpoints import latest_checkpoint_step
+from .membership import Membership, Worker, check_registration
+from .placement import Placement, place
+from .planning import PlannerLink, describe_inventory, live_inventory
+from .state import ControllerState, Reconfiguration
+
+log = logging.getLogger("sailor.controller")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    job: Job
+    steps: int
+    checkpoint_every: int
+    run_dir: Path
+    planner_address: str
+    profile_dir: str = ""
+    min_workers: int = 1
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 5.0
+    debounce_s: float = 1.0
+    max_failures: int = 5
+    store_host: str = "127.0.0.1"
+    seed: int = 0
+    lr: float = 0.0
+    backend: str = "gloo"
+    objective: str = "throughput"
+    token: str | None = None
+    planner_wait_s: float = 300.0
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+
+@dataclass(frozen=True)
+class Change:
+    reason: str
+    failure: bool
+    evidence_at: float
+    """Last sign of life of what failed (monotonic), or when the change happened."""
+    noticed_at: float = field(default_factory=time.monotonic)
+
+
+class Controller:
+    def __init__(self, config: ControllerConfig) -> None:
+        import torch.distributed as dist  # late: only the controller process needs torch
+
+        self.cfg = config
+        config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self.membership = Membership(config.heartbeat_timeout_s)
+        self.state = ControllerState.WAITING
+        self.message = "waiting for workers"
+        self.generation = 0
+        self.plan: Plan | None = None
+        self.placement: Placement = {}
+        self.addresses: dict[str, str] = {}
+        self.metrics: list[dict] = []
+        self.reconfigurations: list[Reconfiguration] = []
+        self.failures = 0
+        self.refused_calls = 0
+        self._pending: list[Change] = []
+        self._gen_failed = False
+        self._probed = False
+        self._assigned_at = 0.0
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self.store = dist.TCPStore(config.store_host, 0, is_master=True, wait_for_workers=False)
+        self.planner = PlannerLink(
+            config.planner_address,
+            profile_dir=config.profile_dir,
+            objective=config.objective,
+            wait_s=config.planner_wait_s,
+        )
+        self.agents = AgentClients(config.token)
+        self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        self._thread.join(timeout=10)
+        self.planner.close()
+        self.agents.close()
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (ControllerState.DONE, ControllerState.FAILED)
+
+    def _note(self, change: Change) -> None:
+        with self._wake:
+            log.info("change: %s", change.reason)
+            self._pending.append(change)
+            self._wake.notify_all()
+
+    # ---- events from the gRPC threads ---------------------------------------------------------
+    def register(self, worker_id: str, address: str, gpus_msg, hostname: str) -> Worker:
+        gpus = check_registration(worker_id, address, gpus_msg)
+        with self._lock:
+            old = self.membership.get(worker_id) if worker_id else None
+            w = self.membership.join(worker_id, address, gpus, hostname)
+            self.addresses[w.worker_id] = address
+        what = "re-registered" if old else "joined"
+        self._note(Change(f"{w.worker_id} {what} with {gpus.describe()}", False, time.monotonic()))
+        return w
+
+    def leave(self, worker_id: str, reason: str) -> None:
+        if self.membership.mark_dead(worker_id):
+            self._note(Change(f"{worker_id} left ({reason[:100]})", False, time.monotonic()))
+
+    def heartbeat(self, worker_id: str, ranks, metrics) -> tuple[bool, int, bool]:
+        """Record a heartbeat; returns (known, generation, shutdown)."""
+        now = time.monotonic()
+        with self._lock:
+            w = self.membership.get(worker_id)
+            if w is None:
+                return False, self.generation, self.finished
+            w.last_heartbeat = now
+            for r in ranks:
+                w.ranks[(r.generation, r.rank)] = (r.state, r.exit_code, r.log_tail)
+            for m in metrics:
+                self._record_metric(m, now)
+            self._check_rank_failures(w, ranks)
+            self._check_done()
+            return True, self.generation, self.finished
+
+    def _record_metric(self, m, now: float) -> None:
+        rec = {
+            "generation": m.generation,
+            "rank": m.rank,
+            "step": m.step,
+            "loss": m.loss,
+            "iteration_time_s": m.iteration_time_s,
+            "samples_per_s": m.samples_per_s,
+            "consumed_samples": m.consumed_samples,
+            "time": time.time(),
+        }
+        self.metrics.append(rec)
+        rc = self.reconfigurations[-1] if self.reconfigurations else None
+        if rc and m.generation == self.generation == rc.generation and not rc.resumed:
+            rc.phases["restart"] = now - self._assigned_at
+            rc.resumed, rc.resumed_at = True, now
+            log.info("generation %d resumed training (step %d)", m.generation, m.step)
+
+    def _check_rank_failures(self, w: Worker, ranks) -> None:
+        from ..proto import agent_pb2
+
+        if self.state != ControllerState.RUNNING or self._gen_failed:
+            return
+        for r in ranks:
+            if r.generation == self.generation and r.state == agent_pb2.RANK_STATE_FAILED:
+                self._gen_failed = True
+                tail = r.log_tail.strip().splitlines()[-1:] or [""]
+                self._note(
+                    Change(
+                        f"rank {r.rank} on {w.worker_id} exited with status {r.exit_code} "
+                        f"({tail[0][:160]})",
+                        True,
+                        time.monotonic(),
+                    )
+                )
+                return
+
+    def _check_done(self) -> None:
+        from ..proto import agent_pb2
+
+        if self.state != ControllerState.RUNNING or not self.placement:
+            return
+        for wid, slots in self.placement.items():
+            w = self.membership.get(wid)
+            if w is None:
+                return
+            for rank, _ in slots:
+                state = w.ranks.get((self.generation, rank), (None,))[0]
+                if state != agent_pb2.RANK_STATE_SUCCEEDED:
+                    return
+        self.state = ControllerState.DONE
+        self.message = f"finished {self.cfg.steps} steps"
+        log.info("run finished: generation %d, %d steps", self.generation, self.cfg.steps)
+
+    # ---- the control loop ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._wake:
+                self._wake.wait(0.1)
+            try:
+                self._tick()
+            except Exception:  # noqa: BLE001 - the controller must keep serving
+                log.exception("control loop error")
+
+    def _tick(self) -> None:
+        for w in self.membership.expire():
+            silent = time.monotonic() - w.last_heartbeat
+            self._note(
+                Change(
+                    f"{w.worker_id} missed heartbeats for {silent:.1f} s", True, w.last_heartbeat
+                )
+            )
+        if self.finished:
+            return
+        if self._gen_failed and not self._probed and self.state == ControllerState.RUNNING:
+            self._probe_agents()
+        with self._lock:
+            if not self._pending:
+                return
+            if time.monotonic() - self._pending[-1].noticed_at < self.cfg.debounce_s:
+                return
+            need = self.cfg.min_workers if self.generation == 0 else 1
+            if len(self.membership.alive()) < need:
+                self.state = ControllerState.WAITING
+                self.message = f"waiting for {need} workers"
+                return
+            changes, self._pending = self._pending, []
+        self._reconfigure(changes)
+
+    def _probe_agents(self) -> None:
+        """After a rank failure: find the nodes that are gone (they answer nothing)."""
+        alive = self.membership.alive()
+        replies = self.agents.status_all([w.agent_address for w in alive])
+        for w in alive:
+            reply = replies.get(w.agent_address)
+            if isinstance(reply, grpc.RpcError) and reply.code() in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+            ):
+                if self.membership.mark_dead(w.worker_id):
+                    self._note(Change(f"{w.worker_id} is unreachable", True, w.last_heartbeat))
+        self._probed = True
+
+    def _reconfigure(self, changes: list[Change]) -> None:
+        start = time.monotonic()
+        failures = [c for c in changes if c.failure]
+        first = min(failures or changes, key=lambda c: c.noticed_at)
+        rec = Reconfiguration(
+            self.generation + 1, "; ".join(c.reason for c in changes), bool(failures)
+        )
+        rec.phases["detect"] = (first.noticed_at - first.evidence_at) if failures else 0.0
+        rec.phases["debounce"] = start - first.noticed_at
+        rec.noticed_at = first.noticed_at
+        if failures and self.generation > 0:
+            self.failures += 1
+            if self.failures > self.cfg.max_failures:
+                self._fail(f"{self.failures} failures exceed --max-failures; last: {rec.reason}")
+                return
+        with self._lock:
+            self.state = ControllerState.RECONFIGURING
+            self.message = rec.reason
+        workers = self.membership.alive()
+        inventory = live_inventory(workers)
+        rec.inventory = describe_inventory(inventory)
+        try:
+            t = time.monotonic()
+            planned = self.planner.plan(self.cfg.job, inventory, lambda: self._stop.is_set())
+            rec.phases["plan"] = time.monotonic() - t
+            t = time.monotonic()
+            placement = place(planned.plan, workers)
+            rec.phases["place"] = time.monotonic() - t
+        except (PlannerUnavailableError, PlacementError) as exc:
+            return self._wait_for_change(f"no runnable plan on {rec.inventory}: {exc}", rec)
+        rec.plan_json = planned.plan.to_json(indent=None)
+        rec.predicted_iteration_s = planned.predicted_iteration_s
+        t = time.monotonic()
+        self._stop_old(workers)
+        rec.phases["stop"] = time.monotonic() - t
+        t = time.monotonic()
+        rec.resumed_from_step = latest_checkpoint_step(self.cfg.checkpoint_dir)
+        rec.phases["checkpoint"] = time.monotonic() - t
+        self._assign(rec, planned.plan, placement, workers)
+
+    def _wait_for_change(self, message: str, rec: Reconfiguration) -> None:
+        log.warning("%s", message)
+        with self._lock:
+            self.state = ControllerState.WAITING
+            self.message = message
+        rec.plan_json = ""
+        self.reconfigurations.append(rec)
+
+    def _stop_old(self, workers: list[Worker]) -> None:
+        replies = self.agents.stop_all([w.agent_address for w in workers], generation=0)
+        for w in workers:
+            if isinstance(replies[w.agent_address], grpc.RpcError):
+                log.warning("stop on %s failed: %s", w.worker_id, replies[w.agent_address])
+
+    def _assign(self, rec: Reconfiguration, plan: Plan, placement: Placement, workers) -> None:
+        by_id = {w.worker_id: w for w in workers}
+        with self._lock:
+            self.generation += 1
+            generation = self.generation
+        msgs = build_assignments(self.cfg, generation, plan, placement, self.store.port)
+        self._assigned_at = time.monotonic()
+        replies = self.agents.assign_all({by_id[w].agent_address: m for w, m in msgs.items()})
+        bad = [(w, replies[by_id[w].agent_address]) for w in msgs]
+        bad = [(w, r) for w, r in bad if isinstance(r, grpc.RpcError)]
+        with self._lock:
+            self.plan, self.placement = plan, placement
+            self._gen_failed = self._probed = False
+            self.reconfigurations.append(rec)
+            self.state = ControllerState.RUNNING
+            self.message = f"generation {generation}: {plan.describe()}"
+        log.info(
+            "generation %d assigned: %s (resume after step %d)",
+            generation,
+            plan.describe(),
+            rec.resumed_from_step,
+        )
+        for wid, err in bad:
+            log.warning("assign to %s failed: %s", wid, err.details())
+            if self.membership.mark_dead(wid):
+                self._note(Change(f"{wid} refused its assignment", True, time.monotonic()))
+
+    def _fail(self, message: str) -> None:
+        log.error("%s", message)
+        with self._lock:
+            self.state = ControllerState.FAILED
+            self.message = message
+        self._stop_old(self.membership.alive())
+
+    # ---- views ---------------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        """The newest step reported (by the current generation once it has reported)."""
+        with self._lock:
+            mine = [m["step"] for m in self.metrics if m["generation"] == self.generation]
+            if mine:
+                return max(mine)
+            return self.metrics[-1]["step"] if self.metrics else 0
+
+    @property
+    def last_loss(self) -> float:
+        with self._lock:
+            return self.metrics[-1]["loss"] if self.metrics else 0.0

@@ -1,0 +1,90 @@
+"""Who is alive: worker registration, heartbeats, graceful leave, failure by silence."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..agent.gpus import NodeGpus
+from ..errors import RegistrationError
+
+_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_ADDR_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]{1,253}):(\d{1,5})$")
+
+
+@dataclass
+class Worker:
+    worker_id: str
+    agent_address: str
+    gpus: NodeGpus
+    hostname: str
+    joined_at: float
+    last_heartbeat: float
+    alive: bool = True
+    ranks: dict[tuple[int, int], tuple[int, int, str]] = field(default_factory=dict)
+    """(generation, rank) -> (state, exit code, log tail) as last reported."""
+
+
+def check_registration(worker_id: str, agent_address: str, gpus_msg) -> NodeGpus:
+    if worker_id and not _ID_RE.match(worker_id):
+        raise RegistrationError(
+            "must be 1-64 letters, digits, '.', '_' or '-'", field="register.worker_id"
+        )
+    m = _ADDR_RE.match(agent_address)
+    if not m or not 0 < int(m.group(2)) < 65536:
+        raise RegistrationError(
+            f"{agent_address[:80]!r} is not HOST:PORT with a port in 1..65535",
+            field="register.agent_address",
+        )
+    return NodeGpus.from_proto(gpus_msg)
+
+
+class Membership:
+    """Thread-safe registry of workers; the controller polls `expire` for silent ones."""
+
+    def __init__(self, heartbeat_timeout_s: float) -> None:
+        self.timeout_s = heartbeat_timeout_s
+        self.workers: dict[str, Worker] = {}
+        self.lock = threading.RLock()
+        self._counter = 0
+
+    def join(self, worker_id: str, address: str, gpus: NodeGpus, hostname: str) -> Worker:
+        now = time.monotonic()
+        with self.lock:
+            if not worker_id:
+                self._counter += 1
+                worker_id = f"worker-{self._counter}"
+            w = Worker(worker_id, address, gpus, hostname[:64], now, now)
+            self.workers[worker_id] = w
+            return w
+
+    def alive(self) -> list[Worker]:
+        with self.lock:
+            return sorted((w for w in self.workers.values() if w.alive), key=lambda w: w.joined_at)
+
+    def get(self, worker_id: str) -> Worker | None:
+        with self.lock:
+            w = self.workers.get(worker_id)
+            return w if w and w.alive else None
+
+    def mark_dead(self, worker_id: str) -> Worker | None:
+        with self.lock:
+            w = self.workers.get(worker_id)
+            if w is None or not w.alive:
+                return None
+            w.alive = False
+            return w
+
+    def expire(self) -> list[Worker]:
+        """Mark and return workers silent for longer than the heartbeat timeout."""
+        now = time.monotonic()
+        with self.lock:
+            gone = [
+                w for w in self.workers.values()
+                if w.alive and now - w.last_heartbeat > self.timeout_s
+            ]  # fmt: skip
+            for w in gone:
+                w.alive = False
+            return gone

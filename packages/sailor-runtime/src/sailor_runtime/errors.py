@@ -1,0 +1,57 @@
+"""The sailor-runtime exception family (control plane side).
+
+Each error names the offending field and how to fix it. The `sailor` CLI prints one line and
+exits 2; the controller and agent services map them to gRPC status codes in one place
+(`grpc_status`).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class SailorRuntimeError(ValueError):
+    """Base of every error the control plane raises on bad input or state."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class RegistrationError(SailorRuntimeError):
+    """A worker registration with impossible GPUs, a bad address or id."""
+
+
+class AssignmentError(SailorRuntimeError):
+    """A malformed assignment: inconsistent ranks, devices, plan or rendezvous."""
+
+
+class StaleGenerationError(SailorRuntimeError):
+    """An assignment or stop for a generation older than the one running."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PlacementError(SailorRuntimeError):
+    """A plan that the live workers cannot host."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PlannerUnavailableError(SailorRuntimeError):
+    """The planner server could not be reached or found no plan."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+def grpc_status(exc: BaseException) -> grpc.StatusCode:
+    """The gRPC status code for an exception raised while serving a call."""
+    if isinstance(exc, SailorRuntimeError):
+        return exc.code
+    from sailor_sim.errors import SailorSimError
+
+    if isinstance(exc, SailorSimError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return grpc.StatusCode.INTERNAL

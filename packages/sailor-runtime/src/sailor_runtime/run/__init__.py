@@ -1,0 +1,1 @@
+"""`sailor run`: the planner server, the controller and the worker agents as one command."""

@@ -1,0 +1,201 @@
+"""`sailor run --local`: planner server, controller and N worker agents on this machine.
+
+The planner server and the controller run in this process (threads, real gRPC on 127.0.0.1);
+each worker agent is a child process (`sailor worker`) that may emulate its own GPU type, so a
+failure can be injected with a real kill -9. The run ends when every rank of the last
+generation exits 0; the summary compares the measured iteration time of the plan that ran with
+the simulator's prediction for it, using the profile measured on this machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sailor_sim import Job
+
+from ..controller.controller import Controller, ControllerConfig
+from ..controller.service import create_controller_server
+from ..controller.state import ControllerState
+from .processes import LocalWorker, start_worker
+from .profile import machine_profile
+from .summary import Progress, RunSummary, measured_iteration_time
+
+log = logging.getLogger("sailor.run")
+
+
+@dataclass(frozen=True)
+class LocalRunConfig:
+    run_dir: Path
+    workers: int = 4
+    gpu_types: tuple[str, ...] = ("CPU",)
+    """GPU type per worker, cycled when shorter than ``workers``."""
+    zone: str = "local"
+    model: str = "tiny-gpt"
+    global_batch_size: int = 8
+    sequence_length: int = 32
+    steps: int = 20
+    checkpoint_every: int = 5
+    kill_worker_at_step: int | None = None
+    add_worker_at_step: int | None = None
+    heartbeat_interval_s: float = 0.5
+    heartbeat_timeout_s: float = 3.0
+    debounce_s: float = 1.0
+    seed: int = 0
+    lr: float = 0.0
+    profile: bool = True
+    progress: bool = True
+    timeout_s: float = 900.0
+    token: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def gpu_type_of(self, i: int) -> str:
+        return self.gpu_types[i % len(self.gpu_types)]
+
+
+class LocalRun:
+    """The pieces of one local run; `run()` drives it to the end and returns the summary."""
+
+    def __init__(self, cfg: LocalRunConfig) -> None:
+        from sailor_planner.server import create_server
+
+        self.cfg = cfg
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, "fp32", "adam")
+        types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
+        self.profile_dir = (
+            machine_profile(cfg.run_dir, self.job, types, cfg.zone) if cfg.profile else ""
+        )
+        self.planner_server, planner_port = create_server("127.0.0.1:0")
+        self.planner_address = f"127.0.0.1:{planner_port}"
+        self.controller = Controller(
+            ControllerConfig(
+                job=self.job,
+                steps=cfg.steps,
+                checkpoint_every=cfg.checkpoint_every,
+                run_dir=cfg.run_dir,
+                planner_address=self.planner_address,
+                profile_dir=str(self.profile_dir),
+                min_workers=cfg.workers,
+                heartbeat_interval_s=cfg.heartbeat_interval_s,
+                heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+                debounce_s=cfg.debounce_s,
+                seed=cfg.seed,
+                lr=cfg.lr,
+                token=cfg.token,
+            )
+        )
+        self.server, port = create_controller_server(self.controller, "127.0.0.1:0", cfg.token)
+        self.server.start()
+        self.controller.start()
+        self.address = f"127.0.0.1:{port}"
+        self.workers: list[LocalWorker] = []
+        self.events: list[dict] = []
+        self._t0 = time.monotonic()
+
+    def add_worker(self) -> LocalWorker:
+        i = len(self.workers)
+        w = start_worker(
+            f"worker-{i}",
+            self.address,
+            self.cfg.gpu_type_of(i),
+            self.cfg.zone,
+            self.cfg.run_dir,
+            token=self.cfg.token,
+        )
+        self.workers.append(w)
+        return w
+
+    def kill_a_worker(self) -> LocalWorker:
+        """kill -9 the worker that runs the highest rank of the current generation."""
+        placement = self.controller.placement
+        victim_id = max(placement, key=lambda w: max(r for r, _ in placement[w]))
+        victim = next(w for w in self.workers if w.name == victim_id)
+        victim.kill()
+        self.events.append(
+            {"event": "kill -9", "worker": victim.name, "at": time.monotonic(), "step": self.step}
+        )
+        return victim
+
+    @property
+    def step(self) -> int:
+        return self.controller.step
+
+    def _inject(self, killed: bool, added: bool) -> tuple[bool, bool]:
+        c, s = self.cfg, self.step
+        running = self.controller.state == ControllerState.RUNNING
+        if c.kill_worker_at_step and not killed and running and s >= c.kill_worker_at_step:
+            self.kill_a_worker()
+            killed = True
+        if c.add_worker_at_step and not added and running and s >= c.add_worker_at_step:
+            w = self.add_worker()
+            self.events.append(
+                {"event": "join", "worker": w.name, "at": time.monotonic(), "step": s}
+            )
+            added = True
+        return killed, added
+
+    def run(self) -> RunSummary:
+        for _ in range(self.cfg.workers):
+            self.add_worker()
+        progress = Progress(self.cfg.steps, self.cfg.progress)
+        killed = added = False
+        deadline = self._t0 + self.cfg.timeout_s
+        try:
+            while not self.controller.finished and time.monotonic() < deadline:
+                time.sleep(0.2)
+                killed, added = self._inject(killed, added)
+                c = self.controller
+                progress.update(self.step, c.last_loss, c.generation, c.state.name)
+        finally:
+            progress.close()
+        return self.summary()
+
+    def summary(self) -> RunSummary:
+        c = self.controller
+        state = c.state.name if c.finished else "TIMED_OUT"
+        predicted = c.reconfigurations[-1].predicted_iteration_s if c.reconfigurations else 0.0
+        if c.plan is not None and self.profile_dir:
+            try:
+                predicted = c.planner.simulate(self.job, c.plan)
+            except Exception as exc:  # noqa: BLE001 - the summary must still print
+                log.warning("simulate failed: %s", exc)
+        with c._lock:
+            metrics = list(c.metrics)
+        return RunSummary(
+            state=state,
+            steps=c.step,
+            target_steps=self.cfg.steps,
+            first_loss=metrics[0]["loss"] if metrics else 0.0,
+            final_loss=metrics[-1]["loss"] if metrics else 0.0,
+            plan=c.plan.describe() if c.plan else "",
+            measured_iteration_s=measured_iteration_time(metrics, c.generation),
+            predicted_iteration_s=predicted,
+            wall_s=time.monotonic() - self._t0,
+            reconfigurations=[r.to_dict() for r in c.reconfigurations],
+            events=self.events,
+            metrics=metrics,
+            message=c.message,
+        )
+
+    def close(self) -> None:
+        deadline = time.monotonic() + 10
+        for w in self.workers:  # agents exit on their own once told the run is over
+            try:
+                w.popen.wait(max(0.1, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001
+                pass
+            w.terminate()
+        self.controller.close()
+        self.server.stop(grace=0.5)
+        self.planner_server.stop(grace=0.5)
+
+
+def run_local(cfg: LocalRunConfig) -> RunSummary:
+    run = LocalRun(cfg)
+    try:
+        return run.run()
+    finally:
+        run.close()
