@@ -42,7 +42,7 @@ class FrameworkOverhead:
 FRAMEWORK_OVERHEAD: dict[str, FrameworkOverhead] = {
     # Grace-Hopper: 64 KiB pages and the larger Hopper kernel images make the context big.
     "superchip": FrameworkOverhead(
-        int(2.5 * GiB),
+        int(2.8 * GiB),
         256 * MiB,
         0.03,
         "fit to the 15 GH200 validation runs of the original Sailor (nvidia-smi max_mem)",

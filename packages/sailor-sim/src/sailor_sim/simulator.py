@@ -173,8 +173,10 @@ class Simulator:
         model, gpu, seq = job.model, get_gpu(gpu_type), job.sequence_length
         t = self.profiles.table(model, gpu, job.dtype, mbs, tp, seq, job.optimizer)
         act_out = model.activation_out_bytes(0, mbs, seq, job.dtype)
-        if last == model.head_layer_id:  # fp32 logits and their gradient while backward starts
-            transient = 2 * mbs * seq * model.vocab_size // tp * 4
+        if last == model.head_layer_id:
+            # fp32 logits, their softmax and its gradient coexist as the backward pass starts
+            # (Megatron's vocab-parallel cross-entropy).
+            transient = 3 * mbs * seq * model.vocab_size // tp * 4
         else:
             transient = 2 * act_out
         communicators = (tp > 1) + (dp > 1) + (i > 0) + (i < p - 1)
@@ -195,7 +197,8 @@ class Simulator:
 
     def p2p_time(self, job: Job, boundary_layer: int, src: Replica, dst: Replica) -> float:
         """Seconds to send one microbatch's activations after ``boundary_layer`` (same for the
-        gradient coming back): the TP shards travel in parallel (Megatron scatter-gather)."""
+        gradient coming back). Every TP rank sends its full copy to its peer rank (no
+        scatter-gather), so min(tp) pairs each move the whole tensor in parallel."""
         key = (job.model.name, job.dtype, job.sequence_length, boundary_layer, src, dst)
         hit = self._p2p_cache.get(key)
         if hit is None:

@@ -15,10 +15,15 @@ from .zones import relationship
 DP_BUCKET_BYTES = 160 * 1024**2
 """Gradient bucket of one all-reduce call: Megatron-LM's DistributedDataParallel default of
 40 M parameters (fp32 main grads) per bucket (``bucket_size`` in megatron/core/distributed)."""
-ALLREDUCE_BUS_EFFICIENCY = 0.5
-"""Achieved fraction of a link's p2p bandwidth by a NCCL ring all-reduce across nodes (NCCL
-tests: ring bus bandwidth ~45-60% of unidirectional p2p bandwidth on IB/Slingshot with
-several rings sharing a node's NICs)."""
+ALLREDUCE_BUS_EFFICIENCY: dict[str, tuple[float, str]] = {
+    # platform -> (achieved fraction of the link's p2p bandwidth in a cross-node ring, source)
+    "superchip": (0.4, "GH200 + Slingshot-11 (libfabric NCCL plugin): single-stage D=16/32 runs"),
+    "sxm": (0.5, "NCCL tests ring bus bandwidth vs p2p on InfiniBand / GCP GPUDirect-TCPX"),
+    "pcie": (0.5, "as sxm; PCIe hosts share the NIC through the CPU"),
+    "cpu": (0.5, "gloo ring on TCP"),
+}
+"""Ring all-reduce reaches less than the p2p curve: 4 rings (one per TP rank) share a node's
+NICs with reduction kernels in between, and every step waits for the slowest peer."""
 MICROBATCH_OVERHEAD_S = 0.0
 """Per-microbatch, per-stage schedule overhead (Python, p2p handshakes) not in the profile."""
 
@@ -36,14 +41,19 @@ def pipeline_time(stage_times, p2p: list[float], num_microbatches: int) -> Pipel
     ``stage_times``: per stage, objects with ``forward_s``, ``backward_s``, ``tp_comm_s`` per
     microbatch; ``p2p``: per stage boundary, seconds to move one microbatch's activations (the
     gradient back costs the same). Fill and drain: every stage once plus every boundary in both
-    directions; steady state: M - 1 steps of the slowest stage including its blocking sends.
+    directions; steady state: M - 1 steps of the slowest stage including its blocking p2p: each
+    step a stage sends and receives an activation and a gradient on each of its boundaries
+    (Megatron's send_forward_recv_backward / send_backward_recv_forward), which serialize on the
+    GPU's NIC: 2 transfers per boundary, so 2 for the end stages and 4 for middle ones.
     Breakdown (sums to ``total_s``): compute and tp_comm = M x the bottleneck's share,
     pipeline_bubble = the other stages' fill/drain, p2p = the exposed transfers.
     """
     m = num_microbatches
     n = len(stage_times)
     per = [t.forward_s + t.backward_s + t.tp_comm_s + MICROBATCH_OVERHEAD_S for t in stage_times]
-    sends = [(p2p[i] if i < n - 1 else 0.0) + (p2p[i - 1] if i > 0 else 0.0) for i in range(n)]
+    sends = [
+        2.0 * ((p2p[i] if i < n - 1 else 0.0) + (p2p[i - 1] if i > 0 else 0.0)) for i in range(n)
+    ]
     k = max(range(n), key=lambda i: per[i] + sends[i])
     fill = 2.0 * sum(p2p)
     b = stage_times[k]
@@ -56,14 +66,24 @@ def pipeline_time(stage_times, p2p: list[float], num_microbatches: int) -> Pipel
     return PipelineTime(sum(breakdown.values()), breakdown, k)
 
 
+P2P_SCATTER_GATHER = False
+"""Whether TP ranks split a p2p tensor (Megatron-LM's scatter_gather_tensors_in_pipeline).
+The original Sailor runs (Megatron-DeepSpeed) send the full tensor from every TP rank: their
+pipelined GH200 runs show one full-tensor transfer per pair, not a 1/tp share."""
+
+
 def p2p_transfer_time(link: LinkCurve, nbytes: int, pairs: int) -> float:
-    """``nbytes`` split over ``pairs`` concurrent GPU pairs (the link's curve is aggregate)."""
+    """Each of ``pairs`` concurrent GPU pairs moves ``nbytes`` (or ``nbytes / pairs`` with
+    scatter-gather); the link's curve is the aggregate over the pairs."""
     if nbytes <= 0:
         return 0.0
-    return link.latency_s + nbytes / link.bandwidth(nbytes / pairs)
+    per_pair = nbytes / pairs if P2P_SCATTER_GATHER else nbytes
+    return link.latency_s + per_pair * pairs / link.bandwidth(per_pair)
 
 
-def allreduce_time(link: LinkCurve, nbytes: float, ranks: int, parallel_rings: int = 1) -> float:
+def allreduce_time(
+    link: LinkCurve, nbytes: float, ranks: int, parallel_rings: int = 1, efficiency: float = 0.5
+) -> float:
     """Ring all-reduce of ``nbytes`` over ``ranks`` (Patarasuk & Yuan 2009): 2(n-1)/n of the data
     crosses every link, in 2(n-1) latency-bound steps per bucket."""
     if ranks < 2 or nbytes <= 0:
@@ -71,7 +91,7 @@ def allreduce_time(link: LinkCurve, nbytes: float, ranks: int, parallel_rings: i
     buckets = max(1, math.ceil(nbytes / parallel_rings / DP_BUCKET_BYTES))
     chunk = nbytes / parallel_rings / buckets / ranks
     volume = 2.0 * (ranks - 1) / ranks * nbytes
-    bw = link.bandwidth(chunk) * ALLREDUCE_BUS_EFFICIENCY
+    bw = link.bandwidth(chunk) * efficiency
     return volume / bw + buckets * 2 * (ranks - 1) * link.latency_s
 
 
@@ -93,8 +113,16 @@ def ring_allreduce_time(network: NetworkModel, replicas, grad_bytes_unsharded: i
         link = network.link(
             Endpoint(a.zone, a.gpu_type, pairs), Endpoint(b.zone, b.gpu_type, pairs)
         )
-        worst = max(worst, allreduce_time(link, grad_bytes_unsharded, n, pairs))
+        eff = min(_bus_efficiency(a.gpu_type), _bus_efficiency(b.gpu_type))
+        worst = max(worst, allreduce_time(link, grad_bytes_unsharded, n, pairs, eff))
     return worst
+
+
+def _bus_efficiency(gpu_type: str) -> float:
+    from .gpus import get_gpu
+
+    platform = get_gpu(gpu_type).platform
+    return ALLREDUCE_BUS_EFFICIENCY.get(platform, ALLREDUCE_BUS_EFFICIENCY["sxm"])[0]
 
 
 def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) -> float:
