@@ -1,31 +1,35 @@
 """Place the ranks of a plan on live nodes.
 
-Each replica's TP group stays on one node (TP runs over the intra-node link). Replicas are
-placed in rank order, each onto the node of the right (GPU type, zone) with the most free GPUs
-that can hold the whole group, earliest joined first on ties (a greedy best-fit: a node is
-filled before a fresh one is opened only when it has more room). Complexity O(R x N) for R
-replicas and N nodes.
+Each replica's TP group stays on one node (TP runs over the intra-node link). Groups are
+placed largest first, each onto the node of the right (GPU type, zone) with the fewest free
+GPUs that still holds the whole group, earliest joined first on ties (best-fit decreasing bin
+packing, so big TP groups find whole nodes and small replicas fill the gaps). Complexity
+O(R log R + R x N) for R replicas and N nodes.
 """
 
 from __future__ import annotations
 
 from ..errors import PlacementError
-from ..topology import rank_layout
+from ..topology import RankSpec, rank_layout
 from .membership import Worker
 
 Placement = dict[str, list[tuple[int, int]]]
 """worker id -> [(rank, local device)]."""
 
 
+def _groups(plan) -> list[list[RankSpec]]:
+    groups: dict[tuple[int, int], list[RankSpec]] = {}
+    for spec in rank_layout(plan):
+        groups.setdefault((spec.stage, spec.replica), []).append(spec)
+    return sorted(groups.values(), key=len, reverse=True)  # stable: rank order on ties
+
+
 def place(plan, workers: list[Worker]) -> Placement:
     free = {w.worker_id: list(range(w.gpus.count)) for w in workers}
     by_id = {w.worker_id: w for w in workers}
     out: Placement = {}
-    layout = rank_layout(plan)
-    i = 0
-    while i < len(layout):
-        spec = layout[i]
-        group = [s for s in layout[i:] if (s.stage, s.replica) == (spec.stage, spec.replica)]
+    for group in _groups(plan):
+        spec = group[0]
         fits = [
             wid
             for wid, devs in free.items()
@@ -38,8 +42,7 @@ def place(plan, workers: list[Worker]) -> Placement:
                 f"stage {spec.stage} replica {spec.replica}",
                 field="plan",
             )
-        wid = max(fits, key=lambda w: (len(free[w]), -by_id[w].joined_at))
+        wid = min(fits, key=lambda w: (len(free[w]), by_id[w].joined_at))
         for s in group:
             out.setdefault(wid, []).append((s.rank, free[wid].pop(0)))
-        i += len(group)
-    return out
+    return {wid: sorted(slots) for wid, slots in out.items()}

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sailor_sim import Job
@@ -49,7 +50,8 @@ class LocalRunConfig:
     progress: bool = True
     timeout_s: float = 900.0
     token: str | None = None
-    extra: dict = field(default_factory=dict)
+    planner_address: str = ""
+    """An external planner server; "" = start one in this process."""
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
@@ -68,8 +70,11 @@ class LocalRun:
         self.profile_dir = (
             machine_profile(cfg.run_dir, self.job, types, cfg.zone) if cfg.profile else ""
         )
-        self.planner_server, planner_port = create_server("127.0.0.1:0")
-        self.planner_address = f"127.0.0.1:{planner_port}"
+        self.planner_server = None
+        self.planner_address = cfg.planner_address
+        if not self.planner_address:
+            self.planner_server, planner_port = create_server("127.0.0.1:0")
+            self.planner_address = f"127.0.0.1:{planner_port}"
         self.controller = Controller(
             ControllerConfig(
                 job=self.job,
@@ -137,7 +142,9 @@ class LocalRun:
             added = True
         return killed, added
 
-    def run(self) -> RunSummary:
+    def run(self, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:
+        """Start the workers and poll until the run ends; ``on_tick(self)`` runs every poll
+        (tests use it to inject changes)."""
         for _ in range(self.cfg.workers):
             self.add_worker()
         progress = Progress(self.cfg.steps, self.cfg.progress)
@@ -147,6 +154,8 @@ class LocalRun:
             while not self.controller.finished and time.monotonic() < deadline:
                 time.sleep(0.2)
                 killed, added = self._inject(killed, added)
+                if on_tick:
+                    on_tick(self)
                 c = self.controller
                 progress.update(self.step, c.last_loss, c.generation, c.state.name)
         finally:
@@ -190,12 +199,15 @@ class LocalRun:
             w.terminate()
         self.controller.close()
         self.server.stop(grace=0.5)
-        self.planner_server.stop(grace=0.5)
+        if self.planner_server is not None:
+            self.planner_server.stop(grace=0.5)
 
 
-def run_local(cfg: LocalRunConfig) -> RunSummary:
+def run_local(
+    cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None
+) -> RunSummary:
     run = LocalRun(cfg)
     try:
-        return run.run()
+        return run.run(on_tick)
     finally:
         run.close()
