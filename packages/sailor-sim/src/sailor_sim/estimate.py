@@ -54,11 +54,23 @@ class Estimate:
     cost_per_hour_usd: float
     time_breakdown_s: dict[str, float]
     cost_breakdown_usd: dict[str, float]
-    memory: tuple[ReplicaMemory, ...]
+    memory_source: Any = field(default=(), repr=False, compare=False)
+    """The per-replica memory: a tuple of ReplicaMemory, or a function building it on first use
+    (the planner reads only ``peak_memory_bytes`` and ``fits``; 32 objects per plan would
+    dominate its inner loop). Read it as ``memory``."""
     sources: tuple[str, ...] = ()
     """Where the per-layer numbers came from (profile sources, e.g. 'imported:sailor')."""
     run_iterations: float | None = None
     """Whole-run figures, when the caller gave a number of iterations or tokens."""
+
+    @property
+    def memory(self) -> tuple[ReplicaMemory, ...]:
+        """Peak memory of every replica of every stage (per GPU), stage by stage."""
+        source = self.memory_source
+        if callable(source):
+            source = tuple(source())
+            object.__setattr__(self, "memory_source", source)
+        return source
 
     @property
     def run_hours(self) -> float | None:
@@ -134,7 +146,7 @@ class Estimate:
             msg.cost_per_hour_usd,
             dict(msg.time_breakdown_s),
             dict(msg.cost_breakdown_usd),
-            tuple(
+            memory_source=tuple(
                 ReplicaMemory(
                     m.stage,
                     m.replica,

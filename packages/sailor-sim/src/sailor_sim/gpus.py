@@ -226,6 +226,9 @@ def get_gpu(name: str | GPUType) -> GPUType:
     """Look a GPU type up by catalog name or alias (case-insensitive)."""
     if isinstance(name, GPUType):
         return name
+    exact = GPU_CATALOG.get(name)
+    if exact is not None:  # the common case, kept fast for the simulator's inner loop
+        return exact
     key = GPU_ALIASES.get(name.lower(), name)
     for gpu_name, gpu in GPU_CATALOG.items():
         if gpu_name.lower() == key.lower():

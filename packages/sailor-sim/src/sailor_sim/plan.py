@@ -33,6 +33,19 @@ class Replica:
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_type", get_gpu(self.gpu_type).name)
         get_zone(self.zone)
+        self._validate()
+        # Replicas key the simulator's caches; hashing five fields on every lookup is too slow
+        # for the planner's inner loop, so the hash is computed once.
+        object.__setattr__(
+            self,
+            "_hash",
+            hash((self.gpu_type, self.zone, self.tp, self.microbatch_size, self.num_microbatches)),
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def _validate(self) -> None:
         if self.tp < 1 or self.tp & (self.tp - 1):
             raise ValidationError(f"must be a power of two >= 1, got {self.tp}", field="tp")
         gpus_per_node = get_gpu(self.gpu_type).gpus_per_node

@@ -60,6 +60,11 @@ class Simulator:
         self._mem_cache: dict[tuple, tuple[int, dict[str, int]]] = {}
         self._p2p_cache: dict[tuple, float] = {}
         self._dp_cache: dict[tuple, float] = {}
+        self._replica_cache: dict[tuple, tuple] = {}
+        self._ring_cache: dict[tuple, list] = {}
+        self._param_prefix: dict[str, list[int]] = {}
+        self._egress_cache: dict[tuple, float] = {}
+        self._checked: set[tuple] = set()
 
     @classmethod
     def from_sailor_root(cls, root: str | Path) -> Simulator:
@@ -216,88 +221,183 @@ class Simulator:
         """Gradient all-reduce of one stage over its replicas (0 for one replica)."""
         if len(replicas) < 2:
             return 0.0
-        key = (job.model.name, job.dtype, first, last, replicas)
+        grad_bytes = GRAD_BYTES[job.dtype] * self.unsharded_params(job, first, last)
+        key = (grad_bytes, replicas)
         hit = self._dp_cache.get(key)
         if hit is None:
-            grad_bytes = GRAD_BYTES[job.dtype] * sum(
-                job.model.params(i) for i in range(first, last + 1)
-            )
-            hit = self._dp_cache[key] = timing.ring_allreduce_time(
-                self.network, replicas, grad_bytes
+            edges = self._ring_cache.get(replicas)
+            if edges is None:
+                edges = self._ring_cache[replicas] = timing.ring_edges(self.network, replicas)
+            n = len(replicas)
+            hit = self._dp_cache[key] = max(
+                timing.allreduce_time(link, grad_bytes, n, pairs, eff) for link, pairs, eff in edges
             )
         return hit
+
+    def unsharded_params(self, job: Job, first: int, last: int) -> int:
+        """Parameters of layers first..last at TP 1 (O(1): prefix sums per model)."""
+        prefix = self._param_prefix.get(job.model.name)
+        if prefix is None:
+            prefix = [0]
+            for i in range(job.model.num_layer_ids):
+                prefix.append(prefix[-1] + job.model.params(i))
+            self._param_prefix[job.model.name] = prefix
+        return prefix[last + 1] - prefix[first]
 
     # ---- the whole plan --------------------------------------------------------------------
     def estimate(
         self, job: Job, plan: Plan, *, iterations: float | None = None, tokens: float | None = None
     ) -> Estimate:
         """Predict iteration time, memory and cost of ``plan`` for ``job`` (checks the plan)."""
-        plan.check(job)
+        self.check(job, plan)
         return _estimate(self, job, plan, iterations, tokens)
+
+    def check(self, job: Job, plan: Plan) -> None:
+        """``plan.check(job)``, with per-replica verdicts cached (the planner's inner loop)."""
+        ok = self._checked
+        model = job.model
+        if plan.stages[-1].last_layer != model.head_layer_id:
+            plan.check(job)
+        total = 0
+        for r in plan.stages[0].replicas:
+            total += r.microbatch_size * r.num_microbatches
+        if total != job.global_batch_size:
+            plan.check(job)
+        for s in plan.stages:
+            for r in s.replicas:
+                key = (model.name, job.dtype, r.gpu_type, r.tp)
+                if key not in ok:
+                    plan.check(job)  # raises the precise error, naming the replica
+                    ok.add(key)
+
+    def egress_per_iteration(self, job: Job, plan: Plan) -> float:
+        """$ of cross-zone traffic per iteration (``timing.egress_usd``), cached per plan shape."""
+        stages = plan.stages
+        key = (
+            job.model.name,
+            job.dtype,
+            job.sequence_length,
+            tuple((s.last_layer, s.replicas) for s in stages),
+        )
+        hit = self._egress_cache.get(key)
+        if hit is None:
+            hit = self._egress_cache[key] = timing.egress_usd(
+                self.network, job, plan, lambda a, b: self.unsharded_params(job, a, b)
+            )
+        return hit
 
 
 def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estimate:
-    stages, p = plan.stages, plan.num_stages
-    d = plan.num_pipelines
-    pipelines = []
+    """Compose the components; every per-replica quantity is computed once per distinct
+    replica of a stage (and cached across plans), so a plan costs O(stages x distinct
+    replicas) dictionary lookups, not a loop over layers."""
+    stages = plan.stages
+    p, d = len(stages), len(stages[0].replicas)
+    jk = (job.model.name, job.dtype, job.sequence_length, job.optimizer)
+    cache = sim._replica_cache
+    per_stage = []  # per stage: {replica: (StageTime, peak, terms, capacity, $/s per replica)}
+    for i, s in enumerate(stages):
+        info = {}
+        for r in s.replicas:
+            if r in info:
+                continue
+            key = (jk, s.first_layer, s.last_layer, i, p, d > 1, r)
+            hit = cache.get(key)
+            if hit is None:
+                hit = cache[key] = _replica_info(sim, job, s, r, i, p, d)
+            info[r] = hit
+        per_stage.append(info)
+    pipes: dict[tuple, object] = {}
     for j in range(d):
-        reps = [s.replicas[j] for s in stages]
-        times = [
-            sim.stage_time(job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size)
-            for s, r in zip(stages, reps, strict=True)
-        ]
-        p2p = [sim.p2p_time(job, stages[i].last_layer, reps[i], reps[i + 1]) for i in range(p - 1)]
-        pipelines.append((timing.pipeline_time(times, p2p, reps[0].num_microbatches), times, p2p))
-    crit, crit_times, crit_p2p = max(pipelines, key=lambda x: x[0].total_s)
-    tails = []
+        reps = tuple(s.replicas[j] for s in stages)
+        if reps not in pipes:
+            pipes[reps] = _pipeline(sim, job, plan, reps, per_stage)
+    crit = max(pipes.values(), key=lambda x: x[0].total_s)
+    pipe, crit_times, crit_p2p = crit
+    tail, opt = 0.0, 0.0
+    lead = 0.0
     for i, s in enumerate(stages):
         sync = sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas)
-        opt = max(pl[1][i].optimizer_s for pl in pipelines)
-        lead = sum(crit_times[k].backward_s + crit_p2p[k] for k in range(i))
-        tails.append((sync + opt - lead, sync, opt))
-    tail, _sync, opt = max(tails)
+        stage_opt = max(v[0].optimizer_s for v in per_stage[i].values())
+        if i == 0 or sync + stage_opt - lead > tail:
+            tail, opt = sync + stage_opt - lead, stage_opt
+        if i < p - 1:
+            lead += crit_times[i].backward_s + crit_p2p[i]
     tail = max(tail, 0.0)
-    breakdown = dict(crit.breakdown)
+    breakdown = dict(pipe.breakdown)
     breakdown["optimizer"] = min(opt, tail)
     breakdown["dp_sync"] = tail - breakdown["optimizer"]
-    iteration = crit.total_s + tail
-
-    memory = []
+    iteration = pipe.total_s + tail
+    peak, fits, usd_per_s = 0, True, 0.0
     for i, s in enumerate(stages):
-        for j, r in enumerate(s.replicas):
-            peak, terms = sim._memory(
-                job,
-                s.first_layer,
-                s.last_layer,
-                r.gpu_type,
-                r.tp,
-                r.microbatch_size,
-                i,
-                p,
-                r.num_microbatches,
-                d,
-            )
-            cap = get_gpu(r.gpu_type).memory_bytes
-            memory.append(ReplicaMemory(i, j, r.gpu_type, r.zone, peak, cap, peak <= cap, terms))
-    compute_usd_per_s = sum(
-        r.tp * price_per_gpu_hour(r.gpu_type, r.zone) / 3600.0 for s in stages for r in s.replicas
-    )
-    egress = timing.egress_usd(sim.network, job, plan)
-    cost_iter = compute_usd_per_s * iteration + egress
+        info = per_stage[i]
+        for r in s.replicas:
+            v = info[r]
+            usd_per_s += v[4]
+        for v in info.values():
+            peak = max(peak, v[1])
+            fits = fits and v[1] <= v[3]
+    egress = sim.egress_per_iteration(job, plan)
+    cost_iter = usd_per_s * iteration + egress
     if tokens is not None and iterations is None:
         iterations = tokens / (job.global_batch_size * job.sequence_length)
-    sources = sorted({t.source for pl in pipelines for t in pl[1]})
+    sources = tuple(sorted({v[0].source for info in per_stage for v in info.values()}))
+
+    def memory() -> list[ReplicaMemory]:
+        return [
+            ReplicaMemory(
+                i,
+                j,
+                r.gpu_type,
+                r.zone,
+                per_stage[i][r][1],
+                per_stage[i][r][3],
+                per_stage[i][r][1] <= per_stage[i][r][3],
+                per_stage[i][r][2],
+            )
+            for i, s in enumerate(stages)
+            for j, r in enumerate(s.replicas)
+        ]
+
     return Estimate(
         iteration_time_s=iteration,
         throughput_iters_per_s=1.0 / iteration,
         samples_per_s=job.global_batch_size / iteration,
-        peak_memory_bytes=max(m.peak_bytes for m in memory),
-        fits=all(m.fits for m in memory),
+        peak_memory_bytes=peak,
+        fits=fits,
         cost_per_iteration_usd=cost_iter,
         cost_per_hour_usd=cost_iter * 3600.0 / iteration,
         time_breakdown_s=breakdown,
-        cost_breakdown_usd={"compute": compute_usd_per_s * iteration, "egress": egress},
-        memory=tuple(memory),
-        sources=tuple(sources),
+        cost_breakdown_usd={"compute": usd_per_s * iteration, "egress": egress},
+        memory_source=memory,
+        sources=sources,
         run_iterations=iterations,
     )
+
+
+def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: int) -> tuple:
+    st = sim.stage_time(job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size)
+    peak, terms = sim._memory(
+        job,
+        s.first_layer,
+        s.last_layer,
+        r.gpu_type,
+        r.tp,
+        r.microbatch_size,
+        i,
+        p,
+        r.num_microbatches,
+        d,
+    )
+    gpu = get_gpu(r.gpu_type)
+    usd_per_s = r.tp * price_per_gpu_hour(gpu.name, r.zone) / 3600.0
+    return (st, peak, terms, gpu.memory_bytes, usd_per_s)
+
+
+def _pipeline(sim: Simulator, job: Job, plan: Plan, reps: tuple, per_stage: list) -> tuple:
+    stages = plan.stages
+    times = [per_stage[i][r][0] for i, r in enumerate(reps)]
+    p2p = [
+        sim.p2p_time(job, stages[i].last_layer, reps[i], reps[i + 1]) for i in range(len(reps) - 1)
+    ]
+    return (timing.pipeline_time(times, p2p, reps[0].num_microbatches), times, p2p)

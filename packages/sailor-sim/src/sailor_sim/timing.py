@@ -95,27 +95,34 @@ def allreduce_time(
     return volume / bw + buckets * 2 * (ranks - 1) * link.latency_s
 
 
-def ring_allreduce_time(network: NetworkModel, replicas, grad_bytes_unsharded: int) -> float:
-    """All-reduce of one stage's gradients over its replicas.
-
-    The ring visits replicas sorted by (zone, GPU type), so it crosses each zone boundary as few
-    times as possible; TP shards of a replica reduce in parallel rings (min TP of two neighbours
-    concurrent pairs). Time = the slowest edge of the ring (cross-zone edges use their own,
-    slower curve).
-    """
+def ring_edges(network: NetworkModel, replicas) -> list[tuple[LinkCurve, int, float]]:
+    """Distinct edges of the data-parallel ring of one stage: (link, concurrent pairs, bus
+    efficiency). The ring visits replicas sorted by (zone, GPU type), so it crosses each zone
+    boundary as few times as possible; the TP shards of a replica reduce in parallel rings
+    (min TP of two neighbours concurrent pairs); a cross-zone edge uses its own, slower curve."""
     from .network import Endpoint
 
     ring = sorted(replicas, key=lambda r: (r.zone, r.gpu_type, r.tp))
-    n = len(ring)
-    worst = 0.0
+    edges = {}
     for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
         pairs = min(a.tp, b.tp)
         link = network.link(
             Endpoint(a.zone, a.gpu_type, pairs), Endpoint(b.zone, b.gpu_type, pairs)
         )
         eff = min(_bus_efficiency(a.gpu_type), _bus_efficiency(b.gpu_type))
-        worst = max(worst, allreduce_time(link, grad_bytes_unsharded, n, pairs, eff))
-    return worst
+        edges[(id(link), pairs, eff)] = (link, pairs, eff)
+    return list(edges.values())
+
+
+def ring_allreduce_time(network: NetworkModel, replicas, grad_bytes_unsharded: int) -> float:
+    """All-reduce of one stage's gradients over its replicas: the slowest ring edge."""
+    n = len(replicas)
+    if n < 2:
+        return 0.0
+    return max(
+        allreduce_time(link, grad_bytes_unsharded, n, pairs, eff)
+        for link, pairs, eff in ring_edges(network, replicas)
+    )
 
 
 def _bus_efficiency(gpu_type: str) -> float:
@@ -138,7 +145,7 @@ def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) 
     return calls * one
 
 
-def egress_usd(network: NetworkModel, job, plan) -> float:
+def egress_usd(network: NetworkModel, job, plan, unsharded_params=None) -> float:
     """$ per iteration for bytes leaving a zone: p2p activations and gradients between stages,
     and the data-parallel ring's cross-zone edges."""
     total = 0.0
@@ -157,7 +164,11 @@ def egress_usd(network: NetworkModel, job, plan) -> float:
         n = len(s.replicas)
         if n < 2 or len({r.zone for r in s.replicas}) < 2:
             continue
-        grad = GRAD_BYTES[job.dtype] * sum(model.params(i) for i in s.layer_ids)
+        if unsharded_params is not None:
+            params = unsharded_params(s.first_layer, s.last_layer)
+        else:
+            params = sum(model.params(i) for i in s.layer_ids)
+        grad = GRAD_BYTES[job.dtype] * params
         ring = sorted(s.replicas, key=lambda r: (r.zone, r.gpu_type, r.tp))
         for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
             if a.zone != b.zone:
@@ -174,5 +185,6 @@ __all__ = [
     "pipeline_time",
     "relationship",
     "ring_allreduce_time",
+    "ring_edges",
     "tp_comm_time",
 ]
