@@ -1,15 +1,70 @@
-"""The `sailor-profiler` command line."""
+"""The `sailor-profiler` command line: compute | network | import-sailor | merge | plot.
+
+Bad input prints one line ``error: ...`` on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 import sailor_profiler
+from sailor_sim.errors import SailorSimError
 
-app = typer.Typer(no_args_is_help=True, help=sailor_profiler.__doc__)
+from .errors import SailorProfilerError, SweepError
+
+app = typer.Typer(
+    no_args_is_help=True, help=sailor_profiler.__doc__, pretty_exceptions_enable=False
+)
+
+
+def one_line_errors(fn):
+    """Turn the package's and sailor-sim's input errors into one line and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (SailorProfilerError, SailorSimError) as exc:
+            typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def parse_int_list(text: str, field: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise SweepError(f"expected comma-separated integers like 1,2,4, got {text!r}",
+                         field=field) from None
+    if not values or any(v < 1 for v in values):
+        raise SweepError(f"expected positive integers, got {text!r}", field=field)
+    return tuple(sorted(set(values)))
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2,
+          "mib": 1024**2, "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
+
+
+def parse_bytes(text: str, field: str) -> int:
+    """'64K', '1MB', '1G', '65536' -> bytes (binary units)."""
+    raw = text.strip().lower()
+    digits = raw.rstrip("abgikm")
+    unit = raw[len(digits):]
+    if not digits.isdigit() or unit not in _UNITS or int(digits) <= 0:
+        raise SweepError(f"expected a size like 64K, 16M or 1G, got {text!r}", field=field)
+    return int(digits) * _UNITS[unit]
 
 
 @app.callback()
 def main() -> None:
-    # A callback keeps `sailor-profiler` a command group even while it has a single command.
+    # A callback keeps `sailor-profiler` a command group.
     pass
 
 
@@ -19,5 +74,106 @@ def version() -> None:
     typer.echo(sailor_profiler.__version__)
 
 
+@app.command()
+@one_line_errors
+def compute(
+    model: Annotated[str, typer.Option(help="Catalog model, e.g. tiny-gpt, OPT-350M.")],
+    out: Annotated[Path, typer.Option(help="Profile folder to write (merged if it exists).")],
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N (GPU of TP rank 0).")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
+    mbs: Annotated[str, typer.Option(help="Microbatch sizes, comma-separated.")] = "1,2,4",
+    tp: Annotated[str, typer.Option(help="TP degrees, comma-separated.")] = "1",
+    seq: Annotated[int | None, typer.Option(help="Sequence length [min(model max, 2048)].")] = None,
+    warmup: Annotated[int, typer.Option(help="Untimed repetitions first.")] = 2,
+    reps: Annotated[int, typer.Option(help="Timed repetitions (median + IQR).")] = 5,
+    blocks: Annotated[int, typer.Option(help="Profile blocks 1..K, copy the rest (0: all).")] = 0,
+    optimizer: Annotated[str, typer.Option(help="adam, adamw or sgd.")] = "adam",
+    gpu_type: Annotated[str | None, typer.Option(help="Catalog GPU type to file under.")] = None,
+    memory_limit_gb: Annotated[float | None, typer.Option(help="Memory per rank (GiB).")] = None,
+    plot: Annotated[bool, typer.Option(help="Also draw profiler/layers_*.png.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+) -> None:
+    """Profile per-layer time and memory of MODEL on this machine."""
+    from .computecli import run_compute
+
+    summary = run_compute(model, out, device, dtype, parse_int_list(mbs, "mbs"),
+                          parse_int_list(tp, "tp"), seq, warmup, reps, blocks, optimizer,
+                          gpu_type, memory_limit_gb, plot, quiet=as_json)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=1))
+
+
+@app.command()
+@one_line_errors
+def network(
+    out: Annotated[Path, typer.Option(help="Folder for links.json and tables.")],
+    device: Annotated[str, typer.Option(help="cpu (gloo), or cuda / cuda:N (NCCL).")] = "cpu",
+    procs: Annotated[int, typer.Option(help="Local processes (unless RANK etc. are set).")] = 2,
+    min_bytes: Annotated[str, typer.Option(help="Smallest message.")] = "64K",
+    max_bytes: Annotated[str, typer.Option(help="Largest message.")] = "1G",
+    warmup: Annotated[int, typer.Option(help="Untimed repetitions per size.")] = 2,
+    reps: Annotated[int, typer.Option(help="Timed repetitions per size.")] = 10,
+    zone: Annotated[str, typer.Option(help="Zone of this rank group.")] = "local",
+    peer_zone: Annotated[str | None, typer.Option(help="Zone of the peers [same].")] = None,
+    gpu_type: Annotated[str | None, typer.Option(help="Catalog GPU type to file under.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+) -> None:
+    """Measure p2p and all-reduce time over message sizes; fit latency + size / bandwidth."""
+    from .netcli import run_network
+
+    summary = run_network(out, device, procs, parse_bytes(min_bytes, "min_bytes"),
+                          parse_bytes(max_bytes, "max_bytes"), warmup, reps, zone, peer_zone,
+                          gpu_type)
+    if summary is None:  # a non-zero rank of a multi-machine run writes nothing
+        return
+    typer.echo(json.dumps(summary, indent=1) if as_json else _network_text(summary))
+
+
+def _network_text(summary: dict) -> str:
+    lines = [f"{'op':<10} {'latency':>10} {'bandwidth':>12} {'fit err':>8}"]
+    for op, fit in summary["fits"].items():
+        lines.append(f"{op:<10} {fit['latency_s'] * 1e6:>8.1f}us "
+                     f"{fit['bandwidth_Bps'] / 1e9:>8.3f}GB/s {fit['rel_rmse']:>8.1%}")
+    return "\n".join(lines + [f"wrote {summary['links']}"])
+
+
+@app.command("import-sailor")
+@one_line_errors
+def import_sailor_cmd(
+    sailor_root: Annotated[Path, typer.Option(help="A folder laid out like a Sailor checkout.")],
+    out: Annotated[Path, typer.Option(help="Profile folder to write.")],
+) -> None:
+    """Convert the original Sailor profiles and network fits into our formats."""
+    from .importer import import_sailor
+
+    counts = import_sailor(sailor_root, out)
+    typer.echo(", ".join(f"{k}: {v}" for k, v in counts.items()) + f" -> {out}")
+
+
+@app.command("merge")
+@one_line_errors
+def merge_cmd(
+    folders: Annotated[list[Path], typer.Argument(help="Profile folders, later ones win ties.")],
+    out: Annotated[Path, typer.Option(help="Merged profile folder to write.")],
+) -> None:
+    """Merge profile folders; per entry: ran > oom, measured > imported > analytic, newest."""
+    from .merge import merge
+
+    merged = merge(list(folders), out)
+    typer.echo(f"{len(merged.store)} entries, {len(merged.records)} records -> {out}")
+
+
+@app.command("plot")
+@one_line_errors
+def plot_cmd(
+    profile: Annotated[Path, typer.Argument(help="A folder written by compute or network.")],
+) -> None:
+    """Redraw the PNGs of a profile folder from its tables (profiler/*.parquet)."""
+    from .computecli import replot
+
+    for path in replot(profile):
+        typer.echo(str(path))
+
+
 if __name__ == "__main__":
-    app()
+    sys.exit(app())

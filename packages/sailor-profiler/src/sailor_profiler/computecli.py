@@ -1,0 +1,118 @@
+"""The ``compute`` and ``plot`` commands: validation, progress bar, files, summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from sailor_sim.dtypes import check_dtype
+from sailor_sim.model import get_model
+
+from .compute import ComputeConfig
+from .devices import parse_device
+from .errors import ProfileFolderError, SweepError
+from .netfit import LinkFit
+from .optim import OPTIMIZERS
+from .plots import plot_bandwidth, plot_layers
+from .provenance import gpu_type_for, provenance
+from .store import SIDE_DIR
+from .sweep import SweepResult, check_sweep, run_sweep, steps_per_tp, write_profile
+from .tables import layers_frame, write_table
+
+DEFAULT_MAX_SEQ = 2048
+
+
+def build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer,
+                 memory_limit_gb) -> ComputeConfig:
+    spec = get_model(model)
+    if optimizer.lower() not in OPTIMIZERS:
+        raise SweepError(f"unknown optimizer {optimizer!r}; use one of {OPTIMIZERS}",
+                         field="optimizer")
+    if memory_limit_gb is not None and memory_limit_gb <= 0:
+        raise SweepError("must be > 0 GiB", field="memory_limit_gb")
+    if blocks < 0:
+        raise SweepError(f"must be >= 0 (0 = every block), got {blocks}", field="blocks")
+    return ComputeConfig(
+        spec.name, parse_device(device), check_dtype(dtype), tuple(mbs),
+        seq if seq is not None else min(spec.max_seq_len, DEFAULT_MAX_SEQ), warmup, reps, blocks,
+        optimizer.lower(),
+        None if memory_limit_gb is None else int(memory_limit_gb * 1024**3),
+    )
+
+
+def run_compute(model, out, device, dtype, mbs, tps, seq, warmup, reps, blocks, optimizer,
+                gpu_type, memory_limit_gb, plot, quiet=False) -> dict:
+    cfg = build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer,
+                       memory_limit_gb)
+    check_sweep(cfg, tps)
+    gpu = gpu_type_for(cfg.device, gpu_type)
+    console = Console(stderr=True, quiet=quiet)
+    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(f"{cfg.model} {gpu} {cfg.dtype}", total=steps_per_tp(cfg) * len(tps))
+        rows = run_sweep(cfg, tps, lambda _step: bar.advance(task))
+    prov = provenance(cfg.device, gpu, sequence_length=cfg.seq_len, warmup=cfg.warmup,
+                      reps=cfg.reps, blocks=cfg.blocks, optimizer=cfg.optimizer,
+                      threads=torch.get_num_threads())
+    result = SweepResult(gpu, cfg, tuple(tps), tuple(rows), prov)
+    files = write_profile(result, out)
+    frame = layers_frame(rows, cfg.model, gpu, cfg.dtype, cfg.seq_len)
+    stem = Path(out) / SIDE_DIR / f"layers__{cfg.model}__{gpu}__{cfg.dtype}__s{cfg.seq_len}"
+    files += write_table(frame, stem)
+    if plot:
+        files.append(plot_layers(frame, stem.with_suffix(".png")))
+    summary = _summary(frame, files)
+    if not quiet:
+        Console().print(_summary_text(summary))
+    return summary
+
+
+def _summary(frame: pl.DataFrame, files: list[Path]) -> dict:
+    per_key = (
+        frame.group_by("tp", "microbatch_size")
+        .agg(
+            pl.col("status").eq("ok").all().alias("fits"),
+            pl.col("forward_s").sum().alias("forward_s"),
+            pl.col("backward_s").sum().alias("backward_s"),
+            pl.col("optimizer_s").sum().alias("optimizer_s"),
+            pl.col("activation_stash_bytes").sum().alias("activation_stash_bytes"),
+            pl.col("params").sum().alias("params"),
+        )
+        .sort("tp", "microbatch_size")
+    )
+    return {"entries": per_key.to_dicts(), "files": [str(f) for f in files]}
+
+
+def _summary_text(summary: dict) -> str:
+    lines = [f"{'tp':>3} {'mbs':>4} {'fits':>5} {'fwd s':>10} {'bwd s':>10} {'opt s':>10} "
+             f"{'stash MB':>9} {'params':>12}"]
+    for e in summary["entries"]:
+        lines.append(
+            f"{e['tp']:>3} {e['microbatch_size']:>4} {'yes' if e['fits'] else 'OOM':>5} "
+            f"{e['forward_s'] or 0:>10.4g} {e['backward_s'] or 0:>10.4g} "
+            f"{e['optimizer_s'] or 0:>10.4g} {(e['activation_stash_bytes'] or 0) / 1e6:>9.2f} "
+            f"{e['params']:>12,}"
+        )
+    return "\n".join(lines + [f"wrote {len(summary['files'])} files"])
+
+
+def replot(profile: str | Path) -> list[Path]:
+    side = Path(profile) / SIDE_DIR
+    layer_tables = sorted(side.glob("layers__*.parquet"))
+    net_table, net_fits = side / "network.parquet", side / "network.json"
+    if not layer_tables and not net_table.exists():
+        raise ProfileFolderError(f"{side} has no layers__*.parquet or network.parquet; run "
+                                 "compute or network with --out there first",
+                                 field="profile")
+    written = [plot_layers(pl.read_parquet(t), t.with_suffix(".png")) for t in layer_tables]
+    if net_table.exists():
+        fits = {}
+        if net_fits.exists():
+            fits = {op: LinkFit(**f) for op, f in json.loads(net_fits.read_text())["fits"].items()}
+        written.append(plot_bandwidth(pl.read_parquet(net_table), fits, side / "network.png"))
+    return written

@@ -1,0 +1,100 @@
+"""From measured network points to the simulator's network profile (``sailor-network/1``).
+
+Files written into the output folder:
+
+* ``links.json`` (read by ``sailor_sim.network.load_network_file``): each curve is the fitted
+  alpha-beta model, ``latency_s`` = alpha and ``max_bandwidth`` = 1 / beta, without points, so
+  the simulator's ``time(m) = latency_s + m / max_bandwidth`` is exactly the fit at every size.
+  - ``links``: the p2p fit between endpoint (zone, GPU type, count = concurrent pairs) and
+    (peer zone, GPU type, count).
+  - ``intra_node`` (only when every rank is on one machine): the all-reduce fit over ``count`` =
+    world size GPUs as a *bus* bandwidth and a per-hop latency: a ring all-reduce of m bytes
+    takes ``2 (count - 1) * latency_s + 2 (count - 1) / count * m / max_bandwidth`` (NCCL
+    tests' bus bandwidth; the ring's 2 (count - 1) steps, as ``sailor_sim.timing``
+    ``tp_comm_time`` evaluates it), which equals the measured fit alpha + m / bandwidth.
+* ``profiler/network.json``: every fit with its range, error and provenance (for people/tools).
+* ``profiler/network.parquet`` / ``.csv``: the measured points; ``profiler/network.png``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from .netfit import LinkFit, fit_latency_bandwidth
+from .network import NetPoint
+from .plots import plot_bandwidth
+from .tables import network_frame, write_table
+
+NETWORK_FORMAT = "sailor-network/1"
+
+
+def fit_ops(points: list[NetPoint]) -> dict[str, LinkFit]:
+    fits = {}
+    for op in sorted({p.op for p in points}):
+        pts = [p for p in points if p.op == op]
+        fits[op] = fit_latency_bandwidth([p.message_bytes for p in pts], [p.median_s for p in pts])
+    return fits
+
+
+def _bus_factor(world: int) -> float:
+    return 2 * (world - 1) / world if world > 1 else 1.0
+
+
+def network_document(points: list[NetPoint], fits: dict[str, LinkFit], gpu_type: str,
+                     zone: str, peer_zone: str, intra_node: bool, provenance: dict) -> dict:
+    world = points[0].world_size
+    pairs = max(1, world // 2)
+    where = f"{provenance.get('host', '?')} {provenance.get('date', '')}".strip()
+    doc: dict = {"format": NETWORK_FORMAT, "links": [], "intra_node": []}
+    if "p2p" in fits:
+        fit = fits["p2p"]
+        doc["links"].append({
+            "src": {"zone": zone, "gpu_type": gpu_type, "count": pairs},
+            "dst": {"zone": peer_zone, "gpu_type": gpu_type, "count": pairs},
+            "max_bandwidth": fit.bandwidth_Bps, "latency_s": fit.latency_s,
+            "source": f"measured: p2p ping-pong, {world} ranks, alpha-beta fit ({where})",
+        })
+    if intra_node and "allreduce" in fits:
+        fit = fits["allreduce"]
+        doc["intra_node"].append({
+            "gpu_type": gpu_type, "count": world,
+            "max_bandwidth": fit.bandwidth_Bps * _bus_factor(world),
+            "latency_s": fit.latency_s / (2 * (world - 1)) if world > 1 else fit.latency_s,
+            "source": f"measured: all-reduce bus bandwidth, {world} ranks, alpha-beta fit "
+                      f"({where})",
+        })
+    return doc
+
+
+def write_network_profile(points: list[NetPoint], out: str | Path, gpu_type: str, zone: str,
+                          peer_zone: str, intra_node: bool, provenance: dict) -> list[Path]:
+    out = Path(out)
+    side = out / "profiler"
+    side.mkdir(parents=True, exist_ok=True)
+    fits = fit_ops(points)
+    doc = network_document(points, fits, gpu_type, zone, peer_zone, intra_node, provenance)
+    links = out / "links.json"
+    _write_json(links, doc)
+    sizes = sorted({p.message_bytes for p in points})
+    details = {
+        "format": "sailor-profiler-network/1",
+        "model": "t(m) = latency_s + m / bandwidth_Bps (alpha-beta, relative least squares)",
+        "world_size": points[0].world_size,
+        "measured_bytes": [sizes[0], sizes[-1]],
+        "fits": {op: asdict(f) for op, f in fits.items()},
+        "provenance": provenance,
+    }
+    detail_file = side / "network.json"
+    _write_json(detail_file, details)
+    frame = network_frame(points)
+    tables = write_table(frame, side / "network")
+    plot = plot_bandwidth(frame, fits, side / "network.png")
+    return [links, detail_file, *tables, plot]
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    tmp.replace(path)

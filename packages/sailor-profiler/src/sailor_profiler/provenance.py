@@ -1,0 +1,97 @@
+"""Where a measurement came from: the GPU type it is filed under, and the machine details.
+
+Profiles are keyed by a catalog GPU type (``sailor_sim.GPU_CATALOG``); ``gpu_type_for`` maps
+this machine's device to it ('CPU' for the CPU, the CUDA device name otherwise), and
+``--gpu-type`` overrides it (e.g. a GPU the catalog knows under another name).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import socket
+import subprocess
+
+from sailor_sim.gpus import get_gpu
+
+from .devices import DeviceSpec
+from .errors import DeviceError
+
+# Substrings of torch.cuda.get_device_name -> catalog name; first match wins (order matters:
+# 'H100' before 'H200' does not clash, '40GB' / '80GB' pick the A100 variant).
+_CUDA_NAMES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("GH200",), "GH-96"),
+    (("H200",), "H200"),
+    (("H100",), "H100-80"),
+    (("A100", "80GB"), "A100-80"),
+    (("A100",), "A100-40"),
+    (("L4",), "L4"),
+    (("T4",), "T4"),
+    (("V100",), "V100-16"),
+    (("3090",), "RTX-3090"),
+    (("2080",), "RTX-2080"),
+    (("TITAN RTX",), "Titan-RTX"),
+)
+
+
+def cuda_name_to_gpu_type(name: str) -> str | None:
+    upper = name.upper()
+    for needles, gpu in _CUDA_NAMES:
+        if all(n.upper() in upper for n in needles):
+            return gpu
+    return None
+
+
+def device_name(device: DeviceSpec) -> str:
+    if device.kind == "cpu":
+        return platform.processor() or platform.machine() or "cpu"
+    import torch
+
+    return torch.cuda.get_device_name(device.index)
+
+
+def gpu_type_for(device: DeviceSpec, override: str | None = None) -> str:
+    """The catalog GPU type to file measurements under (validated)."""
+    if override:
+        return get_gpu(override).name
+    if device.kind == "cpu":
+        return "CPU"
+    name = device_name(device)
+    gpu = cuda_name_to_gpu_type(name)
+    if gpu is None:
+        raise DeviceError(
+            f"GPU {name!r} is not in the catalog; pass --gpu-type NAME (register it first)",
+            field="gpu_type",
+        )
+    return get_gpu(gpu).name
+
+
+def provenance(device: DeviceSpec, gpu_type: str, **extra) -> dict:
+    """Machine, software and time of a measurement (JSON-ready)."""
+    import torch
+
+    info = {
+        "gpu_type": gpu_type,
+        "device": device.label,
+        "device_name": device_name(device),
+        "host": socket.gethostname(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if device.kind == "cuda":
+        info["cuda"] = torch.version.cuda
+        info["driver"] = _driver_version()
+        info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return {**info, **extra}
+
+
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 else "unknown"
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unknown"

@@ -1,0 +1,142 @@
+"""Profile folders: sailor-sim's profile files plus the profiler's provenance sidecar.
+
+A profile folder holds what ``sailor_sim.profiles.load_profile_dir`` reads (``*.json`` files in
+format ``sailor-profile/1``, written with ``save_profile_dir``) and, in the subfolder
+``profiler/`` (which the simulator ignores), ``provenance.json``: one record per entry key with
+its status ('ok', or 'oom' for a size that does not fit, which the simulator's format cannot
+hold), its source and where it came from (machine, torch, date, input folder). A
+``links.json`` beside the profiles is the network profile (``sailor-network/1``), as
+``sailor_sim.Simulator.from_profile_dir`` expects::
+
+    {"format": "sailor-profiler-provenance/1",
+     "records": [{"model": "tiny-gpt", "gpu_type": "CPU", "dtype": "fp32",
+                  "sequence_length": 128, "microbatch_size": 1, "tp": 1, "status": "ok",
+                  "source": "measured", "note": "", "provenance": {"torch": "2.5.1", ...}}]}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sailor_sim.errors import SailorSimError
+from sailor_sim.profiles import ProfileEntry, ProfileStore, read_profile_file, save_profile_dir
+
+from .errors import ProfileFolderError
+
+SIDE_DIR = "profiler"
+NETWORK_FILE = "links.json"
+PROVENANCE_FILE = "provenance.json"
+PROVENANCE_FORMAT = "sailor-profiler-provenance/1"
+_RECORD_KEYS = ("model", "gpu_type", "dtype", "sequence_length", "microbatch_size", "tp")
+
+
+@dataclass(frozen=True)
+class Record:
+    """Status and provenance of one profile entry key (see module docstring)."""
+
+    model: str
+    gpu_type: str
+    dtype: str
+    sequence_length: int
+    microbatch_size: int
+    tp: int
+    status: str
+    source: str
+    note: str = ""
+    provenance: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def key(self) -> tuple:
+        return tuple(getattr(self, k) for k in _RECORD_KEYS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{k: getattr(self, k) for k in _RECORD_KEYS}, "status": self.status,
+                "source": self.source, "note": self.note, "provenance": self.provenance}
+
+
+def entry_key(e: ProfileEntry) -> tuple:
+    k = e.key
+    return (k.model, k.gpu_type, k.dtype, e.sequence_length, k.microbatch_size, k.tp)
+
+
+def record_for_entry(e: ProfileEntry, provenance: dict[str, Any] | None = None) -> Record:
+    return Record(*entry_key(e), status="ok", source=e.source, provenance=provenance or {})
+
+
+@dataclass
+class ProfileFolder:
+    """Entries (simulator format) and records (status + provenance), keyed alike."""
+
+    store: ProfileStore
+    records: dict[tuple, Record]
+
+
+def read_folder(path: str | Path) -> ProfileFolder:
+    """Read a profile folder; raise ``ProfileFolderError`` if it is missing or corrupt."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ProfileFolderError(f"{folder} is not a folder", field="profile_dir")
+    store = ProfileStore()
+    try:
+        for file in sorted(folder.glob("*.json")):
+            if file.name != NETWORK_FILE:  # the network profile lives beside the profiles
+                for entry in read_profile_file(file):
+                    store.add(entry)
+    except SailorSimError as exc:
+        raise ProfileFolderError(f"{folder} is not a valid profile folder: {exc}",
+                                 field="profile_dir") from None
+    records = {entry_key(e): record_for_entry(e) for e in store.entries()}
+    for rec in _read_records(folder / SIDE_DIR / PROVENANCE_FILE):
+        if rec.status != "ok" or rec.key in records:
+            records[rec.key] = rec
+    if not records:
+        raise ProfileFolderError(f"{folder} holds no profile entries", field="profile_dir")
+    return ProfileFolder(store, records)
+
+
+def _read_records(path: Path) -> list[Record]:
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != PROVENANCE_FORMAT:
+            raise ValueError(f"format is not {PROVENANCE_FORMAT!r}")
+        return [
+            Record(*(r[k] for k in _RECORD_KEYS), status=str(r["status"]),
+                   source=str(r["source"]), note=str(r.get("note", "")),
+                   provenance=dict(r.get("provenance", {})))
+            for r in data["records"]
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ProfileFolderError(f"{path} is corrupt ({exc})", field="provenance") from None
+
+
+def write_folder(folder: ProfileFolder, path: str | Path) -> list[Path]:
+    """Write entries with ``save_profile_dir`` and the sidecar (atomically, sidecar last)."""
+    out = Path(path)
+    written = save_profile_dir(folder.store, out) if len(folder.store) else []
+    side = out / SIDE_DIR
+    side.mkdir(parents=True, exist_ok=True)
+    doc = {"format": PROVENANCE_FORMAT,
+           "records": [r.to_dict() for _, r in sorted(folder.records.items())]}
+    tmp = side / (PROVENANCE_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    tmp.replace(side / PROVENANCE_FILE)
+    return [*written, side / PROVENANCE_FILE]
+
+
+def update_folder(
+    path: str | Path, entries: list[ProfileEntry], records: list[Record]
+) -> list[Path]:
+    """Add entries and records to a folder (new ones replace the same keys), creating it."""
+    out = Path(path)
+    existing = read_folder(out) if out.is_dir() and any(out.glob("*.json")) else None
+    folder = existing or ProfileFolder(ProfileStore(), {})
+    for e in entries:
+        folder.store.add(e)
+    for r in records:
+        folder.records[r.key] = r
+    return write_folder(folder, out)
