@@ -1,0 +1,123 @@
+"""The sailor-sim CLI through typer's CliRunner: outputs, --json and one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from sailor_sim.cli import app
+from sailor_sim.examples import example_job, example_plan
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_demo_prints_an_estimate_table():
+    r = run("demo")
+    assert r.exit_code == 0, r.output
+    assert "iteration time" in r.output and "dp_sync" in r.output
+
+
+def test_simulate_our_plan_file_json(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"job": example_job().to_dict(), "plan": example_plan().to_dict()}))
+    r = run("simulate", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["iteration_time_s"] > 0 and data["fits"] is True
+    assert abs(sum(data["breakdown"].values()) - data["iteration_time_s"]) < 1e-9
+    table = run("simulate", str(path))
+    assert table.exit_code == 0 and "peak memory" in table.output
+
+
+def test_simulate_sailor_plan_exact_form(sailor_root, validation_files):
+    r = run(
+        "simulate",
+        "--sailor-root",
+        str(sailor_root),
+        "--model",
+        "OPT-350",
+        "--sailor-plan",
+        str(validation_files[0]),
+        "--dtype",
+        "fp32",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    for key in (
+        "iteration_time_s",
+        "peak_memory_bytes",
+        "throughput_iters_per_s",
+        "cost_per_iteration_usd",
+        "fits",
+        "breakdown",
+    ):
+        assert key in data
+    assert data["sources"] == ["imported:sailor"]
+
+
+def test_memory_command():
+    r = run(
+        "memory",
+        "--model",
+        "OPT-350M",
+        "--gpu",
+        "A100-40",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--mbs",
+        "4",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    stages = json.loads(r.output)["stages"]
+    assert len(stages) == 2 and all(s["fits"] for s in stages)
+    big = run("memory", "--model", "LLaMA-3-8B", "--gpu", "V100-16", "--mbs", "4")
+    assert big.exit_code == 0 and "NO" in big.output
+
+
+def one_line_error(r, text: str) -> None:
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and text in lines[0], r.output
+
+
+def test_errors_are_one_line_exit_2(tmp_path):
+    plan = example_plan().to_dict()
+    job = example_job().to_dict()
+    bad = tmp_path / "bad.json"
+    plan["stages"][1]["first_layer"] = 12
+    bad.write_text(json.dumps({"job": job, "plan": plan}))
+    one_line_error(run("simulate", str(bad)), "exactly once")
+    job2 = dict(job, global_batch_size=999)
+    bad.write_text(json.dumps({"job": job2, "plan": example_plan().to_dict()}))
+    one_line_error(run("simulate", str(bad)), "global batch")
+    plan3 = example_plan().to_dict()
+    plan3["stages"][0]["replicas"][0]["zone"] = "mars-1a"
+    bad.write_text(json.dumps({"job": job, "plan": plan3}))
+    one_line_error(run("simulate", str(bad)), "unknown zone")
+    plan4 = example_plan().to_dict()
+    plan4["stages"][0]["replicas"][0]["gpu_type"] = "B300"
+    bad.write_text(json.dumps({"job": job, "plan": plan4}))
+    one_line_error(run("simulate", str(bad)), "unknown GPU type")
+    plan5 = example_plan().to_dict()
+    plan5["stages"][0]["replicas"][0]["tp"] = 8
+    bad.write_text(json.dumps({"job": job, "plan": plan5}))
+    one_line_error(run("simulate", str(bad)), "exceeds the 4 GPUs")
+    bad.write_text('{"job": {')
+    one_line_error(run("simulate", str(bad)), "not valid JSON")
+    one_line_error(run("memory", "--model", "OPT-350M", "--gpu", "A100-40", "--tp", "8"), "tp")
+
+
+def test_truncated_profile_dir_is_one_line_error(tmp_path):
+    (tmp_path / "p.json").write_text('{"format": "sailor-profile/1", "model"')
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"job": example_job().to_dict(), "plan": example_plan().to_dict()}))
+    one_line_error(run("simulate", str(plan), "--profiles", str(tmp_path)), "truncated")

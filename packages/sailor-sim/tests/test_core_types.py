@@ -1,0 +1,98 @@
+"""Foundation tests for the core types: errors name the field; JSON and proto round trips."""
+
+from __future__ import annotations
+
+import pytest
+
+from sailor_sim import (
+    Inventory,
+    Job,
+    ModelSpec,
+    Plan,
+    PlanError,
+    Replica,
+    SailorSimError,
+    Stage,
+    UnknownNameError,
+    ValidationError,
+    get_gpu,
+    get_model,
+    read_sailor_plan,
+)
+from sailor_sim.examples import example_inventory, example_job, example_plan
+
+
+def test_unknown_names_name_the_field():
+    with pytest.raises(UnknownNameError) as e:
+        get_model("GPT-5")
+    assert e.value.field == "model"
+    with pytest.raises(UnknownNameError) as e:
+        get_gpu("B300")
+    assert e.value.field == "gpu_type"
+    assert get_model("opt-350").name == "OPT-350M" and get_gpu("gh200").name == "GH-96"
+
+
+def test_plan_coverage_errors():
+    r = Replica("A100-40", "us-central1-a", 1, 1, 4)
+    with pytest.raises(PlanError) as e:
+        Plan((Stage(0, 10, (r,)), Stage(10, 25, (r,))))
+    assert e.value.field == "plan.stages[1].first_layer"
+    with pytest.raises(PlanError) as e:
+        Plan((Stage(0, 24, (r,)),)).check(Job.create("OPT-350M", 4))
+    assert "last_layer" in e.value.field
+
+
+def test_tp_must_divide_heads():
+    job = Job.create("GPT-Neo-2.7B", 4)  # 20 heads
+    plan = Plan((Stage(0, 33, (Replica("H100-80", "us-central1-a", 8, 1, 4),)),))
+    with pytest.raises(PlanError, match="does not divide num_heads 20") as e:
+        plan.check(job)
+    assert e.value.field.endswith(".tp")
+
+
+def test_negative_counts_name_the_field():
+    with pytest.raises(ValidationError) as e:
+        Replica("A100-40", "us-central1-a", 1, 0, 4)
+    assert e.value.field == "microbatch_size"
+    with pytest.raises(ValidationError) as e:
+        Inventory.parse(["A100-40@us-central1-a=-2"])
+    assert e.value.field == "count"
+    with pytest.raises(ValidationError) as e:
+        Job.create("OPT-350M", -1)
+    assert e.value.field == "global_batch_size"
+    with pytest.raises(ValidationError) as e:
+        ModelSpec("x", "opt", 0, 64, 4, 4, 256, 256, 128)
+    assert e.value.field == "num_layers"
+    assert issubclass(ValidationError, SailorSimError)
+
+
+def test_round_trips_json_and_proto():
+    job, inv, plan = example_job(), example_inventory(), example_plan()
+    assert Job.from_dict(job.to_dict()) == job and Job.from_proto(job.to_proto()) == job
+    assert Inventory.from_dict(inv.to_dict()) == inv and Inventory.from_proto(inv.to_proto()) == inv
+    assert Plan.from_json(plan.to_json()) == plan and Plan.from_proto(plan.to_proto()) == plan
+    assert hash(Plan.from_json(plan.to_json())) == hash(plan)
+
+
+def test_params_exact_for_opt_350m():
+    m = get_model("OPT-350M")
+    # h=1024, ffn=4096: 4h^2 + 2*h*ffn weights + biases (3h + h + ffn + h) + 2 layernorms (4h)
+    assert m.params(1) == 4 * 1024**2 + 2 * 1024 * 4096 + 5 * 1024 + 4096 + 4 * 1024
+
+
+def test_read_sailor_plan_reference(validation_files):
+    records = [read_sailor_plan(f) for f in validation_files]
+    assert all(r.measured_iteration_s > 0 and r.measured_peak_memory_bytes > 0 for r in records)
+    for r in records:
+        job = Job.create("OPT-350", r.global_batch_size)
+        r.plan.check(job)
+        assert {rep.gpu_type for s in r.plan.stages for rep in s.replicas} == {"GH-96"}
+
+
+def test_read_sailor_plan_bad_input(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"pipeline_list": [')
+    with pytest.raises(PlanError, match="not valid JSON"):
+        read_sailor_plan(path)
+    with pytest.raises(PlanError, match="not an original Sailor plan"):
+        read_sailor_plan({"mbs": 1})

@@ -1,0 +1,151 @@
+"""Profile store, file format, resolution rules, importers and network model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sailor_sim import ProfileError, ProfileStore, get_gpu, get_model, load_profile_dir
+from sailor_sim.network import Endpoint, LinkCurve, NetworkModel, load_network_file
+from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey, save_profile_dir
+
+M = get_model("tiny-gpt")
+
+
+def entry(mbs: int, tp: int = 1, scale: float = 1.0, source="measured") -> ProfileEntry:
+    layers = tuple(
+        LayerProfile(1e-3 * scale * (i + 1), 2e-3 * scale * (i + 1), 1e-4)
+        for i in range(M.num_layer_ids)
+    )
+    return ProfileEntry(ProfileKey(M.name, "A100-40", "fp32", mbs, tp), 128, layers, source)
+
+
+def test_save_load_round_trip(tmp_path):
+    store = ProfileStore([entry(1), entry(4, scale=3)])
+    save_profile_dir(store, tmp_path)
+    back = load_profile_dir(tmp_path)
+    assert sorted(e.key.microbatch_size for e in back.entries()) == [1, 4]
+    assert back.entry(M, "A100-40", "fp32", 4, 1, 128) == store.entry(
+        M, "A100-40", "fp32", 4, 1, 128
+    )
+
+
+def test_interpolates_between_microbatch_sizes():
+    store = ProfileStore([entry(1), entry(4, scale=3)])
+    e = store.entry(M, "A100-40", "fp32", 2, 1, 128)
+    assert e.source.startswith("interpolated:mbs 1-4")
+    assert e.layers[0].forward_s == pytest.approx(1e-3 * (1 + 2 / 3))
+
+
+def test_scales_nearest_outside_range_and_falls_back_to_analytic():
+    store = ProfileStore([entry(1), entry(4, scale=3)])
+    e = store.entry(M, "A100-40", "fp32", 8, 1, 128)
+    assert e.source.startswith("interpolated:roofline-scaled from mbs 4")
+    assert all(layer.forward_s > 0 for layer in e.layers)
+    other = store.entry(M, "V100-16", "fp32", 8, 1, 128)
+    assert other.source == "analytic" and all(layer.forward_s > 0 for layer in other.layers)
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda d: d["entries"][0]["layers"].pop(), "needs 8 layers"),
+        (lambda d: d["entries"][0]["layers"][2].__setitem__("forward_s", -1), "forward_s"),
+        (lambda d: d.__setitem__("gpu_type", "B300"), "unknown GPU"),
+        (lambda d: d.__setitem__("extra", 1), "unknown keys"),
+        (lambda d: d["entries"][0].pop("tp"), "missing"),
+    ],
+)
+def test_malformed_files_name_the_field(tmp_path, mutate, match):
+    save_profile_dir(ProfileStore([entry(1)]), tmp_path)
+    (path,) = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    mutate(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match=match):
+        load_profile_dir(tmp_path)
+
+
+def test_truncated_file(tmp_path):
+    save_profile_dir(ProfileStore([entry(1)]), tmp_path)
+    (path,) = tmp_path.glob("*.json")
+    path.write_text(path.read_text()[:100])
+    with pytest.raises(ProfileError, match="truncated"):
+        load_profile_dir(tmp_path)
+
+
+def test_link_curve_never_below_zero_or_above_max():
+    # A fit that dips below zero outside its range (like some of Sailor's).
+    curve = LinkCurve(2e9, 1e-3, "fit", (-0.05, 0.3, 0.5))
+    for nbytes in (1, 1e3, 1e6, 1e9, 1e12):
+        assert 0 < curve.bandwidth(nbytes) <= 2e9
+    assert curve.bandwidth(1e12) == curve.bandwidth(1e9)  # clamped to the fit range
+
+
+def test_default_links_by_relationship():
+    net = NetworkModel()
+    src = Endpoint("us-central1-a", "A100-40", 1)
+    bws = [
+        net.link(src, Endpoint(z, "A100-40", 1)).bandwidth(1e8)
+        for z in ("us-central1-a", "us-central1-b", "us-west1-a", "europe-west4-a")
+    ]
+    assert bws == sorted(bws, reverse=True)
+    assert net.egress_per_gb("us-central1-a", "europe-west4-a") > net.egress_per_gb(
+        "us-central1-a", "us-central1-b"
+    )
+    assert net.intra_node("A100-40", 2).max_bandwidth == get_gpu("A100-40").intra_node_bandwidth
+
+
+def test_network_file(tmp_path):
+    path = tmp_path / "links.json"
+    path.write_text(
+        json.dumps(
+            {
+                "format": "sailor-network/1",
+                "links": [
+                    {
+                        "src": {"zone": "local", "gpu_type": "CPU", "count": 1},
+                        "dst": {"zone": "local", "gpu_type": "CPU", "count": 1},
+                        "points": [[1e3, 1e8], [1e6, 1e9]],
+                        "max_bandwidth": 1e9,
+                        "latency_s": 1e-5,
+                    }
+                ],
+            }
+        )
+    )
+    net = load_network_file(path)
+    curve = net.link(Endpoint("local", "CPU", 1), Endpoint("local", "CPU", 1))
+    assert curve.bandwidth(1e3) == pytest.approx(1e8) and curve.bandwidth(1e9) == 1e9
+    path.write_text('{"format": "sailor-network/1", "links": [{"src": {}}')
+    with pytest.raises(ProfileError, match="truncated"):
+        load_network_file(path)
+
+
+# ---- importers ---------------------------------------------------------------------------
+def test_import_sailor_profiles(sailor_root):
+    from sailor_sim.original import load_sailor_profiles, read_llm_info, read_training_config
+
+    store = load_sailor_profiles(sailor_root)
+    e = store.entry("OPT-350", "GH-96", "fp32", 8, 4, 2048)
+    assert e.source == "imported:sailor" and e.layers[1].forward_s == pytest.approx(0.003021)
+    llama = store.entry("LLAMA-3-8", "GH-96", "fp32", 1, 1, 2048)
+    assert len(llama.layers) == get_model("LLaMA-3-8B").num_layer_ids == 34
+    assert any("26 layer ids" in s for s in store.skipped)  # the GPT-Neo copy-paste slip
+    info = read_llm_info(sailor_root / "sailor/Planner/llm_info.json")
+    assert info["OPT-350M"][1][1]["params_floats"] == get_model("OPT-350M").params(1)
+    job = read_training_config(
+        sailor_root / "sailor/Planner/simulations/configs/training_config_opt_350.json"
+    )
+    assert (job.model.name, job.global_batch_size, job.sequence_length) == ("OPT-350M", 1024, 2048)
+
+
+def test_import_sailor_network(sailor_root):
+    from sailor_sim.original import load_sailor_network
+
+    net = load_sailor_network(sailor_root)
+    link = net.link(Endpoint("us-central1-a", "GH-96", 4), Endpoint("us-central1-a", "GH-96", 4))
+    assert link.source.startswith("imported:sailor") and 80e9 < link.bandwidth(1e8) <= 93e9
+    cross = net.link(Endpoint("us-central1-a", "A100-40", 1), Endpoint("us-west1-b", "A100-40", 1))
+    assert 0 < cross.bandwidth(64e3) < link.bandwidth(64e3)

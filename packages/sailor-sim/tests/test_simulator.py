@@ -1,0 +1,174 @@
+"""Simulator invariants, on the built-in (analytic) catalog and on imported Sailor data."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sailor_sim import Estimate, Job, Plan, PlanError, Replica, Simulator, Stage
+from sailor_sim.examples import example_job, example_plan
+
+A, B, WEST, EU = "us-central1-a", "us-central1-b", "us-west1-a", "europe-west4-a"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Simulator:
+    return Simulator()
+
+
+@pytest.fixture(scope="module")
+def job() -> Job:
+    return Job.create("OPT-350M", global_batch_size=64, sequence_length=2048)
+
+
+def two_stage(job: Job, zone2: str = A, dp: int = 2, mbs: int = 2, gpu="A100-40") -> Plan:
+    micro = job.global_batch_size // (dp * mbs)
+    reps1 = tuple(Replica(gpu, A, 1, mbs, micro) for _ in range(dp))
+    reps2 = tuple(Replica(gpu, zone2, 1, mbs, micro) for _ in range(dp))
+    return Plan((Stage(0, 12, reps1), Stage(13, 25, reps2))).check(job)
+
+
+def test_total_is_sum_of_breakdown(sim, job):
+    for plan in (two_stage(job), two_stage(job, B), Plan.uniform(job, "V100-16", A, pp=3, dp=2)):
+        e = sim.estimate(job, plan)
+        assert math.isclose(sum(e.time_breakdown_s.values()), e.iteration_time_s, rel_tol=1e-12)
+        assert math.isclose(
+            sum(e.cost_breakdown_usd.values()), e.cost_per_iteration_usd, rel_tol=1e-12
+        )
+        for m in e.memory:
+            assert sum(m.breakdown_bytes.values()) == m.peak_bytes
+        assert e.peak_memory_bytes == max(m.peak_bytes for m in e.memory)
+        assert all(v >= 0 for v in e.time_breakdown_s.values())
+
+
+def test_memory_monotone_in_microbatch_size(sim, job):
+    peaks = [
+        sum(sim.replica_memory(job, 0, 12, "A100-40", 1, mbs, 0, 2, 8).values())
+        for mbs in (1, 2, 4, 8)
+    ]
+    assert peaks == sorted(peaks) and len(set(peaks)) == 4
+
+
+def test_in_flight_is_min_of_stages_left_and_microbatches(sim, job):
+    few = sim.replica_memory(job, 0, 5, "A100-40", 1, 1, 0, 4, 2)
+    many = sim.replica_memory(job, 0, 5, "A100-40", 1, 1, 0, 4, 16)
+    one = sim.replica_memory(job, 0, 5, "A100-40", 1, 1, 0, 4, 1)
+    assert many["activations"] == 2 * few["activations"] == 4 * one["activations"]
+
+
+def test_more_replicas_less_compute_per_iteration(sim):
+    job = Job.create("OPT-350M", global_batch_size=256, sequence_length=2048)
+    t = [
+        sim.estimate(job, Plan.uniform(job, "A100-40", A, pp=2, dp=dp, microbatch_size=4))
+        for dp in (1, 2, 4)
+    ]
+    compute = [e.time_breakdown_s["compute"] for e in t]
+    assert compute[0] > compute[1] > compute[2]
+    assert t[0].iteration_time_s > t[2].iteration_time_s
+
+
+def test_cross_zone_slower_and_costs_egress(sim, job):
+    times, egress = [], []
+    for zone in (A, B, WEST, EU):
+        e = sim.estimate(job, two_stage(job, zone))
+        times.append(e.iteration_time_s)
+        egress.append(e.cost_breakdown_usd["egress"])
+    assert times == sorted(times) and times[0] < times[-1]
+    assert egress[0] == 0 and egress[1] > 0 and egress[3] > egress[2] > egress[1]
+
+
+def test_cross_zone_data_parallel_slower(sim, job):
+    micro = job.global_batch_size // 4  # 2 replicas x mbs 2
+    same = Plan((Stage(0, 25, (Replica("A100-40", A, 1, 2, micro),) * 2),))
+    cross = Plan(
+        (
+            Stage(
+                0,
+                25,
+                (Replica("A100-40", A, 1, 2, micro), Replica("A100-40", EU, 1, 2, micro)),
+            ),
+        )
+    )
+    s, c = sim.estimate(job, same), sim.estimate(job, cross)
+    assert c.time_breakdown_s["dp_sync"] > 5 * s.time_breakdown_s["dp_sync"]
+
+
+def test_slow_replica_slows_only_unless_rebalanced(sim):
+    job = Job.create("OPT-350M", global_batch_size=64, sequence_length=2048)
+    fast = Replica("A100-40", A, 1, 2, 16)
+    even = Plan((Stage(0, 25, (fast, Replica("V100-16", A, 1, 2, 16))),))
+    balanced = Plan(
+        (Stage(0, 25, (Replica("A100-40", A, 1, 2, 24), Replica("V100-16", A, 1, 2, 8))),)
+    )
+    both_fast = Plan((Stage(0, 25, (fast, fast)),))
+    t_even, t_bal, t_fast = (
+        sim.estimate(job, p).iteration_time_s for p in (even, balanced, both_fast)
+    )
+    assert t_fast < t_bal < t_even
+
+
+def test_tp_comm_added_for_analytic_profiles(sim, job):
+    st1 = sim.stage_time(job, 0, 25, "A100-40", 1, 2)
+    st2 = sim.stage_time(job, 0, 25, "A100-40", 2, 2)
+    assert st1.tp_comm_s == 0 and st2.tp_comm_s > 0
+    assert st2.forward_s < st1.forward_s
+
+
+def test_missing_profile_never_zero(sim, job):
+    st = sim.stage_time(job, 0, 25, "L4", 1, 3)
+    assert st.forward_s > 0 and st.backward_s > 0 and st.optimizer_s > 0
+    assert st.source == "analytic"
+
+
+def test_estimate_round_trips_json_and_proto(sim):
+    e = sim.estimate(example_job(), example_plan(), iterations=100)
+    d = e.to_dict()
+    for key in (
+        "iteration_time_s",
+        "peak_memory_bytes",
+        "throughput_iters_per_s",
+        "cost_per_iteration_usd",
+        "fits",
+        "breakdown",
+    ):
+        assert key in d
+    assert d["run"]["cost_usd"] == pytest.approx(100 * e.cost_per_iteration_usd)
+    back = Estimate.from_proto(e.to_proto())
+    assert back.iteration_time_s == e.iteration_time_s
+    assert back.memory == e.memory and back.time_breakdown_s == e.time_breakdown_s
+
+
+def test_does_not_fit_is_a_result(sim):
+    job = Job.create("LLaMA-3-8B", global_batch_size=8, sequence_length=4096)
+    e = sim.estimate(job, Plan.uniform(job, "V100-16", A, pp=1, dp=1, microbatch_size=1))
+    assert not e.fits and e.peak_memory_bytes > 16e9
+
+
+def test_bad_plans_name_the_problem(sim, job):
+    r = Replica("A100-40", A, 1, 2, 16)
+    with pytest.raises(PlanError, match="cover every layer"):
+        sim.estimate(job, Plan((Stage(0, 20, (r,)),)))
+    with pytest.raises(PlanError, match="global batch"):
+        sim.estimate(job, Plan((Stage(0, 25, (r,)),)))
+    with pytest.raises(PlanError, match="exactly once"):
+        Plan((Stage(0, 10, (r,)), Stage(12, 25, (r,))))
+    with pytest.raises(Exception, match="exceeds the 4 GPUs"):
+        Replica("A100-40", A, 8, 2, 16)
+    with pytest.raises(Exception, match="unknown GPU type"):
+        Replica("B300", A, 1, 2, 16)
+    with pytest.raises(Exception, match="unknown zone"):
+        Replica("A100-40", "mars-1a", 1, 2, 16)
+
+
+# ---- imported Sailor data ----------------------------------------------------------------
+def test_sailor_validation_within_bounds(sailor_sim_imported, validation_files):
+    from sailor_sim import read_sailor_plan
+
+    for f in validation_files:
+        rec = read_sailor_plan(f)
+        job = Job.create("OPT-350", rec.global_batch_size, 2048)
+        e = sailor_sim_imported.estimate(job, rec.plan)
+        assert e.sources == ("imported:sailor",)
+        assert abs(e.iteration_time_s / rec.measured_iteration_s - 1) < 0.25, f
+        assert abs(e.peak_memory_bytes / rec.measured_peak_memory_bytes - 1) < 0.2, f
