@@ -52,28 +52,34 @@ class RankedPlan(_message.Message):
     def __init__(self, plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., estimate: _Optional[_Union[_estimate_pb2.Estimate, _Mapping]] = ...) -> None: ...
 
 class SearchStats(_message.Message):
-    __slots__ = ("candidates_evaluated", "pruned", "infeasible", "evaluations_per_s")
+    __slots__ = ("candidates_evaluated", "pruned", "infeasible", "evaluations_per_s", "rescored", "memo_hits")
     CANDIDATES_EVALUATED_FIELD_NUMBER: _ClassVar[int]
     PRUNED_FIELD_NUMBER: _ClassVar[int]
     INFEASIBLE_FIELD_NUMBER: _ClassVar[int]
     EVALUATIONS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    RESCORED_FIELD_NUMBER: _ClassVar[int]
+    MEMO_HITS_FIELD_NUMBER: _ClassVar[int]
     candidates_evaluated: int
     pruned: int
     infeasible: int
     evaluations_per_s: float
-    def __init__(self, candidates_evaluated: _Optional[int] = ..., pruned: _Optional[int] = ..., infeasible: _Optional[int] = ..., evaluations_per_s: _Optional[float] = ...) -> None: ...
+    rescored: int
+    memo_hits: int
+    def __init__(self, candidates_evaluated: _Optional[int] = ..., pruned: _Optional[int] = ..., infeasible: _Optional[int] = ..., evaluations_per_s: _Optional[float] = ..., rescored: _Optional[int] = ..., memo_hits: _Optional[int] = ...) -> None: ...
 
 class PlanResponse(_message.Message):
-    __slots__ = ("plans", "search_time_s", "partial", "stats")
+    __slots__ = ("plans", "search_time_s", "partial", "stats", "pareto")
     PLANS_FIELD_NUMBER: _ClassVar[int]
     SEARCH_TIME_S_FIELD_NUMBER: _ClassVar[int]
     PARTIAL_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    PARETO_FIELD_NUMBER: _ClassVar[int]
     plans: _containers.RepeatedCompositeFieldContainer[RankedPlan]
     search_time_s: float
     partial: bool
     stats: SearchStats
-    def __init__(self, plans: _Optional[_Iterable[_Union[RankedPlan, _Mapping]]] = ..., search_time_s: _Optional[float] = ..., partial: _Optional[bool] = ..., stats: _Optional[_Union[SearchStats, _Mapping]] = ...) -> None: ...
+    pareto: _containers.RepeatedCompositeFieldContainer[RankedPlan]
+    def __init__(self, plans: _Optional[_Iterable[_Union[RankedPlan, _Mapping]]] = ..., search_time_s: _Optional[float] = ..., partial: _Optional[bool] = ..., stats: _Optional[_Union[SearchStats, _Mapping]] = ..., pareto: _Optional[_Iterable[_Union[RankedPlan, _Mapping]]] = ...) -> None: ...
 
 class ReplanRequest(_message.Message):
     __slots__ = ("request", "previous_plan")

@@ -1,0 +1,285 @@
+"""Allocation: how many pipelines of each class, in which zones, with how many microbatches —
+scored with the simulator's own components, so the score of a candidate is the simulator's
+estimate of the plan it builds (memory excepted: checked conservatively per shape, and by the
+simulator on every returned plan).
+
+Placement keeps a pipeline's stages of one region in one zone where capacity allows (zones
+tried largest first, so replicas of a stage span as few zones as possible); stages of a region
+whose zones are all too full are placed one by one. Each (class, zone pattern) becomes a group
+of identical pipelines for balancing and scoring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sailor_sim import Plan, Replica, Stage
+from sailor_sim.memory import GRAD_BYTES
+from sailor_sim.network import Endpoint
+from sailor_sim.prices import price_per_gpu_hour
+from sailor_sim.timing import allreduce_time, pipeline_time
+
+from .balance import ClassLoad, balance
+from .costs import CostView
+from .templates import Shape
+
+Pattern = tuple[str, ...]
+"""Zone of every stage of one pipeline."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """``count`` identical pipelines: one class on one zone pattern."""
+
+    cls: int
+    pattern: Pattern
+    count: int
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A complete candidate and its figures (the simulator's formulas)."""
+
+    shape: Shape
+    groups: tuple[Group, ...]
+    loads: tuple[ClassLoad, ...]
+    iteration_s: float
+    cost_per_iteration: float
+    cost_per_hour: float
+    gpus: int
+    layout: tuple = ()
+    """Zones each stage may use (its region), as searched."""
+
+    @property
+    def throughput(self) -> float:
+        return 1.0 / self.iteration_s
+
+
+def place(
+    shape: Shape, layout: tuple[tuple[str, ...], ...], counts: tuple[int, ...], free: dict
+) -> tuple[Group, ...] | None:
+    """Zone patterns for ``counts[c]`` pipelines of each class; None if they do not fit.
+
+    ``layout[i]`` lists the zones stage i may use (its region), best first; ``free`` maps
+    (GPU type, zone) to GPUs available and is not modified.
+    """
+    free = dict(free)
+    groups: list[Group] = []
+    blocks = _blocks(layout)
+    for c, (cls, want) in enumerate(zip(shape.classes, counts, strict=True)):
+        if want == 0:
+            continue
+        per_block: list[list[tuple[Pattern, int]]] = []
+        for first, last in blocks:
+            runs = _place_block(cls.gpu, cls.tps[first : last + 1], layout[first], want, free)
+            if runs is None:
+                return None
+            per_block.append(runs)
+        for pattern, count in _zip_runs(per_block, want):
+            groups.append(Group(c, pattern, count))
+    return tuple(groups)
+
+
+def _blocks(layout) -> list[tuple[int, int]]:
+    out, start = [], 0
+    for i in range(1, len(layout) + 1):
+        if i == len(layout) or layout[i] != layout[start]:
+            out.append((start, i - 1))
+            start = i
+    return out
+
+
+def _place_block(g, tps, zones, want, free) -> list[tuple[Pattern, int]] | None:
+    need = sum(tps)
+    runs: list[tuple[Pattern, int]] = []
+    left = want
+    for z in zones:
+        k = min(left, free.get((g, z), 0) // need)
+        if k:
+            free[(g, z)] -= k * need
+            runs.append(((z,) * len(tps), k))
+            left -= k
+        if not left:
+            return runs
+    for _ in range(left):  # split pipelines stage by stage
+        pattern = []
+        for tp in tps:
+            z = max(zones, key=lambda z: free.get((g, z), 0))
+            if free.get((g, z), 0) < tp:
+                return None
+            free[(g, z)] -= tp
+            pattern.append(z)
+        runs.append((tuple(pattern), 1))
+    return runs
+
+
+def _zip_runs(per_block: list[list[tuple[Pattern, int]]], total: int):
+    """Pair pipeline k's zones across blocks (run-length lists of the same total)."""
+    idx = [0] * len(per_block)
+    used = [0] * len(per_block)
+    done = 0
+    while done < total:
+        step = min(runs[idx[b]][1] - used[b] for b, runs in enumerate(per_block))
+        pattern = tuple(z for b, runs in enumerate(per_block) for z in runs[idx[b]][0])
+        yield pattern, step
+        done += step
+        for b, runs in enumerate(per_block):
+            used[b] += step
+            if used[b] == runs[idx[b]][1]:
+                idx[b] += 1
+                used[b] = 0
+
+
+class Scorer:
+    """Scores candidates of one job with the simulator's components (caches per shape)."""
+
+    def __init__(self, cv: CostView) -> None:
+        self.cv = cv
+        self.sim = cv.sim
+        self.job = cv.job
+        self._group_cache: dict[tuple, tuple] = {}
+        self._ring_cache: dict[tuple, tuple[float, float]] = {}
+        model = self.job.model
+        self._grad = {}
+        self._act = {}
+        for a in range(model.num_layer_ids):
+            self._act[a] = model.activation_out_bytes(
+                a, 1, self.job.sequence_length, self.job.dtype
+            )
+        self._params = [model.params(i) for i in range(model.num_layer_ids)]
+
+    def group_timing(self, shape: Shape, cls_index: int, pattern: Pattern):
+        """(stage times, p2p per boundary, bottleneck B, fill F, $/s per pipeline)."""
+        key = (shape, cls_index, pattern)
+        hit = self._group_cache.get(key)
+        if hit is not None:
+            return hit
+        cls = shape.classes[cls_index]
+        times = [
+            self.sim.stage_time(self.job, a, b, cls.gpu, tp, cls.mbs)
+            for (a, b), tp in zip(shape.bounds, cls.tps, strict=True)
+        ]
+        reps = [Replica(cls.gpu, z, tp, cls.mbs, 1) for z, tp in zip(pattern, cls.tps, strict=True)]
+        p2p = [
+            self.sim.p2p_time(self.job, shape.bounds[i][1], reps[i], reps[i + 1])
+            for i in range(len(reps) - 1)
+        ]
+        one = pipeline_time(times, p2p, 1).total_s
+        two = pipeline_time(times, p2p, 2).total_s
+        bottleneck = two - one
+        fill = one - bottleneck
+        usd_per_s = sum(
+            tp * price_per_gpu_hour(cls.gpu, z) / 3600.0
+            for z, tp in zip(pattern, cls.tps, strict=True)
+        )
+        egress_per_mb = 0.0
+        for i in range(len(pattern) - 1):
+            if pattern[i] != pattern[i + 1]:
+                nbytes = 2 * self._act[shape.bounds[i][1]] * cls.mbs
+                egress_per_mb += (
+                    nbytes / 1e9 * self.sim.network.egress_per_gb(pattern[i], pattern[i + 1])
+                )
+        hit = (times, p2p, bottleneck, fill, usd_per_s, egress_per_mb)
+        self._group_cache[key] = hit
+        return hit
+
+    def ring(self, shape: Shape, stage: int, kinds: tuple) -> tuple[float, float]:
+        """(all-reduce seconds, egress $) of one stage, as ``timing.ring_allreduce_time`` and
+        ``timing.egress_usd`` compute them; ``kinds``: sorted ((zone, g, tp), replicas)."""
+        n = sum(k for _, k in kinds)
+        if n < 2:
+            return 0.0, 0.0
+        bounds = shape.bounds[stage]
+        edges = [(k, k) for k, cnt in kinds if cnt >= 2]
+        edges += [(kinds[j][0], kinds[j + 1][0]) for j in range(len(kinds) - 1)]
+        if len(kinds) > 1:
+            edges.append((kinds[-1][0], kinds[0][0]))
+        worst, egress = 0.0, 0.0
+        for a, b in edges:
+            t, eg = self._edge(bounds, a, b, n)
+            worst = max(worst, t)
+            egress += eg
+        return worst, egress
+
+    def _edge(self, bounds, a, b, n: int) -> tuple[float, float]:
+        key = (bounds, a, b, n)
+        hit = self._ring_cache.get(key)
+        if hit is None:
+            (za, ga, ta), (zb, gb, tb) = a, b
+            first, last = bounds
+            grad = GRAD_BYTES[self.job.dtype] * sum(self._params[first : last + 1])
+            pairs = min(ta, tb)
+            net = self.sim.network
+            link = net.link(Endpoint(za, ga, pairs), Endpoint(zb, gb, pairs))
+            egress = 0.0
+            if za != zb:
+                egress = 2.0 * (n - 1) / n * grad / 1e9 * net.egress_per_gb(za, zb)
+            hit = self._ring_cache[key] = (allreduce_time(link, grad, n, pairs), egress)
+        return hit
+
+    def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
+        gbs = self.job.global_batch_size
+        info = [self.group_timing(shape, g.cls, g.pattern) for g in groups]
+        loads = balance(
+            gbs,
+            [g.count for g in groups],
+            [shape.classes[g.cls].mbs for g in groups],
+            [x[2] for x in info],
+            [x[3] for x in info],
+        )
+        if loads is None:
+            return None
+        # The critical pipeline and its 1F1B time, exactly as the simulator computes it.
+        crit_total, crit = -1.0, None
+        for x, load in zip(info, loads, strict=True):
+            m = load.base + (1 if load.extra else 0)
+            pt = pipeline_time(x[0], x[1], m)
+            if pt.total_s > crit_total:
+                crit_total, crit = pt.total_s, x
+        p = shape.depth
+        tail, egress = 0.0, 0.0
+        lead = 0.0
+        for i in range(p):
+            kinds: dict[tuple, int] = {}
+            opt = 0.0
+            for g, x in zip(groups, info, strict=True):
+                cls = shape.classes[g.cls]
+                k = (g.pattern[i], cls.gpu, cls.tps[i])
+                kinds[k] = kinds.get(k, 0) + g.count
+                opt = max(opt, x[0][i].optimizer_s)
+            sync, eg = self.ring(shape, i, tuple(sorted(kinds.items())))
+            egress += eg
+            tail = max(tail, sync + opt - lead)
+            lead += crit[0][i].backward_s + (crit[1][i] if i < p - 1 else 0.0)
+        iteration = crit_total + max(tail, 0.0)
+        usd_per_s = sum(g.count * x[4] for g, x in zip(groups, info, strict=True))
+        for g, x, load in zip(groups, info, loads, strict=True):
+            micro = load.base * g.count + load.extra
+            egress += x[5] * micro
+        cost_iter = usd_per_s * iteration + egress
+        gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)
+        return Scored(
+            shape,
+            groups,
+            tuple(loads),
+            iteration,
+            cost_iter,
+            cost_iter * 3600 / iteration,
+            gpus,
+            layout,
+        )
+
+
+def build_plan(s: Scored) -> Plan:
+    """The plan a scored candidate stands for: pipeline order = group order."""
+    per_stage: list[list[Replica]] = [[] for _ in s.shape.bounds]
+    for g, load in zip(s.groups, s.loads, strict=True):
+        cls = s.shape.classes[g.cls]
+        for m in load.counts(g.count):
+            for i, (z, tp) in enumerate(zip(g.pattern, cls.tps, strict=True)):
+                per_stage[i].append(Replica(cls.gpu, z, tp, cls.mbs, m))
+    return Plan(
+        tuple(
+            Stage(a, b, tuple(reps)) for (a, b), reps in zip(s.shape.bounds, per_stage, strict=True)
+        )
+    )

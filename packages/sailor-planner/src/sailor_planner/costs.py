@@ -1,0 +1,132 @@
+"""The simulator's components, tabulated for the search (one cost model: sailor-sim's).
+
+For one job, ``CostView`` turns ``Simulator.stage_time`` and the memory terms of
+``Simulator.replica_memory`` into numpy tables over layer ranges, so the search scores a stage
+a..b in O(1) and a whole pipeline position at once:
+
+- ``time_prefix(g, m, t)``: prefix sums of per-microbatch seconds (forward + backward + TP
+  communication) from ``stage_time(job, 0, l, ...)``; a range's time is a difference of two
+  entries, which is what ``stage_time`` itself computes from the profile's prefix sums.
+- ``peak_matrix(g, m, t, i, p, mm, dp)``: peak bytes of one GPU for every range a..b at stage i of
+  p with mm microbatches, built from the same ``memory.memory_terms`` the simulator sums
+  (a test checks it equals ``replica_memory`` entry by entry).
+
+Everything is memoized per (GPU type, microbatch size, TP); the tables do not depend on the
+inventory, so a re-plan after an availability change reuses all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from sailor_sim import Job, get_gpu
+from sailor_sim.dtypes import dtype_bytes
+from sailor_sim.memory import (
+    GRAD_BYTES,
+    MASTER_WEIGHT_BYTES,
+    OPTIMIZER_STATE_BYTES,
+    framework_overhead,
+)
+
+INF = math.inf
+
+
+class CostView:
+    """Tabulated simulator components for one job (thread-safe for reads after building)."""
+
+    def __init__(self, sim, job: Job) -> None:
+        self.sim = sim
+        self.job = job
+        self.model = job.model
+        self.n = job.model.num_layer_ids
+        self._time: dict[tuple, np.ndarray] = {}
+        self._opt: dict[tuple, np.ndarray] = {}
+        self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._tmat: dict[tuple, np.ndarray] = {}
+        self._lower = np.tril(np.ones((self.n, self.n), dtype=bool), -1)
+        self.hits = 0
+        self.tp_of = lru_cache(maxsize=None)(self._tp_degrees)
+
+    # ---- catalog facts ----------------------------------------------------------------------
+    def _tp_degrees(self, gpu_type: str) -> tuple[int, ...]:
+        """TP degrees within one node of ``gpu_type`` that split the model (powers of two)."""
+        return tuple(self.model.tp_degrees(get_gpu(gpu_type).gpus_per_node))
+
+    def capacity(self, gpu_type: str) -> int:
+        return get_gpu(gpu_type).memory_bytes
+
+    def supports(self, gpu_type: str) -> bool:
+        return get_gpu(gpu_type).supports(self.job.dtype)
+
+    # ---- time -------------------------------------------------------------------------------
+    def time_prefix(self, g: str, m: int, t: int) -> np.ndarray:
+        key = (g, m, t)
+        arr = self._time.get(key)
+        if arr is None:
+            arr = np.zeros(self.n + 1)
+            opt = np.zeros(self.n + 1)
+            for last in range(self.n):
+                st = self.sim.stage_time(self.job, 0, last, g, t, m)
+                arr[last + 1] = st.per_microbatch_s
+                opt[last + 1] = st.optimizer_s
+            self._time[key], self._opt[key] = arr, opt
+        else:
+            self.hits += 1
+        return arr
+
+    def time_matrix(self, g: str, m: int, t: int) -> np.ndarray:
+        """[a, b] = per-microbatch seconds of layer ids a..b (inf where a > b)."""
+        key = (g, m, t)
+        mat = self._tmat.get(key)
+        if mat is None:
+            pre = self.time_prefix(g, m, t)
+            mat = pre[None, 1:] - pre[:-1, None]
+            mat[self._lower] = INF
+            self._tmat[key] = mat
+        return mat
+
+    # ---- memory -----------------------------------------------------------------------------
+    def _parts(self, g: str, m: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """[a, b] matrices: bytes that do not depend on the position (weights, gradients,
+        optimizer states, transient) and stashed activation bytes per microbatch."""
+        key = (g, m, t)
+        parts = self._mem_parts.get(key)
+        if parts is None:
+            job, model = self.job, self.model
+            table = self.sim.profiles.table(
+                job.model, get_gpu(g), job.dtype, m, t, job.sequence_length, job.optimizer
+            )
+            params_pre = np.array(table.params, dtype=float)
+            act_pre = np.array(table.activation, dtype=float)
+            params = params_pre[None, 1:] - params_pre[:-1, None]
+            acts = act_pre[None, 1:] - act_pre[:-1, None]
+            per_param = (
+                dtype_bytes(job.dtype)
+                + GRAD_BYTES[job.dtype]
+                + OPTIMIZER_STATE_BYTES[job.optimizer]
+                + MASTER_WEIGHT_BYTES[job.dtype]
+            )
+            act_out = model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
+            transient = np.full(self.n, 2.0 * act_out)
+            transient[model.head_layer_id] = 2 * m * job.sequence_length * model.vocab_size // t * 4
+            parts = (params * per_param + transient[None, :], acts)
+            self._mem_parts[key] = parts
+        return parts
+
+    def peak_matrix(self, g: str, m: int, t: int, i: int, p: int, mm: int, dp: bool) -> np.ndarray:
+        """[a, b] = peak bytes of one GPU holding layer ids a..b at stage i of p (``mm``
+        microbatches, data parallel when ``dp``): the simulator's ``memory_terms`` summed."""
+        job = self.job
+        over = framework_overhead(get_gpu(g))
+        static, acts = self._parts(g, m, t)
+        act_out = self.model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
+        neighbours = (i > 0) + (i < p - 1)
+        communicators = (t > 1) + bool(dp) + neighbours
+        extra = act_out * neighbours + communicators * over.nccl_per_communicator
+        tensors = static + acts * min(p - i, mm) + extra
+        peak = tensors + over.cuda_context + np.floor(over.allocator_reserve_fraction * tensors)
+        peak[self._lower] = INF
+        return peak

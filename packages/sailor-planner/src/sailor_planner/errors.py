@@ -1,0 +1,25 @@
+"""The sailor-planner exception family.
+
+Every error names the offending field (``field``) and says how to fix it. The CLI turns these
+(and sailor-sim's ``SailorSimError``) into one line and exit status 2; the gRPC server maps them
+to INVALID_ARGUMENT / FAILED_PRECONDITION in one place (``server._status_for``).
+"""
+
+from __future__ import annotations
+
+
+class SailorPlannerError(ValueError):
+    """Base of every error sailor-planner raises on bad input."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class RequestError(SailorPlannerError):
+    """A planning request that is malformed or inconsistent (maps to INVALID_ARGUMENT)."""
+
+
+class NoFeasiblePlanError(SailorPlannerError):
+    """No plan of the search space fits the inventory under the constraints
+    (maps to FAILED_PRECONDITION: the request is valid, the world cannot satisfy it)."""

@@ -1,0 +1,117 @@
+"""Layer splits: contiguous, uneven stage ranges over layer ids, chosen per pipeline shape.
+
+Input: a stage-cost matrix per pipeline position, ``cost[k][a, b]`` = per-microbatch time of a
+stage holding layer ids a..b when k stages (itself included) follow from it on, ``inf`` when the
+stage cannot fit in memory there. Output: the best splits into P stages by
+(bottleneck, total) — the steady state of 1F1B runs at the bottleneck stage and fill / drain cost
+the total (Narayanan et al. 2021, Sec. 2.2).
+
+- When the number of splits C(n-1, P-1) is at most ``exact_limit`` every split is scored and the
+  non-dominated (bottleneck, total) splits are returned: *exact*.
+- Otherwise a dynamic program over layer prefixes (f[s][b] = best split of layer ids 0..b into
+  s+1 stages) returns the split minimising the bottleneck, ties broken by the total: exact for
+  the bottleneck, a *heuristic* for the total (a near-tie within ``TIE`` is broken by the total).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+
+TIE = 1e-3
+"""Relative weight of the total in the DP's key (bottleneck + TIE * total / P)."""
+MAX_KEPT = 4
+"""Most non-dominated splits kept from an exact enumeration."""
+
+Bounds = tuple[tuple[int, int], ...]
+
+
+def num_splits(n: int, p: int) -> int:
+    return math.comb(n - 1, p - 1) if 1 <= p <= n else 0
+
+
+def best_splits(costs: list[np.ndarray], p: int, exact_limit: int) -> list[Bounds]:
+    """Best splits of ``n`` layer ids into ``p`` stages; ``costs[k]`` for k = 1..p (index k)."""
+    n = costs[1].shape[0]
+    if not 1 <= p <= n:
+        return []
+    if num_splits(n, p) <= exact_limit:
+        return _enumerate(costs, p, n)
+    dp = _dp(costs, p, n)
+    return [dp] if dp else []
+
+
+def _stage_bounds(cuts: tuple[int, ...], n: int) -> Bounds:
+    starts = (0, *cuts)
+    ends = (*[c - 1 for c in cuts], n - 1)
+    return tuple(zip(starts, ends, strict=True))
+
+
+def _enumerate(costs: list[np.ndarray], p: int, n: int) -> list[Bounds]:
+    if p == 1:
+        t = costs[1][0, n - 1]
+        return [((0, n - 1),)] if math.isfinite(t) else []
+    cuts = np.array(list(combinations(range(1, n), p - 1)), dtype=np.int64)
+    starts = np.concatenate([np.zeros((len(cuts), 1), dtype=np.int64), cuts], axis=1)
+    ends = np.concatenate([cuts - 1, np.full((len(cuts), 1), n - 1, dtype=np.int64)], axis=1)
+    times = np.stack([costs[p - s][starts[:, s], ends[:, s]] for s in range(p)], axis=1)
+    bottleneck = times.max(axis=1)
+    total = times.sum(axis=1)
+    ok = np.isfinite(bottleneck)
+    if not ok.any():
+        return []
+    idx = np.nonzero(ok)[0]
+    order = idx[np.lexsort((total[idx], bottleneck[idx]))]
+    kept, best_total = [], math.inf
+    for i in order:  # non-dominated in (bottleneck, total): totals strictly decrease
+        if total[i] < best_total - 1e-12:
+            kept.append(i)
+            best_total = total[i]
+    if len(kept) > MAX_KEPT:  # the extremes and evenly spaced points between them
+        pick = np.linspace(0, len(kept) - 1, MAX_KEPT).round().astype(int)
+        kept = [kept[j] for j in sorted(set(pick))]
+    return [_stage_bounds(tuple(int(c) for c in cuts[i]), n) for i in kept]
+
+
+def _dp(costs: list[np.ndarray], p: int, n: int) -> Bounds | None:
+    """Vectorised DP: key = bottleneck + TIE * total / p, exact on the bottleneck."""
+    inf = math.inf
+    first = costs[p][0, :]  # stage 0 holds 0..b, with p stages from it on
+    f_max, f_sum = first.copy(), first.copy()
+    choice = np.zeros((p, n), dtype=np.int64)
+    a_idx = np.arange(n)
+    for s in range(1, p):
+        c = costs[p - s]  # c[a, b]
+        prev_max = np.full(n, inf)
+        prev_sum = np.full(n, inf)
+        prev_max[1:], prev_sum[1:] = f_max[:-1], f_sum[:-1]  # stage s starts at a: prefix 0..a-1
+        cand_max = np.maximum(prev_max[:, None], c)
+        cand_sum = prev_sum[:, None] + c
+        key = cand_max + TIE * cand_sum / p
+        key[a_idx[:, None] > a_idx[None, :]] = inf  # a <= b
+        best_a = np.argmin(key, axis=0)
+        f_max = cand_max[best_a, a_idx]
+        f_sum = cand_sum[best_a, a_idx]
+        choice[s] = best_a
+    if not math.isfinite(f_max[n - 1]):
+        return None
+    bounds, b = [], n - 1
+    for s in range(p - 1, 0, -1):
+        a = int(choice[s][b])
+        bounds.append((a, b))
+        b = a - 1
+    bounds.append((0, b))
+    return tuple(reversed(bounds))
+
+
+def even_bounds(n: int, p: int) -> Bounds:
+    """The even split (larger stages first), as a homogeneous planner would use."""
+    base, extra = divmod(n, p)
+    sizes = [base + (1 if i < extra else 0) for i in range(p)]
+    out, first = [], 0
+    for size in sizes:
+        out.append((first, first + size - 1))
+        first += size
+    return tuple(out)

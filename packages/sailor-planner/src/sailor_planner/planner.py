@@ -1,0 +1,142 @@
+"""The Planner: search, then re-score with ``Simulator.estimate`` and rank.
+
+A ``Planner`` holds one simulator and, per job, the tabulated simulator components and memo
+tables of the search. None of them depends on availability, so ``plan(..., previous=...)`` after
+GPUs joined or left reuses all of them (and seeds the ranking with the previous plan when it
+still fits the new inventory).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sailor_sim import Inventory, Job, Plan, SailorSimError
+
+from .allocate import Scored, Scorer, build_plan
+from .costs import CostView
+from .errors import NoFeasiblePlanError
+from .request import SearchOptions
+from .result import PlanResult, RankedPlan
+from .search import Memo, Search
+
+
+class Planner:
+    def __init__(self, simulator) -> None:
+        self.sim = simulator
+        self._lock = threading.Lock()
+        self._per_job: dict[tuple, tuple[CostView, Scorer, Memo]] = {}
+
+    def _state(self, job: Job) -> tuple[CostView, Scorer, Memo]:
+        key = (job.model, job.global_batch_size, job.sequence_length, job.dtype, job.optimizer)
+        with self._lock:
+            state = self._per_job.get(key)
+            if state is None:
+                cv = CostView(self.sim, job)
+                state = self._per_job[key] = (cv, Scorer(cv), Memo())
+        return state
+
+    def plan(
+        self,
+        job: Job,
+        inventory: Inventory,
+        options: SearchOptions | None = None,
+        previous: Plan | None = None,
+    ) -> PlanResult:
+        """Ranked plans for ``job`` on ``inventory``; raises NoFeasiblePlanError if none fits."""
+        options = options or SearchOptions()
+        start = time.perf_counter()
+        cv, scorer, memo = self._state(job)
+        search = Search(cv, scorer, memo, inventory, options)
+        found = search.run()
+        stats = search.stats
+        ranked = self._rank(job, found, options, stats, inventory, previous)
+        pareto = self._pareto(job, found, options, stats)
+        stats.elapsed_s = time.perf_counter() - start
+        if not ranked:
+            why = "no plan fits in memory" if not found.scored else "no plan meets the constraints"
+            raise NoFeasiblePlanError(
+                f"{why} on {inventory.total_gpus} GPUs "
+                f"({', '.join(f'{p.count}x {p.gpu_type}@{p.zone}' for p in inventory.pools)}); "
+                "add GPUs, relax the constraints, or lower the global batch size",
+                field="inventory" if not found.scored else "constraints",
+            )
+        return PlanResult(tuple(ranked), tuple(pareto), stats.elapsed_s, search.partial, stats)
+
+    # ---- re-scoring ------------------------------------------------------------------------
+    def _estimate(self, job: Job, plan: Plan, stats) -> RankedPlan | None:
+        stats.rescored += 1
+        try:
+            est = self.sim.estimate(job, plan)
+        except SailorSimError:
+            return None
+        return RankedPlan(plan, est)
+
+    def _admits(self, options: SearchOptions, r: RankedPlan) -> bool:
+        e = r.estimate
+        return e.fits and options.constraints.admits(
+            e.throughput_iters_per_s, e.cost_per_iteration_usd, e.cost_per_hour_usd
+        )
+
+    def _key(self, options: SearchOptions, r: RankedPlan) -> tuple:
+        e = r.estimate
+        if options.objective == "cost":
+            return (e.cost_per_iteration_usd, -e.throughput_iters_per_s)
+        return (-e.throughput_iters_per_s, e.cost_per_iteration_usd)
+
+    def _rank(self, job, found, options, stats, inventory, previous) -> list[RankedPlan]:
+        """Re-score the best candidates with the simulator; keep the top_k that fit and respect
+        the constraints by the simulator's own figures."""
+        want = options.top_k + options.rescore
+        ordered = sorted(found.admitted, key=found.key)
+        out: list[RankedPlan] = []
+        seen: set[str] = set()
+        pos = 0
+        while pos < len(ordered) and len(out) < want:
+            batch = ordered[pos : pos + want]
+            pos += want
+            for s in batch:
+                plan = build_plan(s)
+                text = plan.to_json(indent=None)
+                if text in seen:
+                    continue
+                seen.add(text)
+                r = self._estimate(job, plan, stats)
+                if r is not None and self._admits(options, r):
+                    out.append(r)
+            if pos > 20 * want:
+                break
+        if previous is not None and _fits_inventory(previous, inventory):
+            r = self._estimate(job, previous, stats)
+            if r is not None and self._admits(options, r):
+                text = previous.to_json(indent=None)
+                if text not in seen:
+                    out.append(r)
+        out.sort(key=lambda r: self._key(options, r))
+        return out[: options.top_k]
+
+    def _pareto(self, job, found, options, stats) -> list[RankedPlan]:
+        """Throughput-vs-$/iteration frontier of every scored candidate (constraints ignored),
+        at most ``pareto_points`` of it, re-scored with the simulator."""
+        if options.pareto_points <= 0 or not found.scored:
+            return []
+        frontier: list[Scored] = []
+        best_thr = -1.0
+        for s in sorted(found.scored, key=lambda s: (s.cost_per_iteration, -s.throughput)):
+            if s.throughput > best_thr * (1 + 1e-9):
+                frontier.append(s)
+                best_thr = s.throughput
+        if len(frontier) > options.pareto_points:
+            k = options.pareto_points
+            idx = sorted({round(i * (len(frontier) - 1) / (k - 1)) for i in range(k)})
+            frontier = [frontier[i] for i in idx]
+        out = []
+        for s in frontier:
+            r = self._estimate(job, build_plan(s), stats)
+            if r is not None and r.estimate.fits:
+                out.append(r)
+        return out
+
+
+def _fits_inventory(plan: Plan, inventory: Inventory) -> bool:
+    return all(inventory.count(g, z) >= n for (g, z), n in plan.gpu_counts().items())

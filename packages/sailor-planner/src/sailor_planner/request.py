@@ -1,0 +1,104 @@
+"""What a planning request asks for: objective, constraints and search options (values only)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import RequestError
+
+OBJECTIVES = ("throughput", "cost")
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Optional limits a returned plan must respect; ``None`` = unset."""
+
+    max_cost_per_iteration: float | None = None
+    """Upper bound on $/iteration (compute + egress)."""
+    max_cost_per_hour: float | None = None
+    """Upper bound on $/hour of the GPUs (and egress) the plan uses."""
+    min_throughput: float | None = None
+    """Lower bound on iterations/s."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_cost_per_iteration", "max_cost_per_hour", "min_throughput"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise RequestError(f"must be a positive number, got {value!r}", field=name)
+
+    def admits(self, throughput: float, cost_per_iteration: float, cost_per_hour: float) -> bool:
+        """True when a plan with these figures respects every set limit."""
+        # A relative tolerance of 1e-9 keeps a plan that sits exactly on a bound.
+        tol = 1e-9
+        if self.max_cost_per_iteration is not None and cost_per_iteration > (
+            self.max_cost_per_iteration * (1 + tol)
+        ):
+            return False
+        if self.max_cost_per_hour is not None and cost_per_hour > self.max_cost_per_hour * (
+            1 + tol
+        ):
+            return False
+        if self.min_throughput is not None and throughput < self.min_throughput * (1 - tol):
+            return False
+        return True
+
+    @classmethod
+    def from_optional(
+        cls,
+        max_cost_per_iteration: float | None = None,
+        max_cost_per_hour: float | None = None,
+        min_throughput: float | None = None,
+    ) -> Constraints:
+        """Build from wire values where 0 means unset."""
+
+        def unset_zero(v: float | None) -> float | None:
+            return None if v is None or v == 0 else v
+
+        return cls(
+            unset_zero(max_cost_per_iteration),
+            unset_zero(max_cost_per_hour),
+            unset_zero(min_throughput),
+        )
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search; the defaults are what the CLI and the server use."""
+
+    objective: str = "throughput"
+    constraints: Constraints = field(default_factory=Constraints)
+    top_k: int = 1
+    allow_cross_region_data_parallel: bool = False
+    """Replicas of one stage may sit in different regions (slow all-reduce); off by default."""
+    max_pipeline_depth: int = 16
+    """Deepest pipeline considered (also bounded by the model's layer ids and the inventory)."""
+    microbatch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+    exact_partition_limit: int = 3000
+    """Enumerate every layer split of a pipeline shape exactly while there are at most this many;
+    above, a dynamic program over layer prefixes picks the split (see README)."""
+    rescore: int = 8
+    """Candidates (beyond top_k) re-scored with the full simulator before ranking."""
+    pareto_points: int = 16
+    """Most points of the throughput-vs-cost frontier returned (re-scored with the simulator)."""
+    deadline_s: float | None = None
+    """Wall-clock seconds after which the search stops and returns its best so far (partial)."""
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise RequestError(
+                f"unknown objective {self.objective!r}; use one of {', '.join(OBJECTIVES)}",
+                field="objective",
+            )
+        if self.top_k < 1:
+            raise RequestError(f"must be >= 1, got {self.top_k}", field="top_k")
+        if self.max_pipeline_depth < 1:
+            raise RequestError(
+                f"must be >= 1, got {self.max_pipeline_depth}", field="max_pipeline_depth"
+            )
+        if not self.microbatch_sizes or min(self.microbatch_sizes) < 1:
+            raise RequestError("needs positive sizes", field="microbatch_sizes")
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise RequestError(f"must be positive, got {self.deadline_s}", field="deadline_s")

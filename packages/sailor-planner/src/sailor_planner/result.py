@@ -1,0 +1,108 @@
+"""What the planner returns: ranked plans with their simulator estimates, and search statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sailor_sim import Plan
+
+
+@dataclass(frozen=True)
+class RankedPlan:
+    """A plan and the simulator's estimate of it (exactly ``Simulator.estimate(job, plan)``)."""
+
+    plan: Plan
+    estimate: Any
+    """A ``sailor_sim.simulator.Estimate``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "estimate": self.estimate.to_dict()}
+
+    def to_proto(self):
+        from .proto import planner_pb2
+
+        return planner_pb2.RankedPlan(plan=self.plan.to_proto(), estimate=self.estimate.to_proto())
+
+
+@dataclass
+class SearchStats:
+    """Counters of one search (mutable while the search runs, then frozen into the result)."""
+
+    candidates_evaluated: int = 0
+    """Complete candidate plans scored (by the composed cost model)."""
+    pruned: int = 0
+    """Branches cut by a bound (memory, useful data parallelism, budget) before scoring."""
+    infeasible: int = 0
+    """Candidates scored and rejected: out of memory or violating a constraint."""
+    rescored: int = 0
+    """Candidates re-scored with the full ``Simulator.estimate``."""
+    memo_hits: int = 0
+    """Sub-results (layer splits, stage tables) reused from the memo."""
+    elapsed_s: float = 0.0
+
+    @property
+    def evaluations_per_s(self) -> float:
+        return self.candidates_evaluated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "candidates_evaluated": self.candidates_evaluated,
+            "pruned": self.pruned,
+            "infeasible": self.infeasible,
+            "rescored": self.rescored,
+            "memo_hits": self.memo_hits,
+            "evaluations_per_s": round(self.evaluations_per_s, 1),
+        }
+
+    def to_proto(self):
+        from .proto import planner_pb2
+
+        return planner_pb2.SearchStats(
+            candidates_evaluated=self.candidates_evaluated,
+            pruned=self.pruned,
+            infeasible=self.infeasible,
+            evaluations_per_s=self.evaluations_per_s,
+            rescored=self.rescored,
+            memo_hits=self.memo_hits,
+        )
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plans: tuple[RankedPlan, ...]
+    """Best first under the request's objective; every one respects the constraints."""
+    pareto: tuple[RankedPlan, ...]
+    """Throughput-vs-$/iteration frontier of the feasible candidates, cheapest first."""
+    search_time_s: float
+    partial: bool
+    """True when the deadline stopped the search; the plans are the best found so far."""
+    stats: SearchStats = field(default_factory=SearchStats)
+
+    @property
+    def best(self) -> RankedPlan:
+        return self.plans[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CLI's ``--json`` object: the best plan and its estimate at the top level."""
+        best = self.plans[0]
+        return {
+            "plan": best.plan.to_dict(),
+            "estimate": best.estimate.to_dict(),
+            "search_time_s": self.search_time_s,
+            "partial": self.partial,
+            "stats": self.stats.to_dict(),
+            "plans": [p.to_dict() for p in self.plans],
+            "pareto": [p.to_dict() for p in self.pareto],
+        }
+
+    def to_proto(self):
+        from .proto import planner_pb2
+
+        return planner_pb2.PlanResponse(
+            plans=[p.to_proto() for p in self.plans],
+            search_time_s=self.search_time_s,
+            partial=self.partial,
+            stats=self.stats.to_proto(),
+            pareto=[p.to_proto() for p in self.pareto],
+        )

@@ -1,0 +1,507 @@
+"""The search: pipeline depth x shapes (layer split, per-stage TP per GPU type, microbatch size)
+x region layout x allocation (pipelines per class, zones, microbatches per pipeline).
+
+Order of work, per pipeline depth P (shallow first):
+1. per GPU type, per (microbatch size, base TP): stage tables (memoized) and the best layer
+   splits of that type alone (``partition.best_splits``) plus the even split;
+2. per mix of GPU types: a joint split of the best single-type configurations;
+3. per shape and region layout, in order of a sound bound on the objective: allocations
+   (``_allocations``), each placed, balanced and scored with the simulator's components.
+A shape or allocation whose bound cannot beat the best candidate so far, or cannot meet a
+constraint, is pruned without scoring. Afterwards a local search refines the best allocations.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+from .allocate import Scored, Scorer, place
+from .partition import Bounds
+from .request import SearchOptions
+from .result import SearchStats
+from .templates import (
+    ClassShape,
+    Shape,
+    StageTables,
+    bottleneck,
+    class_for,
+    joint_splits,
+    single_type_splits,
+    stage_tables,
+)
+
+EXACT_ALLOCATIONS = 256
+"""Enumerate every pipelines-per-class vector while there are at most this many."""
+KEEP_MARGIN = 2
+"""Candidates kept exact beyond top_k, in case the simulator finds one of them out of memory."""
+MIX_TOP = {2: 2, 3: 1, 4: 1}
+"""Single-type configurations per GPU type combined into mixed shapes, by number of types."""
+
+
+@dataclass
+class Memo:
+    """Sub-results that do not depend on availability, keyed on everything that sets them."""
+
+    tables: dict = field(default_factory=dict)
+    splits: dict = field(default_factory=dict)
+    joint: dict = field(default_factory=dict)
+
+
+@dataclass
+class Found:
+    """Every scored candidate that respects the constraints, and the running best."""
+
+    objective: str
+    constraints: object
+    keep: int = 1
+    """How many of the best the branch and bound must keep exact (top_k plus a margin)."""
+    admitted: list = field(default_factory=list)
+    scored: list = field(default_factory=list)
+    best: Scored | None = None
+    top: list = field(default_factory=list)
+
+    def key(self, s: Scored) -> tuple:
+        if self.objective == "cost":
+            return (s.cost_per_iteration, -s.throughput)
+        return (-s.throughput, s.cost_per_iteration)
+
+    def add(self, s: Scored) -> bool:
+        self.scored.append(s)
+        if not self.constraints.admits(s.throughput, s.cost_per_iteration, s.cost_per_hour):
+            return False
+        self.admitted.append(s)
+        if self.best is None or self.key(s) < self.key(self.best):
+            self.best = s
+        bisect.insort(self.top, (self.key(s), id(s), s))
+        del self.top[self.keep :]
+        return True
+
+    @property
+    def threshold(self) -> Scored | None:
+        """The candidate a new one must beat to enter the kept best (None: not full yet)."""
+        return self.top[-1][2] if len(self.top) >= self.keep else None
+
+
+class Search:
+    def __init__(self, cv, scorer: Scorer, memo: Memo, inventory, options: SearchOptions):
+        self.cv, self.scorer, self.memo = cv, scorer, memo
+        self.job = cv.job
+        self.opt = options
+        self.stats = SearchStats()
+        self.found = Found(options.objective, options.constraints, options.top_k + KEEP_MARGIN)
+        self.partial = False
+        self.deadline = (
+            time.monotonic() + options.deadline_s if options.deadline_s is not None else math.inf
+        )
+        self.free = {(p.gpu_type, p.zone): p.count for p in inventory.pools}
+        self.types = [g for g in inventory.gpu_types if self.cv.supports(g) and self.cv.tp_of(g)]
+        self.groups = _region_groups(inventory, options.allow_cross_region_data_parallel)
+        self.ref_zone = {g: next(z for (t, z) in sorted(self.free) if t == g) for g in self.types}
+        self.total = sum(self.free.values())
+        self._bound_zone = min(z for (_, z) in self.free)
+
+    # ---- driver ----------------------------------------------------------------------------
+    def run(self) -> Found:
+        """Best-first branch and bound: a heap of (shape, layout) nodes keyed by a bound over
+        all their allocations, expanded into allocation leaves keyed by their own bound; the
+        search ends when the best bound left cannot beat the best candidate scored."""
+        n = self.cv.n
+        depths = range(1, min(n, self.opt.max_pipeline_depth, self.total) + 1)
+        heap: list = []
+        tick = itertools.count()
+        for p in depths:
+            if self._late():
+                break
+            singles = {g: self._single_shapes(g, p) for g in self.types}
+            shapes = [s for g in self.types for s, _, _ in singles[g]]
+            shapes += self._mixed_shapes(p, singles)
+            for shape in shapes:
+                lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
+                for layout in self._layouts(p, shape):
+                    max_d = self._max_pipelines(shape, layout)
+                    if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
+                        self.stats.pruned += 1
+                        continue
+                    key = self._node_key(shape, lbs, max_d)
+                    if key is None:
+                        self.stats.pruned += 1
+                        continue
+                    heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None))
+        while heap and not self._late():
+            key, _, shape, layout, lbs, max_d, counts = heapq.heappop(heap)
+            if self._beaten(key):  # the best bound left: nothing can win any more
+                self.stats.pruned += 1 + len(heap)
+                break
+            if counts is not None:
+                self._evaluate(shape, layout, counts)
+                continue
+            for counts in self._allocations(shape, lbs, max_d):
+                thr, cost, hourly = self._bounds(shape, lbs, counts)
+                if not self._meets(thr, cost, hourly):
+                    self.stats.pruned += 1
+                    continue
+                leaf = cost if self.opt.objective == "cost" else -thr
+                heapq.heappush(heap, (leaf, next(tick), shape, layout, lbs, max_d, counts))
+        if not self.partial:
+            self._refine()
+        return self.found
+
+    def _node_key(self, shape: Shape, lbs, max_d) -> float | None:
+        """A bound over every allocation of a (shape, layout), or None if none can meet the
+        constraints. Throughput: all pipelines at once, the cheapest all-reduce (two replicas).
+        Cost: one pipeline per class, each sample at its class's cheapest rate."""
+        full = self._bounds(shape, lbs, max_d, sync_replicas=2)
+        lo = [1] * len(max_d) if len(max_d) > 1 else [1]
+        least = self._bounds(shape, lbs, lo, sync_replicas=2)
+        c = self.opt.constraints
+        if c.min_throughput is not None and full[0] * (1 + 1e-9) < c.min_throughput:
+            return None
+        if c.max_cost_per_iteration is not None and least[1] > c.max_cost_per_iteration * (
+            1 + 1e-9
+        ):
+            return None
+        if c.max_cost_per_hour is not None and least[2] > c.max_cost_per_hour * (1 + 1e-9):
+            return None
+        if self.opt.objective == "cost":
+            return self._cost_floor(shape, lbs, max_d)
+        return -full[0]
+
+    def _cost_floor(self, shape: Shape, lbs, max_d) -> float:
+        """Lower bound on $/iteration of any allocation: every sample at the cheapest class's
+        steady-state price, plus one fill and one stage-0 all-reduce of two replicas."""
+        gbs = self.job.global_batch_size
+        per_sample = min(
+            cls.gpus * _min_price(cls.gpu) / 3600.0 * b / cls.mbs
+            for cls, (b, _f, _o), d in zip(shape.classes, lbs, max_d, strict=True)
+        )
+        usd_min = sum(cls.gpus * _min_price(cls.gpu) / 3600.0 for cls in shape.classes)
+        extra = min(f for _b, f, _o in lbs)
+        return per_sample * gbs + usd_min * extra
+
+    def _late(self) -> bool:
+        if time.monotonic() > self.deadline:
+            self.partial = True
+        return self.partial
+
+    # ---- shapes ----------------------------------------------------------------------------
+    def _tables(self, g: str, p: int, m: int, t: int) -> StageTables | None:
+        key = (g, p, m, t, self.ref_zone[g])
+        if key in self.memo.tables:
+            self.stats.memo_hits += 1
+            return self.memo.tables[key]
+        tab = stage_tables(self.cv, g, p, m, t, self.ref_zone[g])
+        self.memo.tables[key] = tab
+        return tab
+
+    def _single_shapes(self, g: str, p: int) -> list[tuple[Shape, float, float]]:
+        """(shape, samples/s per GPU, bottleneck) of type g alone at depth p, best first."""
+        out = []
+        for m in self.opt.microbatch_sizes:
+            if m > self.job.global_batch_size:
+                continue
+            for t in self.cv.tp_of(g):
+                if p * t > self.total:
+                    continue
+                tab = self._tables(g, p, m, t)
+                if tab is None:
+                    self.stats.pruned += 1
+                    continue
+                key = (g, p, m, t, self.ref_zone[g], self.opt.exact_partition_limit)
+                splits = self.memo.splits.get(key)
+                if splits is None:
+                    splits = single_type_splits(tab, p, self.opt.exact_partition_limit, self.cv.n)
+                    self.memo.splits[key] = splits
+                else:
+                    self.stats.memo_hits += 1
+                for bounds in splits:
+                    cls = class_for(tab, g, m, bounds)
+                    if cls is None:
+                        continue
+                    neck = bottleneck(tab, bounds)
+                    out.append((Shape(bounds, (cls,)), m / (neck * cls.gpus), neck))
+        out.sort(key=lambda x: -x[1])
+        return out
+
+    def _mixed_shapes(self, p: int, singles: dict) -> list[Shape]:
+        shapes = []
+        types = [g for g in self.types if singles[g]]
+        for size in range(2, len(types) + 1):
+            for combo in itertools.combinations(types, size):
+                if not any(all(_has(self.free, g, grp) for g in combo) for grp in self.groups):
+                    continue
+                picks = [_distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
+                for choice in itertools.product(*picks):
+                    shapes.extend(self._joint(p, combo, choice))
+        return shapes
+
+    def _joint(self, p: int, combo, choice) -> list[Shape]:
+        key = (p, combo, choice, self.opt.exact_partition_limit)
+        hit = self.memo.joint.get(key)
+        if hit is not None:
+            self.stats.memo_hits += 1
+            return hit
+        members = []
+        for g, (m, t, ref) in zip(combo, choice, strict=True):
+            members.append((self._tables(g, p, m, t), ref, g, m))
+        out = []
+        for bounds in joint_splits(
+            [(tab, ref) for tab, ref, _, _ in members], p, self.opt.exact_partition_limit
+        ):
+            classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
+            if all(c is not None for c in classes):
+                out.append(Shape(bounds, tuple(classes)))
+        self.memo.joint[key] = out
+        return out
+
+    # ---- allocations -----------------------------------------------------------------------
+    def _layouts(self, p: int, shape: Shape) -> list[tuple[tuple[str, ...], ...]]:
+        gpus = [c.gpu for c in shape.classes]
+        ok = [grp for grp in self.groups if all(_has(self.free, g, grp) for g in gpus)]
+        out = [(grp,) * p for grp in ok]
+        if p > 1 and len(ok) > 1:  # pipelines crossing one region boundary, either direction
+            for a, b in itertools.permutations(ok[:2], 2):
+                out += [(a,) * q + (b,) * (p - q) for q in range(1, p)]
+        return out
+
+    def _work(self, shapes: list[Shape], p: int) -> list[tuple]:
+        """(bound key, shape, layout, counts) of every allocation that a bound does not rule
+        out against the constraints."""
+        work = []
+        for shape in shapes:
+            lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
+            for layout in self._layouts(p, shape):
+                max_d = self._max_pipelines(shape, layout)
+                if not any(max_d):
+                    self.stats.pruned += 1
+                    continue
+                for counts in self._allocations(shape, lbs, max_d):
+                    thr, cost, hourly = self._bounds(shape, lbs, counts)
+                    if not self._meets(thr, cost, hourly):
+                        self.stats.pruned += 1
+                        continue
+                    key = cost if self.opt.objective == "cost" else -thr
+                    work.append((key, shape, layout, counts))
+        return work
+
+    def _evaluate(self, shape: Shape, layout, counts) -> Scored | None:
+        groups = place(shape, layout, counts, self.free)
+        if groups is None:
+            self.stats.infeasible += 1
+            return None
+        s = self.scorer.score(shape, groups, layout)
+        self.stats.candidates_evaluated += 1
+        if s is None or not self.found.add(s):
+            self.stats.infeasible += 1
+            return None
+        return s
+
+    def _class_lb(self, shape: Shape, c: int) -> tuple[float, float, float]:
+        """(B, F, optimizer step of stage 0) of a class with every stage in one zone: a pipeline
+        of it takes M * B + F (``timing.pipeline_time``); placements over several zones only
+        add p2p time (same-zone links are the fastest in every network model we load)."""
+        cls = shape.classes[c]
+        pattern = (self.ref_zone[shape.classes[0].gpu],) * shape.depth
+        times, _p2p, b, f, _usd, _eg = self.scorer.group_timing(shape, c, pattern)
+        del cls
+        return b, f, times[0].optimizer_s
+
+    def _max_pipelines(self, shape: Shape, layout) -> list[int]:
+        """Bound on useful data parallelism per class: capacity per region, and at least one
+        microbatch per pipeline."""
+        out = []
+        for cls in shape.classes:
+            need: dict = {}
+            for grp, tp in zip(layout, cls.tps, strict=True):
+                need[grp] = need.get(grp, 0) + tp
+            cap = min(
+                sum(self.free.get((cls.gpu, z), 0) for z in grp) // k for grp, k in need.items()
+            )
+            out.append(min(cap, self.job.global_batch_size // cls.mbs))
+        return out
+
+    def _bounds(
+        self, shape: Shape, lbs, counts, sync_replicas: int | None = None
+    ) -> tuple[float, float, float]:
+        """(upper bound on iterations/s, lower bounds on $/iteration and $/hour).
+
+        Pipeline j with M_j microbatches takes at least M_j B_j + F_j; the samples
+        sum_j mbs_j M_j must reach the global batch, so the pipelines take at least
+        T = (gbs + sum_j mbs_j F_j / B_j) / sum_j (mbs_j / B_j) (and at least B_j + F_j each);
+        then stage 0 all-reduces (a ring in one zone) and steps its optimizer. The GPUs bill
+        at their cheapest price; egress only adds.
+        """
+        gbs = self.job.global_batch_size
+        rate = spread = usd = 0.0
+        longest = opt = 0.0
+        kinds = []
+        for d, cls, (b, f, o) in zip(counts, shape.classes, lbs, strict=True):
+            if d:
+                rate += d * cls.mbs / b
+                spread += d * cls.mbs * f / b
+                usd += d * cls.gpus * _min_price(cls.gpu) / 3600.0
+                longest = max(longest, b + f)
+                opt = max(opt, o)
+                kinds.append(((self._bound_zone, cls.gpu, cls.tps[0]), d))
+        if rate <= 0:
+            return 0.0, math.inf, math.inf
+        if sync_replicas is not None:  # the cheapest ring over any number of replicas
+            kinds = (
+                [(kinds[0][0], sync_replicas)] if len(kinds) == 1 else [(k, 1) for k, _ in kinds]
+            )
+        sync, _ = self.scorer.ring(shape, 0, tuple(sorted(kinds)))
+        t = max((gbs + spread) / rate, longest) + sync + opt
+        return 1.0 / t, usd * t, usd * 3600.0
+
+    def _meets(self, thr: float, cost: float, hourly: float) -> bool:
+        c = self.opt.constraints
+        tol = 1 + 1e-9
+        if c.min_throughput is not None and thr * tol < c.min_throughput:
+            return False
+        if c.max_cost_per_iteration is not None and cost > c.max_cost_per_iteration * tol:
+            return False
+        if c.max_cost_per_hour is not None and hourly > c.max_cost_per_hour * tol:
+            return False
+        return True
+
+    def _beaten(self, key: float) -> bool:
+        best = self.found.threshold
+        if best is None:
+            return False
+        if self.opt.objective == "cost":
+            return key > best.cost_per_iteration * (1 + 1e-9)
+        return -key < best.throughput * (1 - 1e-9)
+
+    def _allocations(self, shape: Shape, lower, max_d: list[int]):
+        """Pipelines per class: every vector when few; otherwise a ladder per class, filling
+        classes in order of $ per sample (the optimum of the linear relaxation), plus all."""
+        mixed = len(shape.classes) > 1
+        lo = 1 if mixed else 0
+        if math.prod(d - lo + 1 for d in max_d) <= EXACT_ALLOCATIONS:
+            for counts in itertools.product(*(range(lo, d + 1) for d in max_d)):
+                if any(counts):
+                    yield counts
+            return
+        order = sorted(
+            range(len(max_d)),
+            key=lambda c: (
+                shape.classes[c].gpus
+                * _min_price(shape.classes[c].gpu)
+                * lower[c][0]
+                / shape.classes[c].mbs
+            ),
+        )
+        seen = set()
+        for pos, c in enumerate(order):
+            for d in _ladder(max_d[c], lo):
+                counts = [0] * len(max_d)
+                for earlier in order[:pos]:
+                    counts[earlier] = max_d[earlier]
+                for later in order[pos + 1 :]:
+                    counts[later] = lo
+                counts[c] = d
+                counts = tuple(counts)
+                if any(counts) and counts not in seen:
+                    seen.add(counts)
+                    yield counts
+
+    def _refine(self, rounds: int = 3, steps: int = 30) -> None:
+        """Local search on pipelines per class around the best distinct candidates."""
+        if not self.found.admitted:
+            return
+        starts, seen = [], set()
+        for s in sorted(self.found.admitted, key=self.found.key):
+            if s.shape not in seen:
+                seen.add(s.shape)
+                starts.append(s)
+            if len(starts) == rounds:
+                break
+        for s in starts:
+            layout = _layout_of(s)
+            counts = _counts_of(s)
+            max_d = self._max_pipelines(s.shape, layout)
+            current = s
+            for _ in range(steps):
+                if self._late():
+                    return
+                improved = False
+                for c, delta in itertools.product(range(len(counts)), (-4, -2, -1, 1, 2, 4)):
+                    trial = list(counts)
+                    trial[c] += delta
+                    if not 0 <= trial[c] <= max_d[c] or not any(trial):
+                        continue
+                    new = self._evaluate(s.shape, layout, tuple(trial))
+                    if new is not None and self.found.key(new) < self.found.key(current):
+                        current, counts, improved = new, tuple(trial), True
+                if not improved:
+                    break
+
+
+def _ladder(top: int, lo: int) -> list[int]:
+    """lo..top with about four points per octave (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, ...)."""
+    out, v = set(), max(lo, 1)
+    while v < top:
+        out.add(v)
+        step = max(1, 2 ** (max(v.bit_length() - 3, 0)))
+        v += step
+    out.add(top)
+    if lo == 0:
+        out.add(0)
+    return sorted(out)
+
+
+def _distinct_configs(singles, k: int) -> list[tuple[int, int, float]]:
+    """The k best (mbs, base TP) of one type with their bottleneck, for joint splits."""
+    out, seen = [], set()
+    for shape, _rate, neck in singles:
+        cls = shape.classes[0]
+        key = (cls.mbs, min(cls.tps))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((cls.mbs, min(cls.tps), neck))
+        if len(out) == k:
+            break
+    return out
+
+
+def _region_groups(inventory, cross_region: bool) -> list[tuple[str, ...]]:
+    """Zones grouped by region (or all together), each largest first; groups largest first."""
+    from sailor_sim import get_zone
+
+    cap: dict[str, int] = {}
+    for p in inventory.pools:
+        cap[p.zone] = cap.get(p.zone, 0) + p.count
+    by_region: dict[str, list[str]] = {}
+    for z in cap:
+        by_region.setdefault("*" if cross_region else get_zone(z).region, []).append(z)
+    groups = [tuple(sorted(zs, key=lambda z: (-cap[z], z))) for zs in by_region.values()]
+    return sorted(groups, key=lambda grp: (-sum(cap[z] for z in grp), grp))
+
+
+def _has(free: dict, g: str, group) -> bool:
+    return any(free.get((g, z), 0) > 0 for z in group)
+
+
+def _min_price(g: str) -> float:
+    from sailor_sim.prices import PRICE_CATALOG
+
+    return min(v[0] for v in PRICE_CATALOG[g].values())
+
+
+def _layout_of(s: Scored):
+    return s.layout
+
+
+def _counts_of(s: Scored) -> tuple[int, ...]:
+    counts = [0] * len(s.shape.classes)
+    for g in s.groups:
+        counts[g.cls] += g.count
+    return tuple(counts)
+
+
+__all__ = ["Bounds", "ClassShape", "Memo", "Search"]

@@ -1,0 +1,173 @@
+"""The ``sailor.v1.PlannerService`` gRPC server: Plan, Simulate, Replan, health and reflection.
+
+``create_server(address)`` returns ``(server, port)`` without blocking, so tests bind
+``127.0.0.1:0`` and read the port back; ``serve()`` runs it until interrupted. Requests run on a
+thread pool. Every error is mapped to a status code in one place (``_status_for``); a handler
+never lets an exception escape, so a bad request cannot take the server down.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sailor_sim import Inventory, Job, Plan, SailorSimError
+
+from .errors import NoFeasiblePlanError, RequestError, SailorPlannerError
+from .proto import planner_pb2, planner_pb2_grpc
+from .request import Constraints, SearchOptions
+from .sources import load_simulator, planner_for
+
+SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
+DEFAULT_TOP_K = 1
+MAX_TOP_K = 100
+# Part of the client's deadline kept for re-scoring, serializing and the trip back.
+DEADLINE_MARGIN_S = 0.15
+DEADLINE_SHARE = 0.7
+
+log = logging.getLogger(__name__)
+
+_OBJECTIVES = {
+    planner_pb2.OBJECTIVE_UNSPECIFIED: "throughput",
+    planner_pb2.OBJECTIVE_THROUGHPUT: "throughput",
+    planner_pb2.OBJECTIVE_COST: "cost",
+}
+
+
+def _status_for(exc: BaseException) -> grpc.StatusCode:
+    """The one place that maps errors to gRPC status codes."""
+    if isinstance(exc, NoFeasiblePlanError):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(exc, SailorPlannerError | SailorSimError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return grpc.StatusCode.INTERNAL
+
+
+def _prefixed(where: str, build):
+    """Run ``build``; re-raise a validation error with its field prefixed by ``where``."""
+    try:
+        return build()
+    except (SailorSimError, SailorPlannerError) as exc:
+        inner = exc.field or ""
+        message = str(exc).split(": ", 1)[1] if exc.field else str(exc)
+        name = inner if inner.startswith(where) else f"{where}.{inner}" if inner else where
+        raise RequestError(message, field=name) from None
+
+
+def _options(req, context) -> SearchOptions:
+    if req.objective not in _OBJECTIVES:
+        raise RequestError(f"unknown objective {req.objective}", field="objective")
+    top_k = req.top_k or DEFAULT_TOP_K
+    if top_k > MAX_TOP_K:
+        raise RequestError(f"must be <= {MAX_TOP_K}, got {top_k}", field="top_k")
+    constraints = _prefixed(
+        "constraints",
+        lambda: Constraints.from_optional(
+            req.max_cost_per_iteration, req.max_cost_per_hour, req.min_throughput
+        ),
+    )
+    remaining = context.time_remaining()
+    deadline = None
+    if remaining is not None:
+        deadline = max(0.01, (remaining - DEADLINE_MARGIN_S) * DEADLINE_SHARE)
+    return SearchOptions(
+        objective=_OBJECTIVES[req.objective],
+        constraints=constraints,
+        top_k=top_k,
+        allow_cross_region_data_parallel=req.allow_cross_region_data_parallel,
+        deadline_s=deadline,
+    )
+
+
+def _job(msg) -> Job:
+    if not msg.model:
+        raise RequestError("is empty; name a catalog model, e.g. OPT-350M", field="job.model")
+    return _prefixed("job", lambda: Job.from_proto(msg))
+
+
+def _inventory(msg) -> Inventory:
+    inventory = _prefixed("inventory", lambda: Inventory.from_proto(msg))
+    if inventory.total_gpus == 0:
+        raise RequestError("has no GPUs; list at least one pool", field="inventory.pools")
+    return inventory
+
+
+class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
+    def _guard(self, context, handler):
+        try:
+            return handler()
+        except Exception as exc:  # the server must survive any request
+            code = _status_for(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                log.exception("planner request failed")
+            context.abort(code, str(exc) or type(exc).__name__)
+
+    def _plan(self, req, context, previous: Plan | None = None):
+        job = _job(req.job)
+        inventory = _inventory(req.inventory)
+        options = _options(req, context)
+        planner = _prefixed(
+            "profiles", lambda: planner_for(req.profile_dir or None, req.sailor_root or None)
+        )
+        return planner.plan(job, inventory, options, previous=previous).to_proto()
+
+    def Plan(self, request, context):  # noqa: N802 (gRPC method name)
+        return self._guard(context, lambda: self._plan(request, context))
+
+    def Replan(self, request, context):  # noqa: N802
+        def run():
+            previous = None
+            if request.HasField("previous_plan") and request.previous_plan.stages:
+                previous = _prefixed(
+                    "previous_plan", lambda: Plan.from_proto(request.previous_plan)
+                )
+            return self._plan(request.request, context, previous)
+
+        return self._guard(context, run)
+
+    def Simulate(self, request, context):  # noqa: N802
+        def run():
+            job = _job(request.job)
+            plan = _prefixed("plan", lambda: Plan.from_proto(request.plan).check(job))
+            sim = _prefixed(
+                "profiles",
+                lambda: load_simulator(request.profile_dir or None, request.sailor_root or None),
+            )
+            estimate = _prefixed("plan", lambda: sim.estimate(job, plan))
+            return planner_pb2.SimulateResponse(estimate=estimate.to_proto())
+
+        return self._guard(context, run)
+
+
+def create_server(address: str = "127.0.0.1:0", max_workers: int = 4) -> tuple[grpc.Server, int]:
+    """Build and start a server on ``address``; returns (server, bound port)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+    planner_pb2_grpc.add_PlannerServiceServicer_to_server(PlannerService(), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise RequestError(f"cannot bind {address}", field="address")
+    server.start()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port
+
+
+def serve(host: str = "127.0.0.1", port: int = 0, max_workers: int = 4) -> None:
+    """Run the planner server until interrupted."""
+    server, bound = create_server(f"{host}:{port}", max_workers)
+    print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop(grace=1.0)

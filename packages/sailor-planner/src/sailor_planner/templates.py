@@ -1,0 +1,137 @@
+"""Pipeline shapes: a layer split plus, per GPU type, the TP degree and time of every stage.
+
+A *class* is the set of pipelines of one GPU type on a shape: the same microbatch size, TP per
+stage and per-microbatch stage times. A shape holds one class per GPU type it uses, all on the
+same layer split (a plan's stages are shared by all its pipelines).
+
+Per (GPU type g, pipeline depth P, microbatch size m, base TP t) the stage-cost matrices give,
+for every layer range a..b and position, the per-microbatch time (compute + TP communication +
+the stage's blocking p2p sends, as the simulator's 1F1B model counts them) on the smallest TP
+degree >= t that fits in memory at that position (inf if none does). Memory uses the most
+microbatches a pipeline can have in flight (min(P - i, gbs / m)), which can only over-estimate:
+a split accepted here fits; the simulator's verdict on the final plan is authoritative.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sailor_sim.plan import Replica
+
+from .costs import INF, CostView
+from .partition import Bounds, best_splits, even_bounds
+
+
+@dataclass(frozen=True)
+class ClassShape:
+    gpu: str
+    mbs: int
+    tps: tuple[int, ...]
+    """TP degree per stage."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one pipeline."""
+        return sum(self.tps)
+
+
+@dataclass(frozen=True)
+class Shape:
+    bounds: Bounds
+    classes: tuple[ClassShape, ...]
+
+    @property
+    def depth(self) -> int:
+        return len(self.bounds)
+
+
+@dataclass(frozen=True)
+class StageTables:
+    """For one (g, P, m, t): per position i, best time and chosen TP for every range a..b."""
+
+    cost: tuple[np.ndarray, ...]
+    tp: tuple[np.ndarray, ...]
+
+
+def stage_tables(cv: CostView, g: str, p: int, m: int, t: int, zone: str) -> StageTables | None:
+    """None when some position cannot hold even one layer id at any TP >= t (early stop)."""
+    job = cv.job
+    mm = max(1, job.global_batch_size // m)
+    degrees = [d for d in cv.tp_of(g) if d >= t]
+    cap = cv.capacity(g)
+    costs, tps = [], []
+    p2p = _p2p_same_zone(cv, g, m, degrees, zone)
+    for i in range(p):
+        best = np.full((cv.n, cv.n), INF)
+        choice = np.zeros((cv.n, cv.n), dtype=np.int64)
+        neighbours = (i > 0) + (i < p - 1)
+        for d in degrees:
+            peak = cv.peak_matrix(g, m, d, i, p, mm, True)
+            time = cv.time_matrix(g, m, d) + p2p[d] * neighbours
+            take = (peak <= cap) & ~np.isfinite(best)
+            best[take] = time[take]
+            choice[take] = d
+        if not _any_path(best, i, p, cv.n):
+            return None
+        costs.append(best)
+        tps.append(choice)
+    return StageTables(tuple(costs), tuple(tps))
+
+
+def _any_path(best: np.ndarray, i: int, p: int, n: int) -> bool:
+    # A position must hold at least one layer id somewhere in its reachable window.
+    lo, hi = i, n - (p - i)
+    return bool(np.isfinite(best[np.arange(lo, hi + 1), np.arange(lo, hi + 1)]).any())
+
+
+def _p2p_same_zone(cv: CostView, g: str, m: int, degrees: list[int], zone: str) -> dict[int, float]:
+    """Seconds of one microbatch's activation send to a same-zone neighbour of the same type."""
+    out = {}
+    for d in degrees:
+        r = Replica(g, zone, d, m, 1)
+        out[d] = cv.sim.p2p_time(cv.job, 0, r, r) if cv.job.model.num_layer_ids > 1 else 0.0
+    return out
+
+
+def by_position(tables: StageTables, p: int) -> list:
+    """``best_splits`` wants index k = stages from here to the end (k = p - i)."""
+    out = [None] * (p + 1)
+    for i in range(p):
+        out[p - i] = tables.cost[i]
+    return out
+
+
+def class_for(tables: StageTables, g: str, m: int, bounds: Bounds) -> ClassShape | None:
+    tps = []
+    for i, (a, b) in enumerate(bounds):
+        if not math.isfinite(tables.cost[i][a, b]):
+            return None
+        tps.append(int(tables.tp[i][a, b]))
+    return ClassShape(g, m, tuple(tps))
+
+
+def bottleneck(tables: StageTables, bounds: Bounds) -> float:
+    return max(tables.cost[i][a, b] for i, (a, b) in enumerate(bounds))
+
+
+def single_type_splits(tables: StageTables, p: int, exact_limit: int, n: int) -> list[Bounds]:
+    """Best splits for one class, plus the even split (what a homogeneous planner uses)."""
+    splits = best_splits(by_position(tables, p), p, exact_limit)
+    even = even_bounds(n, p) if p <= n else None
+    if even is not None and even not in splits and math.isfinite(bottleneck(tables, even)):
+        splits.append(even)
+    return splits
+
+
+def joint_splits(
+    members: list[tuple[StageTables, float]], p: int, exact_limit: int
+) -> list[Bounds]:
+    """Splits for several classes at once: each class's stage cost is normalised by its own best
+    bottleneck, and the split minimises the largest normalised stage (balanced for every type)."""
+    costs = [None] * (p + 1)
+    for i in range(p):
+        costs[p - i] = np.max(np.stack([tab.cost[i] / ref for tab, ref in members]), axis=0)
+    return best_splits(costs, p, exact_limit)
