@@ -36,14 +36,17 @@ class Replica:
         self._validate()
         # Replicas key the simulator's caches; hashing five fields on every lookup is too slow
         # for the planner's inner loop, so the hash is computed once.
-        object.__setattr__(
-            self,
-            "_hash",
-            hash((self.gpu_type, self.zone, self.tp, self.microbatch_size, self.num_microbatches)),
-        )
+        key = (self.gpu_type, self.zone, self.tp, self.microbatch_size, self.num_microbatches)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_hash", hash(key))
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Replica:
+            return NotImplemented
+        return self is other or (self._hash == other._hash and self._key == other._key)
 
     def _validate(self) -> None:
         if self.tp < 1 or self.tp & (self.tp - 1):

@@ -63,7 +63,7 @@ class Simulator:
         self._replica_cache: dict[tuple, tuple] = {}
         self._ring_cache: dict[tuple, list] = {}
         self._param_prefix: dict[str, list[int]] = {}
-        self._egress_cache: dict[tuple, float] = {}
+        self._stage_summaries: dict[tuple, dict] = {}
         self._checked: set[tuple] = set()
 
     @classmethod
@@ -204,7 +204,9 @@ class Simulator:
         """Seconds to send one microbatch's activations after ``boundary_layer`` (same for the
         gradient coming back). Every TP rank sends its full copy to its peer rank (no
         scatter-gather), so min(tp) pairs each move the whole tensor in parallel."""
-        key = (job.model.name, job.dtype, job.sequence_length, boundary_layer, src, dst)
+        # Every boundary but the head's sends the same (b, s, h) tensor, so the layer id does
+        # not enter the key (the head never sends).
+        key = (job.model.name, job.dtype, job.sequence_length, src, dst)
         hit = self._p2p_cache.get(key)
         if hit is None:
             nbytes = job.model.activation_out_bytes(
@@ -271,56 +273,80 @@ class Simulator:
                     ok.add(key)
 
     def egress_per_iteration(self, job: Job, plan: Plan) -> float:
-        """$ of cross-zone traffic per iteration (``timing.egress_usd``), cached per plan shape."""
-        stages = plan.stages
-        key = (
-            job.model.name,
-            job.dtype,
-            job.sequence_length,
-            tuple((s.last_layer, s.replicas) for s in stages),
+        """$ of cross-zone traffic per iteration: p2p between stages and the DP rings."""
+        return timing.egress_usd(
+            self.network, job, plan, lambda a, b: self.unsharded_params(job, a, b)
         )
-        hit = self._egress_cache.get(key)
-        if hit is None:
-            hit = self._egress_cache[key] = timing.egress_usd(
-                self.network, job, plan, lambda a, b: self.unsharded_params(job, a, b)
-            )
-        return hit
+
+    def p2p_egress(self, job: Job, plan: Plan) -> float:
+        """$ per iteration of activations and gradients crossing zones between stages."""
+        total = 0.0
+        stages = plan.stages
+        for i in range(len(stages) - 1):
+            for a, b in zip(stages[i].replicas, stages[i + 1].replicas, strict=True):
+                if a.zone != b.zone:
+                    nbytes = (
+                        2
+                        * a.num_microbatches
+                        * job.model.activation_out_bytes(
+                            stages[i].last_layer, a.microbatch_size, job.sequence_length, job.dtype
+                        )
+                    )
+                    total += nbytes / 1e9 * self.network.egress_per_gb(a.zone, b.zone)
+        return total
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """Everything ``estimate`` needs from one stage with its replicas at one pipeline position."""
+
+    info: dict
+    """Per distinct replica: (StageTime, peak bytes, memory terms, capacity, $/s)."""
+    dp_sync_s: float
+    optimizer_s: float
+    peak_bytes: int
+    fits: bool
+    usd_per_s: float
+    dp_egress_usd: float
 
 
 def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estimate:
-    """Compose the components; every per-replica quantity is computed once per distinct
-    replica of a stage (and cached across plans), so a plan costs O(stages x distinct
-    replicas) dictionary lookups, not a loop over layers."""
+    """Compose the components. Per-stage summaries are cached per (layer range, position,
+    replicas) and per-replica results per (layer range, position, replica), so a plan costs
+    O(stages + pipelines) dictionary lookups and never loops over layers."""
     stages = plan.stages
     p, d = len(stages), len(stages[0].replicas)
     jk = (job.model.name, job.dtype, job.sequence_length, job.optimizer)
-    cache = sim._replica_cache
-    per_stage = []  # per stage: {replica: (StageTime, peak, terms, capacity, $/s per replica)}
+    stage_cache = sim._stage_summaries.get(jk)
+    if stage_cache is None:
+        stage_cache = sim._stage_summaries[jk] = {}
+    summaries = []
     for i, s in enumerate(stages):
-        info = {}
-        for r in s.replicas:
-            if r in info:
-                continue
-            key = (jk, s.first_layer, s.last_layer, i, p, d > 1, r)
-            hit = cache.get(key)
-            if hit is None:
-                hit = cache[key] = _replica_info(sim, job, s, r, i, p, d)
-            info[r] = hit
-        per_stage.append(info)
-    pipes: dict[tuple, object] = {}
+        key = (s.first_layer, s.last_layer, i, p, s.replicas)
+        summary = stage_cache.get(key)
+        if summary is None:
+            summary = stage_cache[key] = _stage_summary(sim, job, s, i, p)
+        summaries.append(summary)
+    # Pipelines: replica j of every stage; identical pipelines are evaluated once.
+    best = None
+    seen = set()
     for j in range(d):
         reps = tuple(s.replicas[j] for s in stages)
-        if reps not in pipes:
-            pipes[reps] = _pipeline(sim, job, plan, reps, per_stage)
-    crit = max(pipes.values(), key=lambda x: x[0].total_s)
-    pipe, crit_times, crit_p2p = crit
-    tail, opt = 0.0, 0.0
-    lead = 0.0
-    for i, s in enumerate(stages):
-        sync = sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas)
-        stage_opt = max(v[0].optimizer_s for v in per_stage[i].values())
-        if i == 0 or sync + stage_opt - lead > tail:
-            tail, opt = sync + stage_opt - lead, stage_opt
+        if reps in seen:
+            continue
+        seen.add(reps)
+        times = [summaries[i].info[r][0] for i, r in enumerate(reps)]
+        p2p = [sim.p2p_time(job, stages[i].last_layer, reps[i], reps[i + 1]) for i in range(p - 1)]
+        total = timing.pipeline_total(times, p2p, reps[0].num_microbatches)
+        if best is None or total > best[0]:
+            best = (total, times, p2p, reps[0].num_microbatches)
+    _, crit_times, crit_p2p, crit_m = best
+    pipe = timing.pipeline_time(crit_times, crit_p2p, crit_m)
+    tail, opt, lead = 0.0, 0.0, 0.0
+    for i, sm in enumerate(summaries):
+        exposed = sm.dp_sync_s + sm.optimizer_s - lead
+        if i == 0 or exposed > tail:
+            tail, opt = exposed, sm.optimizer_s
         if i < p - 1:
             lead += crit_times[i].backward_s + crit_p2p[i]
     tail = max(tail, 0.0)
@@ -328,43 +354,28 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     breakdown["optimizer"] = min(opt, tail)
     breakdown["dp_sync"] = tail - breakdown["optimizer"]
     iteration = pipe.total_s + tail
-    peak, fits, usd_per_s = 0, True, 0.0
-    for i, s in enumerate(stages):
-        info = per_stage[i]
-        for r in s.replicas:
-            v = info[r]
-            usd_per_s += v[4]
-        for v in info.values():
-            peak = max(peak, v[1])
-            fits = fits and v[1] <= v[3]
-    egress = sim.egress_per_iteration(job, plan)
+    usd_per_s = sum(sm.usd_per_s for sm in summaries)
+    egress = sum(sm.dp_egress_usd for sm in summaries) + sim.p2p_egress(job, plan)
     cost_iter = usd_per_s * iteration + egress
     if tokens is not None and iterations is None:
         iterations = tokens / (job.global_batch_size * job.sequence_length)
-    sources = tuple(sorted({v[0].source for info in per_stage for v in info.values()}))
+    sources = tuple(sorted({v[0].source for sm in summaries for v in sm.info.values()}))
 
     def memory() -> list[ReplicaMemory]:
-        return [
-            ReplicaMemory(
-                i,
-                j,
-                r.gpu_type,
-                r.zone,
-                per_stage[i][r][1],
-                per_stage[i][r][3],
-                per_stage[i][r][1] <= per_stage[i][r][3],
-                per_stage[i][r][2],
-            )
-            for i, s in enumerate(stages)
-            for j, r in enumerate(s.replicas)
-        ]
+        out = []
+        for i, s in enumerate(stages):
+            info = summaries[i].info
+            for j, r in enumerate(s.replicas):
+                _, peak, terms, cap, _ = info[r]
+                out.append(ReplicaMemory(i, j, r.gpu_type, r.zone, peak, cap, peak <= cap, terms))
+        return out
 
     return Estimate(
         iteration_time_s=iteration,
         throughput_iters_per_s=1.0 / iteration,
         samples_per_s=job.global_batch_size / iteration,
-        peak_memory_bytes=peak,
-        fits=fits,
+        peak_memory_bytes=max(sm.peak_bytes for sm in summaries),
+        fits=all(sm.fits for sm in summaries),
         cost_per_iteration_usd=cost_iter,
         cost_per_hour_usd=cost_iter * 3600.0 / iteration,
         time_breakdown_s=breakdown,
@@ -372,6 +383,33 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         memory_source=memory,
         sources=sources,
         run_iterations=iterations,
+    )
+
+
+def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
+    d = len(s.replicas)
+    jk = (job.model.name, job.dtype, job.sequence_length, job.optimizer)
+    cache = sim._replica_cache
+    info: dict = {}
+    usd = 0.0
+    for r in s.replicas:
+        v = info.get(r)
+        if v is None:
+            key = (jk, s.first_layer, s.last_layer, i, p, d > 1, r)
+            v = cache.get(key)
+            if v is None:
+                v = cache[key] = _replica_info(sim, job, s, r, i, p, d)
+            info[r] = v
+        usd += v[4]
+    grad_bytes = GRAD_BYTES[job.dtype] * sim.unsharded_params(job, s.first_layer, s.last_layer)
+    return StageSummary(
+        info,
+        sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas),
+        max(v[0].optimizer_s for v in info.values()),
+        max(v[1] for v in info.values()),
+        all(v[1] <= v[3] for v in info.values()),
+        usd,
+        timing.dp_egress_usd(sim.network, s.replicas, grad_bytes),
     )
 
 
@@ -392,12 +430,3 @@ def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: in
     gpu = get_gpu(r.gpu_type)
     usd_per_s = r.tp * price_per_gpu_hour(gpu.name, r.zone) / 3600.0
     return (st, peak, terms, gpu.memory_bytes, usd_per_s)
-
-
-def _pipeline(sim: Simulator, job: Job, plan: Plan, reps: tuple, per_stage: list) -> tuple:
-    stages = plan.stages
-    times = [per_stage[i][r][0] for i, r in enumerate(reps)]
-    p2p = [
-        sim.p2p_time(job, stages[i].last_layer, reps[i], reps[i + 1]) for i in range(len(reps) - 1)
-    ]
-    return (timing.pipeline_time(times, p2p, reps[0].num_microbatches), times, p2p)

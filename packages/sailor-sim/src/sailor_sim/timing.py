@@ -72,6 +72,19 @@ The original Sailor runs (Megatron-DeepSpeed) send the full tensor from every TP
 pipelined GH200 runs show one full-tensor transfer per pair, not a 1/tp share."""
 
 
+def pipeline_total(stage_times, p2p: list[float], num_microbatches: int) -> float:
+    """``pipeline_time(...).total_s`` without the breakdown (the per-pipeline fast path)."""
+    n = len(stage_times)
+    total, worst = 0.0, 0.0
+    for i, t in enumerate(stage_times):
+        c = t.forward_s + t.backward_s + t.tp_comm_s + MICROBATCH_OVERHEAD_S
+        total += c
+        send = (p2p[i] if i < n - 1 else 0.0) + (p2p[i - 1] if i > 0 else 0.0)
+        if c + 2.0 * send > worst:
+            worst = c + 2.0 * send
+    return (num_microbatches - 1) * worst + total + 2.0 * sum(p2p)
+
+
 def p2p_transfer_time(link: LinkCurve, nbytes: int, pairs: int) -> float:
     """Each of ``pairs`` concurrent GPU pairs moves ``nbytes`` (or ``nbytes / pairs`` with
     scatter-gather); the link's curve is the aggregate over the pairs."""
@@ -145,6 +158,21 @@ def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) 
     return calls * one
 
 
+def dp_egress_usd(network: NetworkModel, replicas, grad_bytes_unsharded: float) -> float:
+    """$ per iteration for the data-parallel ring's cross-zone edges (2(n-1)/n of the
+    gradients cross every edge)."""
+    n = len(replicas)
+    if n < 2 or len({r.zone for r in replicas}) < 2:
+        return 0.0
+    ring = sorted(replicas, key=lambda r: (r.zone, r.gpu_type, r.tp))
+    total = 0.0
+    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+        if a.zone != b.zone:
+            rate = network.egress_per_gb(a.zone, b.zone)
+            total += 2.0 * (n - 1) / n * grad_bytes_unsharded / 1e9 * rate
+    return total
+
+
 def egress_usd(network: NetworkModel, job, plan, unsharded_params=None) -> float:
     """$ per iteration for bytes leaving a zone: p2p activations and gradients between stages,
     and the data-parallel ring's cross-zone edges."""
@@ -161,26 +189,20 @@ def egress_usd(network: NetworkModel, job, plan, unsharded_params=None) -> float
                 )
                 total += nbytes / 1e9 * network.egress_per_gb(a.zone, b.zone)
     for s in plan.stages:
-        n = len(s.replicas)
-        if n < 2 or len({r.zone for r in s.replicas}) < 2:
-            continue
         if unsharded_params is not None:
             params = unsharded_params(s.first_layer, s.last_layer)
         else:
             params = sum(model.params(i) for i in s.layer_ids)
-        grad = GRAD_BYTES[job.dtype] * params
-        ring = sorted(s.replicas, key=lambda r: (r.zone, r.gpu_type, r.tp))
-        for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-            if a.zone != b.zone:
-                rate = network.egress_per_gb(a.zone, b.zone)
-                total += 2.0 * (n - 1) / n * grad / 1e9 * rate
+        total += dp_egress_usd(network, s.replicas, GRAD_BYTES[job.dtype] * params)
     return total
 
 
 __all__ = [
     "PipelineTime",
     "allreduce_time",
+    "dp_egress_usd",
     "egress_usd",
+    "pipeline_total",
     "p2p_transfer_time",
     "pipeline_time",
     "relationship",
