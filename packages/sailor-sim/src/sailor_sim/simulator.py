@@ -300,8 +300,12 @@ class Simulator:
 class StageSummary:
     """Everything ``estimate`` needs from one stage with its replicas at one pipeline position."""
 
-    info: dict
+    distinct: tuple[Replica, ...]
+    """The stage's distinct replicas (first occurrences)."""
+    distinct_info: tuple[tuple, ...]
     """Per distinct replica: (StageTime, peak bytes, memory terms, capacity, $/s)."""
+    pos_ids: tuple[int, ...]
+    """For each replica position j, the index of its distinct replica."""
     dp_sync_s: float
     optimizer_s: float
     peak_bytes: int
@@ -327,15 +331,18 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         if summary is None:
             summary = stage_cache[key] = _stage_summary(sim, job, s, i, p)
         summaries.append(summary)
-    # Pipelines: replica j of every stage; identical pipelines are evaluated once.
+    # Pipelines: replica j of every stage; identical pipelines are evaluated once. Replicas
+    # are compared through the summaries' distinct-replica indices (ints), not field by field.
     best = None
     seen = set()
+    ids_by_stage = [sm.pos_ids for sm in summaries]
     for j in range(d):
-        reps = tuple(s.replicas[j] for s in stages)
-        if reps in seen:
+        ids = tuple([ids[j] for ids in ids_by_stage])
+        if ids in seen:
             continue
-        seen.add(reps)
-        times = [summaries[i].info[r][0] for i, r in enumerate(reps)]
+        seen.add(ids)
+        reps = [sm.distinct[k] for sm, k in zip(summaries, ids, strict=True)]
+        times = [sm.distinct_info[k][0] for sm, k in zip(summaries, ids, strict=True)]
         p2p = [sim.p2p_time(job, stages[i].last_layer, reps[i], reps[i + 1]) for i in range(p - 1)]
         total = timing.pipeline_total(times, p2p, reps[0].num_microbatches)
         if best is None or total > best[0]:
@@ -359,14 +366,14 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     cost_iter = usd_per_s * iteration + egress
     if tokens is not None and iterations is None:
         iterations = tokens / (job.global_batch_size * job.sequence_length)
-    sources = tuple(sorted({v[0].source for sm in summaries for v in sm.info.values()}))
+    sources = tuple(sorted({v[0].source for sm in summaries for v in sm.distinct_info}))
 
     def memory() -> list[ReplicaMemory]:
         out = []
         for i, s in enumerate(stages):
-            info = summaries[i].info
+            sm = summaries[i]
             for j, r in enumerate(s.replicas):
-                _, peak, terms, cap, _ = info[r]
+                _, peak, terms, cap, _ = sm.distinct_info[sm.pos_ids[j]]
                 out.append(ReplicaMemory(i, j, r.gpu_type, r.zone, peak, cap, peak <= cap, terms))
         return out
 
@@ -390,24 +397,30 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
     d = len(s.replicas)
     jk = (job.model.name, job.dtype, job.sequence_length, job.optimizer)
     cache = sim._replica_cache
-    info: dict = {}
+    index: dict = {}
+    distinct, infos, pos_ids = [], [], []
     usd = 0.0
     for r in s.replicas:
-        v = info.get(r)
-        if v is None:
+        k = index.get(r)
+        if k is None:
             key = (jk, s.first_layer, s.last_layer, i, p, d > 1, r)
             v = cache.get(key)
             if v is None:
                 v = cache[key] = _replica_info(sim, job, s, r, i, p, d)
-            info[r] = v
-        usd += v[4]
+            k = index[r] = len(distinct)
+            distinct.append(r)
+            infos.append(v)
+        pos_ids.append(k)
+        usd += infos[k][4]
     grad_bytes = GRAD_BYTES[job.dtype] * sim.unsharded_params(job, s.first_layer, s.last_layer)
     return StageSummary(
-        info,
+        tuple(distinct),
+        tuple(infos),
+        tuple(pos_ids),
         sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas),
-        max(v[0].optimizer_s for v in info.values()),
-        max(v[1] for v in info.values()),
-        all(v[1] <= v[3] for v in info.values()),
+        max(v[0].optimizer_s for v in infos),
+        max(v[1] for v in infos),
+        all(v[1] <= v[3] for v in infos),
         usd,
         timing.dp_egress_usd(sim.network, s.replicas, grad_bytes),
     )
