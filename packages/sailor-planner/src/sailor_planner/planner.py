@@ -54,12 +54,17 @@ class Planner:
         pareto = self._pareto(job, found, options, stats)
         stats.elapsed_s = time.perf_counter() - start
         if not ranked:
-            why = "no plan fits in memory" if not found.scored else "no plan meets the constraints"
+            c = options.constraints
+            constrained = any(
+                v is not None
+                for v in (c.max_cost_per_iteration, c.max_cost_per_hour, c.min_throughput)
+            )
+            why = "no plan meets the constraints" if constrained else "no plan fits in memory"
             raise NoFeasiblePlanError(
                 f"{why} on {inventory.total_gpus} GPUs "
                 f"({', '.join(f'{p.count}x {p.gpu_type}@{p.zone}' for p in inventory.pools)}); "
                 "add GPUs, relax the constraints, or lower the global batch size",
-                field="inventory" if not found.scored else "constraints",
+                field="constraints" if constrained else "inventory",
             )
         return PlanResult(tuple(ranked), tuple(pareto), stats.elapsed_s, search.partial, stats)
 

@@ -39,6 +39,13 @@ EXACT_ALLOCATIONS = 256
 """Enumerate every pipelines-per-class vector while there are at most this many."""
 KEEP_MARGIN = 2
 """Candidates kept exact beyond top_k, in case the simulator finds one of them out of memory."""
+SMALL_INSTANCE = 32
+"""Inventories of at most this many GPUs are searched with the exact options below on (every
+per-stage TP vector, every layer split while few, every mix of configurations)."""
+TP_VECTORS = 27
+"""Per-stage TP vectors enumerated exactly up to this many per (type, depth)."""
+MIX_EXACT = 256
+"""Mix every single-type configuration of the types while the combinations are this few."""
 MIX_TOP = {2: 2, 3: 1, 4: 1}
 """Single-type configurations per GPU type combined into mixed shapes, by number of types."""
 
@@ -104,6 +111,7 @@ class Search:
         self.ref_zone = {g: next(z for (t, z) in sorted(self.free) if t == g) for g in self.types}
         self.total = sum(self.free.values())
         self._bound_zone = min(z for (_, z) in self.free)
+        self.small = self.total <= SMALL_INSTANCE
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Found:
@@ -118,7 +126,7 @@ class Search:
             if self._late():
                 break
             singles = {g: self._single_shapes(g, p) for g in self.types}
-            shapes = [s for g in self.types for s, _, _ in singles[g]]
+            shapes = [x[0] for g in self.types for x in singles[g]]
             shapes += self._mixed_shapes(p, singles)
             for shape in shapes:
                 lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
@@ -155,9 +163,10 @@ class Search:
         """A bound over every allocation of a (shape, layout), or None if none can meet the
         constraints. Throughput: all pipelines at once, the cheapest all-reduce (two replicas).
         Cost: one pipeline per class, each sample at its class's cheapest rate."""
-        full = self._bounds(shape, lbs, max_d, sync_replicas=2)
-        lo = [1] * len(max_d) if len(max_d) > 1 else [1]
-        least = self._bounds(shape, lbs, lo, sync_replicas=2)
+        # One class may run a single pipeline (no all-reduce); mixed shapes have one per class.
+        fewest = 1 if len(max_d) == 1 else 2
+        full = self._bounds(shape, lbs, max_d, sync_replicas=fewest)
+        least = self._bounds(shape, lbs, [1] * len(max_d), sync_replicas=fewest)
         c = self.opt.constraints
         if c.min_throughput is not None and full[0] * (1 + 1e-9) < c.min_throughput:
             return None
@@ -198,23 +207,35 @@ class Search:
         self.memo.tables[key] = tab
         return tab
 
-    def _single_shapes(self, g: str, p: int) -> list[tuple[Shape, float, float]]:
-        """(shape, samples/s per GPU, bottleneck) of type g alone at depth p, best first."""
+    def _tp_specs(self, g: str, p: int) -> list:
+        """Base TP degrees (raised per stage where memory needs it), plus every per-stage TP
+        vector while there are at most TP_VECTORS of them (exact when affordable)."""
+        degrees = self.cv.tp_of(g)
+        specs: list = list(degrees)
+        if self.small and 1 < len(degrees) and len(degrees) ** p <= TP_VECTORS and p > 1:
+            specs += [v for v in itertools.product(degrees, repeat=p) if len(set(v)) > 1]
+        return specs
+
+    def _single_shapes(self, g: str, p: int) -> list[tuple]:
+        """(shape, samples/s per GPU, bottleneck, TP spec) of type g alone at depth p, best
+        first."""
         out = []
         for m in self.opt.microbatch_sizes:
             if m > self.job.global_batch_size:
                 continue
-            for t in self.cv.tp_of(g):
-                if p * t > self.total:
+            for t in self._tp_specs(g, p):
+                if (sum(t) if isinstance(t, tuple) else p * t) > self.total:
                     continue
                 tab = self._tables(g, p, m, t)
                 if tab is None:
                     self.stats.pruned += 1
                     continue
-                key = (g, p, m, t, self.ref_zone[g], self.opt.exact_partition_limit)
+                key = (g, p, m, t, self.ref_zone[g], self.opt.exact_partition_limit, self.small)
                 splits = self.memo.splits.get(key)
                 if splits is None:
-                    splits = single_type_splits(tab, p, self.opt.exact_partition_limit, self.cv.n)
+                    splits = single_type_splits(
+                        tab, p, self.opt.exact_partition_limit, self.cv.n, self.small
+                    )
                     self.memo.splits[key] = splits
                 else:
                     self.stats.memo_hits += 1
@@ -223,7 +244,7 @@ class Search:
                     if cls is None:
                         continue
                     neck = bottleneck(tab, bounds)
-                    out.append((Shape(bounds, (cls,)), m / (neck * cls.gpus), neck))
+                    out.append((Shape(bounds, (cls,)), m / (neck * cls.gpus), neck, t))
         out.sort(key=lambda x: -x[1])
         return out
 
@@ -234,13 +255,15 @@ class Search:
             for combo in itertools.combinations(types, size):
                 if not any(all(_has(self.free, g, grp) for g in combo) for grp in self.groups):
                     continue
-                picks = [_distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
+                picks = [_distinct_configs(singles[g], None) for g in combo]
+                if not self.small or math.prod(len(x) for x in picks) > MIX_EXACT:
+                    picks = [_distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
                 for choice in itertools.product(*picks):
                     shapes.extend(self._joint(p, combo, choice))
         return shapes
 
     def _joint(self, p: int, combo, choice) -> list[Shape]:
-        key = (p, combo, choice, self.opt.exact_partition_limit)
+        key = (p, combo, choice, self.opt.exact_partition_limit, self.small)
         hit = self.memo.joint.get(key)
         if hit is not None:
             self.stats.memo_hits += 1
@@ -250,7 +273,10 @@ class Search:
             members.append((self._tables(g, p, m, t), ref, g, m))
         out = []
         for bounds in joint_splits(
-            [(tab, ref) for tab, ref, _, _ in members], p, self.opt.exact_partition_limit
+            [(tab, ref) for tab, ref, _, _ in members],
+            p,
+            self.opt.exact_partition_limit,
+            self.small,
         ):
             classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
             if all(c is not None for c in classes):
@@ -454,16 +480,15 @@ def _ladder(top: int, lo: int) -> list[int]:
     return sorted(out)
 
 
-def _distinct_configs(singles, k: int) -> list[tuple[int, int, float]]:
-    """The k best (mbs, base TP) of one type with their bottleneck, for joint splits."""
+def _distinct_configs(singles, k: int | None) -> list[tuple]:
+    """The k best (mbs, TP spec) of one type (all when k is None) with their bottleneck."""
     out, seen = [], set()
-    for shape, _rate, neck in singles:
-        cls = shape.classes[0]
-        key = (cls.mbs, min(cls.tps))
+    for shape, _rate, neck, spec in singles:
+        key = (shape.classes[0].mbs, spec)
         if key in seen:
             continue
         seen.add(key)
-        out.append((cls.mbs, min(cls.tps), neck))
+        out.append((key[0], spec, neck))
         if len(out) == k:
             break
     return out

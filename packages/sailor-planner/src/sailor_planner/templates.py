@@ -56,19 +56,28 @@ class StageTables:
     tp: tuple[np.ndarray, ...]
 
 
-def stage_tables(cv: CostView, g: str, p: int, m: int, t: int, zone: str) -> StageTables | None:
-    """None when some position cannot hold even one layer id at any TP >= t (early stop)."""
+def stage_tables(
+    cv: CostView, g: str, p: int, m: int, t: int | tuple[int, ...], zone: str
+) -> StageTables | None:
+    """None when some position cannot hold even one layer id (early stop).
+
+    ``t`` is a base TP degree (each stage takes the smallest degree >= t that fits) or a
+    tuple with exactly one degree per stage.
+    """
     job = cv.job
     mm = max(1, job.global_batch_size // m)
-    degrees = [d for d in cv.tp_of(g) if d >= t]
+    if isinstance(t, tuple):
+        per_stage = [[d] for d in t]
+    else:
+        per_stage = [[d for d in cv.tp_of(g) if d >= t]] * p
     cap = cv.capacity(g)
     costs, tps = [], []
-    p2p = _p2p_same_zone(cv, g, m, degrees, zone)
+    p2p = _p2p_same_zone(cv, g, m, sorted({d for ds in per_stage for d in ds}), zone)
     for i in range(p):
         best = np.full((cv.n, cv.n), INF)
         choice = np.zeros((cv.n, cv.n), dtype=np.int64)
         neighbours = (i > 0) + (i < p - 1)
-        for d in degrees:
+        for d in per_stage[i]:
             peak = cv.peak_matrix(g, m, d, i, p, mm, True)
             time = cv.time_matrix(g, m, d) + p2p[d] * neighbours
             take = (peak <= cap) & ~np.isfinite(best)
@@ -117,9 +126,11 @@ def bottleneck(tables: StageTables, bounds: Bounds) -> float:
     return max(tables.cost[i][a, b] for i, (a, b) in enumerate(bounds))
 
 
-def single_type_splits(tables: StageTables, p: int, exact_limit: int, n: int) -> list[Bounds]:
+def single_type_splits(
+    tables: StageTables, p: int, exact_limit: int, n: int, keep_all: bool = False
+) -> list[Bounds]:
     """Best splits for one class, plus the even split (what a homogeneous planner uses)."""
-    splits = best_splits(by_position(tables, p), p, exact_limit)
+    splits = best_splits(by_position(tables, p), p, exact_limit, keep_all)
     even = even_bounds(n, p) if p <= n else None
     if even is not None and even not in splits and math.isfinite(bottleneck(tables, even)):
         splits.append(even)
@@ -127,11 +138,11 @@ def single_type_splits(tables: StageTables, p: int, exact_limit: int, n: int) ->
 
 
 def joint_splits(
-    members: list[tuple[StageTables, float]], p: int, exact_limit: int
+    members: list[tuple[StageTables, float]], p: int, exact_limit: int, keep_all: bool = False
 ) -> list[Bounds]:
     """Splits for several classes at once: each class's stage cost is normalised by its own best
     bottleneck, and the split minimises the largest normalised stage (balanced for every type)."""
     costs = [None] * (p + 1)
     for i in range(p):
         costs[p - i] = np.max(np.stack([tab.cost[i] / ref for tab, ref in members]), axis=0)
-    return best_splits(costs, p, exact_limit)
+    return best_splits(costs, p, exact_limit, keep_all)
