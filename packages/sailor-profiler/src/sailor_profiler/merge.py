@@ -10,15 +10,22 @@ Per key (model, GPU type, dtype, sequence length, microbatch size, TP), the winn
 
 The winner's record gains ``provenance.merged_from`` (its input folder). A folder that is
 missing, not a profile folder, or holds a corrupt file raises ``ProfileFolderError``.
+
+Network profiles (``links.json``) are merged per link (src, dst) and per intra-node
+(GPU type, count) with the same source order, later folders winning ties.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from sailor_sim.errors import SailorSimError
+from sailor_sim.network import load_network_file
 from sailor_sim.profiles import ProfileStore
 
-from .store import ProfileFolder, Record, entry_key, read_folder, write_folder
+from .errors import ProfileFolderError
+from .store import NETWORK_FILE, ProfileFolder, Record, entry_key, read_folder, write_folder
 
 _SOURCE_ORDER = ("measured", "imported", "interpolated", "analytic")
 
@@ -55,7 +62,38 @@ def merge_folders(paths: list[str | Path]) -> ProfileFolder:
     return ProfileFolder(store, {key: rec for key, (_, rec, _) in best.items()})
 
 
+def merge_networks(paths: list[str | Path]) -> dict | None:
+    """The merged ``sailor-network/1`` document, or None when no folder has one."""
+    links: dict[str, tuple[int, dict]] = {}
+    intra: dict[str, tuple[int, dict]] = {}
+    found = False
+    for path in paths:
+        file = Path(path) / NETWORK_FILE
+        if not file.exists():
+            continue
+        found = True
+        try:
+            load_network_file(file)  # validates
+            doc = json.loads(file.read_text())
+        except (SailorSimError, ValueError) as exc:
+            raise ProfileFolderError(f"{file} is corrupt: {exc}", field="network") from None
+        for table, items, key_fields in ((links, doc.get("links", []), ("src", "dst")),
+                                         (intra, doc.get("intra_node", []), ("gpu_type", "count"))):
+            for item in items:
+                key = json.dumps([item[k] for k in key_fields], sort_keys=True)
+                rank = -source_rank(str(item.get("source", "")))
+                if key not in table or rank >= table[key][0]:
+                    table[key] = (rank, item)
+    if not found:
+        return None
+    return {"format": "sailor-network/1", "links": [v for _, v in links.values()],
+            "intra_node": [v for _, v in intra.values()]}
+
+
 def merge(paths: list[str | Path], out: str | Path) -> ProfileFolder:
     merged = merge_folders(paths)
+    network = merge_networks(paths)
     write_folder(merged, out)
+    if network is not None:
+        (Path(out) / NETWORK_FILE).write_text(json.dumps(network, indent=1))
     return merged

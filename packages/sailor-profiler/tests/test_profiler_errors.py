@@ -1,0 +1,75 @@
+"""Bad input: one line on stderr starting with 'error:' and exit status 2."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from sailor_profiler.cli import app
+
+
+def run(args):
+    return CliRunner().invoke(app, args)
+
+
+def assert_one_line_error(result, *needles):
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def compute(tmp_path, *extra):
+    return run(["compute", "--model", "tiny-gpt", "--out", str(tmp_path / "o"), *extra])
+
+
+def test_unknown_model(tmp_path):
+    result = run(["compute", "--model", "gpt-17", "--out", str(tmp_path / "o")])
+    assert_one_line_error(result, "model", "gpt-17")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_cuda_on_a_machine_without_gpu(tmp_path):
+    assert_one_line_error(compute(tmp_path, "--device", "cuda"), "device", "no CUDA")
+    assert_one_line_error(compute(tmp_path, "--device", "cuda:7"), "device")
+    assert_one_line_error(run(["network", "--device", "cuda", "--out", str(tmp_path)]), "device")
+
+
+def test_nonexistent_device_index(tmp_path):
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert_one_line_error(compute(tmp_path, "--device", f"cuda:{count + 7}"), "device")
+    assert_one_line_error(compute(tmp_path, "--device", "tpu"), "device")
+
+
+def test_tp_larger_than_the_devices(tmp_path):
+    assert_one_line_error(compute(tmp_path, "--tp", "16"), "tp", "16")  # CPU limit: 8
+    assert_one_line_error(compute(tmp_path, "--tp", "3"), "tp", "does not divide")
+
+
+def test_bad_sweep_values(tmp_path):
+    assert_one_line_error(compute(tmp_path, "--mbs", "1,x"), "mbs")
+    assert_one_line_error(compute(tmp_path, "--mbs", "0"), "mbs")
+    assert_one_line_error(compute(tmp_path, "--dtype", "fp8"), "dtype")
+    assert_one_line_error(compute(tmp_path, "--seq", "4096"), "seq")
+    assert_one_line_error(run(["network", "--max-bytes", "lots", "--out", str(tmp_path)]),
+                          "max_bytes")
+    assert_one_line_error(run(["network", "--procs", "1", "--out", str(tmp_path)]), "procs")
+
+
+def test_corrupt_profile_folder_to_merge(tmp_path):
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "x.json").write_text('{"format": "sailor-profile/1", "model": "tiny-gpt", "gpu')
+    assert_one_line_error(run(["merge", str(good), "--out", str(tmp_path / "m")]), "profile")
+    assert_one_line_error(run(["merge", str(tmp_path / "missing"), "--out", str(tmp_path / "m")]),
+                          "not a folder")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_one_line_error(run(["merge", str(empty), "--out", str(tmp_path / "m")]), "no profile")
+
+
+def test_import_from_a_folder_that_is_not_a_sailor_checkout(tmp_path):
+    result = run(["import-sailor", "--sailor-root", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert_one_line_error(result, "sailor_root")

@@ -1,0 +1,70 @@
+"""Network profiling: the alpha-beta fit, and a real 2-process gloo profile that the simulator
+loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sailor_profiler.cli import app
+from sailor_profiler.netfit import fit_latency_bandwidth
+from sailor_profiler.network import message_sizes
+from sailor_sim.network import Endpoint, load_network_file
+from sailor_sim.simulator import Simulator
+
+
+def test_fit_recovers_latency_and_bandwidth():
+    sizes = [2**k for k in range(16, 31)]
+    times = [50e-6 + m / 10e9 for m in sizes]
+    fit = fit_latency_bandwidth(sizes, times)
+    assert fit.latency_s == pytest.approx(50e-6, rel=1e-6)
+    assert fit.bandwidth_Bps == pytest.approx(10e9, rel=1e-6)
+    assert fit.rel_rmse < 1e-9
+
+
+def test_fit_stays_physical_when_the_line_crosses_zero():
+    # Small messages faster than a straight line through the big ones: intercept < 0.
+    sizes = [1e5, 1e6, 1e7, 1e8]
+    times = [1e-6, 5e-5, 1e-3, 1e-2]
+    fit = fit_latency_bandwidth(sizes, times)
+    assert fit.latency_s == 0.0 and fit.bandwidth_Bps > 0
+    for m in (1.0, 1e3, 1e12):  # far outside the measured range
+        assert fit.time_s(m) > 0
+        assert fit.effective_bandwidth(m) <= fit.bandwidth_Bps
+
+
+def test_fit_handles_times_that_do_not_grow():
+    fit = fit_latency_bandwidth([1e5, 1e6, 1e7], [3e-3, 2e-3, 2.5e-3])
+    assert fit.latency_s >= 0 and fit.bandwidth_Bps > 0
+    assert fit.time_s(2e7) > fit.time_s(1e7)
+
+
+def test_message_sizes_span_64k_to_1g():
+    sizes = message_sizes(64 * 1024, 1024**3)
+    assert sizes[0] == 65536 and sizes[-1] == 1024**3 and len(sizes) == 15
+
+
+def test_two_gloo_processes_produce_a_profile_the_simulator_loads(tmp_path):
+    out = tmp_path / "net"
+    result = CliRunner().invoke(app, [
+        "network", "--procs", "2", "--max-bytes", "512K", "--reps", "3", "--warmup", "1",
+        "--out", str(out), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert set(summary["fits"]) == {"p2p", "allreduce"}
+    network = load_network_file(out / "links.json")
+    link = network.link(Endpoint("local", "CPU", 1), Endpoint("local", "CPU", 1))
+    assert link.source.startswith("measured")
+    assert link.latency_s >= 0 and link.max_bandwidth > 0
+    times = [link.time(m) for m in (1, 64e3, 1e6, 1e9, 1e12)]
+    assert all(t > 0 for t in times) and times == sorted(times)
+    intra = network.intra_node("CPU", 2)
+    assert intra.source.startswith("measured") and intra.max_bandwidth > 0
+    sim = Simulator.from_profile_dir(out)  # links.json alone is a valid profile folder
+    assert sim.network.link(Endpoint("local", "CPU", 1), Endpoint("local", "CPU", 1)) == link
+    side = out / "profiler"
+    for name in ("network.parquet", "network.csv", "network.png", "network.json"):
+        assert (side / name).stat().st_size > 0, name
