@@ -50,17 +50,20 @@ def main() -> int:
     for plan in make_plans(job, 2000, seed=1):  # warm-up on other plans: profile tables
         sim.estimate(job, plan)
     plans = make_plans(job, 20000, seed=2)  # each evaluated once: no per-plan cache hits
-    rounds, start = 0, time.perf_counter()
+    # CPU time of this process: on a shared machine wall time also counts the time other
+    # processes hold the core; one core's rate is evaluations per CPU-second.
+    rounds, start, wall = 0, time.process_time(), time.perf_counter()
     for plan in plans:
         sim.estimate(job, plan)
         rounds += 1
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
+    wall = time.perf_counter() - wall
     rate = rounds / elapsed
     print("| what | value |")
     print("|---|---|")
     print("| plans | OPT-350M, 4 stages x 8 replicas, A100-40/V100-16 in 2 zones, tp 1-4 |")
     print(f"| distinct plans | {len(set(plans))}, each evaluated once |")
-    print(f"| evaluations | {rounds} in {elapsed:.2f} s |")
+    print(f"| evaluations | {rounds} in {elapsed:.2f} CPU s ({wall:.2f} s wall) |")
     print(f"| evaluations / s (one core) | {rate:,.0f} (target >= {TARGET_PER_S:,}) |")
     print(f"| per evaluation | {1e6 / rate:.1f} us |")
     return 0 if rate >= TARGET_PER_S else 1

@@ -90,6 +90,9 @@ class Stage:
             )
         if not self.replicas:
             raise ValidationError("a stage needs at least one replica", field="replicas")
+        # Plain-tuple signature of the replicas: hashed and compared in C by the simulator's
+        # caches (the dataclass __hash__/__eq__ are Python calls).
+        object.__setattr__(self, "_rkeys", tuple(r._key for r in self.replicas))
 
     @property
     def layer_ids(self) -> range:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import timing
+from .errors import PlanError
 from .estimate import Estimate, ReplicaMemory
 from .gpus import get_gpu
 from .job import Job
@@ -64,7 +65,6 @@ class Simulator:
         self._ring_cache: dict[tuple, list] = {}
         self._param_prefix: dict[str, list[int]] = {}
         self._stage_summaries: dict[tuple, dict] = {}
-        self._checked: set[tuple] = set()
 
     @classmethod
     def from_sailor_root(cls, root: str | Path) -> Simulator:
@@ -206,7 +206,7 @@ class Simulator:
         scatter-gather), so min(tp) pairs each move the whole tensor in parallel."""
         # Every boundary but the head's sends the same (b, s, h) tensor, so the layer id does
         # not enter the key (the head never sends).
-        key = (job.model.name, job.dtype, job.sequence_length, src, dst)
+        key = (job.model.name, job.dtype, job.sequence_length, src._key, dst._key)
         hit = self._p2p_cache.get(key)
         if hit is None:
             nbytes = job.model.activation_out_bytes(
@@ -224,12 +224,13 @@ class Simulator:
         if len(replicas) < 2:
             return 0.0
         grad_bytes = GRAD_BYTES[job.dtype] * self.unsharded_params(job, first, last)
-        key = (grad_bytes, replicas)
+        rkeys = tuple(r._key for r in replicas)
+        key = (grad_bytes, rkeys)
         hit = self._dp_cache.get(key)
         if hit is None:
-            edges = self._ring_cache.get(replicas)
+            edges = self._ring_cache.get(rkeys)
             if edges is None:
-                edges = self._ring_cache[replicas] = timing.ring_edges(self.network, replicas)
+                edges = self._ring_cache[rkeys] = timing.ring_edges(self.network, replicas)
             n = len(replicas)
             hit = self._dp_cache[key] = max(
                 timing.allreduce_time(link, grad_bytes, n, pairs, eff) for link, pairs, eff in edges
@@ -255,22 +256,16 @@ class Simulator:
         return _estimate(self, job, plan, iterations, tokens)
 
     def check(self, job: Job, plan: Plan) -> None:
-        """``plan.check(job)``, with per-replica verdicts cached (the planner's inner loop)."""
-        ok = self._checked
-        model = job.model
-        if plan.stages[-1].last_layer != model.head_layer_id:
+        """``plan.check(job)`` in O(stages): coverage and the global batch here; each distinct
+        replica's TP degree and dtype support when its numbers are first computed
+        (``_replica_info``), so cached replicas are not re-validated on every plan."""
+        if plan.stages[-1].last_layer != job.model.head_layer_id:
             plan.check(job)
         total = 0
         for r in plan.stages[0].replicas:
             total += r.microbatch_size * r.num_microbatches
         if total != job.global_batch_size:
             plan.check(job)
-        for s in plan.stages:
-            for r in s.replicas:
-                key = (model.name, job.dtype, r.gpu_type, r.tp)
-                if key not in ok:
-                    plan.check(job)  # raises the precise error, naming the replica
-                    ok.add(key)
 
     def egress_per_iteration(self, job: Job, plan: Plan) -> float:
         """$ of cross-zone traffic per iteration: p2p between stages and the DP rings."""
@@ -326,7 +321,7 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         stage_cache = sim._stage_summaries[jk] = {}
     summaries = []
     for i, s in enumerate(stages):
-        key = (s.first_layer, s.last_layer, i, p, s.replicas)
+        key = (s.first_layer, s.last_layer, i, p, s._rkeys)
         summary = stage_cache.get(key)
         if summary is None:
             summary = stage_cache[key] = _stage_summary(sim, job, s, i, p)
@@ -401,13 +396,14 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
     distinct, infos, pos_ids = [], [], []
     usd = 0.0
     for r in s.replicas:
-        k = index.get(r)
+        rk = r._key
+        k = index.get(rk)
         if k is None:
-            key = (jk, s.first_layer, s.last_layer, i, p, d > 1, r)
+            key = (jk, s.first_layer, s.last_layer, i, p, d > 1, rk)
             v = cache.get(key)
             if v is None:
                 v = cache[key] = _replica_info(sim, job, s, r, i, p, d)
-            k = index[r] = len(distinct)
+            k = index[rk] = len(distinct)
             distinct.append(r)
             infos.append(v)
         pos_ids.append(k)
@@ -427,6 +423,12 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
 
 
 def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: int) -> tuple:
+    problem = job.model.tp_problem(r.tp)
+    if problem is None and not get_gpu(r.gpu_type).supports(job.dtype):
+        problem = f"{r.gpu_type} cannot train in {job.dtype}"
+    if problem is not None:
+        j = s.replicas.index(r)
+        raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
     st = sim.stage_time(job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size)
     peak, terms = sim._memory(
         job,
