@@ -97,7 +97,9 @@ def exhaustive_best(
     for plan in enumerate_plans(job, inventory, options):
         scored += 1
         if scored > MAX_PLANS:
-            raise RequestError(f"more than {MAX_PLANS} plans; not a small instance", field="inventory")
+            raise RequestError(
+                f"more than {MAX_PLANS} plans; not a small instance", field="inventory"
+            )
         try:
             est = sim.estimate(job, plan)
         except SailorSimError:

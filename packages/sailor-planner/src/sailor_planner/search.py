@@ -123,7 +123,7 @@ class Search:
         heap: list = []
         tick = itertools.count()
         for p in depths:
-            if self._late():
+            if self._late(have_work=bool(heap)):
                 break
             singles = {g: self._single_shapes(g, p) for g in self.types}
             shapes = [x[0] for g in self.types for x in singles[g]]
@@ -140,7 +140,7 @@ class Search:
                         self.stats.pruned += 1
                         continue
                     heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None))
-        while heap and not self._late():
+        while heap and not self._late(have_work=False):
             key, _, shape, layout, lbs, max_d, counts = heapq.heappop(heap)
             if self._beaten(key):  # the best bound left: nothing can win any more
                 self.stats.pruned += 1 + len(heap)
@@ -192,10 +192,14 @@ class Search:
         extra = min(f for _b, f, _o in lbs)
         return per_sample * gbs + usd_min * extra
 
-    def _late(self) -> bool:
-        if time.monotonic() > self.deadline:
+    def _late(self, have_work: bool = True) -> bool:
+        """Past the deadline with something to show for it (a scored candidate, or nodes left
+        to score): the search stops and the result is marked partial. Without either it goes on
+        until it has one, so a deadline never turns a feasible request into no plan."""
+        if time.monotonic() > self.deadline and (self.found.best is not None or have_work):
             self.partial = True
-        return self.partial
+            return True
+        return False
 
     # ---- shapes ----------------------------------------------------------------------------
     def _tables(self, g: str, p: int, m: int, t: int) -> StageTables | None:

@@ -1,0 +1,92 @@
+"""Layer splits and microbatch balancing against brute force."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from sailor_planner.balance import balance
+from sailor_planner.partition import _dp, _enumerate, best_splits, even_bounds, num_splits
+
+
+def _matrices(rng, n: int, p: int) -> list:
+    layer = rng.uniform(0.5, 2.0, size=n)
+    pre = np.concatenate([[0.0], np.cumsum(layer)])
+    out = [None]
+    for k in range(1, p + 1):
+        mat = pre[None, 1:] - pre[:-1, None] + 0.1 * k
+        mat[np.tril_indices(n, -1)] = math.inf
+        out.append(mat)
+    return out
+
+
+def _brute_bottleneck(costs, n: int, p: int) -> float:
+    best = math.inf
+    for cuts in itertools.combinations(range(1, n), p - 1):
+        starts, ends = (0, *cuts), (*[c - 1 for c in cuts], n - 1)
+        best = min(best, max(costs[p - s][a, b] for s, (a, b) in enumerate(zip(starts, ends))))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+def test_dp_and_enumeration_reach_the_optimal_bottleneck(seed: int, p: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 9
+    costs = _matrices(rng, n, p)
+    best = _brute_bottleneck(costs, n, p)
+    exact = _enumerate(costs, p, n, keep_all=False)
+    got = min(max(costs[p - s][a, b] for s, (a, b) in enumerate(bounds)) for bounds in exact)
+    assert got == pytest.approx(best)
+    dp = _dp(costs, p, n)
+    assert max(costs[p - s][a, b] for s, (a, b) in enumerate(dp)) == pytest.approx(best, rel=2e-3)
+    for bounds in exact + [dp]:  # contiguous cover of every layer id
+        assert bounds[0][0] == 0 and bounds[-1][1] == n - 1
+        assert all(b[1] + 1 == c[0] for b, c in zip(bounds, bounds[1:]))
+
+
+def test_infeasible_positions_give_no_split() -> None:
+    costs = _matrices(np.random.default_rng(0), 6, 2)
+    costs[1][:, :] = math.inf  # the last stage fits nowhere
+    assert best_splits(costs, 2, exact_limit=100) == []
+    assert best_splits(costs, 2, exact_limit=0) == []
+
+
+def test_even_bounds_and_counts() -> None:
+    assert even_bounds(26, 4) == ((0, 6), (7, 13), (14, 19), (20, 25))
+    assert num_splits(26, 3) == 300
+
+
+def _brute_balance(gbs, pipes, mbs, neck, fill):
+    best = math.inf
+    flat = [
+        (c, m, b, f) for c, (d, m, b, f) in enumerate(zip(pipes, mbs, neck, fill)) for _ in range(d)
+    ]
+    ranges = [range(1, gbs // m + 1) for _, m, _, _ in flat]
+    for counts in itertools.product(*ranges):
+        if sum(k * m for k, (_, m, _, _) in zip(counts, flat)) == gbs:
+            best = min(best, max(f + k * b for k, (_, _, b, f) in zip(counts, flat)))
+    return best
+
+
+@pytest.mark.parametrize(
+    "gbs,pipes,mbs,neck,fill",
+    [
+        (16, [2, 1], [2, 1], [1.0, 0.7], [0.5, 0.1]),
+        (12, [1, 2], [1, 2], [0.3, 1.1], [0.0, 0.4]),
+        (10, [3], [1], [1.0], [0.2]),
+        (24, [1, 1, 1], [4, 2, 1], [2.0, 1.0, 0.3], [1.0, 0.5, 0.1]),
+    ],
+)
+def test_balance_hits_the_batch_and_the_best_makespan(gbs, pipes, mbs, neck, fill) -> None:
+    loads = balance(gbs, pipes, mbs, neck, fill)
+    assert loads is not None
+    assert sum(l.base * d * m + l.extra * m for l, d, m in zip(loads, pipes, mbs)) == gbs
+    makespan = max(f + l.top * b for l, b, f in zip(loads, neck, fill))
+    assert makespan == pytest.approx(_brute_balance(gbs, pipes, mbs, neck, fill))
+
+
+def test_balance_rejects_more_pipelines_than_samples() -> None:
+    assert balance(4, [5], [1], [1.0], [0.0]) is None
+    assert balance(6, [1], [4], [1.0], [0.0]) is None  # 6 samples are not whole microbatches of 4
