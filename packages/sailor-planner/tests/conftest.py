@@ -1,9 +1,9 @@
 """Shared fixtures: one simulator and planner (built-in catalog profiles) per test session."""
 
 import pytest
-from sailor_sim.simulator import Simulator
 
 from sailor_planner.planner import Planner
+from sailor_sim.simulator import Simulator
 
 
 @pytest.fixture(scope="session")

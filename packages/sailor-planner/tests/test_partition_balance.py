@@ -25,7 +25,10 @@ def _brute_bottleneck(costs, n: int, p: int) -> float:
     best = math.inf
     for cuts in itertools.combinations(range(1, n), p - 1):
         starts, ends = (0, *cuts), (*[c - 1 for c in cuts], n - 1)
-        best = min(best, max(costs[p - s][a, b] for s, (a, b) in enumerate(zip(starts, ends))))
+        best = min(
+            best,
+            max(costs[p - s][a, b] for s, (a, b) in enumerate(zip(starts, ends, strict=False))),
+        )
     return best
 
 
@@ -43,7 +46,7 @@ def test_dp_and_enumeration_reach_the_optimal_bottleneck(seed: int, p: int) -> N
     assert max(costs[p - s][a, b] for s, (a, b) in enumerate(dp)) == pytest.approx(best, rel=2e-3)
     for bounds in exact + [dp]:  # contiguous cover of every layer id
         assert bounds[0][0] == 0 and bounds[-1][1] == n - 1
-        assert all(b[1] + 1 == c[0] for b, c in zip(bounds, bounds[1:]))
+        assert all(b[1] + 1 == c[0] for b, c in zip(bounds, bounds[1:], strict=False))
 
 
 def test_infeasible_positions_give_no_split() -> None:
@@ -61,12 +64,14 @@ def test_even_bounds_and_counts() -> None:
 def _brute_balance(gbs, pipes, mbs, neck, fill):
     best = math.inf
     flat = [
-        (c, m, b, f) for c, (d, m, b, f) in enumerate(zip(pipes, mbs, neck, fill)) for _ in range(d)
+        (c, m, b, f)
+        for c, (d, m, b, f) in enumerate(zip(pipes, mbs, neck, fill, strict=False))
+        for _ in range(d)
     ]
     ranges = [range(1, gbs // m + 1) for _, m, _, _ in flat]
     for counts in itertools.product(*ranges):
-        if sum(k * m for k, (_, m, _, _) in zip(counts, flat)) == gbs:
-            best = min(best, max(f + k * b for k, (_, _, b, f) in zip(counts, flat)))
+        if sum(k * m for k, (_, m, _, _) in zip(counts, flat, strict=False)) == gbs:
+            best = min(best, max(f + k * b for k, (_, _, b, f) in zip(counts, flat, strict=False)))
     return best
 
 
@@ -82,8 +87,11 @@ def _brute_balance(gbs, pipes, mbs, neck, fill):
 def test_balance_hits_the_batch_and_the_best_makespan(gbs, pipes, mbs, neck, fill) -> None:
     loads = balance(gbs, pipes, mbs, neck, fill)
     assert loads is not None
-    assert sum(l.base * d * m + l.extra * m for l, d, m in zip(loads, pipes, mbs)) == gbs
-    makespan = max(f + l.top * b for l, b, f in zip(loads, neck, fill))
+    assert (
+        sum(ld.base * d * m + ld.extra * m for ld, d, m in zip(loads, pipes, mbs, strict=False))
+        == gbs
+    )
+    makespan = max(f + ld.top * b for ld, b, f in zip(loads, neck, fill, strict=False))
     assert makespan == pytest.approx(_brute_balance(gbs, pipes, mbs, neck, fill))
 
 

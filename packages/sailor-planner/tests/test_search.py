@@ -3,12 +3,12 @@
 import time
 
 import pytest
-from sailor_sim import Inventory, Job
 
 from sailor_planner.errors import NoFeasiblePlanError
 from sailor_planner.exhaustive import exhaustive_best
 from sailor_planner.planner import Planner
 from sailor_planner.request import Constraints, SearchOptions
+from sailor_sim import Inventory, Job
 
 SMALL_JOB = ("OPT-350M", 16, 1024)
 MBS = (1, 2, 4)
