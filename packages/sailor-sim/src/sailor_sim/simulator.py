@@ -65,6 +65,7 @@ class Simulator:
         self._ring_cache: dict[tuple, list] = {}
         self._param_prefix: dict[str, list[int]] = {}
         self._stage_summaries: dict[tuple, dict] = {}
+        self._prices: dict[tuple[str, str], float] = {}
 
     @classmethod
     def from_sailor_root(cls, root: str | Path) -> Simulator:
@@ -206,7 +207,7 @@ class Simulator:
         scatter-gather), so min(tp) pairs each move the whole tensor in parallel."""
         # Every boundary but the head's sends the same (b, s, h) tensor, so the layer id does
         # not enter the key (the head never sends).
-        key = (job.model.name, job.dtype, job.sequence_length, src._key, dst._key)
+        key = ((job.model.name, job.dtype, job.sequence_length, job.optimizer), src._key, dst._key)
         hit = self._p2p_cache.get(key)
         if hit is None:
             nbytes = job.model.activation_out_bytes(
@@ -301,6 +302,7 @@ class StageSummary:
     """Per distinct replica: (StageTime, peak bytes, memory terms, capacity, $/s)."""
     pos_ids: tuple[int, ...]
     """For each replica position j, the index of its distinct replica."""
+    sources: frozenset[str]
     dp_sync_s: float
     optimizer_s: float
     peak_bytes: int
@@ -314,7 +316,7 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     replicas) and per-replica results per (layer range, position, replica), so a plan costs
     O(stages + pipelines) dictionary lookups and never loops over layers."""
     stages = plan.stages
-    p, d = len(stages), len(stages[0].replicas)
+    p = len(stages)
     jk = (job.model.name, job.dtype, job.sequence_length, job.optimizer)
     stage_cache = sim._stage_summaries.get(jk)
     if stage_cache is None:
@@ -329,16 +331,17 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     # Pipelines: replica j of every stage; identical pipelines are evaluated once. Replicas
     # are compared through the summaries' distinct-replica indices (ints), not field by field.
     best = None
-    seen = set()
-    ids_by_stage = [sm.pos_ids for sm in summaries]
-    for j in range(d):
-        ids = tuple([ids[j] for ids in ids_by_stage])
-        if ids in seen:
-            continue
-        seen.add(ids)
+    p2p_cache = sim._p2p_cache
+    last_layers = [s.last_layer for s in stages]
+    for ids in dict.fromkeys(zip(*[sm.pos_ids for sm in summaries], strict=True)):
         reps = [sm.distinct[k] for sm, k in zip(summaries, ids, strict=True)]
         times = [sm.distinct_info[k][0] for sm, k in zip(summaries, ids, strict=True)]
-        p2p = [sim.p2p_time(job, stages[i].last_layer, reps[i], reps[i + 1]) for i in range(p - 1)]
+        p2p = []
+        for i in range(p - 1):
+            t = p2p_cache.get((jk, reps[i]._key, reps[i + 1]._key))
+            if t is None:
+                t = sim.p2p_time(job, last_layers[i], reps[i], reps[i + 1])
+            p2p.append(t)
         total = timing.pipeline_total(times, p2p, reps[0].num_microbatches)
         if best is None or total > best[0]:
             best = (total, times, p2p, reps[0].num_microbatches)
@@ -361,7 +364,7 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     cost_iter = usd_per_s * iteration + egress
     if tokens is not None and iterations is None:
         iterations = tokens / (job.global_batch_size * job.sequence_length)
-    sources = tuple(sorted({v[0].source for sm in summaries for v in sm.distinct_info}))
+    sources = tuple(sorted({src for sm in summaries for src in sm.sources}))
 
     def memory() -> list[ReplicaMemory]:
         out = []
@@ -413,6 +416,7 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
         tuple(distinct),
         tuple(infos),
         tuple(pos_ids),
+        frozenset(v[0].source for v in infos),
         sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas),
         max(v[0].optimizer_s for v in infos),
         max(v[1] for v in infos),
@@ -442,6 +446,7 @@ def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: in
         r.num_microbatches,
         d,
     )
-    gpu = get_gpu(r.gpu_type)
-    usd_per_s = r.tp * price_per_gpu_hour(gpu.name, r.zone) / 3600.0
-    return (st, peak, terms, gpu.memory_bytes, usd_per_s)
+    price = sim._prices.get((r.gpu_type, r.zone))
+    if price is None:
+        price = sim._prices[(r.gpu_type, r.zone)] = price_per_gpu_hour(r.gpu_type, r.zone)
+    return (st, peak, terms, get_gpu(r.gpu_type).memory_bytes, r.tp * price / 3600.0)
