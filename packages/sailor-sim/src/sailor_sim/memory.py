@@ -40,11 +40,13 @@ class FrameworkOverhead:
 
 
 FRAMEWORK_OVERHEAD: dict[str, FrameworkOverhead] = {
-    # Grace-Hopper: 64 KiB pages and the larger Hopper kernel images make the context big.
+    # Grace-Hopper: 64 KiB pages and the larger Hopper kernel images make the context big. The
+    # 15 GH200 runs pin the constant (3.3 GiB) and show no extra allocator reserve growing with
+    # the tensors (mean |error| 4.6%, worst 8%, across mbs 1-8 and 1-4 stages).
     "superchip": FrameworkOverhead(
-        int(2.8 * GiB),
+        int(3.3 * GiB),
         256 * MiB,
-        0.03,
+        0.0,
         "fit to the 15 GH200 validation runs of the original Sailor (nvidia-smi max_mem)",
     ),
     "sxm": FrameworkOverhead(
