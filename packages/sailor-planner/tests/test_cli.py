@@ -1,0 +1,150 @@
+"""`sailor-planner plan`: JSON output and one-line errors (the real console script)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sailor_planner.cli import app
+from sailor_sim import Job, Plan
+from sailor_sim.simulator import Simulator
+
+SCRIPT = str(Path(sys.executable).parent / "sailor-planner")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_plan_json_has_plan_estimate_and_search_time() -> None:
+    out = run(
+        "plan",
+        "--model",
+        "OPT-350M",
+        "--gbs",
+        "256",
+        "--seq-len",
+        "2048",
+        "--dtype",
+        "fp32",
+        "--gpus",
+        "A100-40@us-central1-a=8",
+        "--gpus",
+        "V100-16@us-central1-b=8",
+        "--objective",
+        "cost",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert {"plan", "estimate", "search_time_s"} <= set(data)
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    plan = Plan.from_dict(data["plan"])
+    expected = Simulator().estimate(job, plan).to_dict()
+    assert data["estimate"] == json.loads(json.dumps(expected))
+    assert data["search_time_s"] > 0 and data["stats"]["candidates_evaluated"] > 0
+
+
+def test_plan_from_an_inventory_file_with_a_budget(tmp_path) -> None:
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"A100-40": {"us-central1-a": 16}}))
+    out = run(
+        "plan",
+        "--model",
+        "OPT-350M",
+        "--gbs",
+        "128",
+        "--inventory",
+        str(inventory),
+        "--max-cost-per-iteration",
+        "0.2",
+        "--top",
+        "2",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert len(data["plans"]) == 2
+    assert all(p["estimate"]["cost_per_iteration_usd"] <= 0.2 for p in data["plans"])
+
+
+def test_table_output() -> None:
+    out = CliRunner().invoke(
+        app, ["plan", "--model", "tiny-gpt", "--gbs", "16", "--gpus", "A100-40@us-central1-a=4"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "iter/s" in out.stdout and "candidates evaluated" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["--model", "GPT-9", "--gbs", "8", "--gpus", "A100-40@us-central1-a=4"], "model"),
+        (
+            ["--model", "OPT-350M", "--gbs", "0", "--gpus", "A100-40@us-central1-a=4"],
+            "global_batch_size",
+        ),
+        (["--model", "OPT-350M", "--gbs", "8", "--gpus", "A100-40@us-central1-a"], "gpus"),
+        (["--model", "OPT-350M", "--gbs", "8"], "gpus"),
+        (
+            [
+                "--model",
+                "OPT-350M",
+                "--gbs",
+                "8",
+                "--gpus",
+                "A100-40@us-central1-a=4",
+                "--objective",
+                "speed",
+            ],
+            "objective",
+        ),
+        (
+            [
+                "--model",
+                "OPT-350M",
+                "--gbs",
+                "8",
+                "--gpus",
+                "A100-40@us-central1-a=4",
+                "--min-throughput",
+                "-1",
+            ],
+            "min_throughput",
+        ),
+        (
+            [
+                "--model",
+                "OPT-350M",
+                "--gbs",
+                "8",
+                "--gpus",
+                "A100-40@us-central1-a=4",
+                "--sailor-root",
+                "/nonexistent",
+            ],
+            "sailor_root",
+        ),
+        (
+            [
+                "--model",
+                "OPT-350M",
+                "--gbs",
+                "8",
+                "--gpus",
+                "A100-40@us-central1-a=4",
+                "--min-throughput",
+                "1e9",
+            ],
+            "constraints",
+        ),
+    ],
+)
+def test_errors_are_one_line_with_exit_status_2(args, field) -> None:
+    out = CliRunner().invoke(app, ["plan", *args])
+    assert out.exit_code == 2, out.output
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0]
