@@ -46,24 +46,30 @@ def make_plans(job: Job, count: int, seed: int = 0) -> list[Plan]:
 
 def main() -> int:
     job = Job.create("OPT-350M", global_batch_size=1024, sequence_length=2048)
-    sim = Simulator()
-    for plan in make_plans(job, 2000, seed=1):  # warm-up on other plans: profile tables
-        sim.estimate(job, plan)
-    plans = make_plans(job, 20000, seed=2)  # each evaluated once: no per-plan cache hits
-    # CPU time of this process: on a shared machine wall time also counts the time other
-    # processes hold the core; one core's rate is evaluations per CPU-second.
-    rounds, start, wall = 0, time.process_time(), time.perf_counter()
-    for plan in plans:
-        sim.estimate(job, plan)
-        rounds += 1
-    elapsed = time.process_time() - start
-    wall = time.perf_counter() - wall
+    warm = make_plans(job, 2000, seed=1)
+    plans = make_plans(job, 20000, seed=2)  # each evaluated once per round
+    # CPU time of this process (on a shared machine wall time also counts the time other
+    # processes hold the core); the best of 3 rounds, each with a fresh simulator warmed up on
+    # other plans, as timeit does, since interference only ever adds time.
+    best = None
+    for _ in range(3):
+        sim = Simulator()
+        for plan in warm:
+            sim.estimate(job, plan)
+        start, wall = time.process_time(), time.perf_counter()
+        for plan in plans:
+            sim.estimate(job, plan)
+        elapsed, wall = time.process_time() - start, time.perf_counter() - wall
+        if best is None or elapsed < best[0]:
+            best = (elapsed, wall)
+    elapsed, wall = best
+    rounds = len(plans)
     rate = rounds / elapsed
     print("| what | value |")
     print("|---|---|")
     print("| plans | OPT-350M, 4 stages x 8 replicas, A100-40/V100-16 in 2 zones, tp 1-4 |")
     print(f"| distinct plans | {len(set(plans))}, each evaluated once |")
-    print(f"| evaluations | {rounds} in {elapsed:.2f} CPU s ({wall:.2f} s wall) |")
+    print(f"| evaluations | {rounds} in {elapsed:.2f} CPU s ({wall:.2f} s wall), best of 3 |")
     print(f"| evaluations / s (one core) | {rate:,.0f} (target >= {TARGET_PER_S:,}) |")
     print(f"| per evaluation | {1e6 / rate:.1f} us |")
     return 0 if rate >= TARGET_PER_S else 1

@@ -10,6 +10,8 @@ DTYPES = tuple(DTYPE_BYTES)
 
 def check_dtype(dtype: str, field: str = "dtype") -> str:
     """Return the canonical dtype name, or raise naming the field."""
+    if dtype in DTYPE_BYTES:  # already canonical: the simulator's hot path
+        return dtype
     canonical = dtype.lower().replace("float32", "fp32").replace("bfloat16", "bf16")
     canonical = canonical.replace("float16", "fp16")
     if canonical not in DTYPE_BYTES:
@@ -20,4 +22,5 @@ def check_dtype(dtype: str, field: str = "dtype") -> str:
 
 
 def dtype_bytes(dtype: str) -> int:
-    return DTYPE_BYTES[check_dtype(dtype)]
+    size = DTYPE_BYTES.get(dtype)
+    return size if size is not None else DTYPE_BYTES[check_dtype(dtype)]

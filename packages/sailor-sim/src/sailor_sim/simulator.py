@@ -66,6 +66,7 @@ class Simulator:
         self._param_prefix: dict[str, list[int]] = {}
         self._stage_summaries: dict[tuple, dict] = {}
         self._prices: dict[tuple[str, str], float] = {}
+        self._dp_egress_cache: dict[tuple, float] = {}
 
     @classmethod
     def from_sailor_root(cls, root: str | Path) -> Simulator:
@@ -98,10 +99,7 @@ class Simulator:
         self, job: Job, first: int, last: int, gpu_type: str, tp: int, mbs: int
     ) -> StageTime:
         key = (
-            job.model.name,
-            job.dtype,
-            job.sequence_length,
-            job.optimizer,
+            (job.model.name, job.dtype, job.sequence_length, job.optimizer),
             first,
             last,
             gpu_type,
@@ -158,19 +156,18 @@ class Simulator:
     def _memory(
         self, job, first, last, gpu_type, tp, mbs, i, p, m, dp
     ) -> tuple[int, dict[str, int]]:
+        # Only what changes the terms enters the key: the in-flight count and which p2p
+        # neighbours and communicators exist, not the stage index, depth or microbatch count.
         key = (
-            job.model.name,
-            job.dtype,
-            job.sequence_length,
-            job.optimizer,
+            (job.model.name, job.dtype, job.sequence_length, job.optimizer),
             first,
             last,
             gpu_type,
             tp,
             mbs,
-            i,
-            p,
-            m,
+            in_flight(i, p, m),
+            i > 0,
+            i < p - 1,
             dp > 1,
         )
         hit = self._mem_cache.get(key)
@@ -236,6 +233,14 @@ class Simulator:
             hit = self._dp_cache[key] = max(
                 timing.allreduce_time(link, grad_bytes, n, pairs, eff) for link, pairs, eff in edges
             )
+        return hit
+
+    def dp_egress_per_gb(self, replicas: tuple[Replica, ...]) -> float:
+        """$ per GB of unsharded gradients for one all-reduce over ``replicas``' ring."""
+        rkeys = tuple(r._key for r in replicas)
+        hit = self._dp_egress_cache.get(rkeys)
+        if hit is None:
+            hit = self._dp_egress_cache[rkeys] = timing.dp_egress_usd(self.network, replicas, 1e9)
         return hit
 
     def unsharded_params(self, job: Job, first: int, last: int) -> int:
@@ -422,7 +427,7 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
         max(v[1] for v in infos),
         all(v[1] <= v[3] for v in infos),
         usd,
-        timing.dp_egress_usd(sim.network, s.replicas, grad_bytes),
+        grad_bytes / 1e9 * sim.dp_egress_per_gb(s.replicas),
     )
 
 
