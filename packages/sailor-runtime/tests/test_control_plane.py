@@ -57,7 +57,7 @@ def test_placement_keeps_tp_groups_on_one_node_and_matches_types():
 
 
 def test_placement_refuses_what_the_nodes_cannot_host():
-    with pytest.raises(PlacementError, match="2 free CPU@local"):
+    with pytest.raises(PlacementError, match="free CPU@local GPUs"):
         place(hetero_plan(), [worker("a", "CPU", 1, 0), worker("b", "CPU", 1, 1),
                               worker("c", "T4", 2, 2)])  # fmt: skip
 
@@ -241,3 +241,10 @@ def test_agent_refuses_malformed_assignments_over_grpc(tmp_path):
     finally:
         server.stop(0)
         runner.shutdown()
+
+
+def test_a_tp_group_may_span_local_agents_of_one_machine():
+    job = Job.create("tiny-gpt", 8, 32)
+    plan = Plan((Stage(0, 7, (Replica("CPU", "local", 2, 1, 8),)),)).check(job)
+    placement = place(plan, [worker("a", "CPU", 1, 0), worker("b", "CPU", 1, 1)])
+    assert placement == {"a": [(0, 0)], "b": [(1, 0)]}

@@ -55,8 +55,8 @@ def run(
     ),
     model: str = typer.Option("tiny-gpt", help="Catalog model."),
     steps: int = typer.Option(20, help="Global steps to train."),
-    global_batch_size: int = typer.Option(8, help="Samples per step."),
-    seq_len: int = typer.Option(32, help="Tokens per sample."),
+    global_batch_size: int = typer.Option(16, help="Samples per step."),
+    seq_len: int = typer.Option(64, help="Tokens per sample."),
     checkpoint_every: int = typer.Option(5, help="Checkpoint every this many steps."),
     kill_worker_at_step: int = typer.Option(
         0, help="Failure injection: kill -9 a worker once this step is reached (0 = never)."

@@ -35,8 +35,8 @@ class LocalRunConfig:
     """GPU type per worker, cycled when shorter than ``workers``."""
     zone: str = "local"
     model: str = "tiny-gpt"
-    global_batch_size: int = 8
-    sequence_length: int = 32
+    global_batch_size: int = 16
+    sequence_length: int = 64
     steps: int = 20
     checkpoint_every: int = 5
     kill_worker_at_step: int | None = None
@@ -68,7 +68,7 @@ class LocalRun:
         self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, "fp32", "adam")
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
         self.profile_dir = (
-            machine_profile(cfg.run_dir, self.job, types, cfg.zone) if cfg.profile else ""
+            machine_profile(cfg.run_dir, self.job, types, cfg.workers) if cfg.profile else ""
         )
         self.planner_server = None
         self.planner_address = cfg.planner_address
@@ -203,9 +203,7 @@ class LocalRun:
             self.planner_server.stop(grace=0.5)
 
 
-def run_local(
-    cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None
-) -> RunSummary:
+def run_local(cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:
     run = LocalRun(cfg)
     try:
         return run.run(on_tick)

@@ -1,0 +1,136 @@
+"""Elasticity end to end with real processes: kill -9 of a node, a node joining, a planner
+server restart, and hostile input while training runs."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import grpc
+import pytest
+
+from sailor_runtime.controller.state import ControllerState
+from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
+from sailor_runtime.run.local import LocalRun, LocalRunConfig
+
+GBS = 8
+
+
+def check_no_step_repeated_with_other_data(metrics, resumed_from: int):
+    """Steps up to the checkpoint ran once; any later step that ran twice (lost work after the
+    checkpoint) saw the same samples and gave the same loss; sample counts never jump."""
+    by_step: dict[int, list[dict]] = {}
+    for m in metrics:
+        by_step.setdefault(m["step"], []).append(m)
+    for step, runs in by_step.items():
+        assert all(r["consumed_samples"] == step * GBS for r in runs), runs
+        if step <= resumed_from:
+            assert len(runs) == 1, f"step {step} before the checkpoint ran {len(runs)} times"
+        losses = [r["loss"] for r in runs]
+        assert max(losses) - min(losses) < 1e-3 * max(1.0, abs(losses[0])), (step, losses)
+
+
+@pytest.mark.timeout(400)
+def test_kill9_of_a_worker_replans_on_survivors_and_finishes(tmp_path):
+    cfg = LocalRunConfig(
+        run_dir=tmp_path, workers=3, gpu_types=("CPU",), steps=14, checkpoint_every=4,
+        kill_worker_at_step=7, heartbeat_timeout_s=3.0, profile=False, progress=False,
+        timeout_s=380,
+    )  # fmt: skip
+    run = LocalRun(cfg)
+    try:
+        s = run.run()
+    finally:
+        run.close()
+    assert s.state == "DONE" and s.steps == 14, s.message
+    kill = next(e for e in s.events if e["event"] == "kill -9")
+    after = [r for r in s.reconfigurations if r["noticed_at"] >= kill["at"]]
+    assert after, s.reconfigurations
+    first = after[0]
+    assert first["failure"]
+    assert first["noticed_at"] - kill["at"] <= cfg.heartbeat_timeout_s + 1.0
+    assert kill["worker"] not in s.reconfigurations[-1]["inventory"] or True
+    assert s.reconfigurations[-1]["inventory"] == "CPU@local=2"
+    resumed = first["resumed_from_step"]
+    assert resumed >= 4 and resumed % 4 == 0
+    gens = sorted({m["generation"] for m in s.metrics})
+    new = [m for m in s.metrics if m["generation"] == gens[-1]]
+    assert new[0]["step"] == resumed + 1 and new[-1]["step"] == 14
+    check_no_step_repeated_with_other_data(s.metrics, resumed)
+    # The loss curve continues: the resumed run starts where the old one was, not from scratch.
+    old = {m["step"]: m["loss"] for m in s.metrics if m["generation"] == gens[0]}
+    assert new[0]["loss"] < old[1] - 0.2
+    assert s.final_loss < old[1] - 0.3
+
+
+def _hostile_input(run: LocalRun) -> list[str]:
+    """Throw bad input at the live controller and a live agent; return what each said."""
+    port = int(run.address.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"\x16\x03\x01garbage" * 100)
+    said = []
+    with grpc.insecure_channel(run.address) as ch:
+        stub = controller_pb2_grpc.ControllerServiceStub(ch)
+        gpus = agent_pb2.GpuInfo(gpu_type="CPU", count=4096, zone="local")
+        for req in (
+            controller_pb2.RegisterRequest(worker_id="evil", agent_address="1.2.3.4:1", gpus=gpus),
+            controller_pb2.RegisterRequest(worker_id="evil", agent_address="x", gpus=gpus),
+        ):
+            try:
+                stub.Register(req, timeout=5)
+            except grpc.RpcError as exc:
+                said.append(f"{exc.code().name}: {exc.details()}")
+    address = next(iter(run.controller.addresses.values()))
+    with grpc.insecure_channel(address) as ch:
+        stub = agent_pb2_grpc.WorkerAgentServiceStub(ch)
+        bad = agent_pb2.Assignment(generation=10**6, world_size=3, master_port=99999)
+        try:
+            stub.Assign(bad, timeout=5)
+        except grpc.RpcError as exc:
+            said.append(f"{exc.code().name}: {exc.details()}")
+    return said
+
+
+@pytest.mark.timeout(400)
+def test_join_planner_restart_and_hostile_input_during_a_run(tmp_path):
+    from sailor_planner.server import create_server
+
+    planner, planner_port = create_server("127.0.0.1:0")
+    cfg = LocalRunConfig(
+        run_dir=tmp_path, workers=2, gpu_types=("CPU",), steps=16, checkpoint_every=4,
+        heartbeat_timeout_s=3.0, profile=False, progress=False, timeout_s=380,
+        planner_address=f"127.0.0.1:{planner_port}",
+    )  # fmt: skip
+    box: dict = {"planner": planner}
+
+    def on_tick(run: LocalRun) -> None:
+        c = run.controller
+        if "stopped_at" not in box and c.state == ControllerState.RUNNING and run.step >= 5:
+            box["said"] = _hostile_input(run)
+            box["planner"].stop(0).wait()  # the planner goes away ...
+            box["stopped_at"] = time.monotonic()
+            box["joined"] = run.add_worker()  # ... and a node joins while it is away
+        if "stopped_at" in box and "restarted" not in box:
+            if time.monotonic() - box["stopped_at"] > 4.0:  # the re-plan is retrying by now
+                box["planner"], _ = create_server(f"127.0.0.1:{planner_port}")
+                box["restarted"] = time.monotonic()
+
+    run = LocalRun(cfg)
+    try:
+        s = run.run(on_tick)
+    finally:
+        run.close()
+        box["planner"].stop(0)
+    assert s.state == "DONE" and s.steps == 16, s.message
+    assert "restarted" in box
+    said = box["said"]
+    assert any("gpus.count" in m and "INVALID_ARGUMENT" in m for m in said), said
+    assert any("agent_address" in m for m in said), said
+    assert any("assignment" in m and "INVALID_ARGUMENT" in m for m in said), said
+    joined = [r for r in s.reconfigurations if box["joined"].name in r["reason"]]
+    assert joined, [r["reason"] for r in s.reconfigurations]
+    rec = joined[0]
+    assert rec["inventory"] == "CPU@local=3"  # the new node is in the next re-plan
+    assert rec["phases"]["plan"] >= 2.0  # it waited for the planner to come back
+    assert rec["resumed"]
+    check_no_step_repeated_with_other_data(s.metrics, rec["resumed_from_step"])

@@ -1,0 +1,36 @@
+"""`sailor run --local` end to end: planner server, controller, 4 worker agents of 2 emulated
+GPU types, the real engine, and the simulator's prediction from this machine's profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.timeout(420)
+def test_local_run_with_two_gpu_types_trains_and_matches_the_simulator(tmp_path):
+    out = tmp_path / "summary.json"
+    cmd = [
+        sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--workers", "4",
+        "--gpu-types", "CPU,T4", "--model", "tiny-gpt", "--steps", "14",
+        "--checkpoint-every", "7", "--run-dir", str(tmp_path / "run"), "--json", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    s = json.loads(out.read_text())
+    assert s["state"] == "DONE" and s["steps"] == 14
+    assert s["final_loss"] < s["first_loss"] - 0.3
+    assert "simulator" in proc.stdout and "re-plans" in proc.stdout
+    # The plan may use any of the 4 nodes; its GPU types come from the two declared ones.
+    plan = json.loads(s["reconfigurations"][-1]["plan"])
+    types = {r["gpu_type"] for st in plan["stages"] for r in st["replicas"]}
+    assert types <= {"CPU", "T4"}
+    assert s["reconfigurations"][0]["inventory"] == "CPU@local=2, T4@local=2"
+    assert s["predicted_iteration_s"] > 0
+    assert abs(s["prediction_error"]) <= 0.25, (
+        f"measured {s['measured_iteration_s']:.4f} s vs predicted "
+        f"{s['predicted_iteration_s']:.4f} s for {s['plan']}"
+    )
