@@ -56,16 +56,23 @@ class Scored:
 
 
 def place(
-    shape: Shape, layout: tuple[tuple[str, ...], ...], counts: tuple[int, ...], free: dict
+    shape: Shape,
+    layout: tuple[tuple[str, ...], ...],
+    counts: tuple[int, ...],
+    free: dict,
+    stage_major: bool = False,
 ) -> tuple[Group, ...] | None:
     """Zone patterns for ``counts[c]`` pipelines of each class; None if they do not fit.
 
     ``layout[i]`` lists the zones stage i may use (its region), best first; ``free`` maps
-    (GPU type, zone) to GPUs available and is not modified.
+    (GPU type, zone) to GPUs available and is not modified. Pipeline-major (default) keeps a
+    pipeline's stages of one region in one zone (p2p in-zone, the all-reduce may cross zones);
+    ``stage_major`` fills zones stage by stage (each stage's all-reduce in as few zones as
+    possible, pipelines cross zones).
     """
     free = dict(free)
     groups: list[Group] = []
-    blocks = _blocks(layout)
+    blocks = [(i, i) for i in range(shape.depth)] if stage_major else _blocks(layout)
     for c, (cls, want) in enumerate(zip(shape.classes, counts, strict=True)):
         if want == 0:
             continue

@@ -46,6 +46,7 @@ class CostView:
         self._opt: dict[tuple, np.ndarray] = {}
         self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._tmat: dict[tuple, np.ndarray] = {}
+        self._fit: dict[tuple, np.ndarray] = {}
         self._lower = np.tril(np.ones((self.n, self.n), dtype=bool), -1)
         self.hits = 0
         self.tp_of = lru_cache(maxsize=None)(self._tp_degrees)
@@ -77,16 +78,36 @@ class CostView:
             self.hits += 1
         return arr
 
-    def time_matrix(self, g: str, m: int, t: int) -> np.ndarray:
-        """[a, b] = per-microbatch seconds of layer ids a..b (inf where a > b)."""
-        key = (g, m, t)
+    def time_matrix(self, g: str, m: int, t: int, extra: float = 0.0) -> np.ndarray:
+        """[a, b] = per-microbatch seconds of layer ids a..b, plus ``extra`` (inf where a > b)."""
+        key = (g, m, t, extra)
         mat = self._tmat.get(key)
         if mat is None:
             pre = self.time_prefix(g, m, t)
-            mat = pre[None, 1:] - pre[:-1, None]
+            mat = pre[None, 1:] - pre[:-1, None] + extra
             mat[self._lower] = INF
             self._tmat[key] = mat
         return mat
+
+    def fit_matrix(
+        self, g: str, m: int, t: int, in_flight: int, neighbours: int, capacity: int
+    ) -> np.ndarray:
+        """[a, b] = True where layer ids a..b fit one GPU with ``in_flight`` microbatches
+        stashed and ``neighbours`` pipeline neighbours (data parallel assumed: one more NCCL
+        communicator, which can only over-estimate)."""
+        key = (g, m, t, in_flight, neighbours, capacity)
+        fit = self._fit.get(key)
+        if fit is None:
+            # peak_matrix(i, p) depends on (i, p) only through p - i and the neighbours.
+            if neighbours == 0:
+                i, p = 0, 1
+            elif neighbours == 1:
+                i, p = 0, max(in_flight, 2)  # the first stage of a pipeline of p
+            else:
+                i, p = 1, 1 + max(in_flight, 2)  # a middle stage
+            peak = self.peak_matrix(g, m, t, i, p, in_flight, True)
+            fit = self._fit[key] = peak <= capacity
+        return fit
 
     # ---- memory -----------------------------------------------------------------------------
     def _parts(self, g: str, m: int, t: int) -> tuple[np.ndarray, np.ndarray]:

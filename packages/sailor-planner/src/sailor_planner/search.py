@@ -14,6 +14,7 @@ constraint, is pruned without scoring. Afterwards a local search refines the bes
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
 import math
@@ -319,16 +320,23 @@ class Search:
         return work
 
     def _evaluate(self, shape: Shape, layout, counts) -> Scored | None:
-        groups = place(shape, layout, counts, self.free)
-        if groups is None:
-            self.stats.infeasible += 1
-            return None
-        s = self.scorer.score(shape, groups, layout)
-        self.stats.candidates_evaluated += 1
-        if s is None or not self.found.add(s):
-            self.stats.infeasible += 1
-            return None
-        return s
+        """Score an allocation under both placements (when they differ); the better one."""
+        best = None
+        placements = [place(shape, layout, counts, self.free)]
+        if shape.depth > 1 and any(len(grp) > 1 for grp in layout):
+            placements.append(place(shape, layout, counts, self.free, stage_major=True))
+        for groups in placements:
+            if groups is None:
+                self.stats.infeasible += 1
+                continue
+            s = self.scorer.score(shape, groups, layout)
+            self.stats.candidates_evaluated += 1
+            if s is None or not self.found.add(s):
+                self.stats.infeasible += 1
+                continue
+            if best is None or self.found.key(s) < self.found.key(best):
+                best = s
+        return best
 
     def _class_lb(self, shape: Shape, c: int) -> tuple[float, float, float]:
         """(B, F, optimizer step of stage 0) of a class with every stage in one zone: a pipeline
@@ -516,6 +524,7 @@ def _has(free: dict, g: str, group) -> bool:
     return any(free.get((g, z), 0) > 0 for z in group)
 
 
+@functools.cache
 def _min_price(g: str) -> float:
     from sailor_sim.prices import PRICE_CATALOG
 

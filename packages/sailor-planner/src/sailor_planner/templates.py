@@ -78,9 +78,9 @@ def stage_tables(
         choice = np.zeros((cv.n, cv.n), dtype=np.int64)
         neighbours = (i > 0) + (i < p - 1)
         for d in per_stage[i]:
-            peak = cv.peak_matrix(g, m, d, i, p, mm, True)
-            time = cv.time_matrix(g, m, d) + p2p[d] * neighbours
-            take = (peak <= cap) & ~np.isfinite(best)
+            fits = cv.fit_matrix(g, m, d, min(p - i, mm), neighbours, cap)
+            time = cv.time_matrix(g, m, d, p2p[d] * neighbours)
+            take = fits & ~np.isfinite(best)
             best[take] = time[take]
             choice[take] = d
         if not _any_path(best, i, p, cv.n):
