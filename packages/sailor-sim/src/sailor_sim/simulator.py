@@ -22,6 +22,7 @@ earlier stages drain). Costs: GPU-hours by type and zone, and egress by link rel
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,6 +280,18 @@ class Simulator:
             self.network, job, plan, lambda a, b: self.unsharded_params(job, a, b)
         )
 
+    def p2p_egress_usd(self, job: Job, src: Replica, dst: Replica) -> float:
+        """$ per iteration for one pipeline's activations (and gradients back) from ``src`` to
+        ``dst`` when their zones differ (every boundary but the head's sends (b, s, h))."""
+        if src.zone == dst.zone:
+            return 0.0
+        nbytes = (
+            2
+            * src.num_microbatches
+            * job.model.activation_out_bytes(0, src.microbatch_size, job.sequence_length, job.dtype)
+        )
+        return nbytes / 1e9 * self.network.egress_per_gb(src.zone, dst.zone)
+
     def p2p_egress(self, job: Job, plan: Plan) -> float:
         """$ per iteration of activations and gradients crossing zones between stages."""
         total = 0.0
@@ -307,6 +320,10 @@ class StageSummary:
     """Per distinct replica: (StageTime, peak bytes, memory terms, capacity, $/s)."""
     pos_ids: tuple[int, ...]
     """For each replica position j, the index of its distinct replica."""
+    per_microbatch: tuple[float, ...]
+    """Per distinct replica: forward + backward + TP seconds per microbatch."""
+    rkeys: tuple[tuple, ...]
+    """Per distinct replica: its field tuple (the p2p cache key)."""
     sources: frozenset[str]
     dp_sync_s: float
     optimizer_s: float
@@ -335,22 +352,45 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         summaries.append(summary)
     # Pipelines: replica j of every stage; identical pipelines are evaluated once. Replicas
     # are compared through the summaries' distinct-replica indices (ints), not field by field.
-    best = None
+    # The loop below is pipeline_total inlined (same formula), the planner's hottest path.
+    best, best_total = None, -1.0
     p2p_cache = sim._p2p_cache
-    last_layers = [s.last_layer for s in stages]
-    for ids in dict.fromkeys(zip(*[sm.pos_ids for sm in summaries], strict=True)):
-        reps = [sm.distinct[k] for sm, k in zip(summaries, ids, strict=True)]
-        times = [sm.distinct_info[k][0] for sm, k in zip(summaries, ids, strict=True)]
+    egress = 0.0
+    for ids, count in Counter(zip(*[sm.pos_ids for sm in summaries], strict=True)).items():
+        total = worst = sum_p2p = prev = 0.0
         p2p = []
-        for i in range(p - 1):
-            t = p2p_cache.get((jk, reps[i]._key, reps[i + 1]._key))
-            if t is None:
-                t = sim.p2p_time(job, last_layers[i], reps[i], reps[i + 1])
-            p2p.append(t)
-        total = timing.pipeline_total(times, p2p, reps[0].num_microbatches)
-        if best is None or total > best[0]:
-            best = (total, times, p2p, reps[0].num_microbatches)
-    _, crit_times, crit_p2p, crit_m = best
+        for i in range(p):
+            sm = summaries[i]
+            k = ids[i]
+            c = sm.per_microbatch[k]
+            total += c
+            if i < p - 1:
+                nxt = summaries[i + 1]
+                a_key, b_key = sm.rkeys[k], nxt.rkeys[ids[i + 1]]
+                t = p2p_cache.get((jk, a_key, b_key))
+                if t is None:
+                    t = sim.p2p_time(
+                        job, stages[i].last_layer, sm.distinct[k], nxt.distinct[ids[i + 1]]
+                    )
+                if a_key[1] != b_key[1]:  # zones differ: activations out, gradients back
+                    egress += count * sim.p2p_egress_usd(
+                        job, sm.distinct[k], nxt.distinct[ids[i + 1]]
+                    )
+                p2p.append(t)
+                sum_p2p += t
+            else:
+                t = 0.0
+            step = c + 2.0 * (t + prev)
+            if step > worst:
+                worst = step
+            prev = t
+        m = sm.distinct[k].num_microbatches
+        total += (m - 1) * worst + 2.0 * sum_p2p
+        if total > best_total:
+            best_total = total
+            best = (ids, p2p, m)
+    ids, crit_p2p, crit_m = best
+    crit_times = [sm.distinct_info[k][0] for sm, k in zip(summaries, ids, strict=True)]
     pipe = timing.pipeline_time(crit_times, crit_p2p, crit_m)
     tail, opt, lead = 0.0, 0.0, 0.0
     for i, sm in enumerate(summaries):
@@ -365,7 +405,7 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     breakdown["dp_sync"] = tail - breakdown["optimizer"]
     iteration = pipe.total_s + tail
     usd_per_s = sum(sm.usd_per_s for sm in summaries)
-    egress = sum(sm.dp_egress_usd for sm in summaries) + sim.p2p_egress(job, plan)
+    egress += sum(sm.dp_egress_usd for sm in summaries)
     cost_iter = usd_per_s * iteration + egress
     if tokens is not None and iterations is None:
         iterations = tokens / (job.global_batch_size * job.sequence_length)
@@ -421,6 +461,8 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
         tuple(distinct),
         tuple(infos),
         tuple(pos_ids),
+        tuple(v[0].per_microbatch_s + timing.MICROBATCH_OVERHEAD_S for v in infos),
+        tuple(r._key for r in distinct),
         frozenset(v[0].source for v in infos),
         sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas),
         max(v[0].optimizer_s for v in infos),
