@@ -13,7 +13,7 @@ from sailor_runtime.controller.state import ControllerState
 from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 from sailor_runtime.run.local import LocalRun, LocalRunConfig
 
-GBS = 8
+GBS = LocalRunConfig.global_batch_size
 
 
 def check_no_step_repeated_with_other_data(metrics, resumed_from: int):
@@ -49,7 +49,6 @@ def test_kill9_of_a_worker_replans_on_survivors_and_finishes(tmp_path):
     first = after[0]
     assert first["failure"]
     assert first["noticed_at"] - kill["at"] <= cfg.heartbeat_timeout_s + 1.0
-    assert kill["worker"] not in s.reconfigurations[-1]["inventory"] or True
     assert s.reconfigurations[-1]["inventory"] == "CPU@local=2"
     resumed = first["resumed_from_step"]
     assert resumed >= 4 and resumed % 4 == 0

@@ -196,6 +196,9 @@ def worker(
     worker_id: str = typer.Option(None, help="Unique node name (default host-pid)."),
     workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
     threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
+    warm: bool = typer.Option(
+        True, "--warm/--cold", help="Keep a rank process per device with torch imported."
+    ),
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
@@ -211,7 +214,7 @@ def worker(
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(
             controller, node, workdir, host=host, token=token, worker_id=worker_id,
-            threads_per_rank=threads_per_rank,
+            threads_per_rank=threads_per_rank, warm=warm,
         )  # fmt: skip
         agent.start()
     except (SailorRuntimeError, SailorSimError) as exc:

@@ -39,13 +39,16 @@ class WorkerAgent:
         worker_id: str | None = None,
         threads_per_rank: int = 1,
         register_timeout_s: float = 120.0,
+        warm: bool = True,
     ) -> None:
         self.controller = controller
         self.gpus = gpus
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.token = token
         self.metadata = call_metadata(token)
-        self.runner = RankRunner(workdir / self.worker_id, threads_per_rank)
+        self.runner = RankRunner(
+            workdir / self.worker_id, threads_per_rank, warm_spares=gpus.count if warm else 0
+        )
         self.servicer = AgentServicer(self.worker_id, gpus, self.runner)
         self.server, self.port = create_agent_server(self.servicer, f"{host}:0", token)
         self.address = f"{host}:{self.port}"

@@ -4,6 +4,10 @@ Each rank runs the engine's entry point (``python -m sailor_runtime.engine.worke
 process with its own log and metrics file. Children get PR_SET_PDEATHSIG(SIGKILL) so that a
 node whose agent dies (kill -9) loses its ranks too, as a real node failure would. Processes are
 forked from one long-lived thread because Linux ties the death signal to the forking thread.
+
+Restarting a rank should not pay for importing torch again: the runner keeps one warm process
+per device (``agent.warm``) with torch and the engine imported, hands it the rank's arguments
+when an assignment arrives, and starts a new warm one in the background.
 """
 
 from __future__ import annotations
@@ -71,12 +75,53 @@ class RankRunner:
 
     workdir: Path
     threads_per_rank: int = 1
+    warm_spares: int = 0
+    """Warm processes to keep ready (one per device; 0 = start ranks cold)."""
     procs: list[RankProcess] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rank-forker")
+        self._spares: list[subprocess.Popen] = []
+        self._closed = False
+        if self.warm_spares and not os.environ.get(RANK_COMMAND_ENV):
+            self._forker.submit(self._refill)
+
+    def _base_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["OMP_NUM_THREADS"] = str(self.threads_per_rank)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _refill(self) -> None:
+        """Top the warm processes up (runs on the forker thread)."""
+        self._spares = [p for p in self._spares if p.poll() is None]
+        while not self._closed and len(self._spares) < self.warm_spares:
+            self._spares.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "sailor_runtime.agent.warm"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=self._base_env(),
+                    preexec_fn=_set_pdeathsig,
+                )
+            )
+
+    def _take_spare(self, argv: list[str], env: dict[str, str], log_path: Path):
+        while self._spares:
+            spare = self._spares.pop(0)
+            if spare.poll() is not None:
+                continue
+            try:
+                line = json.dumps({"argv": argv, "env": env, "log": str(log_path)}) + "\n"
+                spare.stdin.write(line.encode())
+                spare.stdin.close()
+                return spare
+            except OSError:
+                continue
+        return None
 
     # ---- commands ----------------------------------------------------------------------------
     def rank_command(self, a: ValidAssignment, rank: int, gen_dir: Path) -> list[str]:
@@ -104,20 +149,22 @@ class RankRunner:
         (gen_dir / "plan.json").write_text(a.plan.to_json())
         started = []
         for rank, device in a.ranks:
-            env = dict(os.environ)
-            env["CUDA_VISIBLE_DEVICES"] = str(device)
-            env["OMP_NUM_THREADS"] = str(self.threads_per_rank)
-            env["PYTHONUNBUFFERED"] = "1"
             log_path = gen_dir / f"rank-{rank}.log"
-            with open(log_path, "wb") as log:
-                popen = subprocess.Popen(
-                    self.rank_command(a, rank, gen_dir),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    preexec_fn=_set_pdeathsig,
-                )
+            cmd = self.rank_command(a, rank, gen_dir)
+            popen = None
+            if cmd[1:3] == ["-m", ENGINE_MODULE]:
+                popen = self._take_spare(cmd[3:], {"CUDA_VISIBLE_DEVICES": str(device)}, log_path)
+            if popen is None:
+                env = {**self._base_env(), "CUDA_VISIBLE_DEVICES": str(device)}
+                with open(log_path, "wb") as log:
+                    popen = subprocess.Popen(
+                        cmd,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=env,
+                        preexec_fn=_set_pdeathsig,
+                    )
             metrics = gen_dir / f"rank-{rank}.metrics.jsonl"
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
         return started
@@ -126,6 +173,8 @@ class RankRunner:
         """Stop every older rank, then start the ranks of ``a``; returns how many started."""
         self.stop(generation=0, grace_s=1.0)
         started = self._forker.submit(self._spawn, a).result()
+        if self.warm_spares and not os.environ.get(RANK_COMMAND_ENV):
+            self._forker.submit(self._refill)  # in the background: the ranks start now
         with self._lock:
             self.procs = [p for p in self.procs if p.popen.poll() is None] + started
         return len(started)
@@ -149,8 +198,23 @@ class RankRunner:
         return len(targets)
 
     def shutdown(self) -> None:
+        self._closed = True
         self.stop(0, grace_s=1.0)
+        self._forker.submit(self._close_spares).result()
         self._forker.shutdown(wait=False)
+
+    def _close_spares(self) -> None:
+        for spare in self._spares:
+            try:
+                spare.stdin.close()  # EOF: the warm process exits
+            except OSError:
+                pass
+        for spare in self._spares:
+            try:
+                spare.wait(5)
+            except subprocess.TimeoutExpired:
+                spare.kill()
+        self._spares = []
 
     # ---- observation -------------------------------------------------------------------------
     def current_generation(self) -> int:
