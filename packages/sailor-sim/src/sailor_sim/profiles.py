@@ -44,6 +44,8 @@ from .gpus import GPUType, get_gpu
 from .model import ModelSpec, get_model
 
 FORMAT = "sailor-profile/1"
+LINKS_FILE = "links.json"
+"""The network file a profile folder may hold next to the profiles (``network.py`` format)."""
 SOURCES = ("measured", "imported:sailor", "interpolated", "analytic")
 
 
@@ -350,6 +352,8 @@ def load_profile_dir(path: str | Path, store: ProfileStore | None = None) -> Pro
         raise ProfileError(f"{folder} is not a folder of profile files", field="profile_dir")
     store = store if store is not None else ProfileStore()
     for file in sorted(folder.glob("*.json")):
+        if file.name == LINKS_FILE:
+            continue
         for entry in read_profile_file(file):
             store.add(entry)
     return store

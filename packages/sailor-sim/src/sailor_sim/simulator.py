@@ -35,7 +35,7 @@ from .memory import GRAD_BYTES, in_flight, memory_terms
 from .network import Endpoint, NetworkModel
 from .plan import Plan, Replica
 from .prices import price_per_gpu_hour
-from .profiles import ProfileStore, load_profile_dir
+from .profiles import LINKS_FILE, ProfileStore, load_profile_dir
 
 
 @dataclass(frozen=True)
@@ -78,22 +78,13 @@ class Simulator:
 
     @classmethod
     def from_profile_dir(cls, path: str | Path) -> Simulator:
-        """Profiles (``*.json``) and, when present, ``links.json`` from a sailor profile folder."""
+        """Profiles (``*.json``) and, when present, ``links.json`` from a sailor profile folder;
+        entries the folder lacks are resolved as usual (interpolated, else analytic)."""
         from .network import load_network_file
 
-        folder = Path(path)
-        store = ProfileStore()
-        for file in sorted(folder.glob("*.json")):
-            if file.name != "links.json":
-                from .profiles import read_profile_file
-
-                for entry in read_profile_file(file):
-                    store.add(entry)
-        if not folder.is_dir():
-            load_profile_dir(folder)  # raises the clear error
-        links = folder / "links.json"
-        network = load_network_file(links) if links.exists() else NetworkModel()
-        return cls(store, network)
+        store = load_profile_dir(path)
+        links = Path(path) / LINKS_FILE
+        return cls(store, load_network_file(links) if links.exists() else NetworkModel())
 
     # ---- components ------------------------------------------------------------------------
     def stage_time(
