@@ -73,6 +73,15 @@ def framework_overhead(gpu: GPUType) -> FrameworkOverhead:
     return FRAMEWORK_OVERHEAD.get(gpu.platform, FRAMEWORK_OVERHEAD["sxm"])
 
 
+def transient_bytes(model, last_layer: int, mbs: int, seq: int, dtype: str, tp: int) -> int:
+    """The largest short-lived working set of a stage ending at ``last_layer``: with the head,
+    its fp32 logits, their softmax and its gradient (Megatron's vocab-parallel cross-entropy)
+    coexist as the backward pass starts; otherwise one layer's output and its gradient."""
+    if last_layer == model.head_layer_id:
+        return 3 * mbs * seq * model.vocab_size // tp * 4
+    return 2 * model.activation_out_bytes(0, mbs, seq, dtype)
+
+
 def in_flight(stage_index: int, num_stages: int, num_microbatches: int) -> int:
     """Microbatches whose activations stage i holds at once under 1F1B: min(P - i, M)."""
     return min(num_stages - stage_index, num_microbatches)

@@ -31,7 +31,7 @@ from .errors import PlanError
 from .estimate import Estimate, ReplicaMemory
 from .gpus import get_gpu
 from .job import Job
-from .memory import GRAD_BYTES, in_flight, memory_terms
+from .memory import GRAD_BYTES, in_flight, memory_terms, transient_bytes
 from .network import Endpoint, NetworkModel
 from .plan import Plan, Replica
 from .prices import price_per_gpu_hour
@@ -168,12 +168,7 @@ class Simulator:
         model, gpu, seq = job.model, get_gpu(gpu_type), job.sequence_length
         t = self.profiles.table(model, gpu, job.dtype, mbs, tp, seq, job.optimizer)
         act_out = model.activation_out_bytes(0, mbs, seq, job.dtype)
-        if last == model.head_layer_id:
-            # fp32 logits, their softmax and its gradient coexist as the backward pass starts
-            # (Megatron's vocab-parallel cross-entropy).
-            transient = 3 * mbs * seq * model.vocab_size // tp * 4
-        else:
-            transient = 2 * act_out
+        transient = transient_bytes(model, last, mbs, seq, job.dtype, tp)
         communicators = (tp > 1) + (dp > 1) + (i > 0) + (i < p - 1)
         terms = memory_terms(
             gpu=gpu,

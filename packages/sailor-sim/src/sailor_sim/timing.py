@@ -122,7 +122,7 @@ def ring_edges(network: NetworkModel, replicas) -> list[tuple[LinkCurve, int, fl
         link = network.link(
             Endpoint(a.zone, a.gpu_type, pairs), Endpoint(b.zone, b.gpu_type, pairs)
         )
-        eff = min(_bus_efficiency(a.gpu_type), _bus_efficiency(b.gpu_type))
+        eff = bus_efficiency(a.gpu_type, b.gpu_type)
         edges[(id(link), pairs, eff)] = (link, pairs, eff)
     return list(edges.values())
 
@@ -138,11 +138,15 @@ def ring_allreduce_time(network: NetworkModel, replicas, grad_bytes_unsharded: i
     )
 
 
-def _bus_efficiency(gpu_type: str) -> float:
+def bus_efficiency(gpu_type_a: str, gpu_type_b: str | None = None) -> float:
+    """``ALLREDUCE_BUS_EFFICIENCY`` of a ring edge between two GPU types (the lower one)."""
     from .gpus import get_gpu
 
-    platform = get_gpu(gpu_type).platform
-    return ALLREDUCE_BUS_EFFICIENCY.get(platform, ALLREDUCE_BUS_EFFICIENCY["sxm"])[0]
+    def one(gpu_type: str) -> float:
+        platform = get_gpu(gpu_type).platform
+        return ALLREDUCE_BUS_EFFICIENCY.get(platform, ALLREDUCE_BUS_EFFICIENCY["sxm"])[0]
+
+    return min(one(gpu_type_a), one(gpu_type_b or gpu_type_a))
 
 
 def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) -> float:
@@ -200,6 +204,7 @@ def egress_usd(network: NetworkModel, job, plan, unsharded_params=None) -> float
 __all__ = [
     "PipelineTime",
     "allreduce_time",
+    "bus_efficiency",
     "dp_egress_usd",
     "egress_usd",
     "pipeline_total",
