@@ -55,8 +55,8 @@ def test_reported_estimate_is_the_simulators(sim, planner) -> None:
     inventory = Inventory.parse(
         ["A100-40@us-central1-a=16", "V100-16@us-central1-a=16", "V100-16@us-central1-b=8"]
     )
-    result = planner.plan(job, inventory, SearchOptions(top_k=3))
-    assert len(result.plans) == 3
+    result = planner.plan(job, inventory, SearchOptions(top_k=3, pareto_points=6))
+    assert len(result.plans) == 3 and len(result.pareto) >= 2
     for ranked in list(result.plans) + list(result.pareto):
         assert ranked.estimate.to_dict() == sim.estimate(job, ranked.plan).to_dict()
         assert ranked.estimate.fits
@@ -106,7 +106,9 @@ def test_multi_stage_plans_under_the_cost_objective(planner) -> None:
     # ...and where one stage would fit, the cost objective still weighs deeper pipelines.
     job = Job.create("OPT-350M", 64, 2048)
     result = planner.plan(
-        job, Inventory.parse(["V100-16@us-central1-a=8"]), SearchOptions("cost", top_k=6)
+        job,
+        Inventory.parse(["V100-16@us-central1-a=8"]),
+        SearchOptions("cost", top_k=6, pareto_points=8),
     )
     assert any(r.plan.num_stages > 1 for r in result.plans + result.pareto)
 
@@ -145,3 +147,18 @@ def test_replan_reuses_tables_and_respects_new_availability(sim) -> None:
     counts = second.best.plan.gpu_counts()
     assert counts.get(("A100-40", "us-central1-a"), 0) <= 24
     assert warm < cold  # the tables are reused; speed itself is measured in bench/
+
+
+def test_pareto_frontier_trades_cost_for_throughput(planner) -> None:
+    job = Job.create("OPT-350M", 512, 2048)
+    inventory = Inventory.parse(["A100-40@us-central1-a=32", "V100-16@us-central1-a=32"])
+    result = planner.plan(job, inventory, SearchOptions(pareto_points=8))
+    points = [
+        (r.estimate.cost_per_iteration_usd, r.estimate.throughput_iters_per_s)
+        for r in result.pareto
+    ]
+    assert len(points) >= 3
+    assert points == sorted(points)  # cheaper first, and each dearer point is faster
+    assert all(b[1] > a[1] for a, b in zip(points, points[1:], strict=False))
+    best = result.best.estimate
+    assert max(t for _, t in points) == pytest.approx(best.throughput_iters_per_s)

@@ -103,6 +103,10 @@ def plan(
         float | None, typer.Option("--min-throughput", help="Iterations per second.")
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Number of ranked plans.")] = 1,
+    pareto: Annotated[
+        int,
+        typer.Option("--pareto", help="Also return N points of the throughput-vs-cost frontier."),
+    ] = 0,
     allow_cross_region_dp: Annotated[
         bool, typer.Option("--allow-cross-region-dp", help="Let replicas of a stage span regions.")
     ] = False,
@@ -125,6 +129,7 @@ def plan(
             top_k=top,
             allow_cross_region_data_parallel=allow_cross_region_dp,
             deadline_s=deadline,
+            pareto_points=pareto,
         )
         planner = planner_for(
             str(profile_dir) if profile_dir else None, str(sailor_root) if sailor_root else None

@@ -69,6 +69,7 @@ class PlannerClient:
         allow_cross_region_data_parallel: bool = False,
         profile_dir: str = "",
         sailor_root: str = "",
+        pareto_points: int = 0,
     ):
         """The wire ``PlanRequest`` (0 / "" = unset)."""
         return planner_pb2.PlanRequest(
@@ -82,6 +83,7 @@ class PlannerClient:
             allow_cross_region_data_parallel=allow_cross_region_data_parallel,
             profile_dir=profile_dir,
             sailor_root=sailor_root,
+            pareto_points=pareto_points,
         )
 
     def plan(

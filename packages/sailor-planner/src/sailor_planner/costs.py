@@ -47,6 +47,8 @@ class CostView:
         self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._tmat: dict[tuple, np.ndarray] = {}
         self._fit: dict[tuple, np.ndarray] = {}
+        self.memo: dict[tuple, object] = {}
+        """Derived tables of other modules (e.g. per-position stage costs), same lifetime."""
         self._lower = np.tril(np.ones((self.n, self.n), dtype=bool), -1)
         self.hits = 0
         self.tp_of = lru_cache(maxsize=None)(self._tp_degrees)

@@ -79,10 +79,12 @@ class SearchOptions:
     exact_partition_limit: int = 3000
     """Enumerate every layer split of a pipeline shape exactly while there are at most this many;
     above, a dynamic program over layer prefixes picks the split (see README)."""
-    rescore: int = 8
-    """Candidates (beyond top_k) re-scored with the full simulator before ranking."""
-    pareto_points: int = 16
-    """Most points of the throughput-vs-cost frontier returned (re-scored with the simulator)."""
+    rescore: int = 2
+    """Candidates (beyond top_k) re-scored with the full simulator before ranking: the search
+    scores with the simulator's own components, so only a memory verdict can differ."""
+    pareto_points: int = 0
+    """Most points of the throughput-vs-cost frontier returned (re-scored with the simulator);
+    0 = none."""
     deadline_s: float | None = None
     """Wall-clock seconds after which the search stops and returns its best so far (partial)."""
 

@@ -40,7 +40,7 @@ EXACT_ALLOCATIONS = 256
 """Enumerate every pipelines-per-class vector while there are at most this many."""
 KEEP_MARGIN = 2
 """Candidates kept exact beyond top_k, in case the simulator finds one of them out of memory."""
-SMALL_INSTANCE = 32
+SMALL_INSTANCE = 8
 """Inventories of at most this many GPUs are searched with the exact options below on (every
 per-stage TP vector, every layer split while few, every mix of configurations)."""
 TP_VECTORS = 27
@@ -261,7 +261,7 @@ class Search:
                 if not any(all(_has(self.free, g, grp) for g in combo) for grp in self.groups):
                     continue
                 picks = [_distinct_configs(singles[g], None) for g in combo]
-                if not self.small or math.prod(len(x) for x in picks) > MIX_EXACT:
+                if not self.small or size > 2 or math.prod(len(x) for x in picks) > MIX_EXACT:
                     picks = [_distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
                 for choice in itertools.product(*picks):
                     shapes.extend(self._joint(p, combo, choice))

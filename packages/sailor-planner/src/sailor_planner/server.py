@@ -81,6 +81,7 @@ def _options(req, context) -> SearchOptions:
         top_k=top_k,
         allow_cross_region_data_parallel=req.allow_cross_region_data_parallel,
         deadline_s=deadline,
+        pareto_points=min(req.pareto_points, MAX_TOP_K),
     )
 
 

@@ -74,20 +74,34 @@ def stage_tables(
     costs, tps = [], []
     p2p = _p2p_same_zone(cv, g, m, sorted({d for ds in per_stage for d in ds}), zone)
     for i in range(p):
-        best = np.full((cv.n, cv.n), INF)
-        choice = np.zeros((cv.n, cv.n), dtype=np.int64)
         neighbours = (i > 0) + (i < p - 1)
-        for d in per_stage[i]:
-            fits = cv.fit_matrix(g, m, d, min(p - i, mm), neighbours, cap)
-            time = cv.time_matrix(g, m, d, p2p[d] * neighbours)
-            take = fits & ~np.isfinite(best)
-            best[take] = time[take]
-            choice[take] = d
+        best, choice = _position(
+            cv, g, m, tuple(per_stage[i]), min(p - i, mm), neighbours, cap, p2p
+        )
         if not _any_path(best, i, p, cv.n):
             return None
         costs.append(best)
         tps.append(choice)
     return StageTables(tuple(costs), tuple(tps))
+
+
+def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
+    """(time, TP) matrices of one pipeline position: the first degree that fits, per range.
+    Cached on the CostView: positions of different depths share them."""
+    key = ("position", g, m, degrees, in_flight, neighbours, cap)
+    hit = cv.memo.get(key)
+    if hit is not None:
+        return hit
+    best = np.full((cv.n, cv.n), INF)
+    choice = np.zeros((cv.n, cv.n), dtype=np.int64)
+    for d in degrees:
+        fits = cv.fit_matrix(g, m, d, in_flight, neighbours, cap)
+        time = cv.time_matrix(g, m, d, p2p[d] * neighbours)
+        take = fits & ~np.isfinite(best)
+        best[take] = time[take]
+        choice[take] = d
+    cv.memo[key] = (best, choice)
+    return best, choice
 
 
 def _any_path(best: np.ndarray, i: int, p: int, n: int) -> bool:

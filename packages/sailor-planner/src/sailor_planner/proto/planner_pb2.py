@@ -27,29 +27,29 @@ from sailor_sim.proto import job_pb2 as sailor_dot_v1_dot_job__pb2
 from sailor_sim.proto import plan_pb2 as sailor_dot_v1_dot_plan__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17sailor/v1/planner.proto\x12\tsailor.v1\x1a\x18sailor/v1/estimate.proto\x1a\x13sailor/v1/job.proto\x1a\x14sailor/v1/plan.proto\"\xb2\x02\n\x0bPlanRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\'\n\tinventory\x18\x02 \x01(\x0b\x32\x14.sailor.v1.Inventory\x12\'\n\tobjective\x18\x03 \x01(\x0e\x32\x14.sailor.v1.Objective\x12\x1e\n\x16max_cost_per_iteration\x18\x04 \x01(\x01\x12\x19\n\x11max_cost_per_hour\x18\x05 \x01(\x01\x12\x16\n\x0emin_throughput\x18\x06 \x01(\x01\x12\r\n\x05top_k\x18\x07 \x01(\r\x12(\n allow_cross_region_data_parallel\x18\x08 \x01(\x08\x12\x13\n\x0bprofile_dir\x18\t \x01(\t\x12\x13\n\x0bsailor_root\x18\n \x01(\t\"R\n\nRankedPlan\x12\x1d\n\x04plan\x18\x01 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12%\n\x08\x65stimate\x18\x02 \x01(\x0b\x32\x13.sailor.v1.Estimate\"\x8f\x01\n\x0bSearchStats\x12\x1c\n\x14\x63\x61ndidates_evaluated\x18\x01 \x01(\x04\x12\x0e\n\x06pruned\x18\x02 \x01(\x04\x12\x12\n\ninfeasible\x18\x03 \x01(\x04\x12\x19\n\x11\x65valuations_per_s\x18\x04 \x01(\x01\x12\x10\n\x08rescored\x18\x05 \x01(\x04\x12\x11\n\tmemo_hits\x18\x06 \x01(\x04\"\xaa\x01\n\x0cPlanResponse\x12$\n\x05plans\x18\x01 \x03(\x0b\x32\x15.sailor.v1.RankedPlan\x12\x15\n\rsearch_time_s\x18\x02 \x01(\x01\x12\x0f\n\x07partial\x18\x03 \x01(\x08\x12%\n\x05stats\x18\x04 \x01(\x0b\x32\x16.sailor.v1.SearchStats\x12%\n\x06pareto\x18\x05 \x03(\x0b\x32\x15.sailor.v1.RankedPlan\"`\n\rReplanRequest\x12\'\n\x07request\x18\x01 \x01(\x0b\x32\x16.sailor.v1.PlanRequest\x12&\n\rprevious_plan\x18\x02 \x01(\x0b\x32\x0f.sailor.v1.Plan\"w\n\x0fSimulateRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\x1d\n\x04plan\x18\x02 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12\x13\n\x0bprofile_dir\x18\x03 \x01(\t\x12\x13\n\x0bsailor_root\x18\x04 \x01(\t\"9\n\x10SimulateResponse\x12%\n\x08\x65stimate\x18\x01 \x01(\x0b\x32\x13.sailor.v1.Estimate*T\n\tObjective\x12\x19\n\x15OBJECTIVE_UNSPECIFIED\x10\x00\x12\x18\n\x14OBJECTIVE_THROUGHPUT\x10\x01\x12\x12\n\x0eOBJECTIVE_COST\x10\x02\x32\xcb\x01\n\x0ePlannerService\x12\x37\n\x04Plan\x12\x16.sailor.v1.PlanRequest\x1a\x17.sailor.v1.PlanResponse\x12\x43\n\x08Simulate\x12\x1a.sailor.v1.SimulateRequest\x1a\x1b.sailor.v1.SimulateResponse\x12;\n\x06Replan\x12\x18.sailor.v1.ReplanRequest\x1a\x17.sailor.v1.PlanResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17sailor/v1/planner.proto\x12\tsailor.v1\x1a\x18sailor/v1/estimate.proto\x1a\x13sailor/v1/job.proto\x1a\x14sailor/v1/plan.proto\"\xc9\x02\n\x0bPlanRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\'\n\tinventory\x18\x02 \x01(\x0b\x32\x14.sailor.v1.Inventory\x12\'\n\tobjective\x18\x03 \x01(\x0e\x32\x14.sailor.v1.Objective\x12\x1e\n\x16max_cost_per_iteration\x18\x04 \x01(\x01\x12\x19\n\x11max_cost_per_hour\x18\x05 \x01(\x01\x12\x16\n\x0emin_throughput\x18\x06 \x01(\x01\x12\r\n\x05top_k\x18\x07 \x01(\r\x12(\n allow_cross_region_data_parallel\x18\x08 \x01(\x08\x12\x13\n\x0bprofile_dir\x18\t \x01(\t\x12\x13\n\x0bsailor_root\x18\n \x01(\t\x12\x15\n\rpareto_points\x18\x0b \x01(\r\"R\n\nRankedPlan\x12\x1d\n\x04plan\x18\x01 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12%\n\x08\x65stimate\x18\x02 \x01(\x0b\x32\x13.sailor.v1.Estimate\"\x8f\x01\n\x0bSearchStats\x12\x1c\n\x14\x63\x61ndidates_evaluated\x18\x01 \x01(\x04\x12\x0e\n\x06pruned\x18\x02 \x01(\x04\x12\x12\n\ninfeasible\x18\x03 \x01(\x04\x12\x19\n\x11\x65valuations_per_s\x18\x04 \x01(\x01\x12\x10\n\x08rescored\x18\x05 \x01(\x04\x12\x11\n\tmemo_hits\x18\x06 \x01(\x04\"\xaa\x01\n\x0cPlanResponse\x12$\n\x05plans\x18\x01 \x03(\x0b\x32\x15.sailor.v1.RankedPlan\x12\x15\n\rsearch_time_s\x18\x02 \x01(\x01\x12\x0f\n\x07partial\x18\x03 \x01(\x08\x12%\n\x05stats\x18\x04 \x01(\x0b\x32\x16.sailor.v1.SearchStats\x12%\n\x06pareto\x18\x05 \x03(\x0b\x32\x15.sailor.v1.RankedPlan\"`\n\rReplanRequest\x12\'\n\x07request\x18\x01 \x01(\x0b\x32\x16.sailor.v1.PlanRequest\x12&\n\rprevious_plan\x18\x02 \x01(\x0b\x32\x0f.sailor.v1.Plan\"w\n\x0fSimulateRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\x1d\n\x04plan\x18\x02 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12\x13\n\x0bprofile_dir\x18\x03 \x01(\t\x12\x13\n\x0bsailor_root\x18\x04 \x01(\t\"9\n\x10SimulateResponse\x12%\n\x08\x65stimate\x18\x01 \x01(\x0b\x32\x13.sailor.v1.Estimate*T\n\tObjective\x12\x19\n\x15OBJECTIVE_UNSPECIFIED\x10\x00\x12\x18\n\x14OBJECTIVE_THROUGHPUT\x10\x01\x12\x12\n\x0eOBJECTIVE_COST\x10\x02\x32\xcb\x01\n\x0ePlannerService\x12\x37\n\x04Plan\x12\x16.sailor.v1.PlanRequest\x1a\x17.sailor.v1.PlanResponse\x12\x43\n\x08Simulate\x12\x1a.sailor.v1.SimulateRequest\x1a\x1b.sailor.v1.SimulateResponse\x12;\n\x06Replan\x12\x18.sailor.v1.ReplanRequest\x1a\x17.sailor.v1.PlanResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sailor.v1.planner_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OBJECTIVE']._serialized_start=1097
-  _globals['_OBJECTIVE']._serialized_end=1181
+  _globals['_OBJECTIVE']._serialized_start=1120
+  _globals['_OBJECTIVE']._serialized_end=1204
   _globals['_PLANREQUEST']._serialized_start=108
-  _globals['_PLANREQUEST']._serialized_end=414
-  _globals['_RANKEDPLAN']._serialized_start=416
-  _globals['_RANKEDPLAN']._serialized_end=498
-  _globals['_SEARCHSTATS']._serialized_start=501
-  _globals['_SEARCHSTATS']._serialized_end=644
-  _globals['_PLANRESPONSE']._serialized_start=647
-  _globals['_PLANRESPONSE']._serialized_end=817
-  _globals['_REPLANREQUEST']._serialized_start=819
-  _globals['_REPLANREQUEST']._serialized_end=915
-  _globals['_SIMULATEREQUEST']._serialized_start=917
-  _globals['_SIMULATEREQUEST']._serialized_end=1036
-  _globals['_SIMULATERESPONSE']._serialized_start=1038
-  _globals['_SIMULATERESPONSE']._serialized_end=1095
-  _globals['_PLANNERSERVICE']._serialized_start=1184
-  _globals['_PLANNERSERVICE']._serialized_end=1387
+  _globals['_PLANREQUEST']._serialized_end=437
+  _globals['_RANKEDPLAN']._serialized_start=439
+  _globals['_RANKEDPLAN']._serialized_end=521
+  _globals['_SEARCHSTATS']._serialized_start=524
+  _globals['_SEARCHSTATS']._serialized_end=667
+  _globals['_PLANRESPONSE']._serialized_start=670
+  _globals['_PLANRESPONSE']._serialized_end=840
+  _globals['_REPLANREQUEST']._serialized_start=842
+  _globals['_REPLANREQUEST']._serialized_end=938
+  _globals['_SIMULATEREQUEST']._serialized_start=940
+  _globals['_SIMULATEREQUEST']._serialized_end=1059
+  _globals['_SIMULATERESPONSE']._serialized_start=1061
+  _globals['_SIMULATERESPONSE']._serialized_end=1118
+  _globals['_PLANNERSERVICE']._serialized_start=1207
+  _globals['_PLANNERSERVICE']._serialized_end=1410
 # @@protoc_insertion_point(module_scope)
