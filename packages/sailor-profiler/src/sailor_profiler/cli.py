@@ -90,6 +90,7 @@ def compute(
     optimizer: Annotated[str, typer.Option(help="adam, adamw or sgd.")] = "adam",
     gpu_type: Annotated[str | None, typer.Option(help="Catalog GPU type to file under.")] = None,
     memory_limit_gb: Annotated[float | None, typer.Option(help="Memory per rank (GiB).")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads per rank [cores / TP].")] = None,
     plot: Annotated[bool, typer.Option(help="Also draw profiler/layers_*.png.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
@@ -98,7 +99,7 @@ def compute(
 
     summary = run_compute(model, out, device, dtype, parse_int_list(mbs, "mbs"),
                           parse_int_list(tp, "tp"), seq, warmup, reps, blocks, optimizer,
-                          gpu_type, memory_limit_gb, plot, quiet=as_json)
+                          gpu_type, memory_limit_gb, plot, threads, quiet=as_json)
     if as_json:
         typer.echo(json.dumps(summary, indent=1))
 

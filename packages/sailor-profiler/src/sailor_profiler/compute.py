@@ -26,6 +26,7 @@ import torch
 from sailor_sim.model import get_model
 
 from .devices import DeviceSpec
+from .launch import threads_per_rank
 from .memory import ActivationMemory, measure_activation_memory
 from .optim import optimizer_step_fn
 from .timing import Clock, Stat, repeat, summarize
@@ -49,6 +50,8 @@ class ComputeConfig:
     optimizer: str = "adam"
     memory_limit_bytes: int | None = None
     """Memory one rank may use; None: free device memory (CUDA) or available RAM / TP (CPU)."""
+    threads: int | None = None
+    """CPU threads per rank; None: ``launch.threads_per_rank`` (OMP_NUM_THREADS, else cores/TP)."""
 
 
 @dataclass(frozen=True)
@@ -102,13 +105,14 @@ def estimated_bytes(cfg: ComputeConfig, layer_id: int, mbs: int, tp: int) -> int
     return weights + 2 * stash + hidden
 
 
-def _agree(flag: bool, group) -> bool:
-    """True only if every TP rank says True (keeps ranks in lockstep around collectives)."""
+def _agree(flag: bool, group, device: str) -> bool:
+    """True only if every TP rank says True (keeps ranks in lockstep around collectives).
+    The tensor lives on the rank's device: NCCL reduces CUDA tensors only."""
     if group is None:
         return flag
     import torch.distributed as dist
 
-    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
     return bool(t.item())
 
@@ -147,7 +151,7 @@ def _time_optimizer(layer, optimizer: str, device: str, warmup: int, reps: int) 
 def _profile_layer(cfg, layer, lid, kind, mbs, tp, device, opt_cache, group) -> LayerResult:
     params = sum(p.numel() for p in layer.parameters())
     need, have = estimated_bytes(cfg, lid, mbs, tp), _available_bytes(cfg, device, tp)
-    if not _agree(need <= have, group):
+    if not _agree(need <= have, group, device):
         return LayerResult(lid, kind, mbs, tp, "oom", params,
                            note=f"estimated {need} B > {have} B available on some rank")
     try:
@@ -177,6 +181,8 @@ def profile_rank(
     device = cfg.device.for_rank(tp_rank)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(cfg.threads or threads_per_rank(tp))
     torch.manual_seed(0)
     results = []
     for lid in layer_ids_to_profile(spec.num_layers, cfg.blocks):
@@ -243,3 +249,21 @@ def params_per_layer(model: str, tp: int = 1) -> dict[int, int]:
     }
 
 
+
+
+def full_model_seconds(cfg: ComputeConfig, mbs: int) -> Stat:
+    """Forward + backward seconds of the whole model in one process (TP 1), to check the sum
+    of per-layer times (and an extrapolation from a few blocks) against."""
+    spec = get_model(cfg.model)
+    device = cfg.device.for_rank(0)
+    model = build_stage(spec, 0, spec.head_layer_id, 0, 1, None, TORCH_DTYPES[cfg.dtype], device)
+    model.train()
+    tokens = example_input(spec, 0, mbs, cfg.seq_len, TORCH_DTYPES[cfg.dtype], device)[0]
+    clock = Clock(device)
+
+    def once() -> float:
+        clock.start()
+        model(tokens, tokens).backward()
+        return clock.stop()
+
+    return repeat(once, cfg.warmup, cfg.reps)

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import polars as pl
-import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -16,6 +15,7 @@ from sailor_sim.model import get_model
 from .compute import ComputeConfig
 from .devices import parse_device
 from .errors import ProfileFolderError, SweepError
+from .launch import threads_per_rank
 from .netfit import LinkFit
 from .optim import OPTIMIZERS
 from .plots import plot_bandwidth, plot_layers
@@ -28,27 +28,29 @@ DEFAULT_MAX_SEQ = 2048
 
 
 def build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer,
-                 memory_limit_gb) -> ComputeConfig:
+                 memory_limit_gb, threads=None) -> ComputeConfig:
     spec = get_model(model)
     if optimizer.lower() not in OPTIMIZERS:
         raise SweepError(f"unknown optimizer {optimizer!r}; use one of {OPTIMIZERS}",
                          field="optimizer")
     if memory_limit_gb is not None and memory_limit_gb <= 0:
         raise SweepError("must be > 0 GiB", field="memory_limit_gb")
+    if threads is not None and threads < 1:
+        raise SweepError(f"must be >= 1, got {threads}", field="threads")
     if blocks < 0:
         raise SweepError(f"must be >= 0 (0 = every block), got {blocks}", field="blocks")
     return ComputeConfig(
         spec.name, parse_device(device), check_dtype(dtype), tuple(mbs),
         seq if seq is not None else min(spec.max_seq_len, DEFAULT_MAX_SEQ), warmup, reps, blocks,
         optimizer.lower(),
-        None if memory_limit_gb is None else int(memory_limit_gb * 1024**3),
+        None if memory_limit_gb is None else int(memory_limit_gb * 1024**3), threads,
     )
 
 
 def run_compute(model, out, device, dtype, mbs, tps, seq, warmup, reps, blocks, optimizer,
-                gpu_type, memory_limit_gb, plot, quiet=False) -> dict:
+                gpu_type, memory_limit_gb, plot, threads=None, quiet=False) -> dict:
     cfg = build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer,
-                       memory_limit_gb)
+                       memory_limit_gb, threads)
     check_sweep(cfg, tps)
     gpu = gpu_type_for(cfg.device, gpu_type)
     console = Console(stderr=True, quiet=quiet)
@@ -58,7 +60,8 @@ def run_compute(model, out, device, dtype, mbs, tps, seq, warmup, reps, blocks, 
         rows = run_sweep(cfg, tps, lambda _step: bar.advance(task))
     prov = provenance(cfg.device, gpu, sequence_length=cfg.seq_len, warmup=cfg.warmup,
                       reps=cfg.reps, blocks=cfg.blocks, optimizer=cfg.optimizer,
-                      threads=torch.get_num_threads())
+                      threads_per_rank={tp: cfg.threads or threads_per_rank(tp) for tp in tps}
+                      if cfg.device.kind == "cpu" else None)
     result = SweepResult(gpu, cfg, tuple(tps), tuple(rows), prov)
     files = write_profile(result, out)
     frame = layers_frame(rows, cfg.model, gpu, cfg.dtype, cfg.seq_len)

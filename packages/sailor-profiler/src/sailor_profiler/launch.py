@@ -44,8 +44,12 @@ def env_launched() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
-def _threads_per_rank(world_size: int) -> int:
-    # Ranks on one machine share its cores; oversubscribing makes every timing worse.
+def threads_per_rank(world_size: int) -> int:
+    """CPU threads of one rank: OMP_NUM_THREADS when set, else the cores split over the ranks
+    (ranks on one machine share its cores; oversubscribing makes every timing worse)."""
+    raw = os.environ.get("OMP_NUM_THREADS", "")
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
     return max(1, (os.cpu_count() or 1) // world_size)
 
 
@@ -53,7 +57,7 @@ def _rank_main(fn, rank, world_size, port, prefix, backend, timeout_s, args, res
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(_threads_per_rank(world_size))
+    torch.set_num_threads(threads_per_rank(world_size))
     try:
         store = dist.TCPStore(_STORE_HOST, port, world_size, is_master=False,
                               timeout=timedelta(seconds=timeout_s))

@@ -82,7 +82,8 @@ def provenance(device: DeviceSpec, gpu_type: str, **extra) -> dict:
     if device.kind == "cuda":
         info["cuda"] = torch.version.cuda
         info["driver"] = _driver_version()
-        info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        nccl = torch.cuda.nccl.version()  # a tuple in recent torch, an int in older ones
+        info["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
     return {**info, **extra}
 
 
