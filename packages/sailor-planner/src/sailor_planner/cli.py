@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 import sailor_planner
-from sailor_sim import Inventory, Job, SailorSimError
+from sailor_sim import SailorSimError
 
-from .errors import RequestError, SailorPlannerError
+from .errors import SailorPlannerError
 
 app = typer.Typer(no_args_is_help=True, help=sailor_planner.__doc__, pretty_exceptions_enable=False)
 
@@ -33,44 +31,6 @@ def main() -> None:
 def version() -> None:
     """Print the sailor-planner version."""
     typer.echo(sailor_planner.__version__)
-
-
-def _inventory(gpus: list[str], inventory_file: Path | None) -> Inventory:
-    if gpus and inventory_file:
-        raise RequestError("give --gpus or --inventory, not both", field="inventory")
-    if inventory_file:
-        if not inventory_file.is_file():
-            raise RequestError(f"{inventory_file} is not a file", field="inventory")
-        inventory = Inventory.from_json_file(inventory_file)
-    elif gpus:
-        inventory = Inventory.parse(gpus)
-    else:
-        raise RequestError(
-            "no GPUs; pass --gpus TYPE@ZONE=COUNT (repeatable) or --inventory FILE", field="gpus"
-        )
-    if inventory.total_gpus == 0:
-        raise RequestError("the inventory has no GPUs", field="gpus")
-    return inventory
-
-
-def _fmt_table(result) -> str:
-    lines = [
-        f"{'#':>2}  {'iter/s':>8}  {'s/iter':>8}  {'$/iter':>9}  {'$/hour':>9}  {'GPUs':>5}  plan"
-    ]
-    for i, ranked in enumerate(result.plans, 1):
-        e, p = ranked.estimate, ranked.plan
-        lines.append(
-            f"{i:>2}  {e.throughput_iters_per_s:>8.4f}  {e.iteration_time_s:>8.3f}  "
-            f"{e.cost_per_iteration_usd:>9.4f}  {e.cost_per_hour_usd:>9.2f}  {p.num_gpus:>5}  "
-            f"{p.describe()}"
-        )
-    s = result.stats
-    lines.append(
-        f"search {result.search_time_s:.3f} s{' (partial: deadline)' if result.partial else ''}; "
-        f"{s.candidates_evaluated} candidates evaluated ({s.evaluations_per_s:,.0f}/s), "
-        f"{s.pruned} pruned, {s.infeasible} infeasible, {s.rescored} re-scored by the simulator"
-    )
-    return "\n".join(lines)
 
 
 @app.command()
@@ -116,33 +76,32 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Find the best plans for a job on an inventory."""
-    start = time.perf_counter()
-    try:
-        from .request import Constraints, SearchOptions
-        from .sources import planner_for
+    from .planrun import PlanArgs, run_plan
 
-        job = Job.create(model, gbs, seq_len, dtype)
-        inventory = _inventory(gpus or [], inventory_file)
-        options = SearchOptions(
-            objective=objective,
-            constraints=Constraints(max_cost_per_iteration, max_cost_per_hour, min_throughput),
-            top_k=top,
-            allow_cross_region_data_parallel=allow_cross_region_dp,
-            deadline_s=deadline,
-            pareto_points=pareto,
-        )
-        planner = planner_for(
-            str(profile_dir) if profile_dir else None, str(sailor_root) if sailor_root else None
-        )
-        result = planner.plan(job, inventory, options)
-    except (SailorPlannerError, SailorSimError) as exc:
-        fail(exc)
-    if as_json:
-        out = result.to_dict()
-        out["command_time_s"] = time.perf_counter() - start
-        typer.echo(json.dumps(out))
-    else:
-        typer.echo(_fmt_table(result))
+    code = run_plan(
+        PlanArgs(
+            model,
+            gbs,
+            seq_len,
+            dtype,
+            tuple(gpus or ()),
+            inventory_file,
+            profile_dir,
+            sailor_root,
+            objective,
+            max_cost_per_iteration,
+            max_cost_per_hour,
+            min_throughput,
+            top,
+            pareto,
+            allow_cross_region_dp,
+            deadline,
+            as_json,
+        ),
+        echo=typer.echo,
+    )
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

@@ -480,11 +480,12 @@ class Search:
 
 
 def _ladder(top: int, lo: int) -> list[int]:
-    """lo..top with about four points per octave (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, ...)."""
+    """lo..top with two points per octave (1, 2, 3, 4, 6, 8, 12, 16, 24, ...) and top; the
+    local search (``_refine``) then walks from the best points in steps of 1, 2 and 4."""
     out, v = set(), max(lo, 1)
     while v < top:
         out.add(v)
-        step = max(1, 2 ** (max(v.bit_length() - 3, 0)))
+        step = max(1, 2 ** (max(v.bit_length() - 2, 0)))
         v += step
     out.add(top)
     if lo == 0:

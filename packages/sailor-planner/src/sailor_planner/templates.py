@@ -107,7 +107,7 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
 def _any_path(best: np.ndarray, i: int, p: int, n: int) -> bool:
     # A position must hold at least one layer id somewhere in its reachable window.
     lo, hi = i, n - (p - i)
-    return bool(np.isfinite(best[np.arange(lo, hi + 1), np.arange(lo, hi + 1)]).any())
+    return bool(np.isfinite(np.diagonal(best)[lo : hi + 1]).any())
 
 
 def _p2p_same_zone(cv: CostView, g: str, m: int, degrees: list[int], zone: str) -> dict[int, float]:
