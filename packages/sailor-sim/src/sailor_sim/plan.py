@@ -8,6 +8,7 @@ them (heterogeneous data parallelism); their samples per iteration add up to the
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,20 @@ from .errors import PlanError, SailorSimError, ValidationError
 from .gpus import get_gpu
 from .job import Job, _reject_unknown
 from .zones import get_zone
+
+# Interned ids of replica field tuples and of stages' replica lists: equal values get the same
+# small int, so the simulator's caches hash and compare ints instead of tuples of tuples.
+# Bounded by the distinct replicas / replica lists a process ever builds.
+_REPLICA_IDS: dict[tuple, int] = {}
+_STAGE_SIGS: dict[tuple, int] = {}
+_NEXT_ID = itertools.count()
+
+
+def _intern(table: dict[tuple, int], key: tuple) -> int:
+    found = table.get(key)
+    if found is None:
+        found = table.setdefault(key, next(_NEXT_ID))  # atomic under the GIL: ids stay unique
+    return found
 
 
 @dataclass(frozen=True)
@@ -39,6 +54,7 @@ class Replica:
         key = (self.gpu_type, self.zone, self.tp, self.microbatch_size, self.num_microbatches)
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_hash", hash(key))
+        object.__setattr__(self, "_id", _intern(_REPLICA_IDS, key))
 
     def __hash__(self) -> int:
         return self._hash
@@ -93,6 +109,8 @@ class Stage:
         # Plain-tuple signature of the replicas: hashed and compared in C by the simulator's
         # caches (the dataclass __hash__/__eq__ are Python calls).
         object.__setattr__(self, "_rkeys", tuple(r._key for r in self.replicas))
+        object.__setattr__(self, "_sig", _intern(_STAGE_SIGS, tuple(r._id for r in self.replicas)))
+        object.__setattr__(self, "_samples", sum(r.samples for r in self.replicas))
 
     @property
     def layer_ids(self) -> range:

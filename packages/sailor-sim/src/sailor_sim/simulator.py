@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import timing
 from .errors import PlanError
@@ -191,7 +192,7 @@ class Simulator:
         scatter-gather), so min(tp) pairs each move the whole tensor in parallel."""
         # Every boundary but the head's sends the same (b, s, h) tensor, so the layer id does
         # not enter the key (the head never sends).
-        key = ((job.model.name, job.dtype, job.sequence_length, job.optimizer), src._key, dst._key)
+        key = ((job.model.name, job.dtype, job.sequence_length, job.optimizer), src._id, dst._id)
         hit = self._p2p_cache.get(key)
         if hit is None:
             nbytes = job.model.activation_out_bytes(
@@ -254,10 +255,7 @@ class Simulator:
         (``_replica_info``), so cached replicas are not re-validated on every plan."""
         if plan.stages[-1].last_layer != job.model.head_layer_id:
             plan.check(job)
-        total = 0
-        for r in plan.stages[0].replicas:
-            total += r.microbatch_size * r.num_microbatches
-        if total != job.global_batch_size:
+        if plan.stages[0]._samples != job.global_batch_size:
             plan.check(job)
 
     def egress_per_iteration(self, job: Job, plan: Plan) -> float:
@@ -296,8 +294,7 @@ class Simulator:
         return total
 
 
-@dataclass(frozen=True)
-class StageSummary:
+class StageSummary(NamedTuple):
     """Everything ``estimate`` needs from one stage with its replicas at one pipeline position."""
 
     distinct: tuple[Replica, ...]
@@ -309,7 +306,9 @@ class StageSummary:
     per_microbatch: tuple[float, ...]
     """Per distinct replica: forward + backward + TP seconds per microbatch."""
     rkeys: tuple[tuple, ...]
-    """Per distinct replica: its field tuple (the p2p cache key)."""
+    """Per distinct replica: its field tuple (zone at index 1)."""
+    rids: tuple[int, ...]
+    """Per distinct replica: its interned id (the p2p cache key)."""
     sources: frozenset[str]
     dp_sync_s: float
     optimizer_s: float
@@ -331,7 +330,7 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         stage_cache = sim._stage_summaries[jk] = {}
     summaries = []
     for i, s in enumerate(stages):
-        key = (s.first_layer, s.last_layer, i, p, s._rkeys)
+        key = (s.first_layer, s.last_layer, i, p, s._sig)
         summary = stage_cache.get(key)
         if summary is None:
             summary = stage_cache[key] = _stage_summary(sim, job, s, i, p)
@@ -353,7 +352,7 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
             if i < p - 1:
                 nxt = summaries[i + 1]
                 a_key, b_key = sm.rkeys[k], nxt.rkeys[ids[i + 1]]
-                t = p2p_cache.get((jk, a_key, b_key))
+                t = p2p_cache.get((jk, sm.rids[k], nxt.rids[ids[i + 1]]))
                 if t is None:
                     t = sim.p2p_time(
                         job, stages[i].last_layer, sm.distinct[k], nxt.distinct[ids[i + 1]]
@@ -406,7 +405,7 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
                 out.append(ReplicaMemory(i, j, r.gpu_type, r.zone, peak, cap, peak <= cap, terms))
         return out
 
-    return Estimate(
+    return Estimate.fast(
         iteration_time_s=iteration,
         throughput_iters_per_s=1.0 / iteration,
         samples_per_s=job.global_batch_size / iteration,
@@ -449,6 +448,7 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
         tuple(pos_ids),
         tuple(v[0].per_microbatch_s + timing.MICROBATCH_OVERHEAD_S for v in infos),
         tuple(r._key for r in distinct),
+        tuple(r._id for r in distinct),
         frozenset(v[0].source for v in infos),
         sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas),
         max(v[0].optimizer_s for v in infos),
