@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dtypes import check_dtype
-from .errors import ValidationError
+from .errors import SailorSimError, ValidationError
 from .gpus import get_gpu
 from .model import ModelSpec, get_model
 from .zones import get_zone
@@ -154,7 +154,7 @@ class Inventory:
                 gpu_type, zone = left.split("@")
                 pools.append(GpuPool(gpu_type.strip(), zone.strip(), int(count)))
             except ValueError as exc:
-                if isinstance(exc, ValidationError):
+                if isinstance(exc, SailorSimError):  # unknown GPU type or zone: keep it
                     raise
                 raise ValidationError(
                     f"{spec!r} is not TYPE@ZONE=COUNT, e.g. A100-40@us-central1-a=8", field="gpus"
