@@ -162,3 +162,23 @@ def test_pareto_frontier_trades_cost_for_throughput(planner) -> None:
     assert all(b[1] > a[1] for a, b in zip(points, points[1:], strict=False))
     best = result.best.estimate
     assert max(t for _, t in points) == pytest.approx(best.throughput_iters_per_s)
+
+
+def test_search_scores_equal_the_simulators_estimates(sim) -> None:
+    """The branch and bound ranks with the simulator's own components: every candidate it
+    scored has exactly the iteration time and cost ``Simulator.estimate`` gives its plan."""
+    from sailor_planner.allocate import build_plan
+    from sailor_planner.search import Search
+
+    planner = Planner(sim)
+    job = Job.create("OPT-350M", 1024, 2048)
+    inventory = Inventory.parse(
+        ["A100-40@us-central1-a=32", "V100-16@us-central1-a=32", "A100-40@us-west1-b=16"]
+    )
+    cv, scorer, memo = planner._state(job)
+    found = Search(cv, scorer, memo, inventory, SearchOptions(top_k=5)).run()
+    assert len(found.scored) >= 10
+    for s in found.scored[:60]:
+        e = sim.estimate(job, build_plan(s))
+        assert e.iteration_time_s == pytest.approx(s.iteration_s, rel=1e-12)
+        assert e.cost_per_iteration_usd == pytest.approx(s.cost_per_iteration, rel=1e-12)
