@@ -65,7 +65,8 @@ def main() -> int:
                 f" {n}={v}" for n, v in vars(constraints).items() if v is not None
             )
             print(
-                f"{', '.join(pools):52} {label:30} {scored:6} {t_enum:7.2f} {t_plan:7.2f}  {verdict}"
+                f"{', '.join(pools):52} {label:30} {scored:6} {t_enum:7.2f} {t_plan:7.2f}  "
+                f"{verdict}"
             )
     print(f"{missed} of {len(INVENTORIES) * len(REQUESTS)} instances not optimal")
     return 1 if missed else 0

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from _planner_common import sailor_root, simulator
-from sailor_sim import Inventory, Job
 
 from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
+from sailor_sim import Inventory, Job
 
 SCRIPT = str(Path(sys.executable).parent / "sailor-planner")
 ZONES_2 = ("us-central1-a", "us-central1-b")
@@ -123,7 +123,8 @@ def scaling_table() -> None:
             print(
                 f"{total:5} {types:5} {cold_s:7.2f} {cold_cpu:6.2f} {warm_s:7.3f} "
                 f"{st.candidates_evaluated:9} {st.pruned:8} "
-                f"{cold.best.estimate.throughput_iters_per_s:7.4f}  {cold.best.plan.describe()[:70]}"
+                f"{cold.best.estimate.throughput_iters_per_s:7.4f}  "
+                f"{cold.best.plan.describe()[:70]}"
             )
             sys.stdout.flush()
 
