@@ -210,7 +210,7 @@ class Simulator:
         if len(replicas) < 2:
             return 0.0
         grad_bytes = GRAD_BYTES[job.dtype] * self.unsharded_params(job, first, last)
-        rkeys = tuple(r._key for r in replicas)
+        rkeys = tuple(r._id for r in replicas)
         key = (grad_bytes, rkeys)
         hit = self._dp_cache.get(key)
         if hit is None:
@@ -225,7 +225,7 @@ class Simulator:
 
     def dp_egress_per_gb(self, replicas: tuple[Replica, ...]) -> float:
         """$ per GB of unsharded gradients for one all-reduce over ``replicas``' ring."""
-        rkeys = tuple(r._key for r in replicas)
+        rkeys = tuple(r._id for r in replicas)
         hit = self._dp_egress_cache.get(rkeys)
         if hit is None:
             hit = self._dp_egress_cache[rkeys] = timing.dp_egress_usd(self.network, replicas, 1e9)
@@ -429,7 +429,7 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
     distinct, infos, pos_ids = [], [], []
     usd = 0.0
     for r in s.replicas:
-        rk = r._key
+        rk = r._id
         k = index.get(rk)
         if k is None:
             key = (jk, s.first_layer, s.last_layer, i, p, d > 1, rk)
