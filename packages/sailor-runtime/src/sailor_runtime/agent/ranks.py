@@ -35,11 +35,20 @@ RANK_COMMAND_ENV = "SAILOR_RANK_COMMAND"
 RUNNING, SUCCEEDED, FAILED, STOPPED = "running", "succeeded", "failed", "stopped"
 
 
+RANK_NICE = 5
+"""Ranks run this much nicer than their agent: when training saturates the cores, heartbeats
+must still go out on time, or a busy node would be declared dead."""
+
+
 def _set_pdeathsig() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass  # not Linux: ranks may outlive a killed agent
+    try:
+        os.nice(RANK_NICE)
+    except OSError:
+        pass
 
 
 @dataclass

@@ -20,13 +20,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..agent.ranks import RANK_NICE
 from ..errors import SailorRuntimeError
 
 MICROBATCH_SIZES = "1,2,4,8"
 
 
 def _profiler(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sailor_profiler.cli", *args]
+    # As nice as the ranks (agent.ranks.RANK_NICE), so it competes for the cores as they do.
+    return ["nice", "-n", str(RANK_NICE), sys.executable, "-m", "sailor_profiler.cli", *args]
 
 
 def _compute_copies(job, out: Path, concurrency: int) -> Path:
