@@ -135,3 +135,10 @@ def test_tensor_parallel_equals_single_process(tmp_path):
             torch.testing.assert_close(got_loss, loss.detach(), rtol=1e-12, atol=0)
             for n, p in ref.named_parameters():
                 torch.testing.assert_close(grads[n], p.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_split_is_carried_at_tp1():
+    stage = build_stage("tiny-gpt", 0, 1)
+    assert get_split(stage.layers["0"].word.weight) == (0, 1)
+    assert get_split(stage.layers["1"].mlp.down.weight) == (1, 1)
+    assert get_split(stage.layers["1"].mlp.down.bias) is None

@@ -8,7 +8,9 @@ cross-entropy is computed on the vocabulary shards without gathering the logits.
 
 Every parameter carries its split as metadata: ``param.tp_split = (dim, tp_size)`` when each TP
 rank holds the ``tp_rank``-th of ``tp_size`` equal chunks of the full tensor along ``dim``, or
-``None`` when every rank holds the full (replicated) tensor. Checkpoints, data-parallel
+``None`` when every rank holds the full (replicated) tensor. Splittable parameters carry their
+split even at ``tp_size == 1`` (``(dim, 1)``), so replicas of different TP degree agree on
+which tensors are sharded. Checkpoints, data-parallel
 reduction across replicas of different TP degree and resharding all read only this attribute.
 
 ``tp_group=None`` with ``tp_size > 1`` builds one rank's shard and skips every collective: the
@@ -105,7 +107,7 @@ class ColumnParallelLinear(nn.Module):
         self.enter_region = enter_region
         _check_divisible(out_f, tp_size, "column-parallel output features")
         self.group, self.tp_size = group, tp_size
-        split = (0, tp_size) if tp_size > 1 else None
+        split = (0, tp_size)
         local = out_f // tp_size
         self.weight = set_split(nn.Parameter(torch.empty(local, in_f, dtype=dtype, device=device)),
                                 split)
@@ -126,7 +128,7 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         _check_divisible(in_f, tp_size, "row-parallel input features")
         self.group = group
-        split = (1, tp_size) if tp_size > 1 else None
+        split = (1, tp_size)
         self.weight = set_split(
             nn.Parameter(torch.empty(out_f, in_f // tp_size, dtype=dtype, device=device)), split
         )
@@ -149,7 +151,7 @@ class VocabParallelEmbedding(nn.Module):
         self.group, self.tp_size = group, tp_size
         self.per = vocab // tp_size
         self.start = tp_rank * self.per
-        split = (0, tp_size) if tp_size > 1 else None
+        split = (0, tp_size)
         self.weight = set_split(
             nn.Parameter(torch.empty(self.per, dim, dtype=dtype, device=device)), split
         )

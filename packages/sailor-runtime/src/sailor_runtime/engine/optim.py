@@ -1,0 +1,184 @@
+"""The update: data-parallel gradient reduction across heterogeneous replicas, clipping by the
+true global norm, the learning-rate schedule and AdamW.
+
+Data parallelism with different TP degrees (see ``topology``): in DP group f each member packs,
+into one contiguous buffer, fine piece f of every sharded gradient (a chunk along the split
+dimension of its local shard, copied because it may be strided) followed by every replicated
+gradient, all-reduces the buffer (SUM: the loss is already weighted by samples, so the sum is
+the global-batch gradient) and unpacks it. A low-TP rank takes part in several groups; each
+returns the same replicated sums, taken from the first.
+
+Global norm: after the reduction every replica holds the same gradients, so only replica 0
+contributes, each sharded element once (by its owner) and each replicated tensor once (by TP
+rank 0); one all-reduce over the world adds the stage sums up (in float64).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from sailor_profiler.zoo import get_split
+
+from .topology import Groups, Slot, Topology
+
+
+@dataclass(frozen=True)
+class LRSchedule:
+    """Linear warm-up to ``max_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at
+    ``decay_steps`` (Loshchilov & Hutter 2017, SGDR, without restarts); constant after."""
+
+    max_lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 2
+    decay_steps: int = 1000
+
+    def lr(self, step: int) -> float:
+        """Learning rate of optimizer step ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            return self.max_lr * (step + 1) / self.warmup_steps
+        if step >= self.decay_steps:
+            return self.min_lr
+        t = (step - self.warmup_steps) / max(1, self.decay_steps - self.warmup_steps)
+        return self.min_lr + 0.5 * (self.max_lr - self.min_lr) * (1 + math.cos(math.pi * t))
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    clip_norm: float = 1.0
+
+
+class AdamW:
+    """AdamW (Loshchilov & Hutter 2019, Alg. 2), the same arithmetic in the same order as
+    ``torch.optim.AdamW(foreach=False)`` (a test checks they agree bit for bit), and the same
+    state layout (``step``, ``exp_avg``, ``exp_avg_sq``). Elementwise, so a TP shard's update
+    equals the slice of the full tensor's. Our own because constructing a ``torch.optim``
+    optimizer imports TorchDynamo, which costs seconds of start-up per rank.
+    """
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01) -> None:
+        self.param_groups = [{"params": list(params), "lr": lr, "betas": betas, "eps": eps,
+                              "weight_decay": weight_decay}]
+        self.state: dict = {}
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            lr, (beta1, beta2) = group["lr"], group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state.get(p)
+                if not st:
+                    st = self.state[p] = {
+                        "step": torch.tensor(0.0, dtype=torch.float32),
+                        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    }
+                _adamw_one(p, p.grad, st, lr, beta1, beta2, group["eps"], group["weight_decay"])
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        for p in self.param_groups[0]["params"]:
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+
+
+def _adamw_one(p, grad, st, lr, beta1, beta2, eps, weight_decay) -> None:
+    st["step"] += 1
+    step = float(st["step"])
+    p.mul_(1 - lr * weight_decay)
+    st["exp_avg"].lerp_(grad, 1 - beta1)
+    st["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    step_size = lr / (1 - beta1**step)
+    denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
+    p.addcdiv_(st["exp_avg"], denom, value=-step_size)
+
+
+def make_optimizer(params, cfg: OptimConfig, lr: float) -> AdamW:
+    return AdamW(params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    if p.grad is None:
+        p.grad = torch.zeros_like(p)
+    return p.grad
+
+
+def _fine_view(p: torch.Tensor, piece_index: int, pieces: int) -> torch.Tensor:
+    dim = get_split(p)[0]
+    return _grad(p).chunk(pieces, dim)[piece_index]
+
+
+def reduce_data_parallel(params: list, topo: Topology, slot: Slot, groups: Groups) -> None:
+    """Sum gradients across the replicas of this rank's stage (see module docstring)."""
+    if not groups.dp:
+        return
+    sharded = [p for p in params if get_split(p) is not None]
+    replicated = [p for p in params if get_split(p) is None]
+    mine = topo.fine_pieces(slot)
+    # Pack the replicated gradients once: the first group's write-back must not leak into the
+    # buffers of this rank's later groups.
+    reps = [_grad(p) for p in replicated]
+    rep_flat = torch.cat([g.reshape(-1) for g in reps]) if reps else None
+    for idx, f in enumerate(mine):
+        views = [_fine_view(p, idx, len(mine)) for p in sharded]
+        parts = [v.reshape(-1) for v in views] + ([rep_flat] if rep_flat is not None else [])
+        buf = torch.cat(parts)
+        dist.all_reduce(buf, group=groups.dp[f])
+        offset = 0
+        for v in views:
+            v.copy_(buf[offset : offset + v.numel()].view_as(v))
+            offset += v.numel()
+        if idx == 0:
+            for g in reps:
+                g.copy_(buf[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
+
+
+def local_norm_sq(params: list, slot: Slot) -> float:
+    """This rank's share of the squared global gradient norm (see module docstring)."""
+    if slot.replica != 0:
+        return 0.0
+    total = torch.zeros((), dtype=torch.float64)
+    for p in params:
+        if get_split(p) is not None or slot.tp_rank == 0:
+            total += _grad(p).double().pow(2).sum().cpu()
+    return float(total)
+
+
+def clip_coefficient(norm: float, max_norm: float) -> float:
+    """As ``torch.nn.utils.clip_grad_norm_``: scale by max_norm / (norm + 1e-6) when < 1."""
+    if max_norm <= 0:
+        return 1.0
+    return min(1.0, max_norm / (norm + 1e-6))
+
+
+def world_sums(values: list[float], device) -> list[float]:
+    """All-reduce a few floats over the whole world (float64, one collective)."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def apply_update(opt: AdamW, params: list, lr: float, coef: float) -> None:
+    for p in params:
+        g = _grad(p)
+        if coef < 1.0:
+            g.mul_(coef)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.step()
+    opt.zero_grad(set_to_none=False)

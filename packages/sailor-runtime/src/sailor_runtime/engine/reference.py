@@ -1,0 +1,39 @@
+"""The single-process baseline the engine must equal: the whole model on one device, the whole
+global batch at once, ``torch.nn.utils.clip_grad_norm_``, ``torch.optim.AdamW`` and the same LR
+schedule, data order and initial weights. Written independently of the engine's pipeline
+and data-parallel code on purpose.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sailor_profiler.zoo import build_stage
+from sailor_sim.job import Job
+
+from .data import TextDataset
+from .optim import LRSchedule, OptimConfig
+
+
+def reference_run(job: Job, steps: int, seed: int = 0, lr: LRSchedule | None = None,
+                  optim: OptimConfig | None = None, dtype: torch.dtype = torch.float32):
+    """Train ``steps`` steps in this process; returns (losses per step, model)."""
+    lr, optim = lr or LRSchedule(), optim or OptimConfig()
+    torch.manual_seed(seed)
+    model = build_stage(job.model, 0, job.model.head_layer_id, dtype=dtype, seed=seed)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=lr.lr(0), betas=optim.betas, eps=optim.eps,
+                            weight_decay=optim.weight_decay, foreach=False)
+    data = TextDataset(job.sequence_length, seed)
+    losses = []
+    for step in range(steps):
+        x, y = data.batch(step * job.global_batch_size, job.global_batch_size)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, optim.clip_norm, foreach=False)
+        for group in opt.param_groups:
+            group["lr"] = lr.lr(step)
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        losses.append(float(loss.detach()))
+    return losses, model

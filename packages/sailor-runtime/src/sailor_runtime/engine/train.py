@@ -1,0 +1,256 @@
+"""``train``: one rank of a heterogeneous plan, from rendezvous to the last step.
+
+Rendezvous: a ``TCPStore`` at (master_addr, master_port), hosted by rank 0 or, with
+``store_is_external``, by someone else (the controller); every key is under ``store_prefix``
+(one prefix per generation, so a restarted job never reads a dead one's keys). Backend ``gloo``
+(CPU) or ``nccl`` (one CUDA device per rank: ``LOCAL_RANK`` if set, else rank modulo the
+visible device count).
+
+Per step: every replica reads its samples (replica j takes samples ``offset_j ..`` of the
+global batch, ``offset_j`` = samples of replicas < j), runs its pipeline (``pipeline``), the
+stage's replicas reduce gradients (``optim``), one world all-reduce gives the global gradient
+norm and the loss, gradients are clipped, AdamW steps. Metrics go to a JSON-lines file from the
+metrics rank (``Topology.metrics_rank``: TP rank 0 of replica 0 of the last stage).
+Checkpoints every ``checkpoint_every`` steps and at the last step (``checkpoint``); on start
+the latest valid checkpoint in the directory is loaded into this plan, whatever plan wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from sailor_profiler.zoo import build_stage
+from sailor_sim.job import Job
+from sailor_sim.plan import Plan
+
+from . import checkpoint as ckpt
+from .data import TextDataset
+from .optim import (
+    LRSchedule,
+    OptimConfig,
+    apply_update,
+    clip_coefficient,
+    local_norm_sq,
+    make_optimizer,
+    reduce_data_parallel,
+    world_sums,
+)
+from .pipeline import Link, Microbatches, run_iteration
+from .topology import Topology, build_groups
+
+log = logging.getLogger("sailor_runtime.engine")
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16,
+                "fp16": torch.float16}
+
+
+class EngineError(ValueError):
+    """Bad engine input (names the field and the fix)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int
+    """Train until this global step count (a resumed run continues from its checkpoint)."""
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    """Save every K steps (0: only at the last step); no saves without a directory."""
+    metrics_path: str | None = None
+    seed: int = 0
+    """Initial weights and data order."""
+    backend: str = "gloo"
+    schedule: str = "1f1b"
+    lr: LRSchedule = field(default_factory=LRSchedule)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    dtype: str | None = None
+    """Override the job's dtype ('fp64' for bit-tight equivalence checks)."""
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    store_prefix: str = "sailor"
+    store_is_external: bool = False
+    timeout_s: float = 300.0
+
+
+@dataclass
+class TrainResult:
+    losses: dict[int, float]
+    """Global step (1-based) -> loss of the global batch (on every rank)."""
+    final_step: int
+    resumed_from: int | None
+
+
+def _device(backend: str) -> torch.device:
+    if backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", -1))
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise EngineError("backend nccl needs a CUDA device; use gloo on CPU", field="backend")
+        return torch.device("cuda", local if local >= 0 else dist.get_rank() % count)
+    if backend != "gloo":
+        raise EngineError(f"unknown backend {backend!r}; use gloo or nccl", field="backend")
+    return torch.device("cpu")
+
+
+def init_distributed(rank: int, world_size: int, cfg: TrainConfig) -> None:
+    timeout = timedelta(seconds=cfg.timeout_s)
+    store = dist.TCPStore(cfg.master_addr, cfg.master_port, world_size=None,
+                          is_master=(rank == 0 and not cfg.store_is_external), timeout=timeout,
+                          wait_for_workers=False)
+    dist.init_process_group(cfg.backend, store=dist.PrefixStore(cfg.store_prefix, store),
+                            rank=rank, world_size=world_size, timeout=timeout)
+
+
+def _peak_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainConfig) -> Topology:
+    plan.check(job)
+    topo = Topology(plan)
+    if world_size != topo.world_size:
+        raise EngineError(f"is {world_size} but the plan uses {topo.world_size} GPUs; launch "
+                          "one rank per GPU of the plan", field="world_size")
+    if not 0 <= rank < world_size:
+        raise EngineError(f"{rank} is outside 0..{world_size - 1}", field="rank")
+    if cfg.steps < 0 or cfg.checkpoint_every < 0:
+        raise EngineError("steps and checkpoint_every must be >= 0", field="steps")
+    dtype = cfg.dtype or job.dtype
+    if dtype not in TORCH_DTYPES:
+        raise EngineError(f"unknown dtype {dtype!r}; use one of {list(TORCH_DTYPES)}",
+                          field="dtype")
+    return topo
+
+
+def train(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainConfig) -> TrainResult:
+    """Run this rank until ``cfg.steps``; collective with every other rank of the plan."""
+    topo = check_inputs(job, plan, rank, world_size, cfg)
+    init_distributed(rank, world_size, cfg)
+    log.info("rank %d/%d: joined %s", rank, world_size, cfg.store_prefix)
+    try:
+        return _train(job, plan, topo, rank, cfg)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) -> TrainResult:
+    device = _device(cfg.backend)
+    slot = topo.slot(rank)
+    groups = build_groups(topo, rank)
+    log.info("rank %d: groups built", rank)
+    stage_plan = plan.stages[slot.stage]
+    rep = stage_plan.replicas[slot.replica]
+    model = build_stage(job.model, stage_plan.first_layer, stage_plan.last_layer, slot.tp_rank,
+                        rep.tp, groups.tp, TORCH_DTYPES[cfg.dtype or job.dtype], device, cfg.seed)
+    params = list(model.parameters())
+    opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0))
+    log.info("rank %d: stage %s built", rank, slot)
+    step, consumed, resumed = _resume(cfg, rank, model, opt, slot.tp_rank)
+    log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
+    data = TextDataset(job.sequence_length, cfg.seed)
+    link = Link(topo, slot, groups.tp)
+    saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, topo.num_stages) if cfg.checkpoint_dir \
+        else None
+    offset = sum(r.samples for r in stage_plan.replicas[: slot.replica])
+    metrics = open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank \
+        else None
+    losses: dict[int, float] = {}
+    try:
+        while step < cfg.steps:
+            t0 = time.perf_counter()
+            batch = _microbatches(data, consumed + offset, rep, slot.stage, topo.num_stages,
+                                  device, job.sequence_length)
+            loss_sum = run_iteration(model, link, batch, job.global_batch_size, cfg.schedule)
+            reduce_data_parallel(params, topo, slot, groups)
+            is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
+            norm_sq, loss = world_sums(
+                [local_norm_sq(params, slot), loss_sum if is_loss_rank else 0.0], device)
+            lr = cfg.lr.lr(step)
+            apply_update(opt, params, lr, clip_coefficient(norm_sq**0.5, cfg.optim.clip_norm))
+            step, consumed = step + 1, consumed + job.global_batch_size
+            losses[step] = loss
+            dt = time.perf_counter() - t0
+            if metrics is not None:
+                metrics.write(json.dumps({
+                    "step": step, "loss": loss, "grad_norm": norm_sq**0.5, "lr": lr,
+                    "iteration_time_s": dt, "samples_per_s": job.global_batch_size / dt,
+                    "consumed_samples": consumed, "peak_memory_bytes": _peak_memory(device),
+                    "world_size": topo.world_size, "plan": plan.describe(),
+                }) + "\n")
+                metrics.flush()
+            if saver and (step == cfg.steps or (cfg.checkpoint_every
+                                                and step % cfg.checkpoint_every == 0)):
+                _save(saver, model, opt, topo, slot, rank, groups.tp, job, plan, cfg, step,
+                      consumed)
+        if saver:
+            saver.wait()
+        log.info("rank %d: trained to step %d", rank, step)
+        dist.barrier()
+    finally:
+        if metrics is not None:
+            metrics.close()
+    return TrainResult(losses, step, resumed)
+
+
+def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int):
+    """Load the latest valid checkpoint into this rank's stage; (step, consumed, from)."""
+    if not cfg.checkpoint_dir:
+        return 0, 0, None
+    if rank == 0:
+        Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        ckpt.remove_partial(cfg.checkpoint_dir)
+    dist.barrier()
+    found = ckpt.latest(cfg.checkpoint_dir)
+    if found is None:
+        return 0, 0, None
+    path, manifest = found
+    if manifest["model"] != model.spec.name:
+        raise EngineError(f"checkpoint {path} is of model {manifest['model']}, not "
+                          f"{model.spec.name}; use another checkpoint directory",
+                          field="checkpoint_dir")
+    ckpt.load_into(path, model, opt, tp_rank)
+    ckpt.restore_rng(path)
+    return manifest["step"], manifest["consumed_samples"], manifest["step"]
+
+
+def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Microbatches:
+    inputs = labels = None
+    if stage == 0 or stage == num_stages - 1:
+        x, y = data.batch(first_sample, rep.samples)
+        inputs = list(x.to(device).split(rep.microbatch_size)) if stage == 0 else None
+        labels = list(y.to(device).split(rep.microbatch_size)) if stage == num_stages - 1 \
+            else None
+    return Microbatches(rep.microbatch_size, rep.num_microbatches, seq, inputs, labels)
+
+
+def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, consumed):
+    if slot.replica != 0:
+        return
+    layers = ckpt.snapshot(model, opt, topo.tp(slot.stage, 0), tp_group)
+    if slot.tp_rank != 0:
+        return
+    manifest = trainer = None
+    if rank == 0:
+        manifest = {
+            "format": ckpt.FORMAT, "step": step, "consumed_samples": consumed,
+            "model": job.model.name, "job": job.to_dict(), "plan": plan.to_dict(),
+            "seed": cfg.seed, "lr_schedule": cfg.lr.to_dict(), "schedule": cfg.schedule,
+            "layer_ids": list(range(job.model.num_layer_ids)),
+        }
+        trainer = ckpt.rng_state()
+    saver.save(step, slot.stage, layers, manifest, trainer)
