@@ -62,6 +62,8 @@ class Simulator:
         self._stage_cache: dict[tuple, StageTime] = {}
         self._mem_cache: dict[tuple, tuple[int, dict[str, int]]] = {}
         self._p2p_cache: dict[tuple, float] = {}
+        self._p2p_pairs: dict[tuple, tuple[dict, dict]] = {}
+        """Per job: p2p seconds and egress $ per (src id << 32 | dst id) replica pair."""
         self._dp_cache: dict[tuple, float] = {}
         self._replica_cache: dict[tuple, tuple] = {}
         self._ring_cache: dict[tuple, list] = {}
@@ -337,39 +339,46 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         summaries.append(summary)
     # Pipelines: replica j of every stage; identical pipelines are evaluated once. Replicas
     # are compared through the summaries' distinct-replica indices (ints), not field by field.
-    # The loop below is pipeline_total inlined (same formula), the planner's hottest path.
+    # The loop below is pipeline_total inlined (same formula), the planner's hottest path:
+    # plain lists and int keys only.
     best, best_total = None, -1.0
-    p2p_cache = sim._p2p_cache
+    pair_cache = sim._p2p_pairs.get(jk)
+    if pair_cache is None:
+        pair_cache = sim._p2p_pairs[jk] = ({}, {})
+    p2p_by_pair, egress_by_pair = pair_cache
+    per_mb = [sm.per_microbatch for sm in summaries]
+    rids = [sm.rids for sm in summaries]
+    last = p - 1
     egress = 0.0
     for ids, count in Counter(zip(*[sm.pos_ids for sm in summaries], strict=True)).items():
         total = worst = sum_p2p = prev = 0.0
         p2p = []
+        k = ids[0]
         for i in range(p):
-            sm = summaries[i]
-            k = ids[i]
-            c = sm.per_microbatch[k]
+            c = per_mb[i][k]
             total += c
-            if i < p - 1:
-                nxt = summaries[i + 1]
-                a_key, b_key = sm.rkeys[k], nxt.rkeys[ids[i + 1]]
-                t = p2p_cache.get((jk, sm.rids[k], nxt.rids[ids[i + 1]]))
+            if i < last:
+                k2 = ids[i + 1]
+                pair = (rids[i][k] << 32) | rids[i + 1][k2]
+                t = p2p_by_pair.get(pair)
                 if t is None:
-                    t = sim.p2p_time(
-                        job, stages[i].last_layer, sm.distinct[k], nxt.distinct[ids[i + 1]]
-                    )
-                if a_key[1] != b_key[1]:  # zones differ: activations out, gradients back
-                    egress += count * sim.p2p_egress_usd(
-                        job, sm.distinct[k], nxt.distinct[ids[i + 1]]
-                    )
+                    src, dst = summaries[i].distinct[k], summaries[i + 1].distinct[k2]
+                    t = p2p_by_pair[pair] = sim.p2p_time(job, stages[i].last_layer, src, dst)
+                    if src.zone != dst.zone:  # activations out, gradients back: egress
+                        egress_by_pair[pair] = sim.p2p_egress_usd(job, src, dst)
+                e = egress_by_pair.get(pair)
+                if e is not None:
+                    egress += count * e
                 p2p.append(t)
                 sum_p2p += t
+                step = c + 2.0 * (t + prev)
+                k = k2
             else:
-                t = 0.0
-            step = c + 2.0 * (t + prev)
+                step = c + 2.0 * prev
             if step > worst:
                 worst = step
-            prev = t
-        m = sm.distinct[k].num_microbatches
+            prev = t if i < last else 0.0
+        m = summaries[0].distinct[ids[0]].num_microbatches
         total += (m - 1) * worst + 2.0 * sum_p2p
         if total > best_total:
             best_total = total
