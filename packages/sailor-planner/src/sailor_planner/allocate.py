@@ -146,6 +146,7 @@ class Scorer:
         self.job = cv.job
         self._group_cache: dict[tuple, tuple] = {}
         self._ring_cache: dict[tuple, tuple[float, float]] = {}
+        self._replicas: dict[tuple, Replica] = {}
         model = self.job.model
         self._grad = {}
         self._act = {}
@@ -154,6 +155,14 @@ class Scorer:
                 a, 1, self.job.sequence_length, self.job.dtype
             )
         self._params = [model.params(i) for i in range(model.num_layer_ids)]
+
+    def _replica(self, g: str, zone: str, tp: int, mbs: int) -> Replica:
+        """One validated Replica per (type, zone, TP, mbs): the p2p cache keys on it."""
+        key = (g, zone, tp, mbs)
+        r = self._replicas.get(key)
+        if r is None:
+            r = self._replicas[key] = Replica(g, zone, tp, mbs, 1)
+        return r
 
     def group_timing(self, shape: Shape, cls_index: int, pattern: Pattern):
         """(stage times, p2p per boundary, bottleneck B, fill F, $/s per pipeline)."""
@@ -166,7 +175,9 @@ class Scorer:
             self.sim.stage_time(self.job, a, b, cls.gpu, tp, cls.mbs)
             for (a, b), tp in zip(shape.bounds, cls.tps, strict=True)
         ]
-        reps = [Replica(cls.gpu, z, tp, cls.mbs, 1) for z, tp in zip(pattern, cls.tps, strict=True)]
+        reps = [
+            self._replica(cls.gpu, z, tp, cls.mbs) for z, tp in zip(pattern, cls.tps, strict=True)
+        ]
         p2p = [
             self.sim.p2p_time(self.job, shape.bounds[i][1], reps[i], reps[i + 1])
             for i in range(len(reps) - 1)

@@ -16,6 +16,7 @@ the total (Narayanan et al. 2021, Sec. 2.2).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from itertools import combinations
 
 import numpy as np
@@ -55,13 +56,20 @@ def _stage_bounds(cuts: tuple[int, ...], n: int) -> Bounds:
     return tuple(zip(starts, ends, strict=True))
 
 
+@lru_cache(maxsize=256)
+def _all_splits(n: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cut points, stage starts, stage ends) of every split of n layer ids into p stages."""
+    cuts = np.array(list(combinations(range(1, n), p - 1)), dtype=np.int64)
+    starts = np.concatenate([np.zeros((len(cuts), 1), dtype=np.int64), cuts], axis=1)
+    ends = np.concatenate([cuts - 1, np.full((len(cuts), 1), n - 1, dtype=np.int64)], axis=1)
+    return cuts, starts, ends
+
+
 def _enumerate(costs: list[np.ndarray], p: int, n: int, keep_all: bool) -> list[Bounds]:
     if p == 1:
         t = costs[1][0, n - 1]
         return [((0, n - 1),)] if math.isfinite(t) else []
-    cuts = np.array(list(combinations(range(1, n), p - 1)), dtype=np.int64)
-    starts = np.concatenate([np.zeros((len(cuts), 1), dtype=np.int64), cuts], axis=1)
-    ends = np.concatenate([cuts - 1, np.full((len(cuts), 1), n - 1, dtype=np.int64)], axis=1)
+    cuts, starts, ends = _all_splits(n, p)
     times = np.stack([costs[p - s][starts[:, s], ends[:, s]] for s in range(p)], axis=1)
     bottleneck = times.max(axis=1)
     total = times.sum(axis=1)
