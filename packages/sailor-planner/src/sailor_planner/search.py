@@ -13,18 +13,26 @@ constraint, is pruned without scoring. Afterwards a local search refines the bes
 
 from __future__ import annotations
 
-import bisect
-import functools
 import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
 
 from .allocate import Scored, Scorer, place
 from .partition import Bounds
 from .request import SearchOptions
 from .result import SearchStats
+from .searchstate import (
+    Found,
+    Memo,
+    counts_of,
+    distinct_configs,
+    has_type,
+    ladder,
+    layout_of,
+    min_price,
+    region_groups,
+)
 from .templates import (
     ClassShape,
     Shape,
@@ -51,50 +59,6 @@ MIX_TOP = {2: 2, 3: 1, 4: 1}
 """Single-type configurations per GPU type combined into mixed shapes, by number of types."""
 
 
-@dataclass
-class Memo:
-    """Sub-results that do not depend on availability, keyed on everything that sets them."""
-
-    tables: dict = field(default_factory=dict)
-    splits: dict = field(default_factory=dict)
-    joint: dict = field(default_factory=dict)
-
-
-@dataclass
-class Found:
-    """Every scored candidate that respects the constraints, and the running best."""
-
-    objective: str
-    constraints: object
-    keep: int = 1
-    """How many of the best the branch and bound must keep exact (top_k plus a margin)."""
-    admitted: list = field(default_factory=list)
-    scored: list = field(default_factory=list)
-    best: Scored | None = None
-    top: list = field(default_factory=list)
-
-    def key(self, s: Scored) -> tuple:
-        if self.objective == "cost":
-            return (s.cost_per_iteration, -s.throughput)
-        return (-s.throughput, s.cost_per_iteration)
-
-    def add(self, s: Scored) -> bool:
-        self.scored.append(s)
-        if not self.constraints.admits(s.throughput, s.cost_per_iteration, s.cost_per_hour):
-            return False
-        self.admitted.append(s)
-        if self.best is None or self.key(s) < self.key(self.best):
-            self.best = s
-        bisect.insort(self.top, (self.key(s), id(s), s))
-        del self.top[self.keep :]
-        return True
-
-    @property
-    def threshold(self) -> Scored | None:
-        """The candidate a new one must beat to enter the kept best (None: not full yet)."""
-        return self.top[-1][2] if len(self.top) >= self.keep else None
-
-
 class Search:
     def __init__(self, cv, scorer: Scorer, memo: Memo, inventory, options: SearchOptions):
         self.cv, self.scorer, self.memo = cv, scorer, memo
@@ -108,7 +72,7 @@ class Search:
         )
         self.free = {(p.gpu_type, p.zone): p.count for p in inventory.pools}
         self.types = [g for g in inventory.gpu_types if self.cv.supports(g) and self.cv.tp_of(g)]
-        self.groups = _region_groups(inventory, options.allow_cross_region_data_parallel)
+        self.groups = region_groups(inventory, options.allow_cross_region_data_parallel)
         self.ref_zone = {g: next(z for (t, z) in sorted(self.free) if t == g) for g in self.types}
         self.total = sum(self.free.values())
         self._bound_zone = min(z for (_, z) in self.free)
@@ -186,10 +150,10 @@ class Search:
         steady-state price, plus one fill and one stage-0 all-reduce of two replicas."""
         gbs = self.job.global_batch_size
         per_sample = min(
-            cls.gpus * _min_price(cls.gpu) / 3600.0 * b / cls.mbs
+            cls.gpus * min_price(cls.gpu) / 3600.0 * b / cls.mbs
             for cls, (b, _f, _o), d in zip(shape.classes, lbs, max_d, strict=True)
         )
-        usd_min = sum(cls.gpus * _min_price(cls.gpu) / 3600.0 for cls in shape.classes)
+        usd_min = sum(cls.gpus * min_price(cls.gpu) / 3600.0 for cls in shape.classes)
         extra = min(f for _b, f, _o in lbs)
         return per_sample * gbs + usd_min * extra
 
@@ -258,11 +222,11 @@ class Search:
         types = [g for g in self.types if singles[g]]
         for size in range(2, len(types) + 1):
             for combo in itertools.combinations(types, size):
-                if not any(all(_has(self.free, g, grp) for g in combo) for grp in self.groups):
+                if not any(all(has_type(self.free, g, grp) for g in combo) for grp in self.groups):
                     continue
-                picks = [_distinct_configs(singles[g], None) for g in combo]
+                picks = [distinct_configs(singles[g], None) for g in combo]
                 if not self.small or size > 2 or math.prod(len(x) for x in picks) > MIX_EXACT:
-                    picks = [_distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
+                    picks = [distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
                 for choice in itertools.product(*picks):
                     shapes.extend(self._joint(p, combo, choice))
         return shapes
@@ -292,7 +256,7 @@ class Search:
     # ---- allocations -----------------------------------------------------------------------
     def _layouts(self, p: int, shape: Shape) -> list[tuple[tuple[str, ...], ...]]:
         gpus = [c.gpu for c in shape.classes]
-        ok = [grp for grp in self.groups if all(_has(self.free, g, grp) for g in gpus)]
+        ok = [grp for grp in self.groups if all(has_type(self.free, g, grp) for g in gpus)]
         out = [(grp,) * p for grp in ok]
         if p > 1 and len(ok) > 1:  # pipelines crossing one region boundary, either direction
             for a, b in itertools.permutations(ok[:2], 2):
@@ -381,7 +345,7 @@ class Search:
             if d:
                 rate += d * cls.mbs / b
                 spread += d * cls.mbs * f / b
-                usd += d * cls.gpus * _min_price(cls.gpu) / 3600.0
+                usd += d * cls.gpus * min_price(cls.gpu) / 3600.0
                 longest = max(longest, b + f)
                 opt = max(opt, o)
                 kinds.append(((self._bound_zone, cls.gpu, cls.tps[0]), d))
@@ -428,14 +392,14 @@ class Search:
             range(len(max_d)),
             key=lambda c: (
                 shape.classes[c].gpus
-                * _min_price(shape.classes[c].gpu)
+                * min_price(shape.classes[c].gpu)
                 * lower[c][0]
                 / shape.classes[c].mbs
             ),
         )
         seen = set()
         for pos, c in enumerate(order):
-            for d in _ladder(max_d[c], lo):
+            for d in ladder(max_d[c], lo):
                 counts = [0] * len(max_d)
                 for earlier in order[:pos]:
                     counts[earlier] = max_d[earlier]
@@ -459,8 +423,8 @@ class Search:
             if len(starts) == rounds:
                 break
         for s in starts:
-            layout = _layout_of(s)
-            counts = _counts_of(s)
+            layout = layout_of(s)
+            counts = counts_of(s)
             max_d = self._max_pipelines(s.shape, layout)
             current = s
             for _ in range(steps):
@@ -477,70 +441,6 @@ class Search:
                         current, counts, improved = new, tuple(trial), True
                 if not improved:
                     break
-
-
-def _ladder(top: int, lo: int) -> list[int]:
-    """lo..top with two points per octave (1, 2, 3, 4, 6, 8, 12, 16, 24, ...) and top; the
-    local search (``_refine``) then walks from the best points in steps of 1, 2 and 4."""
-    out, v = set(), max(lo, 1)
-    while v < top:
-        out.add(v)
-        step = max(1, 2 ** (max(v.bit_length() - 2, 0)))
-        v += step
-    out.add(top)
-    if lo == 0:
-        out.add(0)
-    return sorted(out)
-
-
-def _distinct_configs(singles, k: int | None) -> list[tuple]:
-    """The k best (mbs, TP spec) of one type (all when k is None) with their bottleneck."""
-    out, seen = [], set()
-    for shape, _rate, neck, spec in singles:
-        key = (shape.classes[0].mbs, spec)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((key[0], spec, neck))
-        if len(out) == k:
-            break
-    return out
-
-
-def _region_groups(inventory, cross_region: bool) -> list[tuple[str, ...]]:
-    """Zones grouped by region (or all together), each largest first; groups largest first."""
-    from sailor_sim import get_zone
-
-    cap: dict[str, int] = {}
-    for p in inventory.pools:
-        cap[p.zone] = cap.get(p.zone, 0) + p.count
-    by_region: dict[str, list[str]] = {}
-    for z in cap:
-        by_region.setdefault("*" if cross_region else get_zone(z).region, []).append(z)
-    groups = [tuple(sorted(zs, key=lambda z: (-cap[z], z))) for zs in by_region.values()]
-    return sorted(groups, key=lambda grp: (-sum(cap[z] for z in grp), grp))
-
-
-def _has(free: dict, g: str, group) -> bool:
-    return any(free.get((g, z), 0) > 0 for z in group)
-
-
-@functools.cache
-def _min_price(g: str) -> float:
-    from sailor_sim.prices import PRICE_CATALOG
-
-    return min(v[0] for v in PRICE_CATALOG[g].values())
-
-
-def _layout_of(s: Scored):
-    return s.layout
-
-
-def _counts_of(s: Scored) -> tuple[int, ...]:
-    counts = [0] * len(s.shape.classes)
-    for g in s.groups:
-        counts[g.cls] += g.count
-    return tuple(counts)
 
 
 __all__ = ["Bounds", "ClassShape", "Memo", "Search"]

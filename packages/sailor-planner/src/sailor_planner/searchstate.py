@@ -1,0 +1,118 @@
+"""State and helpers of the search: memo tables, the candidates found, and small pure helpers
+(allocation ladder, region groups, cheapest prices)."""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from dataclasses import dataclass, field
+
+from .allocate import Scored
+
+
+@dataclass
+class Memo:
+    """Sub-results that do not depend on availability, keyed on everything that sets them."""
+
+    tables: dict = field(default_factory=dict)
+    splits: dict = field(default_factory=dict)
+    joint: dict = field(default_factory=dict)
+
+
+@dataclass
+class Found:
+    """Every scored candidate that respects the constraints, and the running best."""
+
+    objective: str
+    constraints: object
+    keep: int = 1
+    """How many of the best the branch and bound must keep exact (top_k plus a margin)."""
+    admitted: list = field(default_factory=list)
+    scored: list = field(default_factory=list)
+    best: Scored | None = None
+    top: list = field(default_factory=list)
+
+    def key(self, s: Scored) -> tuple:
+        if self.objective == "cost":
+            return (s.cost_per_iteration, -s.throughput)
+        return (-s.throughput, s.cost_per_iteration)
+
+    def add(self, s: Scored) -> bool:
+        self.scored.append(s)
+        if not self.constraints.admits(s.throughput, s.cost_per_iteration, s.cost_per_hour):
+            return False
+        self.admitted.append(s)
+        if self.best is None or self.key(s) < self.key(self.best):
+            self.best = s
+        bisect.insort(self.top, (self.key(s), id(s), s))
+        del self.top[self.keep :]
+        return True
+
+    @property
+    def threshold(self) -> Scored | None:
+        """The candidate a new one must beat to enter the kept best (None: not full yet)."""
+        return self.top[-1][2] if len(self.top) >= self.keep else None
+
+
+def ladder(top: int, lo: int) -> list[int]:
+    """lo..top with two points per octave (1, 2, 3, 4, 6, 8, 12, 16, 24, ...) and top; the
+    local search (``_refine``) then walks from the best points in steps of 1, 2 and 4."""
+    out, v = set(), max(lo, 1)
+    while v < top:
+        out.add(v)
+        step = max(1, 2 ** (max(v.bit_length() - 2, 0)))
+        v += step
+    out.add(top)
+    if lo == 0:
+        out.add(0)
+    return sorted(out)
+
+
+def distinct_configs(singles, k: int | None) -> list[tuple]:
+    """The k best (mbs, TP spec) of one type (all when k is None) with their bottleneck."""
+    out, seen = [], set()
+    for shape, _rate, neck, spec in singles:
+        key = (shape.classes[0].mbs, spec)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((key[0], spec, neck))
+        if len(out) == k:
+            break
+    return out
+
+
+def region_groups(inventory, cross_region: bool) -> list[tuple[str, ...]]:
+    """Zones grouped by region (or all together), each largest first; groups largest first."""
+    from sailor_sim import get_zone
+
+    cap: dict[str, int] = {}
+    for p in inventory.pools:
+        cap[p.zone] = cap.get(p.zone, 0) + p.count
+    by_region: dict[str, list[str]] = {}
+    for z in cap:
+        by_region.setdefault("*" if cross_region else get_zone(z).region, []).append(z)
+    groups = [tuple(sorted(zs, key=lambda z: (-cap[z], z))) for zs in by_region.values()]
+    return sorted(groups, key=lambda grp: (-sum(cap[z] for z in grp), grp))
+
+
+def has_type(free: dict, g: str, group) -> bool:
+    return any(free.get((g, z), 0) > 0 for z in group)
+
+
+@functools.cache
+def min_price(g: str) -> float:
+    from sailor_sim.prices import PRICE_CATALOG
+
+    return min(v[0] for v in PRICE_CATALOG[g].values())
+
+
+def layout_of(s: Scored):
+    return s.layout
+
+
+def counts_of(s: Scored) -> tuple[int, ...]:
+    counts = [0] * len(s.shape.classes)
+    for g in s.groups:
+        counts[g.cls] += g.count
+    return tuple(counts)
