@@ -65,7 +65,8 @@ class Simulator:
         self._p2p_pairs: dict[tuple, tuple[dict, dict]] = {}
         """Per job: p2p seconds and egress $ per (src id << 32 | dst id) replica pair."""
         self._dp_cache: dict[tuple, float] = {}
-        self._replica_cache: dict[tuple, tuple] = {}
+        self._replica_cache: dict[tuple, dict] = {}
+        self._valid: set[tuple] = set()
         self._ring_cache: dict[tuple, list] = {}
         self._param_prefix: dict[str, list[int]] = {}
         self._stage_summaries: dict[tuple, dict] = {}
@@ -209,16 +210,18 @@ class Simulator:
 
     def dp_sync_time(self, job: Job, first: int, last: int, replicas: tuple[Replica, ...]) -> float:
         """Gradient all-reduce of one stage over its replicas (0 for one replica)."""
+        return self._dp_sync(job, first, last, replicas, tuple(r._id for r in replicas))
+
+    def _dp_sync(self, job: Job, first: int, last: int, replicas, sig) -> float:
         if len(replicas) < 2:
             return 0.0
         grad_bytes = GRAD_BYTES[job.dtype] * self.unsharded_params(job, first, last)
-        rkeys = tuple(r._id for r in replicas)
-        key = (grad_bytes, rkeys)
+        key = (grad_bytes, sig)
         hit = self._dp_cache.get(key)
         if hit is None:
-            edges = self._ring_cache.get(rkeys)
+            edges = self._ring_cache.get(sig)
             if edges is None:
-                edges = self._ring_cache[rkeys] = timing.ring_edges(self.network, replicas)
+                edges = self._ring_cache[sig] = timing.ring_edges(self.network, replicas)
             n = len(replicas)
             hit = self._dp_cache[key] = max(
                 timing.allreduce_time(link, grad_bytes, n, pairs, eff) for link, pairs, eff in edges
@@ -227,10 +230,12 @@ class Simulator:
 
     def dp_egress_per_gb(self, replicas: tuple[Replica, ...]) -> float:
         """$ per GB of unsharded gradients for one all-reduce over ``replicas``' ring."""
-        rkeys = tuple(r._id for r in replicas)
-        hit = self._dp_egress_cache.get(rkeys)
+        return self._dp_egress(replicas, tuple(r._id for r in replicas))
+
+    def _dp_egress(self, replicas, sig) -> float:
+        hit = self._dp_egress_cache.get(sig)
         if hit is None:
-            hit = self._dp_egress_cache[rkeys] = timing.dp_egress_usd(self.network, replicas, 1e9)
+            hit = self._dp_egress_cache[sig] = timing.dp_egress_usd(self.network, replicas, 1e9)
         return hit
 
     def unsharded_params(self, job: Job, first: int, last: int) -> int:
@@ -433,7 +438,10 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
 def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
     d = len(s.replicas)
     jk = (job.model.name, job.dtype, job.sequence_length, job.optimizer)
-    cache = sim._replica_cache
+    cache = sim._replica_cache.get(jk)
+    if cache is None:
+        cache = sim._replica_cache[jk] = {}
+    first, last, dp = s.first_layer, s.last_layer, d > 1
     index: dict = {}
     distinct, infos, pos_ids = [], [], []
     usd = 0.0
@@ -441,7 +449,7 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
         rk = r._id
         k = index.get(rk)
         if k is None:
-            key = (jk, s.first_layer, s.last_layer, i, p, d > 1, rk)
+            key = (first, last, i, p, dp, rk)
             v = cache.get(key)
             if v is None:
                 v = cache[key] = _replica_info(sim, job, s, r, i, p, d)
@@ -450,31 +458,35 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
             infos.append(v)
         pos_ids.append(k)
         usd += infos[k][4]
-    grad_bytes = GRAD_BYTES[job.dtype] * sim.unsharded_params(job, s.first_layer, s.last_layer)
+    sig = s._sig
+    grad_bytes = GRAD_BYTES[job.dtype] * sim.unsharded_params(job, first, last)
     return StageSummary(
         tuple(distinct),
         tuple(infos),
         tuple(pos_ids),
-        tuple(v[0].per_microbatch_s + timing.MICROBATCH_OVERHEAD_S for v in infos),
-        tuple(r._key for r in distinct),
-        tuple(r._id for r in distinct),
-        frozenset(v[0].source for v in infos),
-        sim.dp_sync_time(job, s.first_layer, s.last_layer, s.replicas),
-        max(v[0].optimizer_s for v in infos),
-        max(v[1] for v in infos),
-        all(v[1] <= v[3] for v in infos),
+        tuple([v[0].per_microbatch_s + timing.MICROBATCH_OVERHEAD_S for v in infos]),
+        tuple([r._key for r in distinct]),
+        tuple([r._id for r in distinct]),
+        frozenset([v[0].source for v in infos]),
+        sim._dp_sync(job, first, last, s.replicas, sig),
+        max([v[0].optimizer_s for v in infos]),
+        max([v[1] for v in infos]),
+        all([v[1] <= v[3] for v in infos]),
         usd,
-        grad_bytes / 1e9 * sim.dp_egress_per_gb(s.replicas),
+        grad_bytes / 1e9 * sim._dp_egress(s.replicas, sig),
     )
 
 
 def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: int) -> tuple:
-    problem = job.model.tp_problem(r.tp)
-    if problem is None and not get_gpu(r.gpu_type).supports(job.dtype):
-        problem = f"{r.gpu_type} cannot train in {job.dtype}"
-    if problem is not None:
-        j = s.replicas.index(r)
-        raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
+    ok_key = (job.model.name, job.dtype, r.gpu_type, r.tp)
+    if ok_key not in sim._valid:
+        problem = job.model.tp_problem(r.tp)
+        if problem is None and not get_gpu(r.gpu_type).supports(job.dtype):
+            problem = f"{r.gpu_type} cannot train in {job.dtype}"
+        if problem is not None:
+            j = s.replicas.index(r)
+            raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
+        sim._valid.add(ok_key)
     st = sim.stage_time(job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size)
     peak, terms = sim._memory(
         job,
