@@ -182,3 +182,18 @@ def test_search_scores_equal_the_simulators_estimates(sim) -> None:
         e = sim.estimate(job, build_plan(s))
         assert e.iteration_time_s == pytest.approx(s.iteration_s, rel=1e-12)
         assert e.cost_per_iteration_usd == pytest.approx(s.cost_per_iteration, rel=1e-12)
+
+
+def test_replan_when_gpus_joined_keeps_or_beats_the_previous_plan(sim) -> None:
+    planner = Planner(sim)
+    job = Job.create("OPT-350M", 1024, 2048)
+    before = Inventory.parse(["A100-40@us-central1-a=16", "V100-16@us-central1-a=16"])
+    first = planner.plan(job, before, SearchOptions())
+    after = Inventory.parse(["A100-40@us-central1-a=24", "V100-16@us-central1-a=16"])
+    second = planner.plan(job, after, SearchOptions(), previous=first.best.plan)
+    fresh = Planner(sim).plan(job, after, SearchOptions())
+    prev = first.best.estimate.throughput_iters_per_s
+    assert second.best.estimate.throughput_iters_per_s >= prev
+    assert second.best.estimate.throughput_iters_per_s == pytest.approx(
+        fresh.best.estimate.throughput_iters_per_s
+    )

@@ -47,10 +47,15 @@ class Planner:
         options = options or SearchOptions()
         start = time.perf_counter()
         cv, scorer, memo = self._state(job)
-        search = Search(cv, scorer, memo, inventory, options)
+        seed = self._seed(job, inventory, options, previous)
+        incumbent = None
+        if seed is not None:
+            e = seed.estimate
+            incumbent = (e.throughput_iters_per_s, e.cost_per_iteration_usd)
+        search = Search(cv, scorer, memo, inventory, options, incumbent)
         found = search.run()
         stats = search.stats
-        ranked = self._rank(job, found, options, stats, inventory, previous)
+        ranked = self._rank(job, found, options, stats, seed)
         pareto = self._pareto(job, found, options, stats)
         stats.elapsed_s = time.perf_counter() - start
         if not ranked:
@@ -89,7 +94,19 @@ class Planner:
             return (e.cost_per_iteration_usd, -e.throughput_iters_per_s)
         return (-e.throughput_iters_per_s, e.cost_per_iteration_usd)
 
-    def _rank(self, job, found, options, stats, inventory, previous) -> list[RankedPlan]:
+    def _seed(self, job, inventory, options, previous) -> RankedPlan | None:
+        """The previous plan with its estimate, if it still fits the inventory and the
+        constraints: a warm start for the branch and bound, and a candidate of the ranking."""
+        if previous is None or not _fits_inventory(previous, inventory):
+            return None
+        try:
+            est = self.sim.estimate(job, previous)
+        except SailorSimError:
+            return None
+        r = RankedPlan(previous, est)
+        return r if self._admits(options, r) else None
+
+    def _rank(self, job, found, options, stats, seed) -> list[RankedPlan]:
         """Re-score the best candidates with the simulator; keep the top_k that fit and respect
         the constraints by the simulator's own figures."""
         want = options.top_k + options.rescore
@@ -111,12 +128,9 @@ class Planner:
                     out.append(r)
             if pos > 20 * want:
                 break
-        if previous is not None and _fits_inventory(previous, inventory):
-            r = self._estimate(job, previous, stats)
-            if r is not None and self._admits(options, r):
-                text = previous.to_json(indent=None)
-                if text not in seen:
-                    out.append(r)
+        if seed is not None and seed.plan.to_json(indent=None) not in seen:
+            stats.rescored += 1
+            out.append(seed)
         out.sort(key=lambda r: self._key(options, r))
         return out[: options.top_k]
 

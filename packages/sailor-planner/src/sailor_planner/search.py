@@ -60,8 +60,19 @@ MIX_TOP = {2: 2, 3: 1, 4: 1}
 
 
 class Search:
-    def __init__(self, cv, scorer: Scorer, memo: Memo, inventory, options: SearchOptions):
+    def __init__(
+        self,
+        cv,
+        scorer: Scorer,
+        memo: Memo,
+        inventory,
+        options: SearchOptions,
+        incumbent: tuple[float, float] | None = None,
+    ):
+        """``incumbent``: (iterations/s, $/iteration) of a plan already known to be feasible
+        (the previous plan on a re-plan); with top_k = 1 nothing worse is scored."""
         self.cv, self.scorer, self.memo = cv, scorer, memo
+        self.incumbent = incumbent if options.top_k == 1 else None
         self.job = cv.job
         self.opt = options
         self.stats = SearchStats()
@@ -371,12 +382,15 @@ class Search:
         return True
 
     def _beaten(self, key: float) -> bool:
+        refs = []
         best = self.found.threshold
-        if best is None:
-            return False
+        if best is not None:
+            refs.append((best.throughput, best.cost_per_iteration))
+        if self.incumbent is not None:
+            refs.append(self.incumbent)
         if self.opt.objective == "cost":
-            return key > best.cost_per_iteration * (1 + 1e-9)
-        return -key < best.throughput * (1 - 1e-9)
+            return any(key > cost * (1 + 1e-9) for _, cost in refs)
+        return any(-key < thr * (1 - 1e-9) for thr, _ in refs)
 
     def _allocations(self, shape: Shape, lower, max_d: list[int]):
         """Pipelines per class: every vector when few; otherwise a ladder per class, filling
