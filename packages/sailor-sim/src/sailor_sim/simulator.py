@@ -22,7 +22,6 @@ earlier stages drain). Costs: GPU-hours by type and zone, and egress by link rel
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -355,7 +354,10 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     rids = [sm.rids for sm in summaries]
     last = p - 1
     egress = 0.0
-    for ids, count in Counter(zip(*[sm.pos_ids for sm in summaries], strict=True)).items():
+    counts: dict[tuple, int] = {}
+    for ids in zip(*[sm.pos_ids for sm in summaries], strict=True):
+        counts[ids] = counts.get(ids, 0) + 1
+    for ids, count in counts.items():
         total = worst = sum_p2p = prev = 0.0
         p2p = []
         k = ids[0]
@@ -403,12 +405,12 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     breakdown["optimizer"] = min(opt, tail)
     breakdown["dp_sync"] = tail - breakdown["optimizer"]
     iteration = pipe.total_s + tail
-    usd_per_s = sum(sm.usd_per_s for sm in summaries)
-    egress += sum(sm.dp_egress_usd for sm in summaries)
+    usd_per_s = sum([sm.usd_per_s for sm in summaries])
+    egress += sum([sm.dp_egress_usd for sm in summaries])
     cost_iter = usd_per_s * iteration + egress
     if tokens is not None and iterations is None:
         iterations = tokens / (job.global_batch_size * job.sequence_length)
-    sources = tuple(sorted({src for sm in summaries for src in sm.sources}))
+    sources = tuple(sorted(frozenset().union(*[sm.sources for sm in summaries])))
 
     def memory() -> list[ReplicaMemory]:
         out = []
@@ -423,8 +425,8 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         iteration_time_s=iteration,
         throughput_iters_per_s=1.0 / iteration,
         samples_per_s=job.global_batch_size / iteration,
-        peak_memory_bytes=max(sm.peak_bytes for sm in summaries),
-        fits=all(sm.fits for sm in summaries),
+        peak_memory_bytes=max([sm.peak_bytes for sm in summaries]),
+        fits=all([sm.fits for sm in summaries]),
         cost_per_iteration_usd=cost_iter,
         cost_per_hour_usd=cost_iter * 3600.0 / iteration,
         time_breakdown_s=breakdown,
