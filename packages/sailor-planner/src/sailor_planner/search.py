@@ -40,6 +40,7 @@ from .templates import (
     bottleneck,
     class_for,
     joint_splits,
+    lower_bounds,
     single_type_splits,
     stage_tables,
 )
@@ -224,7 +225,9 @@ class Search:
                     if cls is None:
                         continue
                     neck = bottleneck(tab, bounds)
-                    out.append((Shape(bounds, (cls,)), m / (neck * cls.gpus), neck, t))
+                    shape = Shape(bounds, (cls,))
+                    self.memo.lbs[shape] = (lower_bounds(tab, bounds),)
+                    out.append((shape, m / (neck * cls.gpus), neck, t))
         out.sort(key=lambda x: -x[1])
         return out
 
@@ -260,7 +263,9 @@ class Search:
         ):
             classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
             if all(c is not None for c in classes):
-                out.append(Shape(bounds, tuple(classes)))
+                shape = Shape(bounds, tuple(classes))
+                self.memo.lbs[shape] = tuple(lower_bounds(tab, bounds) for tab, _, _, _ in members)
+                out.append(shape)
         self.memo.joint[key] = out
         return out
 
@@ -314,14 +319,13 @@ class Search:
         return best
 
     def _class_lb(self, shape: Shape, c: int) -> tuple[float, float, float]:
-        """(B, F, optimizer step of stage 0) of a class with every stage in one zone: a pipeline
-        of it takes M * B + F (``timing.pipeline_time``); placements over several zones only
-        add p2p time (same-zone links are the fastest in every network model we load)."""
+        """(B, F, optimizer step of stage 0) of a class: a pipeline of it takes at least
+        M * B + F (``templates.lower_bounds``), and stage 0 steps its optimizer after it."""
+        b, f = self.memo.lbs[shape][c]
         cls = shape.classes[c]
-        pattern = (self.ref_zone[shape.classes[0].gpu],) * shape.depth
-        times, _p2p, b, f, _usd, _eg = self.scorer.group_timing(shape, c, pattern)
-        del cls
-        return b, f, times[0].optimizer_s
+        (a, last), tp = shape.bounds[0], cls.tps[0]
+        opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
+        return b, f, opt
 
     def _max_pipelines(self, shape: Shape, layout) -> list[int]:
         """Bound on useful data parallelism per class: capacity per region, and at least one

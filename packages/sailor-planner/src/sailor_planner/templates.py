@@ -75,10 +75,11 @@ def stage_tables(
     p2p = _p2p_same_zone(cv, g, m, sorted({d for ds in per_stage for d in ds}), zone)
     for i in range(p):
         neighbours = (i > 0) + (i < p - 1)
-        best, choice = _position(
+        best, choice, diag = _position(
             cv, g, m, tuple(per_stage[i]), min(p - i, mm), neighbours, cap, p2p
         )
-        if not _any_path(best, i, p, cv.n):
+        # Early stop: this position cannot hold even one layer id of its reachable window.
+        if not any(diag[i : cv.n - (p - i) + 1]):
             return None
         costs.append(best)
         tps.append(choice)
@@ -100,14 +101,9 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
         take = fits & ~np.isfinite(best)
         best[take] = time[take]
         choice[take] = d
-    cv.memo[key] = (best, choice)
-    return best, choice
-
-
-def _any_path(best: np.ndarray, i: int, p: int, n: int) -> bool:
-    # A position must hold at least one layer id somewhere in its reachable window.
-    lo, hi = i, n - (p - i)
-    return bool(np.isfinite(np.diagonal(best)[lo : hi + 1]).any())
+    diag = tuple(bool(x) for x in np.isfinite(np.diagonal(best)))
+    cv.memo[key] = (best, choice, diag)
+    return best, choice, diag
 
 
 def _p2p_same_zone(cv: CostView, g: str, m: int, degrees: list[int], zone: str) -> dict[int, float]:
@@ -134,6 +130,14 @@ def class_for(tables: StageTables, g: str, m: int, bounds: Bounds) -> ClassShape
             return None
         tps.append(int(tables.tp[i][a, b]))
     return ClassShape(g, m, tuple(tps))
+
+
+def lower_bounds(tables: StageTables, bounds: Bounds) -> tuple[float, float]:
+    """(B, F) with every pipeline of this class taking >= M * B + F for M microbatches: the
+    table's stage costs hold the fastest p2p a stage can have (same zone, its own TP pairs)."""
+    costs = [float(tables.cost[i][a, b]) for i, (a, b) in enumerate(bounds)]
+    neck = max(costs)
+    return neck, sum(costs) - neck
 
 
 def bottleneck(tables: StageTables, bounds: Bounds) -> float:
