@@ -99,12 +99,12 @@ def scaling_table() -> None:
     sim, source = simulator()
     job = Job.create("OPT-350M", 1024, 2048, "fp32")
     print(
-        f"\nsearch time (in-process, cold = fresh planner; warm = re-plan after 1/8 of every "
-        f"pool left); profiles: {source}"
+        f"\nsearch time (in-process; cold = fresh planner; re-plan with the previous plan after "
+        f"1/8 of every pool left / joined, same planner); profiles: {source}"
     )
     print(
-        f"{'GPUs':>5} {'types':>5} {'cold s':>7} {'cpu s':>6} {'warm s':>7} {'evaluated':>9} "
-        f"{'pruned':>8} {'iter/s':>7}  plan"
+        f"{'GPUs':>5} {'types':>5} {'cold s':>7} {'cpu s':>6} {'left s':>7} {'joined s':>8} "
+        f"{'evaluated':>9} {'pruned':>8} {'eval/s':>7} {'iter/s':>7}  plan"
     )
     for total in (32, 64, 128, 256, 512, 1024, 2048):
         for types in (1, 2, 4):
@@ -113,18 +113,20 @@ def scaling_table() -> None:
             t0, c0 = time.perf_counter(), time.process_time()
             cold = planner.plan(job, inv, SearchOptions())
             cold_s, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
-            smaller = Inventory.parse(
-                [f"{p.gpu_type}@{p.zone}={p.count - p.count // 8}" for p in inv.pools]
-            )
-            t0 = time.perf_counter()
-            planner.plan(job, smaller, SearchOptions(), previous=cold.best.plan)
-            warm_s = time.perf_counter() - t0
+            warm = []
+            for sign in (-1, 1):
+                changed = Inventory.parse(
+                    [f"{p.gpu_type}@{p.zone}={p.count + sign * (p.count // 8)}" for p in inv.pools]
+                )
+                t0 = time.perf_counter()
+                planner.plan(job, changed, SearchOptions(), previous=cold.best.plan)
+                warm.append(time.perf_counter() - t0)
             st = cold.stats
             print(
-                f"{total:5} {types:5} {cold_s:7.2f} {cold_cpu:6.2f} {warm_s:7.3f} "
-                f"{st.candidates_evaluated:9} {st.pruned:8} "
+                f"{total:5} {types:5} {cold_s:7.2f} {cold_cpu:6.2f} {warm[0]:7.3f} {warm[1]:8.3f} "
+                f"{st.candidates_evaluated:9} {st.pruned:8} {st.evaluations_per_s:7.0f} "
                 f"{cold.best.estimate.throughput_iters_per_s:7.4f}  "
-                f"{cold.best.plan.describe()[:70]}"
+                f"{cold.best.plan.describe()[:60]}"
             )
             sys.stdout.flush()
 
