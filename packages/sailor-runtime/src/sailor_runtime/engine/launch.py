@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,12 @@ def host_store() -> dist.TCPStore:
                          timeout=timedelta(seconds=300), wait_for_workers=False)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _env(threads: int) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads))
@@ -44,7 +51,7 @@ class LocalRun:
     """Processes of one local launch; ``wait`` returns their exit codes."""
 
     procs: list[subprocess.Popen]
-    store: dist.TCPStore
+    store: dist.TCPStore | None
     workdir: Path
 
     def wait(self, timeout_s: float = 600.0) -> list[int]:
@@ -70,20 +77,23 @@ def start_local(job: Job, plan: Plan, *, steps: int, checkpoint_dir: str | Path,
                 checkpoint_every: int = 0, metrics_path: str | Path | None = None,
                 seed: int = 0, lr: float = 1e-3, schedule: str = "1f1b",
                 dtype: str | None = None, store_prefix: str = "sailor",
-                env: dict[str, str] | None = None, log_dir: str | Path | None = None) -> LocalRun:
-    """Start all ranks (non-blocking)."""
+                env: dict[str, str] | None = None, log_dir: str | Path | None = None,
+                store_in_rank0: bool = False) -> LocalRun:
+    """Start all ranks (non-blocking). ``store_in_rank0``: rank 0 hosts the TCPStore (on a
+    port picked here) instead of this process."""
     world = Topology(plan.check(job)).world_size
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     (workdir / "job.json").write_text(json.dumps(job.to_dict()))
     (workdir / "plan.json").write_text(plan.to_json())
-    store = host_store()
+    store = None if store_in_rank0 else host_store()
+    port = _free_port() if store is None else store.port
     procs = []
     for rank in range(world):
         cmd = [sys.executable, "-m", "sailor_runtime.engine.worker",
                "--job", str(workdir / "job.json"), "--plan", str(workdir / "plan.json"),
                "--rank", str(rank), "--world-size", str(world),
-               "--master-addr", "127.0.0.1", "--master-port", str(store.port),
-               "--store-is-external", "--store-prefix", store_prefix,
+               "--master-addr", "127.0.0.1", "--master-port", str(port),
+               "--store-prefix", store_prefix,
                "--checkpoint-dir", str(checkpoint_dir), "--steps", str(steps),
                "--checkpoint-every", str(checkpoint_every), "--seed", str(seed),
                "--lr", str(lr), "--schedule", schedule]
@@ -91,6 +101,8 @@ def start_local(job: Job, plan: Plan, *, steps: int, checkpoint_dir: str | Path,
             cmd += ["--metrics", str(metrics_path)]
         if dtype:
             cmd += ["--dtype", dtype]
+        if store is not None:
+            cmd.append("--store-is-external")
         out = open(Path(log_dir or workdir) / f"rank{rank}.log", "w")
         procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                       env={**_env(1), **(env or {})}))

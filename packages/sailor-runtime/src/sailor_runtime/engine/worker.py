@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -79,6 +80,8 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s [rank {a.rank}] %(name)s: %(message)s")
     torch.set_num_threads(max(1, int(torch.get_num_threads() // max(1, a.world_size))))
     try:
         try:

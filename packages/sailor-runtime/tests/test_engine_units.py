@@ -1,0 +1,163 @@
+"""Engine parts that need no process group: topology, schedule, data, LR, AdamW, checkpoint
+files and the worker's input errors."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from sailor_profiler.zoo import build_stage
+from sailor_runtime.engine import checkpoint as ckpt
+from sailor_runtime.engine import worker
+from sailor_runtime.engine.data import TextDataset, generate_corpus
+from sailor_runtime.engine.optim import AdamW, LRSchedule, clip_coefficient
+from sailor_runtime.engine.pipeline import schedule
+from sailor_runtime.engine.topology import Slot, Topology
+from sailor_sim import Job, Plan, Replica, Stage
+
+
+def R(tp, mbs=1, n=8):
+    return Replica("CPU", "local", tp, mbs, n)
+
+
+MIXED = Plan((Stage(0, 1, (R(1), R(4))), Stage(2, 7, (R(2), R(1)))))
+
+
+def test_rank_order_is_stage_major_then_replica_then_tp():
+    topo = Topology(MIXED)
+    assert topo.world_size == 8
+    slots = [topo.slot(r) for r in range(8)]
+    assert slots[0] == Slot(0, 0, 0) and slots[1] == Slot(0, 1, 0) and slots[4] == Slot(0, 1, 3)
+    assert slots[5] == Slot(1, 0, 0) and slots[6] == Slot(1, 0, 1) and slots[7] == Slot(1, 1, 0)
+    assert topo.tp_ranks(0, 1) == [1, 2, 3, 4]
+    assert topo.metrics_rank == 5
+
+
+def test_dp_groups_pair_each_fine_piece_with_its_owner():
+    topo = Topology(MIXED)
+    # Stage 0: replica 0 has tp 1 (owns all 4 pieces), replica 1 has tp 4.
+    assert [topo.dp_group_ranks(0, f) for f in range(4)] == [[0, 1], [0, 2], [0, 3], [0, 4]]
+    assert topo.fine_pieces(Slot(0, 0, 0)) == range(0, 4)
+    assert topo.fine_pieces(Slot(0, 1, 2)) == range(2, 3)
+    # Stage 1: tp 2 and tp 1.
+    assert [topo.dp_group_ranks(1, f) for f in range(2)] == [[5, 7], [6, 7]]
+
+
+@pytest.mark.parametrize("stages,stage,micro", [(4, 0, 6), (4, 3, 6), (3, 1, 2), (1, 0, 3)])
+def test_1f1b_order(stages, stage, micro):
+    ops = schedule("1f1b", stages, stage, micro)
+    every = [("F", m) for m in range(micro)] + [("B", m) for m in range(micro)]
+    assert sorted(ops) == sorted(every)
+    warm = min(stages - stage - 1, micro)
+    assert all(op == "F" for op, _ in ops[:warm])
+    in_flight = peak = 0
+    for op, m in ops:
+        in_flight += 1 if op == "F" else -1
+        peak = max(peak, in_flight)
+        if op == "B":
+            assert ("F", m) in ops[: ops.index(("B", m))]
+    assert peak == min(stages - stage, micro)  # 1F1B bounds the stashed microbatches
+    assert schedule("gpipe", stages, stage, micro)[:micro] == [("F", m) for m in range(micro)]
+    with pytest.raises(ValueError, match="1f1b"):
+        schedule("zigzag", stages, stage, micro)
+
+
+def test_data_order_is_deterministic_and_resumable():
+    data = TextDataset(32, seed=0)
+    x, y = data.batch(0, 8)
+    x2, y2 = data.batch(5, 3)
+    assert torch.equal(x[5:], x2) and torch.equal(y[5:], y2)
+    assert torch.equal(x[:, 1:], y[:, :-1])  # labels are inputs shifted by one
+    assert torch.equal(TextDataset(32, seed=0).batch(3, 2)[0], x[3:5])
+    assert not torch.equal(TextDataset(32, seed=1).batch(0, 8)[0], x)
+    # The next epoch is a different permutation of the same windows.
+    nxt = data.batch(data.num_windows, 8)[0]
+    assert not torch.equal(nxt, x)
+    assert len(generate_corpus()) == 300_000 and generate_corpus().isascii()
+
+
+def test_lr_schedule_warms_up_then_decays():
+    s = LRSchedule(max_lr=1e-3, min_lr=1e-4, warmup_steps=2, decay_steps=12)
+    assert s.lr(0) == pytest.approx(5e-4) and s.lr(1) == pytest.approx(1e-3)
+    assert s.lr(7) == pytest.approx(5.5e-4)
+    assert s.lr(12) == s.lr(100) == pytest.approx(1e-4)
+    assert clip_coefficient(4.0, 1.0) == pytest.approx(0.25, rel=1e-5)
+    assert clip_coefficient(0.5, 1.0) == 1.0
+
+
+def test_adamw_equals_torch_bit_for_bit():
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(5, 7)) for _ in range(3)]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    a = AdamW(ours, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    b = torch.optim.AdamW(theirs, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, foreach=False)
+    for _ in range(4):
+        for p, q in zip(ours, theirs, strict=True):
+            g = torch.randn(5, 7)
+            p.grad, q.grad = g.clone(), g.clone()
+        a.step()
+        b.step()
+    for p, q in zip(ours, theirs, strict=True):
+        assert torch.equal(p, q)
+        assert torch.equal(a.state[p]["exp_avg_sq"], b.state[q]["exp_avg_sq"])
+
+
+def _save_one(root, step, model, opt):
+    saver = ckpt.AsyncSaver(root, rank=0, num_stages=1)
+    layers = ckpt.snapshot(model, opt, 1, None)
+    saver.save(step, 0, layers, {"format": ckpt.FORMAT, "step": step, "consumed_samples": 8 * step,
+                                 "model": model.spec.name}, ckpt.rng_state())
+    saver.wait()
+
+
+def test_checkpoint_roundtrip_reshards_and_skips_incomplete(tmp_path):
+    model = build_stage("tiny-gpt", 0, 7, seed=3)
+    opt = AdamW(model.parameters(), lr=1e-3)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    _save_one(tmp_path, 1, model, opt)
+    _save_one(tmp_path, 2, model, opt)
+    path, manifest = ckpt.latest(tmp_path)
+    assert path.name == "step_00000002" and manifest["consumed_samples"] == 16
+    # A newer directory without a manifest, or with a truncated file, is not a checkpoint.
+    (tmp_path / "step_00000003.tmp").mkdir()
+    broken = tmp_path / "step_00000004"
+    broken.mkdir()
+    (broken / "layer_000.pt").write_bytes(b"x")
+    (broken / "manifest.json").write_text(json.dumps(dict(manifest, step=4)))
+    assert ckpt.latest(tmp_path)[0].name == "step_00000002"
+    # Load into a TP shard of another layout: slices of the full tensors.
+    part = build_stage("tiny-gpt", 2, 7, tp_rank=1, tp_size=2, seed=None)
+    part_opt = AdamW(part.parameters(), lr=1e-3)
+    ckpt.load_into(path, part, part_opt, tp_rank=1)
+    full = dict(model.named_parameters())
+    q = part.layers["3"].attn.q.weight
+    assert torch.equal(q, full["layers.3.attn.q.weight"].chunk(2, 0)[1])
+    o = part.layers["3"].attn.o.weight
+    assert torch.equal(part_opt.state[o]["exp_avg"],
+                       opt.state[full["layers.3.attn.o.weight"]]["exp_avg"].chunk(2, 1)[1])
+    ckpt.remove_partial(tmp_path)
+    assert not (tmp_path / "step_00000003.tmp").exists()
+
+
+def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys):
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(Job.create("tiny-gpt", 8, 32).to_dict()))
+    plan = tmp_path / "plan.json"
+    plan.write_text(Plan((Stage(0, 7, (R(2, 2, 4),)),)).to_json())
+    base = ["--rank", "0", "--master-port", "1", "--checkpoint-dir", str(tmp_path / "c"),
+            "--steps", "1"]
+    cases = [
+        (["--job", str(tmp_path / "nope.json"), "--plan", str(plan), "--world-size", "2"], "job"),
+        (["--job", str(job), "--plan", str(plan), "--world-size", "3"], "world_size"),
+        (["--job", str(plan), "--plan", str(plan), "--world-size", "2"], "job"),
+    ]
+    for args, field in cases:
+        assert worker.main(args + base) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
+    assert not os.path.exists(tmp_path / "c")
