@@ -61,6 +61,8 @@ class WorkerAgent:
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.server.start()
+        if not self.runner.wait_warm():
+            log.warning("warm rank processes not ready; registering anyway (slower restarts)")
         self.register()
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
 

@@ -1,21 +1,22 @@
 """Start, watch and stop the rank processes of one node.
 
-Each rank runs the engine's entry point (``python -m sailor_runtime.engine.worker``) as a child
-process with its own log and metrics file. Children get PR_SET_PDEATHSIG(SIGKILL) so that a
-node whose agent dies (kill -9) loses its ranks too, as a real node failure would. Processes are
-forked from one long-lived thread because Linux ties the death signal to the forking thread.
+Each rank runs the engine's entry point (``sailor_runtime.engine.worker``) in a child process
+with its own log and metrics file. Children are started through ``agent.warm``, which first
+sets PR_SET_PDEATHSIG(SIGKILL), so that a node whose agent dies (kill -9) loses its ranks too,
+as a real node failure would, and lowers its priority by RANK_NICE. Processes are spawned from
+one long-lived thread because Linux ties the death signal to the spawning thread. (No
+``preexec_fn``: Python code between fork and exec in a process with gRPC threads can crash.)
 
 Restarting a rank should not pay for importing torch again: the runner keeps one warm process
-per device (``agent.warm``) with torch and the engine imported, hands it the rank's arguments
-when an assignment arrives, and starts a new warm one in the background.
+per device with torch and the engine imported, hands it the rank's arguments when an
+assignment arrives, and starts a new warm one in the background.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import shlex
+import select
 import signal
 import subprocess
 import sys
@@ -28,27 +29,12 @@ from pathlib import Path
 
 from .assignment import ValidAssignment
 
-ENGINE_MODULE = "sailor_runtime.engine.worker"
-RANK_COMMAND_ENV = "SAILOR_RANK_COMMAND"
-"""Override of the rank command (a shell-quoted prefix), for engine development only."""
-
 RUNNING, SUCCEEDED, FAILED, STOPPED = "running", "succeeded", "failed", "stopped"
-
 
 RANK_NICE = 5
 """Ranks run this much nicer than their agent: when training saturates the cores, heartbeats
 must still go out on time, or a busy node would be declared dead."""
-
-
-def _set_pdeathsig() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: ranks may outlive a killed agent
-    try:
-        os.nice(RANK_NICE)
-    except OSError:
-        pass
+AGENT_PID_ENV = "SAILOR_AGENT_PID"
 
 
 @dataclass
@@ -94,50 +80,62 @@ class RankRunner:
         self._forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rank-forker")
         self._spares: list[subprocess.Popen] = []
         self._closed = False
-        if self.warm_spares and not os.environ.get(RANK_COMMAND_ENV):
+        if self.warm_spares:
             self._forker.submit(self._refill)
 
     def _base_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = str(self.threads_per_rank)
         env["PYTHONUNBUFFERED"] = "1"
+        env[AGENT_PID_ENV] = str(os.getpid())
         return env
+
+    def _new_process(self) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sailor_runtime.agent.warm"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=self._base_env(),
+        )
 
     def _refill(self) -> None:
         """Top the warm processes up (runs on the forker thread)."""
         self._spares = [p for p in self._spares if p.poll() is None]
         while not self._closed and len(self._spares) < self.warm_spares:
-            self._spares.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "sailor_runtime.agent.warm"],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    env=self._base_env(),
-                    preexec_fn=_set_pdeathsig,
-                )
-            )
+            self._spares.append(self._new_process())
 
-    def _take_spare(self, argv: list[str], env: dict[str, str], log_path: Path):
-        while self._spares:
-            spare = self._spares.pop(0)
-            if spare.poll() is not None:
+    def wait_warm(self, timeout_s: float = 300.0) -> bool:
+        """Block until every warm process has imported torch and the engine (or timeout)."""
+        if not self.warm_spares:
+            return True
+        self._forker.submit(lambda: None).result()  # the first refill has run
+        deadline = time.monotonic() + timeout_s
+        for spare in list(self._spares):
+            ready, _, _ = select.select([spare.stdout], [], [], max(0, deadline - time.monotonic()))
+            if not ready or spare.stdout.readline().strip() != b"ready":
+                return False
+        return True
+
+    def _launch(self, argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+        """Hand the command to a warm process (a fresh one when none is left)."""
+        line = (json.dumps({"argv": argv, "env": env, "log": str(log_path)}) + "\n").encode()
+        while True:
+            proc = self._spares.pop(0) if self._spares else self._new_process()
+            if proc.poll() is not None:
                 continue
             try:
-                line = json.dumps({"argv": argv, "env": env, "log": str(log_path)}) + "\n"
-                spare.stdin.write(line.encode())
-                spare.stdin.close()
-                return spare
+                proc.stdin.write(line)
+                proc.stdin.close()
+                return proc
             except OSError:
-                continue
-        return None
+                proc.kill()
 
     # ---- commands ----------------------------------------------------------------------------
-    def rank_command(self, a: ValidAssignment, rank: int, gen_dir: Path) -> list[str]:
-        prefix = os.environ.get(RANK_COMMAND_ENV)
-        cmd = shlex.split(prefix) if prefix else [sys.executable, "-m", ENGINE_MODULE]
+    def rank_args(self, a: ValidAssignment, rank: int, gen_dir: Path) -> list[str]:
+        """The engine's command-line arguments for ``rank``."""
         job_path, plan_path = gen_dir / "job.json", gen_dir / "plan.json"
-        cmd += [
+        cmd = [
             "--job", str(job_path), "--plan", str(plan_path),
             "--rank", str(rank), "--world-size", str(a.world_size),
             "--master-addr", a.master_addr, "--master-port", str(a.master_port),
@@ -159,21 +157,8 @@ class RankRunner:
         started = []
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
-            cmd = self.rank_command(a, rank, gen_dir)
-            popen = None
-            if cmd[1:3] == ["-m", ENGINE_MODULE]:
-                popen = self._take_spare(cmd[3:], {"CUDA_VISIBLE_DEVICES": str(device)}, log_path)
-            if popen is None:
-                env = {**self._base_env(), "CUDA_VISIBLE_DEVICES": str(device)}
-                with open(log_path, "wb") as log:
-                    popen = subprocess.Popen(
-                        cmd,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        env=env,
-                        preexec_fn=_set_pdeathsig,
-                    )
+            argv = self.rank_args(a, rank, gen_dir)
+            popen = self._launch(argv, {"CUDA_VISIBLE_DEVICES": str(device)}, log_path)
             metrics = gen_dir / f"rank-{rank}.metrics.jsonl"
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
         return started
@@ -182,7 +167,7 @@ class RankRunner:
         """Stop every older rank, then start the ranks of ``a``; returns how many started."""
         self.stop(generation=0, grace_s=1.0)
         started = self._forker.submit(self._spawn, a).result()
-        if self.warm_spares and not os.environ.get(RANK_COMMAND_ENV):
+        if self.warm_spares:
             self._forker.submit(self._refill)  # in the background: the ranks start now
         with self._lock:
             self.procs = [p for p in self.procs if p.popen.poll() is None] + started

@@ -14,11 +14,33 @@ import os
 import sys
 
 
+def _tie_to_agent() -> None:
+    """Die with the agent (PR_SET_PDEATHSIG) and yield the cores to it (nice)."""
+    import ctypes
+    import signal
+
+    from .ranks import AGENT_PID_ENV, RANK_NICE
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: a rank may outlive a killed agent
+    agent = os.environ.get(AGENT_PID_ENV)
+    if agent and os.getppid() != int(agent):
+        sys.exit(0)  # the agent died before the death signal was armed
+    try:
+        os.nice(RANK_NICE)
+    except OSError:
+        pass
+
+
 def main() -> int:
+    _tie_to_agent()
     import torch  # noqa: F401 - the point: import before the command arrives
 
     from ..engine import worker
 
+    print("ready", flush=True)  # the agent registers only once its ranks can start at once
     line = sys.stdin.readline()
     if not line.strip():
         return 0

@@ -52,6 +52,8 @@ class LocalRunConfig:
     token: str | None = None
     planner_address: str = ""
     """An external planner server; "" = start one in this process."""
+    warm: bool = True
+    """Agents keep warm rank processes (torch imported) for fast restarts."""
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
@@ -109,6 +111,7 @@ class LocalRun:
             self.cfg.zone,
             self.cfg.run_dir,
             token=self.cfg.token,
+            warm=self.cfg.warm,
         )
         self.workers.append(w)
         return w

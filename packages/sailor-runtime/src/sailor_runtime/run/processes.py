@@ -49,6 +49,7 @@ def start_worker(
     gpus: int = 1,
     token: str | None = None,
     threads_per_rank: int = 1,
+    warm: bool = True,
 ) -> LocalWorker:
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -57,7 +58,7 @@ def start_worker(
         sys.executable, "-m", "sailor_runtime.cli", "worker",
         "--controller", controller, "--gpu-type", gpu_type, "--gpus", str(gpus),
         "--zone", zone, "--worker-id", name, "--workdir", str(run_dir / "workers"),
-        "--threads-per-rank", str(threads_per_rank),
+        "--threads-per-rank", str(threads_per_rank), "--warm" if warm else "--cold",
     ]  # fmt: skip
     env = dict(os.environ)
     if token:

@@ -1,0 +1,79 @@
+"""Reconfiguration time of `sailor run --local`: failure (or join) -> training resumed.
+
+Real processes on 127.0.0.1: the planner server, the controller, worker agents, the engine's
+ranks (tiny-gpt). Each scenario injects one change mid-run and reads the controller's phase
+timings (detect, debounce, plan, place, stop, checkpoint, restart). For a kill -9, "detect" is
+measured from the kill itself (not from the node's last heartbeat), and "total" is kill ->
+first step of the new generation completed. Target: total < 30 s. Exits 1 when a failure
+scenario misses it.
+
+    uv run python bench/reconfig_time.py [--quick]
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from sailor_runtime.run.local import LocalRun, LocalRunConfig
+
+TARGET_S = 30.0
+PHASES = ("detect", "debounce", "plan", "place", "stop", "checkpoint", "restart")
+
+
+def scenario(name: str, workers: int, warm: bool, kill: bool) -> dict:
+    with tempfile.TemporaryDirectory(prefix="sailor-reconfig-") as tmp:
+        cfg = LocalRunConfig(
+            run_dir=Path(tmp), workers=workers, gpu_types=("CPU",), steps=24,
+            checkpoint_every=4, kill_worker_at_step=6 if kill else None,
+            add_worker_at_step=None if kill else 3, global_batch_size=32, sequence_length=128,
+            heartbeat_timeout_s=5.0, profile=False, progress=False, warm=warm, timeout_s=400,
+        )  # fmt: skip
+        run = LocalRun(cfg)
+        try:
+            s = run.run()
+        finally:
+            run.close()
+    event = next((e for e in s.events), None)
+    recs = [r for r in s.reconfigurations if event and r["noticed_at"] >= event["at"] - 0.01]
+    if s.state != "DONE" or not event or not recs or not recs[0]["resumed"]:
+        return {"name": name, "ok": False, "note": f"{s.state}: {s.message}"}
+    r = recs[0]
+    phases = dict(r["phases"])
+    if kill:
+        phases["detect"] = r["noticed_at"] - event["at"]
+    total = r["resumed_at"] - (event["at"] if kill else r["noticed_at"])
+    return {"name": name, "ok": True, "phases": phases, "total": total, "kill": kill,
+            "plan": s.plan, "note": r["inventory"]}  # fmt: skip
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    cases = [("kill -9, 3 nodes, warm ranks", 3, True, True)]
+    if not quick:
+        cases += [
+            ("kill -9, 3 nodes, cold ranks", 3, False, True),
+            ("join 2 -> 3 nodes, warm ranks", 2, True, False),
+        ]
+    rows = [scenario(*c) for c in cases]
+    print(f"\nReconfiguration time (s), tiny-gpt, target < {TARGET_S:.0f} s")
+    head = f"{'scenario':<32}" + "".join(f"{p:>11}" for p in PHASES) + f"{'total':>9}  result"
+    print(head)
+    print("-" * len(head))
+    failed = False
+    for row in rows:
+        if not row["ok"]:
+            print(f"{row['name']:<32}  did not complete: {row['note']}")
+            failed = True
+            continue
+        cells = "".join(f"{row['phases'].get(p, 0.0):>11.2f}" for p in PHASES)
+        ok = row["total"] < TARGET_S
+        failed |= row["kill"] and not ok
+        print(f"{row['name']:<32}{cells}{row['total']:>9.2f}  {'ok' if ok else 'SLOW'}")
+    print("\ntotal = kill -> first step of the new generation (join: noticed -> first step)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
