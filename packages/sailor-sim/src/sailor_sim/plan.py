@@ -111,6 +111,9 @@ class Stage:
         object.__setattr__(self, "_rkeys", tuple(r._key for r in self.replicas))
         object.__setattr__(self, "_sig", _intern(_STAGE_SIGS, tuple(r._id for r in self.replicas)))
         object.__setattr__(self, "_samples", sum(r.samples for r in self.replicas))
+        object.__setattr__(
+            self, "_full", _intern(_STAGE_SIGS, (self.first_layer, self.last_layer, self._sig))
+        )
 
     @property
     def layer_ids(self) -> range:

@@ -336,7 +336,7 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         stage_cache = sim._stage_summaries[jk] = {}
     summaries = []
     for i, s in enumerate(stages):
-        key = (s.first_layer, s.last_layer, i, p, s._sig)
+        key = (s._full << 24) | (i << 12) | p  # interned (range, replicas), position, depth
         summary = stage_cache.get(key)
         if summary is None:
             summary = stage_cache[key] = _stage_summary(sim, job, s, i, p)
