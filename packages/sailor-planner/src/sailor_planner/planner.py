@@ -20,6 +20,9 @@ from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search import Memo, Search
 
+MAX_JOBS = 16
+"""Jobs whose tables a Planner keeps (least recently used dropped first)."""
+
 
 class Planner:
     def __init__(self, simulator) -> None:
@@ -30,10 +33,13 @@ class Planner:
     def _state(self, job: Job) -> tuple[CostView, Scorer, Memo]:
         key = (job.model, job.global_batch_size, job.sequence_length, job.dtype, job.optimizer)
         with self._lock:
-            state = self._per_job.get(key)
+            state = self._per_job.pop(key, None)
             if state is None:
                 cv = CostView(self.sim, job)
-                state = self._per_job[key] = (cv, Scorer(cv), Memo())
+                state = (cv, Scorer(cv), Memo())
+            self._per_job[key] = state  # most recently used last
+            while len(self._per_job) > MAX_JOBS:  # a long-running server stays bounded
+                self._per_job.pop(next(iter(self._per_job)))
         return state
 
     def plan(

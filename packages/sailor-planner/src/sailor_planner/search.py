@@ -56,7 +56,7 @@ TP_VECTORS = 27
 """Per-stage TP vectors enumerated exactly up to this many per (type, depth)."""
 MIX_EXACT = 256
 """Mix every single-type configuration of the types while the combinations are this few."""
-MIX_TOP = {2: 2, 3: 1, 4: 1}
+MIX_TOP = {2: 3, 3: 1, 4: 1}
 """Single-type configurations per GPU type combined into mixed shapes, by number of types."""
 
 

@@ -21,7 +21,7 @@ from sailor_sim import Inventory, Job, Plan, SailorSimError
 from .errors import NoFeasiblePlanError, RequestError, SailorPlannerError
 from .proto import planner_pb2, planner_pb2_grpc
 from .request import Constraints, SearchOptions
-from .sources import load_simulator, planner_for
+from .sources import planner_for
 
 SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
 DEFAULT_TOP_K = 1
@@ -137,7 +137,7 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
             plan = _prefixed("plan", lambda: Plan.from_proto(request.plan).check(job))
             sim = _prefixed(
                 "profiles",
-                lambda: load_simulator(request.profile_dir or None, request.sailor_root or None),
+                lambda: planner_for(request.profile_dir or None, request.sailor_root or None).sim,
             )
             estimate = _prefixed("plan", lambda: sim.estimate(job, plan))
             return planner_pb2.SimulateResponse(estimate=estimate.to_proto())
