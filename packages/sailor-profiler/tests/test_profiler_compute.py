@@ -101,3 +101,11 @@ def test_simulator_simulates_a_plan_with_the_profile(profile_dir, tp, pp):
     entry = next(e for e in read_profile_file(profile_dir / "tiny-gpt__CPU__fp32__s128.json")
                  if (e.key.microbatch_size, e.key.tp) == (2, tp))
     assert first_stage.forward_s == pytest.approx(sum(x.forward_s for x in entry.layers[:4]))
+
+
+def test_plot_command_redraws_from_the_tables(profile_dir):
+    png = profile_dir / "profiler" / "layers__tiny-gpt__CPU__fp32__s128.png"
+    png.unlink()
+    result = CliRunner().invoke(app, ["plot", str(profile_dir)])
+    assert result.exit_code == 0, result.output
+    assert png.stat().st_size > 0 and str(png) in result.stdout
