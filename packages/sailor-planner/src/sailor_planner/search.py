@@ -301,6 +301,13 @@ class Search:
 
     def _evaluate(self, shape: Shape, layout, counts) -> Scored | None:
         """Score an allocation under both placements (when they differ); the better one."""
+        start = time.perf_counter()
+        try:
+            return self._evaluate_placements(shape, layout, counts)
+        finally:
+            self.stats.scoring_s += time.perf_counter() - start
+
+    def _evaluate_placements(self, shape: Shape, layout, counts) -> Scored | None:
         best = None
         placements = [place(shape, layout, counts, self.free)]
         if shape.depth > 1 and any(len(grp) > 1 for grp in layout):
