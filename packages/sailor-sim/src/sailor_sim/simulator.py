@@ -358,7 +358,8 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
     for ids in zip(*[sm.pos_ids for sm in summaries], strict=True):
         counts[ids] = counts.get(ids, 0) + 1
     for ids, count in counts.items():
-        total = worst = sum_p2p = prev = 0.0
+        total = worst = sum_p2p = prev = wsend = 0.0
+        wi = 0
         p2p = []
         k = ids[0]
         for i in range(p):
@@ -378,21 +379,30 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
                     egress += count * e
                 p2p.append(t)
                 sum_p2p += t
-                step = c + 2.0 * (t + prev)
+                send = 2.0 * (t + prev)
                 k = k2
             else:
-                step = c + 2.0 * prev
-            if step > worst:
-                worst = step
+                send = 2.0 * prev
+            if c + send > worst:
+                worst, wi, wsend = c + send, i, send
             prev = t if i < last else 0.0
         m = summaries[0].distinct[ids[0]].num_microbatches
         total += (m - 1) * worst + 2.0 * sum_p2p
         if total > best_total:
             best_total = total
-            best = (ids, p2p, m)
-    ids, crit_p2p, crit_m = best
-    crit_times = [sm.distinct_info[k][0] for sm, k in zip(summaries, ids, strict=True)]
-    pipe = timing.pipeline_time(crit_times, crit_p2p, crit_m)
+            best = (ids, p2p, m, wi, wsend, sum_p2p)
+    ids, crit_p2p, m, k, sends, sum_p2p = best
+    crit_times = [sm.distinct_info[j][0] for sm, j in zip(summaries, ids, strict=True)]
+    # timing.pipeline_time's breakdown for the critical pipeline (k = its bottleneck stage).
+    b = crit_times[k]
+    per_k = per_mb[k][ids[k]]
+    compute = m * (b.forward_s + b.backward_s + timing.MICROBATCH_OVERHEAD_S)
+    breakdown = {
+        "compute": compute,
+        "tp_comm": m * b.tp_comm_s,
+        "pipeline_bubble": sum([per_mb[i][j] for i, j in enumerate(ids)]) - per_k,
+        "p2p": (m - 1) * sends + 2.0 * sum_p2p,
+    }
     tail, opt, lead = 0.0, 0.0, 0.0
     for i, sm in enumerate(summaries):
         exposed = sm.dp_sync_s + sm.optimizer_s - lead
@@ -401,10 +411,9 @@ def _estimate(sim: Simulator, job: Job, plan: Plan, iterations, tokens) -> Estim
         if i < p - 1:
             lead += crit_times[i].backward_s + crit_p2p[i]
     tail = max(tail, 0.0)
-    breakdown = dict(pipe.breakdown)
     breakdown["optimizer"] = min(opt, tail)
     breakdown["dp_sync"] = tail - breakdown["optimizer"]
-    iteration = pipe.total_s + tail
+    iteration = best_total + tail
     usd_per_s = sum([sm.usd_per_s for sm in summaries])
     egress += sum([sm.dp_egress_usd for sm in summaries])
     cost_iter = usd_per_s * iteration + egress
