@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -224,3 +225,33 @@ def test_profile_dir_measured_entries_win(tmp_path, job):
     assert st.forward_s == pytest.approx(26e-3) and st.backward_s == pytest.approx(52e-3)
     other = measured.stage_time(job, 0, 25, "A100-40", 2, 8)
     assert other.source.startswith("interpolated:roofline-scaled from mbs 2")
+
+
+def test_whole_run_figures_from_tokens(sim):
+    job, plan = example_job(), example_plan()
+    tokens = 1000 * job.global_batch_size * job.sequence_length
+    e = sim.estimate(job, plan, tokens=tokens)
+    assert e.run_iterations == pytest.approx(1000)
+    assert e.run_hours == pytest.approx(1000 * e.iteration_time_s / 3600)
+    assert e.cost_per_hour_usd == pytest.approx(
+        e.cost_per_iteration_usd * 3600 / e.iteration_time_s
+    )
+
+
+def test_fast_estimate_equals_constructed(sim):
+    e = sim.estimate(example_job(), example_plan())
+    fields = {k: v for k, v in e.__dict__.items()}
+    fields["memory_source"] = e.memory
+    assert Estimate(**fields) == e
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.iteration_time_s = 1.0
+
+
+def test_equal_plans_built_separately_agree(sim, job):
+    """Interned cache keys: equal replicas built apart give identical estimates; a one-field
+    difference (zone) gives a different one."""
+    a = sim.estimate(job, two_stage(job, B))
+    b = Simulator().estimate(job, two_stage(job, B))
+    c = sim.estimate(job, two_stage(job, A))
+    assert a.to_dict() == b.to_dict()
+    assert a.iteration_time_s != c.iteration_time_s

@@ -5,7 +5,8 @@
 This process imports torch once, then forks one child per rank (0..W-1) and supervises them:
 when a child fails the others are killed, and the exit status is 1. RUNS.json is a list of
 runs: ``{"job": Job.to_dict(), "plan": Plan.to_dict(), "steps": N, "checkpoint_dir": DIR,
-"checkpoint_every": K, "metrics": FILE, "seed": S, "dtype": D, "schedule": "1f1b"}``. Run i
+"checkpoint_every": K, "metrics": FILE, "seed": S, "dtype": D, "schedule": "1f1b",
+"backend": "gloo"}``. Run i
 rendezvous under store prefix ``run{i}`` of the external store at 127.0.0.1:PORT; ranks >= the
 run's world size sit it out. Children fork before any torch op or thread pool exists.
 """
@@ -41,7 +42,8 @@ def run_rank(runs: list[dict], rank: int, port: int) -> int:
             steps=run["steps"], checkpoint_dir=run.get("checkpoint_dir"),
             checkpoint_every=run.get("checkpoint_every", 0), metrics_path=run.get("metrics"),
             seed=run.get("seed", 0), dtype=run.get("dtype"),
-            schedule=run.get("schedule", "1f1b"), master_port=port,
+            schedule=run.get("schedule", "1f1b"), backend=run.get("backend", "gloo"),
+            master_port=port,
             store_prefix=f"run{i}", store_is_external=True,
         )
         train(job, plan, rank, world, cfg)

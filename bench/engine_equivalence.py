@@ -1,0 +1,64 @@
+"""Engine equivalence and speed: heterogeneous plans vs one process, per-step losses.
+
+    uv run python bench/engine_equivalence.py [--steps 10] [--backend gloo|nccl] [--dtype fp32]
+
+For each plan (the six of the test suite, tiny-gpt / tiny-llama, global batch 8, sequence 32)
+prints the largest relative loss difference from the single-process reference over all steps,
+the final loss, and the mean iteration time and samples/s after the first step. With
+``--backend nccl`` each rank takes one CUDA device: only plans with at most
+``torch.cuda.device_count()`` ranks run (NCCL refuses two ranks on one GPU), and the reference
+runs on cuda:0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/sailor-runtime/tests"))
+
+from sailor_runtime.engine import launch_many, reference_run  # noqa: E402
+from sailor_runtime.engine.topology import Topology  # noqa: E402
+from test_engine_equivalence import JOBS, PLANS  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "fp64"])
+    a = p.parse_args(argv)
+    limit = torch.cuda.device_count() if a.backend == "nccl" else 64
+    chosen = {n: v for n, v in PLANS.items() if Topology(v[1]).world_size <= limit}
+    if not chosen:
+        print(f"no plan fits on {limit} CUDA devices")
+        return 0
+    root = Path(tempfile.mkdtemp(prefix="sailor-bench-engine-"))
+    runs = [{"job": JOBS[m].to_dict(), "plan": plan.to_dict(), "steps": a.steps,
+             "schedule": sched, "dtype": a.dtype, "backend": a.backend,
+             "metrics": str(root / f"{name}.jsonl")} for name, (m, plan, sched) in chosen.items()]
+    if launch_many(runs, log_dir=root / "logs"):
+        print((root / "logs" / "ranks.log").read_text()[-4000:])
+        return 1
+    dtype = torch.float64 if a.dtype == "fp64" else torch.float32
+    refs = {m: reference_run(job, a.steps, dtype=dtype)[0] for m, job in JOBS.items()}
+    print(f"backend {a.backend}, dtype {a.dtype}, {a.steps} steps, global batch 8, seq 32")
+    print(f"{'plan':28} {'model':10} {'ranks':>5} {'max rel dloss':>13} {'final loss':>10} "
+          f"{'iter s':>7} {'samples/s':>9}")
+    for name, (m, plan, _) in chosen.items():
+        df = pl.read_ndjson(root / f"{name}.jsonl").sort("step")
+        rel = max(abs(x - y) / y for x, y in zip(df["loss"], refs[m], strict=True))
+        tail = df.filter(pl.col("step") > 1)
+        print(f"{name:28} {JOBS[m].model.name:10} {Topology(plan).world_size:>5} {rel:>13.2e} "
+              f"{df['loss'][-1]:>10.4f} {tail['iteration_time_s'].mean():>7.3f} "
+              f"{tail['samples_per_s'].mean():>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
