@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import time
 import traceback
 import uuid
 from collections.abc import Callable
@@ -138,9 +139,23 @@ def _collect(procs, results, world_size: int, timeout_s: float, on_progress) -> 
                 on_progress(payload)
             continue
         if status != "ok":
-            raise WorkerError(f"rank {rank} failed: {payload}", field="workers")
+            raise WorkerError(_failures(results, {rank: payload}), field="workers")
         out[rank] = payload
     return [out[r] for r in range(world_size)]
+
+
+def _failures(results, errors: dict[int, str], grace_s: float = 3.0) -> str:
+    """All ranks' errors that arrive within a short grace period: the first one to arrive is
+    often a peer's 'connection closed', the cause is in another rank's message."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            rank, status, payload = results.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if status == "error":
+            errors[rank] = payload
+    return "; ".join(f"rank {r} failed: {msg}" for r, msg in sorted(errors.items()))
 
 
 def run_from_env(fn: Callable[..., Any], args: tuple = (), backend: str = "gloo",
