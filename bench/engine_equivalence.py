@@ -2,12 +2,12 @@
 
     uv run python bench/engine_equivalence.py [--steps 10] [--backend gloo|nccl] [--dtype fp32]
 
-For each plan (the six of the test suite, tiny-gpt / tiny-llama, global batch 8, sequence 32)
-prints the largest relative loss difference from the single-process reference over all steps,
-the final loss, and the mean iteration time and samples/s after the first step. With
-``--backend nccl`` each rank takes one CUDA device: only plans with at most
-``torch.cuda.device_count()`` ranks run (NCCL refuses two ranks on one GPU), and the reference
-runs on cuda:0.
+For each plan of ``sailor_runtime.engine.examples`` (the six of the test suite; tiny-gpt and
+tiny-llama, global batch 8, sequence 32) prints the largest relative loss difference from the
+single-process reference over all steps, the final loss, and the mean iteration time and
+samples/s after the first step. With ``--backend nccl`` each rank takes one CUDA device: only
+plans with at most ``torch.cuda.device_count()`` ranks run (NCCL refuses two ranks on one GPU),
+and the reference runs on cuda:0.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ from pathlib import Path
 import polars as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/sailor-runtime/tests"))
-
-from sailor_runtime.engine import launch_many, reference_run  # noqa: E402
-from sailor_runtime.engine.topology import Topology  # noqa: E402
-from test_engine_equivalence import JOBS, PLANS  # noqa: E402
+from sailor_runtime.engine import launch_many, reference_run
+from sailor_runtime.engine.examples import JOBS, PLANS
+from sailor_runtime.engine.topology import Topology
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         print((root / "logs" / "ranks.log").read_text()[-4000:])
         return 1
     dtype = torch.float64 if a.dtype == "fp64" else torch.float32
-    refs = {m: reference_run(job, a.steps, dtype=dtype)[0] for m, job in JOBS.items()}
+    device = "cuda" if a.backend == "nccl" else "cpu"
+    refs = {m: reference_run(job, a.steps, dtype=dtype, device=device)[0]
+            for m, job in JOBS.items()}
     print(f"backend {a.backend}, dtype {a.dtype}, {a.steps} steps, global batch 8, seq 32")
     print(f"{'plan':28} {'model':10} {'ranks':>5} {'max rel dloss':>13} {'final loss':>10} "
           f"{'iter s':>7} {'samples/s':>9}")

@@ -16,11 +16,13 @@ from .optim import LRSchedule, OptimConfig
 
 
 def reference_run(job: Job, steps: int, seed: int = 0, lr: LRSchedule | None = None,
-                  optim: OptimConfig | None = None, dtype: torch.dtype = torch.float32):
+                  optim: OptimConfig | None = None, dtype: torch.dtype = torch.float32,
+                  device: str | torch.device = "cpu"):
     """Train ``steps`` steps in this process; returns (losses per step, model)."""
     lr, optim = lr or LRSchedule(), optim or OptimConfig()
     torch.manual_seed(seed)
-    model = build_stage(job.model, 0, job.model.head_layer_id, dtype=dtype, seed=seed)
+    model = build_stage(job.model, 0, job.model.head_layer_id, dtype=dtype, device=device,
+                        seed=seed)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=lr.lr(0), betas=optim.betas, eps=optim.eps,
                             weight_decay=optim.weight_decay, foreach=False)
@@ -28,7 +30,7 @@ def reference_run(job: Job, steps: int, seed: int = 0, lr: LRSchedule | None = N
     losses = []
     for step in range(steps):
         x, y = data.batch(step * job.global_batch_size, job.global_batch_size)
-        loss = model(x, y)
+        loss = model(x.to(device), y.to(device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, optim.clip_norm, foreach=False)
         for group in opt.param_groups:
