@@ -255,3 +255,18 @@ def test_equal_plans_built_separately_agree(sim, job):
     c = sim.estimate(job, two_stage(job, A))
     assert a.to_dict() == b.to_dict()
     assert a.iteration_time_s != c.iteration_time_s
+
+
+def test_new_profiles_invalidate_cached_numbers(job):
+    from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
+
+    sim = Simulator()
+    plan = two_stage(job, A, dp=2, mbs=2)
+    before = sim.estimate(job, plan)
+    slow = tuple(LayerProfile(1.0, 2.0, 0.01) for _ in range(job.model.num_layer_ids))
+    sim.profiles.add(
+        ProfileEntry(ProfileKey("OPT-350M", "A100-40", "fp32", 2, 1), 2048, slow, "measured")
+    )
+    after = sim.estimate(job, plan)
+    assert after.iteration_time_s > 10 * before.iteration_time_s
+    assert after.sources == ("measured",)

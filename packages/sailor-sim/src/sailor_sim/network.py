@@ -117,18 +117,23 @@ class NetworkModel:
         """Same-zone inter-node fits per (GPU type, count), e.g. Sailor's network_coeffs."""
         self.intra: dict[tuple[str, int], LinkCurve] = {}
         self._cache: dict[tuple, LinkCurve] = {}
+        self.version = 0
+        """Bumped on every change (the simulator drops its cached numbers then)."""
 
     def add_link(self, src: Endpoint, dst: Endpoint, curve: LinkCurve) -> None:
         self.links[(src, dst)] = curve
         self._cache.clear()
+        self.version += 1
 
     def add_homogeneous(self, gpu_type: str, count: int, curve: LinkCurve) -> None:
         self.homogeneous[(gpu_type, count)] = curve
         self._cache.clear()
+        self.version += 1
 
     def add_intra_node(self, gpu_type: str, count: int, curve: LinkCurve) -> None:
         self.intra[(gpu_type, count)] = curve
         self._cache.clear()
+        self.version += 1
 
     # ---- lookup ----------------------------------------------------------------------------
     def link(self, src: Endpoint, dst: Endpoint) -> LinkCurve:

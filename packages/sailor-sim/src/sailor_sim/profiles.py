@@ -106,6 +106,8 @@ class ProfileStore:
     def __init__(self, entries=()) -> None:
         self._entries: dict[ProfileKey, ProfileEntry] = {}
         self._tables: dict[tuple, LayerTable] = {}
+        self.version = 0
+        """Bumped on every change, so users of cached numbers (the simulator) can notice."""
         self.skipped: list[str] = []
         """Entries a bulk import left out, each with the reason (e.g. wrong layer count)."""
         for e in entries:
@@ -121,6 +123,7 @@ class ProfileStore:
             )
         self._entries[entry.key] = entry
         self._tables.clear()
+        self.version += 1
 
     def entries(self) -> list[ProfileEntry]:
         return list(self._entries.values())
