@@ -149,3 +149,15 @@ def test_import_sailor_network(sailor_root):
     assert link.source.startswith("imported:sailor") and 80e9 < link.bandwidth(1e8) <= 93e9
     cross = net.link(Endpoint("us-central1-a", "A100-40", 1), Endpoint("us-west1-b", "A100-40", 1))
     assert 0 < cross.bandwidth(64e3) < link.bandwidth(64e3)
+
+
+def test_cluster_config_matches_catalog(sailor_root):
+    from sailor_sim.original import read_cluster_config
+
+    config = read_cluster_config(
+        sailor_root / "sailor/Planner/simulations/configs/basic_cluster_config.json"
+    )
+    assert {"A100-40", "V100-16", "GH-96"} <= set(config)
+    for name, (per_node, mem) in config.items():
+        gpu = get_gpu(name)
+        assert (gpu.gpus_per_node, gpu.memory_bytes) == (per_node, mem), name

@@ -160,6 +160,26 @@ def read_llm_info(path: str | Path) -> dict[str, dict[int, dict[int, dict[str, i
     return out
 
 
+def read_cluster_config(path: str | Path) -> dict[str, tuple[int, int]]:
+    """``basic_cluster_config.json`` as {our GPU type: (GPUs per node, bytes per GPU)}; GPU types
+    we do not know are left out (the catalog in ``gpus.py`` uses these same figures)."""
+    from ..gpus import get_gpu
+
+    data = load_json(Path(path), "cluster_config")
+    out: dict[str, tuple[int, int]] = {}
+    for name, spec in data.items():
+        if not isinstance(spec, dict):
+            continue  # e.g. "zone": "us-central1-a"
+        try:
+            gpu = get_gpu(name)
+            out[gpu.name] = (int(spec["gpus_per_node"]), int(spec["mem_per_gpu"]))
+        except UnknownNameError:
+            continue
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProfileError(f"{path}[{name}] lacks {exc}", field="cluster_config") from None
+    return out
+
+
 def read_training_config(path: str | Path):
     """A Sailor ``training_config_*.json`` as a Job (global batch, sequence length, optimizer)."""
     from ..job import Job
