@@ -116,22 +116,30 @@ class Search:
                     if key is None:
                         self.stats.pruned += 1
                         continue
-                    heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None))
+                    heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None, False))
+        # Heap entries: (key, tick, shape, layout, lbs, max_d, counts, exact). A node has
+        # counts None; its allocations enter with the node's key (a bound for all of them) and
+        # get their own, tighter bound only when they reach the top (lazy bounding).
         while heap and not self._late(have_work=False):
-            key, _, shape, layout, lbs, max_d, counts = heapq.heappop(heap)
+            key, _, shape, layout, lbs, max_d, counts, exact = heapq.heappop(heap)
             if self._beaten(key):  # the best bound left: nothing can win any more
                 self.stats.pruned += 1 + len(heap)
                 break
-            if counts is not None:
+            if counts is None:
+                for counts in self._allocations(shape, lbs, max_d):
+                    heapq.heappush(
+                        heap, (key, next(tick), shape, layout, lbs, max_d, counts, False)
+                    )
+                continue
+            if exact:
                 self._evaluate(shape, layout, counts)
                 continue
-            for counts in self._allocations(shape, lbs, max_d):
-                thr, cost, hourly = self._bounds(shape, lbs, counts)
-                if not self._meets(thr, cost, hourly):
-                    self.stats.pruned += 1
-                    continue
-                leaf = cost if self.opt.objective == "cost" else -thr
-                heapq.heappush(heap, (leaf, next(tick), shape, layout, lbs, max_d, counts))
+            thr, cost, hourly = self._bounds(shape, lbs, counts)
+            if not self._meets(thr, cost, hourly):
+                self.stats.pruned += 1
+                continue
+            leaf = cost if self.opt.objective == "cost" else -thr
+            heapq.heappush(heap, (leaf, next(tick), shape, layout, lbs, max_d, counts, True))
         if not self.partial:
             self._refine()
         return self.found
@@ -199,7 +207,18 @@ class Search:
 
     def _single_shapes(self, g: str, p: int) -> list[tuple]:
         """(shape, samples/s per GPU, bottleneck, TP spec) of type g alone at depth p, best
-        first."""
+        first (memoized: only the GPU total, capped where it stops mattering, enters the key)."""
+        cap = min(self.total, p * max(self.cv.tp_of(g)))
+        key = (g, p, self.ref_zone[g], self.opt.microbatch_sizes)
+        key += (self.opt.exact_partition_limit, self.small, cap)
+        hit = self.memo.singles.get(key)
+        if hit is None:
+            hit = self.memo.singles[key] = self._single_shapes_uncached(g, p)
+        else:
+            self.stats.memo_hits += 1
+        return hit
+
+    def _single_shapes_uncached(self, g: str, p: int) -> list[tuple]:
         out = []
         for m in self.opt.microbatch_sizes:
             if m > self.job.global_batch_size:

@@ -17,6 +17,7 @@ class Memo:
     tables: dict = field(default_factory=dict)
     splits: dict = field(default_factory=dict)
     joint: dict = field(default_factory=dict)
+    singles: dict = field(default_factory=dict)
     lbs: dict = field(default_factory=dict)
     """Per shape, per class: (B, F) lower bounds of a pipeline's 1F1B time."""
 
