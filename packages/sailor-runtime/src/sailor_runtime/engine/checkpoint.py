@@ -9,9 +9,9 @@ Layout of ``DIR/step_00000010/``:
 - ``manifest.json``, written LAST: format, step, consumed samples, model, LR schedule, the plan
   that wrote it (informational) and every file with its size.
 
-Saving: the TP ranks of replica 0 of each stage all-gather their shards (the only collective),
-copy them to CPU (the snapshot; training waits only for this), and TP rank 0 hands the snapshot
-to a background thread that writes the stage's layer files into ``step_N.tmp/`` and then a
+Saving: the TP ranks of replica 0 of each stage gather their shards on TP rank 0 (the only
+collective), which copies them to CPU (the snapshot; training waits only for this) and hands
+them to a background thread that writes the stage's layer files into ``step_N.tmp/`` and then a
 ``stage_I.done`` marker. Global rank 0's thread waits for every stage's marker, writes the
 manifest (temp file + fsync + rename) and renames ``step_N.tmp`` to ``step_N``. A crash
 anywhere before that rename leaves only a ``.tmp`` directory, which loading ignores (and the next
@@ -52,31 +52,34 @@ def _fsync_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _gather_full(t: torch.Tensor, split, tp_size: int, group) -> torch.Tensor:
+def _gather_full(t: torch.Tensor, split, tp_size: int, group, dst: int | None):
+    """The full tensor on global rank ``dst`` (TP rank 0), None on the other TP ranks."""
     if split is None or tp_size == 1:
-        return t.detach().cpu().clone()
+        return t.detach().cpu().clone() if dst is None or dist.get_rank() == dst else None
     local = t.detach().contiguous()
-    parts = [torch.empty_like(local) for _ in range(tp_size)]
-    dist.all_gather(parts, local, group=group)
-    return torch.cat(parts, split[0]).cpu()
+    mine = dist.get_rank() == dst
+    parts = [torch.empty_like(local) for _ in range(tp_size)] if mine else None
+    dist.gather(local, parts, dst=dst, group=group)
+    return torch.cat(parts, split[0]).cpu() if mine else None
 
 
-def snapshot(stage_module, optimizer, tp_size: int, tp_group) -> dict[int, dict]:
-    """Full CPU tensors of every layer of this stage (collective over the TP group)."""
+def snapshot(stage_module, optimizer, tp_size: int, tp_group, dst: int | None = None):
+    """Full CPU tensors of every layer of this stage, gathered on global rank ``dst`` (TP rank 0
+    of the group; None without TP). Collective over the TP group; returns None off ``dst``."""
     out: dict[int, dict] = {}
     for lid in stage_module.layer_ids:
         entry = {"params": {}, "exp_avg": {}, "exp_avg_sq": {}, "opt_step": {}}
         for name, p in stage_module.layer_params(lid).items():
             split = get_split(p)
-            entry["params"][name] = _gather_full(p, split, tp_size, tp_group)
+            entry["params"][name] = _gather_full(p, split, tp_size, tp_group, dst)
             st = optimizer.state.get(p, {})
             for key in ("exp_avg", "exp_avg_sq"):
                 if key in st:
-                    entry[key][name] = _gather_full(st[key], split, tp_size, tp_group)
+                    entry[key][name] = _gather_full(st[key], split, tp_size, tp_group, dst)
             if "step" in st:
                 entry["opt_step"][name] = float(st["step"])
         out[lid] = entry
-    return out
+    return out if dst is None or dist.get_rank() == dst else None
 
 
 class AsyncSaver:

@@ -241,8 +241,9 @@ def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Mi
 def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, consumed):
     if slot.replica != 0:
         return
-    layers = ckpt.snapshot(model, opt, topo.tp(slot.stage, 0), tp_group)
-    if slot.tp_rank != 0:
+    layers = ckpt.snapshot(model, opt, topo.tp(slot.stage, 0), tp_group,
+                           dst=topo.rank(slot.stage, 0, 0))
+    if layers is None:  # a TP rank other than 0: its shards went to TP rank 0
         return
     manifest = trainer = None
     if rank == 0:
