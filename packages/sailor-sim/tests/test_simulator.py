@@ -241,7 +241,7 @@ def test_whole_run_figures_from_tokens(sim):
 def test_fast_estimate_equals_constructed(sim):
     e = sim.estimate(example_job(), example_plan())
     fields = {k: v for k, v in e.__dict__.items()}
-    fields["memory_source"] = e.memory
+    fields["memory"] = e.memory
     assert Estimate(**fields) == e
     with pytest.raises(dataclasses.FrozenInstanceError):
         e.iteration_time_s = 1.0

@@ -164,7 +164,7 @@ def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=
         cost_per_hour_usd=cost_iter * 3600.0 / iteration,
         time_breakdown_s=breakdown,
         cost_breakdown_usd={"compute": usd_per_s * iteration, "egress": egress},
-        memory_source=memory,
+        memory=memory,
         sources=sources,
         run_iterations=iterations,
     )

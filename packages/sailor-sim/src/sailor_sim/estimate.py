@@ -54,10 +54,10 @@ class Estimate:
     cost_per_hour_usd: float
     time_breakdown_s: dict[str, float]
     cost_breakdown_usd: dict[str, float]
-    memory_source: Any = field(default=(), repr=False, compare=False)
-    """The per-replica memory: a tuple of ReplicaMemory, or a function building it on first use
-    (the planner reads only ``peak_memory_bytes`` and ``fits``; 32 objects per plan would
-    dominate its inner loop). Read it as ``memory``."""
+    memory: tuple[ReplicaMemory, ...] = ()
+    """Peak memory of every replica of every stage (per GPU), stage by stage. The simulator may
+    pass a function instead, called on first access (the planner reads only
+    ``peak_memory_bytes`` and ``fits``; 32 objects per plan would dominate its inner loop)."""
     sources: tuple[str, ...] = ()
     """Where the per-layer numbers came from (profile sources, e.g. 'imported:sailor')."""
     run_iterations: float | None = None
@@ -70,15 +70,6 @@ class Estimate:
         self = object.__new__(cls)
         self.__dict__.update(fields)
         return self
-
-    @property
-    def memory(self) -> tuple[ReplicaMemory, ...]:
-        """Peak memory of every replica of every stage (per GPU), stage by stage."""
-        source = self.memory_source
-        if callable(source):
-            source = tuple(source())
-            object.__setattr__(self, "memory_source", source)
-        return source
 
     @property
     def run_hours(self) -> float | None:
@@ -154,7 +145,7 @@ class Estimate:
             msg.cost_per_hour_usd,
             dict(msg.time_breakdown_s),
             dict(msg.cost_breakdown_usd),
-            memory_source=tuple(
+            memory=tuple(
                 ReplicaMemory(
                     m.stage,
                     m.replica,
@@ -174,3 +165,29 @@ class Estimate:
         total = sum(self.time_breakdown_s.values())
         if not math.isclose(total, self.iteration_time_s, rel_tol=rel, abs_tol=1e-12):
             raise ValueError(f"time terms sum to {total}, not {self.iteration_time_s}")
+
+
+class _LazyField:
+    """Data descriptor for ``Estimate.memory``: stores what ``__init__`` gives and, when that is
+    a function, calls it once on first read. Assignment after construction still raises
+    ``FrozenInstanceError`` (the frozen dataclass's ``__setattr__`` runs first)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return ()  # the dataclass default
+        value = obj.__dict__.get(self.name, ())
+        if callable(value):
+            value = tuple(value())
+            obj.__dict__[self.name] = value
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.name] = value
+
+
+_memory = _LazyField()
+_memory.__set_name__(Estimate, "memory")
+Estimate.memory = _memory
