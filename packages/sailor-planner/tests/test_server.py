@@ -148,6 +148,6 @@ def test_deadline_is_honoured_with_a_partial_answer(address) -> None:
         ]
     )
     with PlannerClient(address) as c:
-        result = c.plan(job, inventory, timeout_s=1.5)
+        result = c.plan(job, inventory, timeout_s=1.2)
     assert result.partial
     assert result.plans and result.best.estimate.fits
