@@ -87,15 +87,20 @@ def test_oom_records_survive_unless_an_entry_ran(tmp_path):
 
 def test_compute_records_sizes_that_do_not_fit(tmp_path):
     out = tmp_path / "o"
+    out.mkdir()  # a folder that already holds a network profile: compute adds beside it
+    intra = {"gpu_type": "CPU", "count": 2, "max_bandwidth": 1e9, "latency_s": 1e-4}
+    network = {"format": "sailor-network/1", "links": [], "intra_node": [intra]}
+    (out / "links.json").write_text(json.dumps(network))
     result = CliRunner().invoke(app, [
         "compute", "--model", "tiny-gpt", "--mbs", "1,4", "--out", str(out),
         "--memory-limit-gb", "0.000001", "--no-plot", "--json",
     ])
     assert result.exit_code == 0, result.output
-    assert not list(out.glob("*.json"))  # nothing fits, so no simulator entry at all...
+    assert [p.name for p in out.glob("*.json")] == ["links.json"]  # no simulator entry...
     doc = json.loads((out / "profiler" / "provenance.json").read_text())
     assert [(r["microbatch_size"], r["status"]) for r in doc["records"]] == [(1, "oom"), (4, "oom")]
     assert "estimated" in doc["records"][0]["note"]  # ...but each size is recorded as OOM
+    assert Simulator.from_profile_dir(out).network.intra_node("CPU", 2).max_bandwidth == 1e9
 
 
 needs_reference = pytest.mark.skipif(

@@ -90,7 +90,7 @@ def compute(
     optimizer: Annotated[str, typer.Option(help="adam, adamw or sgd.")] = "adam",
     gpu_type: Annotated[str | None, typer.Option(help="Catalog GPU type to file under.")] = None,
     memory_limit_gb: Annotated[float | None, typer.Option(help="Memory per rank (GiB).")] = None,
-    threads: Annotated[int | None, typer.Option(help="CPU threads per rank [cores / TP].")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads per rank [1].")] = None,
     plot: Annotated[bool, typer.Option(help="Also draw profiler/layers_*.png.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:

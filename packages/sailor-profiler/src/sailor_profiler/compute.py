@@ -51,7 +51,7 @@ class ComputeConfig:
     memory_limit_bytes: int | None = None
     """Memory one rank may use; None: free device memory (CUDA) or available RAM / TP (CPU)."""
     threads: int | None = None
-    """CPU threads per rank; None: ``launch.threads_per_rank`` (OMP_NUM_THREADS, else cores/TP)."""
+    """CPU threads per rank; None: ``launch.threads_per_rank`` (OMP_NUM_THREADS, else 1)."""
 
 
 @dataclass(frozen=True)

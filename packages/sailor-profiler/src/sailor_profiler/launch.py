@@ -47,12 +47,15 @@ def env_launched() -> bool:
 
 
 def threads_per_rank(world_size: int) -> int:
-    """CPU threads of one rank: OMP_NUM_THREADS when set, else the cores split over the ranks
-    (ranks on one machine share its cores; oversubscribing makes every timing worse)."""
+    """CPU threads of one rank: OMP_NUM_THREADS when set, else 1.
+
+    One thread per rank is the emulated CPU device (the runtime's agents run local ranks with
+    OMP_NUM_THREADS=1), and it keeps timings sane on a shared machine: OpenMP threads that wait
+    at a barrier for a descheduled sibling made times 10-100x worse under load here."""
     raw = os.environ.get("OMP_NUM_THREADS", "")
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    return max(1, (os.cpu_count() or 1) // world_size)
+    return 1
 
 
 def _rank_main(fn, rank, world_size, port, prefix, backend, timeout_s, args, results) -> None:

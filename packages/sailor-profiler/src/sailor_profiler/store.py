@@ -74,8 +74,9 @@ class ProfileFolder:
     records: dict[tuple, Record]
 
 
-def read_folder(path: str | Path) -> ProfileFolder:
-    """Read a profile folder; raise ``ProfileFolderError`` if it is missing or corrupt."""
+def read_folder(path: str | Path, allow_empty: bool = False) -> ProfileFolder:
+    """Read a profile folder; raise ``ProfileFolderError`` if it is missing or corrupt (or
+    holds no entry and no record, unless ``allow_empty``)."""
     folder = Path(path)
     if not folder.is_dir():
         raise ProfileFolderError(f"{folder} is not a folder", field="profile_dir")
@@ -92,7 +93,7 @@ def read_folder(path: str | Path) -> ProfileFolder:
     for rec in _read_records(folder / SIDE_DIR / PROVENANCE_FILE):
         if rec.status != "ok" or rec.key in records:
             records[rec.key] = rec
-    if not records:
+    if not records and not allow_empty:
         raise ProfileFolderError(f"{folder} holds no profile entries", field="profile_dir")
     return ProfileFolder(store, records)
 
@@ -117,7 +118,10 @@ def _read_records(path: Path) -> list[Record]:
 def write_folder(folder: ProfileFolder, path: str | Path) -> list[Path]:
     """Write entries with ``save_profile_dir`` and the sidecar (atomically, sidecar last)."""
     out = Path(path)
-    written = save_profile_dir(folder.store, out) if len(folder.store) else []
+    kept = ProfileStore(e for e in folder.store.entries()
+                        if folder.records.get(entry_key(e)) is None
+                        or folder.records[entry_key(e)].status == "ok")
+    written = save_profile_dir(kept, out) if len(kept) else []
     side = out / SIDE_DIR
     side.mkdir(parents=True, exist_ok=True)
     doc = {"format": PROVENANCE_FORMAT,
@@ -133,8 +137,10 @@ def update_folder(
 ) -> list[Path]:
     """Add entries and records to a folder (new ones replace the same keys), creating it."""
     out = Path(path)
-    existing = read_folder(out) if out.is_dir() and any(out.glob("*.json")) else None
-    folder = existing or ProfileFolder(ProfileStore(), {})
+    if out.is_dir():
+        folder = read_folder(out, allow_empty=True)
+    else:
+        folder = ProfileFolder(ProfileStore(), {})
     for e in entries:
         folder.store.add(e)
     for r in records:
