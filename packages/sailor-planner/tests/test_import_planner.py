@@ -26,3 +26,8 @@ def test_console_script() -> None:
     result = subprocess.run([str(script), "version"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == sailor_planner.__version__
+
+
+def test_public_api_names_resolve() -> None:
+    for name in sailor_planner.__all__:
+        assert getattr(sailor_planner, name) is not None
