@@ -22,8 +22,8 @@ earlier stages drain). Costs: GPU-hours by type and zone, and egress by link rel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import timing
 from .compose import estimate_plan
@@ -36,8 +36,7 @@ from .plan import Plan, Replica
 from .profiles import LINKS_FILE, ProfileStore, load_profile_dir
 
 
-@dataclass(frozen=True)
-class StageTime:
+class StageTime(NamedTuple):
     """Per-microbatch seconds of one replica's layer range, and its optimizer step."""
 
     forward_s: float
