@@ -155,7 +155,12 @@ def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys):
         (["--job", str(tmp_path / "nope.json"), "--plan", str(plan), "--world-size", "2"], "job"),
         (["--job", str(job), "--plan", str(plan), "--world-size", "3"], "world_size"),
         (["--job", str(plan), "--plan", str(plan), "--world-size", "2"], "job"),
+        (["--job", str(job), "--plan", str(plan), "--world-size", "2", "--dtype", "fp8"],
+         "dtype"),
     ]
+    if not torch.cuda.is_available():
+        cases.append((["--job", str(job), "--plan", str(plan), "--world-size", "2",
+                       "--backend", "nccl"], "backend"))
     for args, field in cases:
         assert worker.main(args + base) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -130,6 +130,14 @@ def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainCon
         raise EngineError(f"{rank} is outside 0..{world_size - 1}", field="rank")
     if cfg.steps < 0 or cfg.checkpoint_every < 0:
         raise EngineError("steps and checkpoint_every must be >= 0", field="steps")
+    if cfg.backend not in ("gloo", "nccl"):
+        raise EngineError(f"unknown backend {cfg.backend!r}; use gloo or nccl", field="backend")
+    if cfg.backend == "nccl" and not torch.cuda.is_available():
+        raise EngineError("nccl needs CUDA devices and none is visible; use gloo on CPU",
+                          field="backend")
+    if job.optimizer == "sgd":
+        raise EngineError("the engine trains with AdamW; use optimizer 'adam' or 'adamw'",
+                          field="job.optimizer")
     dtype = cfg.dtype or job.dtype
     if dtype not in TORCH_DTYPES:
         raise EngineError(f"unknown dtype {dtype!r}; use one of {list(TORCH_DTYPES)}",
