@@ -93,19 +93,19 @@ class TrainResult:
     resumed_from: int | None
 
 
-def _device(backend: str) -> torch.device:
-    if backend == "nccl":
-        local = int(os.environ.get("LOCAL_RANK", -1))
-        count = torch.cuda.device_count()
-        if count == 0:
-            raise EngineError("backend nccl needs a CUDA device; use gloo on CPU", field="backend")
-        return torch.device("cuda", local if local >= 0 else dist.get_rank() % count)
-    if backend != "gloo":
-        raise EngineError(f"unknown backend {backend!r}; use gloo or nccl", field="backend")
-    return torch.device("cpu")
+def _device(backend: str, rank: int) -> torch.device:
+    """CPU for gloo; for nccl one CUDA device per rank (``LOCAL_RANK``, else rank modulo the
+    visible devices; an agent that sets CUDA_VISIBLE_DEVICES per rank gets device 0)."""
+    if backend != "nccl":
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", -1))
+    device = torch.device("cuda", local if local >= 0 else rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)  # NCCL collectives and barriers use the current device
+    return device
 
 
 def init_distributed(rank: int, world_size: int, cfg: TrainConfig) -> None:
+    _device(cfg.backend, rank)  # before the process group, so NCCL binds the right device
     timeout = timedelta(seconds=cfg.timeout_s)
     store = dist.TCPStore(cfg.master_addr, cfg.master_port, world_size=None,
                           is_master=(rank == 0 and not cfg.store_is_external), timeout=timeout,
@@ -157,7 +157,7 @@ def train(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainConfig) ->
 
 
 def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) -> TrainResult:
-    device = _device(cfg.backend)
+    device = _device(cfg.backend, rank)
     slot = topo.slot(rank)
     groups = build_groups(topo, rank)
     log.info("rank %d: groups built", rank)
