@@ -85,22 +85,28 @@ def _available_bytes(cfg: ComputeConfig, device: str, tp: int) -> int:
     if cfg.memory_limit_bytes is not None:
         return cfg.memory_limit_bytes
     if device.startswith("cuda"):
-        return torch.cuda.mem_get_info(torch.device(device))[0]
+        free = torch.cuda.mem_get_info(torch.device(device))[0]
+        # Blocks the caching allocator holds but does not use are free for this process too.
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     with open("/proc/meminfo") as f:
         info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
     return info.get("MemAvailable", info.get("MemFree", 0)) // tp
 
 
 def estimated_bytes(cfg: ComputeConfig, layer_id: int, mbs: int, tp: int) -> int:
-    """Upper estimate of what profiling one layer needs: weights, grads, optimizer state (and
-    fp32 masters under mixed precision), twice the analytic stash (two forwards may overlap
-    in ``measure_activation_memory``) and input, output and their gradients."""
+    """Estimate of what profiling one layer needs: weights, grads, optimizer state (and fp32
+    masters under mixed precision), twice the analytic stash (two forwards may overlap in
+    ``measure_activation_memory``) and input, output and their gradients. The stash is
+    ``ModelSpec``'s with flash attention on CUDA (SDPA's fused kernels keep no score matrix;
+    an OOM error while running still records 'oom') and without it on CPU, where an
+    underestimate would meet the kernel's OOM killer instead of a catchable error."""
     spec = get_model(cfg.model)
     elem = torch.tensor([], dtype=TORCH_DTYPES[cfg.dtype]).element_size()
     params = spec.params(layer_id, tp)
     master = 4 if cfg.dtype != "fp32" else 0
     weights = params * (2 * elem + _STATE_BYTES[cfg.optimizer] + master)
-    stash = spec.activation_stash_bytes(layer_id, mbs, cfg.seq_len, cfg.dtype, tp)
+    flash = cfg.device.kind == "cuda"
+    stash = spec.activation_stash_bytes(layer_id, mbs, cfg.seq_len, cfg.dtype, tp, flash)
     hidden = 4 * mbs * cfg.seq_len * spec.hidden_size * elem
     return weights + 2 * stash + hidden
 
@@ -150,7 +156,9 @@ def _time_optimizer(layer, optimizer: str, device: str, warmup: int, reps: int) 
 
 def _profile_layer(cfg, layer, lid, kind, mbs, tp, device, opt_cache, group) -> LayerResult:
     params = sum(p.numel() for p in layer.parameters())
-    need, have = estimated_bytes(cfg, lid, mbs, tp), _available_bytes(cfg, device, tp)
+    resident = sum(p.numel() * p.element_size() for p in layer.parameters())  # already placed
+    need = estimated_bytes(cfg, lid, mbs, tp) - resident
+    have = _available_bytes(cfg, device, tp)
     if not _agree(need <= have, group, device):
         return LayerResult(lid, kind, mbs, tp, "oom", params,
                            note=f"estimated {need} B > {have} B available on some rank")

@@ -34,6 +34,11 @@ class DeviceSpec:
         return "gloo" if self.kind == "cpu" else "nccl"
 
     @property
+    def cuda_base(self) -> int | None:
+        """GPU index of TP rank 0 (None on CPU), for ``launch.run_local``."""
+        return None if self.kind == "cpu" else self.index
+
+    @property
     def label(self) -> str:
         return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
 

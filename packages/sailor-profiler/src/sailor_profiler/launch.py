@@ -58,11 +58,14 @@ def threads_per_rank(world_size: int) -> int:
     return 1
 
 
-def _rank_main(fn, rank, world_size, port, prefix, backend, timeout_s, args, results) -> None:
+def _rank_main(fn, rank, world_size, port, prefix, backend, timeout_s, args, results,
+               cuda_base) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(threads_per_rank(world_size))
+    if cuda_base is not None:  # bind this rank's GPU before NCCL's first collective
+        torch.cuda.set_device(cuda_base + rank)
     try:
         store = dist.TCPStore(_STORE_HOST, port, world_size, is_master=False,
                               timeout=timedelta(seconds=timeout_s))
@@ -88,10 +91,12 @@ def run_local(
     backend: str = "gloo",
     timeout_s: float = 300.0,
     on_progress: Callable[[Any], None] | None = None,
+    cuda_base: int | None = None,
 ) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``world_size`` local processes; return results by rank.
 
-    ``timeout_s`` bounds the wait for each message from a rank (a hung rank cannot hang us)."""
+    ``timeout_s`` bounds the wait for each message from a rank (a hung rank cannot hang us).
+    ``cuda_base``: rank r uses GPU ``cuda_base + r`` (None on CPU)."""
     import torch.distributed as dist
 
     store = dist.TCPStore(_STORE_HOST, 0, world_size + 1, is_master=True,
@@ -101,7 +106,8 @@ def run_local(
     results = ctx.Queue()
     procs = [
         ctx.Process(target=_rank_main, daemon=True,
-                    args=(fn, r, world_size, store.port, prefix, backend, timeout_s, args, results))
+                    args=(fn, r, world_size, store.port, prefix, backend, timeout_s, args, results,
+                          cuda_base))
         for r in range(world_size)
     ]
     for p in procs:

@@ -39,7 +39,8 @@ def run_network(out, device, procs, min_bytes, max_bytes, warmup, reps, zone, pe
         if procs < 2:
             raise SweepError(f"need at least 2 processes, got {procs}", field="procs")
         check_tp_fits(dev, procs)
-        points = run_local(network_worker, procs, (cfg,), backend=dev.backend, timeout_s=600)[0]
+        points = run_local(network_worker, procs, (cfg,), backend=dev.backend, timeout_s=600,
+                           cuda_base=dev.cuda_base)[0]
         intra = True
     prov = provenance(dev, gpu, world_size=points[0].world_size, warmup=warmup, reps=reps)
     files = write_network_profile(points, out, gpu, zone, peer_zone, intra, prov)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
+import re
 import socket
 import subprocess
 
@@ -17,27 +18,26 @@ from sailor_sim.gpus import get_gpu
 from .devices import DeviceSpec
 from .errors import DeviceError
 
-# Substrings of torch.cuda.get_device_name -> catalog name; first match wins (order matters:
-# 'H100' before 'H200' does not clash, '40GB' / '80GB' pick the A100 variant).
-_CUDA_NAMES: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("GH200",), "GH-96"),
-    (("H200",), "H200"),
-    (("H100",), "H100-80"),
-    (("A100", "80GB"), "A100-80"),
-    (("A100",), "A100-40"),
-    (("L4",), "L4"),
-    (("T4",), "T4"),
-    (("V100",), "V100-16"),
-    (("3090",), "RTX-3090"),
-    (("2080",), "RTX-2080"),
-    (("TITAN RTX",), "Titan-RTX"),
+# Patterns (regex, case-insensitive, word-bounded) of torch.cuda.get_device_name -> catalog
+# name; first match wins: GH200 before H200, "L4" must not match "L40S".
+_CUDA_NAMES: tuple[tuple[str, str], ...] = (
+    (r"\bGH200\b", "GH-96"),
+    (r"\bH200\b", "H200"),
+    (r"\bH100\b", "H100-80"),
+    (r"\bA100\b.*\b80GB\b", "A100-80"),
+    (r"\bA100\b", "A100-40"),
+    (r"\bL4\b", "L4"),
+    (r"\bT4\b", "T4"),
+    (r"\bV100\b", "V100-16"),
+    (r"\b3090\b", "RTX-3090"),
+    (r"\b2080\b", "RTX-2080"),
+    (r"\bTITAN RTX\b", "Titan-RTX"),
 )
 
 
 def cuda_name_to_gpu_type(name: str) -> str | None:
-    upper = name.upper()
-    for needles, gpu in _CUDA_NAMES:
-        if all(n.upper() in upper for n in needles):
+    for pattern, gpu in _CUDA_NAMES:
+        if re.search(pattern, name, flags=re.IGNORECASE):
             return gpu
     return None
 

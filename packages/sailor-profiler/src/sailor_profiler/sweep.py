@@ -66,7 +66,8 @@ def run_sweep(cfg: ComputeConfig, tps: tuple[int, ...],
             rows += profile_rank(cfg, progress=advance)
         else:
             per_rank = run_local(compute_worker, tp, (cfg,), backend=cfg.device.backend,
-                                 timeout_s=600, on_progress=advance)
+                                 timeout_s=600, on_progress=advance,
+                                 cuda_base=cfg.device.cuda_base)
             rows += merge_ranks(per_rank)
     return rows
 
