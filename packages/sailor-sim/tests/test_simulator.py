@@ -270,3 +270,33 @@ def test_new_profiles_invalidate_cached_numbers(job):
     after = sim.estimate(job, plan)
     assert after.iteration_time_s > 10 * before.iteration_time_s
     assert after.sources == ("measured",)
+
+
+@pytest.mark.parametrize("gpu", ["A100-40", "GH-96", "L4", "CPU"])
+def test_peak_bytes_equals_sum_of_terms(gpu):
+    from sailor_sim.gpus import get_gpu
+    from sailor_sim.memory import framework_overhead, memory_terms, peak_bytes, static_bytes
+
+    g = get_gpu(gpu)
+    for dtype, opt in (("fp32", "adam"), ("bf16", "sgd")):
+        if not g.supports(dtype):
+            continue
+        args = dict(
+            params=123_457,
+            activation_per_microbatch=98_765,
+            in_flight_microbatches=3,
+            transient=4_321,
+            p2p_buffer=2_222,
+            communicators=3,
+        )
+        terms = memory_terms(gpu=g, dtype=dtype, optimizer=opt, **args)
+        fast = peak_bytes(
+            framework_overhead(g),
+            static_bytes(args["params"], dtype, opt),
+            98_765,
+            3,
+            4_321,
+            2_222,
+            3,
+        )
+        assert fast == sum(terms.values())

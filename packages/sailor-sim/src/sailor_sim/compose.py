@@ -16,7 +16,7 @@ from .errors import PlanError
 from .estimate import Estimate, ReplicaMemory
 from .gpus import get_gpu
 from .job import Job
-from .memory import GRAD_BYTES
+from .memory import GRAD_BYTES, peak_bytes
 from .plan import Plan, Replica
 from .prices import price_per_gpu_hour
 
@@ -146,11 +146,24 @@ def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=
     sources = tuple(sorted(frozenset().union(*[sm.sources for sm in summaries])))
 
     def memory() -> list[ReplicaMemory]:
+        d = len(stages[0].replicas)
         out = []
         for i, s in enumerate(stages):
             sm = summaries[i]
             for j, r in enumerate(s.replicas):
-                _, peak, terms, cap, _ = sm.distinct_info[sm.pos_ids[j]]
+                _, peak, _, cap, _ = sm.distinct_info[sm.pos_ids[j]]
+                terms = sim.replica_memory(
+                    job,
+                    s.first_layer,
+                    s.last_layer,
+                    r.gpu_type,
+                    r.tp,
+                    r.microbatch_size,
+                    i,
+                    p,
+                    r.num_microbatches,
+                    d,
+                )
                 out.append(ReplicaMemory(i, j, r.gpu_type, r.zone, peak, cap, peak <= cap, terms))
         return out
 
@@ -222,20 +235,20 @@ def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: in
             j = s.replicas.index(r)
             raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
         sim._valid.add(ok_key)
-    st = sim.stage_time(job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size)
-    peak, terms = sim._memory(
-        job,
-        s.first_layer,
-        s.last_layer,
-        r.gpu_type,
-        r.tp,
-        r.microbatch_size,
-        i,
-        p,
-        r.num_microbatches,
-        d,
+    st, static, act, transient, act_out, over, capacity = sim._range(
+        job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size
+    )
+    neighbours = (i > 0) + (i < p - 1)
+    peak = peak_bytes(
+        over,
+        static,
+        act,
+        min(p - i, r.num_microbatches),  # memory.in_flight
+        transient,
+        act_out * neighbours,
+        (r.tp > 1) + (d > 1) + neighbours,
     )
     price = sim._prices.get((r.gpu_type, r.zone))
     if price is None:
         price = sim._prices[(r.gpu_type, r.zone)] = price_per_gpu_hour(r.gpu_type, r.zone)
-    return (st, peak, terms, get_gpu(r.gpu_type).memory_bytes, r.tp * price / 3600.0)
+    return (st, peak, None, capacity, r.tp * price / 3600.0)

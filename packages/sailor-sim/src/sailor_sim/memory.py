@@ -114,3 +114,34 @@ def memory_terms(
     tensors = sum(terms.values())
     terms["framework"] = over.cuda_context + int(over.allocator_reserve_fraction * tensors)
     return terms
+
+
+def static_bytes(params: int, dtype: str, optimizer: str) -> int:
+    """weights + gradients + optimizer_states of ``memory_terms`` for ``params`` parameters."""
+    return params * (
+        dtype_bytes(dtype)
+        + GRAD_BYTES[dtype]
+        + OPTIMIZER_STATE_BYTES[optimizer]
+        + MASTER_WEIGHT_BYTES[dtype]
+    )
+
+
+def peak_bytes(
+    over: FrameworkOverhead,
+    static: int,
+    activation_per_microbatch: int,
+    in_flight_microbatches: int,
+    transient: int,
+    p2p_buffer: int,
+    communicators: int,
+) -> int:
+    """``sum(memory_terms(...).values())`` without building the dict (the planner's hot path);
+    ``static`` from ``static_bytes``. A test checks both agree."""
+    tensors = (
+        static
+        + activation_per_microbatch * in_flight_microbatches
+        + transient
+        + p2p_buffer
+        + communicators * over.nccl_per_communicator
+    )
+    return tensors + over.cuda_context + int(over.allocator_reserve_fraction * tensors)

@@ -30,7 +30,14 @@ from .compose import estimate_plan
 from .estimate import Estimate
 from .gpus import get_gpu
 from .job import Job
-from .memory import GRAD_BYTES, in_flight, memory_terms, transient_bytes
+from .memory import (
+    GRAD_BYTES,
+    framework_overhead,
+    in_flight,
+    memory_terms,
+    static_bytes,
+    transient_bytes,
+)
 from .network import Endpoint, NetworkModel
 from .plan import Plan, Replica
 from .profiles import LINKS_FILE, ProfileStore, load_profile_dir
@@ -57,6 +64,7 @@ class Simulator:
         self.network = network if network is not None else NetworkModel()
         self._stage_cache: dict[tuple, StageTime] = {}
         self._mem_cache: dict[tuple, tuple[int, dict[str, int]]] = {}
+        self._range_cache: dict[tuple, tuple] = {}
         self._p2p_cache: dict[tuple, float] = {}
         self._p2p_pairs: dict[tuple, tuple[dict, dict]] = {}
         """Per job: p2p seconds and egress $ per (src id << 32 | dst id) replica pair."""
@@ -198,6 +206,33 @@ class Simulator:
         result = (sum(terms.values()), terms)
         self._mem_cache[key] = result
         return result
+
+    def _range(self, job: Job, first: int, last: int, gpu_type: str, tp: int, mbs: int) -> tuple:
+        """Position-independent numbers of a layer range on one replica, cached: (StageTime,
+        static bytes, activation bytes per microbatch, transient bytes, p2p tensor bytes,
+        framework overhead, capacity)."""
+        key = (
+            (job.model.name, job.dtype, job.sequence_length, job.optimizer),
+            first,
+            last,
+            gpu_type,
+            tp,
+            mbs,
+        )
+        hit = self._range_cache.get(key)
+        if hit is None:
+            model, gpu, seq = job.model, get_gpu(gpu_type), job.sequence_length
+            t = self.profiles.table(model, gpu, job.dtype, mbs, tp, seq, job.optimizer)
+            hit = self._range_cache[key] = (
+                self.stage_time(job, first, last, gpu_type, tp, mbs),
+                static_bytes(t.span(t.params, first, last), job.dtype, job.optimizer),
+                t.span(t.activation, first, last),
+                transient_bytes(model, last, mbs, seq, job.dtype, tp),
+                model.activation_out_bytes(0, mbs, seq, job.dtype),
+                framework_overhead(gpu),
+                gpu.memory_bytes,
+            )
+        return hit
 
     def p2p_time(self, job: Job, boundary_layer: int, src: Replica, dst: Replica) -> float:
         """Seconds to send one microbatch's activations after ``boundary_layer`` (same for the
