@@ -116,30 +116,35 @@ class Search:
                     if key is None:
                         self.stats.pruned += 1
                         continue
-                    heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None, False))
-        # Heap entries: (key, tick, shape, layout, lbs, max_d, counts, exact). A node has
-        # counts None; its allocations enter with the node's key (a bound for all of them) and
-        # get their own, tighter bound only when they reach the top (lazy bounding).
+                    heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None, 0, 0))
+        # Heap entries: (key, tick, shape, layout, lbs, max_d, allocs, lo, hi). A node has
+        # allocs None. Expanded, its allocations form a list; where they are a path on which
+        # every class only gains pipelines, a range lo..hi is bounded as a whole (pipelines of
+        # its last, all-reduce and prices of its first allocation) and split in halves
+        # (binary branch and bound); otherwise every allocation is bounded on its own. A range
+        # lo..hi with hi < 0 is a bounded leaf ready to score: allocs[lo].
         while heap and not self._late(have_work=False):
-            key, _, shape, layout, lbs, max_d, counts, exact = heapq.heappop(heap)
+            key, _, shape, layout, lbs, max_d, allocs, lo, hi = heapq.heappop(heap)
             if self._beaten(key):  # the best bound left: nothing can win any more
                 self.stats.pruned += 1 + len(heap)
                 break
-            if counts is None:
-                for counts in self._allocations(shape, lbs, max_d):
-                    heapq.heappush(
-                        heap, (key, next(tick), shape, layout, lbs, max_d, counts, False)
-                    )
+            if allocs is None:
+                allocs, path = self._allocations(shape, lbs, max_d)
+                ranges = [(0, len(allocs) - 1)] if path else [(i, i) for i in range(len(allocs))]
+            elif hi < 0:
+                self._evaluate(shape, layout, allocs[lo])
                 continue
-            if exact:
-                self._evaluate(shape, layout, counts)
-                continue
-            thr, cost, hourly = self._bounds(shape, lbs, counts)
-            if not self._meets(thr, cost, hourly):
-                self.stats.pruned += 1
-                continue
-            leaf = cost if self.opt.objective == "cost" else -thr
-            heapq.heappush(heap, (leaf, next(tick), shape, layout, lbs, max_d, counts, True))
+            else:
+                mid = (lo + hi) // 2
+                ranges = [(lo, mid), (mid + 1, hi)]
+            for a, b in ranges:
+                thr, cost, hourly = self._bounds(shape, lbs, allocs[b], fewest=allocs[a])
+                if not self._meets(thr, cost, hourly):
+                    self.stats.pruned += b - a + 1
+                    continue
+                sub = cost if self.opt.objective == "cost" else -thr
+                entry = (a, -1) if a == b else (a, b)
+                heapq.heappush(heap, (sub, next(tick), shape, layout, lbs, max_d, allocs, *entry))
         if not self.partial:
             self._refine()
         return self.found
@@ -148,10 +153,17 @@ class Search:
         """A bound over every allocation of a (shape, layout), or None if none can meet the
         constraints. Throughput: all pipelines at once, the cheapest all-reduce (two replicas).
         Cost: one pipeline per class, each sample at its class's cheapest rate."""
-        # One class may run a single pipeline (no all-reduce); mixed shapes have one per class.
-        fewest = 1 if len(max_d) == 1 else 2
-        full = self._bounds(shape, lbs, max_d, sync_replicas=fewest)
-        least = self._bounds(shape, lbs, [1] * len(max_d), sync_replicas=fewest)
+        # Pipelines take longest with fewest of them; the all-reduce grows with the replicas.
+        # One class: a single pipeline needs no all-reduce, two or more at least a 2-ring.
+        # Mixed shapes run one pipeline per class at least (a ring over the classes).
+        if len(max_d) == 1:
+            least = self._bounds(shape, lbs, [1], sync_replicas=1)
+            full = least
+            if max_d[0] >= 2:
+                full = max(least, self._bounds(shape, lbs, max_d, sync_replicas=2))
+        else:
+            full = self._bounds(shape, lbs, max_d, sync_replicas=2)
+            least = self._bounds(shape, lbs, [1] * len(max_d), sync_replicas=2)
         c = self.opt.constraints
         if c.min_throughput is not None and full[0] * (1 + 1e-9) < c.min_throughput:
             return None
@@ -298,26 +310,6 @@ class Search:
                 out += [(a,) * q + (b,) * (p - q) for q in range(1, p)]
         return out
 
-    def _work(self, shapes: list[Shape], p: int) -> list[tuple]:
-        """(bound key, shape, layout, counts) of every allocation that a bound does not rule
-        out against the constraints."""
-        work = []
-        for shape in shapes:
-            lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
-            for layout in self._layouts(p, shape):
-                max_d = self._max_pipelines(shape, layout)
-                if not any(max_d):
-                    self.stats.pruned += 1
-                    continue
-                for counts in self._allocations(shape, lbs, max_d):
-                    thr, cost, hourly = self._bounds(shape, lbs, counts)
-                    if not self._meets(thr, cost, hourly):
-                        self.stats.pruned += 1
-                        continue
-                    key = cost if self.opt.objective == "cost" else -thr
-                    work.append((key, shape, layout, counts))
-        return work
-
     def _evaluate(self, shape: Shape, layout, counts) -> Scored | None:
         """Score an allocation under both placements (when they differ); the better one."""
         start = time.perf_counter()
@@ -368,7 +360,7 @@ class Search:
         return out
 
     def _bounds(
-        self, shape: Shape, lbs, counts, sync_replicas: int | None = None
+        self, shape: Shape, lbs, counts, sync_replicas: int | None = None, fewest=None
     ) -> tuple[float, float, float]:
         """(upper bound on iterations/s, lower bounds on $/iteration and $/hour).
 
@@ -376,20 +368,23 @@ class Search:
         sum_j mbs_j M_j must reach the global batch, so the pipelines take at least
         T = (gbs + sum_j mbs_j F_j / B_j) / sum_j (mbs_j / B_j) (and at least B_j + F_j each);
         then stage 0 all-reduces (a ring in one zone) and steps its optimizer. The GPUs bill
-        at their cheapest price; egress only adds.
+        at their cheapest price; egress only adds. With ``fewest`` (same classes used, no class
+        with more pipelines than in ``counts``) the bound holds for every allocation between the
+        two: T only falls and the all-reduce and the bill only grow as pipelines are added.
         """
         gbs = self.job.global_batch_size
+        fewest = counts if fewest is None else fewest
         rate = spread = usd = 0.0
         longest = opt = 0.0
         kinds = []
-        for d, cls, (b, f, o) in zip(counts, shape.classes, lbs, strict=True):
+        for d, d0, cls, (b, f, o) in zip(counts, fewest, shape.classes, lbs, strict=True):
             if d:
                 rate += d * cls.mbs / b
                 spread += d * cls.mbs * f / b
-                usd += d * cls.gpus * min_price(cls.gpu) / 3600.0
+                usd += d0 * cls.gpus * min_price(cls.gpu) / 3600.0
                 longest = max(longest, b + f)
                 opt = max(opt, o)
-                kinds.append(((self._bound_zone, cls.gpu, cls.tps[0]), d))
+                kinds.append(((self._bound_zone, cls.gpu, cls.tps[0]), d0))
         if rate <= 0:
             return 0.0, math.inf, math.inf
         if sync_replicas is not None:  # the cheapest ring over any number of replicas
@@ -422,16 +417,15 @@ class Search:
             return any(key > cost * (1 + 1e-9) for _, cost in refs)
         return any(-key < thr * (1 - 1e-9) for thr, _ in refs)
 
-    def _allocations(self, shape: Shape, lower, max_d: list[int]):
-        """Pipelines per class: every vector when few; otherwise a ladder per class, filling
-        classes in order of $ per sample (the optimum of the linear relaxation), plus all."""
+    def _allocations(self, shape: Shape, lower, max_d: list[int]) -> tuple[list, bool]:
+        """(pipelines-per-class vectors, whether they form a path on which no class loses
+        pipelines). Every vector while there are few (not a path); otherwise a ladder per class,
+        filling classes in order of $ per sample (the optimum of the linear relaxation)."""
         mixed = len(shape.classes) > 1
         lo = 1 if mixed else 0
         if math.prod(d - lo + 1 for d in max_d) <= EXACT_ALLOCATIONS:
-            for counts in itertools.product(*(range(lo, d + 1) for d in max_d)):
-                if any(counts):
-                    yield counts
-            return
+            grid = itertools.product(*(range(lo, d + 1) for d in max_d))
+            return [c for c in grid if any(c)], len(max_d) == 1
         order = sorted(
             range(len(max_d)),
             key=lambda c: (
@@ -441,7 +435,7 @@ class Search:
                 / shape.classes[c].mbs
             ),
         )
-        seen = set()
+        out, seen = [], set()
         for pos, c in enumerate(order):
             for d in ladder(max_d[c], lo):
                 counts = [0] * len(max_d)
@@ -453,7 +447,8 @@ class Search:
                 counts = tuple(counts)
                 if any(counts) and counts not in seen:
                     seen.add(counts)
-                    yield counts
+                    out.append(counts)
+        return out, True
 
     def _refine(self, rounds: int = 3, steps: int = 30) -> None:
         """Local search on pipelines per class around the best distinct candidates."""
