@@ -143,7 +143,9 @@ def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=
     cost_iter = usd_per_s * iteration + egress
     if tokens is not None and iterations is None:
         iterations = tokens / (job.global_batch_size * job.sequence_length)
-    sources = tuple(sorted(frozenset().union(*[sm.sources for sm in summaries])))
+
+    def sources() -> tuple[str, ...]:
+        return tuple(sorted(frozenset().union(*[sm.sources for sm in summaries])))
 
     def memory() -> list[ReplicaMemory]:
         d = len(stages[0].replicas)
@@ -168,18 +170,20 @@ def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=
         return out
 
     return Estimate.fast(
-        iteration_time_s=iteration,
-        throughput_iters_per_s=1.0 / iteration,
-        samples_per_s=job.global_batch_size / iteration,
-        peak_memory_bytes=max([sm.peak_bytes for sm in summaries]),
-        fits=all([sm.fits for sm in summaries]),
-        cost_per_iteration_usd=cost_iter,
-        cost_per_hour_usd=cost_iter * 3600.0 / iteration,
-        time_breakdown_s=breakdown,
-        cost_breakdown_usd={"compute": usd_per_s * iteration, "egress": egress},
-        memory=memory,
-        sources=sources,
-        run_iterations=iterations,
+        {
+            "iteration_time_s": iteration,
+            "throughput_iters_per_s": 1.0 / iteration,
+            "samples_per_s": job.global_batch_size / iteration,
+            "peak_memory_bytes": max([sm.peak_bytes for sm in summaries]),
+            "fits": all([sm.fits for sm in summaries]),
+            "cost_per_iteration_usd": cost_iter,
+            "cost_per_hour_usd": cost_iter * 3600.0 / iteration,
+            "time_breakdown_s": breakdown,
+            "cost_breakdown_usd": {"compute": usd_per_s * iteration, "egress": egress},
+            "memory": memory,
+            "sources": sources,
+            "run_iterations": iterations,
+        }
     )
 
 

@@ -59,16 +59,17 @@ class Estimate:
     pass a function instead, called on first access (the planner reads only
     ``peak_memory_bytes`` and ``fits``; 32 objects per plan would dominate its inner loop)."""
     sources: tuple[str, ...] = ()
-    """Where the per-layer numbers came from (profile sources, e.g. 'imported:sailor')."""
+    """Where the per-layer numbers came from (profile sources, e.g. 'imported:sailor'); like
+    ``memory``, may be given as a function called on first read."""
     run_iterations: float | None = None
     """Whole-run figures, when the caller gave a number of iterations or tokens."""
 
     @classmethod
-    def fast(cls, **fields: Any) -> Estimate:
-        """Build from keyword fields without the frozen dataclass's per-field
-        ``object.__setattr__`` (~4 us per estimate in the planner's loop); every field given."""
+    def fast(cls, fields: dict[str, Any]) -> Estimate:
+        """Build from a dict of every field without the frozen dataclass's per-field
+        ``object.__setattr__`` (a few us per estimate in the planner's loop)."""
         self = object.__new__(cls)
-        self.__dict__.update(fields)
+        object.__setattr__(self, "__dict__", fields)
         return self
 
     @property
@@ -188,6 +189,7 @@ class _LazyField:
         obj.__dict__[self.name] = value
 
 
-_memory = _LazyField()
-_memory.__set_name__(Estimate, "memory")
-Estimate.memory = _memory
+for _name in ("memory", "sources"):
+    _lazy = _LazyField()
+    _lazy.__set_name__(Estimate, _name)
+    setattr(Estimate, _name, _lazy)
