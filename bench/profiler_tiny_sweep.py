@@ -10,6 +10,8 @@ simulated iteration time of a few plans. Fails when the sweep takes longer than 
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -23,18 +25,27 @@ BAR_S = 60.0
 COMMAND = ["compute", "--model", "tiny-gpt", "--device", "cpu", "--mbs", "1,2,4", "--tp", "1,2"]
 
 
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> int:
     exe = Path(sys.executable).parent / "sailor-profiler"
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
+        cpu0 = _children_cpu_s()
         proc = subprocess.run([str(exe), *COMMAND, "--out", tmp, "--json"], capture_output=True,
                               text=True)
         wall = time.perf_counter() - start
+        cpu = _children_cpu_s() - cpu0
         if proc.returncode != 0:
             print(proc.stderr, file=sys.stderr)
             return 1
         summary = json.loads(proc.stdout)
-        print(f"sailor-profiler {' '.join(COMMAND)}: {wall:.1f} s (bar {BAR_S:.0f} s)")
+        print(f"sailor-profiler {' '.join(COMMAND)}: {wall:.1f} s (bar {BAR_S:.0f} s), of "
+              f"which the sweep {summary['sweep_s']:.1f} s (the rest: start-up, files, plots); "
+              f"CPU time {cpu:.1f} s (load average {os.getloadavg()[0]:.1f})")
         print(f"{'tp':>3} {'mbs':>4} {'fwd ms':>8} {'bwd ms':>8} {'opt ms':>8} {'stash MB':>9}")
         for e in summary["entries"]:
             print(f"{e['tp']:>3} {e['microbatch_size']:>4} {e['forward_s'] * 1e3:>8.2f} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import polars as pl
@@ -57,7 +58,9 @@ def run_compute(model, out, device, dtype, mbs, tps, seq, warmup, reps, blocks, 
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(f"{cfg.model} {gpu} {cfg.dtype}", total=steps_per_tp(cfg) * len(tps))
+        start = time.perf_counter()
         rows = run_sweep(cfg, tps, lambda _step: bar.advance(task))
+        sweep_s = time.perf_counter() - start
     prov = provenance(cfg.device, gpu, sequence_length=cfg.seq_len, warmup=cfg.warmup,
                       reps=cfg.reps, blocks=cfg.blocks, optimizer=cfg.optimizer,
                       threads_per_rank={tp: cfg.threads or threads_per_rank(tp) for tp in tps}
@@ -69,7 +72,7 @@ def run_compute(model, out, device, dtype, mbs, tps, seq, warmup, reps, blocks, 
     files += write_table(frame, stem)
     if plot:
         files.append(plot_layers(frame, stem.with_suffix(".png")))
-    summary = _summary(frame, files)
+    summary = {**_summary(frame, files), "sweep_s": sweep_s}
     if not quiet:
         Console().print(_summary_text(summary))
     return summary
