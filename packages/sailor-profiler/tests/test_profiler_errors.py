@@ -73,3 +73,17 @@ def test_corrupt_profile_folder_to_merge(tmp_path):
 def test_import_from_a_folder_that_is_not_a_sailor_checkout(tmp_path):
     result = run(["import-sailor", "--sailor-root", str(tmp_path), "--out", str(tmp_path / "o")])
     assert_one_line_error(result, "sailor_root")
+
+
+def test_output_that_is_a_file(tmp_path):
+    file = tmp_path / "f"
+    file.write_text("x")
+    assert_one_line_error(run(["compute", "--model", "tiny-gpt", "--out", str(file)]), "out")
+    assert_one_line_error(run(["network", "--out", str(file)]), "out")
+
+
+def test_compute_under_torchrun_is_refused(tmp_path, monkeypatch):
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", "1")):
+        monkeypatch.setenv(key, value)
+    assert_one_line_error(compute(tmp_path), "launch", "torchrun")

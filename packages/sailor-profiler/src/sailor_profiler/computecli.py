@@ -16,7 +16,7 @@ from sailor_sim.model import get_model
 from .compute import ComputeConfig
 from .devices import parse_device
 from .errors import ProfileFolderError, SweepError
-from .launch import threads_per_rank
+from .launch import env_launched, threads_per_rank
 from .netfit import LinkFit
 from .optim import OPTIMIZERS
 from .plots import plot_bandwidth, plot_layers
@@ -48,8 +48,19 @@ def build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer
     )
 
 
+def check_out_dir(out: str | Path) -> None:
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"{out} exists and is not a folder; give a folder for the profile",
+                         field="out")
+
+
 def run_compute(model, out, device, dtype, mbs, tps, seq, warmup, reps, blocks, optimizer,
                 gpu_type, memory_limit_gb, plot, threads=None, quiet=False) -> dict:
+    if env_launched():
+        raise SweepError("compute starts its own TP processes; run it once per machine, not "
+                         "under torchrun (RANK / WORLD_SIZE are set)", field="launch")
+    check_out_dir(out)
     cfg = build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer,
                        memory_limit_gb, threads)
     check_sweep(cfg, tps)

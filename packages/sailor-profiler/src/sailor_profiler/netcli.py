@@ -6,6 +6,7 @@ from pathlib import Path
 
 from sailor_sim.zones import get_zone
 
+from .computecli import check_out_dir
 from .devices import check_tp_fits, parse_device
 from .errors import SweepError
 from .launch import env_launched, run_from_env, run_local
@@ -17,6 +18,7 @@ from .provenance import gpu_type_for, provenance
 def run_network(out, device, procs, min_bytes, max_bytes, warmup, reps, zone, peer_zone,
                 gpu_type) -> dict | None:
     """Measure, fit, write; returns a summary on the writing rank, None on the others."""
+    check_out_dir(out)
     dev = parse_device(device)
     get_zone(zone)
     peer_zone = peer_zone or zone
