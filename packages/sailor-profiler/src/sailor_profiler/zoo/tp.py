@@ -194,11 +194,11 @@ class _VocabParallelCE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         softmax, local, outside = ctx.saved_tensors
-        g = softmax.clone()
-        onehot = F.one_hot(local, g.shape[-1]).to(g.dtype)
-        onehot = onehot.masked_fill(outside.unsqueeze(-1), 0.0)
-        g = (g - onehot) * (grad / ctx.numel)
-        return g, None, None, None
+        # softmax - onehot(target), without materializing a one-hot of the vocabulary shard
+        g = softmax.clone().view(-1, softmax.shape[-1])
+        rows = torch.arange(g.shape[0], device=g.device)
+        g[rows, local.reshape(-1)] -= (~outside).reshape(-1).to(g.dtype)
+        return g.view_as(softmax) * (grad / ctx.numel), None, None, None
 
 
 def vocab_parallel_cross_entropy(logits, target, tp_rank, tp_size, group) -> torch.Tensor:
