@@ -3,7 +3,7 @@
 Each rank runs the engine's entry point (``sailor_runtime.engine.worker``) in a child process
 with its own log and metrics file. Children are started through ``agent.warm``, which first
 sets PR_SET_PDEATHSIG(SIGKILL), so that a node whose agent dies (kill -9) loses its ranks too,
-as a real node failure would, and lowers its priority by RANK_NICE. Processes are spawned from
+as a real node failure would. Processes are spawned from
 one long-lived thread because Linux ties the death signal to the spawning thread. (No
 ``preexec_fn``: Python code between fork and exec in a process with gRPC threads can crash.)
 
@@ -31,9 +31,6 @@ from .assignment import ValidAssignment
 
 RUNNING, SUCCEEDED, FAILED, STOPPED = "running", "succeeded", "failed", "stopped"
 
-RANK_NICE = 5
-"""Ranks run this much nicer than their agent: when training saturates the cores, heartbeats
-must still go out on time, or a busy node would be declared dead."""
 AGENT_PID_ENV = "SAILOR_AGENT_PID"
 
 

@@ -15,11 +15,11 @@ import sys
 
 
 def _tie_to_agent() -> None:
-    """Die with the agent (PR_SET_PDEATHSIG) and yield the cores to it (nice)."""
+    """Die with the agent (PR_SET_PDEATHSIG), as the ranks of a failed node do."""
     import ctypes
     import signal
 
-    from .ranks import AGENT_PID_ENV, RANK_NICE
+    from .ranks import AGENT_PID_ENV
 
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -28,10 +28,6 @@ def _tie_to_agent() -> None:
     agent = os.environ.get(AGENT_PID_ENV)
     if agent and os.getppid() != int(agent):
         sys.exit(0)  # the agent died before the death signal was armed
-    try:
-        os.nice(RANK_NICE)
-    except OSError:
-        pass
 
 
 def main() -> int:

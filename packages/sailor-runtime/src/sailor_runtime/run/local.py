@@ -21,7 +21,7 @@ from ..controller.controller import Controller, ControllerConfig
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
 from .processes import LocalWorker, start_worker
-from .profile import machine_profile
+from .profile import CpuShare, contention, machine_profile, sample_runnable
 from .summary import Progress, RunSummary, measured_iteration_time
 
 log = logging.getLogger("sailor.run")
@@ -69,9 +69,14 @@ class LocalRun:
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, "fp32", "adam")
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
-        self.profile_dir = (
-            machine_profile(cfg.run_dir, self.job, types, cfg.workers) if cfg.profile else ""
-        )
+        self.gpu_types = types
+        self.cpu_share = CpuShare()
+        """Run-queue waits of the ranks while the last generation trained (run.profile)."""
+        self.profile_dir = ""
+        if cfg.profile:
+            self.job_profile_base = sample_runnable()
+            factor = contention(self.job_profile_base + cfg.workers)
+            self.profile_dir = machine_profile(cfg.run_dir, self.job, types, factor, "profile-plan")
         self.planner_server = None
         self.planner_address = cfg.planner_address
         if not self.planner_address:
@@ -98,6 +103,8 @@ class LocalRun:
         self.server.start()
         self.controller.start()
         self.address = f"127.0.0.1:{port}"
+        self._load_generation = 0
+        self.slowdown = 1.0
         self.workers: list[LocalWorker] = []
         self.events: list[dict] = []
         self._t0 = time.monotonic()
@@ -157,6 +164,7 @@ class LocalRun:
             while not self.controller.finished and time.monotonic() < deadline:
                 time.sleep(0.2)
                 killed, added = self._inject(killed, added)
+                self._sample_load()
                 if on_tick:
                     on_tick(self)
                 c = self.controller
@@ -170,10 +178,7 @@ class LocalRun:
         state = c.state.name if c.finished else "TIMED_OUT"
         predicted = c.reconfigurations[-1].predicted_iteration_s if c.reconfigurations else 0.0
         if c.plan is not None and self.profile_dir:
-            try:
-                predicted = c.planner.simulate(self.job, c.plan)
-            except Exception as exc:  # noqa: BLE001 - the summary must still print
-                log.warning("simulate failed: %s", exc)
+            predicted = self.predict(c.plan)
         with c._lock:
             metrics = list(c.metrics)
         return RunSummary(
@@ -186,11 +191,33 @@ class LocalRun:
             measured_iteration_s=measured_iteration_time(metrics, c.generation),
             predicted_iteration_s=predicted,
             wall_s=time.monotonic() - self._t0,
+            cpu_slowdown=self.slowdown,
             reconfigurations=[r.to_dict() for r in c.reconfigurations],
             events=self.events,
             metrics=metrics,
             message=c.message,
         )
+
+    def _sample_load(self) -> None:
+        """Sample the run queue while the current generation trains past its first steps."""
+        c = self.controller
+        rec = c.reconfigurations[-1] if c.reconfigurations else None
+        if rec is None or not rec.resumed or c.state != ControllerState.RUNNING:
+            return
+        if self._load_generation != c.generation:
+            self._load_generation, self.cpu_share = c.generation, CpuShare()
+        self.cpu_share.sample({w.pid for w in self.workers if w.popen.poll() is None})
+
+    def predict(self, plan) -> float:
+        """The simulator's iteration time for ``plan`` with this machine's profile and the CPU
+        share its ranks had while training (run.profile)."""
+        from sailor_sim.simulator import Simulator
+
+        self.slowdown = self.cpu_share.slowdown
+        folder = machine_profile(
+            self.cfg.run_dir, self.job, self.gpu_types, self.slowdown, "profile-predict"
+        )
+        return Simulator.from_profile_dir(folder).estimate(self.job, plan).iteration_time_s
 
     def close(self) -> None:
         deadline = time.monotonic() + 10

@@ -1,15 +1,22 @@
 """This machine's profile, as the simulator needs it to predict a local run.
 
-What a prediction of a local run needs (and what this module measures, with sailor-profiler):
+What a prediction of a local run needs, and where it comes from (sailor-profiler):
 
-- per-layer forward / backward / optimizer seconds *as the real ranks see them*: one thread per
-  rank (the agents set OMP_NUM_THREADS=1) while the other ranks of the run compute on the same
-  cores. So ``concurrency`` copies of ``sailor-profiler compute`` run at once, one thread each,
-  and the profile keeps the copy with the median total time;
-- gloo p2p and all-reduce cost over loopback (``sailor-profiler network``), as ``links.json``;
-- every emulated GPU type is this same CPU: the measured files are filed under each type.
+- per-layer forward / backward / optimizer seconds of one rank process: one thread (the agents
+  set OMP_NUM_THREADS=1 per rank), measured once by ``sailor-profiler compute``;
+- the share of a core each rank gets: a local run puts R rank processes on C cores, next to
+  whatever else runs there. Per-layer timings are medians of millisecond-long kernels that
+  mostly run inside one scheduler time slice, so they do not see the sharing, but a whole
+  iteration does. For planning, the profile is scaled by max(1, N / C) (``contention``), N =
+  the processes runnable before the run (``procs_running`` in /proc/stat) plus the R ranks to
+  come (CFS shares the cores evenly among runnable processes of equal niceness). For the
+  prediction of the plan that ran, the kernel says what share the ranks actually got:
+  /proc/PID/schedstat gives each rank's time on a CPU and time waiting in the run queue, and
+  (run + wait) / run while it trained is the slowdown of its CPU work (``CpuShare``);
+- gloo p2p and all-reduce over loopback (``sailor-profiler network``), as ``links.json``;
+- every emulated GPU type is this same CPU: the measured file is filed under each type.
 
-The result lives in ``RUN_DIR/profile`` and is reused when it is already there.
+Measurements are kept in ``RUN_DIR/profiling`` and reused when already there.
 """
 
 from __future__ import annotations
@@ -18,67 +25,96 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from ..agent.ranks import RANK_NICE
 from ..errors import SailorRuntimeError
 
-MICROBATCH_SIZES = "1,2,4,8"
+MICROBATCH_SIZES = "1,2,4,8,16"
 
 
 def _profiler(*args: str) -> list[str]:
-    # As nice as the ranks (agent.ranks.RANK_NICE), so it competes for the cores as they do.
-    return ["nice", "-n", str(RANK_NICE), sys.executable, "-m", "sailor_profiler.cli", *args]
+    return [sys.executable, "-m", "sailor_profiler.cli", *args]
 
 
-def _compute_copies(job, out: Path, concurrency: int) -> Path:
-    """Run ``concurrency`` single-threaded profilers at once; the median one's file."""
+def _run(cmd: list[str], what: str) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = []
-    for i in range(concurrency):
-        cmd = _profiler(
-            "compute", "--model", job.model.name, "--out", str(out / f"copy-{i}"),
-            "--device", "cpu", "--dtype", job.dtype, "--mbs", MICROBATCH_SIZES,
-            "--tp", "1", "--seq", str(job.sequence_length), "--blocks", "1",
-            "--warmup", "1", "--reps", "3",
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout)[-400:]
+        raise SailorRuntimeError(f"sailor-profiler {what} failed: {tail}", field="profile")
+
+
+def measure(run_dir: Path, job) -> tuple[dict, dict]:
+    """(compute profile JSON, links JSON) measured on this machine, cached in the run folder."""
+    work = run_dir / "profiling"
+    compute, net = work / "compute", work / "net"
+    if not list(compute.glob("*.json")):
+        print(f"profiling {job.model.name} on this machine ...", file=sys.stderr, flush=True)
+        _run(_profiler(
+            "compute", "--model", job.model.name, "--out", str(compute), "--device", "cpu",
+            "--dtype", job.dtype, "--mbs", MICROBATCH_SIZES, "--tp", "1,2",
+            "--seq", str(job.sequence_length), "--blocks", "1", "--warmup", "1", "--reps", "5",
             "--optimizer", job.optimizer, "--gpu-type", "CPU", "--no-plot", "--json",
-        )  # fmt: skip
-        log = open(out / f"copy-{i}.log", "wb")  # noqa: SIM115 - closed after wait
-        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
-    files = []
-    for i, (p, log) in enumerate(procs):
-        code = p.wait()
-        log.close()
-        found = sorted((out / f"copy-{i}").glob("*.json"))
-        if code != 0 or not found:
-            tail = (out / f"copy-{i}.log").read_text(errors="replace")[-400:]
-            raise SailorRuntimeError(f"sailor-profiler compute failed: {tail}", field="profile")
-        files.append(found[0])
-    return sorted(files, key=_total_seconds)[len(files) // 2]
+        ), "compute")  # fmt: skip
+    if not (net / "links.json").exists():
+        _run(_profiler(
+            "network", "--out", str(net), "--device", "cpu", "--procs", "2",
+            "--min-bytes", "64K", "--max-bytes", "2M", "--reps", "3", "--zone", "local",
+            "--gpu-type", "CPU", "--json",
+        ), "network")  # fmt: skip
+    measured = json.loads(sorted(compute.glob("*.json"))[0].read_text())
+    return measured, json.loads((net / "links.json").read_text())
 
 
-def _total_seconds(path: Path) -> float:
-    data = json.loads(path.read_text())
-    return sum(
-        layer["forward_s"] + layer["backward_s"]
-        for entry in data["entries"]
-        for layer in entry["layers"]
-    )
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
-def _network(out: Path) -> Path:
-    cmd = _profiler(
-        "network", "--out", str(out / "net"), "--device", "cpu", "--procs", "2",
-        "--min-bytes", "64K", "--max-bytes", "2M", "--reps", "3", "--zone", "local",
-        "--gpu-type", "CPU", "--json",
-    )  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    links = out / "net" / "links.json"
-    if proc.returncode != 0 or not links.exists():
-        raise SailorRuntimeError(
-            f"sailor-profiler network failed: {proc.stderr[-400:]}", field="profile"
-        )
-    return links
+def runnable_now() -> int:
+    """Processes running or ready to run right now, this one excluded (/proc/stat)."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("procs_running"):
+                return max(0, int(line.split()[1]) - 1)
+    except OSError:
+        pass
+    return 0
+
+
+def sample_runnable(seconds: float = 1.0, every: float = 0.1) -> float:
+    samples = []
+    for _ in range(max(1, int(seconds / every))):
+        samples.append(runnable_now())
+        time.sleep(every)
+    return sum(samples) / len(samples)
+
+
+def contention(runnable: float) -> float:
+    """How much longer CPU work takes with ``runnable`` processes sharing this machine's cores."""
+    return max(1.0, runnable / cores())
+
+
+def _scaled(measured: dict, gpu_type: str, factor: float) -> dict:
+    entries = [
+        {
+            **e,
+            "layers": [
+                {
+                    **layer,
+                    "forward_s": layer["forward_s"] * factor,
+                    "backward_s": layer["backward_s"] * factor,
+                    "optimizer_s": layer["optimizer_s"] * factor,
+                }
+                for layer in e["layers"]
+            ],
+        }
+        for e in measured["entries"]
+    ]
+    return {**measured, "gpu_type": gpu_type, "entries": entries}
 
 
 def _relabel_links(links: dict, gpu_types: list[str]) -> dict:
@@ -99,21 +135,61 @@ def _relabel_links(links: dict, gpu_types: list[str]) -> dict:
     return out
 
 
-def machine_profile(run_dir: Path, job, gpu_types: list[str], concurrency: int) -> str:
-    """The profile folder for ``job`` on this machine, filed under every type in ``gpu_types``."""
-    folder = run_dir / "profile"
-    if (folder / "links.json").exists():
-        return str(folder)
-    work = run_dir / "profiling"
-    work.mkdir(parents=True, exist_ok=True)
-    print(f"profiling {job.model.name} on this machine ({concurrency} ranks at once) ...",
-          file=sys.stderr, flush=True)  # fmt: skip
-    measured = json.loads(_compute_copies(job, work, max(1, concurrency)).read_text())
-    links = json.loads(_network(work).read_text())
+def machine_profile(run_dir: Path, job, gpu_types: list[str], factor: float, name: str) -> str:
+    """A profile folder ``run_dir/name`` for ``job``, its CPU times scaled by ``factor`` (the
+    slowdown from sharing the cores), filed under every type in ``gpu_types``."""
+    measured, links = measure(run_dir, job)
+    folder = run_dir / name
     folder.mkdir(parents=True, exist_ok=True)
     for gpu_type in gpu_types:
-        data = {**measured, "gpu_type": gpu_type}
         name = f"{job.model.name}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
-        (folder / name).write_text(json.dumps(data))
+        (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, factor)))
     (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types)))
+    (folder / "README.txt").write_text(
+        f"Measured on this machine with one thread per rank, CPU times scaled by {factor:.2f} "
+        f"for sharing its {cores()} cores; see sailor_runtime.run.profile.\n"
+    )
     return str(folder)
+
+
+def _ranks(agents: set[int]) -> list[int]:
+    """PIDs of the rank processes of ``agents``: their children whose stdout is a rank log
+    (warm processes still waiting for a command write to a pipe)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) in agents and os.readlink(stat.parent / "fd" / "1").endswith(".log"):
+                out.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _schedstat(pid: int) -> tuple[int, int] | None:
+    try:
+        run_ns, wait_ns, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+        return int(run_ns), int(wait_ns)
+    except (OSError, ValueError):
+        return None
+
+
+class CpuShare:
+    """Run-queue slowdown of the rank processes between ``start`` and the last ``sample``."""
+
+    def __init__(self) -> None:
+        self.first: dict[int, tuple[int, int]] = {}
+        self.last: dict[int, tuple[int, int]] = {}
+
+    def sample(self, agent_pids: set[int]) -> None:
+        for pid in _ranks(agent_pids):
+            stat = _schedstat(pid)
+            if stat is not None:
+                self.first.setdefault(pid, stat)
+                self.last[pid] = stat
+
+    @property
+    def slowdown(self) -> float:
+        run = sum(self.last[p][0] - self.first[p][0] for p in self.last)
+        wait = sum(self.last[p][1] - self.first[p][1] for p in self.last)
+        return (run + wait) / run if run > 0 else 1.0

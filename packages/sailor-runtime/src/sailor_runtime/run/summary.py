@@ -18,6 +18,8 @@ class RunSummary:
     measured_iteration_s: float
     predicted_iteration_s: float
     wall_s: float
+    cpu_slowdown: float = 1.0
+    """(run + run-queue wait) / run of the ranks while the last generation trained."""
     reconfigurations: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
@@ -50,7 +52,8 @@ def render(s: RunSummary) -> str:
         f"  plan            {s.plan}",
         f"  iteration time  measured {s.measured_iteration_s * 1e3:.1f} ms, "
         f"simulator {s.predicted_iteration_s * 1e3:.1f} ms "
-        f"({s.prediction_error:+.0%})",
+        f"({s.prediction_error:+.0%}; ranks waited for a core {s.cpu_slowdown - 1:.0%} of "
+        "their CPU time)",
     ]
     if s.message:
         lines.append(f"  note            {s.message}")
