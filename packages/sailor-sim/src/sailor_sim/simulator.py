@@ -59,6 +59,10 @@ class StageTime(NamedTuple):
 
 
 class Simulator:
+    """Predicts iteration time, memory and cost of plans from a profile store and a network
+    model (defaults: the built-in catalogs, i.e. analytic profiles and default links).
+    Component results are cached; the caches follow changes to ``profiles`` / ``network``."""
+
     def __init__(self, profiles: ProfileStore | None = None, network: NetworkModel | None = None):
         self.profiles = profiles if profiles is not None else ProfileStore()
         self.network = network if network is not None else NetworkModel()
@@ -110,6 +114,8 @@ class Simulator:
     def stage_time(
         self, job: Job, first: int, last: int, gpu_type: str, tp: int, mbs: int
     ) -> StageTime:
+        """Per-microbatch seconds of layers first..last on one replica (TP group of ``tp``
+        GPUs of ``gpu_type``, microbatch ``mbs``) and its optimizer step; O(1) per call."""
         self._fresh()
         key = (
             (job.model.name, job.dtype, job.sequence_length, job.optimizer),
