@@ -197,3 +197,10 @@ def test_replan_when_gpus_joined_keeps_or_beats_the_previous_plan(sim) -> None:
     assert second.best.estimate.throughput_iters_per_s == pytest.approx(
         fresh.best.estimate.throughput_iters_per_s
     )
+
+
+def test_no_gpu_type_supports_the_dtype(planner) -> None:
+    job = Job.create("OPT-350M", 64, 2048, dtype="bf16")
+    with pytest.raises(NoFeasiblePlanError) as err:
+        planner.plan(job, Inventory.parse(["V100-16@us-central1-a=8"]))
+    assert err.value.field == "inventory" and "bf16" in str(err.value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sailor_sim import Inventory, Job, Plan, SailorSimError
+from sailor_sim import Inventory, Job, Plan, SailorSimError, get_gpu
 
 from .allocate import Scored, Scorer, build_plan
 from .costs import CostView
@@ -52,6 +52,12 @@ class Planner:
         """Ranked plans for ``job`` on ``inventory``; raises NoFeasiblePlanError if none fits."""
         options = options or SearchOptions()
         start = time.perf_counter()
+        if not any(get_gpu(g).supports(job.dtype) for g in inventory.gpu_types):
+            raise NoFeasiblePlanError(
+                f"no GPU type of the inventory ({', '.join(inventory.gpu_types)}) can train in "
+                f"{job.dtype}; add GPUs that support it or train in another dtype",
+                field="inventory",
+            )
         cv, scorer, memo = self._state(job)
         seed = self._seed(job, inventory, options, previous)
         incumbent = None
