@@ -1,6 +1,5 @@
 """The planner against exhaustive enumeration, its constraints, and the simulator's verdict."""
 
-import time
 
 import pytest
 
@@ -136,17 +135,14 @@ def test_replan_reuses_tables_and_respects_new_availability(sim) -> None:
     planner = Planner(sim)
     job = Job.create("OPT-350M", 1024, 2048)
     before = Inventory.parse(["A100-40@us-central1-a=32", "V100-16@us-central1-b=32"])
-    t0 = time.perf_counter()
     first = planner.plan(job, before, SearchOptions())
-    cold = time.perf_counter() - t0
+    tables = len(planner._state(job)[2].tables)
     after = Inventory.parse(["A100-40@us-central1-a=24", "V100-16@us-central1-b=32"])
-    t0 = time.perf_counter()
     second = planner.plan(job, after, SearchOptions(), previous=first.best.plan)
-    warm = time.perf_counter() - t0
     assert second.stats.memo_hits > 0
+    assert len(planner._state(job)[2].tables) == tables  # no stage table rebuilt
     counts = second.best.plan.gpu_counts()
     assert counts.get(("A100-40", "us-central1-a"), 0) <= 24
-    assert warm < cold  # the tables are reused; speed itself is measured in bench/
 
 
 def test_pareto_frontier_trades_cost_for_throughput(planner) -> None:
