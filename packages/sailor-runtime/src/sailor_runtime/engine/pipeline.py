@@ -15,6 +15,7 @@ whole global batch, whatever the microbatch sizes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -65,10 +66,8 @@ class Link:
         """Receive our chunk from ``from_stage`` and all-gather the full tensor in our TP group."""
         senders = self._peers(from_stage)
         mine = self.topo.tp(self.slot.stage, self.slot.replica)
-        numel = 1
-        for s in shape:
-            numel *= s
-        chunk = torch.empty(numel // mine, dtype=dtype, device=device)
+        # mbs * seq * hidden: hidden is divisible by every TP degree (TP divides the heads)
+        chunk = torch.empty(math.prod(shape) // mine, dtype=dtype, device=device)
         dist.recv(chunk, senders[self.slot.tp_rank % len(senders)], tag=tag)
         if mine == 1:
             return chunk.view(shape)
