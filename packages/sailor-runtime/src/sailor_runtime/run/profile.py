@@ -13,7 +13,9 @@ What a prediction of a local run needs, and where it comes from (sailor-profiler
   prediction of the plan that ran, the kernel says what share the ranks actually got:
   /proc/PID/schedstat gives each rank's time on a CPU and time waiting in the run queue, and
   (run + wait) / run while it trained is the slowdown of its CPU work (``CpuShare``);
-- gloo p2p and all-reduce over loopback (``sailor-profiler network``), as ``links.json``;
+- gloo p2p and all-reduce over loopback (``sailor-profiler network``), as ``links.json``.
+  Over loopback the "network" is CPU work of the ranks (kernel copies, waking the receiver),
+  so latency and bandwidth are scaled by the same slowdown as the layers;
 - every emulated GPU type is this same CPU: the measured file is filed under each type.
 
 Measurements are kept in ``RUN_DIR/profiling`` and reused when already there.
@@ -117,21 +119,31 @@ def _scaled(measured: dict, gpu_type: str, factor: float) -> dict:
     return {**measured, "gpu_type": gpu_type, "entries": entries}
 
 
-def _relabel_links(links: dict, gpu_types: list[str]) -> dict:
-    """The CPU<->CPU measurements for every pair of emulated types (all are this CPU)."""
+def _slowed(link: dict, factor: float) -> dict:
+    if "points" in link:
+        link = {**link, "points": [[size, bw / factor] for size, bw in link["points"]]}
+    return {
+        **link,
+        "latency_s": link["latency_s"] * factor,
+        "max_bandwidth": link["max_bandwidth"] / factor,
+    }
+
+
+def _relabel_links(links: dict, gpu_types: list[str], factor: float) -> dict:
+    """The CPU<->CPU measurements for every pair of emulated types (all are this CPU),
+    slowed down by ``factor``."""
     out = {"format": links["format"], "links": [], "intra_node": []}
     for link in links.get("links", []):
         for a in gpu_types:
             for b in gpu_types:
-                out["links"].append(
-                    {
-                        **link,
-                        "src": {**link["src"], "gpu_type": a},
-                        "dst": {**link["dst"], "gpu_type": b},
-                    }  # fmt: skip
-                )
+                pair = {
+                    **link,
+                    "src": {**link["src"], "gpu_type": a},
+                    "dst": {**link["dst"], "gpu_type": b},
+                }
+                out["links"].append(_slowed(pair, factor))
     for entry in links.get("intra_node", []):
-        out["intra_node"] += [{**entry, "gpu_type": t} for t in gpu_types]
+        out["intra_node"] += [_slowed({**entry, "gpu_type": t}, factor) for t in gpu_types]
     return out
 
 
@@ -144,7 +156,7 @@ def machine_profile(run_dir: Path, job, gpu_types: list[str], factor: float, nam
     for gpu_type in gpu_types:
         name = f"{job.model.name}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
         (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, factor)))
-    (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types)))
+    (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types, factor)))
     (folder / "README.txt").write_text(
         f"Measured on this machine with one thread per rank, CPU times scaled by {factor:.2f} "
         f"for sharing its {cores()} cores; see sailor_runtime.run.profile.\n"
