@@ -300,3 +300,31 @@ def test_peak_bytes_equals_sum_of_terms(gpu):
             3,
         )
         assert fast == sum(terms.values())
+
+
+def test_ring_time_and_replica_peak_are_the_estimates_components() -> None:
+    """The components the planner calls give exactly what ``estimate`` composes."""
+    from sailor_sim import get_gpu, timing
+
+    sim = Simulator()
+    job = Job.create("OPT-350M", 64, 2048)
+    reps = (
+        Replica("GH-96", "us-central1-a", 1, 4, 2),
+        Replica("GH-96", "us-central1-b", 1, 4, 2),
+        Replica("A100-40", "us-central1-a", 2, 4, 2),
+        Replica("GH-96", "us-central1-a", 1, 4, 2),
+    )
+    seconds, usd = sim.ring_time(job, 0, 9, timing.ring_kinds(reps))
+    assert seconds == sim.dp_sync_time(job, 0, 9, reps) > 0
+    grad = sim.grad_bytes(job, 0, 9)
+    assert usd == pytest.approx(grad / 1e9 * sim.dp_egress_per_gb(reps), rel=1e-12) and usd > 0
+    # GH200 rings run at their own (lower) bus efficiency.
+    assert timing.bus_efficiency("GH-96") == 0.4 < timing.bus_efficiency("A100-40")
+    last = job.model.head_layer_id
+    for i, (first, end) in enumerate([(0, 12), (13, last)]):
+        peak, cap = sim.replica_peak(job, first, end, "GH-96", 1, 4, i, 2, 8, 4)
+        terms = sim.replica_memory(job, first, end, "GH-96", 1, 4, i, 2, 8, 4)
+        assert peak == sum(terms.values()) and cap == get_gpu("GH-96").memory_bytes
+    # The head's transient is 3x its fp32 logits (logits, softmax, gradient).
+    terms = sim.replica_memory(job, 13, last, "GH-96", 2, 4, 1, 2, 8, 4)
+    assert terms["transient"] == 3 * 4 * 2048 * job.model.vocab_size // 2 * 4

@@ -1,7 +1,7 @@
 """Allocation: how many pipelines of each class, in which zones, with how many microbatches —
 scored with the simulator's own components, so the score of a candidate is the simulator's
-estimate of the plan it builds (memory excepted: checked conservatively per shape, and by the
-simulator on every returned plan).
+estimate of the plan it builds, and a candidate is kept only where every replica fits by the
+simulator's own per-replica verdict (``Simulator.replica_peak``).
 
 Placement keeps a pipeline's stages of one region in one zone where capacity allows (zones
 tried largest first, so replicas of a stage span as few zones as possible); stages of a region
@@ -14,10 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sailor_sim import Plan, Replica, Stage
-from sailor_sim.memory import GRAD_BYTES
-from sailor_sim.network import Endpoint
-from sailor_sim.prices import price_per_gpu_hour
-from sailor_sim.timing import allreduce_time, pipeline_time
+from sailor_sim.prices import usd_per_second
+from sailor_sim.timing import exposed_tail, pipeline_time
 
 from .balance import ClassLoad, balance
 from .costs import CostView
@@ -147,14 +145,7 @@ class Scorer:
         self._group_cache: dict[tuple, tuple] = {}
         self._ring_cache: dict[tuple, tuple[float, float]] = {}
         self._replicas: dict[tuple, Replica] = {}
-        model = self.job.model
-        self._grad = {}
-        self._act = {}
-        for a in range(model.num_layer_ids):
-            self._act[a] = model.activation_out_bytes(
-                a, 1, self.job.sequence_length, self.job.dtype
-            )
-        self._params = [model.params(i) for i in range(model.num_layer_ids)]
+        self._fits: dict[tuple, bool] = {}
 
     def _replica(self, g: str, zone: str, tp: int, mbs: int) -> Replica:
         """One validated Replica per (type, zone, TP, mbs): the p2p cache keys on it."""
@@ -187,53 +178,48 @@ class Scorer:
         bottleneck = two - one
         fill = one - bottleneck
         usd_per_s = sum(
-            tp * price_per_gpu_hour(cls.gpu, z) / 3600.0
-            for z, tp in zip(pattern, cls.tps, strict=True)
+            usd_per_second(cls.gpu, z, tp) for z, tp in zip(pattern, cls.tps, strict=True)
         )
-        egress_per_mb = 0.0
-        for i in range(len(pattern) - 1):
-            if pattern[i] != pattern[i + 1]:
-                nbytes = 2 * self._act[shape.bounds[i][1]] * cls.mbs
-                egress_per_mb += (
-                    nbytes / 1e9 * self.sim.network.egress_per_gb(pattern[i], pattern[i + 1])
-                )
+        # One microbatch's activations out and gradients back (replicas carry M = 1).
+        egress_per_mb = sum(
+            self.sim.p2p_egress_usd(self.job, reps[i], reps[i + 1]) for i in range(len(reps) - 1)
+        )
         hit = (times, p2p, bottleneck, fill, usd_per_s, egress_per_mb)
         self._group_cache[key] = hit
         return hit
 
     def ring(self, shape: Shape, stage: int, kinds: tuple) -> tuple[float, float]:
-        """(all-reduce seconds, egress $) of one stage, as ``timing.ring_allreduce_time`` and
-        ``timing.egress_usd`` compute them; ``kinds``: sorted ((zone, g, tp), replicas)."""
-        n = sum(k for _, k in kinds)
-        if n < 2:
-            return 0.0, 0.0
-        bounds = shape.bounds[stage]
-        edges = [(k, k) for k, cnt in kinds if cnt >= 2]
-        edges += [(kinds[j][0], kinds[j + 1][0]) for j in range(len(kinds) - 1)]
-        if len(kinds) > 1:
-            edges.append((kinds[-1][0], kinds[0][0]))
-        worst, egress = 0.0, 0.0
-        for a, b in edges:
-            t, eg = self._edge(bounds, a, b, n)
-            worst = max(worst, t)
-            egress += eg
-        return worst, egress
-
-    def _edge(self, bounds, a, b, n: int) -> tuple[float, float]:
-        key = (bounds, a, b, n)
+        """(all-reduce seconds, egress $) of one stage: ``Simulator.ring_time`` over ``kinds``,
+        sorted ((zone, g, tp), replicas) runs as ``timing.ring_kinds`` makes them."""
+        key = (shape.bounds[stage], kinds)
         hit = self._ring_cache.get(key)
         if hit is None:
-            (za, ga, ta), (zb, gb, tb) = a, b
-            first, last = bounds
-            grad = GRAD_BYTES[self.job.dtype] * sum(self._params[first : last + 1])
-            pairs = min(ta, tb)
-            net = self.sim.network
-            link = net.link(Endpoint(za, ga, pairs), Endpoint(zb, gb, pairs))
-            egress = 0.0
-            if za != zb:
-                egress = 2.0 * (n - 1) / n * grad / 1e9 * net.egress_per_gb(za, zb)
-            hit = self._ring_cache[key] = (allreduce_time(link, grad, n, pairs), egress)
+            first, last = shape.bounds[stage]
+            hit = self._ring_cache[key] = self.sim.ring_time(self.job, first, last, kinds)
         return hit
+
+    def fits(self, shape: Shape, groups: tuple[Group, ...], loads) -> bool:
+        """The simulator's memory verdict on the plan these groups build: every distinct
+        (class, stage, microbatches) replica, ``Simulator.replica_peak`` <= capacity."""
+        d = sum(g.count for g in groups)
+        p = shape.depth
+        for g, load in zip(groups, loads, strict=True):
+            cls = shape.classes[g.cls]
+            for m in {load.base, load.top} if g.count > load.extra else {load.top}:
+                key = (shape.bounds, cls, m, d > 1)
+                ok = self._fits.get(key)
+                if ok is None:
+                    ok = self._fits[key] = all(
+                        self._replica_fits(a, b, cls.gpu, tp, cls.mbs, i, p, m, d)
+                        for i, ((a, b), tp) in enumerate(zip(shape.bounds, cls.tps, strict=True))
+                    )
+                if not ok:
+                    return False
+        return True
+
+    def _replica_fits(self, a, b, g, tp, mbs, i, p, m, d) -> bool:
+        peak, capacity = self.sim.replica_peak(self.job, a, b, g, tp, mbs, i, p, m, d)
+        return peak <= capacity
 
     def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
         gbs = self.job.global_batch_size
@@ -254,9 +240,10 @@ class Scorer:
             pt = pipeline_time(x[0], x[1], m)
             if pt.total_s > crit_total:
                 crit_total, crit = pt.total_s, x
+        if not self.fits(shape, groups, loads):
+            return None
         p = shape.depth
-        tail, egress = 0.0, 0.0
-        lead = 0.0
+        syncs, opts, egress = [], [], 0.0
         for i in range(p):
             kinds: dict[tuple, int] = {}
             opt = 0.0
@@ -267,9 +254,11 @@ class Scorer:
                 opt = max(opt, x[0][i].optimizer_s)
             sync, eg = self.ring(shape, i, tuple(sorted(kinds.items())))
             egress += eg
-            tail = max(tail, sync + opt - lead)
-            lead += crit[0][i].backward_s + (crit[1][i] if i < p - 1 else 0.0)
-        iteration = crit_total + max(tail, 0.0)
+            syncs.append(sync)
+            opts.append(opt)
+        drain = [crit[0][i].backward_s + crit[1][i] for i in range(p - 1)]
+        tail = exposed_tail(syncs, opts, drain)[0]
+        iteration = crit_total + tail
         usd_per_s = sum(g.count * x[4] for g, x in zip(groups, info, strict=True))
         for g, x, load in zip(groups, info, loads, strict=True):
             micro = load.base * g.count + load.extra

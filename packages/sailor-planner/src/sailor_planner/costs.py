@@ -8,8 +8,12 @@ a..b in O(1) and a whole pipeline position at once:
   communication) from ``stage_time(job, 0, l, ...)``; a range's time is a difference of two
   entries, which is what ``stage_time`` itself computes from the profile's prefix sums.
 - ``peak_matrix(g, m, t, i, p, mm, dp)``: peak bytes of one GPU for every range a..b at stage i of
-  p with mm microbatches, built from the same ``memory.memory_terms`` the simulator sums
-  (a test checks it equals ``replica_memory`` entry by entry).
+  p with mm microbatches: ``memory.static_bytes``, ``memory.transient_bytes`` and
+  ``memory.peak_bytes`` (the simulator's own functions) applied to whole [a, b] arrays.
+- ``fit_matrix(..., sure=True)``: fits with the most microbatches in flight and a DP
+  communicator (then it fits in every plan); ``sure=False``: fits with one microbatch in flight
+  and no DP (a lower bound: a range outside it fits in no plan). The exact verdict of a whole
+  candidate is ``Simulator.replica_peak`` per replica, in ``allocate.Scorer.score``.
 
 Everything is memoized per (GPU type, microbatch size, TP); the tables do not depend on the
 inventory, so a re-plan after an availability change reuses all of them.
@@ -23,13 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from sailor_sim import Job, get_gpu
-from sailor_sim.dtypes import dtype_bytes
-from sailor_sim.memory import (
-    GRAD_BYTES,
-    MASTER_WEIGHT_BYTES,
-    OPTIMIZER_STATE_BYTES,
-    framework_overhead,
-)
+from sailor_sim.memory import framework_overhead, peak_bytes, static_bytes, transient_bytes
 
 INF = math.inf
 
@@ -44,7 +42,7 @@ class CostView:
         self.n = job.model.num_layer_ids
         self._time: dict[tuple, np.ndarray] = {}
         self._opt: dict[tuple, np.ndarray] = {}
-        self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._tmat: dict[tuple, np.ndarray] = {}
         self._fit: dict[tuple, np.ndarray] = {}
         self.memo: dict[tuple, object] = {}
@@ -92,12 +90,21 @@ class CostView:
         return mat
 
     def fit_matrix(
-        self, g: str, m: int, t: int, in_flight: int, neighbours: int, capacity: int
+        self,
+        g: str,
+        m: int,
+        t: int,
+        in_flight: int,
+        neighbours: int,
+        capacity: int,
+        sure: bool = True,
     ) -> np.ndarray:
-        """[a, b] = True where layer ids a..b fit one GPU with ``in_flight`` microbatches
-        stashed and ``neighbours`` pipeline neighbours (data parallel assumed: one more NCCL
-        communicator, which can only over-estimate)."""
-        key = (g, m, t, in_flight, neighbours, capacity)
+        """[a, b] = True where layer ids a..b fit one GPU with ``neighbours`` pipeline
+        neighbours. ``sure``: with ``in_flight`` microbatches stashed and a DP communicator
+        (the most a plan can need); else with one microbatch and no DP (the least)."""
+        if not sure:
+            in_flight = 1
+        key = (g, m, t, in_flight, neighbours, capacity, sure)
         fit = self._fit.get(key)
         if fit is None:
             # peak_matrix(i, p) depends on (i, p) only through p - i and the neighbours.
@@ -107,49 +114,49 @@ class CostView:
                 i, p = 0, max(in_flight, 2)  # the first stage of a pipeline of p
             else:
                 i, p = 1, 1 + max(in_flight, 2)  # a middle stage
-            peak = self.peak_matrix(g, m, t, i, p, in_flight, True)
+            peak = self.peak_matrix(g, m, t, i, p, in_flight, sure)
             fit = self._fit[key] = peak <= capacity
         return fit
 
     # ---- memory -----------------------------------------------------------------------------
-    def _parts(self, g: str, m: int, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """[a, b] matrices: bytes that do not depend on the position (weights, gradients,
-        optimizer states, transient) and stashed activation bytes per microbatch."""
+    def _parts(self, g: str, m: int, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """[a, b] static bytes (weights, gradients, optimizer states), [a, b] stashed
+        activation bytes per microbatch, and [b] transient bytes of a range ending at b."""
         key = (g, m, t)
         parts = self._mem_parts.get(key)
         if parts is None:
-            job, model = self.job, self.model
+            job, model, seq = self.job, self.model, self.job.sequence_length
             table = self.sim.profiles.table(
-                job.model, get_gpu(g), job.dtype, m, t, job.sequence_length, job.optimizer
+                job.model, get_gpu(g), job.dtype, m, t, seq, job.optimizer
             )
             params_pre = np.array(table.params, dtype=float)
             act_pre = np.array(table.activation, dtype=float)
             params = params_pre[None, 1:] - params_pre[:-1, None]
             acts = act_pre[None, 1:] - act_pre[:-1, None]
-            per_param = (
-                dtype_bytes(job.dtype)
-                + GRAD_BYTES[job.dtype]
-                + OPTIMIZER_STATE_BYTES[job.optimizer]
-                + MASTER_WEIGHT_BYTES[job.dtype]
+            transient = np.array(
+                [transient_bytes(model, b, m, seq, job.dtype, t) for b in range(self.n)],
+                dtype=float,
             )
-            act_out = model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
-            transient = np.full(self.n, 2.0 * act_out)
-            transient[model.head_layer_id] = 2 * m * job.sequence_length * model.vocab_size // t * 4
-            parts = (params * per_param + transient[None, :], acts)
+            parts = (static_bytes(params, job.dtype, job.optimizer), acts, transient)
             self._mem_parts[key] = parts
         return parts
 
     def peak_matrix(self, g: str, m: int, t: int, i: int, p: int, mm: int, dp: bool) -> np.ndarray:
         """[a, b] = peak bytes of one GPU holding layer ids a..b at stage i of p (``mm``
-        microbatches, data parallel when ``dp``): the simulator's ``memory_terms`` summed."""
+        microbatches, data parallel when ``dp``): ``memory.peak_bytes`` over the arrays, as
+        ``Simulator.replica_peak`` computes it for one range."""
         job = self.job
-        over = framework_overhead(get_gpu(g))
-        static, acts = self._parts(g, m, t)
+        static, acts, transient = self._parts(g, m, t)
         act_out = self.model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
         neighbours = (i > 0) + (i < p - 1)
-        communicators = (t > 1) + bool(dp) + neighbours
-        extra = act_out * neighbours + communicators * over.nccl_per_communicator
-        tensors = static + acts * min(p - i, mm) + extra
-        peak = tensors + over.cuda_context + np.floor(over.allocator_reserve_fraction * tensors)
+        peak = peak_bytes(
+            framework_overhead(get_gpu(g)),
+            static,
+            acts,
+            min(p - i, mm),  # memory.in_flight
+            transient[None, :],
+            act_out * neighbours,
+            (t > 1) + bool(dp) + neighbours,
+        )
         peak[self._lower] = INF
         return peak

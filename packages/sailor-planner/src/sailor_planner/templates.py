@@ -7,9 +7,10 @@ same layer split (a plan's stages are shared by all its pipelines).
 Per (GPU type g, pipeline depth P, microbatch size m, base TP t) the stage-cost matrices give,
 for every layer range a..b and position, the per-microbatch time (compute + TP communication +
 the stage's blocking p2p sends, as the simulator's 1F1B model counts them) on the smallest TP
-degree >= t that fits in memory at that position (inf if none does). Memory uses the most
-microbatches a pipeline can have in flight (min(P - i, gbs / m)), which can only over-estimate:
-a split accepted here fits; the simulator's verdict on the final plan is authoritative.
+degree >= t that surely fits in memory at that position (the most microbatches a pipeline can
+have in flight, min(P - i, gbs / m), and a DP communicator), else the smallest that may fit
+(one microbatch, no DP: a lower bound), inf only where none may fit. So no range is dropped that
+some plan could fit; ``Scorer.score`` applies the simulator's exact verdict to every candidate.
 """
 
 from __future__ import annotations
@@ -87,20 +88,22 @@ def stage_tables(
 
 
 def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
-    """(time, TP) matrices of one pipeline position: the first degree that fits, per range.
-    Cached on the CostView: positions of different depths share them."""
+    """(time, TP) matrices of one pipeline position: the first degree that surely fits, else
+    the first that may fit, per range. Cached on the CostView: positions of different depths
+    share them."""
     key = ("position", g, m, degrees, in_flight, neighbours, cap)
     hit = cv.memo.get(key)
     if hit is not None:
         return hit
     best = np.full((cv.n, cv.n), INF)
     choice = np.zeros((cv.n, cv.n), dtype=np.int64)
-    for d in degrees:
-        fits = cv.fit_matrix(g, m, d, in_flight, neighbours, cap)
-        time = cv.time_matrix(g, m, d, p2p[d] * neighbours)
-        take = fits & ~np.isfinite(best)
-        best[take] = time[take]
-        choice[take] = d
+    for sure in (True, False):
+        for d in degrees:
+            fits = cv.fit_matrix(g, m, d, in_flight, neighbours, cap, sure)
+            time = cv.time_matrix(g, m, d, p2p[d] * neighbours)
+            take = fits & ~np.isfinite(best)
+            best[take] = time[take]
+            choice[take] = d
     diag = tuple(bool(x) for x in np.isfinite(np.diagonal(best)))
     cv.memo[key] = (best, choice, diag)
     return best, choice, diag

@@ -16,9 +16,8 @@ from .errors import PlanError
 from .estimate import Estimate, ReplicaMemory
 from .gpus import get_gpu
 from .job import Job
-from .memory import GRAD_BYTES, peak_bytes
 from .plan import Plan, Replica
-from .prices import price_per_gpu_hour
+from .prices import usd_per_second
 
 if TYPE_CHECKING:
     from .simulator import Simulator
@@ -127,15 +126,10 @@ def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=
         "pipeline_bubble": sum([per_mb[i][j] for i, j in enumerate(ids)]) - per_k,
         "p2p": (m - 1) * sends + 2.0 * sum_p2p,
     }
-    tail, opt, lead = 0.0, 0.0, 0.0
-    for i, sm in enumerate(summaries):
-        exposed = sm.dp_sync_s + sm.optimizer_s - lead
-        if i == 0 or exposed > tail:
-            tail, opt = exposed, sm.optimizer_s
-        if i < p - 1:
-            lead += crit_times[i].backward_s + crit_p2p[i]
-    tail = max(tail, 0.0)
-    breakdown["optimizer"] = min(opt, tail)
+    drain = [crit_times[i].backward_s + crit_p2p[i] for i in range(p - 1)]
+    tail, breakdown["optimizer"] = timing.exposed_tail(
+        [sm.dp_sync_s for sm in summaries], [sm.optimizer_s for sm in summaries], drain
+    )
     breakdown["dp_sync"] = tail - breakdown["optimizer"]
     iteration = best_total + tail
     usd_per_s = sum([sm.usd_per_s for sm in summaries])
@@ -211,7 +205,7 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
         pos_ids.append(k)
         usd += infos[k][4]
     sig = s._sig
-    grad_bytes = GRAD_BYTES[job.dtype] * sim.unsharded_params(job, first, last)
+    grad_bytes = sim.grad_bytes(job, first, last)
     return StageSummary(
         tuple(distinct),
         tuple(infos),
@@ -239,20 +233,12 @@ def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: in
             j = s.replicas.index(r)
             raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
         sim._valid.add(ok_key)
-    st, static, act, transient, act_out, over, capacity = sim._range(
-        job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size
-    )
-    neighbours = (i > 0) + (i < p - 1)
-    peak = peak_bytes(
-        over,
-        static,
-        act,
-        min(p - i, r.num_microbatches),  # memory.in_flight
-        transient,
-        act_out * neighbours,
-        (r.tp > 1) + (d > 1) + neighbours,
+    first, last = s.first_layer, s.last_layer
+    st = sim._range(job, first, last, r.gpu_type, r.tp, r.microbatch_size)[0]
+    peak, capacity = sim.replica_peak(
+        job, first, last, r.gpu_type, r.tp, r.microbatch_size, i, p, r.num_microbatches, d
     )
     price = sim._prices.get((r.gpu_type, r.zone))
     if price is None:
-        price = sim._prices[(r.gpu_type, r.zone)] = price_per_gpu_hour(r.gpu_type, r.zone)
-    return (st, peak, None, capacity, r.tp * price / 3600.0)
+        price = sim._prices[(r.gpu_type, r.zone)] = usd_per_second(r.gpu_type, r.zone, 1)
+    return (st, peak, None, capacity, r.tp * price)

@@ -136,7 +136,8 @@ def peak_bytes(
     communicators: int,
 ) -> int:
     """``sum(memory_terms(...).values())`` without building the dict (the planner's hot path);
-    ``static`` from ``static_bytes``. A test checks both agree."""
+    ``static`` from ``static_bytes``. A test checks both agree. Also takes numpy arrays of
+    ``static`` / ``activation_per_microbatch`` / ``transient`` (the planner's [a, b] tables)."""
     tensors = (
         static
         + activation_per_microbatch * in_flight_microbatches
@@ -144,4 +145,9 @@ def peak_bytes(
         + p2p_buffer
         + communicators * over.nccl_per_communicator
     )
-    return tensors + over.cuda_context + int(over.allocator_reserve_fraction * tensors)
+    return tensors + over.cuda_context + _floor(over.allocator_reserve_fraction * tensors)
+
+
+def _floor(x):
+    """``int()`` of a non-negative number, elementwise floor of an array (same values)."""
+    return int(x) if isinstance(x, int | float) else x // 1

@@ -49,5 +49,10 @@ def price_per_gpu_hour(gpu_type: str, zone: str) -> float:
     return entry[0]
 
 
+def usd_per_second(gpu_type: str, zone: str, gpus: int = 1) -> float:
+    """$/s of ``gpus`` GPUs of a type in a zone (what a replica of TP ``gpus`` bills)."""
+    return gpus * price_per_gpu_hour(gpu_type, zone) / 3600.0
+
+
 def set_price(gpu_type: str, price: float, region: str = "*", source: str = "user") -> None:
     PRICE_CATALOG.setdefault(get_gpu(gpu_type).name, {})[region] = (float(price), source)

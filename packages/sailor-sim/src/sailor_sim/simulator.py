@@ -35,6 +35,7 @@ from .memory import (
     framework_overhead,
     in_flight,
     memory_terms,
+    peak_bytes,
     static_bytes,
     transient_bytes,
 )
@@ -173,6 +174,38 @@ class Simulator:
             job, first, last, gpu_type, tp, mbs, stage_index, num_stages, num_microbatches, dp
         )[1]
 
+    def replica_peak(
+        self,
+        job: Job,
+        first: int,
+        last: int,
+        gpu_type: str,
+        tp: int,
+        mbs: int,
+        stage_index: int,
+        num_stages: int,
+        num_microbatches: int,
+        dp: int = 1,
+    ) -> tuple[int, int]:
+        """(peak bytes, capacity) of one GPU of a replica: the per-replica memory verdict of
+        ``estimate`` (fits = peak <= capacity), O(1) after the first call per layer range."""
+        self._fresh()
+        _, static, act, transient, act_out, over, capacity = self._range(
+            job, first, last, gpu_type, tp, mbs
+        )
+        i, p = stage_index, num_stages
+        neighbours = (i > 0) + (i < p - 1)
+        peak = peak_bytes(
+            over,
+            static,
+            act,
+            in_flight(i, p, num_microbatches),
+            transient,
+            act_out * neighbours,
+            (tp > 1) + (dp > 1) + neighbours,
+        )
+        return peak, capacity
+
     def _memory(
         self, job, first, last, gpu_type, tp, mbs, i, p, m, dp
     ) -> tuple[int, dict[str, int]]:
@@ -268,18 +301,31 @@ class Simulator:
     def _dp_sync(self, job: Job, first: int, last: int, replicas, sig) -> float:
         if len(replicas) < 2:
             return 0.0
-        grad_bytes = GRAD_BYTES[job.dtype] * self.unsharded_params(job, first, last)
+        grad_bytes = self.grad_bytes(job, first, last)
         key = (grad_bytes, sig)
         hit = self._dp_cache.get(key)
         if hit is None:
-            edges = self._ring_cache.get(sig)
-            if edges is None:
-                edges = self._ring_cache[sig] = timing.ring_edges(self.network, replicas)
-            n = len(replicas)
-            hit = self._dp_cache[key] = max(
-                timing.allreduce_time(link, grad_bytes, n, pairs, eff) for link, pairs, eff in edges
-            )
+            kinds = self._ring_cache.get(sig)
+            if kinds is None:
+                kinds = self._ring_cache[sig] = timing.ring_kinds(replicas)
+            hit = self._dp_cache[key] = self.ring_time(job, first, last, kinds)[0]
         return hit
+
+    def ring_time(self, job: Job, first: int, last: int, kinds) -> tuple[float, float]:
+        """(all-reduce seconds, egress $) of layers first..last over a ring given as
+        ``timing.ring_kinds`` runs (what ``dp_sync_time`` and the DP egress compute)."""
+        n = sum(count for _, count in kinds)
+        if n < 2:
+            return 0.0, 0.0
+        grad = self.grad_bytes(job, first, last)
+        edges = timing.kind_edges(kinds)
+        seconds = max(timing.edge_allreduce_time(self.network, a, b, n, grad) for a, b in edges)
+        usd = sum(timing.edge_egress_usd(self.network, a, b, n, grad) for a, b in edges)
+        return seconds, usd
+
+    def grad_bytes(self, job: Job, first: int, last: int) -> int:
+        """Unsharded gradient bytes of layers first..last (fp32 main grads, ``GRAD_BYTES``)."""
+        return GRAD_BYTES[job.dtype] * self.unsharded_params(job, first, last)
 
     def dp_egress_per_gb(self, replicas: tuple[Replica, ...]) -> float:
         """$ per GB of unsharded gradients for one all-reduce over ``replicas``' ring."""

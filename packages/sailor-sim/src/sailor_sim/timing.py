@@ -108,23 +108,53 @@ def allreduce_time(
     return volume / bw + buckets * 2 * (ranks - 1) * link.latency_s
 
 
-def ring_edges(network: NetworkModel, replicas) -> list[tuple[LinkCurve, int, float]]:
-    """Distinct edges of the data-parallel ring of one stage: (link, concurrent pairs, bus
-    efficiency). The ring visits replicas sorted by (zone, GPU type), so it crosses each zone
-    boundary as few times as possible; the TP shards of a replica reduce in parallel rings
-    (min TP of two neighbours concurrent pairs); a cross-zone edge uses its own, slower curve."""
+RingKind = tuple[str, str, int]
+"""(zone, GPU type, TP) of a data-parallel replica: all the ring's edges depend on."""
+
+
+def ring_kinds(replicas) -> tuple[tuple[RingKind, int], ...]:
+    """The ring of one stage as sorted ((zone, GPU type, TP), replicas) runs: the ring visits
+    replicas sorted by (zone, GPU type, TP), so it crosses each zone boundary as few times as
+    possible."""
+    counts: dict[RingKind, int] = {}
+    for r in replicas:
+        k = (r.zone, r.gpu_type, r.tp)
+        counts[k] = counts.get(k, 0) + 1
+    return tuple(sorted(counts.items()))
+
+
+def kind_edges(kinds) -> list[tuple[RingKind, RingKind]]:
+    """Every edge of the ring over sorted ``kinds`` runs, once per (run, run) transition: inside
+    a run of >= 2 replicas, between consecutive runs, and back from the last to the first."""
+    edges = [(k, k) for k, count in kinds if count >= 2]
+    edges += [(kinds[j][0], kinds[j + 1][0]) for j in range(len(kinds) - 1)]
+    if len(kinds) > 1:
+        edges.append((kinds[-1][0], kinds[0][0]))
+    return edges
+
+
+def edge_allreduce_time(
+    network: NetworkModel, a: RingKind, b: RingKind, ranks: int, grad_bytes_unsharded: float
+) -> float:
+    """Ring all-reduce time if every edge were the a -> b edge: the TP shards of a replica
+    reduce in parallel rings (min TP of the two concurrent pairs), on the edge's own curve
+    (a cross-zone edge is slower) at the platform's bus efficiency."""
     from .network import Endpoint
 
-    ring = sorted(replicas, key=lambda r: (r.zone, r.gpu_type, r.tp))
-    edges = {}
-    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-        pairs = min(a.tp, b.tp)
-        link = network.link(
-            Endpoint(a.zone, a.gpu_type, pairs), Endpoint(b.zone, b.gpu_type, pairs)
-        )
-        eff = bus_efficiency(a.gpu_type, b.gpu_type)
-        edges[(id(link), pairs, eff)] = (link, pairs, eff)
-    return list(edges.values())
+    (za, ga, ta), (zb, gb, tb) = a, b
+    pairs = min(ta, tb)
+    link = network.link(Endpoint(za, ga, pairs), Endpoint(zb, gb, pairs))
+    return allreduce_time(link, grad_bytes_unsharded, ranks, pairs, bus_efficiency(ga, gb))
+
+
+def edge_egress_usd(
+    network: NetworkModel, a: RingKind, b: RingKind, ranks: int, grad_bytes_unsharded: float
+) -> float:
+    """$ of one all-reduce over the a -> b ring edge: 2(n-1)/n of the gradients cross it."""
+    if a[0] == b[0] or ranks < 2:
+        return 0.0
+    rate = network.egress_per_gb(a[0], b[0])
+    return 2.0 * (ranks - 1) / ranks * grad_bytes_unsharded / 1e9 * rate
 
 
 def ring_allreduce_time(network: NetworkModel, replicas, grad_bytes_unsharded: int) -> float:
@@ -133,8 +163,8 @@ def ring_allreduce_time(network: NetworkModel, replicas, grad_bytes_unsharded: i
     if n < 2:
         return 0.0
     return max(
-        allreduce_time(link, grad_bytes_unsharded, n, pairs, eff)
-        for link, pairs, eff in ring_edges(network, replicas)
+        edge_allreduce_time(network, a, b, n, grad_bytes_unsharded)
+        for a, b in kind_edges(ring_kinds(replicas))
     )
 
 
@@ -163,18 +193,30 @@ def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) 
 
 
 def dp_egress_usd(network: NetworkModel, replicas, grad_bytes_unsharded: float) -> float:
-    """$ per iteration for the data-parallel ring's cross-zone edges (2(n-1)/n of the
-    gradients cross every edge)."""
+    """$ per iteration for the data-parallel ring's cross-zone edges."""
     n = len(replicas)
-    if n < 2 or len({r.zone for r in replicas}) < 2:
+    if n < 2:
         return 0.0
-    ring = sorted(replicas, key=lambda r: (r.zone, r.gpu_type, r.tp))
-    total = 0.0
-    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-        if a.zone != b.zone:
-            rate = network.egress_per_gb(a.zone, b.zone)
-            total += 2.0 * (n - 1) / n * grad_bytes_unsharded / 1e9 * rate
-    return total
+    return sum(
+        edge_egress_usd(network, a, b, n, grad_bytes_unsharded)
+        for a, b in kind_edges(ring_kinds(replicas))
+    )
+
+
+def exposed_tail(dp_sync_s, optimizer_s, drain_s) -> tuple[float, float]:
+    """(tail seconds, its optimizer share) after the critical pipeline's 1F1B: stage i
+    all-reduces (``dp_sync_s[i]``) then steps (``optimizer_s[i]``), overlapping the drain of
+    the stages before it (``drain_s[i]``: the critical pipeline's backward + p2p of stage i);
+    tail = max(0, max_i (dp_i + opt_i - sum_{k<i} drain_k))."""
+    tail, opt, lead = 0.0, 0.0, 0.0
+    for i, (sync, step) in enumerate(zip(dp_sync_s, optimizer_s, strict=True)):
+        exposed = sync + step - lead
+        if i == 0 or exposed > tail:
+            tail, opt = exposed, step
+        if i < len(drain_s):
+            lead += drain_s[i]
+    tail = max(tail, 0.0)
+    return tail, min(opt, tail)
 
 
 def egress_usd(network: NetworkModel, job, plan, unsharded_params=None) -> float:
@@ -206,12 +248,16 @@ __all__ = [
     "allreduce_time",
     "bus_efficiency",
     "dp_egress_usd",
+    "edge_allreduce_time",
+    "edge_egress_usd",
     "egress_usd",
+    "exposed_tail",
+    "kind_edges",
     "pipeline_total",
     "p2p_transfer_time",
     "pipeline_time",
     "relationship",
     "ring_allreduce_time",
-    "ring_edges",
+    "ring_kinds",
     "tp_comm_time",
 ]

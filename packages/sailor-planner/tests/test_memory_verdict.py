@@ -1,0 +1,79 @@
+"""The planner's memory verdict is the simulator's: on a grid of candidates (GH-96, V100-16,
+A100-40; 1-3 stages; head stages near their limit) ``Scorer.fits`` equals
+``Simulator.estimate(...).fits``, and the search tables never drop a range that fits."""
+
+import itertools
+
+import pytest
+
+from sailor_planner.allocate import Group, Scored, build_plan
+from sailor_planner.balance import ClassLoad
+from sailor_planner.partition import even_bounds
+from sailor_planner.planner import Planner
+from sailor_planner.request import SearchOptions
+from sailor_planner.search import Search
+from sailor_planner.templates import ClassShape, Shape
+from sailor_sim import Inventory, Job
+
+ZONE = "us-central1-a"
+
+
+def _candidates(job: Job, gpus: tuple[str, ...]):
+    n = job.model.num_layer_ids
+    for g, p, mbs, tp, d in itertools.product(gpus, (1, 2, 3), (1, 4, 8), (1, 2), (1, 2, 4)):
+        gbs = job.global_batch_size
+        if gbs % mbs or gbs // mbs < d:
+            continue
+        base, extra = divmod(gbs // mbs, d)
+        shape = Shape(even_bounds(n, p), (ClassShape(g, mbs, (tp,) * p),))
+        groups = (Group(0, (ZONE,) * p, d),)
+        yield shape, groups, (ClassLoad(base, extra),)
+
+
+@pytest.mark.parametrize(
+    "model,gbs,gpus",
+    [
+        ("OPT-350M", 64, ("GH-96", "V100-16", "A100-40")),
+        ("GPT-Neo-2.7B", 32, ("GH-96", "A100-40", "V100-16")),
+    ],
+)
+def test_scorer_memory_verdict_equals_estimate_fits(sim, model, gbs, gpus) -> None:
+    job = Job.create(model, gbs, 2048)
+    cv, scorer, _ = Planner(sim)._state(job)
+    verdicts, head_only = [], 0
+    for shape, groups, loads in _candidates(job, gpus):
+        plan = build_plan(Scored(shape, groups, loads, 1.0, 0.0, 0.0, 0))
+        est = sim.estimate(job, plan)
+        mine = scorer.fits(shape, groups, loads)
+        assert mine == est.fits, (shape, loads)
+        verdicts.append(mine)
+        failing = {m.stage for m in est.memory if not m.fits}
+        head_only += failing == {plan.num_stages - 1}
+        # The search tables: "sure" implies fits; fits implies "may fit" (never pruned).
+        p, mm = shape.depth, gbs // shape.classes[0].mbs
+        cls = shape.classes[0]
+        for i, (a, b) in enumerate(shape.bounds):
+            args = (cls.gpu, cls.mbs, cls.tps[i], min(p - i, mm), (i > 0) + (i < p - 1))
+            cap = cv.capacity(cls.gpu)
+            ok = all(m.fits for m in est.memory if m.stage == i)
+            if cv.fit_matrix(*args, cap, True)[a, b]:
+                assert ok
+            if ok:
+                assert cv.fit_matrix(*args, cap, False)[a, b]
+    # The grid must exercise both verdicts, and plans where only the head stage is too big.
+    assert any(verdicts) and not all(verdicts)
+    assert head_only > 0
+
+
+def test_search_scores_equal_estimates_on_gh96_across_zones(sim) -> None:
+    """GH-96 rings use their own bus efficiency: scores still equal ``estimate``."""
+    job = Job.create("OPT-350M", 512, 2048)
+    inventory = Inventory.parse(["GH-96@us-central1-a=16", "GH-96@us-central1-b=16"])
+    cv, scorer, memo = Planner(sim)._state(job)
+    found = Search(cv, scorer, memo, inventory, SearchOptions(top_k=5)).run()
+    assert any(s.gpus > 16 for s in found.scored)  # data parallelism across both zones
+    for s in found.scored[:40]:
+        e = sim.estimate(job, build_plan(s))
+        assert e.fits
+        assert e.iteration_time_s == pytest.approx(s.iteration_s, rel=1e-12)
+        assert e.cost_per_iteration_usd == pytest.approx(s.cost_per_iteration, rel=1e-12)
