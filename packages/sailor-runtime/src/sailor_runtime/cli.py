@@ -229,7 +229,7 @@ def worker(
         agent.leave("interrupted")
     finally:
         agent.close()
-    sys.exit(0)
+    sys.exit(1 if agent.lost_controller else 0)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ class WorkerAgent:
         threads_per_rank: int = 1,
         register_timeout_s: float = 120.0,
         warm: bool = True,
+        controller_timeout_s: float = 300.0,
     ) -> None:
         self.controller = controller
         self.gpus = gpus
@@ -53,6 +54,10 @@ class WorkerAgent:
         self.server, self.port = create_agent_server(self.servicer, f"{host}:0", token)
         self.address = f"{host}:{self.port}"
         self.register_timeout_s = register_timeout_s
+        self.controller_timeout_s = controller_timeout_s
+        """Give up (stop the ranks, exit non-zero) after this long without the controller."""
+        self.last_contact = time.monotonic()
+        self.lost_controller = False
         self.interval_s = 1.0
         self.done = threading.Event()
         self._channel = grpc.insecure_channel(controller)
@@ -144,7 +149,13 @@ class WorkerAgent:
             reply = self._stub.Heartbeat(request, timeout=5, metadata=self.metadata)
         except grpc.RpcError as exc:
             log.warning("heartbeat failed: %s %s", exc.code(), exc.details())
+            if time.monotonic() - self.last_contact > self.controller_timeout_s:
+                log.error("no controller for %.0f s; stopping", self.controller_timeout_s)
+                self.runner.stop(0, grace_s=1.0)
+                self.lost_controller = True
+                self.done.set()
             return pending
+        self.last_contact = time.monotonic()
         if reply.shutdown:
             log.info("controller says the run is over")
             self.runner.stop(0, grace_s=5.0)
