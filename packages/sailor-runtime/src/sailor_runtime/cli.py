@@ -199,6 +199,9 @@ def worker(
     warm: bool = typer.Option(
         True, "--warm/--cold", help="Keep a rank process per device with torch imported."
     ),
+    controller_timeout: float = typer.Option(
+        300.0, help="Stop the ranks and exit 1 after this many seconds without the controller."
+    ),
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
@@ -214,7 +217,7 @@ def worker(
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(
             controller, node, workdir, host=host, token=token, worker_id=worker_id,
-            threads_per_rank=threads_per_rank, warm=warm,
+            threads_per_rank=threads_per_rank, warm=warm, controller_timeout_s=controller_timeout,
         )  # fmt: skip
         agent.start()
     except (SailorRuntimeError, SailorSimError) as exc:
