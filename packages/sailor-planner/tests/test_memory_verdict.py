@@ -77,3 +77,22 @@ def test_search_scores_equal_estimates_on_gh96_across_zones(sim) -> None:
         assert e.fits
         assert e.iteration_time_s == pytest.approx(s.iteration_s, rel=1e-12)
         assert e.cost_per_iteration_usd == pytest.approx(s.cost_per_iteration, rel=1e-12)
+
+
+def test_profiled_oom_configurations_are_skipped() -> None:
+    """A (GPU, mbs, TP) the profiler marked 'oom' is refused by the simulator; the planner
+    plans around it instead of failing."""
+    from sailor_sim import ProfileStore, Simulator
+    from sailor_sim.profiles import ProfileEntry, ProfileKey
+
+    job = Job.create("OPT-350M", 256, 2048)
+    inventory = Inventory.parse(["A100-40@us-central1-a=16"])
+    free = Planner(Simulator()).plan(job, inventory, SearchOptions(top_k=1)).best.plan
+    r = free.stages[0].replicas[0]
+    key = ProfileKey("OPT-350M", "A100-40", "fp32", r.microbatch_size, r.tp)
+    store = ProfileStore([ProfileEntry(key, 2048, (), "measured", status="oom", note="OOM")])
+    result = Planner(Simulator(store)).plan(job, inventory, SearchOptions(top_k=3))
+    used = {
+        (x.microbatch_size, x.tp) for p in result.plans for s in p.plan.stages for x in s.replicas
+    }
+    assert result.plans and (r.microbatch_size, r.tp) not in used

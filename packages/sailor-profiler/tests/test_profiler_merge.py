@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from sailor_profiler.cli import app
 from sailor_profiler.store import Record, read_folder, update_folder
-from sailor_sim import Job, Plan, get_model
+from sailor_sim import Job, Plan, ProfileError, get_model
 from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
 from sailor_sim.simulator import Simulator
 
@@ -96,11 +96,20 @@ def test_compute_records_sizes_that_do_not_fit(tmp_path):
         "--memory-limit-gb", "0.000001", "--no-plot", "--json",
     ])
     assert result.exit_code == 0, result.output
-    assert [p.name for p in out.glob("*.json")] == ["links.json"]  # no simulator entry...
     doc = json.loads((out / "profiler" / "provenance.json").read_text())
     assert [(r["microbatch_size"], r["status"]) for r in doc["records"]] == [(1, "oom"), (4, "oom")]
-    assert "estimated" in doc["records"][0]["note"]  # ...but each size is recorded as OOM
-    assert Simulator.from_profile_dir(out).network.intra_node("CPU", 2).max_bandwidth == 1e9
+    assert "estimated" in doc["records"][0]["note"]  # each size is recorded as OOM...
+    (profile,) = [p for p in out.glob("*.json") if p.name != "links.json"]
+    entries = json.loads(profile.read_text())["entries"]  # ...in the profile file itself
+    assert [(e["microbatch_size"], e["status"], e["layers"]) for e in entries] == [
+        (1, "oom", []), (4, "oom", [])]
+    assert all(e["provenance"]["torch"] and e["provenance"]["date"] for e in entries)
+    sim = Simulator.from_profile_dir(out)
+    assert sim.network.intra_node("CPU", 2).max_bandwidth == 1e9
+    job = Job.create("tiny-gpt", 4, 128)
+    with pytest.raises(ProfileError, match="marked 'oom'"):  # the simulator refuses it
+        sim.estimate(job, Plan.uniform(job, "CPU", "local", pp=1, dp=1, tp=1,
+                                       microbatch_size=4))
 
 
 needs_reference = pytest.mark.skipif(

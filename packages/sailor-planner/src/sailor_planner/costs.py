@@ -62,6 +62,12 @@ class CostView:
     def supports(self, gpu_type: str) -> bool:
         return get_gpu(gpu_type).supports(self.job.dtype)
 
+    def profiled_oom(self, g: str, m: int, t: int) -> bool:
+        """The profile marks (g, m, t) 'oom': the simulator refuses it, so the search skips it."""
+        job = self.job
+        entry = self.sim.profiles.oom_entry(job.model, g, job.dtype, m, t, job.sequence_length)
+        return entry is not None
+
     # ---- time -------------------------------------------------------------------------------
     def time_prefix(self, g: str, m: int, t: int) -> np.ndarray:
         key = (g, m, t)

@@ -68,9 +68,13 @@ def stage_tables(
     job = cv.job
     mm = max(1, job.global_batch_size // m)
     if isinstance(t, tuple):
+        if any(cv.profiled_oom(g, m, d) for d in t):
+            return None
         per_stage = [[d] for d in t]
     else:
-        per_stage = [[d for d in cv.tp_of(g) if d >= t]] * p
+        per_stage = [[d for d in cv.tp_of(g) if d >= t and not cv.profiled_oom(g, m, d)]] * p
+        if not per_stage[0]:
+            return None
     cap = cv.capacity(g)
     costs, tps = [], []
     p2p = _p2p_same_zone(cv, g, m, sorted({d for ds in per_stage for d in ds}), zone)

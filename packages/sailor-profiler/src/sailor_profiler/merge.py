@@ -57,7 +57,8 @@ def merge_folders(paths: list[str | Path]) -> ProfileFolder:
     for position, folder in enumerate(folders):
         for entry in folder.store.entries():
             chosen = best.get(entry_key(entry))
-            if chosen and chosen[2] == position and chosen[1].status == "ok":
+            ok = entry.status == "ok"  # 'oom' entries are rebuilt from their records
+            if ok and chosen and chosen[2] == position and chosen[1].status == "ok":
                 store.add(entry)
     return ProfileFolder(store, {key: rec for key, (_, rec, _) in best.items()})
 

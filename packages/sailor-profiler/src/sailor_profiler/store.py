@@ -1,10 +1,12 @@
 """Profile folders: sailor-sim's profile files plus the profiler's provenance sidecar.
 
 A profile folder holds what ``sailor_sim.profiles.load_profile_dir`` reads (``*.json`` files in
-format ``sailor-profile/1``, written with ``save_profile_dir``) and, in the subfolder
-``profiler/`` (which the simulator ignores), ``provenance.json``: one record per entry key with
-its status ('ok', or 'oom' for a size that does not fit, which the simulator's format cannot
-hold), its source and where it came from (machine, torch, date, input folder). A
+format ``sailor-profile/1``, written with ``save_profile_dir``): every entry carries its
+status ('ok', or 'oom' for a size that does not fit: an entry without layers, which the
+simulator refuses to use), note and provenance (machine, torch, date, input folder) in the
+entry's own optional fields. The subfolder ``profiler/`` (which the simulator ignores) keeps
+``provenance.json`` with the same records for older readers; folders written before the
+entry fields existed are read from it. A
 ``links.json`` beside the profiles is the network profile (``sailor-network/1``), as
 ``sailor_sim.Simulator.from_profile_dir`` expects::
 
@@ -17,12 +19,18 @@ hold), its source and where it came from (machine, torch, date, input folder). A
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from sailor_sim.errors import SailorSimError
-from sailor_sim.profiles import ProfileEntry, ProfileStore, read_profile_file, save_profile_dir
+from sailor_sim.profiles import (
+    ProfileEntry,
+    ProfileKey,
+    ProfileStore,
+    read_profile_file,
+    save_profile_dir,
+)
 
 from .errors import ProfileFolderError
 
@@ -63,7 +71,24 @@ def entry_key(e: ProfileEntry) -> tuple:
 
 
 def record_for_entry(e: ProfileEntry, provenance: dict[str, Any] | None = None) -> Record:
-    return Record(*entry_key(e), status="ok", source=e.source, provenance=provenance or {})
+    """The record an entry carries (status, note, provenance from its own fields)."""
+    prov = provenance if provenance is not None else dict(e.provenance or {})
+    return Record(*entry_key(e), status=e.status, source=e.source, note=e.note, provenance=prov)
+
+
+def entry_for_record(rec: Record, entry: ProfileEntry | None) -> ProfileEntry | None:
+    """The entry to write for a record: the measured entry with the record's note and
+    provenance, or, for 'oom', an entry without layers; None for an 'ok' record without
+    an entry."""
+    prov = json.loads(json.dumps(rec.provenance, default=str)) or None  # JSON values only
+    if rec.status == "oom":
+        key = ProfileKey(rec.model, rec.gpu_type, rec.dtype, rec.microbatch_size, rec.tp)
+        return ProfileEntry(key, rec.sequence_length, (), rec.source, status="oom",
+                            note=rec.note, provenance=prov,
+                            optimizer=entry.optimizer if entry is not None else "adam")
+    if entry is None or entry.status != "ok":
+        return None
+    return replace(entry, note=rec.note, provenance=prov)
 
 
 @dataclass
@@ -89,7 +114,7 @@ def read_folder(path: str | Path, allow_empty: bool = False) -> ProfileFolder:
     except SailorSimError as exc:
         raise ProfileFolderError(f"{folder} is not a valid profile folder: {exc}",
                                  field="profile_dir") from None
-    records = {entry_key(e): record_for_entry(e) for e in store.entries()}
+    records = {entry_key(e): record_for_entry(e) for e in store.entries() + store.oom_entries()}
     for rec in _read_records(folder / SIDE_DIR / PROVENANCE_FILE):
         if rec.status != "ok" or rec.key in records:
             records[rec.key] = rec
@@ -116,12 +141,17 @@ def _read_records(path: Path) -> list[Record]:
 
 
 def write_folder(folder: ProfileFolder, path: str | Path) -> list[Path]:
-    """Write entries with ``save_profile_dir`` and the sidecar (atomically, sidecar last)."""
+    """Write entries (with their status, note and provenance) with ``save_profile_dir`` and
+    the sidecar (atomically, sidecar last)."""
     out = Path(path)
-    kept = ProfileStore(e for e in folder.store.entries()
-                        if folder.records.get(entry_key(e)) is None
-                        or folder.records[entry_key(e)].status == "ok")
-    written = save_profile_dir(kept, out) if len(kept) else []
+    by_key = {entry_key(e): e for e in folder.store.entries()}
+    kept = ProfileStore(e for k, e in by_key.items()
+                        if k not in folder.records and e.status == "ok")
+    for key, rec in folder.records.items():
+        e = entry_for_record(rec, by_key.get(key))
+        if e is not None:
+            kept.add(e)
+    written = save_profile_dir(kept, out) if kept.entries() or kept.oom_entries() else []
     side = out / SIDE_DIR
     side.mkdir(parents=True, exist_ok=True)
     doc = {"format": PROVENANCE_FORMAT,

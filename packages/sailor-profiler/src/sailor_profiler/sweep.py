@@ -96,7 +96,8 @@ def to_entries(rows: list[LayerResult], cfg: ComputeConfig, gpu_type: str,
             for r in layers
         )
         key = ProfileKey(spec.name, gpu_type, cfg.dtype, mbs, tp)
-        entries.append(ProfileEntry(key, cfg.seq_len, profile, "measured", includes_tp_comm=True))
+        entries.append(ProfileEntry(key, cfg.seq_len, profile, "measured", includes_tp_comm=True,
+                                    optimizer=cfg.optimizer))
         records.append(base)
     return entries, records
 

@@ -32,7 +32,7 @@ Unknown keys, missing fields, negative or non-finite numbers and truncated files
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import analytic
 from .dtypes import check_dtype
@@ -72,6 +72,23 @@ class ProfileEntry:
     source: str
     includes_tp_comm: bool = True
     """True when the times were measured with TP, so TP all-reduces are already inside."""
+    optimizer: str = "adam"
+    """The optimizer whose step ``optimizer_s`` timed (scaled to the job's by bytes moved)."""
+    status: str = "ok"
+    """'ok', or 'oom': this (mbs, TP) did not fit the device when profiled; such an entry has
+    no layers and the simulator refuses to estimate with it (``ProfileStore.entry``)."""
+    note: str = ""
+    """Why (for 'oom' entries: the profiler's message)."""
+    provenance: dict | None = field(default=None, compare=False)
+    """Where it was measured: JSON scalars by name, e.g. device, driver, cuda, torch, date."""
+
+    @property
+    def label(self) -> str:
+        k = self.key
+        return (
+            f"{k.model} / {k.gpu_type} / {k.dtype} / mbs {k.microbatch_size} / tp {k.tp} / "
+            f"seq {self.sequence_length}"
+        )
 
 
 @dataclass(frozen=True)
@@ -102,6 +119,7 @@ class ProfileStore:
 
     def __init__(self, entries=()) -> None:
         self._entries: dict[ProfileKey, ProfileEntry] = {}
+        self._oom: dict[ProfileKey, ProfileEntry] = {}
         self._tables: dict[tuple, LayerTable] = {}
         self.version = 0
         """Bumped on every change, so users of cached numbers (the simulator) can notice."""
@@ -111,19 +129,45 @@ class ProfileStore:
             self.add(e)
 
     def add(self, entry: ProfileEntry) -> None:
+        """Add or replace the entry of its key ('oom' entries are kept apart: never a
+        neighbour for interpolation, and an error when the exact key is asked for)."""
         model = get_model(entry.key.model)
+        if entry.status == "oom":
+            self._entries.pop(entry.key, None)
+            self._oom[entry.key] = entry
+            self._tables.clear()
+            self.version += 1
+            return
+        if entry.status != "ok":
+            raise ProfileError(
+                f"status must be 'ok' or 'oom', got {entry.status!r}", field="profile.status"
+            )
         if len(entry.layers) != model.num_layer_ids:
             raise ProfileError(
                 f"{len(entry.layers)} layers for {model.name}, which has {model.num_layer_ids} "
                 "layer ids; a profile entry needs every layer id",
                 field="profile.layers",
             )
+        self._oom.pop(entry.key, None)
         self._entries[entry.key] = entry
         self._tables.clear()
         self.version += 1
 
     def entries(self) -> list[ProfileEntry]:
+        """The entries with numbers ('ok'); ``oom_entries`` has the rest."""
         return list(self._entries.values())
+
+    def oom_entries(self) -> list[ProfileEntry]:
+        """The 'oom' records (no layers); ``save_profile_dir`` writes them too."""
+        return list(self._oom.values())
+
+    def oom_entry(
+        self, model: ModelSpec | str, gpu: GPUType | str, dtype: str, mbs: int, tp: int, seq: int
+    ) -> ProfileEntry | None:
+        """The 'oom' record of this key at this sequence length, if the profiler left one."""
+        model, gpu = get_model(model), get_gpu(gpu)
+        hit = self._oom.get(ProfileKey(model.name, gpu.name, check_dtype(dtype), mbs, tp))
+        return hit if hit is not None and hit.sequence_length == seq else None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -135,6 +179,14 @@ class ProfileStore:
         """The entry for this key, resolved by the rules in the module docstring."""
         model, gpu, dtype = get_model(model), get_gpu(gpu), check_dtype(dtype)
         key = ProfileKey(model.name, gpu.name, dtype, mbs, tp)
+        oom = self._oom.get(key)
+        if oom is not None and oom.sequence_length == seq:
+            raise ProfileError(
+                f"{oom.label} is marked 'oom' (did not fit the device when profiled"
+                f"{': ' + oom.note if oom.note else ''}); use another microbatch size or TP "
+                "degree, or remove the entry to fall back to interpolation",
+                field="profile.entries",
+            )
         exact = self._entries.get(key)
         if exact is not None and exact.sequence_length == seq:
             return exact
@@ -216,6 +268,7 @@ def _interpolate_mbs(key: ProfileKey, seq: int, same: list[ProfileEntry]) -> Pro
         layers,
         f"interpolated:mbs {m0}-{m1} ({e0.source})",
         e0.includes_tp_comm and e1.includes_tp_comm,
+        e0.optimizer,
     )
 
 
@@ -256,7 +309,7 @@ def _scale_neighbour(
         f"seq {near.sequence_length} ({near.source})"
     )
     same_tp = near.includes_tp_comm and k.tp == key.tp
-    return ProfileEntry(key, seq, tuple(layers), source, same_tp)
+    return ProfileEntry(key, seq, tuple(layers), source, same_tp, near.optimizer)
 
 
 def _build_table(
@@ -270,9 +323,9 @@ def _build_table(
         for i, layer in enumerate(entry.layers)
     ]
     params = [model.params(i, k.tp) for i in range(model.num_layer_ids)]
-    opt_scale = 1.0
-    if optimizer == "sgd":  # profiles record Adam; SGD moves fewer bytes per parameter
-        opt_scale = analytic.SGD_BYTES_PER_PARAM[dtype] / analytic.ADAM_BYTES_PER_PARAM[dtype]
+    # The step moves bytes per parameter by optimizer (SGD fewer than Adam): scale the
+    # profiled optimizer's time to the job's.
+    opt_scale = _step_bytes(optimizer, dtype) / _step_bytes(entry.optimizer, dtype)
     return LayerTable(
         entry,
         _prefix(layer.forward_s for layer in entry.layers),
@@ -281,6 +334,11 @@ def _build_table(
         _prefix(acts),
         _prefix(params),
     )
+
+
+def _step_bytes(optimizer: str, dtype: str) -> int:
+    table = analytic.SGD_BYTES_PER_PARAM if optimizer == "sgd" else analytic.ADAM_BYTES_PER_PARAM
+    return table[dtype]
 
 
 # The file format lives in its own module; re-exported here, where callers look for it.
