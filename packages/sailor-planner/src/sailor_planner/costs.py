@@ -48,6 +48,8 @@ class CostView:
         self.memo: dict[tuple, object] = {}
         """Derived tables of other modules (e.g. per-position stage costs), same lifetime."""
         self._lower = np.tril(np.ones((self.n, self.n), dtype=bool), -1)
+        self.upper = ~self._lower
+        """[a, b] with a <= b: the layer ranges."""
         self.hits = 0
         self.tp_of = lru_cache(maxsize=None)(self._tp_degrees)
 

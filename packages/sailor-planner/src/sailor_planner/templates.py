@@ -102,6 +102,8 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
     best = np.full((cv.n, cv.n), INF)
     choice = np.zeros((cv.n, cv.n), dtype=np.int64)
     for sure in (True, False):
+        if not sure and np.isfinite(best[cv.upper]).all():
+            break  # every range surely fits some degree: the lower bound adds nothing
         for d in degrees:
             fits = cv.fit_matrix(g, m, d, in_flight, neighbours, cap, sure)
             time = cv.time_matrix(g, m, d, p2p[d] * neighbours)

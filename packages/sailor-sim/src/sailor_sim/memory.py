@@ -150,4 +150,8 @@ def peak_bytes(
 
 def _floor(x):
     """``int()`` of a non-negative number, elementwise floor of an array (same values)."""
-    return int(x) if isinstance(x, int | float) else x // 1
+    if isinstance(x, int | float):
+        return int(x)
+    from numpy import floor  # only the planner's tables get here; numpy is a dependency
+
+    return floor(x)

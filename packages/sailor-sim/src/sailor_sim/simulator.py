@@ -76,7 +76,9 @@ class Simulator:
         self._dp_cache: dict[tuple, float] = {}
         self._replica_cache: dict[tuple, dict] = {}
         self._valid: set[tuple] = set()
-        self._ring_cache: dict[tuple, list] = {}
+        self._ring_cache: dict[tuple, tuple] = {}
+        self._edge_cache: dict[tuple, tuple[float, float]] = {}
+        """Per (gradient bytes, ring edge, ranks): (all-reduce seconds, egress $)."""
         self._param_prefix: dict[str, list[int]] = {}
         self._stage_summaries: dict[tuple, dict] = {}
         self._prices: dict[tuple[str, str], float] = {}
@@ -318,9 +320,17 @@ class Simulator:
         if n < 2:
             return 0.0, 0.0
         grad = self.grad_bytes(job, first, last)
-        edges = timing.kind_edges(kinds)
-        seconds = max(timing.edge_allreduce_time(self.network, a, b, n, grad) for a, b in edges)
-        usd = sum(timing.edge_egress_usd(self.network, a, b, n, grad) for a, b in edges)
+        seconds, usd = 0.0, 0.0
+        for a, b in timing.kind_edges(kinds):
+            key = (grad, a, b, n)
+            edge = self._edge_cache.get(key)
+            if edge is None:
+                edge = self._edge_cache[key] = (
+                    timing.edge_allreduce_time(self.network, a, b, n, grad),
+                    timing.edge_egress_usd(self.network, a, b, n, grad),
+                )
+            seconds = max(seconds, edge[0])
+            usd += edge[1]
         return seconds, usd
 
     def grad_bytes(self, job: Job, first: int, last: int) -> int:
