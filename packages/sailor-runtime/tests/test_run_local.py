@@ -17,6 +17,7 @@ def test_local_run_with_two_gpu_types_trains_and_matches_the_simulator(tmp_path)
         sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--workers", "4",
         "--gpu-types", "CPU,T4", "--model", "tiny-gpt", "--steps", "14",
         "--checkpoint-every", "7", "--run-dir", str(tmp_path / "run"), "--json", str(out),
+        "--timeout", "330", "--verbose",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

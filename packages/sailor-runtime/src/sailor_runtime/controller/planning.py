@@ -56,7 +56,7 @@ class PlannerLink:
         *,
         profile_dir: str = "",
         objective: str = "throughput",
-        call_timeout_s: float = 60.0,
+        call_timeout_s: float = 30.0,
         wait_s: float = 300.0,
     ) -> None:
         self.address = address

@@ -1,10 +1,11 @@
 """`sailor run --local`: planner server, controller and N worker agents on this machine.
 
-The planner server and the controller run in this process (threads, real gRPC on 127.0.0.1);
-each worker agent is a child process (`sailor worker`) that may emulate its own GPU type, so a
-failure can be injected with a real kill -9. The run ends when every rank of the last
-generation exits 0; the summary compares the measured iteration time of the plan that ran with
-the simulator's prediction for it, using the profile measured on this machine.
+The controller runs in this process (threads, real gRPC on 127.0.0.1), the planner server in a
+child process (`sailor-planner serve`), and each worker agent is a child process (`sailor
+worker`) that may emulate its own GPU type, so a failure can be injected with a real kill -9.
+The run ends when every rank of the last generation exits 0; the summary compares the measured
+iteration time of the plan that ran with the simulator's prediction for it, using the profile
+measured on this machine.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sailor_sim import Job
 from ..controller.controller import Controller, ControllerConfig
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
-from .processes import LocalWorker, start_worker
+from .processes import LocalWorker, start_planner, start_worker
 from .profile import CpuShare, contention, machine_profile, sample_runnable
 from .summary import Progress, RunSummary, measured_iteration_time
 
@@ -51,7 +52,7 @@ class LocalRunConfig:
     timeout_s: float = 900.0
     token: str | None = None
     planner_address: str = ""
-    """An external planner server; "" = start one in this process."""
+    """An external planner server; "" = start one as a child process."""
     warm: bool = True
     """Agents keep warm rank processes (torch imported) for fast restarts."""
 
@@ -63,8 +64,6 @@ class LocalRun:
     """The pieces of one local run; `run()` drives it to the end and returns the summary."""
 
     def __init__(self, cfg: LocalRunConfig) -> None:
-        from sailor_planner.server import create_server
-
         self.cfg = cfg
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, "fp32", "adam")
@@ -77,11 +76,8 @@ class LocalRun:
             self.job_profile_base = sample_runnable()
             factor = contention(self.job_profile_base + cfg.workers)
             self.profile_dir = machine_profile(cfg.run_dir, self.job, types, factor, "profile-plan")
-        self.planner_server = None
-        self.planner_address = cfg.planner_address
-        if not self.planner_address:
-            self.planner_server, planner_port = create_server("127.0.0.1:0")
-            self.planner_address = f"127.0.0.1:{planner_port}"
+        self.planner = None if cfg.planner_address else start_planner(cfg.run_dir)
+        self.planner_address = cfg.planner_address or self.planner.address
         self.controller = Controller(
             ControllerConfig(
                 job=self.job,
@@ -229,8 +225,8 @@ class LocalRun:
             w.terminate()
         self.controller.close()
         self.server.stop(grace=0.5)
-        if self.planner_server is not None:
-            self.planner_server.stop(grace=0.5)
+        if self.planner is not None:
+            self.planner.close()
 
 
 def run_local(cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..errors import SailorRuntimeError
 
 
 @dataclass
@@ -68,3 +73,48 @@ def start_worker(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
         )
     return LocalWorker(name, gpu_type, popen, log_path)
+
+
+@dataclass
+class PlannerProcess:
+    """`sailor-planner serve` as a child process (its own interpreter: a search never holds
+    the controller's GIL)."""
+
+    popen: subprocess.Popen
+    address: str
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def start_planner(run_dir: Path, timeout_s: float = 120.0) -> PlannerProcess:
+    """Start the planner server on 127.0.0.1 (a free port) and wait for its address."""
+    log_dir = run_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "sailor_planner.cli", "serve", "--host", "127.0.0.1"]
+    popen = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=open(log_dir / "planner.log", "wb"),  # noqa: SIM115 - the child owns it
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([popen.stdout], [], [], 0.5)
+        if ready:
+            line = popen.stdout.readline().decode(errors="replace")
+            m = re.search(r"on (127\.0\.0\.1:\d+)", line)
+            if m:
+                return PlannerProcess(popen, m.group(1))
+        if popen.poll() is not None:
+            break
+    popen.kill()
+    raise SailorRuntimeError(
+        f"the planner server did not start; see {log_dir / 'planner.log'}", field="planner"
+    )
