@@ -75,7 +75,9 @@ class LocalRun:
         if cfg.profile:
             self.job_profile_base = sample_runnable()
             factor = contention(self.job_profile_base + cfg.workers)
-            self.profile_dir = machine_profile(cfg.run_dir, self.job, types, factor, "profile-plan")
+            self.profile_dir = machine_profile(
+                cfg.run_dir, self.job, types, factor, "profile-plan", cfg.workers
+            )
         self.planner = None if cfg.planner_address else start_planner(cfg.run_dir)
         self.planner_address = cfg.planner_address or self.planner.address
         self.controller = Controller(

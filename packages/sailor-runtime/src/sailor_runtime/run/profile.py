@@ -13,9 +13,11 @@ What a prediction of a local run needs, and where it comes from (sailor-profiler
   prediction of the plan that ran, the kernel says what share the ranks actually got:
   /proc/PID/schedstat gives each rank's time on a CPU and time waiting in the run queue, and
   (run + wait) / run while it trained is the slowdown of its CPU work (``CpuShare``);
-- gloo p2p and all-reduce over loopback (``sailor-profiler network``), as ``links.json``.
-  Over loopback the "network" is CPU work of the ranks (kernel copies, waking the receiver),
-  so latency and bandwidth are scaled by the same slowdown as the layers;
+- gloo p2p and all-reduce over loopback (``sailor-profiler network``), as ``links.json``,
+  measured with as many processes as the run has ranks: on a few shared cores a message's cost
+  is mostly the wait until the receiving process gets a core again (measured here: all-reduce
+  latency ~0.5 ms with 2 processes on 2 cores, ~6 ms with 4), which a 2-process measurement
+  would miss;
 - every emulated GPU type is this same CPU: the measured file is filed under each type.
 
 Measurements are kept in ``RUN_DIR/profiling`` and reused when already there.
@@ -47,7 +49,7 @@ def _run(cmd: list[str], what: str) -> None:
         raise SailorRuntimeError(f"sailor-profiler {what} failed: {tail}", field="profile")
 
 
-def measure(run_dir: Path, job) -> tuple[dict, dict]:
+def measure(run_dir: Path, job, ranks: int = 2) -> tuple[dict, dict]:
     """(compute profile JSON, links JSON) measured on this machine, cached in the run folder."""
     work = run_dir / "profiling"
     compute, net = work / "compute", work / "net"
@@ -61,7 +63,7 @@ def measure(run_dir: Path, job) -> tuple[dict, dict]:
         ), "compute")  # fmt: skip
     if not (net / "links.json").exists():
         _run(_profiler(
-            "network", "--out", str(net), "--device", "cpu", "--procs", "2",
+            "network", "--out", str(net), "--device", "cpu", "--procs", str(max(2, ranks)),
             "--min-bytes", "64K", "--max-bytes", "2M", "--reps", "3", "--zone", "local",
             "--gpu-type", "CPU", "--json",
         ), "network")  # fmt: skip
@@ -147,16 +149,19 @@ def _relabel_links(links: dict, gpu_types: list[str], factor: float) -> dict:
     return out
 
 
-def machine_profile(run_dir: Path, job, gpu_types: list[str], factor: float, name: str) -> str:
+def machine_profile(
+    run_dir: Path, job, gpu_types: list[str], factor: float, name: str, ranks: int = 2
+) -> str:
     """A profile folder ``run_dir/name`` for ``job``, its CPU times scaled by ``factor`` (the
-    slowdown from sharing the cores), filed under every type in ``gpu_types``."""
-    measured, links = measure(run_dir, job)
+    slowdown from sharing the cores), filed under every type in ``gpu_types``; links measured
+    with ``ranks`` processes."""
+    measured, links = measure(run_dir, job, ranks)
     folder = run_dir / name
     folder.mkdir(parents=True, exist_ok=True)
     for gpu_type in gpu_types:
         name = f"{job.model.name}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
         (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, factor)))
-    (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types, factor)))
+    (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types, 1.0)))
     (folder / "README.txt").write_text(
         f"Measured on this machine with one thread per rank, CPU times scaled by {factor:.2f} "
         f"for sharing its {cores()} cores; see sailor_runtime.run.profile.\n"
