@@ -234,11 +234,9 @@ def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: in
             raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
         sim._valid.add(ok_key)
     first, last = s.first_layer, s.last_layer
-    st = sim._range(job, first, last, r.gpu_type, r.tp, r.microbatch_size)[0]
-    peak, capacity = sim.replica_peak(
-        job, first, last, r.gpu_type, r.tp, r.microbatch_size, i, p, r.num_microbatches, d
-    )
+    rng = sim._range(job, first, last, r.gpu_type, r.tp, r.microbatch_size)
+    peak, capacity = sim._peak(rng, r.tp, i, p, r.num_microbatches, d)  # = sim.replica_peak
     price = sim._prices.get((r.gpu_type, r.zone))
     if price is None:
         price = sim._prices[(r.gpu_type, r.zone)] = usd_per_second(r.gpu_type, r.zone, 1)
-    return (st, peak, None, capacity, r.tp * price)
+    return (rng[0], peak, None, capacity, r.tp * price)

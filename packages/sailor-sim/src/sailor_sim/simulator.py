@@ -192,16 +192,19 @@ class Simulator:
         """(peak bytes, capacity) of one GPU of a replica: the per-replica memory verdict of
         ``estimate`` (fits = peak <= capacity), O(1) after the first call per layer range."""
         self._fresh()
-        _, static, act, transient, act_out, over, capacity = self._range(
-            job, first, last, gpu_type, tp, mbs
-        )
-        i, p = stage_index, num_stages
+        rng = self._range(job, first, last, gpu_type, tp, mbs)
+        return self._peak(rng, tp, stage_index, num_stages, num_microbatches, dp)
+
+    @staticmethod
+    def _peak(rng: tuple, tp: int, i: int, p: int, m: int, dp: int) -> tuple[int, int]:
+        """``replica_peak`` from a ``_range`` tuple (``estimate`` has it at hand)."""
+        _, static, act, transient, act_out, over, capacity = rng
         neighbours = (i > 0) + (i < p - 1)
         peak = peak_bytes(
             over,
             static,
             act,
-            in_flight(i, p, num_microbatches),
+            in_flight(i, p, m),
             transient,
             act_out * neighbours,
             (tp > 1) + (dp > 1) + neighbours,
