@@ -128,8 +128,8 @@ class CostView:
 
     # ---- memory -----------------------------------------------------------------------------
     def _parts(self, g: str, m: int, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """[a, b] static bytes (weights, gradients, optimizer states), [a, b] stashed
-        activation bytes per microbatch, and [b] transient bytes of a range ending at b."""
+        """[a, b] static bytes (weights, gradients, optimizer states) plus the transient of a
+        range ending at b, [a, b] stashed activation bytes per microbatch, [b] transient."""
         key = (g, m, t)
         parts = self._mem_parts.get(key)
         if parts is None:
@@ -145,7 +145,10 @@ class CostView:
                 [transient_bytes(model, b, m, seq, job.dtype, t) for b in range(self.n)],
                 dtype=float,
             )
-            parts = (static_bytes(params, job.dtype, job.optimizer), acts, transient)
+            # static + transient are both position-independent: added once here, and
+            # peak_bytes (linear in them) is then given transient 0.
+            static = static_bytes(params, job.dtype, job.optimizer) + transient[None, :]
+            parts = (static, acts, transient)
             self._mem_parts[key] = parts
         return parts
 
@@ -154,7 +157,7 @@ class CostView:
         microbatches, data parallel when ``dp``): ``memory.peak_bytes`` over the arrays, as
         ``Simulator.replica_peak`` computes it for one range."""
         job = self.job
-        static, acts, transient = self._parts(g, m, t)
+        static, acts, _ = self._parts(g, m, t)
         act_out = self.model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
         neighbours = (i > 0) + (i < p - 1)
         peak = peak_bytes(
@@ -162,7 +165,7 @@ class CostView:
             static,
             acts,
             min(p - i, mm),  # memory.in_flight
-            transient[None, :],
+            0,  # transient: already in static (see _parts)
             act_out * neighbours,
             (t > 1) + bool(dp) + neighbours,
         )
