@@ -70,6 +70,8 @@ def _hostile_input(run: LocalRun) -> list[str]:
     said = []
     with grpc.insecure_channel(run.address) as ch:
         stub = controller_pb2_grpc.ControllerServiceStub(ch)
+        status = stub.GetStatus(controller_pb2.StatusRequest(), timeout=5)  # served mid-run
+        said.append(f"status: {status.state} step {status.step} gen {status.generation}")
         gpus = agent_pb2.GpuInfo(gpu_type="CPU", count=4096, zone="local")
         for req in (
             controller_pb2.RegisterRequest(worker_id="evil", agent_address="1.2.3.4:1", gpus=gpus),
@@ -97,7 +99,7 @@ def test_join_planner_restart_and_hostile_input_during_a_run(tmp_path):
     planner, planner_port = create_server("127.0.0.1:0")
     # Steps long enough (32 x 128 tokens) that training still runs when the new node is up.
     cfg = LocalRunConfig(
-        run_dir=tmp_path, workers=2, gpu_types=("CPU",), steps=40, checkpoint_every=5,
+        run_dir=tmp_path, workers=2, gpu_types=("CPU",), steps=60, checkpoint_every=5,
         global_batch_size=32, sequence_length=128, heartbeat_timeout_s=5.0, profile=False,
         progress=False, timeout_s=380, planner_address=f"127.0.0.1:{planner_port}",
     )  # fmt: skip
@@ -110,8 +112,10 @@ def test_join_planner_restart_and_hostile_input_during_a_run(tmp_path):
             box["planner"].stop(0).wait()  # the planner goes away ...
             box["stopped_at"] = time.monotonic()
             box["joined"] = run.add_worker()  # ... and a node joins while it is away
-        if "stopped_at" in box and "restarted" not in box:
-            if time.monotonic() - box["stopped_at"] > 4.0:  # the re-plan is retrying by now
+        joined = "stopped_at" in box and box["joined"].name in c.addresses
+        if joined and "restarted" not in box:
+            box.setdefault("registered_at", time.monotonic())
+            if time.monotonic() - box["registered_at"] > 3.0:  # the re-plan is retrying by now
                 box["planner"], _ = create_server(f"127.0.0.1:{planner_port}")
                 box["restarted"] = time.monotonic()
 
@@ -121,9 +125,10 @@ def test_join_planner_restart_and_hostile_input_during_a_run(tmp_path):
     finally:
         run.close()
         box["planner"].stop(0)
-    assert s.state == "DONE" and s.steps == 40, s.message
+    assert s.state == "DONE" and s.steps == 60, s.message
     assert "restarted" in box
     said = box["said"]
+    assert said[0].startswith(f"status: {int(ControllerState.RUNNING)} step "), said
     assert any("gpus.count" in m and "INVALID_ARGUMENT" in m for m in said), said
     assert any("agent_address" in m for m in said), said
     assert any("assignment" in m and "INVALID_ARGUMENT" in m for m in said), said
