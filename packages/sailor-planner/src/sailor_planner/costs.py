@@ -27,7 +27,16 @@ from functools import lru_cache
 import numpy as np
 
 from sailor_sim import Job, get_gpu
-from sailor_sim.memory import framework_overhead, peak_bytes, static_bytes, transient_bytes
+from sailor_sim.memory import (
+    framework_overhead,
+    peak_bytes,
+    position_terms,
+    static_bytes,
+    transient_bytes,
+)
+from sailor_sim.memory import (
+    in_flight as microbatches_in_flight,
+)
 
 INF = math.inf
 
@@ -159,15 +168,15 @@ class CostView:
         job = self.job
         static, acts, _ = self._parts(g, m, t)
         act_out = self.model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
-        neighbours = (i > 0) + (i < p - 1)
+        buffer, communicators = position_terms(act_out, t, 2 if dp else 1, i, p)
         peak = peak_bytes(
             framework_overhead(get_gpu(g)),
             static,
             acts,
-            min(p - i, mm),  # memory.in_flight
+            microbatches_in_flight(i, p, mm),
             0,  # transient: already in static (see _parts)
-            act_out * neighbours,
-            (t > 1) + bool(dp) + neighbours,
+            buffer,
+            communicators,
         )
         peak[self._lower] = INF
         return peak

@@ -87,6 +87,16 @@ def in_flight(stage_index: int, num_stages: int, num_microbatches: int) -> int:
     return min(num_stages - stage_index, num_microbatches)
 
 
+def position_terms(
+    act_out: int, tp: int, dp: int, stage_index: int, num_stages: int
+) -> tuple[int, int]:
+    """(p2p receive buffer bytes, NCCL communicators) of one GPU at stage i of P: an
+    activation-sized buffer (``act_out``) per pipeline neighbour; a communicator for the TP
+    group (tp > 1), the DP ring (dp > 1) and each pipeline neighbour."""
+    neighbours = (stage_index > 0) + (stage_index < num_stages - 1)
+    return act_out * neighbours, (tp > 1) + (dp > 1) + neighbours
+
+
 def memory_terms(
     *,
     gpu: GPUType,

@@ -36,6 +36,7 @@ from .memory import (
     in_flight,
     memory_terms,
     peak_bytes,
+    position_terms,
     static_bytes,
     transient_bytes,
 )
@@ -199,16 +200,8 @@ class Simulator:
     def _peak(rng: tuple, tp: int, i: int, p: int, m: int, dp: int) -> tuple[int, int]:
         """``replica_peak`` from a ``_range`` tuple (``estimate`` has it at hand)."""
         _, static, act, transient, act_out, over, capacity = rng
-        neighbours = (i > 0) + (i < p - 1)
-        peak = peak_bytes(
-            over,
-            static,
-            act,
-            in_flight(i, p, m),
-            transient,
-            act_out * neighbours,
-            (tp > 1) + (dp > 1) + neighbours,
-        )
+        buffer, communicators = position_terms(act_out, tp, dp, i, p)
+        peak = peak_bytes(over, static, act, in_flight(i, p, m), transient, buffer, communicators)
         return peak, capacity
 
     def _memory(
@@ -235,7 +228,7 @@ class Simulator:
         t = self.profiles.table(model, gpu, job.dtype, mbs, tp, seq, job.optimizer)
         act_out = model.activation_out_bytes(0, mbs, seq, job.dtype)
         transient = transient_bytes(model, last, mbs, seq, job.dtype, tp)
-        communicators = (tp > 1) + (dp > 1) + (i > 0) + (i < p - 1)
+        buffer, communicators = position_terms(act_out, tp, dp, i, p)
         terms = memory_terms(
             gpu=gpu,
             dtype=job.dtype,
@@ -244,7 +237,7 @@ class Simulator:
             activation_per_microbatch=t.span(t.activation, first, last),
             in_flight_microbatches=in_flight(i, p, m),
             transient=transient,
-            p2p_buffer=act_out * ((i > 0) + (i < p - 1)),
+            p2p_buffer=buffer,
             communicators=communicators,
         )
         result = (sum(terms.values()), terms)
