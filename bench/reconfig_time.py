@@ -25,7 +25,7 @@ PHASES = ("detect", "debounce", "plan", "place", "stop", "checkpoint", "restart"
 def scenario(name: str, workers: int, warm: bool, kill: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="sailor-reconfig-") as tmp:
         cfg = LocalRunConfig(
-            run_dir=Path(tmp), workers=workers, gpu_types=("CPU",), steps=24,
+            run_dir=Path(tmp), workers=workers, gpu_types=("CPU",), steps=24 if kill else 80,
             checkpoint_every=4, kill_worker_at_step=6 if kill else None,
             add_worker_at_step=None if kill else 3, global_batch_size=32, sequence_length=128,
             heartbeat_timeout_s=5.0, profile=False, progress=False, warm=warm, timeout_s=400,
@@ -35,6 +35,8 @@ def scenario(name: str, workers: int, warm: bool, kill: bool) -> dict:
             s = run.run()
         finally:
             run.close()
+    # A joining node registers once its warm rank process is ready (seconds), so the join
+    # scenario trains longer than the kill ones.
     event = next((e for e in s.events), None)
     recs = [r for r in s.reconfigurations if event and r["noticed_at"] >= event["at"] - 0.01]
     if s.state != "DONE" or not event or not recs or not recs[0]["resumed"]:
