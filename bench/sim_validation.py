@@ -2,11 +2,12 @@
 
 Reads ``<reference>/sailor-artifacts`` (env SAILOR_REFERENCE, else ../shared/reference next to
 the repository), simulates every ``validation/clariden/OPT-350/**/plan_config_*.json`` with the
-imported Sailor profiles and network fits, and prints predicted vs measured iteration time and
-peak memory (``max_mem``: nvidia-smi, CUDA context and allocator cache included) per point and
-in summary, next to the original Sailor simulator's published error. Exits 1 when a target is
-missed (mean |error| <= 5% for time and memory, no point worse than 10%), 0 when the reference
-data is absent (with a note).
+imported Sailor profiles (denoised across microbatch sizes, ``sailor_sim.profile_denoise``;
+``--raw`` uses them as imported) and network fits, and prints predicted vs measured iteration
+time and peak memory (``max_mem``: nvidia-smi, CUDA context and allocator cache included) per
+point and in summary, next to the original Sailor simulator's published error. Exits 1 when a
+target is missed (mean |error| <= 5% for time and memory, no point worse than 10%), 0 when the
+reference data is absent (with a note).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def reference_root() -> Path:
     return base / "sailor-artifacts"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    raw = "--raw" in (sys.argv[1:] if argv is None else argv)
     root = reference_root()
     pattern = str(
         root / "sailor/Planner/simulations/validation/clariden/OPT-350/**/plan_config_*.json"
@@ -37,7 +39,7 @@ def main() -> int:
     if not files:
         print(f"sim_validation: no reference data under {root}; skipped")
         return 0
-    sim = Simulator.from_sailor_root(root)
+    sim = Simulator.from_sailor_root(root, denoise=not raw)
     print(
         "| point | PP | DP | mbs | M | time pred s | time real s | err "
         "| mem pred GB | mem real GB | err |"

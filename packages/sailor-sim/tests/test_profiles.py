@@ -161,3 +161,38 @@ def test_cluster_config_matches_catalog(sailor_root):
     for name, (per_node, mem) in config.items():
         gpu = get_gpu(name)
         assert (gpu.gpus_per_node, gpu.memory_bytes) == (per_node, mem), name
+
+
+# ---- denoising imported profiles ---------------------------------------------------------------
+def _affine_entry(mbs: int, bump: float = 1.0) -> ProfileEntry:
+    n = get_model("tiny-gpt").num_layer_ids
+    layer = LayerProfile((1e-3 + 2e-4 * mbs) * bump, 2e-3 + 4e-4 * mbs, 1e-5)
+    key = ProfileKey("tiny-gpt", "A100-40", "fp32", mbs, 1)
+    return ProfileEntry(key, 128, (layer,) * n, "imported:sailor")
+
+
+def test_denoise_keeps_affine_data_and_pulls_in_an_outlier():
+    from sailor_sim.profile_denoise import denoise_store
+
+    store = ProfileStore([_affine_entry(m, 0.6 if m == 4 else 1.0) for m in (1, 2, 4, 8, 16)])
+    store.add(
+        ProfileEntry(
+            ProfileKey("tiny-gpt", "V100-16", "fp32", 4, 1),
+            128,
+            _affine_entry(4, 0.6).layers,
+            "measured",
+        )
+    )
+    denoise_store(store)
+    fwd = {
+        m: store.entry("tiny-gpt", "A100-40", "fp32", m, 1, 128).layers[1].forward_s
+        for m in (1, 2, 4, 8, 16)
+    }
+    # the outlier (40% low) moves towards the line 1e-3 + 2e-4 * 4 = 1.8e-3 ...
+    assert 0.6 * 1.8e-3 < fwd[4] < 1.8e-3 and fwd[4] > 1.2e-3
+    # ... backward (exactly affine) is kept, and measured entries are untouched
+    bwd = store.entry("tiny-gpt", "A100-40", "fp32", 16, 1, 128).layers[1].backward_s
+    assert bwd == pytest.approx(2e-3 + 4e-4 * 16)
+    kept = store.entry("tiny-gpt", "V100-16", "fp32", 4, 1, 128).layers[1].forward_s
+    assert kept == pytest.approx(0.6 * 1.8e-3)
+    assert "denoised" in store.entry("tiny-gpt", "A100-40", "fp32", 8, 1, 128).note

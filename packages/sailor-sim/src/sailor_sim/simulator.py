@@ -98,11 +98,15 @@ class Simulator:
             self.clear_caches()
 
     @classmethod
-    def from_sailor_root(cls, root: str | Path) -> Simulator:
-        """Profiles and network fits from a folder laid out like the original Sailor repo."""
+    def from_sailor_root(cls, root: str | Path, denoise: bool = True) -> Simulator:
+        """Profiles and network fits from a folder laid out like the original Sailor repo;
+        the imported profiles are denoised across microbatch sizes (``profile_denoise``)
+        unless ``denoise=False``."""
         from .original import load_sailor_network, load_sailor_profiles
+        from .profile_denoise import denoise_store
 
-        return cls(load_sailor_profiles(root), load_sailor_network(root))
+        store = load_sailor_profiles(root)
+        return cls(denoise_store(store) if denoise else store, load_sailor_network(root))
 
     @classmethod
     def from_profile_dir(cls, path: str | Path) -> Simulator:
