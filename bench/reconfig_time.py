@@ -1,11 +1,13 @@
-"""Reconfiguration time of `sailor run --local`: failure (or join) -> training resumed.
+"""Reconfiguration time of `sailor run --local`: failure (or join) -> training resumed; and
+the measured iteration time of a 4-node, 2-GPU-type local run against the simulator.
 
 Real processes on 127.0.0.1: the planner server, the controller, worker agents, the engine's
 ranks (tiny-gpt). Each scenario injects one change mid-run and reads the controller's phase
 timings (detect, debounce, plan, place, stop, checkpoint, restart). For a kill -9, "detect" is
 measured from the kill itself (not from the node's last heartbeat), and "total" is kill ->
-first step of the new generation completed. Target: total < 30 s. Exits 1 when a failure
-scenario misses it.
+first step of the new generation completed. Targets: total < 30 s; measured iteration time
+within 25 % of the simulator's prediction (profile measured on this machine, run.profile).
+Exits 1 when a failure scenario or the prediction misses its target.
 
     uv run python bench/reconfig_time.py [--quick]
 """
@@ -50,6 +52,21 @@ def scenario(name: str, workers: int, warm: bool, kill: bool) -> dict:
             "plan": s.plan, "note": r["inventory"]}  # fmt: skip
 
 
+def prediction() -> dict:
+    """`sailor run --local --workers 4 --gpu-types CPU,T4`: measured vs predicted."""
+    with tempfile.TemporaryDirectory(prefix="sailor-predict-") as tmp:
+        cfg = LocalRunConfig(
+            run_dir=Path(tmp), workers=4, gpu_types=("CPU", "T4"), steps=14,
+            checkpoint_every=7, progress=False, timeout_s=400,
+        )  # fmt: skip
+        run = LocalRun(cfg)
+        try:
+            s = run.run()
+        finally:
+            run.close()
+    return s.to_dict()
+
+
 def main() -> int:
     quick = "--quick" in sys.argv
     cases = [("kill -9, 3 nodes, warm ranks", 3, True, True)]
@@ -74,6 +91,18 @@ def main() -> int:
         failed |= row["kill"] and not ok
         print(f"{row['name']:<32}{cells}{row['total']:>9.2f}  {'ok' if ok else 'SLOW'}")
     print("\ntotal = kill -> first step of the new generation (join: noticed -> first step)")
+    p = prediction()
+    ok = p["state"] == "DONE" and abs(p["prediction_error"]) <= 0.25
+    failed |= not ok
+    print(
+        "\nIteration time, sailor run --local --workers 4 --gpu-types CPU,T4 (target: within 25 %)"
+    )
+    print(f"{'plan':<52}{'measured':>10}{'simulator':>11}{'error':>8}{'cpu slowdown':>14}  result")
+    print(
+        f"{p['plan'][:50]:<52}{p['measured_iteration_s'] * 1e3:>8.1f}ms"
+        f"{p['predicted_iteration_s'] * 1e3:>9.1f}ms{p['prediction_error']:>+8.0%}"
+        f"{p['cpu_slowdown']:>14.2f}  {'ok' if ok else 'MISSED'}"
+    )
     return 1 if failed else 0
 
 
