@@ -9,6 +9,7 @@ import pytest
 
 from sailor_sim import Estimate, Job, Plan, PlanError, Replica, Simulator, Stage
 from sailor_sim.examples import example_job, example_plan
+from sailor_sim.network import Endpoint
 
 A, B, WEST, EU = "us-central1-a", "us-central1-b", "us-west1-a", "europe-west4-a"
 
@@ -194,7 +195,8 @@ def test_egress_fast_path_matches_reference(sim, job):
 
 
 def test_estimate_composes_public_components(sim, job):
-    """One pipeline: estimate() == pipeline_time(stage_time, p2p_time) + dp/optimizer tail."""
+    """One pipeline: estimate() == pipeline_time(stage_time, p2p_time) + dp/optimizer tail
+    + the per-step whole-world all-reduce (step sync)."""
     from sailor_sim import timing
 
     plan = two_stage(job, B, dp=1, mbs=2)
@@ -206,7 +208,11 @@ def test_estimate_composes_public_components(sim, job):
     assert pipe.total_s == pytest.approx(timing.pipeline_total(times, p2p, r0.num_microbatches))
     tail = max(times[0].optimizer_s, times[1].optimizer_s - times[0].backward_s - p2p[0], 0)
     e = sim.estimate(job, plan)
-    assert e.iteration_time_s == pytest.approx(pipe.total_s + tail)
+    sync = sim.plan_step_sync_time(plan)
+    link = sim.network.link(Endpoint(A, "A100-40", 1), Endpoint(B, "A100-40", 1))  # slowest
+    assert sync == pytest.approx(timing.step_sync_time(link, 2)) and sync >= 2 * link.latency_s
+    assert e.time_breakdown_s["step_sync"] == sync
+    assert e.iteration_time_s == pytest.approx(pipe.total_s + tail + sync)
     mem = sim.replica_memory(job, 0, 12, "A100-40", 1, 2, 0, 2, r0.num_microbatches)
     assert e.memory[0].breakdown_bytes == mem
 

@@ -258,13 +258,15 @@ class Scorer:
             opts.append(opt)
         drain = [crit[0][i].backward_s + crit[1][i] for i in range(p - 1)]
         tail = exposed_tail(syncs, opts, drain)[0]
-        iteration = crit_total + tail
+        gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)
+        # The per-step whole-world all-reduce, as Simulator.estimate adds it.
+        endpoints = {(z, shape.classes[g.cls].gpu) for g in groups for z in g.pattern}
+        iteration = crit_total + tail + self.sim.step_sync_time(endpoints, gpus)
         usd_per_s = sum(g.count * x[4] for g, x in zip(groups, info, strict=True))
         for g, x, load in zip(groups, info, loads, strict=True):
             micro = load.base * g.count + load.extra
             egress += x[5] * micro
         cost_iter = usd_per_s * iteration + egress
-        gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)
         return Scored(
             shape,
             groups,

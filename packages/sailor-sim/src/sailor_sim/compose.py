@@ -45,6 +45,10 @@ class StageSummary(NamedTuple):
     fits: bool
     usd_per_s: float
     dp_egress_usd: float
+    endpoints: frozenset[tuple[str, str]]
+    """(zone, GPU type) of the stage's replicas (the step sync's ring)."""
+    gpus: int
+    """GPUs of the stage (sum of the replicas' TP degrees)."""
 
 
 def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=None) -> Estimate:
@@ -131,7 +135,17 @@ def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=
         [sm.dp_sync_s for sm in summaries], [sm.optimizer_s for sm in summaries], drain
     )
     breakdown["dp_sync"] = tail - breakdown["optimizer"]
-    iteration = best_total + tail
+    # The per-step whole-world all-reduce of loss and gradient norm (= sim.plan_step_sync_time).
+    eps = summaries[0].endpoints
+    for sm in summaries:
+        if sm.endpoints is not eps and not sm.endpoints <= eps:
+            eps = eps | sm.endpoints
+    sync_key = (eps, sum([sm.gpus for sm in summaries]))
+    step_sync = sim._step_sync_cache.get(sync_key)  # same key as sim.step_sync_time's
+    if step_sync is None:
+        step_sync = sim.step_sync_time(*sync_key)
+    breakdown["step_sync"] = step_sync
+    iteration = best_total + tail + breakdown["step_sync"]
     usd_per_s = sum([sm.usd_per_s for sm in summaries])
     egress += sum([sm.dp_egress_usd for sm in summaries])
     cost_iter = usd_per_s * iteration + egress
@@ -220,7 +234,14 @@ def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
         all([v[1] <= v[3] for v in infos]),
         usd,
         grad_bytes / 1e9 * sim._dp_egress(s.replicas, sig),
+        _interned(sim, frozenset([(r.zone, r.gpu_type) for r in distinct])),
+        sum([r.tp for r in s.replicas]),
     )
+
+
+def _interned(sim: Simulator, endpoints: frozenset) -> frozenset:
+    """One object per distinct endpoint set, so ``estimate_plan`` compares them by identity."""
+    return sim._endpoint_sets.setdefault(endpoints, endpoints)
 
 
 def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: int) -> tuple:

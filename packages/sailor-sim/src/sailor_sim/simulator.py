@@ -13,11 +13,14 @@ planner's dynamic program calls on partial plans so its numbers agree with ``est
 - ``dp_sync_time(job, first, last, replicas) -> float``: data-parallel gradient all-reduce of a
   stage over its replicas (``timing.ring_allreduce_time``).
 - ``timing.pipeline_time(...)``: 1F1B fill, steady state and drain of one pipeline.
+- ``step_sync_time(endpoints, ranks) -> float`` (``plan_step_sync_time(plan)``): the per-step
+  whole-world all-reduce of loss and gradient norm (latency-bound), breakdown term ``step_sync``.
 
 Iteration time = the slowest pipeline's 1F1B time (each pipeline j uses its own replicas, so a
 slow replica slows only its pipeline unless microbatches are balanced against it), plus the
 exposed tail: max over stages of (all-reduce + optimizer step - the time that stage idles while
-earlier stages drain). Costs: GPU-hours by type and zone, and egress by link relationship.
+earlier stages drain), plus the step sync. Costs: GPU-hours by type and zone, and egress by
+link relationship.
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ class Simulator:
         self._stage_summaries: dict[tuple, dict] = {}
         self._prices: dict[tuple[str, str], float] = {}
         self._dp_egress_cache: dict[tuple, float] = {}
+        self._step_sync_cache: dict[tuple, float] = {}
+        self._endpoint_sets: dict[frozenset, frozenset] = {}
         self._versions = (self.profiles.version, self.network.version)
 
     def clear_caches(self) -> None:
@@ -312,6 +317,31 @@ class Simulator:
                 kinds = self._ring_cache[sig] = timing.ring_kinds(replicas)
             hit = self._dp_cache[key] = self.ring_time(job, first, last, kinds)[0]
         return hit
+
+    def step_sync_time(self, endpoints, ranks: int) -> float:
+        """The per-step whole-world all-reduce of loss and gradient norm
+        (``timing.step_sync_time``) over ``ranks`` GPUs whose (zone, GPU type) kinds are
+        ``endpoints``; the ring's latency is that of the slowest pair of kinds."""
+        self._fresh()
+        key = (frozenset(endpoints), ranks)
+        hit = self._step_sync_cache.get(key)
+        if hit is None:
+            kinds = sorted(key[0])
+            links = [
+                self.network.link(Endpoint(za, ga, 1), Endpoint(zb, gb, 1))
+                for k, (za, ga) in enumerate(kinds)
+                for zb, gb in kinds[k:]
+            ]
+            worst = max(links, key=lambda c: c.latency_s) if links else None
+            hit = 0.0 if worst is None else timing.step_sync_time(worst, ranks)
+            self._step_sync_cache[key] = hit
+        return hit
+
+    def plan_step_sync_time(self, plan: Plan) -> float:
+        """``step_sync_time`` over every GPU of ``plan`` (what ``estimate`` adds)."""
+        endpoints = {(r.zone, r.gpu_type) for s in plan.stages for r in s.replicas}
+        ranks = sum(r.tp for s in plan.stages for r in s.replicas)
+        return self.step_sync_time(endpoints, ranks)
 
     def ring_time(self, job: Job, first: int, last: int, kinds) -> tuple[float, float]:
         """(all-reduce seconds, egress $) of layers first..last over a ring given as

@@ -108,6 +108,18 @@ def allreduce_time(
     return volume / bw + buckets * 2 * (ranks - 1) * link.latency_s
 
 
+STEP_SYNC_BYTES = 16
+"""The per-step whole-world all-reduce: two float64 (loss and squared gradient norm)."""
+
+
+def step_sync_time(link: LinkCurve, ranks: int) -> float:
+    """The per-step all-reduce over every rank of the loss and the squared gradient norm
+    (global-norm clipping: Megatron-LM's ``clip_grad_norm_fp32`` all-reduces the norm over the
+    model-parallel world, our engine's ``world_sums`` over the whole world). Latency-bound:
+    a ring of 2(n-1) steps (``allreduce_time``) over the plan's slowest-latency link."""
+    return allreduce_time(link, STEP_SYNC_BYTES, ranks)
+
+
 RingKind = tuple[str, str, int]
 """(zone, GPU type, TP) of a data-parallel replica: all the ring's edges depend on."""
 
@@ -259,5 +271,6 @@ __all__ = [
     "relationship",
     "ring_allreduce_time",
     "ring_kinds",
+    "step_sync_time",
     "tp_comm_time",
 ]

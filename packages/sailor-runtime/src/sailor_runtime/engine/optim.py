@@ -8,6 +8,8 @@ gradient, all-reduces the buffer (SUM: the loss is already weighted by samples, 
 the global-batch gradient) and unpacks it. A low-TP rank takes part in several groups; each
 returns the same replicated sums, taken from the first.
 
+AdamW itself lives in ``sailor_profiler.zoo.optim`` so the profiler times the same step.
+
 Global norm: after the reduction every replica holds the same gradients, so only replica 0
 contributes, each sharded element once (by its owner) and each replicated tensor once (by TP
 rank 0); one all-reduce over the world adds the stage sums up (in float64).
@@ -22,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from sailor_profiler.zoo import get_split
+from sailor_profiler.zoo.optim import AdamW
 
 from .topology import Groups, Slot, Topology
 
@@ -55,56 +58,6 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     clip_norm: float = 1.0
-
-
-class AdamW:
-    """AdamW (Loshchilov & Hutter 2019, Alg. 2), the same arithmetic in the same order as
-    ``torch.optim.AdamW(foreach=False)`` (a test checks they agree bit for bit), and the same
-    state layout (``step``, ``exp_avg``, ``exp_avg_sq``). Elementwise, so a TP shard's update
-    equals the slice of the full tensor's. Our own because constructing a ``torch.optim``
-    optimizer imports TorchDynamo, which costs seconds of start-up per rank.
-    """
-
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01) -> None:
-        self.param_groups = [{"params": list(params), "lr": lr, "betas": betas, "eps": eps,
-                              "weight_decay": weight_decay}]
-        self.state: dict = {}
-
-    @torch.no_grad()
-    def step(self) -> None:
-        for group in self.param_groups:
-            lr, (beta1, beta2) = group["lr"], group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state.get(p)
-                if not st:
-                    st = self.state[p] = {
-                        "step": torch.tensor(0.0, dtype=torch.float32),
-                        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    }
-                _adamw_one(p, p.grad, st, lr, beta1, beta2, group["eps"], group["weight_decay"])
-
-    def zero_grad(self, set_to_none: bool = False) -> None:
-        for p in self.param_groups[0]["params"]:
-            if p.grad is not None:
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.zero_()
-
-
-def _adamw_one(p, grad, st, lr, beta1, beta2, eps, weight_decay) -> None:
-    st["step"] += 1
-    step = float(st["step"])
-    p.mul_(1 - lr * weight_decay)
-    st["exp_avg"].lerp_(grad, 1 - beta1)
-    st["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    step_size = lr / (1 - beta1**step)
-    denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
-    p.addcdiv_(st["exp_avg"], denom, value=-step_size)
 
 
 def make_optimizer(params, cfg: OptimConfig, lr: float) -> AdamW:
