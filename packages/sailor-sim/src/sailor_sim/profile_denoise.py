@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
+
 from .profiles import ProfileEntry, ProfileStore
 
 DENOISE_WINDOW = 4
@@ -38,17 +40,18 @@ def _window(entry: ProfileEntry, group: list[ProfileEntry]) -> list[ProfileEntry
     )[:DENOISE_WINDOW]
 
 
-def _fit_at(xs: list[float], ys: list[float], x: float) -> float:
-    """Weighted least squares of y = a + b x with weights 1 / y (relative residuals)."""
-    ws = [1.0 / max(y, MIN_SECONDS) ** 2 for y in ys]
-    sw = sum(ws)
-    mx = sum(w * xi for w, xi in zip(ws, xs, strict=True)) / sw
-    my = sum(w * yi for w, yi in zip(ws, ys, strict=True)) / sw
-    sxx = sum(w * (xi - mx) ** 2 for w, xi in zip(ws, xs, strict=True))
-    if sxx == 0:
-        return my
-    b = sum(w * (xi - mx) * (yi - my) for w, xi, yi in zip(ws, xs, ys, strict=True)) / sxx
-    return max(MIN_SECONDS, my + b * (x - mx))
+def _fit_at(xs: np.ndarray, ys: np.ndarray, x: float) -> np.ndarray:
+    """Weighted least squares of y = a + b x per column of ``ys`` (window x layers), evaluated
+    at ``x``, with weights 1 / y (relative residuals); vectorized over layers so loading a whole
+    Sailor checkout stays cheap."""
+    w = 1.0 / np.maximum(ys, MIN_SECONDS) ** 2
+    sw = w.sum(axis=0)
+    mx = (w * xs[:, None]).sum(axis=0) / sw
+    my = (w * ys).sum(axis=0) / sw
+    dx = xs[:, None] - mx
+    sxx = (w * dx**2).sum(axis=0)
+    slope = (w * dx * (ys - my)).sum(axis=0) / np.where(sxx > 0, sxx, 1.0)
+    return np.maximum(MIN_SECONDS, my + np.where(sxx > 0, slope, 0.0) * (x - mx))
 
 
 def denoise_entry(entry: ProfileEntry, group: list[ProfileEntry]) -> ProfileEntry:
@@ -56,15 +59,13 @@ def denoise_entry(entry: ProfileEntry, group: list[ProfileEntry]) -> ProfileEntr
     near = _window(entry, group)
     if len(near) < DENOISE_WINDOW:
         return entry
-    xs = [float(e.key.microbatch_size) for e in near]
+    xs = np.array([float(e.key.microbatch_size) for e in near])
     x = float(entry.key.microbatch_size)
+    forward = _fit_at(xs, np.array([[lay.forward_s for lay in e.layers] for e in near]), x)
+    backward = _fit_at(xs, np.array([[lay.backward_s for lay in e.layers] for e in near]), x)
     layers = tuple(
-        replace(
-            layer,
-            forward_s=_fit_at(xs, [e.layers[i].forward_s for e in near], x),
-            backward_s=_fit_at(xs, [e.layers[i].backward_s for e in near], x),
-        )
-        for i, layer in enumerate(entry.layers)
+        replace(layer, forward_s=float(f), backward_s=float(b))
+        for layer, f, b in zip(entry.layers, forward, backward, strict=True)
     )
     mbs = ",".join(str(int(v)) for v in sorted(xs))
     return replace(entry, layers=layers, note=f"denoised: affine fit over mbs {mbs}")
