@@ -171,55 +171,12 @@ def parse_profile_dict(data: Any, where: str = "profile") -> list[ProfileEntry]:
         if not isinstance(note, str):
             raise ProfileError(f"must be a string, got {note!r}", field=f"{at}.note")
         provenance = _provenance(e.get("provenance"), f"{at}.provenance")
-        if status == "oom":
-            layers_raw = e.get("layers", [])
-            if layers_raw:
-                raise ProfileError("an 'oom' entry has no layers", field=f"{at}.layers")
-            entries.append(
-                ProfileEntry(
-                    _key(model, gpu, dtype, e, at),
-                    seq,
-                    (),
-                    str(e.get("source", "measured")),
-                    bool(e.get("includes_tp_comm", True)),
-                    optimizer,
-                    status,
-                    note,
-                    provenance,
-                )
-            )
-            continue
-        if "layers" not in e:
-            raise ProfileError("missing ['layers']", field=at)
-        layers_raw = e["layers"]
-        if not isinstance(layers_raw, list) or len(layers_raw) != model.num_layer_ids:
-            raise ProfileError(
-                f"needs {model.num_layer_ids} layers (ids 0..{model.head_layer_id}) "
-                f"for {model.name}",
-                field=f"{at}.layers",
-            )
-        layers = []
-        for i, layer in enumerate(layers_raw):
-            la = f"{at}.layers[{i}]"
-            _check_keys(layer, _LAYER_KEYS, la, required={"forward_s", "backward_s"})
-            if layer.get("layer_id", i) != i:
-                raise ProfileError(
-                    f"layer_id {layer['layer_id']} out of order, expected {i}", field=la
-                )
-            act = layer.get("activation_bytes")
-            layers.append(
-                LayerProfile(
-                    _seconds(layer["forward_s"], f"{la}.forward_s"),
-                    _seconds(layer["backward_s"], f"{la}.backward_s"),
-                    _seconds(layer.get("optimizer_s", 0.0), f"{la}.optimizer_s"),
-                    None if act is None else _int(act, f"{la}.activation_bytes", minimum=0),
-                )
-            )
+        layers = _oom_layers(e, at) if status == "oom" else _layers(e, model, at)
         entries.append(
             ProfileEntry(
                 _key(model, gpu, dtype, e, at),
                 seq,
-                tuple(layers),
+                layers,
                 str(e.get("source", "measured")),
                 bool(e.get("includes_tp_comm", True)),
                 optimizer,
@@ -229,6 +186,41 @@ def parse_profile_dict(data: Any, where: str = "profile") -> list[ProfileEntry]:
             )
         )
     return entries
+
+
+def _oom_layers(e: dict, at: str) -> tuple[LayerProfile, ...]:
+    """An entry that did not fit carries no layers."""
+    if e.get("layers", []):
+        raise ProfileError("an 'oom' entry has no layers", field=f"{at}.layers")
+    return ()
+
+
+def _layers(e: dict, model, at: str) -> tuple[LayerProfile, ...]:
+    """The per-layer-id timings of a measured entry, one per layer id, in order."""
+    if "layers" not in e:
+        raise ProfileError("missing ['layers']", field=at)
+    layers_raw = e["layers"]
+    if not isinstance(layers_raw, list) or len(layers_raw) != model.num_layer_ids:
+        raise ProfileError(
+            f"needs {model.num_layer_ids} layers (ids 0..{model.head_layer_id}) for {model.name}",
+            field=f"{at}.layers",
+        )
+    layers = []
+    for i, layer in enumerate(layers_raw):
+        la = f"{at}.layers[{i}]"
+        _check_keys(layer, _LAYER_KEYS, la, required={"forward_s", "backward_s"})
+        if layer.get("layer_id", i) != i:
+            raise ProfileError(f"layer_id {layer['layer_id']} out of order, expected {i}", field=la)
+        act = layer.get("activation_bytes")
+        layers.append(
+            LayerProfile(
+                _seconds(layer["forward_s"], f"{la}.forward_s"),
+                _seconds(layer["backward_s"], f"{la}.backward_s"),
+                _seconds(layer.get("optimizer_s", 0.0), f"{la}.optimizer_s"),
+                None if act is None else _int(act, f"{la}.activation_bytes", minimum=0),
+            )
+        )
+    return tuple(layers)
 
 
 def _key(model, gpu, dtype: str, e: dict, at: str) -> ProfileKey:
