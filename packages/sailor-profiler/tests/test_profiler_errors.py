@@ -56,6 +56,8 @@ def test_bad_sweep_values(tmp_path):
     assert_one_line_error(run(["network", "--max-bytes", "lots", "--out", str(tmp_path)]),
                           "max_bytes")
     assert_one_line_error(run(["network", "--procs", "1", "--out", str(tmp_path)]), "procs")
+    assert_one_line_error(run(["network", "--busy-ms", "-5", "--out", str(tmp_path)]),
+                          "busy_ms")
 
 
 def test_corrupt_profile_folder_to_merge(tmp_path):

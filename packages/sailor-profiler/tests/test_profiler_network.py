@@ -50,7 +50,7 @@ def test_two_gloo_processes_produce_a_profile_the_simulator_loads(tmp_path):
     out = tmp_path / "net"
     result = CliRunner().invoke(app, [
         "network", "--procs", "2", "--max-bytes", "512K", "--reps", "3", "--warmup", "1",
-        "--out", str(out), "--json",
+        "--busy-ms", "2", "--out", str(out), "--json",
     ])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
@@ -61,6 +61,11 @@ def test_two_gloo_processes_produce_a_profile_the_simulator_loads(tmp_path):
     assert link.latency_s >= 0 and link.max_bandwidth > 0
     times = [link.time(m) for m in (1, 64e3, 1e6, 1e9, 1e12)]
     assert all(t > 0 for t in times) and times == sorted(times)
+    # The measured ring: the all-reduce fit in bus terms, carried by the p2p link.
+    fit = summary["fits"]["allreduce"]
+    assert link.ring_bus_bandwidth == pytest.approx(fit["bandwidth_Bps"] * 2 * (2 - 1) / 2)
+    assert link.ring_hop_latency_s == pytest.approx(fit["latency_s"] / 2)
+    assert "ms of compute before each repetition" in link.source
     intra = network.intra_node("CPU", 2)
     assert intra.source.startswith("measured") and intra.max_bandwidth > 0
     sim = Simulator.from_profile_dir(out)  # links.json alone is a valid profile folder

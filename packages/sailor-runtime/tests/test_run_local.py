@@ -33,8 +33,10 @@ def test_local_run_with_two_gpu_types_trains_and_is_predicted(tmp_path):
     assert s["predicted_iteration_s"] > 0
     # The 25 % accuracy bar is measured and reported by bench/reconfig_time.py (team rule:
     # accuracy numbers live in bench/); here the prediction must be of the right size, which
-    # fails when the profile is not this machine's or the CPU sharing is ignored (5-10x).
-    assert 0.5 <= s["measured_iteration_s"] / s["predicted_iteration_s"] <= 2.0, (
+    # fails when the profile is not this machine's, the CPU sharing is ignored (5-10x), the
+    # collectives are measured back to back (0.6x) or something imports torch while the ranks
+    # train (1.6-3x, the warm spares this agent used to refill).
+    assert 2 / 3 <= s["measured_iteration_s"] / s["predicted_iteration_s"] <= 1.5, (
         f"measured {s['measured_iteration_s']:.4f} s vs predicted "
         f"{s['predicted_iteration_s']:.4f} s for {s['plan']}"
     )

@@ -334,3 +334,49 @@ def test_ring_time_and_replica_peak_are_the_estimates_components() -> None:
     # The head's transient is 3x its fp32 logits (logits, softmax, gradient).
     terms = sim.replica_memory(job, 13, last, "GH-96", 2, 4, 1, 2, 8, 4)
     assert terms["transient"] == 3 * 4 * 2048 * job.model.vocab_size // 2 * 4
+
+
+def _cpu_links(folder, **ring) -> Simulator:
+    """A profile folder holding only a CPU<->CPU link (4 GB/s, 0.1 ms), plus ``ring``."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    link = {"src": {"zone": "local", "gpu_type": "CPU", "count": 1},
+            "dst": {"zone": "local", "gpu_type": "CPU", "count": 1},
+            "max_bandwidth": 4e9, "latency_s": 1e-4, "source": "measured: test", **ring}
+    (folder / "links.json").write_text(
+        json.dumps({"format": "sailor-network/1", "links": [link]}))
+    return Simulator.from_profile_dir(folder)
+
+
+def test_a_measured_ring_prices_data_parallel_and_step_sync(tmp_path):
+    """A link with a measured ring all-reduce (bus bandwidth, latency per ring step) prices
+    the DP ring and the step sync with it, not with p2p x the platform's efficiency."""
+    from sailor_sim import timing
+
+    job = Job.create("tiny-gpt", 16, 64)
+    plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 4, 1),) * 4),)).check(job)
+    replicas, n, steps = plan.stages[0].replicas, 4, 2 * (4 - 1)
+    p2p = _cpu_links(tmp_path / "p2p")
+    ring = _cpu_links(tmp_path / "ring", ring_bus_bandwidth=5e8, ring_hop_latency_s=2e-3)
+    volume = 2 * (n - 1) / n * p2p.grad_bytes(job, 0, 7)
+    efficiency = timing.bus_efficiency("CPU")
+    assert p2p.dp_sync_time(job, 0, 7, replicas) == pytest.approx(
+        volume / (4e9 * efficiency) + steps * 1e-4)
+    assert ring.dp_sync_time(job, 0, 7, replicas) == pytest.approx(volume / 5e8 + steps * 2e-3)
+    step_sync = ring.estimate(job, plan).time_breakdown_s["step_sync"]
+    assert step_sync == pytest.approx(
+        2 * (n - 1) / n * timing.STEP_SYNC_BYTES / 5e8 + steps * 2e-3)
+
+
+@pytest.mark.parametrize("ring, message", [
+    ({"ring_bus_bandwidth": 5e8}, "come together"),
+    ({"ring_bus_bandwidth": -1, "ring_hop_latency_s": 1e-3}, "must be > 0"),
+    ({"ring_bus_bandwidth": "fast", "ring_hop_latency_s": 1e-3}, "as numbers"),
+])
+def test_bad_ring_fields_name_the_field(tmp_path, ring, message):
+    from sailor_sim.errors import ProfileError
+
+    with pytest.raises(ProfileError, match=message) as info:
+        _cpu_links(tmp_path, **ring)
+    assert "links[0].ring_bus_bandwidth" in str(info.value)

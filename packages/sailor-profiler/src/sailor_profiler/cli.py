@@ -114,6 +114,10 @@ def network(
     max_bytes: Annotated[str, typer.Option(help="Largest message.")] = "1G",
     warmup: Annotated[int, typer.Option(help="Untimed repetitions per size.")] = 2,
     reps: Annotated[int, typer.Option(help="Timed repetitions per size.")] = 10,
+    busy_ms: Annotated[float, typer.Option(
+        help="Compute this long on every rank before each repetition, as training does between "
+             "collectives (matters where ranks share cores: the scheduler then delays every "
+             "ring step).")] = 0.0,
     zone: Annotated[str, typer.Option(help="Zone of this rank group.")] = "local",
     peer_zone: Annotated[str | None, typer.Option(help="Zone of the peers [same].")] = None,
     gpu_type: Annotated[str | None, typer.Option(help="Catalog GPU type to file under.")] = None,
@@ -124,7 +128,7 @@ def network(
 
     summary = run_network(out, device, procs, parse_bytes(min_bytes, "min_bytes"),
                           parse_bytes(max_bytes, "max_bytes"), warmup, reps, zone, peer_zone,
-                          gpu_type)
+                          gpu_type, busy_ms)
     if summary is None:  # a non-zero rank of a multi-machine run writes nothing
         return
     typer.echo(json.dumps(summary, indent=1) if as_json else _network_text(summary))

@@ -16,7 +16,7 @@ from .provenance import gpu_type_for, provenance
 
 
 def run_network(out, device, procs, min_bytes, max_bytes, warmup, reps, zone, peer_zone,
-                gpu_type) -> dict | None:
+                gpu_type, busy_ms: float = 0.0) -> dict | None:
     """Measure, fit, write; returns a summary on the writing rank, None on the others."""
     check_out_dir(out)
     dev = parse_device(device)
@@ -28,8 +28,10 @@ def run_network(out, device, procs, min_bytes, max_bytes, warmup, reps, zone, pe
                          field="max_bytes")
     if reps < 1 or warmup < 0:
         raise SweepError("need reps >= 1 and warmup >= 0", field="reps")
+    if not 0 <= busy_ms <= 60_000:
+        raise SweepError(f"busy_ms {busy_ms} must be between 0 and 60000", field="busy_ms")
     gpu = gpu_type_for(dev, gpu_type)
-    cfg = NetConfig(dev, min_bytes, max_bytes, warmup, reps)
+    cfg = NetConfig(dev, min_bytes, max_bytes, warmup, reps, busy_s=busy_ms / 1e3)
     if env_launched():
         import os
 
@@ -44,7 +46,8 @@ def run_network(out, device, procs, min_bytes, max_bytes, warmup, reps, zone, pe
         points = run_local(network_worker, procs, (cfg,), backend=dev.backend, timeout_s=600,
                            cuda_base=dev.cuda_base)[0]
         intra = True
-    prov = provenance(dev, gpu, world_size=points[0].world_size, warmup=warmup, reps=reps)
+    prov = provenance(dev, gpu, world_size=points[0].world_size, warmup=warmup, reps=reps,
+                      busy_ms=busy_ms)
     files = write_network_profile(points, out, gpu, zone, peer_zone, intra, prov)
     fits = fit_ops(points)
     return {

@@ -6,7 +6,11 @@ Files written into the output folder:
   alpha-beta model, ``latency_s`` = alpha and ``max_bandwidth`` = 1 / beta, without points, so
   the simulator's ``time(m) = latency_s + m / max_bandwidth`` is exactly the fit at every size.
   - ``links``: the p2p fit between endpoint (zone, GPU type, count = concurrent pairs) and
-    (peer zone, GPU type, count).
+    (peer zone, GPU type, count), with the measured ring all-reduce over it (``ring_fields``):
+    ``ring_bus_bandwidth`` and ``ring_hop_latency_s`` from the all-reduce fit, in the same
+    bus terms as ``intra_node`` below. The simulator prices data-parallel rings with them
+    instead of p2p x a per-platform efficiency constant (gloo on CPU reaches 0.2-0.4 of its
+    p2p bandwidth: the reduction and copies are CPU work that a ping-pong does not do).
   - ``intra_node`` (only when every rank is on one machine): the all-reduce fit over ``count`` =
     world size GPUs as a *bus* bandwidth and a per-hop latency: a ring all-reduce of m bytes
     takes ``2 (count - 1) * latency_s + 2 (count - 1) / count * m / max_bandwidth`` (NCCL
@@ -42,26 +46,46 @@ def _bus_factor(world: int) -> float:
     return 2 * (world - 1) / world if world > 1 else 1.0
 
 
+def ring_fields(fits: dict[str, LinkFit], world: int) -> dict[str, float]:
+    """The all-reduce fit alpha + m / beta over ``world`` ranks as a ring's bus bandwidth and
+    per-step latency: 2 (W - 1) / W * m / bus + 2 (W - 1) * hop equals the fit."""
+    if world < 2 or "allreduce" not in fits:
+        return {}
+    fit, steps = fits["allreduce"], 2 * (world - 1)
+    return {
+        "ring_bus_bandwidth": fit.bandwidth_Bps * _bus_factor(world),
+        "ring_hop_latency_s": fit.latency_s / steps,
+    }
+
+
 def network_document(points: list[NetPoint], fits: dict[str, LinkFit], gpu_type: str,
                      zone: str, peer_zone: str, intra_node: bool, provenance: dict) -> dict:
     world = points[0].world_size
     pairs = max(1, world // 2)
     where = f"{provenance.get('host', '?')} {provenance.get('date', '')}".strip()
+    if provenance.get("busy_ms"):
+        where += f"; {provenance['busy_ms']:g} ms of compute before each repetition"
     doc: dict = {"format": NETWORK_FORMAT, "links": [], "intra_node": []}
     if "p2p" in fits:
         fit = fits["p2p"]
-        doc["links"].append({
+        link = {
             "src": {"zone": zone, "gpu_type": gpu_type, "count": pairs},
             "dst": {"zone": peer_zone, "gpu_type": gpu_type, "count": pairs},
             "max_bandwidth": fit.bandwidth_Bps, "latency_s": fit.latency_s,
             "source": f"measured: p2p ping-pong, {world} ranks, alpha-beta fit ({where})",
-        })
+        }
+        ring = ring_fields(fits, world)
+        if ring:
+            link.update(ring)
+            link["source"] += f"; ring from the {world}-rank all-reduce"
+        doc["links"].append(link)
     if intra_node and "allreduce" in fits:
         fit = fits["allreduce"]
+        ring = ring_fields(fits, world)
         doc["intra_node"].append({
             "gpu_type": gpu_type, "count": world,
-            "max_bandwidth": fit.bandwidth_Bps * _bus_factor(world),
-            "latency_s": fit.latency_s / (2 * (world - 1)) if world > 1 else fit.latency_s,
+            "max_bandwidth": ring.get("ring_bus_bandwidth", fit.bandwidth_Bps),
+            "latency_s": ring.get("ring_hop_latency_s", fit.latency_s),
             "source": f"measured: all-reduce bus bandwidth, {world} ranks, alpha-beta fit "
                       f"({where})",
         })

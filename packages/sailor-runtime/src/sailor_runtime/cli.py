@@ -197,7 +197,7 @@ def worker(
     workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
     threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
     warm: bool = typer.Option(
-        True, "--warm/--cold", help="Keep a rank process per device with torch imported."
+        True, "--warm/--cold", help="Fork ranks from a process with torch imported (fast restarts)."
     ),
     controller_timeout: float = typer.Option(
         300.0, help="Stop the ranks and exit 1 after this many seconds without the controller."

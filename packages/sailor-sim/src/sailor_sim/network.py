@@ -20,7 +20,8 @@ File format (``links.json`` in a profile folder, written by sailor-profiler)::
     {"format": "sailor-network/1",
      "links": [{"src": {"zone": "us-central1-a", "gpu_type": "A100-40", "count": 1},
                 "dst": {...}, "points": [[65536, 1.2e9], ...] | "coeffs_gbps": [c0, c1, c2],
-                "max_bandwidth": 2.4e9, "latency_s": 5e-5, "source": "measured"}],
+                "max_bandwidth": 2.4e9, "latency_s": 5e-5, "source": "measured",
+                "ring_bus_bandwidth": 1.1e9, "ring_hop_latency_s": 8e-5}],
      "intra_node": [{"gpu_type": "A100-40", "count": 2, "points": [...], ...}]}
 """
 
@@ -63,6 +64,23 @@ class LinkCurve:
     points: tuple[tuple[float, float], ...] | None = None
     """Measured (message bytes, bytes/s), sorted by size."""
     scale: float = 1.0
+    ring_bus_bandwidth: float | None = None
+    """Measured ring all-reduce over this link (sailor-profiler network): bus bandwidth in
+    bytes/s (NCCL tests' definition, 2 (n - 1) / n * m / t) ..."""
+    ring_hop_latency_s: float | None = None
+    """... and latency per ring step. None: the ring is derived from the p2p curve at the
+    platform's bus efficiency (``timing.ALLREDUCE_BUS_EFFICIENCY``) and the p2p latency."""
+
+    def ring_bandwidth(self, chunk_bytes: float, default_efficiency: float) -> float:
+        """Bus bytes/s of a ring all-reduce whose steps move ``chunk_bytes``."""
+        if self.ring_bus_bandwidth is not None:
+            return self.ring_bus_bandwidth * self.scale
+        return self.bandwidth(chunk_bytes) * default_efficiency
+
+    @property
+    def ring_latency_s(self) -> float:
+        """Seconds per ring step on top of its bytes."""
+        return self.latency_s if self.ring_hop_latency_s is None else self.ring_hop_latency_s
 
     def bandwidth(self, nbytes: float) -> float:
         """Bytes/s for one message of ``nbytes``."""
@@ -206,6 +224,8 @@ def _scaled(curve: LinkCurve, factor: float, note: str) -> LinkCurve:
         curve.coeffs_gbps,
         curve.points,
         curve.scale * factor,
+        curve.ring_bus_bandwidth,
+        curve.ring_hop_latency_s,
     )
 
 
@@ -255,13 +275,36 @@ def curve_from_dict(data: dict[str, Any], where: str) -> LinkCurve:
             raise ProfileError(
                 "points must be positive (bytes, bytes/s) pairs", field=f"{where}.points"
             )
+    ring_bw, ring_latency = _ring_fields(data, where)
     return LinkCurve(
         max_bw,
         latency,
         str(data.get("source", "measured")),
         tuple(float(c) for c in coeffs) if coeffs is not None else None,
         points,
+        ring_bus_bandwidth=ring_bw,
+        ring_hop_latency_s=ring_latency,
     )
+
+
+def _ring_fields(data: dict[str, Any], where: str) -> tuple[float | None, float | None]:
+    """The optional measured ring (both fields or neither), validated."""
+    bw, latency = data.get("ring_bus_bandwidth"), data.get("ring_hop_latency_s")
+    if bw is None and latency is None:
+        return None, None
+    try:
+        bw, latency = float(bw), float(latency)
+    except (TypeError, ValueError):
+        raise ProfileError(
+            "ring_bus_bandwidth (bytes/s) and ring_hop_latency_s (s) come together, as numbers",
+            field=f"{where}.ring_bus_bandwidth",
+        ) from None
+    if not (bw > 0 and math.isfinite(bw)) or not (latency >= 0 and math.isfinite(latency)):
+        raise ProfileError(
+            f"ring_bus_bandwidth must be > 0 and ring_hop_latency_s >= 0, not {bw}, {latency}",
+            field=f"{where}.ring_bus_bandwidth",
+        )
+    return bw, latency
 
 
 def link_to_dict(curve: LinkCurve) -> dict[str, Any]:
@@ -274,4 +317,7 @@ def link_to_dict(curve: LinkCurve) -> dict[str, Any]:
         out["coeffs_gbps"] = list(curve.coeffs_gbps)
     if curve.points is not None:
         out["points"] = [list(p) for p in curve.points]
+    if curve.ring_bus_bandwidth is not None:
+        out["ring_bus_bandwidth"] = curve.ring_bus_bandwidth
+        out["ring_hop_latency_s"] = curve.ring_hop_latency_s
     return out

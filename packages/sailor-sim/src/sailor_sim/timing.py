@@ -98,14 +98,15 @@ def allreduce_time(
     link: LinkCurve, nbytes: float, ranks: int, parallel_rings: int = 1, efficiency: float = 0.5
 ) -> float:
     """Ring all-reduce of ``nbytes`` over ``ranks`` (Patarasuk & Yuan 2009): 2(n-1)/n of the data
-    crosses every link, in 2(n-1) latency-bound steps per bucket."""
+    crosses every link, in 2(n-1) latency-bound steps per bucket. A link with a measured ring
+    gives its bus bandwidth and step latency; otherwise its p2p curve at ``efficiency``."""
     if ranks < 2 or nbytes <= 0:
         return 0.0
     buckets = max(1, math.ceil(nbytes / parallel_rings / DP_BUCKET_BYTES))
     chunk = nbytes / parallel_rings / buckets / ranks
     volume = 2.0 * (ranks - 1) / ranks * nbytes
-    bw = link.bandwidth(chunk) * efficiency
-    return volume / bw + buckets * 2 * (ranks - 1) * link.latency_s
+    bw = link.ring_bandwidth(chunk, efficiency)
+    return volume / bw + buckets * 2 * (ranks - 1) * link.ring_latency_s
 
 
 STEP_SYNC_BYTES = 16
@@ -150,7 +151,7 @@ def edge_allreduce_time(
 ) -> float:
     """Ring all-reduce time if every edge were the a -> b edge: the TP shards of a replica
     reduce in parallel rings (min TP of the two concurrent pairs), on the edge's own curve
-    (a cross-zone edge is slower) at the platform's bus efficiency."""
+    (a cross-zone edge is slower): its measured ring, else the platform's bus efficiency."""
     from .network import Endpoint
 
     (za, ga, ta), (zb, gb, tb) = a, b

@@ -47,9 +47,7 @@ class WorkerAgent:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.token = token
         self.metadata = call_metadata(token)
-        self.runner = RankRunner(
-            workdir / self.worker_id, threads_per_rank, warm_spares=gpus.count if warm else 0
-        )
+        self.runner = RankRunner(workdir / self.worker_id, threads_per_rank, warm=warm)
         self.servicer = AgentServicer(self.worker_id, gpus, self.runner)
         self.server, self.port = create_agent_server(self.servicer, f"{host}:0", token)
         self.address = f"{host}:{self.port}"
@@ -67,7 +65,7 @@ class WorkerAgent:
     def start(self) -> None:
         self.server.start()
         if not self.runner.wait_warm():
-            log.warning("warm rank processes not ready; registering anyway (slower restarts)")
+            log.warning("zygote not ready; registering anyway (ranks start cold)")
         self.register()
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
 

@@ -1,22 +1,20 @@
 """Start, watch and stop the rank processes of one node.
 
-Each rank runs the engine's entry point (``sailor_runtime.engine.worker``) in a child process
-with its own log and metrics file. Children are started through ``agent.warm``, which first
-sets PR_SET_PDEATHSIG(SIGKILL), so that a node whose agent dies (kill -9) loses its ranks too,
-as a real node failure would. Processes are spawned from
-one long-lived thread because Linux ties the death signal to the spawning thread. (No
+Each rank runs the engine's entry point (``sailor_runtime.engine.worker``) in its own process
+with its own log and metrics file. Warm (the default): the agent's zygote (``agent.zygote``), a
+process that imported torch and the engine once, forks each rank in milliseconds, and nothing
+imports torch while ranks train. Cold: each rank is a fresh ``python -m
+sailor_runtime.agent.zygote --once`` that imports torch itself. Either way a rank dies with its
+node (PR_SET_PDEATHSIG down the chain agent -> zygote -> rank). Processes are spawned from one
+long-lived thread because Linux ties the death signal to the spawning thread. (No
 ``preexec_fn``: Python code between fork and exec in a process with gRPC threads can crash.)
-
-Restarting a rank should not pay for importing torch again: the runner keeps one warm process
-per device with torch and the engine imported, hands it the rank's arguments when an
-assignment arrives, and starts a new warm one in the background.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -28,17 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .assignment import ValidAssignment
+from .zygote import AGENT_PID_ENV, ForkedRank, Zygote, ZygoteError
+
+log = logging.getLogger("sailor.agent")
 
 RUNNING, SUCCEEDED, FAILED, STOPPED = "running", "succeeded", "failed", "stopped"
-
-AGENT_PID_ENV = "SAILOR_AGENT_PID"
 
 
 @dataclass
 class RankProcess:
     generation: int
     rank: int
-    popen: subprocess.Popen
+    popen: subprocess.Popen | ForkedRank
     log_path: Path
     metrics_path: Path
     metrics_offset: int = 0
@@ -67,18 +66,18 @@ class RankRunner:
 
     workdir: Path
     threads_per_rank: int = 1
-    warm_spares: int = 0
-    """Warm processes to keep ready (one per device; 0 = start ranks cold)."""
+    warm: bool = False
+    """Fork ranks from a zygote with torch imported (fast restarts); else start them cold."""
     procs: list[RankProcess] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rank-forker")
-        self._spares: list[subprocess.Popen] = []
+        self._zygote: Zygote | None = None
         self._closed = False
-        if self.warm_spares:
-            self._forker.submit(self._refill)
+        if self.warm:
+            self._forker.submit(self._ensure_zygote)
 
     def _base_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -87,46 +86,37 @@ class RankRunner:
         env[AGENT_PID_ENV] = str(os.getpid())
         return env
 
-    def _new_process(self) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", "sailor_runtime.agent.warm"],
+    def _ensure_zygote(self) -> None:
+        """Start a zygote if there is none or it died (runs on the forker thread)."""
+        if not self._closed and (self._zygote is None or not self._zygote.alive):
+            self._zygote = Zygote(self._base_env())
+
+    def wait_warm(self, timeout_s: float = 300.0) -> bool:
+        """Block until the zygote has imported torch and the engine (or timeout)."""
+        if not self.warm:
+            return True
+        self._forker.submit(lambda: None).result()  # the zygote has been started
+        return self._zygote is not None and self._zygote.wait_ready(timeout_s)
+
+    def _launch(self, argv: list[str], env: dict[str, str], log_path: Path):
+        """Fork the rank from the zygote; start it cold when there is none (or it died)."""
+        cmd = {"argv": argv, "env": env, "log": str(log_path)}
+        if self._zygote is not None:
+            try:
+                return self._zygote.fork(argv, env, str(log_path))
+            except ZygoteError as exc:
+                log.warning("%s; starting the rank cold and a new zygote", exc)
+                self._forker.submit(self._ensure_zygote)  # runs after this spawn
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sailor_runtime.agent.zygote", "--once"],
             stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=self._base_env(),
         )
-
-    def _refill(self) -> None:
-        """Top the warm processes up (runs on the forker thread)."""
-        self._spares = [p for p in self._spares if p.poll() is None]
-        while not self._closed and len(self._spares) < self.warm_spares:
-            self._spares.append(self._new_process())
-
-    def wait_warm(self, timeout_s: float = 300.0) -> bool:
-        """Block until every warm process has imported torch and the engine (or timeout)."""
-        if not self.warm_spares:
-            return True
-        self._forker.submit(lambda: None).result()  # the first refill has run
-        deadline = time.monotonic() + timeout_s
-        for spare in list(self._spares):
-            ready, _, _ = select.select([spare.stdout], [], [], max(0, deadline - time.monotonic()))
-            if not ready or spare.stdout.readline().strip() != b"ready":
-                return False
-        return True
-
-    def _launch(self, argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
-        """Hand the command to a warm process (a fresh one when none is left)."""
-        line = (json.dumps({"argv": argv, "env": env, "log": str(log_path)}) + "\n").encode()
-        while True:
-            proc = self._spares.pop(0) if self._spares else self._new_process()
-            if proc.poll() is not None:
-                continue
-            try:
-                proc.stdin.write(line)
-                proc.stdin.close()
-                return proc
-            except OSError:
-                proc.kill()
+        proc.stdin.write((json.dumps(cmd) + "\n").encode())
+        proc.stdin.close()
+        return proc
 
     # ---- commands ----------------------------------------------------------------------------
     def rank_args(self, a: ValidAssignment, rank: int, gen_dir: Path) -> list[str]:
@@ -164,8 +154,6 @@ class RankRunner:
         """Stop every older rank, then start the ranks of ``a``; returns how many started."""
         self.stop(generation=0, grace_s=1.0)
         started = self._forker.submit(self._spawn, a).result()
-        if self.warm_spares:
-            self._forker.submit(self._refill)  # in the background: the ranks start now
         with self._lock:
             self.procs = [p for p in self.procs if p.popen.poll() is None] + started
         return len(started)
@@ -191,21 +179,10 @@ class RankRunner:
     def shutdown(self) -> None:
         self._closed = True
         self.stop(0, grace_s=1.0)
-        self._forker.submit(self._close_spares).result()
+        zygote = self._forker.submit(lambda: self._zygote).result()
+        if zygote is not None:
+            zygote.close()
         self._forker.shutdown(wait=False)
-
-    def _close_spares(self) -> None:
-        for spare in self._spares:
-            try:
-                spare.stdin.close()  # EOF: the warm process exits
-            except OSError:
-                pass
-        for spare in self._spares:
-            try:
-                spare.wait(5)
-            except subprocess.TimeoutExpired:
-                spare.kill()
-        self._spares = []
 
     # ---- observation -------------------------------------------------------------------------
     def current_generation(self) -> int:

@@ -54,7 +54,7 @@ class LocalRunConfig:
     planner_address: str = ""
     """An external planner server; "" = start one as a child process."""
     warm: bool = True
-    """Agents keep warm rank processes (torch imported) for fast restarts."""
+    """Agents fork ranks from a zygote with torch imported (fast restarts, agent.zygote)."""
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
@@ -213,7 +213,8 @@ class LocalRun:
 
         self.slowdown = self.cpu_share.slowdown
         folder = machine_profile(
-            self.cfg.run_dir, self.job, self.gpu_types, self.slowdown, "profile-predict"
+            self.cfg.run_dir, self.job, self.gpu_types, self.slowdown, "profile-predict",
+            self.cfg.workers,
         )
         return Simulator.from_profile_dir(folder).estimate(self.job, plan).iteration_time_s
 

@@ -1,24 +1,27 @@
 """This machine's profile, as the simulator needs it to predict a local run.
 
-What a prediction of a local run needs, and where it comes from (sailor-profiler):
+A local run emulates each GPU with one single-threaded rank process on this CPU. The simulator
+models every GPU as a device of its own; here R ranks share C cores, next to whatever else
+runs. What the prediction uses, and why:
 
-- per-layer forward / backward / optimizer seconds of one rank process: one thread (the agents
-  set OMP_NUM_THREADS=1 per rank), measured once by ``sailor-profiler compute``;
-- the share of a core each rank gets: a local run puts R rank processes on C cores, next to
-  whatever else runs there. Per-layer timings are medians of millisecond-long kernels that
-  mostly run inside one scheduler time slice, so they do not see the sharing, but a whole
-  iteration does. For planning, the profile is scaled by max(1, N / C) (``contention``), N =
-  the processes runnable before the run (``procs_running`` in /proc/stat) plus the R ranks to
-  come (CFS shares the cores evenly among runnable processes of equal niceness). For the
-  prediction of the plan that ran, the kernel says what share the ranks actually got:
-  /proc/PID/schedstat gives each rank's time on a CPU and time waiting in the run queue, and
-  (run + wait) / run while it trained is the slowdown of its CPU work (``CpuShare``);
-- gloo p2p and all-reduce over loopback (``sailor-profiler network``), as ``links.json``,
-  measured with as many processes as the run has ranks: on a few shared cores a message's cost
-  is mostly the wait until the receiving process gets a core again (measured here: all-reduce
-  latency ~0.5 ms with 2 processes on 2 cores, ~6 ms with 4), which a 2-process measurement
-  would miss;
-- every emulated GPU type is this same CPU: the measured file is filed under each type.
+- per-layer forward / backward / optimizer seconds of one rank process alone, one thread (the
+  agents set OMP_NUM_THREADS=1 per rank): ``sailor-profiler compute``. Per-layer medians of
+  millisecond kernels run inside one scheduler slice and do not see the sharing, so they are
+  scaled by the stretch the ranks' CPU work gets from it. For planning that is max(1, N / C)
+  (``contention``), N = the processes runnable before the run (``procs_running`` in
+  /proc/stat) plus the R ranks to come (CFS shares the cores evenly among runnable processes
+  of equal niceness). For the prediction of the plan that ran, the kernel says what share the
+  ranks actually got: /proc/PID/schedstat gives a rank's main thread (its layers, one
+  intra-op thread) time on a CPU and time waiting in the run queue, and (run + wait) / run
+  while the ranks trained is the stretch (``CpuShare``);
+- gloo p2p and the ring all-reduce over loopback, as ``links.json``: ``sailor-profiler
+  network`` with R processes and ``--busy-ms`` of compute before each repetition, so the
+  collectives are measured as training meets them. On shared cores a collective right after
+  compute waits for the scheduler at every ring step (measured on 2 cores, 4 ranks: a 16-byte
+  all-reduce 0.8 ms back to back, ~5 ms after compute), which neither a back-to-back benchmark
+  nor a uniform stretch of one would show. The sharing is in these numbers already, so they are
+  not scaled;
+- every emulated GPU type is this same CPU: the measured files are filed under each type.
 
 Measurements are kept in ``RUN_DIR/profiling`` and reused when already there.
 """
@@ -64,8 +67,8 @@ def measure(run_dir: Path, job, ranks: int = 2) -> tuple[dict, dict]:
     if not (net / "links.json").exists():
         _run(_profiler(
             "network", "--out", str(net), "--device", "cpu", "--procs", str(max(2, ranks)),
-            "--min-bytes", "64K", "--max-bytes", "2M", "--reps", "3", "--zone", "local",
-            "--gpu-type", "CPU", "--json",
+            "--min-bytes", "4K", "--max-bytes", "4M", "--reps", "7", "--busy-ms", "10",
+            "--zone", "local", "--gpu-type", "CPU", "--json",
         ), "network")  # fmt: skip
     measured = json.loads(sorted(compute.glob("*.json"))[0].read_text())
     return measured, json.loads((net / "links.json").read_text())
@@ -121,69 +124,74 @@ def _scaled(measured: dict, gpu_type: str, factor: float) -> dict:
     return {**measured, "gpu_type": gpu_type, "entries": entries}
 
 
-def _slowed(link: dict, factor: float) -> dict:
-    if "points" in link:
-        link = {**link, "points": [[size, bw / factor] for size, bw in link["points"]]}
-    return {
-        **link,
-        "latency_s": link["latency_s"] * factor,
-        "max_bandwidth": link["max_bandwidth"] / factor,
-    }
-
-
-def _relabel_links(links: dict, gpu_types: list[str], factor: float) -> dict:
-    """The CPU<->CPU measurements for every pair of emulated types (all are this CPU),
-    slowed down by ``factor``."""
+def _relabel_links(links: dict, gpu_types: list[str]) -> dict:
+    """The CPU<->CPU measurements for every pair of emulated types (all are this CPU)."""
     out = {"format": links["format"], "links": [], "intra_node": []}
     for link in links.get("links", []):
         for a in gpu_types:
             for b in gpu_types:
-                pair = {
-                    **link,
-                    "src": {**link["src"], "gpu_type": a},
-                    "dst": {**link["dst"], "gpu_type": b},
-                }
-                out["links"].append(_slowed(pair, factor))
+                out["links"].append(
+                    {**link, "src": {**link["src"], "gpu_type": a},
+                     "dst": {**link["dst"], "gpu_type": b}}
+                )
     for entry in links.get("intra_node", []):
-        out["intra_node"] += [_slowed({**entry, "gpu_type": t}, factor) for t in gpu_types]
+        out["intra_node"] += [{**entry, "gpu_type": t} for t in gpu_types]
     return out
 
 
 def machine_profile(
     run_dir: Path, job, gpu_types: list[str], factor: float, name: str, ranks: int = 2
 ) -> str:
-    """A profile folder ``run_dir/name`` for ``job``, its CPU times scaled by ``factor`` (the
-    slowdown from sharing the cores), filed under every type in ``gpu_types``; links measured
-    with ``ranks`` processes."""
+    """A profile folder ``run_dir/name`` for ``job``, filed under every type in ``gpu_types``:
+    layer times scaled by ``factor`` (the stretch from sharing the cores), links measured with
+    ``ranks`` busy processes."""
     measured, links = measure(run_dir, job, ranks)
     folder = run_dir / name
     folder.mkdir(parents=True, exist_ok=True)
     for gpu_type in gpu_types:
         name = f"{job.model.name}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
         (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, factor)))
-    (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types, 1.0)))
+    (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types)))
     (folder / "README.txt").write_text(
-        f"Measured on this machine with one thread per rank, CPU times scaled by {factor:.2f} "
-        f"for sharing its {cores()} cores; see sailor_runtime.run.profile.\n"
+        f"Measured on this machine with one thread per rank; layer and optimizer times scaled "
+        f"by {factor:.2f} for sharing its {cores()} cores; links measured with {ranks} busy "
+        "ranks, as they are; see sailor_runtime.run.profile.\n"
     )
     return str(folder)
 
 
-def _ranks(agents: set[int]) -> list[int]:
-    """PIDs of the rank processes of ``agents``: their children whose stdout is a rank log
-    (warm processes still waiting for a command write to a pipe)."""
-    out = []
+def _parents() -> dict[int, int]:
+    out = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) in agents and os.readlink(stat.parent / "fd" / "1").endswith(".log"):
-                out.append(int(stat.parent.name))
+            out[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
     return out
 
 
+def _ranks(agents: set[int]) -> list[int]:
+    """PIDs of the rank processes of ``agents``: their descendants (forked by the agent's
+    zygote, or its children when started cold) whose stdout is a rank log."""
+    parents = _parents()
+    out = []
+    for pid in parents:
+        ancestor, hops = parents.get(pid), 0
+        while ancestor is not None and ancestor not in agents and hops < 4:
+            ancestor, hops = parents.get(ancestor), hops + 1
+        if ancestor in agents:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/1").endswith(".log"):
+                    out.append(pid)
+            except OSError:
+                continue
+    return out
+
+
 def _schedstat(pid: int) -> tuple[int, int] | None:
+    """(ns on a CPU, ns waiting in the run queue) of the main thread of ``pid``: where a rank
+    runs its layers and optimizer (one intra-op thread). Its gloo threads serve collectives,
+    whose waits for a core are in the busy link benchmark already."""
     try:
         run_ns, wait_ns, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
         return int(run_ns), int(wait_ns)
@@ -192,7 +200,8 @@ def _schedstat(pid: int) -> tuple[int, int] | None:
 
 
 class CpuShare:
-    """Run-queue slowdown of the rank processes between ``start`` and the last ``sample``."""
+    """Run-queue stretch of the ranks' layer work between the first and last ``sample``:
+    (run + wait) / run of their main threads."""
 
     def __init__(self) -> None:
         self.first: dict[int, tuple[int, int]] = {}
@@ -207,6 +216,6 @@ class CpuShare:
 
     @property
     def slowdown(self) -> float:
-        run = sum(self.last[p][0] - self.first[p][0] for p in self.last)
-        wait = sum(self.last[p][1] - self.first[p][1] for p in self.last)
+        run = sum(self.last[t][0] - self.first[t][0] for t in self.last)
+        wait = sum(self.last[t][1] - self.first[t][1] for t in self.last)
         return (run + wait) / run if run > 0 else 1.0

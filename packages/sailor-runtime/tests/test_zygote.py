@@ -1,0 +1,118 @@
+"""The agent's zygote on real processes: it forks ranks that run the engine's entry point,
+reports how they exit, and takes them down with it when the agent dies (a node failure)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sailor_runtime.agent.zygote import AGENT_PID_ENV, Zygote
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _waiting_rank_argv(tmp: Path) -> list[str]:
+    """A rank of a 2-rank job whose store nobody hosts: it waits for rendezvous (a rank that
+    runs until stopped), then fails after 60 s."""
+    return [
+        "--job", str(tmp / "job.json"), "--plan", str(tmp / "plan.json"), "--rank", "1",
+        "--world-size", "2", "--master-port", str(_closed_port()), "--store-is-external",
+        "--checkpoint-dir", str(tmp / "ckpt"), "--steps", "1", "--timeout-s", "60",
+    ]  # fmt: skip
+
+
+def _write_job(tmp: Path) -> None:
+    from sailor_sim import Job, Plan, Replica, Stage
+
+    job = Job.create("tiny-gpt", 8, 32)
+    plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 1, 4),) * 2),)).check(job)
+    import json
+
+    (tmp / "job.json").write_text(json.dumps(job.to_dict()))
+    (tmp / "plan.json").write_text(plan.to_json())
+
+
+def _gone(pid: int) -> bool:
+    """Exited (no such process, or a zombie nobody reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(_gone(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def zygote():
+    env = {**os.environ, AGENT_PID_ENV: str(os.getpid()), "OMP_NUM_THREADS": "1"}
+    z = Zygote(env)
+    assert z.wait_ready(180), "the zygote did not import torch and the engine"
+    yield z
+    z.close()
+
+
+@pytest.mark.timeout(240)
+def test_zygote_forks_ranks_and_reports_their_exit(zygote, tmp_path):
+    _write_job(tmp_path)
+    # Bad input: the engine's one-line error in the rank's log, exit status 2.
+    bad = zygote.fork(["--job", str(tmp_path / "missing.json"), "--plan", "x", "--rank", "0",
+                       "--world-size", "1", "--master-port", "1", "--checkpoint-dir",
+                       str(tmp_path / "c"), "--steps", "1"], {}, str(tmp_path / "bad.log"))
+    assert bad.wait(60) == 2
+    assert "error: job: cannot read" in (tmp_path / "bad.log").read_text()
+    # A rank waiting for its peers runs until stopped; SIGTERM ends it (returncode -15).
+    t0 = time.monotonic()
+    rank = zygote.fork(_waiting_rank_argv(tmp_path), {}, str(tmp_path / "r1.log"))
+    assert time.monotonic() - t0 < 5, "a fork must not re-import torch"
+    time.sleep(1.0)
+    assert rank.poll() is None and not _gone(rank.pid)
+    rank.send_signal(signal.SIGTERM)
+    assert rank.wait(30) == -signal.SIGTERM
+    rank.send_signal(signal.SIGKILL)  # after the exit: a no-op, never a reused PID
+
+
+@pytest.mark.timeout(240)
+def test_killing_the_agent_takes_its_zygote_and_ranks_down(tmp_path):
+    """kill -9 of the agent: the zygote dies with it and the ranks with the zygote
+    (PR_SET_PDEATHSIG down the chain), as on a failed node."""
+    _write_job(tmp_path)
+    agent = textwrap.dedent(f"""
+        import os, sys, time
+        from sailor_runtime.agent.zygote import AGENT_PID_ENV, Zygote
+        z = Zygote({{**os.environ, AGENT_PID_ENV: str(os.getpid()), "OMP_NUM_THREADS": "1"}})
+        assert z.wait_ready(180)
+        r = z.fork({_waiting_rank_argv(tmp_path)!r}, {{}}, {str(tmp_path / "r.log")!r})
+        print(z.proc.pid, r.pid, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", agent], stdout=subprocess.PIPE, text=True)
+    try:
+        zygote_pid, rank_pid = map(int, proc.stdout.readline().split())
+        assert not _gone(zygote_pid) and not _gone(rank_pid)
+        proc.kill()
+        proc.wait()
+        assert _wait_gone([zygote_pid, rank_pid], 10), "the node's processes outlived its agent"
+    finally:
+        proc.kill()
