@@ -29,8 +29,8 @@ proto-check: setup
 
 demo: setup
 	$(UV) run sailor-sim demo
-	$(UV) run sailor run --local --workers 4 --gpu-types CPU,T4 --model tiny-gpt --steps 20 \
-		--checkpoint-every 5 --kill-worker-at-step 10
+	$(UV) run sailor run --local --workers 4 --gpu-types CPU,T4 --model tiny-gpt --steps 40 \
+		--checkpoint-every 5 --kill-worker-at-step 20
 
 bench: setup
 	$(UV) run python bench/run_all.py

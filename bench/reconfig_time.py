@@ -52,12 +52,16 @@ def scenario(name: str, workers: int, warm: bool, kill: bool) -> dict:
             "plan": s.plan, "note": r["inventory"]}  # fmt: skip
 
 
+PREDICTION_RUNS = 3
+"""Separate local runs, each profiling the machine afresh: the bar must hold for every one."""
+
+
 def prediction() -> dict:
     """`sailor run --local --workers 4 --gpu-types CPU,T4`: measured vs predicted."""
     with tempfile.TemporaryDirectory(prefix="sailor-predict-") as tmp:
         cfg = LocalRunConfig(
-            run_dir=Path(tmp), workers=4, gpu_types=("CPU", "T4"), steps=14,
-            checkpoint_every=7, progress=False, timeout_s=400,
+            run_dir=Path(tmp), workers=4, gpu_types=("CPU", "T4"), steps=60,
+            checkpoint_every=20, progress=False, timeout_s=400,
         )  # fmt: skip
         run = LocalRun(cfg)
         try:
@@ -91,18 +95,21 @@ def main() -> int:
         failed |= row["kill"] and not ok
         print(f"{row['name']:<32}{cells}{row['total']:>9.2f}  {'ok' if ok else 'SLOW'}")
     print("\ntotal = kill -> first step of the new generation (join: noticed -> first step)")
-    p = prediction()
-    ok = p["state"] == "DONE" and abs(p["prediction_error"]) <= 0.25
-    failed |= not ok
     print(
-        "\nIteration time, sailor run --local --workers 4 --gpu-types CPU,T4 (target: within 25 %)"
+        "\nIteration time, sailor run --local --workers 4 --gpu-types CPU,T4, 60 steps, "
+        f"{PREDICTION_RUNS} runs (target: each within 25 %)"
     )
     print(f"{'plan':<52}{'measured':>10}{'simulator':>11}{'error':>8}{'cpu slowdown':>14}  result")
-    print(
-        f"{p['plan'][:50]:<52}{p['measured_iteration_s'] * 1e3:>8.1f}ms"
-        f"{p['predicted_iteration_s'] * 1e3:>9.1f}ms{p['prediction_error']:>+8.0%}"
-        f"{p['cpu_slowdown']:>14.2f}  {'ok' if ok else 'MISSED'}"
-    )
+    for _ in range(PREDICTION_RUNS):
+        p = prediction()
+        ok = p["state"] == "DONE" and abs(p["prediction_error"]) <= 0.25
+        failed |= not ok
+        print(
+            f"{p['plan'][:50]:<52}{p['measured_iteration_s'] * 1e3:>8.1f}ms"
+            f"{p['predicted_iteration_s'] * 1e3:>9.1f}ms{p['prediction_error']:>+8.0%}"
+            f"{p['cpu_slowdown']:>14.2f}  {'ok' if ok else 'MISSED'}",
+            flush=True,
+        )
     return 1 if failed else 0
 
 

@@ -10,6 +10,7 @@ measured on this machine.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -121,14 +122,15 @@ class LocalRun:
         self.workers.append(w)
         return w
 
-    def kill_a_worker(self) -> LocalWorker:
+    def kill_a_worker(self, step: int | None = None) -> LocalWorker:
         """kill -9 the worker that runs the highest rank of the current generation."""
         placement = self.controller.placement
         victim_id = max(placement, key=lambda w: max(r for r, _ in placement[w]))
         victim = next(w for w in self.workers if w.name == victim_id)
         victim.kill()
         self.events.append(
-            {"event": "kill -9", "worker": victim.name, "at": time.monotonic(), "step": self.step}
+            {"event": "kill -9", "worker": victim.name, "at": time.monotonic(),
+             "step": self.step if step is None else step}
         )
         return victim
 
@@ -136,11 +138,32 @@ class LocalRun:
     def step(self) -> int:
         return self.controller.step
 
+    def trained_step(self) -> int:
+        """The newest step the current generation finished, read from its metrics file (the
+        controller hears of it only with the next heartbeat, several steps later)."""
+        gen = self.controller.generation
+        newest = self.step
+        for path in self.cfg.run_dir.glob(f"workers/*/gen-{gen}/rank-*.metrics.jsonl"):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(0, f.seek(0, 2) - 4096))
+                    lines = f.read().split(b"\n")
+                newest = max(newest, json.loads(lines[-2])["step"])
+            except (OSError, ValueError, IndexError, KeyError):
+                continue  # not written yet, or a line being written
+        return newest
+
     def _inject(self, killed: bool, added: bool) -> tuple[bool, bool]:
-        c, s = self.cfg, self.step
+        """Kill or add a worker once the step is reached (checked every tick, so the kill
+        lands within a step or two of the one asked for)."""
+        c = self.cfg
+        if (c.kill_worker_at_step and not killed) or (c.add_worker_at_step and not added):
+            s = self.trained_step()
+        else:
+            return killed, added
         running = self.controller.state == ControllerState.RUNNING
         if c.kill_worker_at_step and not killed and running and s >= c.kill_worker_at_step:
-            self.kill_a_worker()
+            self.kill_a_worker(s)
             killed = True
         if c.add_worker_at_step and not added and running and s >= c.add_worker_at_step:
             w = self.add_worker()
@@ -158,10 +181,14 @@ class LocalRun:
         progress = Progress(self.cfg.steps, self.cfg.progress)
         killed = added = False
         deadline = self._t0 + self.cfg.timeout_s
+        tick = 0
         try:
             while not self.controller.finished and time.monotonic() < deadline:
-                time.sleep(0.2)
+                time.sleep(0.05)
                 killed, added = self._inject(killed, added)
+                tick += 1
+                if tick % 4:
+                    continue
                 self._sample_load()
                 if on_tick:
                     on_tick(self)
