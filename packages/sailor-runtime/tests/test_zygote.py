@@ -94,6 +94,22 @@ def test_zygote_forks_ranks_and_reports_their_exit(zygote, tmp_path):
 
 
 @pytest.mark.timeout(240)
+def test_zygote_refuses_bad_commands_and_keeps_serving(zygote, tmp_path):
+    """Garbage on its pipe or a malformed command must not take the node's ranks down."""
+    from sailor_runtime.agent.zygote import ZygoteError
+
+    zygote.proc.stdin.write(b"\x00\xffnot json\n" + b'{"id": 99, "argv": "x", "log": 1}\n')
+    zygote.proc.stdin.flush()
+    with pytest.raises(ZygoteError, match="refused the rank: TypeError"):
+        zygote.fork("--rank 0", {}, str(tmp_path / "x.log"))  # argv must be a list
+    assert zygote.alive
+    _write_job(tmp_path)
+    rank = zygote.fork(_waiting_rank_argv(tmp_path), {}, str(tmp_path / "ok.log"))
+    rank.kill()
+    assert rank.wait(30) == -signal.SIGKILL
+
+
+@pytest.mark.timeout(240)
 def test_killing_the_agent_takes_its_zygote_and_ranks_down(tmp_path):
     """kill -9 of the agent: the zygote dies with it and the ranks with the zygote
     (PR_SET_PDEATHSIG down the chain), as on a failed node."""

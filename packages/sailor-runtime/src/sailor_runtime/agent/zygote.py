@@ -15,6 +15,7 @@ Protocol, one JSON object per line:
     zygote -> agent   {"ready": true}                 torch and the engine are imported
     agent  -> zygote  {"id": N, "argv": [...], "env": {...}, "log": PATH}
     zygote -> agent   {"started": N, "pid": PID}       the rank is running
+                      {"refused": N, "message": M}      a malformed command or a failed fork
                       {"exited": PID, "code": C}        C as ``Popen.returncode`` (-S: signal S)
 
 EOF on stdin ends the zygote. Life is tied down the chain with PR_SET_PDEATHSIG: the zygote
@@ -134,12 +135,25 @@ def serve(inp: int = 0, out: int = 1) -> int:
         *lines, buffered = (buffered + data).split(b"\n")
         for line in lines:
             if line.strip():
-                cmd = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    _child(cmd, me, [inp, out, wake_r, wake_w])
-                children.add(pid)
-                _send(out, {"started": cmd["id"], "pid": pid})
+                _start(line, me, children, [inp, out, wake_r, wake_w])
+
+
+def _start(line: bytes, me: int, children: set[int], fds: list[int]) -> None:
+    """Fork the rank a command line asks for; refuse (and live on) when it cannot."""
+    out, ident = fds[1], None
+    try:
+        cmd = json.loads(line)
+        ident = cmd["id"]
+        if not isinstance(cmd["argv"], list) or not isinstance(cmd["log"], str):
+            raise TypeError("argv must be a list and log a path")
+        pid = os.fork()
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        _send(out, {"refused": ident, "message": f"{type(exc).__name__}: {exc}"})
+        return
+    if pid == 0:
+        _child(cmd, me, fds)
+    children.add(pid)
+    _send(out, {"started": ident, "pid": pid})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,7 +222,8 @@ class Zygote:
         self.gone = threading.Event()
         self._lock = threading.Lock()
         self._next_id = 0
-        self._started: dict[int, ForkedRank | None] = {}
+        self._started: dict[int, ForkedRank] = {}
+        self._refused: dict[int, str] = {}
         self._started_cv = threading.Condition(self._lock)
         self._ranks: dict[int, ForkedRank] = {}
         threading.Thread(target=self._read, name="zygote-reader", daemon=True).start()
@@ -225,6 +240,10 @@ class Zygote:
                 with self._lock:
                     rank = self._ranks[msg["pid"]] = ForkedRank(int(msg["pid"]))
                     self._started[int(msg["started"])] = rank
+                    self._started_cv.notify_all()
+            elif "refused" in msg:
+                with self._lock:
+                    self._refused[msg["refused"]] = str(msg.get("message", ""))
                     self._started_cv.notify_all()
             elif "exited" in msg:
                 with self._lock:
@@ -263,9 +282,13 @@ class Zygote:
                 self.proc.stdin.flush()
             except OSError as exc:
                 raise ZygoteError(f"zygote gone: {exc}") from None
-            if not self._started_cv.wait_for(
-                lambda: ident in self._started or self.gone.is_set(), timeout_s
-            ) or ident not in self._started:
+            answered = self._started_cv.wait_for(
+                lambda: ident in self._started or ident in self._refused or self.gone.is_set(),
+                timeout_s,
+            )
+            if ident in self._refused:
+                raise ZygoteError(f"zygote refused the rank: {self._refused.pop(ident)}")
+            if not answered or ident not in self._started:
                 raise ZygoteError("zygote did not start the rank")
             return self._started.pop(ident)
 
