@@ -66,6 +66,7 @@ def network_document(points: list[NetPoint], fits: dict[str, LinkFit], gpu_type:
     if provenance.get("busy_ms"):
         where += f"; {provenance['busy_ms']:g} ms of compute before each repetition"
     doc: dict = {"format": NETWORK_FORMAT, "links": [], "intra_node": []}
+    ring = ring_fields(fits, world)
     if "p2p" in fits:
         fit = fits["p2p"]
         link = {
@@ -74,14 +75,12 @@ def network_document(points: list[NetPoint], fits: dict[str, LinkFit], gpu_type:
             "max_bandwidth": fit.bandwidth_Bps, "latency_s": fit.latency_s,
             "source": f"measured: p2p ping-pong, {world} ranks, alpha-beta fit ({where})",
         }
-        ring = ring_fields(fits, world)
         if ring:
             link.update(ring)
             link["source"] += f"; ring from the {world}-rank all-reduce"
         doc["links"].append(link)
     if intra_node and "allreduce" in fits:
         fit = fits["allreduce"]
-        ring = ring_fields(fits, world)
         doc["intra_node"].append({
             "gpu_type": gpu_type, "count": world,
             "max_bandwidth": ring.get("ring_bus_bandwidth", fit.bandwidth_Bps),

@@ -27,6 +27,7 @@ File format (``links.json`` in a profile folder, written by sailor-profiler)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -217,16 +218,7 @@ class NetworkModel:
 
 
 def _scaled(curve: LinkCurve, factor: float, note: str) -> LinkCurve:
-    return LinkCurve(
-        curve.max_bandwidth,
-        curve.latency_s,
-        f"{curve.source}; {note}",
-        curve.coeffs_gbps,
-        curve.points,
-        curve.scale * factor,
-        curve.ring_bus_bandwidth,
-        curve.ring_hop_latency_s,
-    )
+    return dataclasses.replace(curve, source=f"{curve.source}; {note}", scale=curve.scale * factor)
 
 
 # ---- files -----------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .assignment import ValidAssignment
-from .zygote import AGENT_PID_ENV, ForkedRank, Zygote, ZygoteError
+from .zygote import AGENT_PID_ENV, ForkedRank, Zygote, ZygoteError, start_cold
 
 log = logging.getLogger("sailor.agent")
 
@@ -100,23 +99,13 @@ class RankRunner:
 
     def _launch(self, argv: list[str], env: dict[str, str], log_path: Path):
         """Fork the rank from the zygote; start it cold when there is none (or it died)."""
-        cmd = {"argv": argv, "env": env, "log": str(log_path)}
         if self._zygote is not None:
             try:
                 return self._zygote.fork(argv, env, str(log_path))
             except ZygoteError as exc:
                 log.warning("%s; starting the rank cold and a new zygote", exc)
                 self._forker.submit(self._ensure_zygote)  # runs after this spawn
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sailor_runtime.agent.zygote", "--once"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=self._base_env(),
-        )
-        proc.stdin.write((json.dumps(cmd) + "\n").encode())
-        proc.stdin.close()
-        return proc
+        return start_cold(argv, env, str(log_path), self._base_env())
 
     # ---- commands ----------------------------------------------------------------------------
     def rank_args(self, a: ValidAssignment, rank: int, gen_dir: Path) -> list[str]:

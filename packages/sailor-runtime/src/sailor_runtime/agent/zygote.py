@@ -94,6 +94,23 @@ def _send(fd: int, obj: dict) -> None:
     os.write(fd, (json.dumps(obj) + "\n").encode())
 
 
+def _command(argv: list[str], env: dict[str, str], log: str, ident: int | None = None) -> bytes:
+    """One agent -> zygote command line."""
+    cmd = {"argv": argv, "env": env, "log": log}
+    if ident is not None:
+        cmd["id"] = ident
+    return (json.dumps(cmd) + "\n").encode()
+
+
+def _drain(fd: int) -> None:
+    """Empty a non-blocking pipe (the signal wakeup fd: its bytes only say 'wake up')."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
 def _reap(children: set[int], out: int) -> None:
     for pid in list(children):
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -120,12 +137,7 @@ def serve(inp: int = 0, out: int = 1) -> int:
         except InterruptedError:
             continue
         if wake_r in ready:
-            while True:
-                try:
-                    if not os.read(wake_r, 512):
-                        break
-                except BlockingIOError:
-                    break
+            _drain(wake_r)
         _reap(children, out)
         if inp not in ready:
             continue
@@ -276,9 +288,8 @@ class Zygote:
         with self._lock:
             self._next_id += 1
             ident = self._next_id
-            line = json.dumps({"id": ident, "argv": argv, "env": env, "log": log}) + "\n"
             try:
-                self.proc.stdin.write(line.encode())
+                self.proc.stdin.write(_command(argv, env, log, ident))
                 self.proc.stdin.flush()
             except OSError as exc:
                 raise ZygoteError(f"zygote gone: {exc}") from None
@@ -302,6 +313,20 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def start_cold(argv: list[str], env: dict[str, str], log: str, base_env: dict[str, str]):
+    """A rank in a fresh process that imports torch itself (``--once``): a ``Popen``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sailor_runtime.agent.zygote", "--once"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=base_env,
+    )
+    proc.stdin.write(_command(argv, env, log))
+    proc.stdin.close()
+    return proc
 
 
 if __name__ == "__main__":

@@ -216,6 +216,6 @@ class CpuShare:
 
     @property
     def slowdown(self) -> float:
-        run = sum(self.last[t][0] - self.first[t][0] for t in self.last)
-        wait = sum(self.last[t][1] - self.first[t][1] for t in self.last)
+        run = sum(self.last[p][0] - self.first[p][0] for p in self.last)
+        wait = sum(self.last[p][1] - self.first[p][1] for p in self.last)
         return (run + wait) / run if run > 0 else 1.0
