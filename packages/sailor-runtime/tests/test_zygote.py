@@ -132,3 +132,16 @@ def test_killing_the_agent_takes_its_zygote_and_ranks_down(tmp_path):
         assert _wait_gone([zygote_pid, rank_pid], 10), "the node's processes outlived its agent"
     finally:
         proc.kill()
+
+
+@pytest.mark.timeout(240)
+def test_a_cold_rank_runs_the_engine_and_reports_its_status(tmp_path):
+    """--cold (and the fallback when the zygote is gone): a fresh process per rank."""
+    from sailor_runtime.agent.zygote import start_cold
+
+    env = {**os.environ, AGENT_PID_ENV: str(os.getpid()), "OMP_NUM_THREADS": "1"}
+    proc = start_cold(["--job", str(tmp_path / "missing.json"), "--plan", "x", "--rank", "0",
+                       "--world-size", "1", "--master-port", "1", "--checkpoint-dir",
+                       str(tmp_path / "c"), "--steps", "1"], {}, str(tmp_path / "cold.log"), env)
+    assert proc.wait(120) == 2
+    assert "error: job: cannot read" in (tmp_path / "cold.log").read_text()
