@@ -25,6 +25,7 @@ import torch.distributed as dist
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
+from .options import ExecutionOptions
 from .topology import Topology
 
 
@@ -76,7 +77,8 @@ class LocalRun:
 def start_local(job: Job, plan: Plan, *, steps: int, checkpoint_dir: str | Path,
                 checkpoint_every: int = 0, metrics_path: str | Path | None = None,
                 seed: int = 0, lr: float = 1e-3, schedule: str = "1f1b",
-                dtype: str | None = None, store_prefix: str = "sailor",
+                dtype: str | None = None, options: ExecutionOptions | None = None,
+                store_prefix: str = "sailor",
                 env: dict[str, str] | None = None, log_dir: str | Path | None = None,
                 store_in_rank0: bool = False) -> LocalRun:
     """Start all ranks (non-blocking). ``store_in_rank0``: rank 0 hosts the TCPStore (on a
@@ -85,6 +87,7 @@ def start_local(job: Job, plan: Plan, *, steps: int, checkpoint_dir: str | Path,
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     (workdir / "job.json").write_text(json.dumps(job.to_dict()))
     (workdir / "plan.json").write_text(plan.to_json())
+    (workdir / "options.json").write_text(json.dumps((options or ExecutionOptions()).to_dict()))
     store = None if store_in_rank0 else host_store()
     port = _free_port() if store is None else store.port
     procs = []
@@ -96,7 +99,8 @@ def start_local(job: Job, plan: Plan, *, steps: int, checkpoint_dir: str | Path,
                "--store-prefix", store_prefix,
                "--checkpoint-dir", str(checkpoint_dir), "--steps", str(steps),
                "--checkpoint-every", str(checkpoint_every), "--seed", str(seed),
-               "--lr", str(lr), "--schedule", schedule]
+               "--lr", str(lr), "--schedule", schedule,
+               "--options", str(workdir / "options.json")]
         if metrics_path:
             cmd += ["--metrics", str(metrics_path)]
         if dtype:

@@ -29,13 +29,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from sailor_profiler.zoo import build_stage
+from sailor_profiler.zoo import apply_execution, build_stage
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
 from .data import TextDataset
 from .optim import (
+    LossScaler,
     LRSchedule,
     OptimConfig,
     apply_update,
@@ -45,8 +46,10 @@ from .optim import (
     reduce_data_parallel,
     world_sums,
 )
+from .options import ExecutionOptions
 from .pipeline import Link, Microbatches, run_iteration
 from .topology import Topology, build_groups
+from .zero import ShardedAdamW
 
 log = logging.getLogger("sailor_runtime.engine")
 
@@ -78,6 +81,8 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     dtype: str | None = None
     """Override the job's dtype ('fp64' for bit-tight equivalence checks)."""
+    options: ExecutionOptions = field(default_factory=ExecutionOptions)
+    """Precision, recomputation, attention kernel, ZeRO stage (``options``)."""
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     store_prefix: str = "sailor"
@@ -145,6 +150,17 @@ def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainCon
     return topo
 
 
+def precision(job: Job, cfg: TrainConfig) -> tuple[torch.dtype, torch.dtype | None]:
+    """(parameter dtype, autocast dtype or None). bf16/fp16 are mixed precision: fp32
+    parameters (the master weights) and an autocast forward; fp64 (tests) and fp32 are plain."""
+    if cfg.dtype == "fp64":
+        return torch.float64, None
+    name = cfg.options.precision or cfg.dtype or job.dtype
+    if name in ("bf16", "fp16"):
+        return torch.float32, TORCH_DTYPES[name]
+    return TORCH_DTYPES[name], None
+
+
 def train(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainConfig) -> TrainResult:
     """Run this rank until ``cfg.steps``; collective with every other rank of the plan."""
     topo = check_inputs(job, plan, rank, world_size, cfg)
@@ -163,12 +179,19 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     log.info("rank %d: groups built", rank)
     stage_plan = plan.stages[slot.stage]
     rep = stage_plan.replicas[slot.replica]
+    param_dtype, autocast = precision(job, cfg)
     model = build_stage(job.model, stage_plan.first_layer, stage_plan.last_layer, slot.tp_rank,
-                        rep.tp, groups.tp, TORCH_DTYPES[cfg.dtype or job.dtype], device, cfg.seed)
+                        rep.tp, groups.tp, param_dtype, device, cfg.seed)
+    apply_execution(model, cfg.options.recompute, cfg.options.flash_attention)
     params = list(model.parameters())
-    opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0))
-    log.info("rank %d: stage %s built", rank, slot)
-    step, consumed, resumed = _resume(cfg, rank, model, opt, slot.tp_rank)
+    if cfg.options.zero_stage == 1 and groups.dp:
+        opt = ShardedAdamW(params, topo, slot, groups, cfg.lr.lr(0), cfg.optim.betas,
+                           cfg.optim.eps, cfg.optim.weight_decay)
+    else:
+        opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0))
+    scaler = LossScaler(enabled=autocast == torch.float16)
+    log.info("rank %d: stage %s built (%s)", rank, slot, cfg.options.describe())
+    step, consumed, resumed = _resume(cfg, rank, model, opt, slot.tp_rank, scaler)
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data = TextDataset(job.sequence_length, cfg.seed)
     link = Link(topo, slot, groups.tp)
@@ -183,19 +206,25 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             t0 = time.perf_counter()
             batch = _microbatches(data, consumed + offset, rep, slot.stage, topo.num_stages,
                                   device, job.sequence_length)
-            loss_sum = run_iteration(model, link, batch, job.global_batch_size, cfg.schedule)
+            loss_sum = run_iteration(model, link, batch, job.global_batch_size, cfg.schedule,
+                                     autocast, scaler.scale)
             reduce_data_parallel(params, topo, slot, groups)
             is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
             norm_sq, loss = world_sums(
-                [local_norm_sq(params, slot), loss_sum if is_loss_rank else 0.0], device)
+                [local_norm_sq(params, slot), loss_sum if is_loss_rank else None], device)
             lr = cfg.lr.lr(step)
-            apply_update(opt, params, lr, clip_coefficient(norm_sq**0.5, cfg.optim.clip_norm))
+            norm, loss = norm_sq**0.5 / scaler.scale, loss / scaler.scale
+            if scaler.update(norm):
+                apply_update(opt, params, lr,
+                             clip_coefficient(norm, cfg.optim.clip_norm) / scaler.scale)
+            else:  # fp16 overflow: skip this update, retry with a smaller scale
+                opt.zero_grad()
             step, consumed = step + 1, consumed + job.global_batch_size
             losses[step] = loss
             dt = time.perf_counter() - t0
             if metrics is not None:
                 metrics.write(json.dumps({
-                    "step": step, "loss": loss, "grad_norm": norm_sq**0.5, "lr": lr,
+                    "step": step, "loss": loss, "grad_norm": norm, "lr": lr,
                     "iteration_time_s": dt, "samples_per_s": job.global_batch_size / dt,
                     "consumed_samples": consumed, "peak_memory_bytes": _peak_memory(device),
                     "world_size": topo.world_size, "plan": plan.describe(),
@@ -204,7 +233,7 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             if saver and (step == cfg.steps or (cfg.checkpoint_every
                                                 and step % cfg.checkpoint_every == 0)):
                 _save(saver, model, opt, topo, slot, rank, groups.tp, job, plan, cfg, step,
-                      consumed)
+                      consumed, scaler)
         if saver:
             saver.wait()
         log.info("rank %d: trained to step %d", rank, step)
@@ -215,7 +244,7 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     return TrainResult(losses, step, resumed)
 
 
-def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int):
+def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int, scaler: LossScaler):
     """Load the latest valid checkpoint into this rank's stage; (step, consumed, from)."""
     if not cfg.checkpoint_dir:
         return 0, 0, None
@@ -232,7 +261,8 @@ def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int):
                           f"{model.spec.name}; use another checkpoint directory",
                           field="checkpoint_dir")
     ckpt.load_into(path, model, opt, tp_rank)
-    ckpt.restore_rng(path)
+    trainer = ckpt.restore_rng(path)
+    scaler.load(trainer.get("loss_scale"))
     return manifest["step"], manifest["consumed_samples"], manifest["step"]
 
 
@@ -246,10 +276,13 @@ def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Mi
     return Microbatches(rep.microbatch_size, rep.num_microbatches, seq, inputs, labels)
 
 
-def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, consumed):
+def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, consumed,
+          scaler):
+    # ZeRO-1: the owners of the state shards send them to every member first (collective).
+    state = opt.gather_state() if isinstance(opt, ShardedAdamW) else opt.state
     if slot.replica != 0:
         return
-    layers = ckpt.snapshot(model, opt, topo.tp(slot.stage, 0), tp_group,
+    layers = ckpt.snapshot(model, state, topo.tp(slot.stage, 0), tp_group,
                            dst=topo.rank(slot.stage, 0, 0))
     if layers is None:  # a TP rank other than 0: its shards went to TP rank 0
         return
@@ -260,6 +293,7 @@ def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, c
             "model": job.model.name, "job": job.to_dict(), "plan": plan.to_dict(),
             "seed": cfg.seed, "lr_schedule": cfg.lr.to_dict(), "schedule": cfg.schedule,
             "layer_ids": list(range(job.model.num_layer_ids)),
+            "options": cfg.options.to_dict(),
         }
-        trainer = ckpt.rng_state()
+        trainer = dict(ckpt.rng_state(), loss_scale=scaler.state())
     saver.save(step, slot.stage, layers, manifest, trainer)
