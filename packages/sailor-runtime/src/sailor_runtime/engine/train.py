@@ -35,6 +35,7 @@ from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
 from .data import TextDataset
+from .memprobe import StepPeak, persistent_bytes
 from .optim import (
     LossScaler,
     LRSchedule,
@@ -83,6 +84,9 @@ class TrainConfig:
     """Override the job's dtype ('fp64' for bit-tight equivalence checks)."""
     options: ExecutionOptions = field(default_factory=ExecutionOptions)
     """Precision, recomputation, attention kernel, ZeRO stage (``options``)."""
+    memory_probe_step: int = 0
+    """Measure the tensor memory of this global step (1-based; 0: never) with ``memprobe``;
+    every rank writes ``METRICS.rankR.memory.json`` (needs ``metrics_path``)."""
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     store_prefix: str = "sailor"
@@ -203,6 +207,10 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     losses: dict[int, float] = {}
     try:
         while step < cfg.steps:
+            probing = step + 1 == cfg.memory_probe_step and cfg.metrics_path is not None
+            if probing:
+                before = persistent_bytes(params, _opt_state(opt))
+                probe = StepPeak().__enter__()
             t0 = time.perf_counter()
             batch = _microbatches(data, consumed + offset, rep, slot.stage, topo.num_stages,
                                   device, job.sequence_length)
@@ -222,6 +230,9 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             step, consumed = step + 1, consumed + job.global_batch_size
             losses[step] = loss
             dt = time.perf_counter() - t0
+            if probing:
+                probe.__exit__(None, None, None)
+                _write_memory(cfg.metrics_path, rank, before, probe.peak_bytes)
             if metrics is not None:
                 metrics.write(json.dumps({
                     "step": step, "loss": loss, "grad_norm": norm, "lr": lr,
@@ -242,6 +253,19 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         if metrics is not None:
             metrics.close()
     return TrainResult(losses, step, resumed)
+
+
+def _opt_state(opt) -> dict:
+    if isinstance(opt, ShardedAdamW):
+        return {**opt.state, **{id(u): u.state for u in opt.owned()}}
+    return opt.state
+
+
+def _write_memory(metrics_path: str, rank: int, before: dict[str, int], transient: int) -> None:
+    """Tensor bytes of one rank at the probed step: the persistent terms at its start and the
+    peak of what the step allocated on top."""
+    out = dict(before, transient_peak=transient, peak=sum(before.values()) + transient)
+    Path(f"{metrics_path}.rank{rank}.memory.json").write_text(json.dumps(out))
 
 
 def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int, scaler: LossScaler):
