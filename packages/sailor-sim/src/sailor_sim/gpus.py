@@ -200,6 +200,13 @@ GPU_CATALOG: dict[str, GPUType] = {
             "cpu",
             "emulated device for local CPU runs; the profiler measures the real numbers",
         ),
+        # CPU worker types of local runs (sailor_runtime.agent.cputypes): a rank with N torch
+        # threads pinned to N cores. Peaks are placeholders for the analytic fallback only; a
+        # local run profiles each type as it runs and plans with the measured times.
+        _gpu("cpu-1t", 8 * GiB, 0.05, 0, 0.025, 0.025, 10, 1, 5, "cpu",
+             "local CPU worker, 1 thread on 1 core; the profiler measures the real numbers"),
+        _gpu("cpu-2t", 8 * GiB, 0.1, 0, 0.05, 0.05, 20, 1, 5, "cpu",
+             "local CPU worker, 2 threads on 2 cores; the profiler measures the real numbers"),
     )
 }
 

@@ -24,6 +24,8 @@ PRICE_CATALOG: dict[str, dict[str, tuple[float, str]]] = {
     "RTX-2080": {"*": (0.12, _RENTAL)},
     "Titan-RTX": {"*": (0.20, _RENTAL)},
     "CPU": {"*": (0.05, "2 vCPU on-demand, approximate")},
+    "cpu-1t": {"*": (0.025, "1 vCPU on-demand, approximate (half of CPU's 2 vCPU)")},
+    "cpu-2t": {"*": (0.05, "2 vCPU on-demand, approximate")},
 }
 
 # Egress $/GB between zones: original Sailor gcp/communication_cost.json (0 / 0.01 / 0.02);

@@ -65,6 +65,8 @@ class RankRunner:
 
     workdir: Path
     threads_per_rank: int = 1
+    rank_env: dict[str, str] = field(default_factory=dict)
+    """Set in every rank (a CPU worker type's threads and cores, ``agent.cputypes``)."""
     warm: bool = False
     """Fork ranks from a zygote with torch imported (fast restarts); else start them cold."""
     procs: list[RankProcess] = field(default_factory=list)
@@ -123,6 +125,8 @@ class RankRunner:
         ]  # fmt: skip
         if a.lr > 0:
             cmd += ["--lr", repr(a.lr)]
+        if a.execution_options:
+            cmd += ["--options", str(gen_dir / "options.json")]
         return cmd
 
     def _spawn(self, a: ValidAssignment) -> list[RankProcess]:
@@ -130,11 +134,13 @@ class RankRunner:
         gen_dir.mkdir(parents=True, exist_ok=True)
         (gen_dir / "job.json").write_text(json.dumps(a.job.to_dict()))
         (gen_dir / "plan.json").write_text(a.plan.to_json())
+        (gen_dir / "options.json").write_text(json.dumps(a.execution_options))
         started = []
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
             argv = self.rank_args(a, rank, gen_dir)
-            popen = self._launch(argv, {"CUDA_VISIBLE_DEVICES": str(device)}, log_path)
+            popen = self._launch(argv, {**self.rank_env, "CUDA_VISIBLE_DEVICES": str(device)},
+                                 log_path)
             metrics = gen_dir / f"rank-{rank}.metrics.jsonl"
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
         return started

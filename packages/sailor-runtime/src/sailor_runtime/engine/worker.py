@@ -98,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s [rank {a.rank}] %(name)s: %(message)s")
-    torch.set_num_threads(max(1, int(torch.get_num_threads() // max(1, a.world_size))))
+    from ..agent.cputypes import apply_from_env
+
+    if apply_from_env() is None:  # no CPU worker type given: share this machine's threads
+        torch.set_num_threads(max(1, int(torch.get_num_threads() // max(1, a.world_size))))
     try:
         try:
             job = Job.from_dict(json.loads(_read(a.job, "job")))

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sailor_sim import Job
@@ -56,6 +56,8 @@ class LocalRunConfig:
     """An external planner server; "" = start one as a child process."""
     warm: bool = True
     """Agents fork ranks from a zygote with torch imported (fast restarts, agent.zygote)."""
+    execution_options: dict = field(default_factory=dict)
+    """The engine's ExecutionOptions.to_dict(); its precision is also the job's dtype."""
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
@@ -67,7 +69,9 @@ class LocalRun:
     def __init__(self, cfg: LocalRunConfig) -> None:
         self.cfg = cfg
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, "fp32", "adam")
+        precision = cfg.execution_options.get("precision") or "fp32"
+        self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, precision,
+                              "adam")
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
         self.gpu_types = types
         self.cpu_share = CpuShare()
@@ -95,6 +99,7 @@ class LocalRun:
                 debounce_s=cfg.debounce_s,
                 seed=cfg.seed,
                 lr=cfg.lr,
+                execution_options=cfg.execution_options,
                 token=cfg.token,
             )
         )
