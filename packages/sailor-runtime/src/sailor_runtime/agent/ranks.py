@@ -59,6 +59,11 @@ class RankProcess:
             return ""
 
 
+MEMORY_PROBE_STEP = 3
+"""The step of a generation whose tensor memory every rank measures (engine.memprobe): after
+the first steps, so the optimizer states exist and allocations are steady."""
+
+
 @dataclass
 class RankRunner:
     """The rank processes of this node, across generations."""
@@ -122,6 +127,9 @@ class RankRunner:
             "--steps", str(a.steps), "--checkpoint-every", str(a.checkpoint_every),
             "--metrics", str(gen_dir / f"rank-{rank}.metrics.jsonl"),
             "--seed", str(a.seed), "--backend", a.backend,
+            # tensor memory of each rank, measured once per generation (a step's worth of
+            # profiler overhead) for the predicted-vs-measured report of `sailor run`
+            "--memory-probe-step", str(MEMORY_PROBE_STEP),
         ]  # fmt: skip
         if a.lr > 0:
             cmd += ["--lr", repr(a.lr)]

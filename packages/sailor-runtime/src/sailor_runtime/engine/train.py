@@ -85,8 +85,9 @@ class TrainConfig:
     options: ExecutionOptions = field(default_factory=ExecutionOptions)
     """Precision, recomputation, attention kernel, ZeRO stage (``options``)."""
     memory_probe_step: int = 0
-    """Measure the tensor memory of this global step (1-based; 0: never) with ``memprobe``;
-    every rank writes ``METRICS.rankR.memory.json`` (needs ``metrics_path``)."""
+    """Measure the tensor memory of the Nth step this process runs (1-based, counted from the
+    start or the resume; 0: never) with ``memprobe``; every rank writes
+    ``METRICS.rankR.memory.json`` (needs ``metrics_path``)."""
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     store_prefix: str = "sailor"
@@ -207,10 +208,11 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     losses: dict[int, float] = {}
     try:
         while step < cfg.steps:
-            probing = step + 1 == cfg.memory_probe_step and cfg.metrics_path is not None
+            probing = (cfg.metrics_path is not None
+                       and step + 1 - (resumed or 0) == cfg.memory_probe_step)
             if probing:
                 before = persistent_bytes(params, _opt_state(opt))
-                probe = StepPeak().__enter__()
+                probe = StepPeak(device).__enter__()
             t0 = time.perf_counter()
             batch = _microbatches(data, consumed + offset, rep, slot.stage, topo.num_stages,
                                   device, job.sequence_length)

@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default=None, help="override the job dtype (fp32, fp64, ...)")
     p.add_argument("--options", default=None,
                    help="OPTIONS.json (ExecutionOptions.to_dict(): precision, recompute, ...)")
+    p.add_argument("--memory-probe-step", type=int, default=0,
+                   help="measure tensor memory of the Nth step this process runs (0: never)")
     p.add_argument("--timeout-s", type=float, default=300.0)
     return p.parse_args(argv)
 
@@ -90,7 +92,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         lr=LRSchedule(max_lr=a.lr, min_lr=a.lr / 10), dtype=a.dtype,
         master_addr=a.master_addr, master_port=a.master_port, store_prefix=a.store_prefix,
         store_is_external=a.store_is_external, timeout_s=a.timeout_s,
-        options=_options(a.options),
+        options=_options(a.options), memory_probe_step=a.memory_probe_step,
     )
 
 

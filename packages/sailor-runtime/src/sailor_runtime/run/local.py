@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sailor_sim import Job
@@ -22,6 +22,7 @@ from sailor_sim import Job
 from ..controller.controller import Controller, ControllerConfig
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
+from .explain import memory_lines, rank_memory, why_lines
 from .processes import LocalWorker, start_planner, start_worker
 from .profile import CpuShare, contention, machine_profile, sample_runnable
 from .summary import Progress, RunSummary, measured_iteration_time
@@ -108,6 +109,9 @@ class LocalRun:
         self.controller.start()
         self.address = f"127.0.0.1:{port}"
         self._load_generation = 0
+        self._announced = -1
+        self.why: list[str] = []
+        self.options = _describe_options(cfg.execution_options)
         self.slowdown = 1.0
         self.workers: list[LocalWorker] = []
         self.events: list[dict] = []
@@ -195,6 +199,7 @@ class LocalRun:
                 if tick % 4:
                     continue
                 self._sample_load()
+                self._announce_plan()
                 if on_tick:
                     on_tick(self)
                 c = self.controller
@@ -226,7 +231,34 @@ class LocalRun:
             events=self.events,
             metrics=metrics,
             message=c.message,
+            options=self.options,
+            why=self.why,
+            rank_memory=self._rank_memory(),
         )
+
+    def _rank_memory(self) -> list[dict]:
+        c = self.controller
+        if c.plan is None or not self.profile_dir:
+            return []
+        rows = rank_memory(self.job, c.plan, self.profile_dir, self.cfg.run_dir, c.generation)
+        return [asdict(r) for r in rows]
+
+    def _announce_plan(self) -> None:
+        """Before a generation trains: its plan, why, and the simulator's time and memory per
+        rank (printed once per generation; ``explain``)."""
+        c = self.controller
+        if c.plan is None or self._announced == c.generation or not self.profile_dir:
+            return
+        self._announced = c.generation
+        rec = c.reconfigurations[-1] if c.reconfigurations else None
+        lines = [f"generation {c.generation}: plan {c.plan.describe()}"]
+        if rec is not None:
+            lines.append(f"  predicted iteration {rec.predicted_iteration_s * 1e3:.1f} ms "
+                         "(simulator, planning profile)")
+        self.why = why_lines(self.job, c.plan, self.profile_dir, self.gpu_types)
+        rows = rank_memory(self.job, c.plan, self.profile_dir, self.cfg.run_dir, c.generation)
+        lines += self.why + memory_lines(rows, self.options)
+        print("\n" + "\n".join(lines), flush=True)
 
     def _sample_load(self) -> None:
         """Sample the run queue while the current generation trains past its first steps."""
@@ -262,6 +294,12 @@ class LocalRun:
         self.server.stop(grace=0.5)
         if self.planner is not None:
             self.planner.close()
+
+
+def _describe_options(options: dict) -> str:
+    from ..engine.options import ExecutionOptions
+
+    return ExecutionOptions.from_dict(options).describe().replace("job dtype", "fp32")
 
 
 def run_local(cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:

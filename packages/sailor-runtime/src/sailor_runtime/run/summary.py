@@ -24,6 +24,12 @@ class RunSummary:
     events: list[dict] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
     message: str = ""
+    options: str = ""
+    """The engine's execution options (precision, recompute, attention, ZeRO)."""
+    why: list[str] = field(default_factory=list)
+    """Why the planner chose the plan (``run.explain``)."""
+    rank_memory: list[dict] = field(default_factory=list)
+    """Per rank of the last generation: predicted and measured tensor bytes."""
 
     @property
     def prediction_error(self) -> float:
@@ -55,6 +61,13 @@ def render(s: RunSummary) -> str:
         f"({s.prediction_error:+.0%}; ranks waited for a core {s.cpu_slowdown - 1:.0%} of "
         "their CPU time)",
     ]
+    if s.options:
+        lines.append(f"  options         {s.options}")
+    lines += s.why
+    if s.rank_memory:
+        from .explain import RankMemory, memory_lines
+
+        lines += memory_lines([RankMemory(**m) for m in s.rank_memory], s.options)
     if s.message:
         lines.append(f"  note            {s.message}")
     if s.reconfigurations:
