@@ -69,6 +69,10 @@ def run(
     global_batch_size: int = typer.Option(16, help="Samples per step."),
     seq_len: int = typer.Option(64, help="Tokens per sample."),
     checkpoint_every: int = typer.Option(5, help="Checkpoint every this many steps."),
+    kill_rank_at_step: int = typer.Option(
+        0, help="Failure injection: kill -9 the highest rank's process (its node lives on) once "
+        "this step is reached (0 = never)."
+    ),
     kill_worker_at_step: int = typer.Option(
         0, help="Failure injection: kill -9 a worker once this step is reached (0 = never)."
     ),
@@ -128,6 +132,7 @@ def run(
         steps=steps,
         checkpoint_every=checkpoint_every,
         kill_worker_at_step=kill_worker_at_step or None,
+        kill_rank_at_step=kill_rank_at_step or None,
         add_worker_at_step=add_worker_at_step or None,
         heartbeat_timeout_s=heartbeat_timeout,
         seed=seed,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,16 @@ def _entry_dict(e: ProfileEntry) -> dict[str, Any]:
     return out
 
 
+def file_label(model: str) -> str:
+    """A file-name-safe label of a model name: a config.json model is named by its absolute
+    path (``hf_config``), which cannot be part of a file name; the loader reads the model from
+    the file's ``model`` field, so the label only has to be readable."""
+    if "/" not in model and "\\" not in model:
+        return model
+    path = Path(model)
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{path.parent.name}-{path.stem}")
+
+
 def save_profile_dir(store: ProfileStore, path: str | Path) -> list[Path]:
     """Write every entry of ``store`` as one JSON file per (model, GPU, dtype, seq)."""
     folder = Path(path)
@@ -94,7 +105,7 @@ def save_profile_dir(store: ProfileStore, path: str | Path) -> list[Path]:
     for (model, gpu, dtype, seq, optimizer), entries in sorted(groups.items()):
         entries.sort(key=lambda e: (e.key.microbatch_size, e.key.tp))
         suffix = "" if optimizer == "adam" else f"__{optimizer}"  # adam: the original names
-        target = folder / f"{model}__{gpu}__{dtype}__s{seq}{suffix}.json"
+        target = folder / f"{file_label(model)}__{gpu}__{dtype}__s{seq}{suffix}.json"
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(profile_file_dict(entries), indent=1))
         tmp.replace(target)  # atomic: a reader never sees half a file

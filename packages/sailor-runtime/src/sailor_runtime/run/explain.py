@@ -95,3 +95,27 @@ def memory_lines(rows: list[RankMemory], options: str) -> list[str]:
         lines.append(f"    rank {m.rank} (stage {m.stage} replica {m.replica}, {m.gpu_type:8}) "
                      f"{m.predicted_bytes / MB:8.2f} MB -> {got}{err}")
     return lines
+
+
+def rerun_lines(metrics: list[dict], plans: dict[int, str]) -> list[str]:
+    """Steps trained again after a resume (they ran after the last checkpoint before a
+    failure): the loss of each re-run against its first run, bit for bit. Under the same plan
+    the engine is deterministic, so they must be equal; under another plan the summation order
+    differs, so only the relative difference is reported. ``plans``: generation -> plan."""
+    first: dict[int, dict] = {}
+    reruns: list[tuple[dict, dict]] = []
+    for m in metrics:
+        if m["step"] in first and first[m["step"]]["generation"] != m["generation"]:
+            reruns.append((first[m["step"]], m))
+        first.setdefault(m["step"], m)
+    if not reruns:
+        return []
+    lines = ["  steps re-run after the resume (loss: first run -> re-run):"]
+    for a, b in reruns:
+        same_plan = plans.get(a["generation"]) == plans.get(b["generation"])
+        verdict = ("bit-identical" if a["loss"] == b["loss"] else
+                   f"differs by {abs(b['loss'] / a['loss'] - 1):.1e} relative")
+        lines.append(f"    step {a['step']:>3}: gen {a['generation']} {a['loss']!r} -> gen "
+                     f"{b['generation']} {b['loss']!r}  {verdict}"
+                     f"{'' if same_plan else ' (another plan: other summation order)'}")
+    return lines

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,9 +24,9 @@ from sailor_sim import Job
 from ..controller.controller import Controller, ControllerConfig
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
-from .explain import memory_lines, rank_memory, why_lines
+from .explain import memory_lines, rank_memory, rerun_lines, why_lines
 from .processes import LocalWorker, start_planner, start_worker
-from .profile import CpuShare, contention, machine_profile, sample_runnable
+from .profile import CpuShare, contention, machine_profile, rank_pids, sample_runnable
 from .summary import Progress, RunSummary, measured_iteration_time
 
 log = logging.getLogger("sailor.run")
@@ -43,6 +45,8 @@ class LocalRunConfig:
     steps: int = 20
     checkpoint_every: int = 5
     kill_worker_at_step: int | None = None
+    kill_rank_at_step: int | None = None
+    """kill -9 of the highest rank's process (its node lives on) once this step is reached."""
     add_worker_at_step: int | None = None
     heartbeat_interval_s: float = 0.5
     heartbeat_timeout_s: float = 3.0
@@ -143,6 +147,18 @@ class LocalRun:
         )
         return victim
 
+    def kill_a_rank(self, step: int) -> None:
+        """kill -9 the process of the highest rank of the current generation (a crash; the
+        node and its agent live on, so the re-plan sees the same GPUs)."""
+        ranks = rank_pids({w.pid for w in self.workers if w.popen.poll() is None},
+                          self.controller.generation)
+        if not ranks:
+            return
+        rank = max(ranks)
+        os.kill(ranks[rank], signal.SIGKILL)
+        self.events.append({"event": f"kill -9 rank {rank}", "at": time.monotonic(),
+                            "step": step})
+
     @property
     def step(self) -> int:
         return self.controller.step
@@ -166,13 +182,17 @@ class LocalRun:
         """Kill or add a worker once the step is reached (checked every tick, so the kill
         lands within a step or two of the one asked for)."""
         c = self.cfg
-        if (c.kill_worker_at_step and not killed) or (c.add_worker_at_step and not added):
+        kill_at = c.kill_worker_at_step or c.kill_rank_at_step
+        if (kill_at and not killed) or (c.add_worker_at_step and not added):
             s = self.trained_step()
         else:
             return killed, added
         running = self.controller.state == ControllerState.RUNNING
-        if c.kill_worker_at_step and not killed and running and s >= c.kill_worker_at_step:
-            self.kill_a_worker(s)
+        if kill_at and not killed and running and s >= kill_at:
+            if c.kill_worker_at_step:
+                self.kill_a_worker(s)
+            else:
+                self.kill_a_rank(s)
             killed = True
         if c.add_worker_at_step and not added and running and s >= c.add_worker_at_step:
             w = self.add_worker()
@@ -234,6 +254,7 @@ class LocalRun:
             options=self.options,
             why=self.why,
             rank_memory=self._rank_memory(),
+            reruns=rerun_lines(metrics, {r.generation: r.plan_json for r in c.reconfigurations}),
         )
 
     def _rank_memory(self) -> list[dict]:

@@ -40,6 +40,8 @@ import sys
 import time
 from pathlib import Path
 
+from sailor_sim.profile_files import file_label
+
 from ..agent.cputypes import CpuWorkerType, cpu_worker_type
 from ..errors import SailorRuntimeError
 
@@ -167,7 +169,7 @@ def machine_profile(
     folder.mkdir(parents=True, exist_ok=True)
     for gpu_type in gpu_types:
         measured = measure_compute(run_dir, job, gpu_type)
-        name = f"{job.model.name}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
+        name = f"{file_label(job.model.name)}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
         (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, factor)))
     (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types)))
     (folder / "README.txt").write_text(
@@ -203,6 +205,20 @@ def _ranks(agents: set[int]) -> list[int]:
                     out.append(pid)
             except OSError:
                 continue
+    return out
+
+
+def rank_pids(agents: set[int], generation: int) -> dict[int, int]:
+    """rank -> PID of the rank processes of ``agents`` in ``generation`` (from the rank log
+    each writes, ``.../gen-N/rank-R.log``)."""
+    out = {}
+    for pid in _ranks(agents):
+        try:
+            log = Path(os.readlink(f"/proc/{pid}/fd/1"))
+        except OSError:
+            continue
+        if log.parent.name == f"gen-{generation}" and log.name.startswith("rank-"):
+            out[int(log.name[len("rank-"):].split(".")[0])] = pid
     return out
 
 

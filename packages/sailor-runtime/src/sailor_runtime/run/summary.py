@@ -30,6 +30,8 @@ class RunSummary:
     """Why the planner chose the plan (``run.explain``)."""
     rank_memory: list[dict] = field(default_factory=list)
     """Per rank of the last generation: predicted and measured tensor bytes."""
+    reruns: list[str] = field(default_factory=list)
+    """Steps trained again after a resume, their losses against the first run."""
 
     @property
     def prediction_error(self) -> float:
@@ -68,6 +70,7 @@ def render(s: RunSummary) -> str:
         from .explain import RankMemory, memory_lines
 
         lines += memory_lines([RankMemory(**m) for m in s.rank_memory], s.options)
+    lines += s.reruns
     if s.message:
         lines.append(f"  note            {s.message}")
     if s.reconfigurations:
