@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,9 @@ def save_profile_dir(store: ProfileStore, path: str | Path) -> list[Path]:
     for (model, gpu, dtype, seq, optimizer), entries in sorted(groups.items()):
         entries.sort(key=lambda e: (e.key.microbatch_size, e.key.tp))
         suffix = "" if optimizer == "adam" else f"__{optimizer}"  # adam: the original names
-        target = folder / f"{model}__{gpu}__{dtype}__s{seq}{suffix}.json"
+        # a model read from a config.json is named by its path: keep the file in ``folder``
+        stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", model).strip("_")
+        target = folder / f"{stem}__{gpu}__{dtype}__s{seq}{suffix}.json"
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(profile_file_dict(entries), indent=1))
         tmp.replace(target)  # atomic: a reader never sees half a file
