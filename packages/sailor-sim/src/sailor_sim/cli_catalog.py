@@ -10,9 +10,9 @@ from .errors import SailorSimError
 
 
 def _echo_table(header, rows) -> None:
-    from .cli import _table
+    from .cli_output import table
 
-    _table(header, rows)
+    table(header, rows)
 
 
 def prices(
