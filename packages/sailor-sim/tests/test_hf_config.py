@@ -212,6 +212,7 @@ def test_catalog_has_the_common_sizes_with_published_counts():
         "Mistral-7B": 7_241_732_096,
         "Qwen2.5-7B": 7_615_616_512,
         "MPT-7B": 6_649_286_656,
+        "MPT-1B": 1_315_950_592,  # llm-foundry's benchmark README NumParams
     }
     for name, count in published.items():
         assert get_model(name).total_params() == count, name
