@@ -68,15 +68,9 @@ SGD_BYTES_PER_PARAM = {"fp32": 16, "bf16": 22, "fp16": 22}
 
 
 CALIBRATION_FILE = Path(__file__).with_name("data") / "compute_efficiency.json"
-GPU_FAMILY = {
-    "A100-40": "ampere",
-    "A100-80": "ampere",
-    "H100-80": "hopper",
-    "H200": "hopper",
-    "GH-96": "hopper",
-}
-"""GPU type -> architecture family whose calibrated efficiency it shares (same SM, same
-tensor-core generation); variants named '<catalog name>-...' take their base's family."""
+GPU_FAMILY = {"A100": "ampere", "H100": "hopper", "H200": "hopper", "GH-96": "hopper"}
+"""GPU type name prefix -> architecture family whose calibrated efficiency it shares (same SM,
+same tensor-core generation), e.g. A100-40 and A100-80, or a variant such as H100-96-..."""
 GEMMS_PER_BLOCK = 6
 """QKV, attention scores, attention context, attention output, MLP up, MLP down: the block's
 forward FLOPs divided by this is its mean matmul size."""
@@ -120,10 +114,7 @@ def set_calibration(table: dict[tuple[str, str], MatmulEfficiency]) -> None:
 
 
 def gpu_family(gpu: GPUType) -> str | None:
-    if gpu.name in GPU_FAMILY:
-        return GPU_FAMILY[gpu.name]
-    base = next((n for n in GPU_FAMILY if gpu.name.startswith(n + "-")), None)
-    return GPU_FAMILY[base] if base else None
+    return next((f for prefix, f in GPU_FAMILY.items() if gpu.name.startswith(prefix)), None)
 
 
 def calibrated(gpu: GPUType, dtype: str) -> MatmulEfficiency | None:
