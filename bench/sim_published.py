@@ -160,9 +160,17 @@ def _golden(f, lo: float, hi: float, steps: int = 14) -> float:
     return (a + b) / 2
 
 
+def fittable(runs) -> list:
+    """Rows the simulator can express completely: only these train the efficiencies (a row
+    predicted without, say, its recomputation would teach the fit to absorb the missing term)."""
+    return [r for r in runs if not job_options(r)[1]]
+
+
 def fit(runs) -> dict[str, tuple[float, float]]:
-    """Per GPU family: (e_max, knee) minimizing mean |log(predicted / measured)| throughput."""
+    """Per GPU family: (e_max, knee) minimizing mean |log(predicted / measured)| throughput
+    over the fittable rows of ``runs``."""
     fits = {}
+    runs = fittable(runs)
     for family in sorted({analytic.gpu_family(published.gpu_type(r.gpu)) for r in runs} - {None}):
         rows = [r for r in runs if analytic.gpu_family(published.gpu_type(r.gpu)) == family]
         best = None
@@ -246,8 +254,8 @@ def check_table(runs) -> list[str]:
 def write_calibration(runs, fits, in_sample, loso) -> None:
     doc = {
         "fit_data": (
-            f"published_runs.json, all {len(runs)} rows "
-            f"({', '.join(sorted({r.source for r in runs}))})"
+            f"published_runs.json rows {[r.index for r in fittable(runs)]} "
+            f"({', '.join(sorted({r.source for r in fittable(runs)}))})"
         ),
         "form": "efficiency = e_max * min(1, flops_per_matmul / knee_flops), bf16 and fp16",
         "efficiency": {
