@@ -27,12 +27,24 @@ from .model import ModelSpec
 
 DATA_FILE = Path(__file__).with_name("data") / "published_runs.json"
 
-# How each architecture family of the table maps onto ModelSpec's vocabulary. MPT (llm-foundry):
-# no biases, LayerNorm, GELU MLP, learned positions in the benchmark runs (NumParams grows with
-# the sequence length by seq x d_model). Megatron GPT: biases, LayerNorm, GELU, learned positions.
+# The table's architecture families in ModelSpec's vocabulary. MPT as llm-foundry benchmarked
+# it (scripts/train/yamls/pretrain/mpt-*.yaml): no biases, LayerNorm without bias, GELU MLP, tied
+# head, and learned positions (the README's NumParams grows with the sequence by seq x d_model),
+# which differs from the released MPT checkpoints (ALiBi) in the model catalog. Megatron GPT:
+# biases, LayerNorm, GELU, learned positions, tied head.
 _FAMILY = {
-    "mpt": dict(family="opt", position="learned", norm="layernorm", mlp="gelu", bias=False),
-    "gpt": dict(family="opt", position="learned", norm="layernorm", mlp="gelu", bias=True),
+    "mpt": dict(
+        family="mpt",
+        position="learned",
+        norm="layernorm",
+        norm_bias=False,
+        mlp="gelu",
+        bias=False,
+        tie_word_embeddings=True,
+    ),
+    "gpt": dict(
+        family="gpt", position="learned", norm="layernorm", mlp="gelu", tie_word_embeddings=True
+    ),
     "llama": dict(family="llama", position="rotary", norm="rmsnorm", mlp="swiglu", bias=False),
 }
 
@@ -165,10 +177,3 @@ def gpu_type(name: str, path: Path = DATA_FILE):
 def fabric(source: str, gpu: str, path: Path = DATA_FILE) -> dict[str, Any] | None:
     """The inter-node fabric a source states for its runs on ``gpu`` (Gb/s per GPU), if any."""
     return _document(str(path)).get("fabrics", {}).get(f"{source}/{gpu}")
-
-
-def tied_head_params(name: str, spec: ModelSpec, path: Path = DATA_FILE) -> int:
-    """Parameters ModelSpec counts for a separate LM head that the source's model ties to its
-    embedding (ModelSpec never ties; the compute is the same either way)."""
-    arch = _document(str(path))["models"][name]
-    return spec.vocab_size * spec.hidden_size if arch.get("tied_embeddings") else 0
