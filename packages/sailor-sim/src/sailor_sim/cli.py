@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from . import inputs
 from .errors import SailorSimError, ValidationError
 
 app = typer.Typer(
@@ -51,8 +52,8 @@ def _load_plan_and_job(
     model: str | None,
     gbs: int | None,
     seq: int | None,
-    dtype: str,
-    optimizer: str,
+    dtype: str | None,
+    optimizer: str | None,
 ):
     from .job import Job
     from .original import read_sailor_plan
@@ -64,23 +65,23 @@ def _load_plan_and_job(
         record = read_sailor_plan(sailor_plan)
         if model is None:
             raise ValidationError("--model is required with --sailor-plan", field="model")
-        job = Job.create(model, gbs or record.global_batch_size, seq, dtype, optimizer)
+        job = Job.create(
+            model, gbs or record.global_batch_size, seq, dtype or "fp32", optimizer or "adam"
+        )
         return job, record.plan
-    try:
-        data = json.loads(Path(plan_file).read_text())
-    except FileNotFoundError:
-        raise ValidationError(f"{plan_file} does not exist", field="plan") from None
-    except json.JSONDecodeError as exc:
-        raise ValidationError(f"{plan_file} is not valid JSON ({exc})", field="plan") from None
-    if isinstance(data, dict) and "plan" in data:
+    data = inputs.load_json(plan_file, "plan")
+    if "plan" in data:
         job = Job.from_dict(data["job"]) if "job" in data else None
         plan = Plan.from_dict(data["plan"])
     else:
         job, plan = None, Plan.from_dict(data)
-    if job is None:
+    if job is not None:  # the file's job wins only when no flag contradicts it
+        flags = {"--model": model, "--gbs": gbs, "--seq": seq, "--dtype": dtype}
+        inputs.refuse_overrides({**flags, "--optimizer": optimizer}, f"{plan_file}")
+    else:
         if model is None or gbs is None:
             raise ValidationError("the plan file has no 'job'; pass --model and --gbs", field="job")
-        job = Job.create(model, gbs, seq, dtype, optimizer)
+        job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam")
     return job, plan
 
 
@@ -101,17 +102,21 @@ def simulate(
     model: str = typer.Option(None, help="Model name (catalog or Sailor alias)."),
     gbs: int = typer.Option(None, help="Global batch size (default: from the Sailor plan)."),
     seq: int = typer.Option(None, help="Sequence length (default: the model's maximum)."),
-    dtype: str = typer.Option("fp32", help="fp32, bf16 or fp16."),
-    optimizer: str = typer.Option("adam", help="adam, adamw or sgd."),
+    dtype: str = typer.Option(None, help="fp32 (default), bf16 or fp16."),
+    optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     iterations: float = typer.Option(None, help="Whole-run figures for this many iterations."),
     tokens: float = typer.Option(None, help="Whole-run figures for this many tokens."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict iteration time, peak memory per GPU and cost of a plan."""
     try:
+        for name, value in (("iterations", iterations), ("tokens", tokens)):
+            if value is not None:
+                inputs.positive_number(value, f"--{name}")
         job, plan = _load_plan_and_job(plan_file, sailor_plan, model, gbs, seq, dtype, optimizer)
         sim = _simulator(sailor_root, profiles)
         estimate = sim.estimate(job, plan, iterations=iterations, tokens=tokens)
+        inputs.check_finite(estimate.to_dict(), "estimate")
     except (SailorSimError, OSError) as exc:
         fail(exc)
     if as_json:
@@ -205,9 +210,10 @@ def memory(
                 f"TP {tp} exceeds the {gpu_type.gpus_per_node} GPUs of a {gpu_type.name} node",
                 field="tp",
             )
-        for name, value in (("mbs", mbs), ("dp", dp)):
-            if value < 1:
-                raise ValidationError(f"must be >= 1, got {value}", field=name)
+        for name, value in (("--mbs", mbs), ("--dp", dp), ("--pp", pp), ("--tp", tp)):
+            inputs.integral(value, name)
+        if num_microbatches is not None:
+            inputs.integral(num_microbatches, "--num-microbatches")
         sizes = even_split(job.model.num_layer_ids, pp)
         if stage is not None and not 0 <= stage < pp:
             raise ValidationError(f"must be in 0..{pp - 1}", field="stage")
@@ -231,6 +237,7 @@ def memory(
                     }
                 )
             first = last + 1
+        inputs.check_finite(rows, "stages")
     except SailorSimError as exc:
         fail(exc)
     if as_json:
@@ -287,4 +294,9 @@ def version() -> None:
 
 
 def main() -> None:
-    app()
+    """The ``sailor-sim`` entry point: any error is one line on stderr, never a traceback."""
+    inputs.run_app(app, "sailor-sim")
+
+
+if __name__ == "__main__":
+    main()
