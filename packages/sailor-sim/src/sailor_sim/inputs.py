@@ -62,6 +62,11 @@ def integral(value: Any, field: str, *, minimum: int | None = 1, maximum: int = 
     return number
 
 
+def port(value: Any, field: str = "port") -> int:
+    """A TCP port, 0..65535 (0 = pick a free one); grpc would wrap 70000 to 4464 silently."""
+    return integral(value, field, minimum=0, maximum=65535)
+
+
 def check_finite(data: Any, field: str) -> Any:
     """``data`` (nested dicts/lists of numbers) with every float finite; else an error naming the
     first bad entry. Guards results (estimates) before they are printed or sent."""

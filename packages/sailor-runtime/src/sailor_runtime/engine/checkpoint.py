@@ -97,12 +97,20 @@ class AsyncSaver:
         if self.error is not None:
             raise RuntimeError(f"checkpoint write failed: {self.error}") from self.error
 
-    def save(self, step: int, stage_index: int, layers: dict[int, dict],
-             manifest: dict | None, trainer: dict | None) -> None:
+    def save(
+        self,
+        step: int,
+        stage_index: int,
+        layers: dict[int, dict],
+        manifest: dict | None,
+        trainer: dict | None,
+    ) -> None:
         """Start writing; ``manifest``/``trainer`` only on global rank 0 (the finalizer)."""
         self.wait()
         self._thread = threading.Thread(
-            target=self._run, args=(step, stage_index, layers, manifest, trainer), daemon=False,
+            target=self._run,
+            args=(step, stage_index, layers, manifest, trainer),
+            daemon=False,
             name="sailor-ckpt-writer",
         )
         self._thread.start()
