@@ -138,7 +138,9 @@ def test_generations_keep_growing_across_controller_restarts(tmp_path):
     run = tmp_path / "run"
     c = Controller(config(run))
     try:
-        c.register("w1", "127.0.0.1:9", agent_pb2.GpuInfo(gpu_type="CPU", count=1, zone="local"), "h")
+        c.register(
+            "w1", "127.0.0.1:9", agent_pb2.GpuInfo(gpu_type="CPU", count=1, zone="local"), "h"
+        )
         plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 1, 8),)),)).check(JOB)
         workers = c.membership.alive()
         for _ in range(3):  # the agent is unreachable: each assignment fails, numbers advance
