@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from . import inputs
 from .cli_catalog import register as _register_catalog_commands
 from .cli_output import GiB, print_estimate, table
 from .errors import SailorSimError, ValidationError
@@ -52,8 +53,8 @@ def _load_plan_and_job(
     model: str | None,
     gbs: int | None,
     seq: int | None,
-    dtype: str,
-    optimizer: str,
+    dtype: str | None,
+    optimizer: str | None,
 ):
     from .job import Job
     from .original import read_sailor_plan
@@ -69,23 +70,23 @@ def _load_plan_and_job(
         record = read_sailor_plan(sailor_plan)
         if model is None:
             raise ValidationError("--model is required with --sailor-plan", field="model")
-        job = Job.create(model, gbs or record.global_batch_size, seq, dtype, optimizer)
+        job = Job.create(
+            model, gbs or record.global_batch_size, seq, dtype or "fp32", optimizer or "adam"
+        )
         return job, record.plan
-    try:
-        data = json.loads(Path(plan_file).read_text())
-    except FileNotFoundError:
-        raise ValidationError(f"{plan_file} does not exist", field="plan") from None
-    except json.JSONDecodeError as exc:
-        raise ValidationError(f"{plan_file} is not valid JSON ({exc})", field="plan") from None
-    if isinstance(data, dict) and "plan" in data:
+    data = inputs.load_json(plan_file, "plan")
+    if "plan" in data:
         job = Job.from_dict(data["job"]) if "job" in data else None
         plan = Plan.from_dict(data["plan"])
     else:
         job, plan = None, Plan.from_dict(data)
-    if job is None:
+    if job is not None:  # the file's job wins only when no flag contradicts it
+        flags = {"--model": model, "--gbs": gbs, "--seq": seq, "--dtype": dtype}
+        inputs.refuse_overrides({**flags, "--optimizer": optimizer}, f"{plan_file}")
+    else:
         if model is None or gbs is None:
             raise ValidationError("the plan file has no 'job'; pass --model and --gbs", field="job")
-        job = Job.create(model, gbs, seq, dtype, optimizer)
+        job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam")
     return job, plan
 
 
@@ -124,7 +125,7 @@ def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optim
 
     if model is None or gbs is None:
         raise ValidationError("--gpu needs --model and --gbs", field="model")
-    job = Job.create(model, gbs, seq, dtype, optimizer)
+    job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam")
     plan = homogeneous_plan(
         sim, job, h.gpu, h.placement(), tp=h.tp, pp=h.pp, dp=h.dp, mbs=h.mbs,
         split=parse_split(h.split),
@@ -151,8 +152,8 @@ def simulate(
     ),
     gbs: int = typer.Option(None, help="Global batch size (default: from the Sailor plan)."),
     seq: int = typer.Option(None, help="Sequence length (default: the model's maximum)."),
-    dtype: str = typer.Option("fp32", help="fp32, bf16 or fp16."),
-    optimizer: str = typer.Option("adam", help="adam, adamw or sgd."),
+    dtype: str = typer.Option(None, help="fp32 (default), bf16 or fp16."),
+    optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     gpu: str = typer.Option(None, help="Homogeneous plan without a file: the GPU type."),
     tp: int = typer.Option(1, help="With --gpu: tensor-parallel degree."),
     pp: int = typer.Option(1, help="With --gpu: pipeline stages."),
@@ -177,6 +178,9 @@ def simulate(
     from . import metrics
 
     try:
+        for name, value in (("iterations", iterations), ("tokens", tokens)):
+            if value is not None:
+                inputs.positive_number(value, f"--{name}")
         sim = _simulator(sailor_root, profiles)
         if gpu is not None:
             if plan_file is not None or sailor_plan is not None:
@@ -191,6 +195,7 @@ def simulate(
         rate = metrics.throughput(job, plan, estimate)
         providers = [p for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
+        inputs.check_finite(estimate.to_dict(), "estimate")
     except (SailorSimError, OSError) as exc:
         fail(exc)
     if as_json:
@@ -242,9 +247,10 @@ def memory(
                 f"TP {tp} exceeds the {gpu_type.gpus_per_node} GPUs of a {gpu_type.name} node",
                 field="tp",
             )
-        for name, value in (("mbs", mbs), ("dp", dp)):
-            if value < 1:
-                raise ValidationError(f"must be >= 1, got {value}", field=name)
+        for name, value in (("--mbs", mbs), ("--dp", dp), ("--pp", pp), ("--tp", tp)):
+            inputs.integral(value, name)
+        if num_microbatches is not None:
+            inputs.integral(num_microbatches, "--num-microbatches")
         sizes = even_split(job.model.num_layer_ids, pp)
         if stage is not None and not 0 <= stage < pp:
             raise ValidationError(f"must be in 0..{pp - 1}", field="stage")
@@ -268,6 +274,7 @@ def memory(
                     }
                 )
             first = last + 1
+        inputs.check_finite(rows, "stages")
     except SailorSimError as exc:
         fail(exc)
     if as_json:
@@ -324,7 +331,11 @@ def version() -> None:
 
 
 def main() -> None:
-    app()
+    """The ``sailor-sim`` entry point: any error is one line on stderr, never a traceback."""
+    inputs.run_app(app, "sailor-sim")
 
 
 _register_catalog_commands(app)
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from . import inputs
 from .dtypes import check_dtype
 from .errors import ProfileError
 from .gpus import get_gpu
@@ -130,12 +131,8 @@ def _is_network_file(path: Path) -> bool:
 
 def read_profile_file(path: str | Path) -> list[ProfileEntry]:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProfileError(
-            f"{path} is not valid JSON, truncated? ({exc})", field="profile"
-        ) from None
+    text = inputs.read_text(path, "profile", error=ProfileError)
+    data = inputs.parse_json(text, "profile", str(path), error=ProfileError)
     return parse_profile_dict(data, str(path))
 
 
