@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from . import inputs
 from .dtypes import check_dtype
 from .errors import ProfileError
 from .gpus import get_gpu
@@ -83,16 +84,6 @@ def _entry_dict(e: ProfileEntry) -> dict[str, Any]:
     return out
 
 
-def file_label(model: str) -> str:
-    """A file-name-safe label of a model name: a config.json model is named by its absolute
-    path (``hf_config``), which cannot be part of a file name; the loader reads the model from
-    the file's ``model`` field, so the label only has to be readable."""
-    if "/" not in model and "\\" not in model:
-        return model
-    path = Path(model)
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{path.parent.name}-{path.stem}")
-
-
 def save_profile_dir(store: ProfileStore, path: str | Path) -> list[Path]:
     """Write every entry of ``store`` as one JSON file per (model, GPU, dtype, seq)."""
     folder = Path(path)
@@ -105,7 +96,9 @@ def save_profile_dir(store: ProfileStore, path: str | Path) -> list[Path]:
     for (model, gpu, dtype, seq, optimizer), entries in sorted(groups.items()):
         entries.sort(key=lambda e: (e.key.microbatch_size, e.key.tp))
         suffix = "" if optimizer == "adam" else f"__{optimizer}"  # adam: the original names
-        target = folder / f"{file_label(model)}__{gpu}__{dtype}__s{seq}{suffix}.json"
+        # a model read from a config.json is named by its path: keep the file in ``folder``
+        stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", model).strip("_")
+        target = folder / f"{stem}__{gpu}__{dtype}__s{seq}{suffix}.json"
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(profile_file_dict(entries), indent=1))
         tmp.replace(target)  # atomic: a reader never sees half a file
@@ -138,12 +131,8 @@ def _is_network_file(path: Path) -> bool:
 
 def read_profile_file(path: str | Path) -> list[ProfileEntry]:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProfileError(
-            f"{path} is not valid JSON, truncated? ({exc})", field="profile"
-        ) from None
+    text = inputs.read_text(path, "profile", error=ProfileError)
+    data = inputs.parse_json(text, "profile", str(path), error=ProfileError)
     return parse_profile_dict(data, str(path))
 
 

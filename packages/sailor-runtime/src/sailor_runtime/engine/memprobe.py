@@ -27,11 +27,17 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
 
 def persistent_bytes(params: list[torch.Tensor], opt_state: dict) -> dict[str, int]:
     """Weights, gradients and optimizer states alive between steps, by term."""
-    states = [v for st in opt_state.values() for v in st.values()
-              if isinstance(v, torch.Tensor) and v.dim() > 0]
-    return {"weights": tensor_bytes(params),
-            "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
-            "optimizer_states": tensor_bytes(states)}
+    states = [
+        v
+        for st in opt_state.values()
+        for v in st.values()
+        if isinstance(v, torch.Tensor) and v.dim() > 0
+    ]
+    return {
+        "weights": tensor_bytes(params),
+        "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
+        "optimizer_states": tensor_bytes(states),
+    }
 
 
 class StepPeak:
@@ -60,8 +66,7 @@ class StepPeak:
             self.peak_bytes = torch.cuda.max_memory_allocated(self.device) - self._start
             return
         self._prof.__exit__(*exc)
-        events = [e for e in self._prof.profiler.kineto_results.events()
-                  if e.name() == "[memory]"]
+        events = [e for e in self._prof.profiler.kineto_results.events() if e.name() == "[memory]"]
         events.sort(key=lambda e: e.start_ns())
         running = peak = 0
         for e in events:

@@ -123,8 +123,9 @@ def world_sums(values: list[torch.Tensor | None], device) -> list[float]:
     """All-reduce a few scalars (None = 0) over the whole world in float64, one collective;
     the step's only host synchronisation is reading the sums back."""
     zero = torch.zeros((), dtype=torch.float64, device=device)
-    t = torch.stack([zero if v is None else v.detach().to(device, torch.float64).reshape(())
-                     for v in values])
+    t = torch.stack(
+        [zero if v is None else v.detach().to(device, torch.float64).reshape(()) for v in values]
+    )
     dist.all_reduce(t)
     return t.tolist()
 
@@ -136,8 +137,9 @@ class LossScaler:
     ``growth_interval`` good steps in a row it doubles. Disabled: scale 1, nothing skipped. All
     ranks see the same all-reduced norm, so they take the same decisions."""
 
-    def __init__(self, enabled: bool, init_scale: float = 2.0**16,
-                 growth_interval: int = 2000) -> None:
+    def __init__(
+        self, enabled: bool, init_scale: float = 2.0**16, growth_interval: int = 2000
+    ) -> None:
         self.enabled, self.scale, self.good = enabled, init_scale if enabled else 1.0, 0
         self.growth_interval = growth_interval
 

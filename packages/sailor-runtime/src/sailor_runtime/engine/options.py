@@ -55,18 +55,23 @@ class ExecutionOptions:
 
     def __post_init__(self) -> None:
         if self.precision is not None and self.precision not in PRECISIONS:
-            raise OptionsError(f"unknown precision {self.precision!r}; use one of {PRECISIONS}",
-                               field="precision")
+            raise OptionsError(
+                f"unknown precision {self.precision!r}; use one of {PRECISIONS}", field="precision"
+            )
         if self.recompute not in RECOMPUTE:
-            raise OptionsError(f"unknown recompute {self.recompute!r}; use one of {RECOMPUTE}",
-                               field="recompute")
+            raise OptionsError(
+                f"unknown recompute {self.recompute!r}; use one of {RECOMPUTE}", field="recompute"
+            )
         if self.zero_stage not in ZERO_STAGES:
             raise OptionsError(
                 f"ZeRO stage {self.zero_stage} is not supported by the engine; use 0 or 1",
-                field="zero_stage")
+                field="zero_stage",
+            )
         if self.sequence_parallel:
-            raise OptionsError("sequence parallelism is not supported by the engine; use false",
-                               field="sequence_parallel")
+            raise OptionsError(
+                "sequence parallelism is not supported by the engine; use false",
+                field="sequence_parallel",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,13 +81,18 @@ class ExecutionOptions:
         data = dict(data or {})
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise OptionsError(f"unknown keys {sorted(unknown)}; known: "
-                               f"{sorted(cls.__dataclass_fields__)}", field="options")
+            raise OptionsError(
+                f"unknown keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}",
+                field="options",
+            )
         return cls(**data)
 
     def describe(self) -> str:
-        parts = [self.precision or "job dtype", f"recompute {self.recompute}",
-                 "sdpa" if self.flash_attention else "math attention"]
+        parts = [
+            self.precision or "job dtype",
+            f"recompute {self.recompute}",
+            "sdpa" if self.flash_attention else "math attention",
+        ]
         if self.zero_stage:
             parts.append(f"ZeRO-{self.zero_stage}")
         return ", ".join(parts)

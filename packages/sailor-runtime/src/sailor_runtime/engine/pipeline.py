@@ -100,9 +100,15 @@ class Microbatches:
     labels: list | None = None
 
 
-def run_iteration(stage_module, link: Link, batch: Microbatches, global_batch: int,
-                  kind: str = "1f1b", autocast: torch.dtype | None = None,
-                  loss_scale: float = 1.0) -> torch.Tensor | None:
+def run_iteration(
+    stage_module,
+    link: Link,
+    batch: Microbatches,
+    global_batch: int,
+    kind: str = "1f1b",
+    autocast: torch.dtype | None = None,
+    loss_scale: float = 1.0,
+) -> torch.Tensor | None:
     """Forward and backward of every microbatch of this rank's replica (gradients accumulate
     in ``.grad``: gradient accumulation over the replica's microbatches); returns the weighted
     (and ``loss_scale``-scaled) loss sum on the last stage as a tensor (read back once per

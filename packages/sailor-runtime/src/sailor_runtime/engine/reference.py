@@ -15,27 +15,45 @@ from .data import TextDataset
 from .optim import LRSchedule, OptimConfig
 
 
-def reference_run(job: Job, steps: int, seed: int = 0, lr: LRSchedule | None = None,
-                  optim: OptimConfig | None = None, dtype: torch.dtype = torch.float32,
-                  device: str | torch.device = "cpu", autocast: torch.dtype | None = None,
-                  recompute: str = "none", flash_attention: bool = True):
+def reference_run(
+    job: Job,
+    steps: int,
+    seed: int = 0,
+    lr: LRSchedule | None = None,
+    optim: OptimConfig | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    autocast: torch.dtype | None = None,
+    recompute: str = "none",
+    flash_attention: bool = True,
+):
     """Train ``steps`` steps in this process; returns (losses per step, model). ``autocast``:
     mixed precision (bf16 only: no loss scaling here), fp32 parameters; ``recompute`` and
     ``flash_attention`` as in ``sailor_profiler.zoo.apply_execution``."""
     lr, optim = lr or LRSchedule(), optim or OptimConfig()
     torch.manual_seed(seed)
-    model = build_stage(job.model, 0, job.model.head_layer_id, dtype=dtype, device=device,
-                        seed=seed)
+    model = build_stage(
+        job.model, 0, job.model.head_layer_id, dtype=dtype, device=device, seed=seed
+    )
     apply_execution(model, recompute, flash_attention)
     params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=lr.lr(0), betas=optim.betas, eps=optim.eps,
-                            weight_decay=optim.weight_decay, foreach=False)
+    opt = torch.optim.AdamW(
+        params,
+        lr=lr.lr(0),
+        betas=optim.betas,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        foreach=False,
+    )
     data = TextDataset(job.sequence_length, seed)
     losses = []
     for step in range(steps):
         x, y = data.batch(step * job.global_batch_size, job.global_batch_size)
-        with torch.autocast(torch.device(device).type, dtype=autocast or torch.bfloat16,
-                            enabled=autocast is not None):
+        with torch.autocast(
+            torch.device(device).type,
+            dtype=autocast or torch.bfloat16,
+            enabled=autocast is not None,
+        ):
             loss = model(x.to(device), y.to(device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, optim.clip_norm, foreach=False)

@@ -61,12 +61,20 @@ def _assign(units: list[_Unit], members: list[int]) -> None:
 class ShardedAdamW(AdamW):
     """AdamW with ZeRO-1 state sharding; ``param_groups`` hold the replicated parameters."""
 
-    def __init__(self, params, topo: Topology, slot: Slot, groups: Groups, lr: float,
-                 betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01) -> None:
+    def __init__(
+        self,
+        params,
+        topo: Topology,
+        slot: Slot,
+        groups: Groups,
+        lr: float,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ) -> None:
         params = list(params)
         sharded = [p for p in params if get_split(p) is not None]
-        super().__init__([p for p in params if get_split(p) is None], lr, betas, eps,
-                         weight_decay)
+        super().__init__([p for p in params if get_split(p) is None], lr, betas, eps, weight_decay)
         self.all_params, self.sharded = params, sharded
         self.rank = dist.get_rank()
         mine = list(topo.fine_pieces(slot))
@@ -88,8 +96,16 @@ class ShardedAdamW(AdamW):
         for u in self.owned():
             if not u.state:
                 u.state = self._fresh_state(u)
-            _adamw_one(u.view(u.param), u.view(u.param.grad), u.state, lr, beta1, beta2,
-                       g["eps"], g["weight_decay"])
+            _adamw_one(
+                u.view(u.param),
+                u.view(u.param.grad),
+                u.state,
+                lr,
+                beta1,
+                beta2,
+                g["eps"],
+                g["weight_decay"],
+            )
         for p in self.sharded:  # full states loaded from a checkpoint: sliced, now dropped
             self.state.pop(p, None)
         self._broadcast(lambda u: [u.view(u.param)])
@@ -99,11 +115,16 @@ class ShardedAdamW(AdamW):
         full = self.state.get(u.param)
         if full is None:
             v = u.view(u.param)
-            return {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(v),
-                    "exp_avg_sq": torch.zeros_like(v)}
-        return {"step": full["step"].clone(),
-                "exp_avg": u.view(full["exp_avg"]).clone(),
-                "exp_avg_sq": u.view(full["exp_avg_sq"]).clone()}
+            return {
+                "step": torch.tensor(0.0),
+                "exp_avg": torch.zeros_like(v),
+                "exp_avg_sq": torch.zeros_like(v),
+            }
+        return {
+            "step": full["step"].clone(),
+            "exp_avg": u.view(full["exp_avg"]).clone(),
+            "exp_avg_sq": u.view(full["exp_avg_sq"]).clone(),
+        }
 
     def _broadcast(self, tensors_of) -> None:
         """Every owner sends ``tensors_of(unit)`` of its units to its group, packed."""
@@ -116,8 +137,9 @@ class ShardedAdamW(AdamW):
                 if owner == self.rank:
                     buf = torch.cat([v.reshape(-1) for v in views])
                 else:
-                    buf = torch.empty(sum(v.numel() for v in views), dtype=views[0].dtype,
-                                      device=views[0].device)
+                    buf = torch.empty(
+                        sum(v.numel() for v in views), dtype=views[0].dtype, device=views[0].device
+                    )
                 dist.broadcast(buf, owner, group=part.group)
                 if owner != self.rank:
                     offset = 0
@@ -138,9 +160,11 @@ class ShardedAdamW(AdamW):
         for part in self.parts:
             for u in part.units:
                 if u.param not in full:
-                    full[u.param] = {"step": torch.tensor(0.0),
-                                     "exp_avg": torch.zeros_like(u.param),
-                                     "exp_avg_sq": torch.zeros_like(u.param)}
+                    full[u.param] = {
+                        "step": torch.tensor(0.0),
+                        "exp_avg": torch.zeros_like(u.param),
+                        "exp_avg_sq": torch.zeros_like(u.param),
+                    }
         steps = [float(u.state["step"]) for u in self.owned() if u.state]
         step = max(steps, default=0.0)
 

@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-from sailor_sim.profile_files import file_label
 
 from ..agent.cputypes import CpuWorkerType, cpu_worker_type
 from ..errors import SailorRuntimeError
@@ -150,8 +149,11 @@ def _relabel_links(links: dict, gpu_types: list[str]) -> dict:
         for a in gpu_types:
             for b in gpu_types:
                 out["links"].append(
-                    {**link, "src": {**link["src"], "gpu_type": a},
-                     "dst": {**link["dst"], "gpu_type": b}}
+                    {
+                        **link,
+                        "src": {**link["src"], "gpu_type": a},
+                        "dst": {**link["dst"], "gpu_type": b},
+                    }
                 )
     for entry in links.get("intra_node", []):
         out["intra_node"] += [{**entry, "gpu_type": t} for t in gpu_types]
@@ -169,7 +171,8 @@ def machine_profile(
     folder.mkdir(parents=True, exist_ok=True)
     for gpu_type in gpu_types:
         measured = measure_compute(run_dir, job, gpu_type)
-        name = f"{file_label(job.model.name)}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
+        stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", job.model.name).strip("_")  # as the sim does
+        name = f"{stem}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
         (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, factor)))
     (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types)))
     (folder / "README.txt").write_text(
