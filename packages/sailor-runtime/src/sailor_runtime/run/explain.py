@@ -86,6 +86,10 @@ def rank_memory(job: Job, plan: Plan, profile_dir: str, run_dir: Path,
 
 
 def memory_lines(rows: list[RankMemory], options: str) -> list[str]:
+    if all(m.measured_bytes is None for m in rows):  # before training: the prediction only
+        return [f"  tensor memory per rank ({options}), predicted:"] + [
+            f"    rank {m.rank} (stage {m.stage} replica {m.replica}, {m.gpu_type:8}) "
+            f"{m.predicted_bytes / MB:8.2f} MB" for m in rows]
     lines = [f"  tensor memory per rank ({options}): predicted -> measured"]
     for m in rows:
         got = f"{m.measured_bytes / MB:8.2f} MB" if m.measured_bytes is not None else \
