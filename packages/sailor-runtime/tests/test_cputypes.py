@@ -37,3 +37,10 @@ def test_a_rank_applies_its_type():
                              None, 2)
     assert int(out[0]) == kind.threads and int(out[1]) == kind.threads
     assert out[2].strip() == str(list(kind.cpus))
+
+
+def test_workers_spread_over_the_cores():
+    cpus = usable_cpus()
+    assert cpu_worker_type("cpu-1t", first_core=1).cpus == (cpus[1 % len(cpus)],)
+    assert cpu_worker_type("cpu-1t", first_core=len(cpus)).cpus == (cpus[0],)  # wraps
+    assert set(cpu_worker_type(f"cpu-{len(cpus)}t", first_core=1).cpus) == set(cpus)

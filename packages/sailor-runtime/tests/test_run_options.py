@@ -42,3 +42,21 @@ def test_demo_run_with_options_survives_a_rank_kill(tmp_path):
     if len({r["plan"] for r in s["reconfigurations"]}) == 1:
         assert all("bit-identical" in line for line in s["reruns"][1:]), s["reruns"]
     assert "T4" not in proc.stdout + proc.stderr
+
+
+def test_demo_config_builds_a_llama_whose_params_equal_the_spec():
+    """The demo's config.json: LLaMA-shaped (RMSNorm, RoPE, SwiGLU, GQA, no biases); every
+    layer id of the zoo holds exactly what ModelSpec counts, at TP 1 and 2."""
+    from sailor_profiler.zoo import build_stage
+    from sailor_sim import get_model
+
+    spec = get_model(str(CONFIG))
+    assert (spec.norm, spec.mlp, spec.position, spec.bias) == ("rmsnorm", "swiglu", "rotary",
+                                                               False)
+    assert spec.num_kv_heads < spec.num_heads
+    for tp in (1, 2):
+        stage = build_stage(spec, 0, spec.head_layer_id, tp_rank=0, tp_size=tp)
+        assert sorted(map(int, stage.layers)) == list(range(spec.num_layer_ids))
+        for lid in range(spec.num_layer_ids):
+            got = sum(p.numel() for p in stage.layers[str(lid)].parameters())
+            assert got == spec.params(lid, tp), (lid, tp)

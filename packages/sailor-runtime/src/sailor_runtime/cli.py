@@ -232,6 +232,9 @@ def worker(
     worker_id: str = typer.Option(None, help="Unique node name (default host-pid)."),
     workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
     threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
+    first_core: int = typer.Option(
+        0, help="A CPU worker type's ranks are pinned to cores from this one on (wrapping)."
+    ),
     warm: bool = typer.Option(
         True, "--warm/--cold", help="Fork ranks from a process with torch imported (fast restarts)."
     ),
@@ -254,6 +257,7 @@ def worker(
         agent = WorkerAgent(
             controller, node, workdir, host=host, token=token, worker_id=worker_id,
             threads_per_rank=threads_per_rank, warm=warm, controller_timeout_s=controller_timeout,
+            first_core=first_core,
         )  # fmt: skip
         agent.start()
     except (SailorRuntimeError, SailorSimError) as exc:

@@ -39,6 +39,7 @@ class WorkerAgent:
         token: str | None = None,
         worker_id: str | None = None,
         threads_per_rank: int = 1,
+        first_core: int = 0,
         register_timeout_s: float = 120.0,
         warm: bool = True,
         controller_timeout_s: float = 300.0,
@@ -48,7 +49,7 @@ class WorkerAgent:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.token = token
         self.metadata = call_metadata(token)
-        cpu_type = cpu_worker_type(gpus.gpu_type)
+        cpu_type = cpu_worker_type(gpus.gpu_type, first_core)
         if cpu_type is not None:  # the type decides the threads and the cores of a rank
             threads_per_rank = cpu_type.threads
         self.runner = RankRunner(workdir / self.worker_id, threads_per_rank,

@@ -1,10 +1,13 @@
 """CPU worker types: what a CPU rank process really is, named for it.
 
-``cpu-<N>t`` is a rank that runs N torch intra-op threads pinned to N cores of this machine
-(cores 0..N-1, the first N the process may use). Two types differ in what a rank can do, not
-in a label: a ``cpu-2t`` rank multiplies matrices on two cores, a ``cpu-1t`` rank on one. The
-profiler measures each type as it runs (same threads, same pinning), and its profile is filed
-under its own name; nothing CPU-side carries a GPU name.
+``cpu-<N>t`` is a rank that runs N torch intra-op threads pinned to N cores of this machine:
+N consecutive cores (wrapping) of those the process may use, from the agent's first core
+(``sailor worker --first-core``; ``sailor run --local`` gives worker i the core after the
+previous workers' cores, so ranks spread over the machine instead of piling onto core 0).
+Two types differ in what a rank can do, not in a label: a ``cpu-2t`` rank multiplies matrices
+on two cores, a ``cpu-1t`` rank on one. The profiler measures each type as it runs (same
+threads, same pinning), and its profile is filed under its own name; nothing CPU-side carries
+a GPU name.
 
 The agent hands a rank its type through the environment (``THREADS_ENV``, ``CPUS_ENV``); the
 engine's worker applies it before building the model (``apply_from_env``).
@@ -45,8 +48,9 @@ def usable_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def cpu_worker_type(name: str) -> CpuWorkerType | None:
-    """The CPU worker type ``name`` stands for, None when it is not one (a GPU type)."""
+def cpu_worker_type(name: str, first_core: int = 0) -> CpuWorkerType | None:
+    """The CPU worker type ``name`` stands for, pinned from ``first_core`` on; None when it is
+    not one (a GPU type)."""
     m = _NAME.match(name.strip().lower())
     if not m:
         return None
@@ -55,7 +59,8 @@ def cpu_worker_type(name: str) -> CpuWorkerType | None:
         raise SailorRuntimeError(
             f"{name} needs {threads} cores but this machine lets us use {len(cpus)}; use "
             f"cpu-1t..cpu-{len(cpus)}t", field="gpu_type")
-    return CpuWorkerType(name.lower(), threads, tuple(cpus[:threads]))
+    chosen = sorted({cpus[(first_core + k) % len(cpus)] for k in range(threads)})
+    return CpuWorkerType(name.lower(), threads, tuple(chosen))
 
 
 def apply_from_env() -> int | None:

@@ -229,10 +229,20 @@ def load_into(path: Path, stage_module, optimizer, tp_rank: int) -> None:
                 p.copy_(shard(entry["params"][name], split, tp_rank).to(p.dtype))
             if name in entry["exp_avg"]:
                 optimizer.state[p] = {
-                    "step": torch.tensor(entry["opt_step"][name], dtype=torch.float32),
+                    "step": torch.tensor(
+                        entry["opt_step"][name],
+                        dtype=torch.float32,
+                        device=_step_device(optimizer, p),
+                    ),
                     "exp_avg": shard(entry["exp_avg"][name], split, tp_rank).to(p),
                     "exp_avg_sq": shard(entry["exp_avg_sq"][name], split, tp_rank).to(p),
                 }
+
+
+def _step_device(optimizer, p: torch.Tensor) -> torch.device:
+    """torch's fused AdamW keeps its step counter on the parameter's device; ours on CPU."""
+    fused = getattr(optimizer, "defaults", {}).get("fused")
+    return p.device if fused else torch.device("cpu")
 
 
 def rng_state() -> dict:

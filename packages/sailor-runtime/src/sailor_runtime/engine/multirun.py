@@ -51,6 +51,7 @@ def run_rank(runs: list[dict], rank: int, port: int) -> int:
             options=ExecutionOptions.from_dict(run.get("options")),
             master_port=port,
             memory_probe_step=run.get("memory_probe_step", 0),
+            optimizer_impl=run.get("optimizer_impl", "auto"),
             store_prefix=f"run{i}",
             store_is_external=True,
         )

@@ -60,7 +60,23 @@ class OptimConfig:
     clip_norm: float = 1.0
 
 
-def make_optimizer(params, cfg: OptimConfig, lr: float) -> AdamW:
+OPTIMIZER_IMPLS = ("auto", "sailor", "torch-fused")
+
+
+def make_optimizer(params, cfg: OptimConfig, lr: float, impl: str = "sailor"):
+    """AdamW. ``sailor``: ours (``zoo.optim.AdamW``, per parameter, bit-identical to
+    ``torch.optim.AdamW(foreach=False)``; no torch.optim import, which costs seconds of rank
+    start-up on a small CPU). ``torch-fused``: ``torch.optim.AdamW(fused=True)``, one fused
+    kernel over all parameters (CUDA; torch >= 2.4 also has it on CPU, which is how the tests
+    cover this path). ``auto`` is resolved by the caller (``train``: fused on CUDA)."""
+    if impl == "torch-fused":
+        import torch.optim
+
+        return torch.optim.AdamW(
+            params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, fused=True
+        )
+    if impl != "sailor":
+        raise ValueError(f"unknown optimizer implementation {impl!r}; use {OPTIMIZER_IMPLS}")
     return AdamW(params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 

@@ -88,6 +88,9 @@ class TrainConfig:
     """Override the job's dtype ('fp64' for bit-tight equivalence checks)."""
     options: ExecutionOptions = field(default_factory=ExecutionOptions)
     """Precision, recomputation, attention kernel, ZeRO stage (``options``)."""
+    optimizer_impl: str = "auto"
+    """AdamW implementation (``optim.make_optimizer``): auto = torch's fused kernel on CUDA,
+    ours on CPU; ``sailor`` or ``torch-fused`` to choose."""
     memory_probe_step: int = 0
     """Measure the tensor memory of the Nth step this process runs (1-based, counted from the
     start or the resume; 0: never) with ``memprobe``; every rank writes
@@ -230,7 +233,10 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             cfg.optim.weight_decay,
         )
     else:
-        opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0))
+        impl = cfg.optimizer_impl
+        if impl == "auto":
+            impl = "torch-fused" if device.type == "cuda" else "sailor"
+        opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0), impl)
     scaler = LossScaler(enabled=autocast == torch.float16)
     log.info("rank %d: stage %s built (%s)", rank, slot, cfg.options.describe())
     step, consumed, resumed = _resume(cfg, rank, model, opt, slot.tp_rank, scaler)

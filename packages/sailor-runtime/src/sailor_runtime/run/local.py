@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sailor_sim import Job
 
+from ..agent.cputypes import cpu_worker_type
 from ..controller.controller import Controller, ControllerConfig
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
@@ -114,6 +115,8 @@ class LocalRun:
         self.address = f"127.0.0.1:{port}"
         self._load_generation = 0
         self._announced = -1
+        self._next_core = 0
+        """First core of the next worker's ranks: workers take consecutive cores (wrapping)."""
         self.why: list[str] = []
         self.options = _describe_options(cfg.execution_options)
         self.slowdown = 1.0
@@ -131,7 +134,10 @@ class LocalRun:
             self.cfg.run_dir,
             token=self.cfg.token,
             warm=self.cfg.warm,
+            first_core=self._next_core,
         )
+        kind = cpu_worker_type(self.cfg.gpu_type_of(i))
+        self._next_core += kind.threads if kind else 1
         self.workers.append(w)
         return w
 
