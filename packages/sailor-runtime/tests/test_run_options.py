@@ -23,7 +23,7 @@ def test_demo_run_with_options_survives_a_rank_kill(tmp_path):
         "--recompute", "full", "--zero-stage", "1", "--global-batch-size", "8",
         "--seq-len", "32", "--steps", "10", "--checkpoint-every", "4",
         "--kill-rank-at-step", "6", "--run-dir", str(tmp_path / "run"), "--json", str(out),
-        "--timeout", "500",
+        "--timeout", "500", "--heartbeat-timeout", "10",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

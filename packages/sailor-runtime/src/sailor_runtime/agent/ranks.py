@@ -88,6 +88,9 @@ class RankRunner:
     def _base_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = str(self.threads_per_rank)
+        # OpenMP reads its environment when torch loads, i.e. in the zygote, before a fork:
+        # the worker type's settings (OMP_WAIT_POLICY) must be there already
+        env.update(self.rank_env)
         env["PYTHONUNBUFFERED"] = "1"
         env[AGENT_PID_ENV] = str(os.getpid())
         return env
