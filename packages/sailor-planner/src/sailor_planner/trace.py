@@ -97,6 +97,20 @@ def read_trace(path: str | Path, hold_last_s: float | None = None) -> Availabili
     return _from_long_frame(frame, Path(path).name, hold_last_s)
 
 
+def trace_from_rows(
+    rows: list[dict[str, Any]], name: str = "trace", hold_last_s: float | None = None
+) -> AvailabilityTrace:
+    """A trace from rows with the Sailor format's columns (e.g. from a gRPC request)."""
+    import polars as pl
+
+    columns = list(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)
+    frame = pl.DataFrame(
+        {c: [None if r.get(c) is None else str(r[c]) for r in rows] for c in columns},
+        schema={c: pl.String for c in columns},
+    )
+    return _from_long_frame(frame, name, hold_last_s)
+
+
 def read_sailor_trace(path: str | Path, hold_last_s: float | None = None) -> AvailabilityTrace:
     """Read an original Sailor ``gpu_trace_*.csv`` (columns ``Timestamp``, ``<GPU>_<zone>``)."""
     return _from_sailor_frame(_read_frame(Path(path)), Path(path).name, hold_last_s)
