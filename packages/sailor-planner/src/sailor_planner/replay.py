@@ -33,6 +33,7 @@ from .policies import (
 from .reconfig import ReconfigModel
 from .request import SearchOptions
 from .result import RankedPlan
+from .spot import SpotAdvice, advise
 from .trace import AvailabilityTrace, TraceState
 
 
@@ -105,6 +106,8 @@ class ReplayResult:
     summaries: tuple[PolicySummary, ...]
     events: tuple[EventResult, ...]
     replay_time_s: float
+    spot: SpotAdvice | None = None
+    """Expected cost under the trace's preemptions for the first policy's first plan."""
 
     def timeline(self, policy: str) -> list[Segment]:
         return [s for e in self.events if e.policy == policy for s in e.segments]
@@ -122,6 +125,7 @@ class ReplayResult:
             "policies": [s.to_dict() for s in self.summaries],
             "events": [e.to_dict() for e in self.events],
             "replay_time_s": self.replay_time_s,
+            "spot": self.spot.to_dict() if self.spot else None,
         }
 
 
@@ -324,4 +328,24 @@ def replay(
     summaries = tuple(
         summarize(p, job, [e for e in events if e.policy == p], trace.duration_s) for p in policies
     )
-    return ReplayResult(job, trace, model, summaries, tuple(events), time.perf_counter() - start)
+    spot = _spot(job, trace, model, [e for e in events if e.policy == policies[0]])
+    elapsed = time.perf_counter() - start
+    return ReplayResult(job, trace, model, summaries, tuple(events), elapsed, spot)
+
+
+def _spot(job: Job, trace: AvailabilityTrace, model: ReconfigModel, events) -> SpotAdvice | None:
+    """Young/Daly advice for the first plan: restart = the mean measured reconfiguration."""
+    if not trace.preemptions or not events or events[0].gpus_used == 0:
+        return None
+    restarts = [e.reconfigure_s for e in events[1:] if e.reconfigured and e.gpus_used]
+    restart = sum(restarts) / len(restarts) if restarts else model.downtime_s(job, 0.0, True)
+    return advise(
+        preemptions=trace.preemptions,
+        duration_s=trace.duration_s,
+        save_s=model.save_s(job),
+        restart_s=restart,
+        interval_s=model.checkpoint_interval_s,
+        samples_per_s=events[0].samples_per_s,
+        usd_per_hour=events[0].usd_per_hour,
+        sequence_length=job.sequence_length,
+    )

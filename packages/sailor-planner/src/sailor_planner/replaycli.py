@@ -34,6 +34,16 @@ def fmt_table(result) -> str:
         f"checkpoint every {result.reconfig.checkpoint_interval_s:g} s; "
         f"replay {result.replay_time_s:.2f} s"
     )
+    if result.spot is not None:
+        a = result.spot
+        lines.append(
+            f"spot ({result.summaries[0].policy}'s first plan): {a.preemptions} preemptions, one "
+            f"every {a.mtbf_s / 3600:.2f} h; checkpoint save {a.save_s:.1f} s, restart "
+            f"{a.restart_s:.1f} s; expected waste {a.waste:.1%} -> {a.usd_per_million_tokens:.4f}"
+            f" $/1M tokens at {a.interval_s:g} s; optimum interval {a.daly_interval_s:.0f} s "
+            f"(Daly; Young {a.young_interval_s:.0f} s): waste {a.waste_at_daly:.1%}, "
+            f"{a.usd_per_million_tokens_at_daly:.4f} $/1M tokens"
+        )
     return "\n".join(lines)
 
 
