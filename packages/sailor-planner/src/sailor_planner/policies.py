@@ -26,6 +26,11 @@ from .request import SearchOptions
 from .result import RankedPlan
 
 POLICIES = ("sailor", "static", "single-type", "replan-on-loss")
+"""The policies a replay compares by default."""
+EVERY_CHANGE = "every-change"
+"""What sailor-runtime's controller does today: re-plan and restart at every change, even when
+the plan stays the same (the local elastic run is compared with this one)."""
+KNOWN_POLICIES = (*POLICIES, EVERY_CHANGE)
 WEIGHS_SWITCH = ("sailor", "single-type")
 """Policies that keep a running plan when switching would not pay off."""
 
@@ -109,11 +114,12 @@ class Policy:
     """Decides the plan of each state; ``first`` for the trace's first state."""
 
     def __init__(self, name: str, cache: PlanCache) -> None:
-        if name not in POLICIES:
+        if name not in KNOWN_POLICIES:
             from .errors import RequestError
 
             raise RequestError(
-                f"unknown policy {name!r}; use some of {', '.join(POLICIES)}", field="policies"
+                f"unknown policy {name!r}; use some of {', '.join(KNOWN_POLICIES)}",
+                field="policies",
             )
         self.name, self.cache = name, cache
         self.initial: RankedPlan | None = None

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from sailor_sim import Job, price_per_gpu_hour
 
 from .policies import (
+    EVERY_CHANGE,
     POLICIES,
     WEIGHS_SWITCH,
     Decision,
@@ -265,7 +266,8 @@ def _step(policy: Policy, run: _Run, state: TraceState, index: int, previous) ->
         and _keep_running(policy, run, state, decision)
     ):
         decision = Decision(run.plan, decision.searched, decision.search_s)
-    if not same_plan(decision.plan, run.plan) or (run.plan is not None and not held):
+    restart = policy.name == EVERY_CHANGE and changed and previous is not None
+    if restart or not same_plan(decision.plan, run.plan) or (run.plan is not None and not held):
         reconfigured = decision.plan is not None or run.plan is not None
         lost = run.reconfigure(decision.plan, decision.search_s, noticed_late=preempted)
     down_before = run.down_s

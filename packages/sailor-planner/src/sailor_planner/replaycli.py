@@ -110,7 +110,7 @@ def run_replay(
     from sailor_sim import Job
 
     from .errors import RequestError
-    from .policies import POLICIES
+    from .policies import KNOWN_POLICIES
     from .reconfig import ReconfigModel
     from .replay import replay
     from .request import Constraints, SearchOptions
@@ -118,10 +118,11 @@ def run_replay(
     from .trace import read_trace
 
     names = tuple(p.strip() for p in policies.split(",") if p.strip())
-    unknown = [p for p in names if p not in POLICIES]
+    unknown = [p for p in names if p not in KNOWN_POLICIES]
     if unknown or not names:
         raise RequestError(
-            f"unknown policy {', '.join(unknown) or '(none)'}; use some of {', '.join(POLICIES)}",
+            f"unknown policy {', '.join(unknown) or '(none)'}; use some of "
+            f"{', '.join(KNOWN_POLICIES)}",
             field="policies",
         )
     job = Job.create(model, gbs, seq_len, dtype)

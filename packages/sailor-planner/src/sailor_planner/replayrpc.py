@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from sailor_sim import Job
 
 from .errors import RequestError
-from .policies import POLICIES
+from .policies import KNOWN_POLICIES, POLICIES
 from .proto import planner_pb2
 from .reconfig import ReconfigModel
 from .replay import EventResult, replay_events, summarize
@@ -40,10 +40,11 @@ def _trace(req) -> AvailabilityTrace:
 
 def _policies(req) -> tuple[str, ...]:
     names = tuple(req.policies) or POLICIES
-    unknown = [p for p in names if p not in POLICIES]
+    unknown = [p for p in names if p not in KNOWN_POLICIES]
     if unknown:
         raise RequestError(
-            f"unknown {', '.join(unknown)}; use some of {', '.join(POLICIES)}", field="policies"
+            f"unknown {', '.join(unknown)}; use some of {', '.join(KNOWN_POLICIES)}",
+            field="policies",
         )
     return names
 
