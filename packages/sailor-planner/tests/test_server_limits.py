@@ -20,26 +20,16 @@ from sailor_planner.proto import planner_pb2_grpc
 from sailor_planner.server import create_server
 from sailor_planner.sources import cached_planners
 from sailor_sim import Inventory, Job
-from sailor_sim.errors import SailorSimError
-from sailor_sim.prices import price_per_gpu_hour
-from sailor_sim.zones import ZONE_CATALOG
+from sailor_sim.prices import zones_offering
 
 JOB = Job.create("OPT-350M", 1024, 2048)
 SMALL = Inventory.parse(["A100-40@us-central1-a=8"])
 TYPES = ("A100-40", "V100-16", "H100-80", "T4")
 
 
-def _priced_everywhere(zone: str) -> bool:
-    try:
-        return all(price_per_gpu_hour(t, zone) > 0 for t in TYPES)
-    except SailorSimError:
-        return False
-
-
 def wide_inventory(per_pool: int, zones: int = 40) -> Inventory:
     """Many pools: a search over it runs for minutes without a deadline."""
-    # Zones where every type of TYPES has a price (the catalog prices each zone's offers).
-    names = sorted(z for z in ZONE_CATALOG if _priced_everywhere(z))[:zones]
+    names = zones_offering(TYPES)[:zones]
     return Inventory.of({(g, z): per_pool for g in TYPES for z in names})
 
 
