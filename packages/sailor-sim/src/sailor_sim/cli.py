@@ -15,7 +15,7 @@ import typer
 
 from . import inputs
 from .cli_catalog import register as _register_catalog_commands
-from .cli_output import GiB, print_estimate, table
+from .cli_output import GiB, fail, print_estimate, table
 from .errors import SailorSimError, ValidationError
 
 app = typer.Typer(
@@ -23,12 +23,6 @@ app = typer.Typer(
     help="Predict iteration time, memory and cost of plans.",
     pretty_exceptions_enable=False,
 )
-
-
-def fail(exc: Exception) -> None:
-    """One clear line on stderr and exit status 2."""
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(2)
 
 
 def _simulator(sailor_root: Path | None, profiles: Path | None):

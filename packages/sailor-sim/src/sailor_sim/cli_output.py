@@ -9,6 +9,12 @@ import typer
 GiB = 1024**3
 
 
+def fail(exc: Exception) -> None:
+    """One clear line on stderr and exit status 2."""
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
 def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
     from .metrics import provenance
 
