@@ -236,7 +236,7 @@ def summary(preds: list[Prediction]) -> dict[str, float]:
 
 def check_table(runs) -> list[str]:
     """Problems with the table itself: too few rows or sources, architectures whose parameter
-    count disagrees with the count their source published (> 1 %)."""
+    count differs from the count their source published."""
     problems = []
     if len(runs) < 30 or len({r.source for r in runs}) < 4:
         problems.append(f"{len(runs)} rows from {len({r.source for r in runs})} sources")
@@ -245,7 +245,7 @@ def check_table(runs) -> list[str]:
         if published_count is not None:
             count, seq = published_count
             ours = published.model_spec(name, seq).total_params()
-            if abs(ours - count) / count > 0.01:
+            if ours != count:
                 problems.append(f"{name}: {ours:,} parameters, the source says {count:,}")
     return problems
 
