@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from sailor_sim import Job, Plan, Simulator, analytic, published
 from sailor_sim.errors import SailorSimError
 from sailor_sim.gpus import GPU_CATALOG, register_gpu
+from sailor_sim.memory import framework_overhead
 from sailor_sim.network import DEFAULT_INTER_NODE_LATENCY_S, LinkCurve, NetworkModel
 from sailor_sim.prices import set_price
 
@@ -94,7 +95,10 @@ def predict(run: published.PublishedRun) -> Prediction:
     )
     estimate = Simulator(network=network_for(run, gpu.name)).estimate(job, plan)
     tps = run.tokens_per_iteration / estimate.iteration_time_s / run.gpus
-    return Prediction(run, tps, estimate.peak_memory_bytes, missing)
+    peak = estimate.peak_memory_bytes
+    if published.memory_measure(run.source) == "allocator_reserved":
+        peak -= framework_overhead(gpu).cuda_context  # what PyTorch's allocator never sees
+    return Prediction(run, tps, peak, missing)
 
 
 def predict_all(runs) -> tuple[list[Prediction], list[str]]:

@@ -167,6 +167,12 @@ def gpu_type(name: str, path: Path = DATA_FILE):
     )
 
 
+def memory_measure(source: str, path: Path = DATA_FILE) -> str:
+    """What a source's peak memory counts: 'device' (nvidia-smi: CUDA context included, the
+    simulator's peak) or 'allocator_reserved' (PyTorch's caching allocator: no context)."""
+    return _document(str(path))["sources"][source].get("memory_measure", "device")
+
+
 def fabric(source: str, gpu: str, path: Path = DATA_FILE) -> dict[str, Any] | None:
     """The inter-node fabric a source states for its runs on ``gpu`` (Gb/s per GPU), if any."""
     return _document(str(path)).get("fabrics", {}).get(f"{source}/{gpu}")
