@@ -20,7 +20,7 @@ from sailor_planner.proto import planner_pb2_grpc
 from sailor_planner.server import create_server
 from sailor_planner.sources import cached_planners
 from sailor_sim import Inventory, Job
-from sailor_sim.zones import ZONE_CATALOG
+from sailor_sim.prices import zones_offering
 
 JOB = Job.create("OPT-350M", 1024, 2048)
 SMALL = Inventory.parse(["A100-40@us-central1-a=8"])
@@ -29,7 +29,7 @@ TYPES = ("A100-40", "V100-16", "H100-80", "T4")
 
 def wide_inventory(per_pool: int, zones: int = 40) -> Inventory:
     """Many pools: a search over it runs for minutes without a deadline."""
-    names = sorted(ZONE_CATALOG)[:zones]
+    names = zones_offering(TYPES)[:zones]
     return Inventory.of({(g, z): per_pool for g in TYPES for z in names})
 
 

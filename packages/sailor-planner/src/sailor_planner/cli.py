@@ -11,8 +11,10 @@ import sailor_planner
 from sailor_sim import SailorSimError
 
 from .errors import SailorPlannerError
+from .replaycli import replay_command
 
 app = typer.Typer(no_args_is_help=True, help=sailor_planner.__doc__, pretty_exceptions_enable=False)
+app.command("replay")(replay_command)
 
 
 def fail(exc: Exception) -> None:
