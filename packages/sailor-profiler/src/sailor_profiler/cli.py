@@ -57,7 +57,7 @@ def parse_bytes(text: str, field: str) -> int:
     raw = text.strip().lower()
     digits = raw.rstrip("abgikm")
     unit = raw[len(digits):]
-    if not digits.isdigit() or unit not in _UNITS or int(digits) <= 0:
+    if not (digits.isascii() and digits.isdigit()) or unit not in _UNITS or int(digits) <= 0:
         raise SweepError(f"expected a size like 64K, 16M or 1G, got {text!r}", field=field)
     return int(digits) * _UNITS[unit]
 

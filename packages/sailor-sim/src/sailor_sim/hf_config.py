@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import UnknownNameError, ValidationError
+from .errors import SailorSimError, UnknownNameError, ValidationError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "gemma", "gpt_neox", "opt", "gpt2")
 _GATED_GELU = ("gelu", "gelu_pytorch_tanh", "gelu_new")
@@ -66,18 +66,24 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str):
     from .model import ModelSpec, pad_vocab
 
     model_type = cfg.get("model_type")
-    if model_type not in _READERS:
+    if not isinstance(model_type, str) or model_type not in _READERS:
         raise UnknownNameError(
             f"{name}: model_type {model_type!r} is not supported; supported decoder-only "
             f"families: {', '.join(SUPPORTED)} (or use a catalog model)",
             field="model_type",
         )
-    fields = _READERS[model_type](_Config(cfg, name))
-    vocab = fields["vocab_size"]
-    fields["vocab_size"] = pad_vocab(vocab)
-    if fields["vocab_size"] != vocab:
-        fields["unpadded_vocab_size"] = vocab
-    return ModelSpec(name=name, **fields)
+    try:
+        fields = _READERS[model_type](_Config(cfg, name))
+        vocab = fields["vocab_size"]
+        fields["vocab_size"] = pad_vocab(vocab)
+        if fields["vocab_size"] != vocab:
+            fields["unpadded_vocab_size"] = vocab
+        return ModelSpec(name=name, **fields)
+    except SailorSimError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        # A field of the wrong type deep in a reader: the same clear error as a missing one.
+        raise ValidationError(f"{name}: malformed config ({exc!r:.120})", field="model") from None
 
 
 class _Config:
