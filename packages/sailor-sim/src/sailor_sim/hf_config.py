@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .catalog_data import padded_vocab_fields
-from .errors import UnknownNameError, ValidationError
+from .errors import SailorSimError, UnknownNameError, ValidationError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "gemma", "gpt_neox", "opt", "gpt2")
 _GATED_GELU = ("gelu", "gelu_pytorch_tanh", "gelu_new")
@@ -67,14 +67,20 @@ def fields_from_hf_dict(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """ModelSpec keyword arguments from the parsed dictionary of a Hugging Face config
     (``name`` labels the model)."""
     model_type = cfg.get("model_type")
-    if model_type not in _READERS:
+    if not isinstance(model_type, str) or model_type not in _READERS:
         raise UnknownNameError(
             f"{name}: model_type {model_type!r} is not supported; supported decoder-only "
             f"families: {', '.join(SUPPORTED)} (or use a catalog model)",
             field="model_type",
         )
-    fields = _READERS[model_type](_Config(cfg, name))
-    return {"name": name, **fields, **padded_vocab_fields(fields["vocab_size"])}
+    try:
+        fields = _READERS[model_type](_Config(cfg, name))
+        return {"name": name, **fields, **padded_vocab_fields(fields["vocab_size"])}
+    except SailorSimError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        # A field of the wrong type deep in a reader: the same clear error as a missing one.
+        raise ValidationError(f"{name}: malformed config ({exc!r:.120})", field="model") from None
 
 
 class _Config:

@@ -391,6 +391,8 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
     (a path ending in .json, or a folder holding one; read with ``read_hf_config``)."""
     if isinstance(name, ModelSpec):
         return name
+    if not isinstance(name, str):
+        raise UnknownNameError(f"must be a model name, got {name!r:.60}", field="model")
     spec = MODEL_CATALOG.get(name) or MODEL_CATALOG.get(MODEL_ALIASES.get(name.lower(), ""))
     if spec is not None:
         return spec
