@@ -54,6 +54,10 @@ class TraceRunResult:
     """The simulator's iteration time for the first state's plan (this machine's profile)."""
     measured_iteration_s: float
     """Median iteration time of the steps trained during the trace (all generations)."""
+    predicted_reconfigure_s: float
+    """Training stopped for reconfigurations, replay (detect + debounce + plan + ... + restart)."""
+    measured_reconfigure_s: float
+    """The same in the run: detect + (change noticed -> first step of the new generation)."""
     boot_s: float
     """Agent start to registration, measured at the warm-up (the replay's provision_s)."""
     stretch: float
@@ -101,6 +105,7 @@ def initial_types(state: TraceState) -> tuple[str, ...]:
 class Prediction:
     samples: float
     reconfigurations: int
+    reconfigure_s: float
     iteration_s: float
     boot_s: float
     stretch: float
@@ -122,9 +127,8 @@ def predict(run: LocalRun, trace: AvailabilityTrace, boot_s: float) -> Predictio
     )
     result = replay(planner, run.job, trace, SearchOptions(), model, (EVERY_CHANGE,), started=True)
     s = result.summaries[0]
-    return Prediction(
-        s.samples, s.reconfigurations, first.best.estimate.iteration_time_s, boot_s, stretch
-    )
+    iteration_s = first.best.estimate.iteration_time_s
+    return Prediction(s.samples, s.reconfigurations, s.reconfigure_s, iteration_s, boot_s, stretch)
 
 
 class TraceDriver:
@@ -238,6 +242,10 @@ def run_trace(cfg: LocalRunConfig, trace: AvailabilityTrace, time_scale: float) 
             reconfigurations=len(recs),
             predicted_reconfigurations=p.reconfigurations,
             predicted_iteration_s=p.iteration_s,
+            predicted_reconfigure_s=p.reconfigure_s,
+            measured_reconfigure_s=sum(
+                r.phases.get("detect", 0.0) + max(0.0, r.resumed_at - r.noticed_at) for r in recs
+            ),
             measured_iteration_s=_median_step_s(run, driver.start_step),
             boot_s=p.boot_s,
             stretch=p.stretch,
