@@ -212,6 +212,7 @@ def test_catalog_has_the_common_sizes_with_published_counts():
         "Mistral-7B": 7_241_732_096,
         "Qwen2.5-7B": 7_615_616_512,
         "MPT-7B": 6_649_286_656,
+        "MPT-1B": 1_315_950_592,  # llm-foundry's benchmark README NumParams
     }
     for name, count in published.items():
         assert get_model(name).total_params() == count, name
@@ -227,3 +228,16 @@ def test_catalog_has_the_common_sizes_with_published_counts():
         ("llama-3-8", "LLaMA-3-8B"),
     ):
         assert get_model(old).name == new
+
+
+def test_profiles_of_a_config_model_stay_in_their_folder(tmp_path):
+    from sailor_sim import ProfileStore, get_gpu, load_profile_dir, save_profile_dir
+    from sailor_sim.profiles import analytic_entry
+
+    spec = get_model(str(_write(tmp_path, "llama", _LLAMA_31_8B)))
+    store = ProfileStore([analytic_entry(spec, get_gpu("H100-80"), "bf16", 1, 8, 4096)])
+    out = tmp_path / "profiles"
+    written = save_profile_dir(store, out)
+    assert [p.parent for p in written] == [out]
+    back = load_profile_dir(out)
+    assert back.entry(spec.name, "H100-80", "bf16", 1, 8, 4096).key.model == spec.name

@@ -110,14 +110,20 @@ def plan(
 def serve(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="0 picks a free port (printed).")] = 0,
-    workers: Annotated[int, typer.Option("--workers", help="Concurrent requests.")] = 4,
+    workers: Annotated[int, typer.Option("--workers", help="Searches at once (rest queue).")] = 2,
+    token: Annotated[
+        str | None, typer.Option("--token", help="Shared token; required beyond loopback.")
+    ] = None,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate.")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key.")] = None,
 ) -> None:
     """Serve sailor.v1.PlannerService (plus health and reflection) over gRPC."""
+    from .access import Access, resolve_token
     from .server import serve as run
 
     try:
-        run(host, port, workers)
-    except (SailorPlannerError, SailorSimError) as exc:
+        run(host, port, workers, Access(resolve_token(token), tls_cert, tls_key))
+    except (SailorPlannerError, SailorSimError, OSError) as exc:
         fail(exc)
 
 

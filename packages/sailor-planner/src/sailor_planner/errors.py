@@ -23,3 +23,13 @@ class RequestError(SailorPlannerError):
 class NoFeasiblePlanError(SailorPlannerError):
     """No plan of the search space fits the inventory under the constraints
     (maps to FAILED_PRECONDITION: the request is valid, the world cannot satisfy it)."""
+
+
+class RequestCancelledError(SailorPlannerError):
+    """The caller cancelled the request or its deadline passed; the search stopped early
+    (maps to CANCELLED / DEADLINE_EXCEEDED)."""
+
+
+class WorkLimitError(SailorPlannerError):
+    """A request asks for more work than the server allows (inventory size, candidates,
+    queued searches); maps to RESOURCE_EXHAUSTED."""

@@ -67,7 +67,7 @@ def run_plan(args: PlanArgs, echo: Callable[..., None] | None = None) -> int:
             str(args.sailor_root) if args.sailor_root else None,
         )
         result = planner.plan(job, inventory, options)
-    except (SailorPlannerError, SailorSimError) as exc:
+    except (SailorPlannerError, SailorSimError, OSError) as exc:
         echo(f"error: {exc}", err=True)
         return 2
     if args.as_json:
@@ -180,6 +180,8 @@ def main() -> None:
                 )
             )
         )
+    from sailor_sim.inputs import run_app
+
     from .cli import app
 
-    app()
+    run_app(app, "sailor-planner")

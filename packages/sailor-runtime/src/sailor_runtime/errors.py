@@ -15,8 +15,12 @@ class SailorRuntimeError(ValueError):
 
     code = grpc.StatusCode.INVALID_ARGUMENT
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, field: str | None = None, code: grpc.StatusCode | None = None
+    ) -> None:
         self.field = field
+        if code is not None:
+            self.code = code
         super().__init__(f"{field}: {message}" if field else message)
 
 

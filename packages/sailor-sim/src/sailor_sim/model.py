@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from .dtypes import check_dtype, dtype_bytes
 from .errors import UnknownNameError, ValidationError
 
+# Labels only: the architecture is in the fields (position, norm, mlp, bias, ...).
 FAMILIES = (
     "opt",
     "gpt-neo",
@@ -93,15 +94,8 @@ class ModelSpec:
             raise ValidationError(
                 f"unknown family {self.family!r}; use one of {FAMILIES}", field="family"
             )
-        for field in (
-            "num_layers",
-            "hidden_size",
-            "num_heads",
-            "num_kv_heads",
-            "ffn_hidden_size",
-            "vocab_size",
-            "max_seq_len",
-        ):
+        sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")
+        for field in (*sizes, "vocab_size", "max_seq_len"):
             if getattr(self, field) <= 0:
                 raise ValidationError(f"must be positive, got {getattr(self, field)}", field=field)
         if self.hidden_size % self.num_heads:
