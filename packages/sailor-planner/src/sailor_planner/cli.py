@@ -1,4 +1,8 @@
-"""The ``sailor-planner`` command line: ``plan`` (search once and print) and ``serve`` (gRPC)."""
+"""The ``sailor-planner`` command line (typer): ``plan`` (search once and print), ``serve`` (gRPC).
+
+The console script enters here; ``plan``'s work lives in ``planrun.py``, which never imports
+this module.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,11 @@ import typer
 
 import sailor_planner
 from sailor_sim import SailorSimError
+from sailor_sim.cliapp import sailor_app
 
 from .errors import SailorPlannerError
 
-app = typer.Typer(no_args_is_help=True, help=sailor_planner.__doc__, pretty_exceptions_enable=False)
+app = sailor_app(help=sailor_planner.__doc__)
 
 
 def fail(exc: Exception) -> None:
@@ -97,8 +102,7 @@ def plan(
             allow_cross_region_dp,
             deadline,
             as_json,
-        ),
-        echo=typer.echo,
+        )
     )
     if code:
         raise typer.Exit(code)

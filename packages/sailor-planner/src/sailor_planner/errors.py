@@ -7,13 +7,11 @@ to INVALID_ARGUMENT / FAILED_PRECONDITION in one place (``server._status_for``).
 
 from __future__ import annotations
 
+from sailor_sim.errors import SailorError
 
-class SailorPlannerError(ValueError):
+
+class SailorPlannerError(SailorError):
     """Base of every error sailor-planner raises on bad input."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
 
 
 class RequestError(SailorPlannerError):

@@ -5,7 +5,14 @@ simulator that predicts iteration time, memory and cost of any heterogeneous pla
 """
 
 from .dtypes import DTYPES, dtype_bytes
-from .errors import PlanError, ProfileError, SailorSimError, UnknownNameError, ValidationError
+from .errors import (
+    PlanError,
+    ProfileError,
+    SailorError,
+    SailorSimError,
+    UnknownNameError,
+    ValidationError,
+)
 from .estimate import Estimate, ReplicaMemory
 from .gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
 from .job import GpuPool, Inventory, Job
@@ -56,6 +63,7 @@ __all__ = [
     "ProfileError",
     "Replica",
     "SailorPlanRecord",
+    "SailorError",
     "SailorSimError",
     "Stage",
     "UnknownNameError",
