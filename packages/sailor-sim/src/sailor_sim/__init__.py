@@ -21,14 +21,8 @@ from .network import Endpoint, LinkCurve, NetworkModel
 from .original import SailorPlanRecord, read_sailor_plan
 from .plan import Plan, Replica, Stage, even_split
 from .prices import EGRESS_PER_GB, price_per_gpu_hour, set_price
-from .profiles import (
-    LayerProfile,
-    ProfileEntry,
-    ProfileKey,
-    ProfileStore,
-    load_profile_dir,
-    save_profile_dir,
-)
+from .profile_files import load_profile_dir, save_profile_dir
+from .profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
 from .simulator import Simulator, StageTime
 from .zones import ZONE_CATALOG, Zone, get_zone, register_zone, relationship
 
