@@ -21,3 +21,7 @@ class RequestError(SailorPlannerError):
 class NoFeasiblePlanError(SailorPlannerError):
     """No plan of the search space fits the inventory under the constraints
     (maps to FAILED_PRECONDITION: the request is valid, the world cannot satisfy it)."""
+
+
+class CallAbortedError(SailorPlannerError):
+    """A client call given up by its caller (``abort``) while it waited for the planner."""

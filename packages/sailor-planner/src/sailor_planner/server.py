@@ -9,7 +9,6 @@ never lets an exception escape, so a bad request cannot take the server down.
 from __future__ import annotations
 
 import logging
-import time
 from concurrent import futures
 
 import grpc
@@ -168,7 +167,6 @@ def serve(host: str = "127.0.0.1", port: int = 0, max_workers: int = 4) -> None:
     server, bound = create_server(f"{host}:{port}", max_workers)
     print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound}", flush=True)
     try:
-        while True:
-            time.sleep(3600)
+        server.wait_for_termination()
     except KeyboardInterrupt:
         server.stop(grace=1.0)
