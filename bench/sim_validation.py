@@ -5,9 +5,18 @@ the repository), simulates every ``validation/clariden/OPT-350/**/plan_config_*.
 imported Sailor profiles (denoised across microbatch sizes, ``sailor_sim.profile_denoise``;
 ``--raw`` uses them as imported) and network fits, and prints predicted vs measured iteration
 time and peak memory (``max_mem``: nvidia-smi, CUDA context and allocator cache included) per
-point and in summary, next to the original Sailor simulator's published error. Exits 1 when a
-target is missed (mean |error| <= 5% for time and memory, no point worse than 10%), 0 when the
-reference data is absent (with a note).
+point and in summary, next to the original Sailor simulator's published error.
+
+Two constants of the simulator were fitted on these same 15 runs: the GH200 framework memory
+overhead (``memory.FRAMEWORK_OVERHEAD['superchip'].cuda_context``) and the GH200 ring all-reduce
+efficiency (``timing.ALLREDUCE_BUS_EFFICIENCY['superchip']``). So the bench also reports
+leave-one-out: each run predicted with both constants refitted on the other 14, printed next to
+the in-sample error. The refit is the procedure that produced the stored overhead: the value
+minimizing the worst |relative error| (minimax; on all 15 runs it gives 3.32 GiB, the stored
+3.3 GiB); overhead on a 5 MiB grid over 2.5-4 GiB, ring efficiency on a 0.05 grid. The
+targets (mean |error| <= 5% for time and memory, no point worse than 10%) apply to the
+leave-one-out errors. Exits 1 when a target
+is missed or the reference data is absent.
 """
 
 from __future__ import annotations
@@ -17,7 +26,14 @@ import os
 import sys
 from pathlib import Path
 
-from sailor_sim import Job, Simulator, read_sailor_plan
+from sailor_sim import Job, Simulator, read_sailor_plan, timing
+from sailor_sim.memory import FRAMEWORK_OVERHEAD
+
+GiB = 1024**3
+EFFICIENCY_GRID = [round(0.2 + 0.05 * i, 2) for i in range(13)]
+"""Candidate GH200 ring all-reduce efficiencies for the leave-one-out refit (0.2 .. 0.8)."""
+OVERHEAD_GRID = [int(2.5 * GiB + i * 5 * 1024**2) for i in range(308)]
+"""Candidate GH200 framework overheads for the leave-one-out refit (2.5 .. 4.0 GiB)."""
 
 TARGET_MEAN, TARGET_MAX = 0.05, 0.10
 SAILOR_ORIGINAL = {"time_mean": 0.089, "time_max": 0.16, "mem_mean": 0.059, "mem_max": 0.09}
@@ -37,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     files = sorted(glob.glob(pattern, recursive=True))
     if not files:
-        print(f"sim_validation: no reference data under {root}; skipped")
-        return 0
+        print(f"sim_validation: no reference data under {root}; cannot validate")
+        return 1
     sim = Simulator.from_sailor_root(root, denoise=not raw)
     print(
         "| point | PP | DP | mbs | M | time pred s | time real s | err "
@@ -80,13 +96,95 @@ def main(argv: list[str] | None = None) -> int:
     ):
         target = TARGET_MEAN if key.endswith("mean") else TARGET_MAX
         print(f"| {label} | {summary[key]:.1%} | {SAILOR_ORIGINAL[key]:.1%} | <= {target:.0%} |")
+    loo = leave_one_out(sim, files)
+    print()
+    print("| metric | in-sample (constants fitted on all 15) | leave-one-out | target |")
+    print("|---|---|---|---|")
+    for key, label in (
+        ("time_mean", "time mean |err|"),
+        ("time_max", "time max |err|"),
+        ("mem_mean", "memory mean |err|"),
+        ("mem_max", "memory max |err|"),
+    ):
+        target = TARGET_MEAN if key.endswith("mean") else TARGET_MAX
+        print(f"| {label} | {summary[key]:.2%} | {loo[key]:.2%} | <= {target:.0%} |")
     missed = [
-        k for k, v in summary.items() if v > (TARGET_MEAN if k.endswith("mean") else TARGET_MAX)
+        f"{k} (leave-one-out)"
+        for k, v in loo.items()
+        if v > (TARGET_MEAN if k.endswith("mean") else TARGET_MAX)
     ]
     if missed:
         print(f"sim_validation: targets missed: {', '.join(missed)}")
         return 1
     return 0
+
+
+def _points(sim: Simulator, files: list[str]) -> list[tuple]:
+    """(record, job, plan) of every run."""
+    out = []
+    for f in files:
+        rec = read_sailor_plan(f)
+        out.append((rec, Job.create("OPT-350", rec.global_batch_size, 2048, "fp32", "adam")))
+    return out
+
+
+def _times_by_efficiency(sim: Simulator, points) -> dict[float, list[float]]:
+    """Predicted iteration time of every run for each candidate GH200 ring efficiency."""
+    saved = timing.ALLREDUCE_BUS_EFFICIENCY["superchip"]
+    out = {}
+    try:
+        for eff in EFFICIENCY_GRID:
+            timing.ALLREDUCE_BUS_EFFICIENCY["superchip"] = (eff, "leave-one-out candidate")
+            sim.clear_caches()
+            out[eff] = [sim.estimate(job, rec.plan).iteration_time_s for rec, job in points]
+    finally:
+        timing.ALLREDUCE_BUS_EFFICIENCY["superchip"] = saved
+        sim.clear_caches()
+    return out
+
+
+def _minimax(candidates, error_of) -> float:
+    """The candidate whose worst error (``error_of(c)`` returns the errors) is smallest."""
+    return min(candidates, key=lambda c: max(error_of(c)))
+
+
+def leave_one_out(sim: Simulator, files: list[str]) -> dict[str, float]:
+    """Errors with the GH200 memory overhead and ring efficiency refitted without each run."""
+    points = _points(sim, files)
+    context = FRAMEWORK_OVERHEAD["superchip"].cuda_context
+    # Peak memory is tensors + cuda_context on GH200 (no allocator-reserve fraction): the part
+    # that does not depend on the constant is the prediction minus the constant.
+    rest = [sim.estimate(job, rec.plan).peak_memory_bytes - context for rec, job in points]
+    real_mem = [rec.measured_peak_memory_bytes for rec, _ in points]
+    real_t = [rec.measured_iteration_s for rec, _ in points]
+    times = _times_by_efficiency(sim, points)
+    t_err, m_err, consts, effs = [], [], [], []
+    for i in range(len(points)):
+        others = [j for j in range(len(points)) if j != i]
+        c = _minimax(
+            OVERHEAD_GRID,
+            lambda c, o=others: [abs(rest[j] + c - real_mem[j]) / real_mem[j] for j in o],
+        )
+        eff = _minimax(
+            EFFICIENCY_GRID,
+            lambda e, o=others: [abs(times[e][j] - real_t[j]) / real_t[j] for j in o],
+        )
+        consts.append(c)
+        effs.append(eff)
+        m_err.append(abs(rest[i] + c - real_mem[i]) / real_mem[i])
+        t_err.append(abs(times[eff][i] - real_t[i]) / real_t[i])
+    n = len(points)
+    print(
+        f"\nleave-one-out refits: GH200 framework overhead {min(consts) / GiB:.2f}-"
+        f"{max(consts) / GiB:.2f} GiB (stored {context / GiB:.2f}), ring efficiency "
+        f"{min(effs)}-{max(effs)} (stored {timing.ALLREDUCE_BUS_EFFICIENCY['superchip'][0]})"
+    )
+    return {
+        "time_mean": sum(t_err) / n,
+        "time_max": max(t_err),
+        "mem_mean": sum(m_err) / n,
+        "mem_max": max(m_err),
+    }
 
 
 if __name__ == "__main__":

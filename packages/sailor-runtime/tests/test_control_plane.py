@@ -205,8 +205,8 @@ def test_garbage_bytes_on_the_port_do_not_stop_the_controller(controller):
 
 def test_silent_worker_is_declared_failed_within_the_timeout(controller):
     c, stub, _ = controller
-    _register(stub)
-    hb = controller_pb2.HeartbeatRequest(worker_id="w1")
+    session = _register(stub).session
+    hb = controller_pb2.HeartbeatRequest(worker_id="w1", session=session)
     assert stub.Heartbeat(hb, metadata=GOOD, timeout=5).known
     t0 = time.monotonic()
     while c.membership.get("w1") is not None and time.monotonic() - t0 < 5:

@@ -108,12 +108,12 @@ def test_errors_are_one_line_exit_2(tmp_path):
     bad.write_text(json.dumps({"job": job, "plan": plan4}))
     one_line_error(run("simulate", str(bad)), "unknown GPU type")
     plan5 = example_plan().to_dict()
-    plan5["stages"][0]["replicas"][0]["tp"] = 8
+    plan5["stages"][0]["replicas"][0]["tp"] = 16
     bad.write_text(json.dumps({"job": job, "plan": plan5}))
-    one_line_error(run("simulate", str(bad)), "exceeds the 4 GPUs")
+    one_line_error(run("simulate", str(bad)), "exceeds the 8 GPUs")
     bad.write_text('{"job": {')
     one_line_error(run("simulate", str(bad)), "not valid JSON")
-    one_line_error(run("memory", "--model", "OPT-350M", "--gpu", "A100-40", "--tp", "8"), "tp")
+    one_line_error(run("memory", "--model", "OPT-350M", "--gpu", "A100-40", "--tp", "16"), "tp")
 
 
 def test_truncated_profile_dir_is_one_line_error(tmp_path):

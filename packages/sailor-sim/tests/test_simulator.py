@@ -155,8 +155,8 @@ def test_bad_plans_name_the_problem(sim, job):
         sim.estimate(job, Plan((Stage(0, 25, (r,)),)))
     with pytest.raises(PlanError, match="exactly once"):
         Plan((Stage(0, 10, (r,)), Stage(12, 25, (r,))))
-    with pytest.raises(Exception, match="exceeds the 4 GPUs"):
-        Replica("A100-40", A, 8, 2, 16)
+    with pytest.raises(Exception, match="exceeds the 8 GPUs"):
+        Replica("A100-40", A, 16, 2, 16)
     with pytest.raises(Exception, match="unknown GPU type"):
         Replica("B300", A, 1, 2, 16)
     with pytest.raises(Exception, match="unknown zone"):

@@ -13,11 +13,13 @@ import typer
 
 import sailor_planner
 from sailor_sim import SailorSimError
-from sailor_sim.cliapp import sailor_app
+from sailor_sim.inputs import run_app
 
 from .errors import SailorPlannerError
+from .replaycli import replay_command
 
-app = sailor_app(help=sailor_planner.__doc__)
+app = typer.Typer(no_args_is_help=True, help=sailor_planner.__doc__, pretty_exceptions_enable=False)
+app.command("replay")(replay_command)
 
 
 def fail(exc: Exception) -> None:
@@ -27,7 +29,7 @@ def fail(exc: Exception) -> None:
 
 
 @app.callback()
-def main() -> None:
+def group() -> None:
     # A callback keeps `sailor-planner` a command group.
     pass
 
@@ -112,16 +114,27 @@ def plan(
 def serve(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="0 picks a free port (printed).")] = 0,
-    workers: Annotated[int, typer.Option("--workers", help="Concurrent requests.")] = 4,
+    workers: Annotated[int, typer.Option("--workers", help="Searches at once (rest queue).")] = 2,
+    token: Annotated[
+        str | None, typer.Option("--token", help="Shared token; required beyond loopback.")
+    ] = None,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate.")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key.")] = None,
 ) -> None:
     """Serve sailor.v1.PlannerService (plus health and reflection) over gRPC."""
+    from .access import Access, resolve_token
     from .server import serve as run
 
     try:
-        run(host, port, workers)
-    except (SailorPlannerError, SailorSimError) as exc:
+        run(host, port, workers, Access(resolve_token(token), tls_cert, tls_key))
+    except (SailorPlannerError, SailorSimError, OSError) as exc:
         fail(exc)
 
 
+def main() -> None:
+    """The ``sailor-planner`` entry point: any error is one line on stderr, never a traceback."""
+    run_app(app, "sailor-planner")
+
+
 if __name__ == "__main__":
-    app()
+    main()

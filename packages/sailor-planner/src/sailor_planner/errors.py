@@ -25,3 +25,13 @@ class NoFeasiblePlanError(SailorPlannerError):
 
 class CallAbortedError(SailorPlannerError):
     """A client call given up by its caller (``abort``) while it waited for the planner."""
+
+
+class RequestCancelledError(SailorPlannerError):
+    """The caller cancelled the request or its deadline passed; the search stopped early
+    (maps to CANCELLED / DEADLINE_EXCEEDED)."""
+
+
+class WorkLimitError(SailorPlannerError):
+    """A request asks for more work than the server allows (inventory size, candidates,
+    queued searches); maps to RESOURCE_EXHAUSTED."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from sailor_sim import Inventory, Job, Plan, SailorSimError, get_gpu
 
@@ -48,8 +49,10 @@ class Planner:
         inventory: Inventory,
         options: SearchOptions | None = None,
         previous: Plan | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> PlanResult:
-        """Ranked plans for ``job`` on ``inventory``; raises NoFeasiblePlanError if none fits."""
+        """Ranked plans for ``job`` on ``inventory``; raises NoFeasiblePlanError if none fits.
+        ``should_stop`` (polled inside the search) ends it with RequestCancelledError."""
         options = options or SearchOptions()
         start = time.perf_counter()
         if not any(get_gpu(g).supports(job.dtype) for g in inventory.gpu_types):
@@ -64,7 +67,7 @@ class Planner:
         if seed is not None:
             e = seed.estimate
             incumbent = (e.throughput_iters_per_s, e.cost_per_iteration_usd)
-        search = Search(cv, scorer, memo, inventory, options, incumbent)
+        search = Search(cv, scorer, memo, inventory, options, incumbent, should_stop)
         found = search.run()
         stats = search.stats
         ranked = self._rank(job, found, options, stats, seed)

@@ -72,7 +72,7 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
     start = time.perf_counter()
     try:
         result = search(args)
-    except (SailorPlannerError, SailorSimError) as exc:
+    except (SailorPlannerError, SailorSimError, OSError) as exc:
         err.print(f"error: {exc}", markup=False)
         return 2
     if args.as_json:

@@ -87,6 +87,9 @@ class SearchOptions:
     0 = none."""
     deadline_s: float | None = None
     """Wall-clock seconds after which the search stops and returns its best so far (partial)."""
+    max_candidates: int | None = None
+    """Most allocations scored; beyond, the search returns its best so far (partial), or
+    WorkLimitError when it has none. None = no limit (the server always sets one)."""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -102,5 +105,7 @@ class SearchOptions:
             )
         if not self.microbatch_sizes or min(self.microbatch_sizes) < 1:
             raise RequestError("needs positive sizes", field="microbatch_sizes")
+        if self.max_candidates is not None and self.max_candidates < 1:
+            raise RequestError(f"must be >= 1, got {self.max_candidates}", field="max_candidates")
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise RequestError(f"must be positive, got {self.deadline_s}", field="deadline_s")

@@ -17,9 +17,11 @@ import heapq
 import itertools
 import math
 import time
+from collections.abc import Callable
 
 from .allocate import Scored, Scorer, place
 from .bounds import Bounder
+from .errors import RequestCancelledError, WorkLimitError
 from .partition import Bounds
 from .request import SearchOptions
 from .result import SearchStats
@@ -56,6 +58,8 @@ most this many vectors per (type, depth). There is no exact mode for small inven
 same search runs at every size, and bench/planner_optimality.py holds it to the optimum."""
 MIX_TOP = {2: 3, 3: 1, 4: 1}
 """Single-type configurations per GPU type combined into mixed shapes, by number of types."""
+POLL_S = 0.01
+"""Seconds between two asks of ``should_stop``: a cancelled request stops well within 100 ms."""
 
 
 class Search:
@@ -67,9 +71,14 @@ class Search:
         inventory,
         options: SearchOptions,
         incumbent: tuple[float, float] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ):
         """``incumbent``: (iterations/s, $/iteration) of a plan already known to be feasible
-        (the previous plan on a re-plan); with top_k = 1 nothing worse is scored."""
+        (the previous plan on a re-plan); with top_k = 1 nothing worse is scored.
+        ``should_stop``: asked every POLL_S inside every loop; True (the caller went away)
+        ends the search with RequestCancelledError and drops everything it built."""
+        self.should_stop = should_stop
+        self._next_poll = 0.0
         self.cv, self.scorer, self.memo = cv, scorer, memo
         self.incumbent = incumbent if options.top_k == 1 else None
         self.job = cv.job
@@ -103,6 +112,7 @@ class Search:
             shapes = [x[0] for g in self.types for x in singles[g]]
             shapes += self._mixed_shapes(p, singles)
             for shape in shapes:
+                self._poll()
                 lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
                 for layout in self._layouts(p, shape):
                     max_d = self._max_pipelines(shape, layout)
@@ -146,10 +156,43 @@ class Search:
             self._refine()
         return self.found
 
+    def _poll(self) -> None:
+        """Raise RequestCancelledError once ``should_stop`` says the caller gave up."""
+        if self.should_stop is None:
+            return
+        now = time.monotonic()
+        if now < self._next_poll:
+            return
+        self._next_poll = now + POLL_S
+        if self.should_stop():
+            raise RequestCancelledError(
+                "the caller cancelled the request or its deadline passed; search stopped",
+                field="request",
+            )
+
+    def _over_budget(self) -> bool:
+        """True once ``max_candidates`` were scored; with none admitted yet that is an error
+        (the request is too large for this server), not an endless search."""
+        limit = self.opt.max_candidates
+        if limit is None or self.stats.candidates_evaluated < limit:
+            return False
+        if self.found.best is None:
+            raise WorkLimitError(
+                f"scored {self.stats.candidates_evaluated} candidates (the limit) without a "
+                "feasible plan; list fewer GPU pools or give a smaller inventory",
+                field="inventory",
+            )
+        return True
+
     def _late(self, have_work: bool = True) -> bool:
-        """Past the deadline with something to show for it (a scored candidate, or nodes left
-        to score): the search stops and the result is marked partial. Without either it goes on
-        until it has one, so a deadline never turns a feasible request into no plan."""
+        """Past the deadline or the candidate budget with something to show for it (a scored
+        candidate, or nodes left to score): the search stops and the result is marked partial.
+        Without either it goes on until it has one, so a deadline never turns a feasible
+        request into no plan (a cancelled caller or the budget still stop it)."""
+        self._poll()
+        if self._over_budget():
+            self.partial = True
+            return True
         if time.monotonic() > self.deadline and (self.found.best is not None or have_work):
             self.partial = True
             return True
@@ -200,6 +243,7 @@ class Search:
             if m > self.job.global_batch_size:
                 continue
             for t in self._tp_specs(g, p):
+                self._poll()
                 if (sum(t) if isinstance(t, tuple) else p * t) > self.total:
                     continue
                 tab = self._tables(g, p, m, t)
@@ -233,6 +277,7 @@ class Search:
                     continue
                 picks = [distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
                 for choice in itertools.product(*picks):
+                    self._poll()
                     shapes.extend(self._joint(p, combo, choice))
         return shapes
 
@@ -271,6 +316,7 @@ class Search:
 
     def _evaluate(self, shape: Shape, layout, counts) -> Scored | None:
         """Score an allocation under both placements (when they differ); the better one."""
+        self._poll()
         start = time.perf_counter()
         try:
             return self._evaluate_placements(shape, layout, counts)
@@ -349,6 +395,7 @@ class Search:
         )
         out, seen = [], set()
         for pos, c in enumerate(order):
+            self._poll()
             for d in ladder(max_d[c], lo):
                 counts = [0] * len(max_d)
                 for earlier in order[:pos]:

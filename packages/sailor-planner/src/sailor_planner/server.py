@@ -4,6 +4,11 @@
 ``127.0.0.1:0`` and read the port back; ``serve()`` runs it until interrupted. Requests run on a
 thread pool. Every error is mapped to a status code in one place (``_status_for``); a handler
 never lets an exception escape, so a bad request cannot take the server down.
+
+Bounded by construction (``limits.ServerLimits``): inventory size and candidates per request,
+searches at once and queued; a search asks ``context.is_active()`` every few milliseconds, so a
+cancelled or expired request stops at once and drops what it built. Beyond loopback the server
+needs a token (``access``).
 """
 
 from __future__ import annotations
@@ -15,9 +20,17 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from sailor_sim import Inventory, Job, Plan, SailorSimError
+from sailor_sim import Inventory, Job, Plan, SailorSimError, inputs
 
-from .errors import NoFeasiblePlanError, RequestError, SailorPlannerError
+from .access import Access, check_bind
+from .errors import (
+    NoFeasiblePlanError,
+    RequestCancelledError,
+    RequestError,
+    SailorPlannerError,
+    WorkLimitError,
+)
+from .limits import SearchSlots, ServerLimits
 from .proto import planner_pb2, planner_pb2_grpc
 from .request import Constraints, SearchOptions
 from .sources import planner_for
@@ -42,6 +55,10 @@ def _status_for(exc: BaseException) -> grpc.StatusCode:
     """The one place that maps errors to gRPC status codes."""
     if isinstance(exc, NoFeasiblePlanError):
         return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(exc, WorkLimitError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(exc, RequestCancelledError):
+        return grpc.StatusCode.CANCELLED
     if isinstance(exc, SailorPlannerError | SailorSimError):
         return grpc.StatusCode.INVALID_ARGUMENT
     return grpc.StatusCode.INTERNAL
@@ -58,7 +75,7 @@ def _prefixed(where: str, build):
         raise RequestError(message, field=name) from None
 
 
-def _options(req, context) -> SearchOptions:
+def _options(req, context, limits: ServerLimits) -> SearchOptions:
     if req.objective not in _OBJECTIVES:
         raise RequestError(f"unknown objective {req.objective}", field="objective")
     top_k = req.top_k or DEFAULT_TOP_K
@@ -81,6 +98,7 @@ def _options(req, context) -> SearchOptions:
         allow_cross_region_data_parallel=req.allow_cross_region_data_parallel,
         deadline_s=deadline,
         pareto_points=min(req.pareto_points, MAX_TOP_K),
+        max_candidates=limits.max_candidates,
     )
 
 
@@ -98,6 +116,10 @@ def _inventory(msg) -> Inventory:
 
 
 class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
+    def __init__(self, limits: ServerLimits | None = None) -> None:
+        self.limits = limits or ServerLimits()
+        self.slots = SearchSlots(self.limits)
+
     def _guard(self, context, handler):
         try:
             return handler()
@@ -110,11 +132,17 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
     def _plan(self, req, context, previous: Plan | None = None):
         job = _job(req.job)
         inventory = _inventory(req.inventory)
-        options = _options(req, context)
+        self.limits.check_inventory(inventory)
         planner = _prefixed(
             "profiles", lambda: planner_for(req.profile_dir or None, req.sailor_root or None)
         )
-        return planner.plan(job, inventory, options, previous=previous).to_proto()
+        if previous is not None:
+            _prefixed("previous_plan", lambda: previous.check(job))
+        gone = lambda: not context.is_active()  # noqa: E731 (cancelled, or deadline passed)
+        with self.slots.slot(gone):
+            options = _options(req, context, self.limits)  # the deadline left after queueing
+            result = planner.plan(job, inventory, options, previous=previous, should_stop=gone)
+        return result.to_proto()
 
     def Plan(self, request, context):  # noqa: N802 (gRPC method name)
         return self._guard(context, lambda: self._plan(request, context))
@@ -143,17 +171,49 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
 
         return self._guard(context, run)
 
+    def Replay(self, request, context):  # noqa: N802
+        from . import replayrpc  # the replay (polars) loads only when asked for
 
-def create_server(address: str = "127.0.0.1:0", max_workers: int = 4) -> tuple[grpc.Server, int]:
-    """Build and start a server on ``address``; returns (server, bound port)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
-    planner_pb2_grpc.add_PlannerServiceServicer_to_server(PlannerService(), server)
+        prepared = self._guard(context, lambda: replayrpc.prepare(request, _prefixed))
+        events = replayrpc.stream(*prepared)
+        while (message := self._guard(context, lambda: next(events, None))) is not None:
+            yield message
+
+
+def create_server(
+    address: str = "127.0.0.1:0",
+    max_workers: int | None = None,
+    *,
+    limits: ServerLimits | None = None,
+    access: Access | None = None,
+) -> tuple[grpc.Server, int]:
+    """Build and start a server on ``address``; returns (server, bound port).
+    ``max_workers`` = searches at once (the ``--workers`` of ``serve``)."""
+    limits = limits or ServerLimits()
+    if max_workers is not None:
+        inputs.integral(max_workers, "workers")
+        limits = ServerLimits(**{**limits.__dict__, "max_searches": max_workers})
+    access = access or Access()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=limits.threads),
+        interceptors=access.interceptors(),
+    )
+    service = PlannerService(limits)
+    planner_pb2_grpc.add_PlannerServiceServicer_to_server(service, server)
+    server.planner_service = service  # its slots' load, for tests and the load bench
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    port = server.add_insecure_port(address)
+    credentials = access.credentials()
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError:  # grpc raises instead of returning 0 on some versions
+        port = 0
     if port == 0:
         raise RequestError(f"cannot bind {address}", field="address")
     server.start()
@@ -162,10 +222,20 @@ def create_server(address: str = "127.0.0.1:0", max_workers: int = 4) -> tuple[g
     return server, port
 
 
-def serve(host: str = "127.0.0.1", port: int = 0, max_workers: int = 4) -> None:
-    """Run the planner server until interrupted."""
-    server, bound = create_server(f"{host}:{port}", max_workers)
-    print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound}", flush=True)
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_workers: int = 2,
+    access: Access | None = None,
+) -> None:
+    """Run the planner server until interrupted (or stopped)."""
+    access = access or Access()
+    port = inputs.port(port, "port")
+    inputs.integral(max_workers, "workers")
+    check_bind(host, access)
+    server, bound = create_server(f"{host}:{port}", max_workers, access=access)
+    scheme = "TLS" if access.tls_cert else "plaintext"
+    print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound} ({scheme})", flush=True)
     try:
         server.wait_for_termination()
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import RequestError
 
 _LOCK = threading.Lock()
-_PLANNERS: dict[tuple[str, str], object] = {}
+_PLANNERS: dict[tuple, object] = {}
 
 
 def load_simulator(profile_dir: str | None = None, sailor_root: str | None = None):
@@ -42,15 +42,61 @@ def _from_profile_dir(simulator_cls, profile_dir: str):
     return simulator_cls(profiles=profiles.ProfileStore.load(profile_dir))
 
 
+MAX_PLANNERS = 8
+"""Profile sources whose Planner (simulator and memo tables) is kept, least recently used
+dropped first: a long-running server stays bounded whatever paths clients send."""
+MAX_FINGERPRINT_FILES = 4096
+"""Files of a profile source looked at to identify its content (a Sailor checkout is large)."""
+
+
+def source_key(profile_dir: str | None, sailor_root: str | None) -> tuple:
+    """What identifies a profile source: its resolved path and the (name, size, mtime) of the
+    files in it, so 'adir', 'adir/.' and 'adir/./.' are one source, and an edited folder is a
+    new one."""
+    kind, raw = ("profile_dir", profile_dir) if profile_dir else ("sailor_root", sailor_root)
+    if not raw:
+        return ("builtin",)
+    root = Path(raw)
+    if not root.is_dir():
+        raise RequestError(f"{raw} is not a folder", field=kind)
+    root = root.resolve()
+    files = []
+    for i, path in enumerate(sorted(root.rglob("*"))):
+        if i >= MAX_FINGERPRINT_FILES:
+            break
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if path.is_file():
+            files.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
+    return (kind, str(root), hash(tuple(files)))
+
+
 def planner_for(profile_dir: str | None = None, sailor_root: str | None = None):
-    """The shared ``Planner`` for a profile source (built once, then reused)."""
+    """The shared ``Planner`` for a profile source (built once, then reused; at most
+    MAX_PLANNERS kept)."""
     from .planner import Planner
 
-    key = (str(profile_dir or ""), str(sailor_root or ""))
+    if profile_dir and sailor_root:
+        raise RequestError(
+            "give either a profile folder or a Sailor root, not both", field="profile_dir"
+        )
+    key = source_key(profile_dir, sailor_root)
     with _LOCK:
-        planner = _PLANNERS.get(key)
-    if planner is None:
-        planner = Planner(load_simulator(profile_dir, sailor_root))
-        with _LOCK:
-            planner = _PLANNERS.setdefault(key, planner)
+        planner = _PLANNERS.pop(key, None)
+        if planner is not None:
+            _PLANNERS[key] = planner  # most recently used last
+            return planner
+    planner = Planner(load_simulator(profile_dir, sailor_root))
+    with _LOCK:
+        planner = _PLANNERS.setdefault(key, planner)
+        while len(_PLANNERS) > MAX_PLANNERS:
+            _PLANNERS.pop(next(iter(_PLANNERS)))
     return planner
+
+
+def cached_planners() -> int:
+    """How many planners are kept (for tests and the load bench)."""
+    with _LOCK:
+        return len(_PLANNERS)

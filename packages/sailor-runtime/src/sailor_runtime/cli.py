@@ -76,6 +76,11 @@ def run(
         Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
     ] = None,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Drive joins and leaves from this availability trace (zone local)."),
+    ] = None,
+    time_scale: float = typer.Option(1.0, help="Trace seconds per wall-clock second."),
 ) -> None:
     """Train a model end to end: planner server, controller and worker agents."""
     from .run.local import LocalRunConfig, run_local
@@ -106,6 +111,10 @@ def run(
         timeout_s=timeout,
     )
     typer.echo(f"run folder: {run_dir}", err=True)
+    if trace is not None:
+        from .run.tracecli import run_trace_command
+
+        raise typer.Exit(run_trace_command(cfg, trace, time_scale, json_out))
     try:
         summary = run_local(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:

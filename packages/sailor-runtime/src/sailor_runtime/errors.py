@@ -17,6 +17,13 @@ class SailorRuntimeError(SailorError):
 
     code = grpc.StatusCode.INVALID_ARGUMENT
 
+    def __init__(
+        self, message: str, *, field: str | None = None, code: grpc.StatusCode | None = None
+    ) -> None:
+        if code is not None:
+            self.code = code
+        super().__init__(message, field=field)
+
 
 class RegistrationError(SailorRuntimeError):
     """A worker registration with impossible GPUs, a bad address or id."""

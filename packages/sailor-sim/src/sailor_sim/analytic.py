@@ -7,13 +7,23 @@ Sec. 5.1: backward = 2x forward). The efficiency is an achieved fraction of peak
 fp32 training, matmuls run on TF32 tensor cores where the GPU has them, as Megatron-LM enables
 (``torch.backends.cuda.matmul.allow_tf32``); the efficiencies are relative to that peak.
 
+Mixed precision (bf16/fp16) matmuls use an efficiency calibrated on published training runs
+(``data/published_runs.json``, fitted by ``bench/sim_published.py --fit`` into
+``data/compute_efficiency.json``) where the GPU's family has a fit: per (family, dtype)
+``e_max * min(1, flops_per_matmul / knee_flops)`` -- a GEMM reaches its plateau efficiency once it
+is large enough to fill every SM for several waves, and below that point its time stops
+shrinking with its size (launch + wave-quantization bound). The file names the rows it was
+fitted on and the leave-one-source-out error of the fit.
+
 TP communication is *not* part of these estimates: the simulator adds it (``tp_comm``) for every
 entry whose ``includes_tp_comm`` is false.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from .dtypes import dtype_bytes
 from .gpus import GPUType
@@ -57,23 +67,92 @@ SGD_BYTES_PER_PARAM = {"fp32": 16, "bf16": 22, "fp16": 22}
 """SGD with momentum: read p, g, buf and write p, buf (fp32)."""
 
 
+CALIBRATION_FILE = Path(__file__).with_name("data") / "compute_efficiency.json"
+GPU_FAMILY = {"A100": "ampere", "H100": "hopper", "H200": "hopper", "GH-96": "hopper"}
+"""GPU type name prefix -> architecture family whose calibrated efficiency it shares (same SM,
+same tensor-core generation), e.g. A100-40 and A100-80, or a variant such as H100-96-..."""
+GEMMS_PER_BLOCK = 6
+"""QKV, attention scores, attention context, attention output, MLP up, MLP down: the block's
+forward FLOPs divided by this is its mean matmul size."""
+
+
+@dataclass(frozen=True)
+class MatmulEfficiency:
+    """Achieved fraction of peak of a mixed-precision matmul of ``flops`` FLOPs."""
+
+    e_max: float
+    """Plateau efficiency of large matmuls (fraction of the dense tensor-core peak)."""
+    knee_flops: float
+    """Matmul size below which efficiency falls proportionally (launch/wave bound)."""
+    source: str
+
+    def at(self, flops: float) -> float:
+        return self.e_max * min(1.0, flops / self.knee_flops)
+
+
+def load_calibration(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], MatmulEfficiency]:
+    """(family, dtype) -> fitted efficiency, from the calibration file (empty if absent)."""
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    source = f"{path.name}: fit on {doc['fit_data']}"
+    return {
+        (fam, dtype): MatmulEfficiency(v["e_max"], v["knee_flops"], source)
+        for key, v in doc["efficiency"].items()
+        for fam, dtype in [key.split("/")]
+    }
+
+
+CALIBRATION: dict[tuple[str, str], MatmulEfficiency] = load_calibration()
+
+
+def set_calibration(table: dict[tuple[str, str], MatmulEfficiency]) -> None:
+    """Replace the calibrated efficiencies (the fit in bench/sim_published.py tries candidates;
+    build a new Simulator afterwards, since simulators cache their per-layer numbers)."""
+    CALIBRATION.clear()
+    CALIBRATION.update(table)
+
+
+def gpu_family(gpu: GPUType) -> str | None:
+    return next((f for prefix, f in GPU_FAMILY.items() if gpu.name.startswith(prefix)), None)
+
+
+def calibrated(gpu: GPUType, dtype: str) -> MatmulEfficiency | None:
+    """The published-run calibration for this GPU and dtype, if there is one (fp32 runs keep
+    the per-GPU fit to the Sailor profiles)."""
+    family = gpu_family(gpu)
+    return None if family is None else CALIBRATION.get((family, dtype))
+
+
 def efficiency(gpu: GPUType) -> Efficiency:
     return COMPUTE_EFFICIENCY.get(gpu.name, DEFAULT_EFFICIENCY)
+
+
+def matmul_size(model: ModelSpec, layer_id: int, flops: float) -> float:
+    """Mean FLOPs of one matmul of this layer's forward pass (the head is one matmul)."""
+    return flops / (GEMMS_PER_BLOCK if model.layer_kind(layer_id) == "block" else 1)
 
 
 def layer_times(
     model: ModelSpec, layer_id: int, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int
 ) -> tuple[float, float]:
     """(forward s, backward s) of one layer on one GPU of a TP group, TP communication excluded."""
-    eff = efficiency(gpu)
     peak = gpu.peak_flops(dtype, allow_tf32=True)
     flops = model.forward_flops(layer_id, mbs, seq, tp)
+    fit = calibrated(gpu, dtype)
+    if fit is not None:
+        e = fit.at(matmul_size(model, layer_id, flops))
+        eff = Efficiency(e, e, fit.source)
+    else:
+        eff = efficiency(gpu)
     # Bytes touched: weights once, activations in and out a few times (elementwise ops).
     e = dtype_bytes(dtype)
     traffic = model.params(layer_id, tp) * e + 8 * mbs * seq * model.hidden_size * e
     mem_s = traffic / (gpu.memory_bandwidth * MEMORY_EFFICIENCY)
-    fwd = max(flops / (peak * eff.forward), mem_s) + KERNEL_OVERHEAD_S
-    bwd = max(2 * flops / (peak * eff.backward), 2 * mem_s) + KERNEL_OVERHEAD_S
+    fwd_compute = flops / (peak * eff.forward) if flops else 0.0  # the embedding: a gather
+    bwd_compute = 2 * flops / (peak * eff.backward) if flops else 0.0
+    fwd = max(fwd_compute, mem_s) + KERNEL_OVERHEAD_S
+    bwd = max(bwd_compute, 2 * mem_s) + KERNEL_OVERHEAD_S
     return fwd, bwd
 
 

@@ -7,11 +7,15 @@ Human-readable tables by default, ``--json`` for machines; any bad input prints 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from . import inputs
+from .cli_catalog import register as _register_catalog_commands
+from .cli_output import GiB, fail, print_estimate, table
 from .errors import SailorSimError, ValidationError
 
 app = typer.Typer(
@@ -19,14 +23,6 @@ app = typer.Typer(
     help="Predict iteration time, memory and cost of plans.",
     pretty_exceptions_enable=False,
 )
-
-GB = 1e9
-
-
-def fail(exc: Exception) -> None:
-    """One clear line on stderr and exit status 2."""
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(2)
 
 
 def _simulator(sailor_root: Path | None, profiles: Path | None):
@@ -51,36 +47,83 @@ def _load_plan_and_job(
     model: str | None,
     gbs: int | None,
     seq: int | None,
-    dtype: str,
-    optimizer: str,
+    dtype: str | None,
+    optimizer: str | None,
 ):
     from .job import Job
     from .original import read_sailor_plan
     from .plan import Plan
 
     if (plan_file is None) == (sailor_plan is None):
-        raise ValidationError("give a plan file or --sailor-plan FILE (exactly one)", field="plan")
+        raise ValidationError(
+            "give a plan file, --sailor-plan FILE, or --gpu with --tp/--pp/--dp/--mbs (exactly "
+            "one)",
+            field="plan",
+        )
     if sailor_plan is not None:
         record = read_sailor_plan(sailor_plan)
         if model is None:
             raise ValidationError("--model is required with --sailor-plan", field="model")
-        job = Job.create(model, gbs or record.global_batch_size, seq, dtype, optimizer)
+        job = Job.create(
+            model, gbs or record.global_batch_size, seq, dtype or "fp32", optimizer or "adam"
+        )
         return job, record.plan
-    try:
-        data = json.loads(Path(plan_file).read_text())
-    except FileNotFoundError:
-        raise ValidationError(f"{plan_file} does not exist", field="plan") from None
-    except json.JSONDecodeError as exc:
-        raise ValidationError(f"{plan_file} is not valid JSON ({exc})", field="plan") from None
-    if isinstance(data, dict) and "plan" in data:
+    data = inputs.load_json(plan_file, "plan")
+    if "plan" in data:
         job = Job.from_dict(data["job"]) if "job" in data else None
         plan = Plan.from_dict(data["plan"])
     else:
         job, plan = None, Plan.from_dict(data)
-    if job is None:
+    if job is not None:  # the file's job wins only when no flag contradicts it
+        flags = {"--model": model, "--gbs": gbs, "--seq": seq, "--dtype": dtype}
+        inputs.refuse_overrides({**flags, "--optimizer": optimizer}, f"{plan_file}")
+    else:
         if model is None or gbs is None:
             raise ValidationError("the plan file has no 'job'; pass --model and --gbs", field="job")
-        job = Job.create(model, gbs, seq, dtype, optimizer)
+        job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam")
+    return job, plan
+
+
+@dataclass(frozen=True)
+class Homogeneous:
+    """The --gpu/--tp/--pp/--dp/--mbs plan of ``simulate`` (no plan file)."""
+
+    gpu: str
+    tp: int
+    pp: int
+    dp: int
+    mbs: int
+    zone: str | None
+    provider: str | None
+    region: str | None
+    split: str | None
+
+    def placement(self) -> str:
+        from .zones import default_zone, get_zone
+
+        if self.zone is not None:
+            zone = get_zone(self.zone)
+            if self.provider not in (None, zone.provider):
+                raise ValidationError(
+                    f"zone {zone.name} is on {zone.provider}, not {self.provider}", field="zone"
+                )
+            return zone.name
+        if self.provider is None and self.region is None:
+            return default_zone("gcp")
+        return default_zone(self.provider, self.region)
+
+
+def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optimizer):
+    from .job import Job
+    from .quickplan import homogeneous_plan, parse_split
+
+    if model is None or gbs is None:
+        raise ValidationError("--gpu needs --model and --gbs", field="model")
+    job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam")
+    plan = homogeneous_plan(
+        sim, job, h.gpu, h.placement(), tp=h.tp, pp=h.pp, dp=h.dp, mbs=h.mbs,
+        split=parse_split(h.split),
+    )  # fmt: skip
     return job, plan
 
 
@@ -98,81 +141,74 @@ def simulate(
     profiles: Annotated[
         Path | None, typer.Option(help="Folder of sailor-sim profile files.")
     ] = None,
-    model: str = typer.Option(None, help="Model name (catalog or Sailor alias)."),
+    model: str = typer.Option(
+        None, help="Catalog model name, or the path of a Hugging Face config.json."
+    ),
     gbs: int = typer.Option(None, help="Global batch size (default: from the Sailor plan)."),
     seq: int = typer.Option(None, help="Sequence length (default: the model's maximum)."),
-    dtype: str = typer.Option("fp32", help="fp32, bf16 or fp16."),
-    optimizer: str = typer.Option("adam", help="adam, adamw or sgd."),
+    dtype: str = typer.Option(None, help="fp32 (default), bf16 or fp16."),
+    optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
+    gpu: str = typer.Option(None, help="Homogeneous plan without a file: the GPU type."),
+    tp: int = typer.Option(1, help="With --gpu: tensor-parallel degree."),
+    pp: int = typer.Option(1, help="With --gpu: pipeline stages."),
+    dp: int = typer.Option(1, help="With --gpu: data-parallel replicas."),
+    mbs: int = typer.Option(1, help="With --gpu: microbatch size."),
+    split: str = typer.Option(
+        None, help="With --gpu: layer split 'even' (default), 'balanced' or counts like 9,8,8,9."
+    ),
+    zone: str = typer.Option(None, help="With --gpu: the zone (default: from --provider)."),
+    provider: str = typer.Option(
+        None, help="With --gpu: gcp, aws or azure (its default region); default gcp."
+    ),
+    region: str = typer.Option(None, help="With --gpu: a region, e.g. us-east-1."),
+    compare: str = typer.Option(
+        "gcp,aws,azure", help="Providers whose $/hour for the plan's GPUs to list ('' = none)."
+    ),
     iterations: float = typer.Option(None, help="Whole-run figures for this many iterations."),
     tokens: float = typer.Option(None, help="Whole-run figures for this many tokens."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Predict iteration time, peak memory per GPU and cost of a plan."""
+    """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
+    from . import metrics
+
     try:
-        job, plan = _load_plan_and_job(plan_file, sailor_plan, model, gbs, seq, dtype, optimizer)
+        for name, value in (("iterations", iterations), ("tokens", tokens)):
+            if value is not None:
+                inputs.positive_number(value, f"--{name}")
         sim = _simulator(sailor_root, profiles)
+        if gpu is not None:
+            if plan_file is not None or sailor_plan is not None:
+                raise ValidationError("give --gpu or a plan file, not both", field="plan")
+            h = Homogeneous(gpu, tp, pp, dp, mbs, zone, provider, region, split)
+            job, plan = _homogeneous_job_and_plan(h, sim, model, gbs, seq, dtype, optimizer)
+        else:
+            job, plan = _load_plan_and_job(
+                plan_file, sailor_plan, model, gbs, seq, dtype, optimizer
+            )
         estimate = sim.estimate(job, plan, iterations=iterations, tokens=tokens)
+        rate = metrics.throughput(job, plan, estimate)
+        providers = [p for p in compare.split(",") if p.strip()]
+        by_provider = metrics.cost_by_provider(plan, providers)
+        inputs.check_finite(estimate.to_dict(), "estimate")
     except (SailorSimError, OSError) as exc:
         fail(exc)
     if as_json:
-        typer.echo(json.dumps(estimate.to_dict()))
+        out = estimate.to_dict()
+        out["throughput"] = rate.to_dict()
+        out["provenance"] = metrics.provenance(estimate.sources)
+        out["cost_by_provider"] = by_provider
+        out["plan"] = plan.to_dict()
+        typer.echo(json.dumps(out))
         return
-    typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, {job.dtype}")
+    typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
+               f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
     typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
-    print_estimate(estimate)
-
-
-def print_estimate(estimate) -> None:
-    e = estimate
-    rows = [
-        ("iteration time", f"{e.iteration_time_s:.4f} s"),
-        ("throughput", f"{e.throughput_iters_per_s:.4f} it/s, {e.samples_per_s:.1f} samples/s"),
-        ("peak memory", f"{e.peak_memory_bytes / GB:.2f} GB ({'fits' if e.fits else 'OOM'})"),
-        ("cost", f"${e.cost_per_iteration_usd:.4f} / iteration, ${e.cost_per_hour_usd:.2f} / hour"),
-    ]
-    if e.run_iterations is not None:
-        rows.append(("whole run", f"{e.run_hours:.2f} h, ${e.run_cost_usd:,.2f}"))
-    rows.append(("profile sources", ", ".join(e.sources)))
-    _table(["", "value"], rows)
-    typer.echo("")
-    total = e.iteration_time_s
-    _table(
-        ["time term", "seconds", "share"],
-        [(k, f"{v:.4f}", f"{v / total:6.1%}") for k, v in e.time_breakdown_s.items()],
-    )
-    typer.echo("")
-    seen: dict[tuple, Any] = {}
-    for m in e.memory:  # one row per distinct (stage, GPU type, zone, peak)
-        seen.setdefault((m.stage, m.gpu_type, m.zone, m.peak_bytes), m)
-    terms = list(next(iter(e.memory)).breakdown_bytes)
-    _table(
-        ["stage", "gpu", "zone", "peak GB", "cap GB", "fits", *terms],
-        [
-            (
-                m.stage,
-                m.gpu_type,
-                m.zone,
-                f"{m.peak_bytes / GB:.2f}",
-                f"{m.capacity_bytes / GB:.1f}",
-                "yes" if m.fits else "NO",
-                *(f"{m.breakdown_bytes[t] / GB:.2f}" for t in terms),
-            )
-            for m in seen.values()
-        ],
-    )
-
-
-def _table(header, rows) -> None:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    typer.echo("  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)))
-    for r in rows:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print_estimate(estimate, rate, by_provider)
 
 
 @app.command()
 def memory(
-    model: str = typer.Option(..., help="Model name."),
+    model: str = typer.Option(..., help="Catalog model name, or a Hugging Face config.json."),
     gpu: str = typer.Option(..., help="GPU type, e.g. A100-40."),
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, help="Pipeline stages (layer ids split evenly)."),
@@ -205,9 +241,10 @@ def memory(
                 f"TP {tp} exceeds the {gpu_type.gpus_per_node} GPUs of a {gpu_type.name} node",
                 field="tp",
             )
-        for name, value in (("mbs", mbs), ("dp", dp)):
-            if value < 1:
-                raise ValidationError(f"must be >= 1, got {value}", field=name)
+        for name, value in (("--mbs", mbs), ("--dp", dp), ("--pp", pp), ("--tp", tp)):
+            inputs.integral(value, name)
+        if num_microbatches is not None:
+            inputs.integral(num_microbatches, "--num-microbatches")
         sizes = even_split(job.model.num_layer_ids, pp)
         if stage is not None and not 0 <= stage < pp:
             raise ValidationError(f"must be in 0..{pp - 1}", field="stage")
@@ -231,6 +268,7 @@ def memory(
                     }
                 )
             first = last + 1
+        inputs.check_finite(rows, "stages")
     except SailorSimError as exc:
         fail(exc)
     if as_json:
@@ -238,17 +276,17 @@ def memory(
         return
     typer.echo(f"{job.model.name} on {gpu_type.name}: TP {tp}, PP {pp}, mbs {mbs}, {dtype}")
     terms = list(rows[0]["breakdown_bytes"])
-    _table(
-        ["stage", "layers", "peak GB", "cap GB", "fits", "headroom GB", *terms],
+    table(
+        ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB", *terms],
         [
             (
                 r["stage"],
                 f"{r['layers'][0]}-{r['layers'][1]}",
-                f"{r['peak_bytes'] / GB:.2f}",
-                f"{r['capacity_bytes'] / GB:.1f}",
+                f"{r['peak_bytes'] / GiB:.2f}",
+                f"{r['capacity_bytes'] / GiB:.1f}",
                 "yes" if r["fits"] else "NO",
-                f"{r['headroom_bytes'] / GB:+.2f}",
-                *(f"{r['breakdown_bytes'][t] / GB:.2f}" for t in terms),
+                f"{r['headroom_bytes'] / GiB:+.2f}",
+                *(f"{r['breakdown_bytes'][t] / GiB:.2f}" for t in terms),
             )
             for r in rows
         ],
@@ -287,4 +325,11 @@ def version() -> None:
 
 
 def main() -> None:
-    app()
+    """The ``sailor-sim`` entry point: any error is one line on stderr, never a traceback."""
+    inputs.run_app(app, "sailor-sim")
+
+
+_register_catalog_commands(app)
+
+if __name__ == "__main__":
+    main()

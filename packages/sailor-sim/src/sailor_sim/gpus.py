@@ -1,4 +1,4 @@
-"""GPUType: the hardware facts the simulator needs, and the built-in catalog.
+"""GPUType: the hardware facts the simulator needs, and the built-in catalog (``data/gpus.json``).
 
 Peak FLOP/s are dense (no sparsity) vendor figures; 0 means the GPU has no fast path for that
 dtype (e.g. bf16 on V100), in which case fp16 tensor cores are not substituted silently.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .catalog_data import check_keys, read_data
 from .dtypes import check_dtype
 from .errors import UnknownNameError, ValidationError
 
@@ -34,8 +35,15 @@ class GPUType:
     intra_node_bandwidth: float
     """Bytes/s per direction between two GPUs of one node (NVLink, or PCIe)."""
     platform: str
-    """'sxm', 'pcie' or 'superchip': selects platform-dependent overheads in the simulator."""
+    """'sxm', 'pcie', 'superchip', 'oam' or 'cpu': selects platform-dependent overheads in the
+    simulator (unknown platforms get the 'sxm' ones)."""
     source: str
+    """Where the figures come from (vendor datasheet, the original Sailor configs)."""
+    vendor: str = "NVIDIA"
+    intra_node_link: str = ""
+    """What connects the GPUs of a node (NVLink/NVSwitch generation, PCIe), in words."""
+    note: str = ""
+    """A caveat on the figures, if any."""
 
     def __post_init__(self) -> None:
         for field in (
@@ -68,158 +76,54 @@ class GPUType:
         return dtype == "fp32" or (self.bf16_flops if dtype == "bf16" else self.fp16_flops) > 0
 
 
-def _gpu(name, mem, fp32, tf32, bf16, fp16, bw, per_node, link, platform, source) -> GPUType:
-    return GPUType(
-        name,
-        int(mem),
-        fp32 * TFLOPS,
-        tf32 * TFLOPS,
-        bf16 * TFLOPS,
-        fp16 * TFLOPS,
-        bw * GBps,
-        per_node,
-        link * GBps,
-        platform,
-        source,
+def _gpu_from_entry(entry: dict, where: str) -> tuple[GPUType, tuple[str, ...]]:
+    check_keys(entry, _GPU_REQUIRED, {"aliases", "note"}, where)
+    gpu = GPUType(
+        name=entry["name"],
+        memory_bytes=int(entry["memory_bytes"]),
+        fp32_flops=entry["fp32_tflops"] * TFLOPS,
+        tf32_flops=entry["tf32_tflops"] * TFLOPS,
+        bf16_flops=entry["bf16_tflops"] * TFLOPS,
+        fp16_flops=entry["fp16_tflops"] * TFLOPS,
+        memory_bandwidth=entry["memory_bandwidth_gbps"] * GBps,
+        gpus_per_node=int(entry["gpus_per_node"]),
+        intra_node_bandwidth=entry["intra_node_bandwidth_gbps"] * GBps,
+        platform=entry["platform"],
+        source=entry["source"],
+        vendor=entry["vendor"],
+        intra_node_link=entry["intra_node_link"],
+        note=entry.get("note", ""),
     )
+    return gpu, tuple(entry.get("aliases", ()))
 
 
-_NVIDIA = "NVIDIA datasheet"
-_SAILOR_MEM = "memory and GPUs per node: original Sailor basic_cluster_config.json"
-GPU_CATALOG: dict[str, GPUType] = {
-    g.name: g
-    for g in (
-        _gpu(
-            "H100-80", 80 * GiB, 67, 494.7, 989.4, 989.4, 3350, 8, 450, "sxm", _NVIDIA + " (SXM5)"
-        ),
-        _gpu("H200", 141e9, 67, 494.7, 989.4, 989.4, 4800, 8, 450, "sxm", _NVIDIA + " (SXM)"),
-        _gpu(
-            "GH-96",
-            102625181696,
-            67,
-            494.7,
-            989.4,
-            989.4,
-            4000,
-            4,
-            150,
-            "superchip",
-            _NVIDIA + " (GH200 96 GB); " + _SAILOR_MEM + "; CSCS Clariden node: 4 GH200",
-        ),
-        _gpu(
-            "A100-80",
-            85899345920,
-            19.5,
-            156,
-            312,
-            312,
-            2039,
-            4,
-            300,
-            "sxm",
-            _NVIDIA + " (SXM4); " + _SAILOR_MEM,
-        ),
-        _gpu(
-            "A100-40",
-            42338615296,
-            19.5,
-            156,
-            312,
-            312,
-            1555,
-            4,
-            300,
-            "sxm",
-            _NVIDIA + " (SXM4); " + _SAILOR_MEM,
-        ),
-        _gpu("L4", 24 * GiB, 30.3, 60, 121, 121, 300, 8, 32, "pcie", _NVIDIA + " (GCP g2)"),
-        _gpu("T4", 16 * GiB, 8.1, 0, 0, 65, 320, 4, 16, "pcie", _NVIDIA + " (GCP n1 + T4)"),
-        _gpu(
-            "V100-16",
-            17179869184,
-            15.7,
-            0,
-            0,
-            125,
-            900,
-            4,
-            150,
-            "sxm",
-            _NVIDIA + " (SXM2); " + _SAILOR_MEM,
-        ),
-        _gpu(
-            "RTX-3090",
-            25769803776,
-            35.6,
-            35.6,
-            71,
-            71,
-            936,
-            8,
-            16,
-            "pcie",
-            "NVIDIA Ampere GA102 whitepaper (fp32 accumulate); " + _SAILOR_MEM,
-        ),
-        _gpu(
-            "RTX-2080",
-            11811160064,
-            10.1,
-            0,
-            0,
-            40.3,
-            448,
-            8,
-            8,
-            "pcie",
-            "NVIDIA Turing whitepaper (fp32 accumulate); " + _SAILOR_MEM,
-        ),
-        _gpu(
-            "Titan-RTX",
-            25769803776,
-            16.3,
-            0,
-            0,
-            130.5,
-            672,
-            8,
-            8,
-            "pcie",
-            "NVIDIA Turing whitepaper; " + _SAILOR_MEM,
-        ),
-        # A CPU "GPU" for local runs and tests: one process is one device.
-        _gpu(
-            "CPU",
-            8 * GiB,
-            0.1,
-            0,
-            0.05,
-            0.05,
-            20,
-            8,
-            5,
-            "cpu",
-            "emulated device for local CPU runs; the profiler measures the real numbers",
-        ),
-    )
+_GPU_REQUIRED = {
+    "name",
+    "vendor",
+    "memory_bytes",
+    "fp32_tflops",
+    "tf32_tflops",
+    "bf16_tflops",
+    "fp16_tflops",
+    "memory_bandwidth_gbps",
+    "gpus_per_node",
+    "intra_node_bandwidth_gbps",
+    "intra_node_link",
+    "platform",
+    "source",
 }
 
-GPU_ALIASES: dict[str, str] = {
-    "h100": "H100-80",
-    "h100-80gb": "H100-80",
-    "h200": "H200",
-    "h200-141": "H200",
-    "gh200": "GH-96",
-    "gh200-96": "GH-96",
-    "a100": "A100-40",
-    "a100-40gb": "A100-40",
-    "a100-80gb": "A100-80",
-    "v100": "V100-16",
-    "v100-16gb": "V100-16",
-    "rtx3090": "RTX-3090",
-    "rtx2080": "RTX-2080",
-    "titanrtx": "Titan-RTX",
-    "titan-rtx": "Titan-RTX",
-}
+GPU_CATALOG: dict[str, GPUType] = {}
+GPU_ALIASES: dict[str, str] = {}
+
+
+def _load_catalog() -> None:
+    doc = read_data("gpus.json", "sailor-gpus/1")
+    for i, entry in enumerate(doc["gpus"]):
+        gpu, aliases = _gpu_from_entry(entry, f"data/gpus.json gpus[{i}]")
+        GPU_CATALOG[gpu.name] = gpu
+        for alias in aliases:
+            GPU_ALIASES[alias.lower()] = gpu.name
 
 
 def get_gpu(name: str | GPUType) -> GPUType:
@@ -241,3 +145,10 @@ def get_gpu(name: str | GPUType) -> GPUType:
 def register_gpu(gpu: GPUType) -> None:
     """Add (or replace) a GPU type, e.g. from a catalog file of a cluster's own."""
     GPU_CATALOG[gpu.name] = gpu
+
+
+def register_gpu_alias(alias: str, name: str) -> None:
+    GPU_ALIASES[alias.lower()] = get_gpu(name).name
+
+
+_load_catalog()

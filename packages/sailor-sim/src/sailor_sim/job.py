@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import inputs
 from .dtypes import check_dtype
 from .errors import SailorSimError, ValidationError
 from .gpus import get_gpu
@@ -81,7 +81,7 @@ class Job:
             raise ValidationError("needs 'model' and 'global_batch_size'", field="job")
         return cls.create(
             data["model"],
-            int(data["global_batch_size"]),
+            inputs.integral(data["global_batch_size"], "job.global_batch_size"),
             data.get("sequence_length"),
             data.get("dtype", "fp32"),
             data.get("optimizer", "adam"),
@@ -192,21 +192,21 @@ class Inventory:
             pools = []
             for i, p in enumerate(data["pools"]):
                 _reject_unknown(p, {"gpu_type", "zone", "count"}, f"inventory.pools[{i}]")
-                pools.append(GpuPool(p["gpu_type"], p["zone"], int(p["count"])))
+                pools.append(
+                    GpuPool(p["gpu_type"], p["zone"], _count(p["count"], f"inventory.pools[{i}]"))
+                )
             return cls(tuple(pools))
         return cls(
-            tuple(GpuPool(g, z, int(c)) for g, zones in data.items() for z, c in zones.items())
+            tuple(
+                GpuPool(g, z, _count(c, f"inventory.{g}.{z}"))
+                for g, zones in data.items()
+                for z, c in _object(zones, f"inventory.{g}").items()
+            )
         )
 
     @classmethod
     def from_json_file(cls, path) -> Inventory:
-        with open(path) as fh:
-            try:
-                return cls.from_dict(json.load(fh))
-            except json.JSONDecodeError as exc:
-                raise ValidationError(
-                    f"{path} is not valid JSON ({exc})", field="inventory"
-                ) from None
+        return cls.from_dict(inputs.load_json(path, "inventory"))
 
     def to_proto(self):
         from .proto import job_pb2
@@ -222,7 +222,19 @@ class Inventory:
         return cls(tuple(GpuPool(p.gpu_type, p.zone, p.count) for p in msg.pools))
 
 
+def _count(value: Any, where: str) -> int:
+    return inputs.integral(value, f"{where}.count", minimum=0)
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"must be an object, got {value!r}", field=where)
+    return value
+
+
 def _reject_unknown(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    if not isinstance(data, Mapping):
+        raise ValidationError(f"must be an object, got {type(data).__name__}", field=where)
     unknown = set(data) - allowed
     if unknown:
         raise ValidationError(

@@ -6,9 +6,14 @@ Layer ids are used everywhere (plans, profiles, checkpoints, the runtime's model
 Parameter counts are exact and per GPU of a tensor-parallel (TP) group, Megatron style:
 column-parallel matrices (QKV, MLP up/gate, vocab rows of the embedding and the head) and their
 biases are split by TP; row-parallel matrices (attention output, MLP down) are split, their
-biases and every norm are replicated. The LM head is never tied to the embedding, as in
-Megatron once the embedding and head sit on different pipeline stages; the runtime's zoo does
-the same, and a test checks that its ``numel()`` equals these counts.
+biases and every norm are replicated. Per layer, the LM head holds its own matrix even when the
+model ties it to the embedding (``tie_word_embeddings``), as Megatron keeps a copy on the last
+pipeline stage; the runtime's zoo does the same, and a test checks that its ``numel()`` equals
+these counts. ``total_params`` counts a tied matrix once and leaves out vocabulary padding, so it
+equals the published count.
+
+The built-in catalog is ``data/models.json`` (one entry per model, with its source); any
+decoder-only model can also be read from a Hugging Face ``config.json`` (``hf_config.py``).
 
 Activation memory follows Korthikanti et al., "Reducing Activation Recomputation in Large
 Transformer Models" (2022), Sec. 4.1, without sequence parallelism or recomputation, one named
@@ -22,7 +27,22 @@ from dataclasses import dataclass
 from .dtypes import check_dtype, dtype_bytes
 from .errors import UnknownNameError, ValidationError
 
-FAMILIES = ("opt", "gpt-neo", "llama")
+# Labels only: the architecture is in the fields (position, norm, mlp, bias, ...).
+FAMILIES = (
+    "opt",
+    "gpt-neo",
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gpt-neox",
+    "gpt2",
+    "gpt",
+    "mpt",
+)
+POSITIONS = ("learned", "rotary", "alibi")
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu", "geglu")
 # Bytes of the int64 token ids a stage 0 keeps per token (for the embedding backward).
 _TOKEN_ID_BYTES = 8
 
@@ -44,11 +64,11 @@ class ModelSpec:
     """Rows of the embedding and the head, already padded (a multiple of 128 divides any TP)."""
     max_seq_len: int
     position: str = "learned"
-    """'learned' (absolute position embedding in layer 0) or 'rotary' (no parameters)."""
+    """'learned' (absolute position embedding in layer 0), 'rotary' or 'alibi' (no parameters)."""
     norm: str = "layernorm"
-    """'layernorm' (weight + bias) or 'rmsnorm' (weight only)."""
+    """'layernorm' (weight + bias unless ``norm_bias`` is False) or 'rmsnorm' (weight only)."""
     mlp: str = "gelu"
-    """'gelu' (up, down) or 'swiglu' (gate, up, down)."""
+    """'gelu' (up, down), 'swiglu' or 'geglu' (gate, up, down; Shazeer 2020)."""
     bias: bool = True
     """Linear layers carry biases (OPT, GPT-Neo) or not (LLaMA)."""
     dropout: float = 0.0
@@ -56,21 +76,26 @@ class ModelSpec:
     attention_dropout: float | None = None
     """Dropout on the attention probabilities; None = same as ``dropout``. OPT and GPT-Neo use
     0 (their Hugging Face configs); > 0 stashes an (a, s, s) mask and the dropped copy."""
+    tie_word_embeddings: bool = False
+    """The LM head shares the embedding matrix (GPT-2, OPT, Gemma, MPT, Megatron GPT). Each
+    pipeline stage still holds its own copy (``params`` per layer, as Megatron keeps a copy on
+    the last stage and all-reduces its gradient); ``total_params`` counts it once."""
+    unpadded_vocab_size: int | None = None
+    """The tokenizer's vocabulary before padding (None = ``vocab_size`` is unpadded)."""
+    qkv_bias: bool | None = None
+    """Biases on Q, K, V only; None = same as ``bias`` (Qwen2: True with ``bias`` False)."""
+    norm_bias: bool | None = None
+    """LayerNorm carries a bias; None = True for 'layernorm' (MPT: False). RMSNorm never does."""
+    num_position_embeddings: int | None = None
+    """Rows of a learned position table; None = ``max_seq_len`` (OPT keeps 2 more rows)."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValidationError(
                 f"unknown family {self.family!r}; use one of {FAMILIES}", field="family"
             )
-        for field in (
-            "num_layers",
-            "hidden_size",
-            "num_heads",
-            "num_kv_heads",
-            "ffn_hidden_size",
-            "vocab_size",
-            "max_seq_len",
-        ):
+        sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")
+        for field in (*sizes, "vocab_size", "max_seq_len"):
             if getattr(self, field) <= 0:
                 raise ValidationError(f"must be positive, got {getattr(self, field)}", field=field)
         if self.hidden_size % self.num_heads:
@@ -83,17 +108,31 @@ class ModelSpec:
                 f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}",
                 field="num_kv_heads",
             )
-        if self.position not in ("learned", "rotary"):
-            raise ValidationError("use 'learned' or 'rotary'", field="position")
-        if self.norm not in ("layernorm", "rmsnorm"):
-            raise ValidationError("use 'layernorm' or 'rmsnorm'", field="norm")
-        if self.mlp not in ("gelu", "swiglu"):
-            raise ValidationError("use 'gelu' or 'swiglu'", field="mlp")
+        for field, allowed in (("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS)):
+            if getattr(self, field) not in allowed:
+                raise ValidationError(
+                    f"unknown {field} {getattr(self, field)!r}; use one of {allowed}", field=field
+                )
+        self._check_vocab_and_positions()
         if not 0.0 <= self.dropout < 1.0:
             raise ValidationError(f"must be in [0, 1), got {self.dropout}", field="dropout")
         if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
             raise ValidationError(
                 f"must be in [0, 1), got {self.attention_dropout}", field="attention_dropout"
+            )
+
+    def _check_vocab_and_positions(self) -> None:
+        unpadded = self.unpadded_vocab_size
+        if unpadded is not None and not 0 < unpadded <= self.vocab_size:
+            raise ValidationError(
+                f"must be in 1..vocab_size ({self.vocab_size}), got {unpadded}",
+                field="unpadded_vocab_size",
+            )
+        rows = self.num_position_embeddings
+        if rows is not None and rows < self.max_seq_len:
+            raise ValidationError(
+                f"{rows} position rows cannot hold max_seq_len {self.max_seq_len}",
+                field="num_position_embeddings",
             )
 
     # ---- shape helpers ---------------------------------------------------------------------
@@ -105,6 +144,33 @@ class ModelSpec:
     def kv_size(self) -> int:
         """Width of K (and of V): num_kv_heads * head_dim."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def gated_mlp(self) -> bool:
+        """Gate, up and down matrices (SwiGLU, GeGLU) instead of up and down."""
+        return self.mlp in ("swiglu", "geglu")
+
+    @property
+    def qkv_has_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def norm_has_bias(self) -> bool:
+        if self.norm == "rmsnorm":
+            return False
+        return True if self.norm_bias is None else self.norm_bias
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position table (0 for rotary and ALiBi: no parameters)."""
+        if self.position != "learned":
+            return 0
+        return self.num_position_embeddings or self.max_seq_len
+
+    @property
+    def vocab_padding(self) -> int:
+        """Rows added to the tokenizer's vocabulary so that TP degrees divide it."""
+        return 0 if self.unpadded_vocab_size is None else self.vocab_size - self.unpadded_vocab_size
 
     @property
     def num_layer_ids(self) -> int:
@@ -154,7 +220,7 @@ class ModelSpec:
 
     # ---- parameters ------------------------------------------------------------------------
     def _norm_params(self) -> int:
-        return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
+        return 2 * self.hidden_size if self.norm_has_bias else self.hidden_size
 
     def param_terms(self, layer_id: int, tp: int = 1) -> dict[str, int]:
         """Parameters per GPU of a TP group for one layer, by named tensor group."""
@@ -162,13 +228,13 @@ class ModelSpec:
         h, kind = self.hidden_size, self.layer_kind(layer_id)
         if kind == "embedding":
             terms = {"word_embeddings": self.vocab_size * h // tp}
-            if self.position == "learned":
-                terms["position_embeddings"] = self.max_seq_len * h
+            if self.position_rows:
+                terms["position_embeddings"] = self.position_rows * h
             return terms
         if kind == "head":
             return {"final_norm": self._norm_params(), "lm_head": self.vocab_size * h // tp}
         qkv_out = h + 2 * self.kv_size
-        mlp_mats = 3 if self.mlp == "swiglu" else 2
+        mlp_mats = 3 if self.gated_mlp else 2
         terms = {
             "attention_norm": self._norm_params(),
             "attention_qkv": qkv_out * h // tp,
@@ -176,9 +242,10 @@ class ModelSpec:
             "mlp_norm": self._norm_params(),
             "mlp": mlp_mats * h * self.ffn_hidden_size // tp,
         }
+        if self.qkv_has_bias:
+            terms["attention_qkv_bias"] = qkv_out // tp
         if self.bias:
             up_biases = self.ffn_hidden_size * (mlp_mats - 1)
-            terms["attention_qkv_bias"] = qkv_out // tp
             terms["attention_out_bias"] = h  # row-parallel bias: replicated
             terms["mlp_bias"] = up_biases // tp + h
         return terms
@@ -188,7 +255,21 @@ class ModelSpec:
         return sum(self.param_terms(layer_id, tp).values())
 
     def total_params(self) -> int:
-        return sum(self.params(i) for i in range(self.num_layer_ids))
+        """Parameters of the model as published: the tokenizer's vocabulary (no padding rows)
+        and a tied head counted once. What the GPUs hold is ``sum(params(i))``."""
+        held = sum(self.params(i) for i in range(self.num_layer_ids))
+        h = self.hidden_size
+        if self.tie_word_embeddings:
+            held -= self.vocab_size * h
+        else:
+            held -= self.vocab_padding * h  # the head's padding rows
+        return held - self.vocab_padding * h  # the embedding's padding rows
+
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matmul per token (the N of 6N): everything but the
+        input embedding lookups; a tied matrix counts once, as the head. Padded vocabulary."""
+        held = sum(self.params(i) for i in range(self.num_layer_ids))
+        return held - sum(self.param_terms(0).values())
 
     # ---- activations -----------------------------------------------------------------------
     def activation_out_bytes(
@@ -238,7 +319,7 @@ class ModelSpec:
                 scores["softmax_dropout_mask"] = a * s * s * b // tp
                 scores["softmax_dropout_output"] = a * s * s * b // tp * e
         ffn_t = self.ffn_hidden_size // tp
-        mlp_stored = 3 if self.mlp == "swiglu" else 2  # gate, up, act-out | act-in, act-out
+        mlp_stored = 3 if self.gated_mlp else 2  # gate, up, act-out | act-in, act-out
         return {
             "attention_norm_input": sbh * e,
             "qkv_input": sbh * e,
@@ -291,117 +372,47 @@ class ModelSpec:
         return 2.0 * tokens * matmul + attention
 
 
-def _pad(vocab: int, multiple: int = 128) -> int:
+def pad_vocab(vocab: int, multiple: int = 128) -> int:
+    """Megatron's make-vocab-size-divisible-by: 128 rows keep every power-of-two TP <= 128."""
     return -(-vocab // multiple) * multiple
 
 
-# Catalog. Vocabularies are padded to a multiple of 128 (Megatron's make-vocab-size-divisible-by),
-# which keeps the embedding shape independent of the TP degree. Dropout 0.1 for the OPT and
-# GPT-Neo families is Megatron's default, used by the original Sailor measurements; attention
-# dropout 0 as in their Hugging Face configs, which the GH200 memory measurements confirm (an
-# (a, s, s) mask plus dropped copy would add ~84 MB per block at TP 4, mbs 1: not observed).
-MODEL_CATALOG: dict[str, ModelSpec] = {
-    m.name: m
-    for m in (
-        ModelSpec(
-            "OPT-350M",
-            "opt",
-            24,
-            1024,
-            16,
-            16,
-            4096,
-            _pad(50272),
-            2048,
-            dropout=0.1,
-            attention_dropout=0.0,
-        ),
-        ModelSpec(
-            "GPT-Neo-2.7B",
-            "gpt-neo",
-            32,
-            2560,
-            20,
-            20,
-            10240,
-            _pad(50257),
-            2048,
-            dropout=0.1,
-            attention_dropout=0.0,
-        ),
-        ModelSpec(
-            "OPT-30B",
-            "opt",
-            48,
-            7168,
-            56,
-            56,
-            28672,
-            _pad(50272),
-            2048,
-            dropout=0.1,
-            attention_dropout=0.0,
-        ),
-        ModelSpec(
-            "LLaMA-3-8B",
-            "llama",
-            32,
-            4096,
-            32,
-            8,
-            14336,
-            128256,
-            8192,
-            position="rotary",
-            norm="rmsnorm",
-            mlp="swiglu",
-            bias=False,
-        ),
-        # Tiny models for tests and local demos: byte-level vocabulary (256), trains on CPU.
-        ModelSpec("tiny-gpt", "opt", 6, 64, 4, 4, 256, 256, 128),
-        ModelSpec(
-            "tiny-llama",
-            "llama",
-            6,
-            64,
-            8,
-            4,
-            192,
-            256,
-            128,
-            position="rotary",
-            norm="rmsnorm",
-            mlp="swiglu",
-            bias=False,
-        ),
-    )
-}
+MODEL_CATALOG: dict[str, ModelSpec] = {}
+MODEL_ALIASES: dict[str, str] = {}
 
-# Names used by the original Sailor artifacts and common spellings.
-MODEL_ALIASES: dict[str, str] = {
-    "opt-350": "OPT-350M",
-    "opt-350m": "OPT-350M",
-    "gpt-neo-2.7": "GPT-Neo-2.7B",
-    "gpt-neo-2.7b": "GPT-Neo-2.7B",
-    "opt-30": "OPT-30B",
-    "opt-30b": "OPT-30B",
-    "llama-3-8": "LLaMA-3-8B",
-    "llama-3-8b": "LLaMA-3-8B",
-    "llama3-8b": "LLaMA-3-8B",
-    "tiny": "tiny-gpt",
-    "tiny-gpt": "tiny-gpt",
-    "tiny-llama": "tiny-llama",
-}
+
+def register_model(spec: ModelSpec, aliases: tuple[str, ...] = ()) -> ModelSpec:
+    """Add (or replace) a catalog model and its aliases (matched case-insensitively)."""
+    MODEL_CATALOG[spec.name] = spec
+    for alias in (spec.name, *aliases):
+        MODEL_ALIASES[alias.lower()] = spec.name
+    return spec
 
 
 def get_model(name: str | ModelSpec) -> ModelSpec:
-    """Look a model up by catalog name or alias (case-insensitive)."""
+    """A model by catalog name or alias (case-insensitive), or a Hugging Face ``config.json``
+    (a path ending in .json, or a folder holding one; read with ``read_hf_config``)."""
     if isinstance(name, ModelSpec):
         return name
-    key = MODEL_ALIASES.get(name.lower(), name)
-    for spec_name, spec in MODEL_CATALOG.items():
-        if spec_name.lower() == key.lower():
-            return spec
+    spec = MODEL_CATALOG.get(name) or MODEL_CATALOG.get(MODEL_ALIASES.get(name.lower(), ""))
+    if spec is not None:
+        return spec
+    from .hf_config import looks_like_config_path, read_hf_config
+
+    if looks_like_config_path(name):
+        return read_hf_config(name)
     raise UnknownNameError(
-        f"unknown model {name!r}; known models: {', '.join(MODEL_CATALOG)}", field="model"
+        f"unknown model {name!r}; known models: {', '.join(MODEL_CATALOG)}, or pass the path "
+        "of a Hugging Face config.json",
+        field="model",
     )
+
+
+def _load_catalog() -> None:
+    from .catalog_data import load_models
+
+    for spec, aliases in load_models():
+        register_model(spec, aliases)
+
+
+_load_catalog()

@@ -28,12 +28,12 @@ File format (``links.json`` in a profile folder, written by sailor-profiler)::
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import inputs
 from .errors import ProfileError
 from .gpus import get_gpu
 from .prices import EGRESS_PER_GB
@@ -225,12 +225,7 @@ def _scaled(curve: LinkCurve, factor: float, note: str) -> LinkCurve:
 def load_network_file(path: str | Path, network: NetworkModel | None = None) -> NetworkModel:
     """Read a ``sailor-network/1`` JSON file into a (new or given) model."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProfileError(
-            f"{path} is not valid JSON, truncated? ({exc})", field="network"
-        ) from None
+    data = inputs.load_json(path, "network", error=ProfileError)
     network = network or NetworkModel()
     if not isinstance(data, dict) or data.get("format") != "sailor-network/1":
         raise ProfileError("expected format 'sailor-network/1'", field=f"{path}.format")

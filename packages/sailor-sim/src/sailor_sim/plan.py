@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import PlanError, SailorSimError, ValidationError
 from .gpus import get_gpu
+from .inputs import integral, parse_json
 from .job import Job, _reject_unknown
 from .zones import get_zone
 
@@ -288,9 +289,9 @@ class Plan:
                         lambda r=r: Replica(
                             str(r["gpu_type"]),
                             str(r["zone"]),
-                            int(r.get("tp", 1)),
-                            int(r["microbatch_size"]),
-                            int(r["num_microbatches"]),
+                            integral(r.get("tp", 1), "tp"),
+                            integral(r["microbatch_size"], "microbatch_size"),
+                            integral(r["num_microbatches"], "num_microbatches"),
                         ),
                     )
                 )
@@ -298,7 +299,9 @@ class Plan:
                 _at(
                     where,
                     lambda s=s, replicas=replicas: Stage(
-                        int(s["first_layer"]), int(s["last_layer"]), tuple(replicas)
+                        integral(s["first_layer"], "first_layer", minimum=0),
+                        integral(s["last_layer"], "last_layer", minimum=0),
+                        tuple(replicas),
                     ),
                 )
             )
@@ -309,10 +312,8 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise PlanError(f"not valid JSON ({exc})", field="plan") from None
+        data = parse_json(text, "plan", "the plan", error=PlanError)
+        return cls.from_dict(data)
 
     def to_proto(self):
         from .proto import plan_pb2
@@ -407,6 +408,8 @@ def even_split(num_layer_ids: int, pp: int) -> list[int]:
 def _required(data: Mapping[str, Any], key: str, where: str):
     if key not in data:
         raise PlanError(f"missing '{key}'", field=where)
+    if not isinstance(data[key], list):
+        raise PlanError(f"must be a list, got {data[key]!r:.40}", field=f"{where}.{key}")
     return data[key]
 
 

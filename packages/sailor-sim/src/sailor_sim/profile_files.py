@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
+from . import inputs
 from .dtypes import check_dtype
 from .errors import ProfileError
 from .gpus import get_gpu
@@ -94,7 +96,9 @@ def save_profile_dir(store: ProfileStore, path: str | Path) -> list[Path]:
     for (model, gpu, dtype, seq, optimizer), entries in sorted(groups.items()):
         entries.sort(key=lambda e: (e.key.microbatch_size, e.key.tp))
         suffix = "" if optimizer == "adam" else f"__{optimizer}"  # adam: the original names
-        target = folder / f"{model}__{gpu}__{dtype}__s{seq}{suffix}.json"
+        # a model read from a config.json is named by its path: keep the file in ``folder``
+        stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", model).strip("_")
+        target = folder / f"{stem}__{gpu}__{dtype}__s{seq}{suffix}.json"
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(profile_file_dict(entries), indent=1))
         tmp.replace(target)  # atomic: a reader never sees half a file
@@ -127,12 +131,8 @@ def _is_network_file(path: Path) -> bool:
 
 def read_profile_file(path: str | Path) -> list[ProfileEntry]:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProfileError(
-            f"{path} is not valid JSON, truncated? ({exc})", field="profile"
-        ) from None
+    text = inputs.read_text(path, "profile", error=ProfileError)
+    data = inputs.parse_json(text, "profile", str(path), error=ProfileError)
     return parse_profile_dict(data, str(path))
 
 

@@ -1,13 +1,16 @@
-"""Zones, regions and continents, and how two zones relate on the network.
+"""Zones, regions, continents and providers, and how two zones relate on the network.
 
-Zone names follow the clouds' convention '<region>-<letter>' (GCP). The catalog lists the
-zones Sailor knows; ``register_zone`` adds one of a cluster's own. 'local' is this machine.
+The catalog (``data/regions.json``) lists each provider's regions with their continent and zone
+names (GCP '<region>-<letter>', AWS '<region><letter>', Azure '<region>-<n>'); ``register_zone``
+adds one of a cluster's own. 'local' is this machine. Zones of different providers are never in
+the same region, so they relate as cross-region or cross-continent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .catalog_data import read_data
 from .errors import UnknownNameError
 
 
@@ -16,6 +19,8 @@ class Zone:
     name: str
     region: str
     continent: str
+    provider: str = "gcp"
+    """'gcp', 'aws', 'azure', 'local' or a cluster's own name."""
 
 
 SAME_ZONE, SAME_REGION, CROSS_REGION, CROSS_CONTINENT = (
@@ -26,29 +31,26 @@ SAME_ZONE, SAME_REGION, CROSS_REGION, CROSS_CONTINENT = (
 )
 RELATIONSHIPS = (SAME_ZONE, SAME_REGION, CROSS_REGION, CROSS_CONTINENT)
 
-_REGIONS: dict[str, tuple[str, str]] = {
-    # region: (continent, zone letters)
-    "us-central1": ("north-america", "abcf"),
-    "us-east1": ("north-america", "bcd"),
-    "us-east4": ("north-america", "abc"),
-    "us-east5": ("north-america", "abc"),
-    "us-west1": ("north-america", "abc"),
-    "us-west4": ("north-america", "abc"),
-    "us-south1": ("north-america", "abc"),
-    "europe-west1": ("europe", "bcd"),
-    "europe-west4": ("europe", "abc"),
-    "europe-west3": ("europe", "abc"),
-    "asia-east1": ("asia", "abc"),
-    "asia-northeast1": ("asia", "abc"),
-    "asia-southeast1": ("asia", "abc"),
-}
+ZONE_CATALOG: dict[str, Zone] = {}
+REGION_PROVIDER: dict[str, str] = {}
+"""Region name -> provider (region names do not collide across providers)."""
+DEFAULT_REGIONS: dict[str, str] = {}
+"""Provider -> the region a provider-only request means (e.g. aws -> us-east-1)."""
 
-ZONE_CATALOG: dict[str, Zone] = {
-    f"{region}-{letter}": Zone(f"{region}-{letter}", region, continent)
-    for region, (continent, letters) in _REGIONS.items()
-    for letter in letters
-}
-ZONE_CATALOG["local"] = Zone("local", "local", "local")
+
+def _load_catalog() -> None:
+    doc = read_data("regions.json", "sailor-regions/1")
+    DEFAULT_REGIONS.update(doc["default_regions"])
+    for provider, regions in doc["providers"].items():
+        for region, (continent, *zones) in regions.items():
+            REGION_PROVIDER[region] = provider
+            for zone in zones:
+                ZONE_CATALOG[zone] = Zone(zone, region, continent, provider)
+    ZONE_CATALOG["local"] = Zone("local", "local", "local", "local")
+    REGION_PROVIDER["local"] = "local"
+
+
+_load_catalog()
 
 
 def get_zone(name: str) -> Zone:
@@ -56,16 +58,45 @@ def get_zone(name: str) -> Zone:
         return ZONE_CATALOG[name]
     except KeyError:
         raise UnknownNameError(
-            f"unknown zone {name!r}; use a zone like 'us-central1-a' (regions: "
-            f"{', '.join(_REGIONS)}) or 'local', or register it",
+            f"unknown zone {name!r}; use a zone like 'us-central1-a' (GCP), 'us-east-1a' (AWS) "
+            f"or 'eastus-1' (Azure) (regions: {', '.join(REGION_PROVIDER)}) or 'local', or "
+            "register it",
             field="zone",
         ) from None
 
 
-def register_zone(name: str, region: str, continent: str) -> Zone:
-    zone = Zone(name, region, continent)
+def register_zone(name: str, region: str, continent: str, provider: str = "gcp") -> Zone:
+    zone = Zone(name, region, continent, provider)
     ZONE_CATALOG[name] = zone
+    REGION_PROVIDER.setdefault(region, provider)
     return zone
+
+
+def providers() -> list[str]:
+    return list(DEFAULT_REGIONS)
+
+
+def default_zone(provider: str | None = None, region: str | None = None) -> str:
+    """The first zone of ``region`` (or of the provider's default region)."""
+    if region is None:
+        if provider not in DEFAULT_REGIONS:
+            raise UnknownNameError(
+                f"unknown provider {provider!r}; use one of {', '.join(DEFAULT_REGIONS)}",
+                field="provider",
+            )
+        region = DEFAULT_REGIONS[provider]
+    if provider is not None and REGION_PROVIDER.get(region) not in (provider, None):
+        raise UnknownNameError(
+            f"region {region!r} belongs to {REGION_PROVIDER[region]}, not {provider}",
+            field="region",
+        )
+    for zone in ZONE_CATALOG.values():
+        if zone.region == region:
+            return zone.name
+    raise UnknownNameError(
+        f"unknown region {region!r}; known regions: {', '.join(REGION_PROVIDER)}",
+        field="region",
+    )
 
 
 def relationship(zone_a: str, zone_b: str) -> str:

@@ -55,7 +55,7 @@ class Norm(nn.Module):
         self.rms = spec.norm == "rmsnorm"
         self.eps = 1e-5
         self.weight = tp.param(spec.hidden_size)
-        self.bias = None if self.rms else tp.param(spec.hidden_size)
+        self.bias = tp.param(spec.hidden_size) if spec.norm_has_bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.rms:
@@ -70,8 +70,8 @@ class Embedding(nn.Module):
         self.p = spec.dropout
         self.word = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp.rank, tp.size,
                                            tp.group, tp.dtype, tp.device)
-        self.position = (tp.param(spec.max_seq_len, spec.hidden_size)
-                         if spec.position == "learned" else None)
+        self.position = (tp.param(spec.position_rows, spec.hidden_size)
+                         if spec.position_rows else None)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.word(tokens)
@@ -95,11 +95,11 @@ def _rotary(x: torch.Tensor) -> torch.Tensor:
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
         super().__init__()
-        h, kv, b = spec.hidden_size, spec.kv_size, spec.bias
+        h, kv, b, qkv_b = spec.hidden_size, spec.kv_size, spec.bias, spec.qkv_has_bias
         args = (tp.rank, tp.size, tp.group, tp.dtype, tp.device)
-        self.q = ColumnParallelLinear(h, h, b, *args, enter_region=False)
-        self.k = ColumnParallelLinear(h, kv, b, *args, enter_region=False)
-        self.v = ColumnParallelLinear(h, kv, b, *args, enter_region=False)
+        self.q = ColumnParallelLinear(h, h, qkv_b, *args, enter_region=False)
+        self.k = ColumnParallelLinear(h, kv, qkv_b, *args, enter_region=False)
+        self.v = ColumnParallelLinear(h, kv, qkv_b, *args, enter_region=False)
         self.o = RowParallelLinear(h, h, b, *args)
         self.heads = spec.num_heads // tp.size
         self.kv_heads = spec.num_kv_heads // tp.size
@@ -129,7 +129,8 @@ class MLP(nn.Module):
         super().__init__()
         h, f, b = spec.hidden_size, spec.ffn_hidden_size, spec.bias
         args = (tp.rank, tp.size, tp.group, tp.dtype, tp.device)
-        self.swiglu = spec.mlp == "swiglu"
+        self.swiglu = spec.gated_mlp
+        self.act = F.gelu if spec.mlp == "geglu" else F.silu
         self.gate = (ColumnParallelLinear(h, f, b, *args, enter_region=False)
                      if self.swiglu else None)
         self.up = ColumnParallelLinear(h, f, b, *args, enter_region=False)
@@ -139,7 +140,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = copy_to_tp(x, self.group)
         if self.swiglu:  # Shazeer 2020, "GLU Variants Improve Transformer", Eq. 6
-            return self.down(F.silu(self.gate(x)) * self.up(x))
+            return self.down(self.act(self.gate(x)) * self.up(x))
         return self.down(F.gelu(self.up(x)))
 
 

@@ -57,6 +57,8 @@ class WorkerAgent:
         self.last_contact = time.monotonic()
         self.lost_controller = False
         self.interval_s = 1.0
+        self.session = ""
+        """RegisterResponse.session: proves heartbeats, leave and assignments are this node's."""
         self.done = threading.Event()
         self._channel = grpc.insecure_channel(controller)
         self._stub = controller_pb2_grpc.ControllerServiceStub(self._channel)
@@ -76,6 +78,7 @@ class WorkerAgent:
             agent_address=self.address,
             gpus=self.gpus.to_proto(),
             hostname=socket.gethostname(),
+            session=self.session,
         )
         deadline = time.monotonic() + self.register_timeout_s
         while True:
@@ -94,6 +97,8 @@ class WorkerAgent:
                     raise
                 time.sleep(0.5)
         self.worker_id = reply.worker_id
+        self.session = reply.session
+        self.servicer.session = reply.session
         self.interval_s = max(0.1, reply.heartbeat_interval_s or 1.0)
         log.info(
             "registered as %s (%s) at %s", self.worker_id, self.gpus.describe(), self.controller
@@ -103,7 +108,9 @@ class WorkerAgent:
         self.runner.stop(0, grace_s=1.0)
         try:
             self._stub.Leave(
-                controller_pb2.LeaveRequest(worker_id=self.worker_id, reason=reason),
+                controller_pb2.LeaveRequest(
+                    worker_id=self.worker_id, reason=reason, session=self.session
+                ),
                 timeout=5,
                 metadata=self.metadata,
             )
@@ -142,6 +149,7 @@ class WorkerAgent:
             generation=self.runner.current_generation(),
             ranks=rank_statuses(self.runner),
             metrics=pending,
+            session=self.session,
         )
         try:
             reply = self._stub.Heartbeat(request, timeout=5, metadata=self.metadata)

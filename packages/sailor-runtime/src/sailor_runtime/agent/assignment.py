@@ -16,6 +16,8 @@ from ..errors import AssignmentError, StaleGenerationError
 from ..topology import Topology
 
 BACKENDS = ("gloo", "nccl")
+MAX_GENERATION = 2**63 - 1
+"""Generations are signed 64-bit on every side (a uint64 on the wire)."""
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._/-]{1,128}$")
 
 
@@ -95,8 +97,10 @@ def validate_assignment(
     msg, *, gpu_type: str, zone: str, num_devices: int, current_generation: int
 ) -> ValidAssignment:
     """Check ``msg`` (an agent_pb2.Assignment) against this node; raise AssignmentError."""
-    if msg.generation < 1:
-        raise AssignmentError("must be >= 1", field="assignment.generation")
+    if not 1 <= msg.generation <= MAX_GENERATION:
+        raise AssignmentError(
+            f"must be in 1..2^63-1, got {msg.generation}", field="assignment.generation"
+        )
     if msg.generation < current_generation:
         raise StaleGenerationError(
             f"{msg.generation} is older than the running generation {current_generation}",

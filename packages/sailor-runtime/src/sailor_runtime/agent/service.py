@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 from concurrent import futures
 
 import grpc
 
-from ..errors import grpc_status
+from ..errors import AssignmentError, grpc_status
 from ..proto import agent_pb2, agent_pb2_grpc
 from ..security import interceptors
 from .assignment import validate_assignment
@@ -44,6 +45,8 @@ class AgentServicer(agent_pb2_grpc.WorkerAgentServiceServicer):
         self.worker_id = worker_id
         self.gpus = gpus
         self.runner = runner
+        self.session = ""
+        """The controller's session for this node once registered; assignments must carry it."""
 
     def _fail(self, context, method: str, exc: Exception):
         log.warning("%s refused: %s", method, exc)
@@ -51,6 +54,13 @@ class AgentServicer(agent_pb2_grpc.WorkerAgentServiceServicer):
 
     def Assign(self, request, context):
         try:
+            if self.session and not hmac.compare_digest(request.session, self.session):
+                raise AssignmentError(
+                    "does not match this node's registration: the assignment is not from "
+                    "the controller it registered with",
+                    field="assignment.session",
+                    code=grpc.StatusCode.PERMISSION_DENIED,
+                )
             a = validate_assignment(
                 request,
                 gpu_type=self.gpus.gpu_type,

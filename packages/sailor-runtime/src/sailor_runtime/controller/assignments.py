@@ -8,14 +8,21 @@ from ..proto import agent_pb2
 from .placement import Placement
 
 
-def store_prefix(generation: int) -> str:
+def store_prefix(generation: int, run_secret: str = "") -> str:
     """Rendezvous keys of a generation live under their own prefix in the one TCPStore, so a
-    straggler of an older generation can never meet a newer one."""
-    return f"gen-{generation}"
+    straggler of an older generation can never meet a newer one; the run secret (known only to
+    assigned agents) keeps anyone else from guessing where to write."""
+    return f"{run_secret}/gen-{generation}" if run_secret else f"gen-{generation}"
 
 
 def build_assignments(
-    cfg, generation: int, plan: Plan, placement: Placement, store_port: int
+    cfg,
+    generation: int,
+    plan: Plan,
+    placement: Placement,
+    store_port: int,
+    run_secret: str = "",
+    sessions: dict[str, str] | None = None,
 ) -> dict[str, agent_pb2.Assignment]:
     job_msg, plan_msg = cfg.job.to_proto(), plan.to_proto()
     return {
@@ -27,13 +34,14 @@ def build_assignments(
             ranks=[agent_pb2.RankSlot(rank=r, local_device=d) for r, d in slots],
             master_addr=cfg.store_host,
             master_port=store_port,
-            store_prefix=store_prefix(generation),
+            store_prefix=store_prefix(generation, run_secret),
             checkpoint_dir=str(cfg.checkpoint_dir.resolve()),
             steps=cfg.steps,
             checkpoint_every=cfg.checkpoint_every,
             seed=cfg.seed,
             backend=cfg.backend,
             lr=cfg.lr,
+            session=(sessions or {}).get(worker_id, ""),
         )
         for worker_id, slots in placement.items()
     }

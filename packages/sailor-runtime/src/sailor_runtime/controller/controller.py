@@ -7,11 +7,20 @@ answers), waits out a debounce window so that a burst of changes costs one re-pl
 runs `_reconfigure`: plan on the live inventory -> place ranks -> stop the old generation ->
 locate the last checkpoint -> assign the new generation (rendezvous prefix ``gen-N`` in the
 controller's TCPStore). Each phase is timed (state.PHASES).
+
+Ownership and trust: the controller locks its run folder (``rundir``: one run, one job, one
+controller at a time) and numbers generations on from the last one recorded there. Its TCPStore
+listens on ``store_host`` only, and rendezvous keys live under ``<run secret>/gen-N``: only the
+agents it assigns learn the address and the prefix. Each registration gets a session nonce; a
+live worker's id cannot be re-registered, heartbeated or removed without it, and every
+Assignment carries it so agents refuse assignments that are not from their controller.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,7 +30,8 @@ import grpc
 
 from sailor_sim import Job, Plan
 
-from ..errors import PlacementError, PlannerUnavailableError
+from ..errors import PlacementError, PlannerUnavailableError, RegistrationError
+from . import rundir
 from .agents import AgentClients
 from .assignments import build_assignments
 from .checkpoints import latest_checkpoint_step
@@ -73,11 +83,14 @@ class Controller:
         import torch.distributed as dist  # late: only the controller process needs torch
 
         self.cfg = config
+        self.run_lock = rundir.acquire(config.run_dir, config.job, config.seed, config.lr)
         config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.membership = Membership(config.heartbeat_timeout_s)
         self.state = ControllerState.WAITING
         self.message = "waiting for workers"
-        self.generation = 0
+        self.generation = rundir.last_generation(config.run_dir)
+        self._first_generation = self.generation
+        self.run_secret = secrets.token_hex(16)
         self.plan: Plan | None = None
         self.placement: Placement = {}
         self.addresses: dict[str, str] = {}
@@ -92,7 +105,14 @@ class Controller:
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
-        self.store = dist.TCPStore(config.store_host, 0, is_master=True, wait_for_workers=False)
+        self._store_socket = _listen(config.store_host)
+        self.store = dist.TCPStore(
+            config.store_host,
+            self._store_socket.getsockname()[1],
+            is_master=True,
+            wait_for_workers=False,
+            master_listen_fd=self._store_socket.fileno(),
+        )
         self.planner = PlannerLink(
             config.planner_address,
             profile_dir=config.profile_dir,
@@ -110,9 +130,11 @@ class Controller:
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=10)
         self.planner.close()
         self.agents.close()
+        self.run_lock.release()
 
     @property
     def finished(self) -> bool:
@@ -125,25 +147,38 @@ class Controller:
             self._wake.notify_all()
 
     # ---- events from the gRPC threads ---------------------------------------------------------
-    def register(self, worker_id: str, address: str, gpus_msg, hostname: str) -> Worker:
+    def register(
+        self, worker_id: str, address: str, gpus_msg, hostname: str, session: str = ""
+    ) -> Worker:
         gpus = check_registration(worker_id, address, gpus_msg)
         with self._lock:
             old = self.membership.get(worker_id) if worker_id else None
-            w = self.membership.join(worker_id, address, gpus, hostname)
+            if old is not None and not secrets.compare_digest(old.session, session):
+                raise RegistrationError(
+                    f"{worker_id} is registered and alive; a node may renew its own "
+                    "registration (with its session) but not take over another's. Pick "
+                    "another worker id",
+                    field="register.worker_id",
+                    code=grpc.StatusCode.ALREADY_EXISTS,
+                )
+            w = self.membership.join(worker_id, address, gpus, hostname, secrets.token_hex(16))
             self.addresses[w.worker_id] = address
         what = "re-registered" if old else "joined"
         self._note(Change(f"{w.worker_id} {what} with {gpus.describe()}", False, time.monotonic()))
         return w
 
-    def leave(self, worker_id: str, reason: str) -> None:
-        if self.membership.mark_dead(worker_id):
+    def leave(self, worker_id: str, reason: str, session: str = "") -> None:
+        if self.membership.get(worker_id, session) and self.membership.mark_dead(worker_id):
             self._note(Change(f"{worker_id} left ({reason[:100]})", False, time.monotonic()))
 
-    def heartbeat(self, worker_id: str, ranks, metrics) -> tuple[bool, int, bool]:
-        """Record a heartbeat; returns (known, generation, shutdown)."""
+    def heartbeat(
+        self, worker_id: str, ranks, metrics, session: str = ""
+    ) -> tuple[bool, int, bool]:
+        """Record a heartbeat; returns (known, generation, shutdown). One with the wrong
+        session is not the worker's: it is ignored (and told it is unknown)."""
         now = time.monotonic()
         with self._lock:
-            w = self.membership.get(worker_id)
+            w = self.membership.get(worker_id, session)
             if w is None:
                 return False, self.generation, self.finished
             w.last_heartbeat = now
@@ -236,7 +271,8 @@ class Controller:
                 return
             if time.monotonic() - self._pending[-1].noticed_at < self.cfg.debounce_s:
                 return
-            need = self.cfg.min_workers if self.generation == 0 else 1
+            first = self.generation == self._first_generation
+            need = self.cfg.min_workers if first else 1
             if len(self.membership.alive()) < need:
                 self.state = ControllerState.WAITING
                 self.message = f"waiting for {need} workers"
@@ -268,7 +304,7 @@ class Controller:
         rec.phases["detect"] = (first.noticed_at - first.evidence_at) if failures else 0.0
         rec.phases["debounce"] = start - first.noticed_at
         rec.noticed_at = first.noticed_at
-        if failures and self.generation > 0:
+        if failures and self.generation > self._first_generation:
             self.failures += 1
             if self.failures > self.cfg.max_failures:
                 self._fail(f"{self.failures} failures exceed --max-failures; last: {rec.reason}")
@@ -315,9 +351,13 @@ class Controller:
     def _assign(self, rec: Reconfiguration, plan: Plan, placement: Placement, workers) -> None:
         by_id = {w.worker_id: w for w in workers}
         with self._lock:
-            self.generation += 1
-            generation = self.generation
-        msgs = build_assignments(self.cfg, generation, plan, placement, self.store.port)
+            generation = self.generation + 1
+            rundir.save_generation(self.cfg.run_dir, generation)  # before any agent sees it
+            self.generation = generation
+        sessions = {w.worker_id: w.session for w in workers}
+        msgs = build_assignments(
+            self.cfg, generation, plan, placement, self.store.port, self.run_secret, sessions
+        )
         self._assigned_at = time.monotonic()
         replies = self.agents.assign_all({by_id[w].agent_address: m for w, m in msgs.items()})
         bad = [(w, replies[by_id[w].agent_address]) for w in msgs]
@@ -360,3 +400,14 @@ class Controller:
     def last_loss(self) -> float:
         with self._lock:
             return self.metrics[-1]["loss"] if self.metrics else 0.0
+
+
+def _listen(host: str) -> socket.socket:
+    """A listening socket on ``host`` only (the TCPStore would otherwise bind every
+    interface and let any address write rendezvous keys)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address[:2])
+    sock.listen(128)
+    return sock

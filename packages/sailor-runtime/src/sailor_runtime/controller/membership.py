@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import re
 import threading
 import time
@@ -22,6 +23,8 @@ class Worker:
     hostname: str
     joined_at: float
     last_heartbeat: float
+    session: str = ""
+    """Nonce issued at registration (RegisterResponse.session)."""
     alive: bool = True
     ranks: dict[tuple[int, int], tuple[int, int, str]] = field(default_factory=dict)
     """(generation, rank) -> (state, exit code, log tail) as last reported."""
@@ -50,13 +53,18 @@ class Membership:
         self.lock = threading.RLock()
         self._counter = 0
 
-    def join(self, worker_id: str, address: str, gpus: NodeGpus, hostname: str) -> Worker:
+    def join(
+        self, worker_id: str, address: str, gpus: NodeGpus, hostname: str, session: str = ""
+    ) -> Worker:
         now = time.monotonic()
         with self.lock:
             if not worker_id:
                 self._counter += 1
                 worker_id = f"worker-{self._counter}"
-            w = Worker(worker_id, address, gpus, hostname[:64], now, now)
+                while worker_id in self.workers:  # a node may have chosen this name itself
+                    self._counter += 1
+                    worker_id = f"worker-{self._counter}"
+            w = Worker(worker_id, address, gpus, hostname[:64], now, now, session)
             self.workers[worker_id] = w
             return w
 
@@ -64,10 +72,15 @@ class Membership:
         with self.lock:
             return sorted((w for w in self.workers.values() if w.alive), key=lambda w: w.joined_at)
 
-    def get(self, worker_id: str) -> Worker | None:
+    def get(self, worker_id: str, session: str | None = None) -> Worker | None:
+        """The live worker ``worker_id``; with ``session``, only if it is that registration's."""
         with self.lock:
             w = self.workers.get(worker_id)
-            return w if w and w.alive else None
+            if w is None or not w.alive:
+                return None
+            if session is not None and not hmac.compare_digest(w.session, session):
+                return None
+            return w
 
     def mark_dead(self, worker_id: str) -> Worker | None:
         with self.lock:

@@ -32,7 +32,11 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     def Register(self, request, context):
         try:
             w = self.c.register(
-                request.worker_id, request.agent_address, request.gpus, request.hostname
+                request.worker_id,
+                request.agent_address,
+                request.gpus,
+                request.hostname,
+                request.session,
             )
         except Exception as exc:  # noqa: BLE001 - bad input becomes a clear status
             self._abort(context, "Register", exc)
@@ -41,20 +45,21 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             worker_id=w.worker_id,
             heartbeat_interval_s=self.c.cfg.heartbeat_interval_s,
             heartbeat_timeout_s=self.c.cfg.heartbeat_timeout_s,
+            session=w.session,
         )
 
     def Heartbeat(self, request, context):
         if len(request.metrics) > MAX_METRICS_PER_HEARTBEAT:
             self._abort(context, "Heartbeat", ValueError("too many metrics in one heartbeat"))
         known, generation, shutdown = self.c.heartbeat(
-            request.worker_id, request.ranks, request.metrics
+            request.worker_id, request.ranks, request.metrics, request.session
         )
         return controller_pb2.HeartbeatResponse(
             known=known, generation=generation, shutdown=shutdown
         )
 
     def Leave(self, request, context):
-        self.c.leave(request.worker_id, request.reason)
+        self.c.leave(request.worker_id, request.reason, request.session)
         return controller_pb2.LeaveResponse()
 
     def GetStatus(self, request, context):

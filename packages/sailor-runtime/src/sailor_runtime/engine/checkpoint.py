@@ -7,7 +7,7 @@ Layout of ``DIR/step_00000010/``:
   (``attn.q.weight``); full (unsharded) tensors, so any TP degree can slice them on load.
 - ``trainer.pt``: RNG states (torch, python).
 - ``manifest.json``, written LAST: format, step, consumed samples, model, LR schedule, the plan
-  that wrote it (informational) and every file with its size.
+  that wrote it (informational) and every file with its size and sha256 (``integrity``).
 
 Saving: the TP ranks of replica 0 of each stage gather their shards on TP rank 0 (the only
 collective), which copies them to CPU (the snapshot; training waits only for this) and hands
@@ -15,13 +15,16 @@ them to a background thread that writes the stage's layer files into ``step_N.tm
 ``stage_I.done`` marker. Global rank 0's thread waits for every stage's marker, writes the
 manifest (temp file + fsync + rename) and renames ``step_N.tmp`` to ``step_N``. A crash
 anywhere before that rename leaves only a ``.tmp`` directory, which loading ignores (and the next
-run removes): the previous checkpoint stays the latest valid one. The directory must be shared
+run removes): the previous checkpoint stays the latest valid one. A complete checkpoint whose
+files no longer match the manifest (size or content hash) is skipped with a warning naming the
+file, and the next older one is used. The directory must be shared
 by all writer ranks (one machine, or a shared filesystem).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -34,9 +37,12 @@ import torch.distributed as dist
 
 from sailor_profiler.zoo import get_split, shard
 
+from . import integrity
+
 FORMAT = "sailor-ckpt-v1"
 # Test knob: seconds the writer sleeps after each layer file (to kill -9 a save in flight).
 DELAY_ENV = "SAILOR_CKPT_WRITE_DELAY_S"
+log = logging.getLogger("sailor.checkpoint")
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -97,12 +103,20 @@ class AsyncSaver:
         if self.error is not None:
             raise RuntimeError(f"checkpoint write failed: {self.error}") from self.error
 
-    def save(self, step: int, stage_index: int, layers: dict[int, dict],
-             manifest: dict | None, trainer: dict | None) -> None:
+    def save(
+        self,
+        step: int,
+        stage_index: int,
+        layers: dict[int, dict],
+        manifest: dict | None,
+        trainer: dict | None,
+    ) -> None:
         """Start writing; ``manifest``/``trainer`` only on global rank 0 (the finalizer)."""
         self.wait()
         self._thread = threading.Thread(
-            target=self._run, args=(step, stage_index, layers, manifest, trainer), daemon=False,
+            target=self._run,
+            args=(step, stage_index, layers, manifest, trainer),
+            daemon=False,
             name="sailor-ckpt-writer",
         )
         self._thread.start()
@@ -122,14 +136,14 @@ class AsyncSaver:
             name = f"layer_{lid:03d}.pt"
             torch.save(entry, tmp / (name + ".part"))
             os.replace(tmp / (name + ".part"), tmp / name)
-            files[name] = (tmp / name).stat().st_size
+            files[name] = integrity.describe(tmp / name)
             if delay:
                 time.sleep(delay)
         _fsync_write(tmp / f"stage_{stage_index}.done", json.dumps(files).encode())
         if manifest is None:
             return
         torch.save(trainer, tmp / "trainer.pt")
-        all_files = {"trainer.pt": (tmp / "trainer.pt").stat().st_size}
+        all_files = {"trainer.pt": integrity.describe(tmp / "trainer.pt")}
         for i in range(self.num_stages):
             all_files.update(json.loads(_wait_file(tmp / f"stage_{i}.done").read_text()))
         manifest = dict(manifest, files=all_files)
@@ -173,17 +187,20 @@ def remove_partial(root: str | Path) -> None:
 
 
 def read_manifest(path: Path) -> dict | None:
-    """The manifest of a complete checkpoint directory, or None if it is not one."""
+    """The manifest of a complete checkpoint directory, or None if it is not one (logged with
+    the file at fault when the folder claims to be complete)."""
     try:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
-    if manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return None
-    for name, size in manifest.get("files", {}).items():
-        f = path / name
-        if not f.is_file() or f.stat().st_size != size:
-            return None
+    files = manifest.get("files")
+    problem = "its manifest lists no files" if not isinstance(files, dict) or not files else None
+    problem = problem or integrity.verify(path, files)
+    if problem:
+        log.warning("checkpoint %s skipped: %s; trying the next older one", path, problem)
+        return None
     return manifest
 
 

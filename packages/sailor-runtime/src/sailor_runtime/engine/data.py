@@ -17,17 +17,72 @@ from functools import lru_cache
 
 import torch
 
-_SUBJECTS = ["the sailor", "a captain", "the old ship", "my friend", "the river", "a small boat",
-             "the wind", "every harbor", "the lighthouse", "a young girl", "the merchant",
-             "our crew", "the moon", "a gull", "the fisherman", "the map"]
-_VERBS = ["sees", "follows", "remembers", "carries", "crosses", "watches", "finds", "leaves",
-          "paints", "calls", "guards", "reaches", "loves", "forgets", "answers", "waits for"]
-_OBJECTS = ["the grey sea", "a distant island", "the morning tide", "an empty net",
-            "the northern star", "a letter from home", "the long road", "the quiet bay",
-            "a bright lantern", "the storm", "the green hills", "a silver coin",
-            "the open water", "the last train", "a wooden door", "the evening bell"]
-_ADVERBS = ["slowly", "at dawn", "in silence", "once again", "without fear", "before noon",
-            "every winter", "with care", "far away", "by the shore"]
+_SUBJECTS = [
+    "the sailor",
+    "a captain",
+    "the old ship",
+    "my friend",
+    "the river",
+    "a small boat",
+    "the wind",
+    "every harbor",
+    "the lighthouse",
+    "a young girl",
+    "the merchant",
+    "our crew",
+    "the moon",
+    "a gull",
+    "the fisherman",
+    "the map",
+]
+_VERBS = [
+    "sees",
+    "follows",
+    "remembers",
+    "carries",
+    "crosses",
+    "watches",
+    "finds",
+    "leaves",
+    "paints",
+    "calls",
+    "guards",
+    "reaches",
+    "loves",
+    "forgets",
+    "answers",
+    "waits for",
+]
+_OBJECTS = [
+    "the grey sea",
+    "a distant island",
+    "the morning tide",
+    "an empty net",
+    "the northern star",
+    "a letter from home",
+    "the long road",
+    "the quiet bay",
+    "a bright lantern",
+    "the storm",
+    "the green hills",
+    "a silver coin",
+    "the open water",
+    "the last train",
+    "a wooden door",
+    "the evening bell",
+]
+_ADVERBS = [
+    "slowly",
+    "at dawn",
+    "in silence",
+    "once again",
+    "without fear",
+    "before noon",
+    "every winter",
+    "with care",
+    "far away",
+    "by the shore",
+]
 _JOINS = [", and then", ", but", " while", " because", " so", " until"]
 
 

@@ -20,23 +20,44 @@ JOBS = {"gpt": Job.create("tiny-gpt", 8, 32), "llama": Job.create("tiny-llama", 
 # name -> (model key in JOBS, plan, schedule)
 PLANS: dict[str, tuple[str, Plan, str]] = {
     "pp1_dp2_mbs4x1_2x2_gpipe": ("gpt", Plan((Stage(0, 7, (R(1, 4, 1), R(1, 2, 2))),)), "gpipe"),
-    "pp2_uneven_tp2_tp1": ("gpt", Plan((Stage(0, 2, (R(2, 2, 4),)),
-                                        Stage(3, 7, (R(1, 2, 4),)))), "1f1b"),
+    "pp2_uneven_tp2_tp1": (
+        "gpt",
+        Plan((Stage(0, 2, (R(2, 2, 4),)), Stage(3, 7, (R(1, 2, 4),)))),
+        "1f1b",
+    ),
     "pp1_dp2_tp2_tp1": ("llama", Plan((Stage(0, 7, (R(2, 2, 2), R(1, 1, 4))),)), "1f1b"),
-    "pp3_dp2_mixed_tp": ("gpt", Plan((
-        Stage(0, 1, (R(1, 1, 4), R(2, 2, 2))),
-        Stage(2, 5, (R(2, 1, 4), R(1, 2, 2))),
-        Stage(6, 7, (R(1, 1, 4), R(1, 2, 2))),
-    )), "1f1b"),
-    "pp4_tp1_2_4_1": ("llama", Plan((
-        Stage(0, 0, (R(1, 1, 8),)), Stage(1, 3, (R(2, 1, 8),)),
-        Stage(4, 6, (R(4, 1, 8),)), Stage(7, 7, (R(1, 1, 8),)),
-    )), "1f1b"),
-    "pp1_dp3_tp4_1_2": ("llama", Plan((Stage(0, 7, (R(4, 1, 2), R(1, 2, 1), R(2, 2, 2))),)),
-                        "1f1b"),
+    "pp3_dp2_mixed_tp": (
+        "gpt",
+        Plan(
+            (
+                Stage(0, 1, (R(1, 1, 4), R(2, 2, 2))),
+                Stage(2, 5, (R(2, 1, 4), R(1, 2, 2))),
+                Stage(6, 7, (R(1, 1, 4), R(1, 2, 2))),
+            )
+        ),
+        "1f1b",
+    ),
+    "pp4_tp1_2_4_1": (
+        "llama",
+        Plan(
+            (
+                Stage(0, 0, (R(1, 1, 8),)),
+                Stage(1, 3, (R(2, 1, 8),)),
+                Stage(4, 6, (R(4, 1, 8),)),
+                Stage(7, 7, (R(1, 1, 8),)),
+            )
+        ),
+        "1f1b",
+    ),
+    "pp1_dp3_tp4_1_2": (
+        "llama",
+        Plan((Stage(0, 7, (R(4, 1, 2), R(1, 2, 1), R(2, 2, 2))),)),
+        "1f1b",
+    ),
 }
 
 # Resharding: plan A then plan B (other depth, TP degrees and replica count), for tiny-gpt.
 RESHARD_A = Plan((Stage(0, 3, (R(1, 2, 2), R(2, 4, 1))), Stage(4, 7, (R(2, 2, 2), R(1, 4, 1)))))
-RESHARD_B = Plan((Stage(0, 1, (R(4, 1, 8),)), Stage(2, 4, (R(1, 1, 8),)),
-                  Stage(5, 7, (R(2, 1, 8),))))
+RESHARD_B = Plan(
+    (Stage(0, 1, (R(4, 1, 8),)), Stage(2, 4, (R(1, 1, 8),)), Stage(5, 7, (R(2, 1, 8),)))
+)

@@ -30,8 +30,14 @@ from .topology import Topology
 
 def host_store() -> dist.TCPStore:
     """A TCPStore on 127.0.0.1 with an ephemeral port (read ``.port``)."""
-    return dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True,
-                         timeout=timedelta(seconds=300), wait_for_workers=False)
+    return dist.TCPStore(
+        "127.0.0.1",
+        0,
+        world_size=None,
+        is_master=True,
+        timeout=timedelta(seconds=300),
+        wait_for_workers=False,
+    )
 
 
 def _free_port() -> int:
@@ -73,12 +79,23 @@ class LocalRun:
                 p.send_signal(sig)
 
 
-def start_local(job: Job, plan: Plan, *, steps: int, checkpoint_dir: str | Path,
-                checkpoint_every: int = 0, metrics_path: str | Path | None = None,
-                seed: int = 0, lr: float = 1e-3, schedule: str = "1f1b",
-                dtype: str | None = None, store_prefix: str = "sailor",
-                env: dict[str, str] | None = None, log_dir: str | Path | None = None,
-                store_in_rank0: bool = False) -> LocalRun:
+def start_local(
+    job: Job,
+    plan: Plan,
+    *,
+    steps: int,
+    checkpoint_dir: str | Path,
+    checkpoint_every: int = 0,
+    metrics_path: str | Path | None = None,
+    seed: int = 0,
+    lr: float = 1e-3,
+    schedule: str = "1f1b",
+    dtype: str | None = None,
+    store_prefix: str = "sailor",
+    env: dict[str, str] | None = None,
+    log_dir: str | Path | None = None,
+    store_in_rank0: bool = False,
+) -> LocalRun:
     """Start all ranks (non-blocking). ``store_in_rank0``: rank 0 hosts the TCPStore (on a
     port picked here) instead of this process."""
     world = Topology(plan.check(job)).world_size
@@ -89,14 +106,37 @@ def start_local(job: Job, plan: Plan, *, steps: int, checkpoint_dir: str | Path,
     port = _free_port() if store is None else store.port
     procs = []
     for rank in range(world):
-        cmd = [sys.executable, "-m", "sailor_runtime.engine.worker",
-               "--job", str(workdir / "job.json"), "--plan", str(workdir / "plan.json"),
-               "--rank", str(rank), "--world-size", str(world),
-               "--master-addr", "127.0.0.1", "--master-port", str(port),
-               "--store-prefix", store_prefix,
-               "--checkpoint-dir", str(checkpoint_dir), "--steps", str(steps),
-               "--checkpoint-every", str(checkpoint_every), "--seed", str(seed),
-               "--lr", str(lr), "--schedule", schedule]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sailor_runtime.engine.worker",
+            "--job",
+            str(workdir / "job.json"),
+            "--plan",
+            str(workdir / "plan.json"),
+            "--rank",
+            str(rank),
+            "--world-size",
+            str(world),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--store-prefix",
+            store_prefix,
+            "--checkpoint-dir",
+            str(checkpoint_dir),
+            "--steps",
+            str(steps),
+            "--checkpoint-every",
+            str(checkpoint_every),
+            "--seed",
+            str(seed),
+            "--lr",
+            str(lr),
+            "--schedule",
+            schedule,
+        ]
         if metrics_path:
             cmd += ["--metrics", str(metrics_path)]
         if dtype:
@@ -104,8 +144,11 @@ def start_local(job: Job, plan: Plan, *, steps: int, checkpoint_dir: str | Path,
         if store is not None:
             cmd.append("--store-is-external")
         out = open(Path(log_dir or workdir) / f"rank{rank}.log", "w")
-        procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                      env={**_env(1), **(env or {})}))
+        procs.append(
+            subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env={**_env(1), **(env or {})}
+            )
+        )
     return LocalRun(procs, store, workdir)
 
 
@@ -124,8 +167,17 @@ def launch_many(runs: list[dict], *, log_dir: str | Path, timeout_s: float = 900
     spec = log_dir / "runs.json"
     spec.write_text(json.dumps(runs))
     store = host_store()
-    cmd = [sys.executable, "-m", "sailor_runtime.engine.multirun", "--runs", str(spec),
-           "--world", str(world), "--master-port", str(store.port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sailor_runtime.engine.multirun",
+        "--runs",
+        str(spec),
+        "--world",
+        str(world),
+        "--master-port",
+        str(store.port),
+    ]
     with open(log_dir / "ranks.log", "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env(1))
         return LocalRun([proc], store, log_dir).wait(timeout_s)[0]

@@ -39,12 +39,17 @@ def run_rank(runs: list[dict], rank: int, port: int) -> int:
         if rank >= world:
             continue
         cfg = TrainConfig(
-            steps=run["steps"], checkpoint_dir=run.get("checkpoint_dir"),
-            checkpoint_every=run.get("checkpoint_every", 0), metrics_path=run.get("metrics"),
-            seed=run.get("seed", 0), dtype=run.get("dtype"),
-            schedule=run.get("schedule", "1f1b"), backend=run.get("backend", "gloo"),
+            steps=run["steps"],
+            checkpoint_dir=run.get("checkpoint_dir"),
+            checkpoint_every=run.get("checkpoint_every", 0),
+            metrics_path=run.get("metrics"),
+            seed=run.get("seed", 0),
+            dtype=run.get("dtype"),
+            schedule=run.get("schedule", "1f1b"),
+            backend=run.get("backend", "gloo"),
             master_port=port,
-            store_prefix=f"run{i}", store_is_external=True,
+            store_prefix=f"run{i}",
+            store_is_external=True,
         )
         train(job, plan, rank, world, cfg)
     return 0

@@ -93,8 +93,9 @@ class Microbatches:
     labels: list | None = None
 
 
-def run_iteration(stage_module, link: Link, batch: Microbatches, global_batch: int,
-                  kind: str = "1f1b") -> float:
+def run_iteration(
+    stage_module, link: Link, batch: Microbatches, global_batch: int, kind: str = "1f1b"
+) -> float:
     """Forward and backward of every microbatch of this rank's replica (gradients accumulate
     in ``.grad``); returns the weighted loss sum on the last stage, else 0."""
     topo, slot = link.topo, link.slot

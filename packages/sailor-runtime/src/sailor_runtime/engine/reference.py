@@ -15,17 +15,30 @@ from .data import TextDataset
 from .optim import LRSchedule, OptimConfig
 
 
-def reference_run(job: Job, steps: int, seed: int = 0, lr: LRSchedule | None = None,
-                  optim: OptimConfig | None = None, dtype: torch.dtype = torch.float32,
-                  device: str | torch.device = "cpu"):
+def reference_run(
+    job: Job,
+    steps: int,
+    seed: int = 0,
+    lr: LRSchedule | None = None,
+    optim: OptimConfig | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+):
     """Train ``steps`` steps in this process; returns (losses per step, model)."""
     lr, optim = lr or LRSchedule(), optim or OptimConfig()
     torch.manual_seed(seed)
-    model = build_stage(job.model, 0, job.model.head_layer_id, dtype=dtype, device=device,
-                        seed=seed)
+    model = build_stage(
+        job.model, 0, job.model.head_layer_id, dtype=dtype, device=device, seed=seed
+    )
     params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=lr.lr(0), betas=optim.betas, eps=optim.eps,
-                            weight_decay=optim.weight_decay, foreach=False)
+    opt = torch.optim.AdamW(
+        params,
+        lr=lr.lr(0),
+        betas=optim.betas,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        foreach=False,
+    )
     data = TextDataset(job.sequence_length, seed)
     losses = []
     for step in range(steps):

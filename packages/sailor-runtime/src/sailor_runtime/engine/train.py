@@ -50,8 +50,12 @@ from .topology import Topology, build_groups
 
 log = logging.getLogger("sailor_runtime.engine")
 
-TORCH_DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16,
-                "fp16": torch.float16}
+TORCH_DTYPES = {
+    "fp32": torch.float32,
+    "fp64": torch.float64,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
 
 
 class EngineError(ValueError):
@@ -107,11 +111,21 @@ def _device(backend: str, rank: int) -> torch.device:
 def init_distributed(rank: int, world_size: int, cfg: TrainConfig) -> None:
     _device(cfg.backend, rank)  # before the process group, so NCCL binds the right device
     timeout = timedelta(seconds=cfg.timeout_s)
-    store = dist.TCPStore(cfg.master_addr, cfg.master_port, world_size=None,
-                          is_master=(rank == 0 and not cfg.store_is_external), timeout=timeout,
-                          wait_for_workers=False)
-    dist.init_process_group(cfg.backend, store=dist.PrefixStore(cfg.store_prefix, store),
-                            rank=rank, world_size=world_size, timeout=timeout)
+    store = dist.TCPStore(
+        cfg.master_addr,
+        cfg.master_port,
+        world_size=None,
+        is_master=(rank == 0 and not cfg.store_is_external),
+        timeout=timeout,
+        wait_for_workers=False,
+    )
+    dist.init_process_group(
+        cfg.backend,
+        store=dist.PrefixStore(cfg.store_prefix, store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+    )
 
 
 def _peak_memory(device: torch.device) -> int:
@@ -124,8 +138,11 @@ def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainCon
     plan.check(job)
     topo = Topology(plan)
     if world_size != topo.world_size:
-        raise EngineError(f"is {world_size} but the plan uses {topo.world_size} GPUs; launch "
-                          "one rank per GPU of the plan", field="world_size")
+        raise EngineError(
+            f"is {world_size} but the plan uses {topo.world_size} GPUs; launch "
+            "one rank per GPU of the plan",
+            field="world_size",
+        )
     if not 0 <= rank < world_size:
         raise EngineError(f"{rank} is outside 0..{world_size - 1}", field="rank")
     if cfg.steps < 0 or cfg.checkpoint_every < 0:
@@ -133,15 +150,18 @@ def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainCon
     if cfg.backend not in ("gloo", "nccl"):
         raise EngineError(f"unknown backend {cfg.backend!r}; use gloo or nccl", field="backend")
     if cfg.backend == "nccl" and not torch.cuda.is_available():
-        raise EngineError("nccl needs CUDA devices and none is visible; use gloo on CPU",
-                          field="backend")
+        raise EngineError(
+            "nccl needs CUDA devices and none is visible; use gloo on CPU", field="backend"
+        )
     if job.optimizer == "sgd":
-        raise EngineError("the engine trains with AdamW; use optimizer 'adam' or 'adamw'",
-                          field="job.optimizer")
+        raise EngineError(
+            "the engine trains with AdamW; use optimizer 'adam' or 'adamw'", field="job.optimizer"
+        )
     dtype = cfg.dtype or job.dtype
     if dtype not in TORCH_DTYPES:
-        raise EngineError(f"unknown dtype {dtype!r}; use one of {list(TORCH_DTYPES)}",
-                          field="dtype")
+        raise EngineError(
+            f"unknown dtype {dtype!r}; use one of {list(TORCH_DTYPES)}", field="dtype"
+        )
     return topo
 
 
@@ -163,8 +183,17 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     log.info("rank %d: groups built", rank)
     stage_plan = plan.stages[slot.stage]
     rep = stage_plan.replicas[slot.replica]
-    model = build_stage(job.model, stage_plan.first_layer, stage_plan.last_layer, slot.tp_rank,
-                        rep.tp, groups.tp, TORCH_DTYPES[cfg.dtype or job.dtype], device, cfg.seed)
+    model = build_stage(
+        job.model,
+        stage_plan.first_layer,
+        stage_plan.last_layer,
+        slot.tp_rank,
+        rep.tp,
+        groups.tp,
+        TORCH_DTYPES[cfg.dtype or job.dtype],
+        device,
+        cfg.seed,
+    )
     params = list(model.parameters())
     opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0))
     log.info("rank %d: stage %s built", rank, slot)
@@ -172,39 +201,62 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data = TextDataset(job.sequence_length, cfg.seed)
     link = Link(topo, slot, groups.tp)
-    saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, topo.num_stages) if cfg.checkpoint_dir \
-        else None
+    saver = (
+        ckpt.AsyncSaver(cfg.checkpoint_dir, rank, topo.num_stages) if cfg.checkpoint_dir else None
+    )
     offset = sum(r.samples for r in stage_plan.replicas[: slot.replica])
-    metrics = open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank \
-        else None
+    metrics = (
+        open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank else None
+    )
     losses: dict[int, float] = {}
     try:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            batch = _microbatches(data, consumed + offset, rep, slot.stage, topo.num_stages,
-                                  device, job.sequence_length)
+            batch = _microbatches(
+                data,
+                consumed + offset,
+                rep,
+                slot.stage,
+                topo.num_stages,
+                device,
+                job.sequence_length,
+            )
             loss_sum = run_iteration(model, link, batch, job.global_batch_size, cfg.schedule)
             reduce_data_parallel(params, topo, slot, groups)
             is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
             norm_sq, loss = world_sums(
-                [local_norm_sq(params, slot), loss_sum if is_loss_rank else 0.0], device)
+                [local_norm_sq(params, slot), loss_sum if is_loss_rank else 0.0], device
+            )
             lr = cfg.lr.lr(step)
             apply_update(opt, params, lr, clip_coefficient(norm_sq**0.5, cfg.optim.clip_norm))
             step, consumed = step + 1, consumed + job.global_batch_size
             losses[step] = loss
             dt = time.perf_counter() - t0
             if metrics is not None:
-                metrics.write(json.dumps({
-                    "step": step, "loss": loss, "grad_norm": norm_sq**0.5, "lr": lr,
-                    "iteration_time_s": dt, "samples_per_s": job.global_batch_size / dt,
-                    "consumed_samples": consumed, "peak_memory_bytes": _peak_memory(device),
-                    "world_size": topo.world_size, "plan": plan.describe(),
-                }) + "\n")
+                metrics.write(
+                    json.dumps(
+                        {
+                            "step": step,
+                            "loss": loss,
+                            "grad_norm": norm_sq**0.5,
+                            "lr": lr,
+                            "iteration_time_s": dt,
+                            "samples_per_s": job.global_batch_size / dt,
+                            "consumed_samples": consumed,
+                            "peak_memory_bytes": _peak_memory(device),
+                            "world_size": topo.world_size,
+                            "plan": plan.describe(),
+                        }
+                    )
+                    + "\n"
+                )
                 metrics.flush()
-            if saver and (step == cfg.steps or (cfg.checkpoint_every
-                                                and step % cfg.checkpoint_every == 0)):
-                _save(saver, model, opt, topo, slot, rank, groups.tp, job, plan, cfg, step,
-                      consumed)
+            if saver and (
+                step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+            ):
+                _save(
+                    saver, model, opt, topo, slot, rank, groups.tp, job, plan, cfg, step, consumed
+                )
         if saver:
             saver.wait()
         log.info("rank %d: trained to step %d", rank, step)
@@ -228,9 +280,11 @@ def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int):
         return 0, 0, None
     path, manifest = found
     if manifest["model"] != model.spec.name:
-        raise EngineError(f"checkpoint {path} is of model {manifest['model']}, not "
-                          f"{model.spec.name}; use another checkpoint directory",
-                          field="checkpoint_dir")
+        raise EngineError(
+            f"checkpoint {path} is of model {manifest['model']}, not "
+            f"{model.spec.name}; use another checkpoint directory",
+            field="checkpoint_dir",
+        )
     ckpt.load_into(path, model, opt, tp_rank)
     ckpt.restore_rng(path)
     return manifest["step"], manifest["consumed_samples"], manifest["step"]
@@ -241,24 +295,30 @@ def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Mi
     if stage == 0 or stage == num_stages - 1:
         x, y = data.batch(first_sample, rep.samples)
         inputs = list(x.to(device).split(rep.microbatch_size)) if stage == 0 else None
-        labels = list(y.to(device).split(rep.microbatch_size)) if stage == num_stages - 1 \
-            else None
+        labels = list(y.to(device).split(rep.microbatch_size)) if stage == num_stages - 1 else None
     return Microbatches(rep.microbatch_size, rep.num_microbatches, seq, inputs, labels)
 
 
 def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, consumed):
     if slot.replica != 0:
         return
-    layers = ckpt.snapshot(model, opt, topo.tp(slot.stage, 0), tp_group,
-                           dst=topo.rank(slot.stage, 0, 0))
+    layers = ckpt.snapshot(
+        model, opt, topo.tp(slot.stage, 0), tp_group, dst=topo.rank(slot.stage, 0, 0)
+    )
     if layers is None:  # a TP rank other than 0: its shards went to TP rank 0
         return
     manifest = trainer = None
     if rank == 0:
         manifest = {
-            "format": ckpt.FORMAT, "step": step, "consumed_samples": consumed,
-            "model": job.model.name, "job": job.to_dict(), "plan": plan.to_dict(),
-            "seed": cfg.seed, "lr_schedule": cfg.lr.to_dict(), "schedule": cfg.schedule,
+            "format": ckpt.FORMAT,
+            "step": step,
+            "consumed_samples": consumed,
+            "model": job.model.name,
+            "job": job.to_dict(),
+            "plan": plan.to_dict(),
+            "seed": cfg.seed,
+            "lr_schedule": cfg.lr.to_dict(),
+            "schedule": cfg.schedule,
             "layer_ids": list(range(job.model.num_layer_ids)),
         }
         trainer = ckpt.rng_state()

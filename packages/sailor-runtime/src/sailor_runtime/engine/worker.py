@@ -37,8 +37,10 @@ from .train import EngineError, TrainConfig, train
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m sailor_runtime.engine.worker",
-                                description="Run one rank of a Sailor training plan.")
+    p = argparse.ArgumentParser(
+        prog="python -m sailor_runtime.engine.worker",
+        description="Run one rank of a Sailor training plan.",
+    )
     p.add_argument("--job", required=True, help="JOB.json (Job.to_dict())")
     p.add_argument("--plan", required=True, help="PLAN.json (Plan.to_json())")
     p.add_argument("--rank", type=int, required=True)
@@ -46,8 +48,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, required=True)
     p.add_argument("--store-prefix", default="sailor", help="rendezvous generation prefix")
-    p.add_argument("--store-is-external", action="store_true",
-                   help="the TCPStore is hosted by someone else (rank 0 does not host it)")
+    p.add_argument(
+        "--store-is-external",
+        action="store_true",
+        help="the TCPStore is hosted by someone else (rank 0 does not host it)",
+    )
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--steps", type=int, required=True, help="train until this global step")
     p.add_argument("--checkpoint-every", type=int, default=0)
@@ -70,18 +75,28 @@ def _read(path: str, what: str) -> str:
 
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
-        steps=a.steps, checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every,
-        metrics_path=a.metrics, seed=a.seed, backend=a.backend, schedule=a.schedule,
-        lr=LRSchedule(max_lr=a.lr, min_lr=a.lr / 10), dtype=a.dtype,
-        master_addr=a.master_addr, master_port=a.master_port, store_prefix=a.store_prefix,
-        store_is_external=a.store_is_external, timeout_s=a.timeout_s,
+        steps=a.steps,
+        checkpoint_dir=a.checkpoint_dir,
+        checkpoint_every=a.checkpoint_every,
+        metrics_path=a.metrics,
+        seed=a.seed,
+        backend=a.backend,
+        schedule=a.schedule,
+        lr=LRSchedule(max_lr=a.lr, min_lr=a.lr / 10),
+        dtype=a.dtype,
+        master_addr=a.master_addr,
+        master_port=a.master_port,
+        store_prefix=a.store_prefix,
+        store_is_external=a.store_is_external,
+        timeout_s=a.timeout_s,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    logging.basicConfig(level=logging.INFO,
-                        format=f"%(asctime)s [rank {a.rank}] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s [rank {a.rank}] %(name)s: %(message)s"
+    )
     torch.set_num_threads(max(1, int(torch.get_num_threads() // max(1, a.world_size))))
     try:
         try:

@@ -24,26 +24,30 @@ CONTROLLER_STATE_DONE: ControllerState
 CONTROLLER_STATE_FAILED: ControllerState
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "agent_address", "gpus", "hostname")
+    __slots__ = ("worker_id", "agent_address", "gpus", "hostname", "session")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     agent_address: str
     gpus: _agent_pb2.GpuInfo
     hostname: str
-    def __init__(self, worker_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., gpus: _Optional[_Union[_agent_pb2.GpuInfo, _Mapping]] = ..., hostname: _Optional[str] = ...) -> None: ...
+    session: str
+    def __init__(self, worker_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., gpus: _Optional[_Union[_agent_pb2.GpuInfo, _Mapping]] = ..., hostname: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_timeout_s")
+    __slots__ = ("worker_id", "heartbeat_interval_s", "heartbeat_timeout_s", "session")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     heartbeat_interval_s: float
     heartbeat_timeout_s: float
-    def __init__(self, worker_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ...) -> None: ...
+    session: str
+    def __init__(self, worker_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., session: _Optional[str] = ...) -> None: ...
 
 class StepMetrics(_message.Message):
     __slots__ = ("generation", "rank", "step", "loss", "iteration_time_s", "samples_per_s", "consumed_samples", "raw_json")
@@ -66,16 +70,18 @@ class StepMetrics(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., loss: _Optional[float] = ..., iteration_time_s: _Optional[float] = ..., samples_per_s: _Optional[float] = ..., consumed_samples: _Optional[int] = ..., raw_json: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "generation", "ranks", "metrics")
+    __slots__ = ("worker_id", "generation", "ranks", "metrics", "session")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     generation: int
     ranks: _containers.RepeatedCompositeFieldContainer[_agent_pb2.RankStatus]
     metrics: _containers.RepeatedCompositeFieldContainer[StepMetrics]
-    def __init__(self, worker_id: _Optional[str] = ..., generation: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[_agent_pb2.RankStatus, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[StepMetrics, _Mapping]]] = ...) -> None: ...
+    session: str
+    def __init__(self, worker_id: _Optional[str] = ..., generation: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[_agent_pb2.RankStatus, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[StepMetrics, _Mapping]]] = ..., session: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("known", "generation", "shutdown")
@@ -88,12 +94,14 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, known: _Optional[bool] = ..., generation: _Optional[int] = ..., shutdown: _Optional[bool] = ...) -> None: ...
 
 class LeaveRequest(_message.Message):
-    __slots__ = ("worker_id", "reason")
+    __slots__ = ("worker_id", "reason", "session")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     reason: str
-    def __init__(self, worker_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    session: str
+    def __init__(self, worker_id: _Optional[str] = ..., reason: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
 
 class LeaveResponse(_message.Message):
     __slots__ = ()

@@ -134,8 +134,12 @@ class LocalRun:
         victim = next(w for w in self.workers if w.name == victim_id)
         victim.kill()
         self.events.append(
-            {"event": "kill -9", "worker": victim.name, "at": time.monotonic(),
-             "step": self.step if step is None else step}
+            {
+                "event": "kill -9",
+                "worker": victim.name,
+                "at": time.monotonic(),
+                "step": self.step if step is None else step,
+            }
         )
         return victim
 
@@ -251,7 +255,11 @@ class LocalRun:
 
         self.slowdown = self.cpu_share.slowdown
         folder = machine_profile(
-            self.cfg.run_dir, self.job, self.gpu_types, self.slowdown, "profile-explain",
+            self.cfg.run_dir,
+            self.job,
+            self.gpu_types,
+            self.slowdown,
+            "profile-explain",
             self.cfg.workers,
         )
         return Simulator.from_profile_dir(folder).estimate(self.job, plan).iteration_time_s

@@ -131,8 +131,11 @@ def _relabel_links(links: dict, gpu_types: list[str]) -> dict:
         for a in gpu_types:
             for b in gpu_types:
                 out["links"].append(
-                    {**link, "src": {**link["src"], "gpu_type": a},
-                     "dst": {**link["dst"], "gpu_type": b}}
+                    {
+                        **link,
+                        "src": {**link["src"], "gpu_type": a},
+                        "dst": {**link["dst"], "gpu_type": b},
+                    }
                 )
     for entry in links.get("intra_node", []):
         out["intra_node"] += [{**entry, "gpu_type": t} for t in gpu_types]

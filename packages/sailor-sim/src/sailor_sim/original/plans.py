@@ -9,11 +9,11 @@ microbatches.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import inputs
 from ..errors import PlanError, ValidationError
 from ..plan import Plan, Replica, Stage, _at
 
@@ -90,9 +90,4 @@ def _replica(entry, mbs: int, num_micro: int) -> Replica:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{path} does not exist", field="sailor_plan") from None
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{path} is not valid JSON ({exc})", field="sailor_plan") from None
+    return inputs.load_json(path, "sailor_plan", error=PlanError)

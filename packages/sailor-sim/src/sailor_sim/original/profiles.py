@@ -16,10 +16,10 @@ them with Megatron's TP layers). Sailor profiled fp32 training at sequence lengt
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from .. import inputs
 from ..errors import ProfileError, UnknownNameError
 from ..model import ModelSpec, get_model
 from ..profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
@@ -30,12 +30,9 @@ SOURCE = "imported:sailor"
 
 
 def load_json(path: Path, field: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{path} does not exist", field=field) from None
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path} is not valid JSON, truncated? ({exc})", field=field) from None
+    return inputs.load_json(
+        path, field, kind=(dict, list), name="a JSON document", error=ProfileError
+    )
 
 
 def read_profiles_tmp(path: str | Path, store: ProfileStore | None = None) -> ProfileStore:

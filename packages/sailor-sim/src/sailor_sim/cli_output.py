@@ -1,0 +1,94 @@
+"""Tables of the sailor-sim CLI: the estimate with its metrics, cost by provider, memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+GiB = 1024**3
+
+
+def fail(exc: Exception) -> None:
+    """One clear line on stderr and exit status 2."""
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def print_estimate(estimate, rate=None, by_provider=None) -> None:
+    from .metrics import provenance
+
+    e = estimate
+    rows = [
+        ("iteration time", f"{e.iteration_time_s:.4f} s"),
+        ("throughput", f"{e.throughput_iters_per_s:.4f} it/s, {e.samples_per_s:.1f} samples/s"),
+    ]
+    if rate is not None:
+        rows += [
+            ("tokens/s", f"{rate.tokens_per_s:,.0f} ({rate.tokens_per_s_per_gpu:,.0f} per GPU)"),
+            (
+                "model TFLOP/s per GPU",
+                f"{rate.model_tflops_per_gpu:.1f} of {rate.peak_tflops_per_gpu:.0f} peak "
+                f"(MFU {rate.mfu:.1%}; 6N + 12LHQT, PaLM App. B)",
+            ),
+        ]
+    rows += [
+        (
+            "peak memory",
+            f"{e.peak_memory_bytes / GiB:.2f} GiB per GPU ({'fits' if e.fits else 'OOM'})",
+        ),  # fmt: skip
+        ("cost", f"${e.cost_per_iteration_usd:.4f} / iteration, ${e.cost_per_hour_usd:.2f} / hour"),
+    ]
+    if e.run_iterations is not None:
+        rows.append(("whole run", f"{e.run_hours:.2f} h, ${e.run_cost_usd:,.2f}"))
+    for p in provenance(e.sources):
+        rows.append(("provenance", f"{p['source']}: {p['trust']}"))
+    table(["", "value"], rows)
+    if by_provider:
+        typer.echo("")
+        table(
+            ["provider", "region", "$/hour on demand", "$/hour spot"],
+            [
+                (
+                    r["provider"],
+                    r["region"],
+                    "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}",
+                    "-" if r["spot_usd_per_hour"] is None else f"{r['spot_usd_per_hour']:.2f}",
+                )
+                for r in by_provider
+            ],
+        )
+    typer.echo("")
+    total = e.iteration_time_s
+    table(
+        ["time term", "seconds", "share"],
+        [(k, f"{v:.4f}", f"{v / total:6.1%}") for k, v in e.time_breakdown_s.items()],
+    )
+    typer.echo("")
+    seen: dict[tuple, Any] = {}
+    for m in e.memory:  # one row per distinct (stage, GPU type, zone, peak)
+        seen.setdefault((m.stage, m.gpu_type, m.zone, m.peak_bytes), m)
+    terms = list(next(iter(e.memory)).breakdown_bytes)
+    table(
+        ["stage", "gpu", "zone", "peak GiB", "cap GiB", "fits", *(f"{t} GiB" for t in terms)],
+        [
+            (
+                m.stage,
+                m.gpu_type,
+                m.zone,
+                f"{m.peak_bytes / GiB:.2f}",
+                f"{m.capacity_bytes / GiB:.1f}",
+                "yes" if m.fits else "NO",
+                *(f"{m.breakdown_bytes[t] / GiB:.2f}" for t in terms),
+            )
+            for m in seen.values()
+        ],
+    )
+
+
+def table(header, rows) -> None:
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    typer.echo("  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)))
+    for r in rows:
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))

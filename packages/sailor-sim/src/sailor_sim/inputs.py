@@ -1,0 +1,286 @@
+"""One validation layer per input kind, shared by every Sailor package (torch-free).
+
+Numbers (positive and finite), integers (integral: 2.5, "2", 1e400 and NaN are refused, never
+truncated), files (regular and bounded in size: /dev/zero, a FIFO, a folder or binary garbage
+are refused before anything reads them), JSON (depth bounded, no NaN/Infinity, an object where
+one is expected) and output paths (writable, of the right kind). Each check raises
+``ValidationError`` naming the field and the fix; ``run_app`` turns any error of a CLI into one
+line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import SailorSimError, ValidationError
+
+Err = type[SailorSimError]
+
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+"""Largest file a CLI or server reads (plans, inventories, profiles are kilobytes)."""
+MAX_JSON_DEPTH = 64
+"""Deepest JSON nesting accepted; the deepest real document (a profile) nests 6 levels."""
+
+
+# ---- numbers ----------------------------------------------------------------------------------
+def positive_number(value: Any, field: str, *, allow_zero: bool = False) -> float:
+    """A finite real number > 0 (>= 0 with ``allow_zero``); bools and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"must be a number, got {value!r}", field=field)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        raise ValidationError(f"is too large, got {value!r}", field=field) from None
+    if not math.isfinite(number):
+        raise ValidationError(f"must be a finite number, got {value!r}", field=field)
+    if number < 0 or (number == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValidationError(f"must be {bound}, got {value!r}", field=field)
+    return number
+
+
+def integral(value: Any, field: str, *, minimum: int | None = 1, maximum: int = 2**62) -> int:
+    """An integer in [minimum, maximum]. A float is accepted only when integral and finite
+    (JSON writes 8 as 8.0 at times); 2.5, "2", True, NaN and 1e400 are refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"must be an integer, got {value!r}", field=field)
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise ValidationError(f"must be a whole number, got {value!r}", field=field)
+    number = int(value)
+    if minimum is not None and number < minimum:
+        raise ValidationError(f"must be >= {minimum}, got {value!r}", field=field)
+    if number > maximum:
+        raise ValidationError(f"must be <= {maximum}, got {value!r}", field=field)
+    return number
+
+
+def port(value: Any, field: str = "port") -> int:
+    """A TCP port, 0..65535 (0 = pick a free one); grpc would wrap 70000 to 4464 silently."""
+    return integral(value, field, minimum=0, maximum=65535)
+
+
+def check_finite(data: Any, field: str) -> Any:
+    """``data`` (nested dicts/lists of numbers) with every float finite; else an error naming the
+    first bad entry. Guards results (estimates) before they are printed or sent."""
+    stack: list[tuple[str, Any]] = [(field, data)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValidationError(
+                f"is {item} (an input time or size overflows); check the profiles and the plan",
+                field=where,
+            )
+        if isinstance(item, Mapping):
+            stack.extend((f"{where}.{k}", v) for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(item))
+    return data
+
+
+# ---- files ------------------------------------------------------------------------------------
+def regular_file(
+    path: str | os.PathLike,
+    field: str,
+    max_bytes: int = MAX_INPUT_BYTES,
+    error: Err = ValidationError,
+) -> Path:
+    """``path`` as a Path, checked to be an existing regular file of at most ``max_bytes``.
+    stat() decides before open(), so a FIFO or a device never blocks the reader."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise error(f"{p} does not exist", field=field) from None
+    except OSError as exc:
+        raise error(f"cannot read {p} ({exc.strerror})", field=field) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{p} is a folder; give a file", field=field)
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{p} is not a regular file (a device or a pipe?)", field=field)
+    if st.st_size > max_bytes:
+        raise error(f"{p} has {st.st_size} bytes, more than the {max_bytes} accepted", field=field)
+    return p
+
+
+def read_text(
+    path: str | os.PathLike,
+    field: str,
+    max_bytes: int = MAX_INPUT_BYTES,
+    error: Err = ValidationError,
+) -> str:
+    """The UTF-8 text of a regular file; binary content is refused with a clear message."""
+    p = regular_file(path, field, max_bytes, error)
+    try:
+        raw = p.read_bytes()[: max_bytes + 1]
+    except OSError as exc:
+        raise error(f"cannot read {p} ({exc.strerror})", field=field) from None
+    if b"\x00" in raw:
+        raise error(f"{p} is a binary file, not text (JSON expected)", field=field)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{p} is not UTF-8 text (JSON expected)", field=field) from None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_depth(text: str) -> int:
+    """Deepest nesting of brackets outside strings (cheap, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_json(
+    text: str,
+    field: str,
+    where: str = "input",
+    max_depth: int = MAX_JSON_DEPTH,
+    error: Err = ValidationError,
+):
+    """Parse JSON text: depth bounded, NaN/Infinity refused, errors name ``where``."""
+    if json_depth(text) > max_depth:
+        raise error(
+            f"{where} nests deeper than {max_depth} levels; not a Sailor document", field=field
+        )
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise error(f"{where} is not valid JSON, truncated? ({exc})", field=field) from None
+
+
+def load_json(
+    path: str | os.PathLike,
+    field: str,
+    *,
+    kind: type | tuple[type, ...] = dict,
+    name: str = "an object",
+    error: Err = ValidationError,
+):
+    """A JSON file whose top level is ``kind`` (a JSON null or a list where an object is
+    expected is refused)."""
+    data = parse_json(read_text(path, field, error=error), field, str(path), error=error)
+    if not isinstance(data, kind):
+        got = "null" if data is None else type(data).__name__
+        raise error(f"{path} holds {got}; expected {name}", field=field)
+    return data
+
+
+def folder(path: str | os.PathLike, field: str) -> Path:
+    """An existing folder."""
+    p = Path(path)
+    if not p.is_dir():
+        what = "does not exist" if not p.exists() else "is not a folder"
+        raise ValidationError(f"{p} {what}; give a folder", field=field)
+    return p
+
+
+# ---- outputs ----------------------------------------------------------------------------------
+def _probe_writable(parent: Path, field: str) -> None:
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".sailor-probe-"):
+            pass
+    except OSError as exc:
+        raise ValidationError(
+            f"cannot write in {parent} ({exc.strerror}); choose a writable place", field=field
+        ) from None
+
+
+def output_file(path: str | os.PathLike, field: str) -> Path:
+    """A path a file can be written to: not a folder, in an existing writable folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValidationError(f"{p} is a folder; give a file name", field=field)
+    if p.exists() and not p.is_file():
+        raise ValidationError(f"{p} is not a regular file", field=field)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ValidationError(f"the folder {parent} does not exist; create it first", field=field)
+    _probe_writable(parent, field)
+    return p
+
+
+def output_folder(path: str | os.PathLike, field: str) -> Path:
+    """A folder to write into: created if missing; a file in its place is refused."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValidationError(f"{p} is a file; give a folder", field=field)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValidationError(f"cannot create {p} ({exc.strerror})", field=field) from None
+    _probe_writable(p, field)
+    return p
+
+
+# ---- plan files next to flags -----------------------------------------------------------------
+def refuse_overrides(given: Mapping[str, Any], source: str) -> None:
+    """Flags that a file already fixes are an error, not silently ignored."""
+    clashing = [flag for flag, value in given.items() if value is not None]
+    if clashing:
+        raise ValidationError(
+            f"{source} already sets the job; drop {', '.join(clashing)} or remove its 'job'",
+            field=clashing[0],
+        )
+
+
+# ---- the CLI edge -----------------------------------------------------------------------------
+def run_app(app: Callable[..., Any], prog_name: str | None = None) -> None:
+    """Run a typer app: any error ends as one line on stderr and exit status 2 (bad input) or
+    1 (a bug, still one line); never a traceback."""
+    try:
+        code = app(standalone_mode=False, prog_name=prog_name)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:  # noqa: BLE001 (the edge of the program: one line, not a trace)
+        code = _report(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _report(exc: Exception) -> int:
+    """Exit status for an exception escaping a command, after printing its one line. typer
+    vendors click, so its exceptions are recognised by shape rather than by class."""
+    name = type(exc).__name__
+    if name == "Exit" and isinstance(getattr(exc, "exit_code", None), int):
+        return exc.exit_code  # type: ignore[attr-defined]
+    if name == "Abort":
+        _one_line("aborted")
+        return 130
+    if callable(getattr(exc, "format_message", None)):  # usage errors: bad flags or values
+        _one_line(exc.format_message())  # type: ignore[attr-defined]
+        return 2
+    if isinstance(exc, ValueError | OSError | RecursionError | OverflowError | UnicodeError):
+        _one_line(str(exc) or name)
+        return 2
+    _one_line(f"internal error ({name}: {exc}); please report it")
+    return 1
+
+
+def _one_line(message: str) -> None:
+    text = " ".join(str(message).split())
+    print(f"error: {text}", file=sys.stderr, flush=True)

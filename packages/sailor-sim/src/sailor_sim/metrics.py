@@ -1,0 +1,123 @@
+"""How fast, how efficient, what it costs where, and how much to trust an estimate.
+
+Throughput in tokens/s (and per GPU), model FLOP/s per GPU and MFU, model FLOPs utilization
+(Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways", 2022, Appendix B): training
+FLOPs per token = 6N + 12 L H Q T, with N the parameters that take part in a matmul (all but the
+input embedding lookups; a tied matrix counts once, as the LM head), L layers, H heads of size Q
+(H Q = hidden size) and T the sequence length; the 12 L H Q T term is the attention scores and
+context (forward + backward, no causal halving, as PaLM). MFU divides the achieved model FLOP/s
+by the plan's peak: each GPU's dense peak at the job's dtype (fp32 jobs: the TF32 tensor-core
+peak where the GPU has one, as the simulator's analytic profiles assume). Recomputation is not
+counted (model FLOPs, not hardware FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .gpus import get_gpu
+from .zones import DEFAULT_REGIONS, default_zone, get_zone
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Throughput:
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_flops_per_token: float
+    model_tflops_per_gpu: float
+    """Achieved model TFLOP/s per GPU (mean over the plan's GPUs)."""
+    peak_tflops_per_gpu: float
+    """Mean dense peak TFLOP/s of the plan's GPUs at the job's dtype."""
+    mfu: float
+    """Model FLOPs utilization: achieved / peak, in [0, 1]."""
+
+    def to_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+def model_flops_per_token(model, seq_len: int) -> float:
+    """Training FLOPs per token, 6N + 12 L H Q T (PaLM, Appendix B)."""
+    attention = 12 * model.num_layers * model.num_heads * model.head_dim * seq_len
+    return 6.0 * model.matmul_params() + attention
+
+
+def _peak(gpu_type: str, dtype: str) -> float:
+    gpu = get_gpu(gpu_type)
+    if not gpu.supports(dtype):
+        return 0.0
+    return gpu.peak_flops(dtype, allow_tf32=True)
+
+
+def throughput(job, plan, estimate) -> Throughput:
+    """Tokens/s, model TFLOP/s per GPU and MFU of an estimate of ``plan`` for ``job``."""
+    gpus = plan.num_gpus
+    tokens_per_s = estimate.samples_per_s * job.sequence_length
+    per_token = model_flops_per_token(job.model, job.sequence_length)
+    peak = sum(_peak(r.gpu_type, job.dtype) * r.tp for stage in plan.stages for r in stage.replicas)
+    achieved = tokens_per_s * per_token
+    return Throughput(
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / gpus,
+        model_flops_per_token=per_token,
+        model_tflops_per_gpu=achieved / gpus / 1e12,
+        peak_tflops_per_gpu=peak / gpus / 1e12,
+        mfu=achieved / peak if peak > 0 else 0.0,
+    )
+
+
+def gpus_by_type(plan) -> dict[str, int]:
+    """GPU count per GPU type of a plan (every replica holds ``tp`` GPUs)."""
+    counts: dict[str, int] = {}
+    for stage in plan.stages:
+        for r in stage.replicas:
+            counts[r.gpu_type] = counts.get(r.gpu_type, 0) + r.tp
+    return counts
+
+
+def cost_by_provider(plan, providers=None, regions=None) -> list[dict[str, Any]]:
+    """$/hour of the plan's GPUs at each provider (its default region, or the one given in
+    ``regions``), on demand and spot, with the sources; providers lacking one of the plan's
+    GPU types get ``None`` and say which one."""
+    from .errors import UnknownNameError
+    from .prices import price_entry
+
+    rows = []
+    for provider in providers or list(DEFAULT_REGIONS):
+        zone = default_zone(provider, (regions or {}).get(provider))
+        row: dict[str, Any] = {"provider": provider, "region": get_zone(zone).region}
+        try:
+            on_demand = spot = 0.0
+            sources = []
+            for gpu_type, count in gpus_by_type(plan).items():
+                price, source = price_entry(gpu_type, zone)
+                on_demand += count * price
+                spot += count * price_entry(gpu_type, zone, spot=True)[0]
+                sources.append(source)
+            row.update(usd_per_hour=on_demand, spot_usd_per_hour=spot, sources=sources)
+        except UnknownNameError as exc:
+            row.update(usd_per_hour=None, spot_usd_per_hour=None, missing=str(exc))
+        rows.append(row)
+    return rows
+
+
+# What each profile source means, and the validation error measured for it (bench/ scripts).
+PROVENANCE: dict[str, str] = {
+    "measured": "measured profile (sailor-profiler on this GPU type)",
+    "imported": "imported profile (original Sailor artifacts); GH200 OPT-350 fp32 validation: "
+    "time 2.9% mean / 8.1% worst, memory 4.8% mean (bench/sim_validation.py)",
+    "interpolated": "interpolated or scaled from neighbouring profile entries",
+    "analytic": "analytic roofline from the GPU's datasheet peaks and efficiencies fitted on "
+    "OPT-350 fp32 profiles; not yet validated against published runs of this model/GPU",
+}
+
+
+def provenance(sources) -> list[dict[str, str]]:
+    """Each estimate source with what it means and how far it has been validated."""
+    out = []
+    for source in sources:
+        kind = source.split(":")[0]
+        out.append({"source": source, "kind": kind, "trust": PROVENANCE.get(kind, "unknown")})
+    return out

@@ -1,0 +1,163 @@
+"""simulate without a plan file, throughput metrics, $/hour by provider, catalog commands."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sailor_sim import Job, Simulator, get_gpu
+from sailor_sim.cli import app
+from sailor_sim.metrics import model_flops_per_token
+from sailor_sim.quickplan import balanced_split
+
+# meta-llama/Llama-3.1-8B config.json, the fields that set the architecture
+_LLAMA_31_8B = {
+    "model_type": "llama",
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "tie_word_embeddings": False,
+    "vocab_size": 128256,
+}
+
+runner = CliRunner()
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def one_line_error(r, text: str) -> None:
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and text in lines[0], r.output
+
+
+LLAMA_ON_8_H100 = ("--gpu", "H100-80", "--tp", "8", "--mbs", "1", "--gbs", "16", "--seq", "8192")
+
+
+def test_llama_config_on_8_h100_answers_fit_speed_mfu_and_cost(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_LLAMA_31_8B))
+    r = run("simulate", "--model", str(config), *LLAMA_ON_8_H100, "--dtype", "bf16", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    rate = out["throughput"]
+    assert rate["tokens_per_s"] == pytest.approx(out["samples_per_s"] * 8192)
+    assert rate["tokens_per_s_per_gpu"] == pytest.approx(rate["tokens_per_s"] / 8)
+    peak = get_gpu("H100-80").peak_flops("bf16")
+    assert rate["peak_tflops_per_gpu"] == pytest.approx(peak / 1e12)
+    achieved = rate["tokens_per_s"] * rate["model_flops_per_token"] / 8
+    assert rate["mfu"] == pytest.approx(achieved / peak) and 0 < rate["mfu"] < 1
+    assert isinstance(out["fits"], bool) and out["provenance"][0]["kind"] == "analytic"
+    costs = {c["provider"]: c for c in out["cost_by_provider"]}
+    assert costs["aws"]["usd_per_hour"] == pytest.approx(55.04)  # p5.48xlarge
+    assert costs["gcp"]["usd_per_hour"] == pytest.approx(88.49)  # a3-highgpu-8g
+    assert costs["aws"]["spot_usd_per_hour"] < costs["aws"]["usd_per_hour"]
+    assert len(out["plan"]["stages"]) == 1 and out["plan"]["stages"][0]["replicas"][0]["tp"] == 8
+    # the table says the same, with units
+    table = run("simulate", "--model", str(config), *LLAMA_ON_8_H100, "--dtype", "bf16")
+    assert table.exit_code == 0, table.output
+    for text in ("tokens/s", "MFU", "GiB per GPU", "aws", "gcp", "provenance", "peak GiB"):
+        assert text in table.output, text
+
+
+def test_flops_per_token_is_palm_appendix_b():
+    job = Job.create("LLaMA-3.1-8B", 8, 8192, "bf16")
+    n = 8_030_261_248 - 128256 * 4096  # all but the input embedding (untied head counts)
+    assert model_flops_per_token(job.model, 8192) == 6 * n + 12 * 32 * 4096 * 8192
+    gpt2_like = Job.create("GPT-1.7B", 8, 2048).model  # tied: the shared matrix counts once
+    tied_n = gpt2_like.total_params() - 2048 * 2304 + (51200 - 51200) * 2304
+    assert model_flops_per_token(gpt2_like, 2048) == 6 * tied_n + 12 * 24 * 2304 * 2048
+
+
+def test_provider_and_region_place_the_plan():
+    r = run(
+        "simulate", "--model", "LLaMA-2-7B", "--gpu", "A100-80", "--tp", "4", "--dp", "2",
+        "--gbs", "16", "--seq", "4096", "--dtype", "bf16", "--provider", "aws",
+        "--region", "us-west-2", "--compare", "aws", "--json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert {rep["zone"] for s in out["plan"]["stages"] for rep in s["replicas"]} == {"us-west-2a"}
+    assert [c["provider"] for c in out["cost_by_provider"]] == ["aws"]
+    assert out["cost_per_hour_usd"] == pytest.approx(8 * 40.97 / 8, rel=1e-6)
+
+
+def test_balanced_split_is_no_slower_than_even():
+    sim = Simulator()
+    job = Job.create("LLaMA-3.1-8B", 16, 4096, "bf16")
+    sizes = balanced_split(sim, job, "H100-80", 2, 1, 4)
+    assert sum(sizes) == job.model.num_layer_ids and len(sizes) == 4
+
+    def slowest(split):
+        first, worst = 0, 0.0
+        for size in split:
+            st = sim.stage_time(job, first, first + size - 1, "H100-80", 2, 1)
+            worst, first = max(worst, st.per_microbatch_s), first + size
+        return worst
+
+    assert slowest(sizes) <= slowest([9, 9, 8, 8]) + 1e-12
+    assert sizes[-1] < sizes[1]  # the head's large vocabulary weighs on the last stage
+    r = run(
+        "simulate", "--model", "LLaMA-3.1-8B", "--gpu", "H100-80", "--tp", "2", "--pp", "4",
+        "--gbs", "16", "--seq", "4096", "--dtype", "bf16", "--split", "balanced", "--json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    stages = json.loads(r.output)["plan"]["stages"]
+    assert [s["last_layer"] - s["first_layer"] + 1 for s in stages] == sizes
+
+
+def test_bad_homogeneous_options_are_one_line_errors(tmp_path):
+    base = ("simulate", "--model", "LLaMA-3.1-8B", "--gbs", "16", "--seq", "4096")
+    one_line_error(run(*base, "--gpu", "H100-80", "--tp", "16"), "tp")
+    one_line_error(run(*base, "--gpu", "H100-80", "--provider", "oracle"), "provider")
+    one_line_error(run(*base, "--gpu", "H100-80", "--split", "9,9"), "split")
+    one_line_error(run(*base, "--gpu", "A10G", "--provider", "gcp"), "offered on aws")
+    one_line_error(run(*base, "--gpu", "H100-80", "--zone", "us-east-1a", "--provider", "gcp"),
+                   "zone")  # fmt: skip
+    (tmp_path / "p.json").write_text("{}")
+    one_line_error(run(*base, "--gpu", "H100-80", str(tmp_path / "p.json")), "not both")
+    one_line_error(run("simulate", "--gpu", "H100-80", "--gbs", "8"), "--model")
+
+
+def test_readme_plan_example_parses_and_simulates(tmp_path):
+    text = README.read_text()
+    section = text[text.index("### Plan JSON") :]
+    example = re.search(r"```json\n(.*?)```", section, re.S).group(1)
+    path = tmp_path / "plan.json"
+    path.write_text(example)
+    r = run("simulate", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert {m["gpu_type"] for m in out["memory"]} == {"A100-40", "V100-16"}
+    assert out["throughput"]["tokens_per_s"] > 0
+
+
+def test_catalog_commands():
+    r = run("prices", "--gpu", "H100-80", "--json")
+    assert r.exit_code == 0, r.output
+    offers = json.loads(r.output)["offers"]
+    assert {o["provider"] for o in offers} == {"aws", "gcp", "azure"}
+    assert all(o["source"] and o["date"] for o in offers)
+    one_line_error(run("prices", "--provider", "oracle"), "provider")
+    models = json.loads(run("models", "--json").output)
+    assert {"LLaMA-3.1-70B", "GPT-1T", "MPT-7B"} <= {m["name"] for m in models}
+    gpus = run("gpus")
+    assert gpus.exit_code == 0 and "MI300X" in gpus.output and "memory GiB" in gpus.output
+
+
+def test_memory_command_prints_gib():
+    r = run("memory", "--model", "LLaMA-3.1-8B", "--gpu", "H100-80", "--tp", "8", "--dtype",
+            "bf16", "--seq", "8192")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "peak GiB" in r.output and "headroom GiB" in r.output

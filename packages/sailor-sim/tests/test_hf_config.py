@@ -1,0 +1,243 @@
+"""Models from Hugging Face config.json files: published parameter counts, exactly.
+
+The configs are the published values of each model's config.json on the Hugging Face Hub
+(architecture fields as released), written to a temporary folder; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sailor_sim import Job, UnknownNameError, ValidationError, get_model
+from sailor_sim.hf_config import read_hf_config
+
+_LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "rope_type": "llama3"},
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+
+# (name, config.json, published total parameter count)
+CONFIGS = [
+    ("Llama-3.1-8B", _LLAMA_31_8B, 8_030_261_248),
+    (
+        "Mistral-7B-v0.1",
+        {
+            "model_type": "mistral",
+            "hidden_act": "silu",
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "max_position_embeddings": 32768,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 8,
+            "sliding_window": 4096,
+            "tie_word_embeddings": False,
+            "vocab_size": 32000,
+        },
+        7_241_732_096,
+    ),
+    (
+        "Qwen2.5-7B",
+        {
+            "model_type": "qwen2",
+            "hidden_act": "silu",
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "max_position_embeddings": 131072,
+            "num_attention_heads": 28,
+            "num_hidden_layers": 28,
+            "num_key_value_heads": 4,
+            "tie_word_embeddings": False,
+            "use_sliding_window": False,
+            "vocab_size": 152064,
+        },
+        7_615_616_512,
+    ),
+    (
+        "gemma-2b",
+        {
+            "model_type": "gemma",
+            "head_dim": 256,
+            "hidden_act": "gelu",
+            "hidden_size": 2048,
+            "intermediate_size": 16384,
+            "max_position_embeddings": 8192,
+            "num_attention_heads": 8,
+            "num_hidden_layers": 18,
+            "num_key_value_heads": 1,
+            "vocab_size": 256000,
+        },
+        2_506_172_416,
+    ),
+    (
+        "pythia-1b",
+        {
+            "model_type": "gpt_neox",
+            "hidden_act": "gelu",
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "max_position_embeddings": 2048,
+            "num_attention_heads": 8,
+            "num_hidden_layers": 16,
+            "rotary_pct": 0.25,
+            "tie_word_embeddings": False,
+            "use_parallel_residual": True,
+            "vocab_size": 50304,
+        },
+        1_011_781_632,
+    ),
+    (
+        "opt-125m",
+        {
+            "model_type": "opt",
+            "activation_function": "relu",
+            "do_layer_norm_before": True,
+            "dropout": 0.1,
+            "attention_dropout": 0.0,
+            "enable_bias": True,
+            "ffn_dim": 3072,
+            "hidden_size": 768,
+            "max_position_embeddings": 2048,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 12,
+            "vocab_size": 50272,
+            "word_embed_proj_dim": 768,
+        },
+        125_239_296,
+    ),
+    (
+        "gpt2",
+        {
+            "model_type": "gpt2",
+            "activation_function": "gelu_new",
+            "attn_pdrop": 0.1,
+            "n_ctx": 1024,
+            "n_embd": 768,
+            "n_head": 12,
+            "n_layer": 12,
+            "n_positions": 1024,
+            "resid_pdrop": 0.1,
+            "vocab_size": 50257,
+        },
+        124_439_808,
+    ),
+]
+
+
+def _write(tmp_path, name: str, cfg: dict):
+    folder = tmp_path / name
+    folder.mkdir()
+    path = folder / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize("name,cfg,published", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_published_parameter_counts(tmp_path, name, cfg, published):
+    spec = get_model(str(_write(tmp_path, name, cfg)))
+    assert spec.total_params() == published
+    # the padded vocabulary divides every power-of-two TP degree up to 128
+    assert spec.vocab_size % 128 == 0 and spec.vocab_size - cfg["vocab_size"] < 128
+    assert spec.vocab_size - spec.vocab_padding == cfg["vocab_size"]
+
+
+def test_tied_head_is_counted_once_but_held_per_stage(tmp_path):
+    spec = get_model(str(_write(tmp_path, "gpt2", CONFIGS[-1][1])))
+    held = sum(spec.params(i) for i in range(spec.num_layer_ids))
+    assert spec.tie_word_embeddings
+    assert held - spec.total_params() == spec.vocab_size * 768 + spec.vocab_padding * 768
+    assert spec.unpadded_vocab_size == 50257 and spec.vocab_size == 50304
+
+
+def test_llama_31_config_matches_the_catalog_entry(tmp_path):
+    path = _write(tmp_path, "llama", _LLAMA_31_8B)
+    from_file, catalog = get_model(str(path)), get_model("LLaMA-3.1-8B")
+    assert from_file.name == str(path.resolve())
+    for i in range(catalog.num_layer_ids):
+        assert from_file.param_terms(i, 8) == catalog.param_terms(i, 8)
+    # a folder holding config.json works too, and a Job round-trips through its name
+    assert get_model(str(path.parent)) == from_file
+    job = Job.create(str(path), 64, 8192, "bf16")
+    assert Job.from_dict(job.to_dict()) == job and Job.from_proto(job.to_proto()) == job
+
+
+def test_strict_reader_names_the_field(tmp_path):
+    bad = dict(_LLAMA_31_8B)
+    del bad["intermediate_size"]
+    with pytest.raises(ValidationError, match="needs 'intermediate_size'") as e:
+        read_hf_config(_write(tmp_path, "missing", bad))
+    assert e.value.field == "intermediate_size"
+    with pytest.raises(UnknownNameError, match="model_type 'mixtral'") as e:
+        read_hf_config(_write(tmp_path, "moe", {**_LLAMA_31_8B, "model_type": "mixtral"}))
+    assert e.value.field == "model_type"
+    opt350 = {**CONFIGS[5][1], "hidden_size": 1024, "word_embed_proj_dim": 512}
+    with pytest.raises(ValidationError) as e:
+        read_hf_config(_write(tmp_path, "opt350", opt350))
+    assert e.value.field == "word_embed_proj_dim"
+    with pytest.raises(ValidationError) as e:
+        read_hf_config(_write(tmp_path, "gemma7", {**CONFIGS[3][1], "hidden_size": 3072}))
+    assert e.value.field in ("head_dim", "num_heads")
+    with pytest.raises(ValidationError, match="does not exist") as e:
+        get_model(str(tmp_path / "nowhere" / "config.json"))
+    assert e.value.field == "model"
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(ValidationError, match="not a readable JSON"):
+        get_model(str(tmp_path / "junk.json"))
+
+
+def test_catalog_has_the_common_sizes_with_published_counts():
+    published = {
+        "LLaMA-2-7B": 6_738_415_616,
+        "LLaMA-2-13B": 13_015_864_320,
+        "LLaMA-2-70B": 68_976_648_192,
+        "LLaMA-3.1-8B": 8_030_261_248,
+        "LLaMA-3.1-70B": 70_553_706_496,
+        "Mistral-7B": 7_241_732_096,
+        "Qwen2.5-7B": 7_615_616_512,
+        "MPT-7B": 6_649_286_656,
+        "MPT-1B": 1_315_950_592,  # llm-foundry's benchmark README NumParams
+    }
+    for name, count in published.items():
+        assert get_model(name).total_params() == count, name
+    # Megatron-LM scaling table (arXiv 2104.04473, Table 1), billions as printed there
+    table = {"GPT-1.7B": 1.7, "GPT-18B": 18.4, "GPT-145B": 145.6, "GPT-530B": 529.6}
+    for name, billions in table.items():
+        assert round(get_model(name).total_params() / 1e9, 1) == pytest.approx(billions, abs=0.06)
+    assert get_model("gpt-1t").total_params() == pytest.approx(1008.0e9, rel=1e-3)
+    # the old names keep working
+    for old, new in (
+        ("OPT-350", "OPT-350M"),
+        ("gpt-neo-2.7", "GPT-Neo-2.7B"),
+        ("llama-3-8", "LLaMA-3-8B"),
+    ):
+        assert get_model(old).name == new
+
+
+def test_profiles_of_a_config_model_stay_in_their_folder(tmp_path):
+    from sailor_sim import ProfileStore, get_gpu, load_profile_dir, save_profile_dir
+    from sailor_sim.profiles import analytic_entry
+
+    spec = get_model(str(_write(tmp_path, "llama", _LLAMA_31_8B)))
+    store = ProfileStore([analytic_entry(spec, get_gpu("H100-80"), "bf16", 1, 8, 4096)])
+    out = tmp_path / "profiles"
+    written = save_profile_dir(store, out)
+    assert [p.parent for p in written] == [out]
+    back = load_profile_dir(out)
+    assert back.entry(spec.name, "H100-80", "bf16", 1, 8, 4096).key.model == spec.name

@@ -1,0 +1,109 @@
+"""Hostile and careless input to the real ``sailor-sim`` process: one line on stderr, exit 2.
+
+Issue 13, items 7 (tracebacks and hangs) and 8 (nonsense accepted as numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sailor_sim import Job, Plan, ProfileStore
+from sailor_sim.examples import example_job, example_plan
+from sailor_sim.profile_files import save_profile_dir
+from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
+
+
+def sailor_sim(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sailor_sim.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_line_error(r: subprocess.CompletedProcess, needle: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr and needle in lines[0], lines[0]
+
+
+@pytest.fixture()
+def plan_file(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"job": example_job().to_dict(), "plan": example_plan().to_dict()}))
+    return path
+
+
+def test_garbage_files_are_refused_in_one_line(tmp_path):
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    null = tmp_path / "null.json"
+    null.write_text("null")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    one_line_error(sailor_sim("simulate", str(garbage)), "binary")
+    one_line_error(sailor_sim("simulate", str(null)), "holds null")
+    one_line_error(sailor_sim("simulate", str(deep)), "nests deeper")
+    # Reading /dev/zero or a FIFO would block forever: refused by stat() before open().
+    one_line_error(sailor_sim("simulate", "/dev/zero", timeout=30), "not a regular file")
+    one_line_error(sailor_sim("simulate", str(fifo), timeout=30), "not a regular file")
+    one_line_error(sailor_sim("simulate", str(tmp_path)), "is a folder")
+
+
+def test_nan_and_fractional_numbers_in_a_plan_file(tmp_path, plan_file):
+    data = json.loads(plan_file.read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps(data).replace('"global_batch_size": 1024', '"global_batch_size": NaN')
+    )
+    one_line_error(sailor_sim("simulate", str(bad)), "NaN")
+    data["plan"]["stages"][0]["replicas"][0]["microbatch_size"] = 2.5
+    bad.write_text(json.dumps(data))
+    one_line_error(sailor_sim("simulate", str(bad)), "microbatch_size: must be a whole number")
+    data["plan"]["stages"][0]["replicas"][0]["microbatch_size"] = "2"
+    bad.write_text(json.dumps(data))
+    one_line_error(sailor_sim("simulate", str(bad)), "must be an integer")
+
+
+def test_negative_and_nan_whole_run_figures(plan_file):
+    one_line_error(sailor_sim("simulate", str(plan_file), "--iterations", "-5"), "--iterations")
+    one_line_error(sailor_sim("simulate", str(plan_file), "--iterations", "nan"), "finite")
+    ok = sailor_sim("simulate", str(plan_file), "--iterations", "5", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["run"]
+
+
+def test_negative_microbatch_count_is_refused():
+    args = ["memory", "--model", "OPT-350M", "--gpu", "A100-40"]
+    one_line_error(sailor_sim(*args, "--num-microbatches", "-3"), "--num-microbatches")
+    one_line_error(sailor_sim(*args, "--mbs", "2.5"), "--mbs")
+    one_line_error(sailor_sim(*args, "--pp", "0"), "--pp")
+
+
+def test_flags_next_to_a_plan_file_with_a_job_are_an_error(plan_file):
+    one_line_error(sailor_sim("simulate", str(plan_file), "--gbs", "64"), "--gbs")
+    one_line_error(sailor_sim("simulate", str(plan_file), "--dtype", "bf16"), "--dtype")
+    assert sailor_sim("simulate", str(plan_file)).returncode == 0
+
+
+def test_an_overflowing_layer_time_is_no_finite_estimate(tmp_path):
+    job = Job.create("tiny-gpt", 8, 128)
+    layers = tuple(LayerProfile(1e308, 1e308, 1e-4) for _ in range(job.model.num_layer_ids))
+    key = ProfileKey(job.model.name, "A100-40", "fp32", 1, 1)
+    save_profile_dir(
+        ProfileStore([ProfileEntry(key, 128, layers, "measured")]), tmp_path / "profiles"
+    )
+    plan = Plan.uniform(job, "A100-40", "us-central1-a", pp=1, dp=1, tp=1, microbatch_size=1)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"job": job.to_dict(), "plan": plan.to_dict()}))
+    r = sailor_sim("simulate", str(path), "--profiles", str(tmp_path / "profiles"), "--json")
+    assert "Infinity" not in r.stdout and "NaN" not in r.stdout and '"fits": true' not in r.stdout
+    one_line_error(r, "overflows")

@@ -1,0 +1,75 @@
+"""The published-measurement table and the calibrated efficiency form read by the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from sailor_sim import analytic, published
+from sailor_sim.gpus import get_gpu
+
+
+def test_table_has_enough_sourced_rows() -> None:
+    runs = published.load_runs()
+    sources = published.sources()
+    assert len(runs) >= 30
+    assert len({r.source for r in runs}) >= 4
+    for source in sources.values():
+        assert source["citation"] and source["url"].startswith("https://")
+    for run in runs:
+        assert run.measured_tokens_per_s_per_gpu() > 0, run.label
+        assert run.global_batch % (run.dp * run.microbatch) == 0, run.label
+
+
+def test_architectures_match_the_parameter_counts_their_source_published() -> None:
+    checked = 0
+    for name in sorted({r.model for r in published.load_runs()}):
+        count = published.published_params(name)
+        if count is None:
+            continue
+        ours = published.model_spec(name, count[1]).total_params()
+        assert abs(ours - count[0]) / count[0] < 0.01, name
+        checked += 1
+    assert checked >= 5
+
+
+def test_iteration_time_rows_convert_to_tokens_per_second() -> None:
+    run = next(r for r in published.load_runs() if "iteration_s" in r.measured)
+    expected = run.global_batch * run.seq / run.measured["iteration_s"] / run.gpus
+    assert run.measured_tokens_per_s_per_gpu() == pytest.approx(expected)
+
+
+def test_gpu_variant_keeps_its_base_peak_and_takes_its_own_memory() -> None:
+    variant = published.gpu_type("H100-96-HBM2e-500W")
+    base = get_gpu("H100-80")
+    assert variant.bf16_flops == base.bf16_flops
+    assert variant.memory_bandwidth == pytest.approx(2.4e12)
+    assert analytic.gpu_family(variant) == "hopper"
+
+
+def test_matmul_efficiency_rises_to_its_plateau_at_the_knee() -> None:
+    eff = analytic.MatmulEfficiency(0.6, 1e10, "test")
+    assert eff.at(1e9) == pytest.approx(0.06)
+    assert eff.at(1e10) == pytest.approx(0.6)
+    assert eff.at(1e12) == pytest.approx(0.6)
+
+
+def test_calibration_applies_to_its_family_and_dtype_only() -> None:
+    model = published.model_spec("MPT-7B", 2048)
+    a100, v100 = get_gpu("A100-80"), get_gpu("V100-16")
+    saved = dict(analytic.CALIBRATION)
+    try:
+        analytic.set_calibration({})
+        before_bf16 = analytic.layer_times(model, 1, a100, "bf16", 4, 2048, 1)
+        before_fp32 = analytic.layer_times(model, 1, a100, "fp32", 4, 2048, 1)
+        before_v100 = analytic.layer_times(model, 1, v100, "fp16", 4, 2048, 1)
+        analytic.set_calibration({("ampere", "bf16"): analytic.MatmulEfficiency(0.9, 1.0, "t")})
+        fwd, bwd = analytic.layer_times(model, 1, a100, "bf16", 4, 2048, 1)
+        flops = model.forward_flops(1, 4, 2048, 1)
+        assert fwd == pytest.approx(flops / (312e12 * 0.9) + analytic.KERNEL_OVERHEAD_S)
+        assert bwd == pytest.approx(2 * flops / (312e12 * 0.9) + analytic.KERNEL_OVERHEAD_S)
+        assert fwd < before_bf16[0]
+        assert analytic.layer_times(model, 1, a100, "fp32", 4, 2048, 1) == before_fp32
+        assert analytic.layer_times(model, 1, v100, "fp16", 4, 2048, 1) == before_v100
+        assert analytic.layer_times(model, 0, a100, "bf16", 4, 2048, 1)[0] > 0  # embedding
+    finally:
+        analytic.set_calibration(saved)
