@@ -86,3 +86,25 @@ class Topology:
     def slots(self) -> list[Slot]:
         """Every rank's slot, in rank order."""
         return list(self._slots)
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """A rank with its replica's GPU type and zone: a flat view of ``Topology``."""
+
+    rank: int
+    stage: int
+    replica: int
+    tp_rank: int
+    gpu_type: str
+    zone: str
+
+
+def rank_layout(plan: Plan) -> list[RankSpec]:
+    """Every rank of ``plan`` in rank order, as ``Topology`` numbers them."""
+    topo = Topology(plan)
+    out = []
+    for rank, slot in enumerate(topo.slots()):
+        rep = topo.replica(slot)
+        out.append(RankSpec(rank, slot.stage, slot.replica, slot.tp_rank, rep.gpu_type, rep.zone))
+    return out
