@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
+from rich.table import Table
 
 
 @dataclass
@@ -82,18 +85,31 @@ def render(s: RunSummary) -> str:
     if s.message:
         lines.append(f"  note            {s.message}")
     if s.reconfigurations:
-        phases = ["detect", "debounce", "plan", "place", "stop", "checkpoint", "restart"]
         lines.append("  re-plans (seconds per phase):")
-        lines.append(
-            "    gen  " + "".join(f"{p:>11}" for p in phases) + "      total  resumed-after  why"
-        )
-        for r in s.reconfigurations:
-            cells = "".join(f"{r['phases'].get(p, 0.0):>11.2f}" for p in phases)
-            lines.append(
-                f"    {r['generation']:>3}  {cells}  {r['total_s']:>9.2f}  "
-                f"{r['resumed_from_step']:>13}  {r['reason'][:70]}"
-            )
+        lines.append(replans_table(s.reconfigurations))
     return "\n".join(lines)
+
+
+PHASES = ("detect", "debounce", "plan", "place", "stop", "checkpoint", "restart")
+
+
+def replans_table(reconfigurations: list[dict]) -> str:
+    """The re-plans with their phase timings, as a rich table rendered to text."""
+    grid = Table(box=None, pad_edge=False, padding=(0, 1))
+    grid.add_column("gen", justify="right")
+    for phase in (*PHASES, "total"):
+        grid.add_column(phase, justify="right")
+    grid.add_column("resumed-after", justify="right")
+    grid.add_column("why", no_wrap=True, overflow="ellipsis", max_width=70)
+    for r in reconfigurations:
+        cells = [f"{r['phases'].get(p, 0.0):.2f}" for p in PHASES]
+        grid.add_row(
+            str(r["generation"]), *cells, f"{r['total_s']:.2f}",
+            str(r["resumed_from_step"]), r["reason"],
+        )  # fmt: skip
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(Padding(grid, (0, 0, 0, 4)))
+    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())
 
 
 class Progress:
