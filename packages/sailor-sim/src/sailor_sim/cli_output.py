@@ -19,12 +19,6 @@ def fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
-def fail(exc: Exception) -> None:
-    """One clear line on stderr and exit status 2."""
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(2)
-
-
 def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
     from .metrics import provenance
 
