@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sailor_planner.client import PlannerClient
 from sailor_planner.proto import planner_pb2_grpc
 from sailor_sim import Inventory, Job
-from sailor_sim.zones import ZONE_CATALOG
+from sailor_sim.prices import zones_offering
 
 CLIENTS = 32
 CANCEL_AFTER_S = 1.0
@@ -38,12 +38,12 @@ TYPES = ("A100-40", "V100-16", "H100-80", "T4")
 
 
 def wide_inventory(per_pool: int = 250) -> Inventory:
-    zones = sorted(ZONE_CATALOG)[:40]
+    zones = zones_offering(TYPES)[:40]
     return Inventory.of({(g, z): per_pool for g in TYPES for z in zones})
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    code = "from sailor_planner.planrun import main; main()"
+    code = "from sailor_planner.cli import main; main()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "serve", "--port", "0"],
         stdout=subprocess.PIPE,

@@ -88,6 +88,6 @@ def test_cross_package_messages_are_shared() -> None:
     ranked = planner_pb2.RankedPlan(estimate=estimate_pb2.Estimate(fits=True))
     assert type(ranked.estimate) is estimate_pb2.Estimate
     service = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"]
-    assert [m.name for m in service.methods] == ["Plan", "Simulate", "Replan"]
+    assert [m.name for m in service.methods] == ["Plan", "Simulate", "Replan", "Replay"]
     assert hasattr(planner_pb2_grpc, "PlannerServiceStub")
     assert hasattr(planner_pb2_grpc, "add_PlannerServiceServicer_to_server")

@@ -171,6 +171,14 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
 
         return self._guard(context, run)
 
+    def Replay(self, request, context):  # noqa: N802
+        from . import replayrpc  # the replay (polars) loads only when asked for
+
+        prepared = self._guard(context, lambda: replayrpc.prepare(request, _prefixed))
+        events = replayrpc.stream(*prepared)
+        while (message := self._guard(context, lambda: next(events, None))) is not None:
+            yield message
+
 
 def create_server(
     address: str = "127.0.0.1:0",

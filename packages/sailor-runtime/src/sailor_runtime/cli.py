@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 import sailor_runtime
+from sailor_sim import Job, get_gpu, inputs
 from sailor_sim.errors import SailorSimError
 
 from .errors import SailorRuntimeError
@@ -97,6 +98,11 @@ def run(
     flash_attention: bool = typer.Option(True, "--flash-attention/--math-attention",
                                          help="Attention through SDPA, or the explicit math."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Drive joins and leaves from this availability trace (zone local)."),
+    ] = None,
+    time_scale: float = typer.Option(1.0, help="Trace seconds per wall-clock second."),
 ) -> None:
     """Train a model end to end: planner server, controller and worker agents."""
     from .run.local import LocalRunConfig, run_local
@@ -121,6 +127,21 @@ def run(
             _fail(SailorRuntimeError(
                 f"{t} is not a CPU worker type, and a local run's workers are CPU processes; "
                 "use cpu-1t, cpu-2t, ... (N threads on N cores)", field="--gpu-types"))  # fmt: skip
+    try:  # fail now, not after the workers were refused and the run waited for them
+        for t in types:
+            get_gpu(t)
+        Job.create(model, global_batch_size, seq_len)
+        run_dir = inputs.output_folder(run_dir, "--run-dir") if run_dir else None
+        if json_out is not None:
+            inputs.output_file(json_out, "--json")
+    except SailorSimError as exc:
+        _fail(exc)
+    if add_worker_at_step and add_worker_at_step >= steps:
+        typer.echo(
+            f"warning: --add-worker-at-step {add_worker_at_step} is not before --steps {steps}: "
+            "the run ends before the worker could join, so it will not be used",
+            err=True,
+        )
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="sailor-run-"))
     cfg = LocalRunConfig(
         run_dir=run_dir,
@@ -140,11 +161,17 @@ def run(
         execution_options=options.to_dict(),
     )
     typer.echo(f"run folder: {run_dir}", err=True)
+    if trace is not None:
+        from .run.tracecli import run_trace_command
+
+        raise typer.Exit(run_trace_command(cfg, trace, time_scale, json_out))
     try:
         summary = run_local(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
     typer.echo(render(summary))
+    for warning in summary.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if json_out:
         json_out.write_text(json.dumps(summary.to_dict(), indent=2))
     if summary.state != "DONE":
@@ -187,6 +214,7 @@ def controller(
     token = resolve_token(token)
     try:
         check_bind(host, token, "the controller")
+        inputs.port(port, "--port")
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
@@ -275,5 +303,10 @@ def worker(
     sys.exit(1 if agent.lost_controller else 0)
 
 
+def entry() -> None:
+    """The ``sailor`` console script: every error one line on stderr, never a traceback."""
+    inputs.run_app(app, "sailor")
+
+
 if __name__ == "__main__":
-    app()
+    entry()

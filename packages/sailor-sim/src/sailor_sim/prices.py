@@ -88,6 +88,20 @@ def price_per_gpu_hour(gpu_type: str, zone: str, spot: bool = False) -> float:
     return price_entry(gpu_type, zone, spot)[0]
 
 
+def zones_offering(gpu_types, spot: bool = False) -> list[str]:
+    """Sorted catalog zones where every one of ``gpu_types`` has a price (for building
+    inventories that the cost model can score)."""
+    from .zones import ZONE_CATALOG
+
+    def priced(zone: str) -> bool:
+        try:
+            return all(price_entry(g, zone, spot)[0] > 0 for g in gpu_types)
+        except UnknownNameError:
+            return False
+
+    return sorted(z for z in ZONE_CATALOG if priced(z))
+
+
 def usd_per_second(gpu_type: str, zone: str, gpus: int = 1) -> float:
     """$/s of ``gpus`` GPUs of a type in a zone (what a replica of TP ``gpus`` bills)."""
     return gpus * price_per_gpu_hour(gpu_type, zone) / 3600.0

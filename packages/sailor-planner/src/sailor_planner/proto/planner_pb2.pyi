@@ -108,3 +108,113 @@ class SimulateResponse(_message.Message):
     ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     estimate: _estimate_pb2.Estimate
     def __init__(self, estimate: _Optional[_Union[_estimate_pb2.Estimate, _Mapping]] = ...) -> None: ...
+
+class TraceRow(_message.Message):
+    __slots__ = ("timestamp_s", "zone", "gpu_type", "available", "price", "preempted")
+    TIMESTAMP_S_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    PRICE_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTED_FIELD_NUMBER: _ClassVar[int]
+    timestamp_s: float
+    zone: str
+    gpu_type: str
+    available: int
+    price: float
+    preempted: int
+    def __init__(self, timestamp_s: _Optional[float] = ..., zone: _Optional[str] = ..., gpu_type: _Optional[str] = ..., available: _Optional[int] = ..., price: _Optional[float] = ..., preempted: _Optional[int] = ...) -> None: ...
+
+class ReplayRequest(_message.Message):
+    __slots__ = ("job", "trace", "objective", "min_throughput", "max_cost_per_iteration", "policies", "checkpoint_interval_s", "hold_last_s", "profile_dir", "sailor_root")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
+    MIN_THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
+    MAX_COST_PER_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    HOLD_LAST_S_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_DIR_FIELD_NUMBER: _ClassVar[int]
+    SAILOR_ROOT_FIELD_NUMBER: _ClassVar[int]
+    job: _job_pb2.Job
+    trace: _containers.RepeatedCompositeFieldContainer[TraceRow]
+    objective: Objective
+    min_throughput: float
+    max_cost_per_iteration: float
+    policies: _containers.RepeatedScalarFieldContainer[str]
+    checkpoint_interval_s: float
+    hold_last_s: float
+    profile_dir: str
+    sailor_root: str
+    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., trace: _Optional[_Iterable[_Union[TraceRow, _Mapping]]] = ..., objective: _Optional[_Union[Objective, str]] = ..., min_throughput: _Optional[float] = ..., max_cost_per_iteration: _Optional[float] = ..., policies: _Optional[_Iterable[str]] = ..., checkpoint_interval_s: _Optional[float] = ..., hold_last_s: _Optional[float] = ..., profile_dir: _Optional[str] = ..., sailor_root: _Optional[str] = ...) -> None: ...
+
+class ReplayStep(_message.Message):
+    __slots__ = ("policy", "index", "start_s", "duration_s", "available_gpus", "gpus_used", "samples_per_s", "usd_per_hour", "replanned", "reconfigured", "reconfigure_s", "lost_samples", "samples", "usd", "plan")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_USED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    USD_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    REPLANNED_FIELD_NUMBER: _ClassVar[int]
+    RECONFIGURED_FIELD_NUMBER: _ClassVar[int]
+    RECONFIGURE_S_FIELD_NUMBER: _ClassVar[int]
+    LOST_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    USD_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    index: int
+    start_s: float
+    duration_s: float
+    available_gpus: int
+    gpus_used: int
+    samples_per_s: float
+    usd_per_hour: float
+    replanned: bool
+    reconfigured: bool
+    reconfigure_s: float
+    lost_samples: float
+    samples: float
+    usd: float
+    plan: str
+    def __init__(self, policy: _Optional[str] = ..., index: _Optional[int] = ..., start_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., available_gpus: _Optional[int] = ..., gpus_used: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., usd_per_hour: _Optional[float] = ..., replanned: _Optional[bool] = ..., reconfigured: _Optional[bool] = ..., reconfigure_s: _Optional[float] = ..., lost_samples: _Optional[float] = ..., samples: _Optional[float] = ..., usd: _Optional[float] = ..., plan: _Optional[str] = ...) -> None: ...
+
+class ReplaySummary(_message.Message):
+    __slots__ = ("policy", "samples", "tokens", "usd", "usd_per_million_tokens", "mean_samples_per_s", "gpu_hours", "replans", "reconfigurations", "reconfigure_s", "lost_samples", "checkpoint_s")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    USD_FIELD_NUMBER: _ClassVar[int]
+    USD_PER_MILLION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_SAMPLES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
+    REPLANS_FIELD_NUMBER: _ClassVar[int]
+    RECONFIGURATIONS_FIELD_NUMBER: _ClassVar[int]
+    RECONFIGURE_S_FIELD_NUMBER: _ClassVar[int]
+    LOST_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_S_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    samples: float
+    tokens: float
+    usd: float
+    usd_per_million_tokens: float
+    mean_samples_per_s: float
+    gpu_hours: float
+    replans: int
+    reconfigurations: int
+    reconfigure_s: float
+    lost_samples: float
+    checkpoint_s: float
+    def __init__(self, policy: _Optional[str] = ..., samples: _Optional[float] = ..., tokens: _Optional[float] = ..., usd: _Optional[float] = ..., usd_per_million_tokens: _Optional[float] = ..., mean_samples_per_s: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., replans: _Optional[int] = ..., reconfigurations: _Optional[int] = ..., reconfigure_s: _Optional[float] = ..., lost_samples: _Optional[float] = ..., checkpoint_s: _Optional[float] = ...) -> None: ...
+
+class ReplayEvent(_message.Message):
+    __slots__ = ("step", "summary")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    step: ReplayStep
+    summary: ReplaySummary
+    def __init__(self, step: _Optional[_Union[ReplayStep, _Mapping]] = ..., summary: _Optional[_Union[ReplaySummary, _Mapping]] = ...) -> None: ...

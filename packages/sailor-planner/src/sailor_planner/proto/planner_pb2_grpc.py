@@ -49,6 +49,11 @@ class PlannerServiceStub:
                 request_serializer=sailor_dot_v1_dot_planner__pb2.ReplanRequest.SerializeToString,
                 response_deserializer=sailor_dot_v1_dot_planner__pb2.PlanResponse.FromString,
                 _registered_method=True)
+        self.Replay = channel.unary_stream(
+                '/sailor.v1.PlannerService/Replay',
+                request_serializer=sailor_dot_v1_dot_planner__pb2.ReplayRequest.SerializeToString,
+                response_deserializer=sailor_dot_v1_dot_planner__pb2.ReplayEvent.FromString,
+                _registered_method=True)
 
 
 class PlannerServiceServicer:
@@ -75,6 +80,14 @@ class PlannerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Replay(self, request, context):
+        """Replay an availability trace under several re-planning policies; streams one event per
+        (policy, trace state) as it is computed, then a summary per policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlannerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +105,11 @@ def add_PlannerServiceServicer_to_server(servicer, server):
                     servicer.Replan,
                     request_deserializer=sailor_dot_v1_dot_planner__pb2.ReplanRequest.FromString,
                     response_serializer=sailor_dot_v1_dot_planner__pb2.PlanResponse.SerializeToString,
+            ),
+            'Replay': grpc.unary_stream_rpc_method_handler(
+                    servicer.Replay,
+                    request_deserializer=sailor_dot_v1_dot_planner__pb2.ReplayRequest.FromString,
+                    response_serializer=sailor_dot_v1_dot_planner__pb2.ReplayEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +193,33 @@ class PlannerService:
             '/sailor.v1.PlannerService/Replan',
             sailor_dot_v1_dot_planner__pb2.ReplanRequest.SerializeToString,
             sailor_dot_v1_dot_planner__pb2.PlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replay(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sailor.v1.PlannerService/Replay',
+            sailor_dot_v1_dot_planner__pb2.ReplayRequest.SerializeToString,
+            sailor_dot_v1_dot_planner__pb2.ReplayEvent.FromString,
             options,
             channel_credentials,
             insecure,

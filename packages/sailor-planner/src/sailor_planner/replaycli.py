@@ -1,0 +1,142 @@
+"""``sailor-planner replay``: replay an availability trace and compare re-planning policies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sailor_sim import SailorSimError
+
+from .errors import SailorPlannerError
+
+
+def fmt_table(result) -> str:
+    """One row per policy (plain text)."""
+    head = (
+        f"{'policy':<15} {'samples':>12} {'$':>10} {'$/1M tok':>9} {'samples/s':>10} "
+        f"{'GPU-h':>9} {'re-plans':>8} {'reconf.':>7} {'reconf. s':>9} {'lost samples':>12}"
+    )
+    lines = [head]
+    for s in result.summaries:
+        per_m = f"{s.usd_per_million_tokens:>9.3f}" if s.usd_per_million_tokens else f"{'-':>9}"
+        lines.append(
+            f"{s.policy:<15} {s.samples:>12,.0f} {s.usd:>10,.2f} {per_m} "
+            f"{s.mean_samples_per_s:>10.2f} {s.gpu_hours:>9,.1f} {s.replans:>8} "
+            f"{s.reconfigurations:>7} {s.reconfigure_s:>9.1f} {s.lost_samples:>12,.0f}"
+        )
+    t = result.trace
+    lines.append(
+        f"trace {t.source}: {len(t.states)} states over {t.duration_s / 3600:.1f} h, "
+        f"{len(t.pools)} pools, {t.preemptions} with preemptions; "
+        f"checkpoint every {result.reconfig.checkpoint_interval_s:g} s; "
+        f"replay {result.replay_time_s:.2f} s"
+    )
+    if result.spot is not None:
+        a = result.spot
+        lines.append(
+            f"spot ({result.summaries[0].policy}'s first plan): {a.preemptions} preemptions, one "
+            f"every {a.mtbf_s / 3600:.2f} h; checkpoint save {a.save_s:.1f} s, restart "
+            f"{a.restart_s:.1f} s; expected waste {a.waste:.1%} -> {a.usd_per_million_tokens:.4f}"
+            f" $/1M tokens at {a.interval_s:g} s; optimum interval {a.daly_interval_s:.0f} s "
+            f"(Daly; Young {a.young_interval_s:.0f} s): waste {a.waste_at_daly:.1%}, "
+            f"{a.usd_per_million_tokens_at_daly:.4f} $/1M tokens"
+        )
+    return "\n".join(lines)
+
+
+def replay_command(
+    trace: Annotated[Path, typer.Option("--trace", help="Availability trace (CSV or Parquet).")],
+    model: Annotated[str, typer.Option("--model", help="Catalog model, e.g. OPT-350M.")],
+    gbs: Annotated[int, typer.Option("--gbs", help="Global batch size.")] = 1024,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="Tokens per sample.")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
+    objective: Annotated[str, typer.Option("--objective", help="throughput or cost.")] = (
+        "throughput"
+    ),
+    min_throughput: Annotated[
+        float | None, typer.Option("--min-throughput", help="Iterations per second.")
+    ] = None,
+    max_cost_per_iteration: Annotated[
+        float | None, typer.Option("--max-cost-per-iteration")
+    ] = None,
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated subset of the policies.")
+    ] = "sailor,static,single-type,replan-on-loss",
+    checkpoint_interval: Annotated[
+        float | None, typer.Option("--checkpoint-interval", help="Seconds between checkpoints.")
+    ] = None,
+    hold_last: Annotated[
+        float | None,
+        typer.Option("--hold-last", help="Seconds the last state lasts (default: it closes)."),
+    ] = None,
+    sailor_root: Annotated[
+        Path | None, typer.Option("--sailor-root", help="Original Sailor checkout (profiles).")
+    ] = None,
+    profile_dir: Annotated[Path | None, typer.Option("--profile-dir")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Replay a GPU availability trace: samples, dollars and re-plans per policy."""
+    try:
+        result = run_replay(
+            trace, model, gbs, seq_len, dtype, objective, min_throughput,
+            max_cost_per_iteration, policies, checkpoint_interval, hold_last, sailor_root,
+            profile_dir,
+        )  # fmt: skip
+        if plot is not None:
+            from .replayplot import plot_replay
+
+            plot_replay(result, plot)
+    except (SailorPlannerError, SailorSimError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        out = result.to_dict()
+        out["plot"] = str(plot) if plot else None
+        typer.echo(json.dumps(out))
+    else:
+        typer.echo(fmt_table(result))
+        if plot is not None:
+            typer.echo(f"plot: {plot}")
+
+
+def run_replay(
+    trace, model, gbs, seq_len, dtype, objective, min_throughput, max_cost_per_iteration,
+    policies, checkpoint_interval, hold_last, sailor_root, profile_dir,
+):  # fmt: skip
+    from sailor_sim import Job
+
+    from .errors import RequestError
+    from .policies import KNOWN_POLICIES
+    from .reconfig import ReconfigModel
+    from .replay import replay
+    from .request import Constraints, SearchOptions
+    from .sources import planner_for
+    from .trace import read_trace
+
+    names = tuple(p.strip() for p in policies.split(",") if p.strip())
+    unknown = [p for p in names if p not in KNOWN_POLICIES]
+    if unknown or not names:
+        raise RequestError(
+            f"unknown policy {', '.join(unknown) or '(none)'}; use some of "
+            f"{', '.join(KNOWN_POLICIES)}",
+            field="policies",
+        )
+    job = Job.create(model, gbs, seq_len, dtype)
+    options = SearchOptions(
+        objective=objective,
+        constraints=Constraints(max_cost_per_iteration, None, min_throughput),
+    )
+    reconfig = (
+        ReconfigModel(checkpoint_interval_s=checkpoint_interval)
+        if checkpoint_interval is not None
+        else ReconfigModel()
+    )
+    availability = read_trace(trace, hold_last)
+    planner = planner_for(
+        str(profile_dir) if profile_dir else None, str(sailor_root) if sailor_root else None
+    )
+    return replay(planner, job, availability, options, reconfig, names)

@@ -1,0 +1,174 @@
+"""Trace replay: each policy's samples, dollars, re-plans and reconfiguration costs, checked
+against the segments of its own timeline and the reconfiguration model; and the CLI."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sailor_planner.cli import app
+from sailor_planner.policies import pays_off
+from sailor_planner.reconfig import ReconfigModel
+from sailor_planner.replay import replay
+from sailor_planner.request import SearchOptions
+from sailor_planner.trace import read_trace
+from sailor_sim import Job, price_per_gpu_hour
+
+JOB = Job.create("OPT-350M", 256, 2048)
+MODEL = ReconfigModel(plan_s=0.25, checkpoint_interval_s=1000.0)
+HEADER = "timestamp,zone,gpu_type,available,price,preempted\n"
+A100 = "us-central1-a,A100-40"
+
+
+def trace_file(tmp_path: Path, rows: list[str], name: str = "t.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(HEADER + "".join(r + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def loss_then_join(tmp_path_factory, planner):
+    path = trace_file(
+        tmp_path_factory.mktemp("trace"),
+        [f"0,{A100},16,,", f"3600,{A100},8,,", f"7200,{A100},16,,", f"10800,{A100},16,,"],
+    )
+    return replay(planner, JOB, read_trace(path), SearchOptions(), MODEL)
+
+
+def events_of(result, policy):
+    return [e for e in result.events if e.policy == policy]
+
+
+def test_summaries_are_the_sums_of_the_timeline(loss_then_join) -> None:
+    price = price_per_gpu_hour("A100-40", "us-central1-a")
+    for summary in loss_then_join.summaries:
+        events = events_of(loss_then_join, summary.policy)
+        segments = loss_then_join.timeline(summary.policy)
+        trained = sum(s.samples_per_s * (s.end_s - s.start_s) for s in segments)
+        assert summary.samples == pytest.approx(trained - summary.lost_samples)
+        assert summary.samples == pytest.approx(sum(e.samples for e in events))
+        billed = sum(s.gpus * price * (s.end_s - s.start_s) / 3600 for s in segments)
+        assert summary.usd == pytest.approx(billed)  # one zone: no egress
+        assert summary.usd_per_million_tokens == pytest.approx(
+            summary.usd / (summary.samples * JOB.sequence_length / 1e6)
+        )
+        assert summary.mean_samples_per_s == pytest.approx(summary.samples / 10800)
+
+
+def test_static_stops_while_its_gpus_are_gone_and_resumes(loss_then_join) -> None:
+    static = events_of(loss_then_join, "static")
+    assert static[0].gpus_used == 16, "the best plan on 16 A100s uses them all"
+    assert static[1].gpus_used == 0 and static[1].samples <= 0 and static[1].usd == 0
+    assert static[2].gpus_used == 16 and static[2].reconfigured and not static[2].replanned
+    assert static[2].plan == static[0].plan
+
+
+def test_replan_on_loss_ignores_joins_and_sailor_takes_them(loss_then_join) -> None:
+    on_loss = events_of(loss_then_join, "replan-on-loss")
+    assert [e.replanned for e in on_loss] == [True, True, False]
+    assert on_loss[2].gpus_used <= 8
+    sailor = events_of(loss_then_join, "sailor")
+    assert [e.replanned for e in sailor] == [True, True, True]
+    assert sailor[2].gpus_used == 16, "an hour of 2x the GPUs pays for one switch"
+    by_name = {s.policy: s for s in loss_then_join.summaries}
+    assert by_name["sailor"].samples > by_name["replan-on-loss"].samples > by_name["static"].samples
+
+
+def test_a_reconfiguration_costs_the_model_downtime_and_the_work_since_the_checkpoint(
+    loss_then_join,
+) -> None:
+    first, second = events_of(loss_then_join, "sailor")[:2]
+    down = MODEL.debounce_s + 0.25 + MODEL.place_stop_s + MODEL.restore_s(JOB) + MODEL.restart_s
+    assert second.reconfigure_s == pytest.approx(down)  # announced loss: no detect
+    last_ckpt = max(s.end_s for s in first.segments if s.kind == "checkpoint")
+    assert second.lost_samples == pytest.approx(first.samples_per_s * (3600 - last_ckpt))
+    stalls = [s.end_s - s.start_s for s in first.segments if s.kind == "checkpoint"]
+    assert stalls and all(s == pytest.approx(MODEL.save_s(JOB)) for s in stalls)
+
+
+def test_preemption_adds_detection_and_spot_price_is_billed(tmp_path, planner) -> None:
+    path = trace_file(
+        tmp_path,
+        [f"0,{A100},16,1.25,", f"3600,{A100},8,1.25,8", f"7200,{A100},8,1.25,"],
+    )
+    result = replay(planner, JOB, read_trace(path), SearchOptions(), MODEL, ("sailor",))
+    first, second = result.events
+    down = MODEL.detect_s + MODEL.debounce_s + 0.25 + MODEL.place_stop_s
+    assert second.reconfigure_s == pytest.approx(down + MODEL.restore_s(JOB) + MODEL.restart_s)
+    assert second.lost_samples > 0
+    held_h = sum(s.gpus * (s.end_s - s.start_s) for s in result.timeline("sailor")) / 3600
+    assert result.summaries[0].usd == pytest.approx(1.25 * held_h)
+
+
+def test_pays_off_weighs_the_switch() -> None:
+    # 100 -> 200 samples/s, 60 s down, 1000 samples lost: worth it over an hour, not over 70 s.
+    assert pays_off("throughput", (100, 10), (200, 20), 3600, 60, 1000)
+    assert not pays_off("throughput", (100, 10), (200, 20), 70, 60, 1000)
+    # Cost: same $/sample per second of training, so the switch never pays.
+    assert not pays_off("cost", (100, 10), (200, 20), 3600, 60, 1000)
+    assert pays_off("cost", (100, 10), (100, 5), 3600, 60, 1000)
+
+
+def test_reconfig_model_rejects_bad_parameters() -> None:
+    from sailor_planner.errors import RequestError
+
+    with pytest.raises(RequestError, match="reconfig.checkpoint_interval_s: must be > 0"):
+        ReconfigModel(checkpoint_interval_s=0)
+    with pytest.raises(RequestError, match="reconfig.detect_s"):
+        ReconfigModel(detect_s=math.nan)
+
+
+def test_cli_prints_the_policy_table_json_and_a_png(tmp_path) -> None:
+    path = trace_file(tmp_path, [f"0,{A100},16,,", f"1800,{A100},8,,", f"3600,{A100},8,,"])
+    args = ["replay", "--trace", str(path), "--model", "OPT-350M", "--gbs", "256"]
+    table = CliRunner().invoke(app, args)
+    assert table.exit_code == 0, table.output
+    for name in ("sailor", "static", "single-type", "replan-on-loss", "$/1M tok"):
+        assert name in table.output
+    png = tmp_path / "replay.png"
+    out = CliRunner().invoke(app, [*args, "--json", "--plot", str(png)])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert [p["policy"] for p in data["policies"]] == [
+        "sailor", "static", "single-type", "replan-on-loss",
+    ]  # fmt: skip
+    assert len(data["events"]) == 4 * 2 and data["trace"]["states"] == 2
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("rows", "extra", "expected"),
+    [
+        ([f"0,{A100},lots,,"], [], "error: trace.csv row 1, column available"),
+        ([f"0,{A100},8,,", f"60,{A100},8,,"], ["--policies", "greedy"], "unknown policy greedy"),
+        ([f"0,{A100},8,,"], [], "--hold-last"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, rows, extra, expected) -> None:
+    path = trace_file(tmp_path, rows, "trace.csv")
+    out = CliRunner().invoke(
+        app, ["replay", "--trace", str(path), "--model", "OPT-350M", "--gbs", "256", *extra]
+    )
+    assert out.exit_code == 2
+    assert expected in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_join_waits_for_the_nodes_to_boot_and_a_running_start_is_free(tmp_path, planner):
+    path = trace_file(tmp_path, [f"0,{A100},8,,", f"3600,{A100},16,,", f"7200,{A100},16,,"])
+    booting = ReconfigModel(plan_s=0.25, checkpoint_interval_s=1000.0, provision_s=600.0)
+    result = replay(
+        planner, JOB, read_trace(path), SearchOptions(), booting, ("every-change",), started=True
+    )
+    first, join = result.events
+    assert first.reconfigure_s == 0 and not first.reconfigured  # already running at the start
+    old = [s for s in join.segments if s.gpus == first.gpus_used]
+    assert old[0].kind == "train" and old[0].samples_per_s == first.samples_per_s
+    assert sum(s.end_s - s.start_s for s in old) == pytest.approx(600.0)  # trains while booting
+    switch = next(s for s in join.segments if s.kind == "reconfigure")
+    assert switch.start_s == pytest.approx(3600 + 600) and join.gpus_used == 16
+    # The work lost is what the old plan trained since its last checkpoint, at the switch.
+    trained = [s for s in [*first.segments, *old] if s.kind in ("train", "checkpoint")]
+    last_ckpt = max(s.end_s for s in trained if s.kind == "checkpoint")
+    assert join.lost_samples == pytest.approx(first.samples_per_s * (4200 - last_ckpt))

@@ -1,0 +1,254 @@
+"""`sailor run --local --trace FILE`: an elastic local run driven by an availability trace, next to
+the replay's prediction for it.
+
+The trace (sailor-planner's format, zone ``local``, GPU types the workers emulate) is replayed in
+wall-clock time divided by ``time_scale``: at each state the driver starts workers of a type
+that gained GPUs, and stops workers of a type that lost some: gracefully (SIGTERM: the agent
+leaves) or, for rows with ``preempted``, with a kill -9. The controller re-plans at each change,
+as it always does.
+
+The trace starts once the first state's workers train (``WARMUP_STEPS`` done). That warm-up is
+the calibration: it measures how long an agent takes to start and register (the replay's
+``provision_s`` for joins) and how much the ranks wait for a core (the profile's stretch, as
+``LocalRun.predict`` does). Then, before the trace's first change, the replay predicts the
+samples the run will have trained by the trace's end (policy ``every-change``: what the
+controller does; the first plan already running; the runtime's local reconfiguration figures,
+warm ranks), and at the end the run's progress (trained steps x global batch since the trace
+started) is compared with it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from sailor_planner.policies import EVERY_CHANGE
+from sailor_planner.reconfig import ReconfigModel
+from sailor_planner.replay import replay
+from sailor_planner.request import SearchOptions
+from sailor_planner.sources import planner_for
+from sailor_planner.trace import AvailabilityTrace, TraceState
+
+from ..controller.state import ControllerState
+from ..errors import SailorRuntimeError
+from .local import LocalRun, LocalRunConfig
+from .processes import start_worker
+from .profile import machine_profile
+
+RESTART_WARM_S = 0.5
+"""Restart with the zygote's warm ranks (bench/reconfig_time.py, runtime README)."""
+WARMUP_STEPS = 5
+"""Steps the first generation trains before the trace starts (calibration, see above)."""
+
+
+@dataclass(frozen=True)
+class TraceRunResult:
+    predicted_samples: float
+    measured_samples: float
+    trace_wall_s: float
+    steps: int
+    changes: int
+    reconfigurations: int
+    predicted_reconfigurations: int
+    predicted_iteration_s: float
+    """The simulator's iteration time for the first state's plan (this machine's profile)."""
+    measured_iteration_s: float
+    """Median iteration time of the steps trained during the trace (all generations)."""
+    predicted_reconfigure_s: float
+    """Training stopped for reconfigurations, replay (detect + debounce + plan + ... + restart)."""
+    measured_reconfigure_s: float
+    """The same in the run: detect + (change noticed -> first step of the new generation)."""
+    boot_s: float
+    """Agent start to registration, measured at the warm-up (the replay's provision_s)."""
+    stretch: float
+    """(run + run-queue wait) / run of the ranks during the warm-up (scales the profile)."""
+
+    @property
+    def error(self) -> float:
+        return self.measured_samples / self.predicted_samples - 1 if self.predicted_samples else 0.0
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "error": self.error}
+
+
+def scaled(trace: AvailabilityTrace, time_scale: float) -> AvailabilityTrace:
+    """The trace in wall-clock seconds: every time divided by ``time_scale``."""
+    if not time_scale > 0:
+        raise SailorRuntimeError(f"must be > 0, got {time_scale}", field="--time-scale")
+    states = tuple(
+        replace(s, start_s=s.start_s / time_scale, duration_s=s.duration_s / time_scale)
+        for s in trace.states
+    )
+    return AvailabilityTrace(states, trace.source)
+
+
+def check_local(trace: AvailabilityTrace) -> None:
+    for gpu_type, zone in trace.pools:
+        if zone != "local":
+            raise SailorRuntimeError(
+                f"pool {gpu_type}@{zone}: a local run has only zone 'local'; write the trace "
+                "with zone local",
+                field="--trace",
+            )
+    if trace.states[0].inventory.total_gpus == 0:
+        raise SailorRuntimeError(
+            "the trace starts with no GPUs; start it with some", field="--trace"
+        )
+
+
+def initial_types(state: TraceState) -> tuple[str, ...]:
+    """One entry per worker of the first state (``LocalRunConfig.gpu_types`` is cycled)."""
+    return tuple(p.gpu_type for p in state.inventory.pools for _ in range(p.count))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    samples: float
+    reconfigurations: int
+    reconfigure_s: float
+    iteration_s: float
+    boot_s: float
+    stretch: float
+
+
+def predict(run: LocalRun, trace: AvailabilityTrace, boot_s: float) -> Prediction:
+    """The replay's prediction for ``trace`` from now on, with the plan already running."""
+    stretch = run.cpu_share.slowdown
+    folder = machine_profile(
+        run.cfg.run_dir, run.job, run.gpu_types, stretch, "profile-replay", run.cfg.workers
+    )
+    planner = planner_for(folder, None)
+    first = planner.plan(run.job, trace.states[0].inventory, SearchOptions())
+    model = ReconfigModel(
+        debounce_s=run.cfg.debounce_s,
+        restart_s=RESTART_WARM_S if run.cfg.warm else ReconfigModel().restart_s,
+        checkpoint_interval_s=run.cfg.checkpoint_every * first.best.estimate.iteration_time_s,
+        provision_s=boot_s,
+    )
+    result = replay(planner, run.job, trace, SearchOptions(), model, (EVERY_CHANGE,), started=True)
+    s = result.summaries[0]
+    iteration_s = first.best.estimate.iteration_time_s
+    return Prediction(s.samples, s.reconfigurations, s.reconfigure_s, iteration_s, boot_s, stretch)
+
+
+class TraceDriver:
+    """``LocalRun.run``'s tick hook: warm-up, prediction, then the trace's state of the current
+    wall time."""
+
+    def __init__(self, run: LocalRun, trace: AvailabilityTrace) -> None:
+        self.run, self.trace = run, trace
+        self.launched = time.monotonic()
+        self.start: float | None = None
+        self.start_step = 0
+        self.prediction: Prediction | None = None
+        self.applied = 0
+        self.ended_step: int | None = None
+
+    def __call__(self, run: LocalRun) -> None:
+        now = time.monotonic()
+        if self.start is None:
+            self._warm_up(run, now)
+            return
+        t = now - self.start
+        if t >= self.trace.duration_s:
+            self.ended_step = run.trained_step()
+            raise _TraceEnded
+        index = max(i for i, s in enumerate(self.trace.states) if s.start_s <= t)
+        while self.applied < index:
+            self.applied += 1
+            self._apply(self.trace.states[self.applied])
+
+    def _warm_up(self, run: LocalRun, now: float) -> None:
+        c = run.controller
+        if c.state != ControllerState.RUNNING or not c.reconfigurations:
+            return
+        share = run.cpu_share  # sampled by LocalRun while the generation trains
+        measured = any(share.last[p][0] > share.first[p][0] for p in share.last)
+        if run.trained_step() < WARMUP_STEPS or not measured:
+            return
+        boot_s = c.reconfigurations[0].noticed_at - self.launched
+        self.prediction = predict(run, self.trace, boot_s)
+        self.start, self.start_step = time.monotonic(), run.trained_step()
+
+    def _alive(self, gpu_type: str):
+        return [w for w in self.run.workers if w.gpu_type == gpu_type and w.popen.poll() is None]
+
+    def _apply(self, state: TraceState) -> None:
+        preempted = {g for g, _, _ in state.preempted}
+        types = {p.gpu_type for p in state.inventory.pools} | {w.gpu_type for w in self.run.workers}
+        for gpu_type in sorted(types):
+            alive = self._alive(gpu_type)
+            want = state.inventory.count(gpu_type, "local")
+            for w in alive[want:]:
+                (w.kill if gpu_type in preempted else w.terminate)()
+                self._note("preempted" if gpu_type in preempted else "leave", w.name)
+            for _ in range(want - len(alive)):
+                self._start(gpu_type)
+
+    def _start(self, gpu_type: str) -> None:
+        cfg = self.run.cfg
+        w = start_worker(
+            f"worker-{len(self.run.workers)}", self.run.address, gpu_type, cfg.zone, cfg.run_dir,
+            token=cfg.token, warm=cfg.warm,
+        )  # fmt: skip
+        self.run.workers.append(w)
+        self._note("join", w.name)
+
+    def _note(self, event: str, worker: str) -> None:
+        self.run.events.append(
+            {"event": event, "worker": worker, "at": time.monotonic(), "step": self.run.step}
+        )
+
+
+def _median_step_s(run: LocalRun, after_step: int) -> float:
+    with run.controller._lock:
+        metrics = list(run.controller.metrics)
+    times = sorted(m["iteration_time_s"] for m in metrics if m["step"] > after_step)
+    return times[len(times) // 2] if times else 0.0
+
+
+class _TraceEnded(Exception):
+    """Raised from the tick hook once the trace's time is over."""
+
+
+def run_trace(cfg: LocalRunConfig, trace: AvailabilityTrace, time_scale: float) -> TraceRunResult:
+    """Predict with the replay, then run the trace on local workers; compare the samples."""
+    wall = scaled(trace, time_scale)
+    check_local(wall)
+    types = initial_types(wall.states[0])
+    # The trace, not a step count, ends the run.
+    cfg = replace(cfg, workers=len(types), gpu_types=types, steps=10**9, progress=False,
+                  timeout_s=wall.duration_s + 600)  # fmt: skip
+    run = LocalRun(cfg)
+    try:
+        driver = TraceDriver(run, wall)
+        try:
+            run.run(on_tick=driver)
+        except _TraceEnded:
+            pass
+        if driver.ended_step is None or driver.prediction is None:
+            raise SailorRuntimeError(
+                f"the run ended before the trace did: {run.controller.message}", field="--trace"
+            )
+        p = driver.prediction
+        steps = driver.ended_step - driver.start_step
+        recs = [r for r in run.controller.reconfigurations if r.noticed_at >= driver.start]
+        return TraceRunResult(
+            predicted_samples=p.samples,
+            measured_samples=steps * run.job.global_batch_size,
+            trace_wall_s=wall.duration_s,
+            steps=steps,
+            changes=len(wall.states) - 1,
+            reconfigurations=len(recs),
+            predicted_reconfigurations=p.reconfigurations,
+            predicted_iteration_s=p.iteration_s,
+            predicted_reconfigure_s=p.reconfigure_s,
+            measured_reconfigure_s=sum(
+                r.phases.get("detect", 0.0) + max(0.0, r.resumed_at - r.noticed_at) for r in recs
+            ),
+            measured_iteration_s=_median_step_s(run, driver.start_step),
+            boot_s=p.boot_s,
+            stretch=p.stretch,
+        )
+    finally:
+        run.close()

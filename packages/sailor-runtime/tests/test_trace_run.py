@@ -1,0 +1,61 @@
+"""`sailor run --local --trace`: real workers join and leave as a (time-scaled) trace says, and
+the replay's prediction is made for the same trace; bad traces are one line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sailor_planner.trace import read_trace
+from sailor_runtime.cli import app
+from sailor_runtime.run.local import LocalRunConfig
+from sailor_runtime.run.tracerun import run_trace
+
+HEADER = "timestamp,zone,gpu_type,available,preempted\n"
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "trace.csv"
+    path.write_text(HEADER + body)
+    return path
+
+
+@pytest.mark.timeout(400)
+def test_workers_follow_the_trace_and_the_replay_predicts_the_run(tmp_path):
+    # 3 CPU workers, one leaves gracefully, one joins back; 100 trace seconds = 25 s of wall.
+    trace = read_trace(
+        write(tmp_path, "0,local,CPU,3,\n100,local,CPU,2,\n200,local,CPU,3,\n300,local,CPU,3,\n")
+    )
+    cfg = LocalRunConfig(
+        run_dir=tmp_path / "run", checkpoint_every=4, profile=False, progress=False
+    )
+    result = run_trace(cfg, trace, time_scale=4.0)
+    assert result.trace_wall_s == pytest.approx(75.0)
+    assert result.changes == 2
+    # The leave and the join each started a generation (the controller restarts at every
+    # change), as the replay's every-change policy predicts; the trace starts once the first
+    # generation trains.
+    assert result.predicted_reconfigurations == 2
+    assert result.reconfigurations >= 2
+    assert result.boot_s > 0 and result.stretch >= 1.0
+    assert result.measured_samples > 0 and result.predicted_samples > 0
+    assert result.measured_samples == result.steps * cfg.global_batch_size
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("0,us-central1-a,CPU,2,\n10,us-central1-a,CPU,2,\n", "zone 'local'"),
+        ("0,local,CPU,two,\n10,local,CPU,2,\n", "trace.csv row 1, column available"),
+        ("0,local,CPU,0,\n10,local,CPU,2,\n", "starts with no GPUs"),
+    ],
+)
+def test_bad_traces_are_one_line_and_exit_2(tmp_path, body, expected):
+    out = CliRunner().invoke(
+        app, ["run", "--local", "--trace", str(write(tmp_path, body)), "--run-dir", str(tmp_path)]
+    )
+    assert out.exit_code == 2, out.output
+    errors = [line for line in out.stderr.splitlines() if not line.startswith("run folder:")]
+    assert len(errors) == 1 and errors[0].startswith("error: ") and expected in errors[0]
