@@ -195,7 +195,7 @@ def simulate(
     if as_json:
         out = estimate.to_dict()
         out["throughput"] = rate.to_dict()
-        out["provenance"] = metrics.provenance(estimate.sources)
+        out["provenance"] = metrics.provenance(estimate.sources, job, plan)
         out["cost_by_provider"] = by_provider
         out["plan"] = plan.to_dict()
         typer.echo(json.dumps(out))
@@ -203,7 +203,7 @@ def simulate(
     typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
                f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
     typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
-    print_estimate(estimate, rate, by_provider)
+    print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
 
 
 @app.command()

@@ -233,9 +233,25 @@ class LocalRun:
             events=self.events,
             metrics=metrics,
             message=c.message,
+            warnings=self._unused_join(),
         )
         (self.cfg.run_dir / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
         return summary
+
+    def _unused_join(self) -> list[str]:
+        """A warning when --add-worker-at-step added no worker, or one no generation used."""
+        step = self.cfg.add_worker_at_step
+        if not step:
+            return []
+        joins = [e for e in self.events if e["event"] == "join"]
+        if not joins:
+            return [f"the worker to add at step {step} was never added: the run ended at step "
+                    f"{self.controller.step}"]  # fmt: skip
+        name = joins[-1]["worker"]
+        if any(name in r.reason for r in self.controller.reconfigurations):
+            return []
+        return [f"{name} joined at step {joins[-1]['step']} but the run ended before a re-plan "
+                "could use it"]  # fmt: skip
 
     def _sample_load(self) -> None:
         """Sample the run queue while the current generation trains past its first steps."""

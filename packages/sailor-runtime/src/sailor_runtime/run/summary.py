@@ -37,6 +37,8 @@ class RunSummary:
     events: list[dict] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
     message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    """What the run did not do that it was asked to (e.g. a worker added too late to be used)."""
 
     @property
     def prediction_error(self) -> float:
