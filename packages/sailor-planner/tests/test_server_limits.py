@@ -19,7 +19,7 @@ from sailor_planner.limits import ServerLimits
 from sailor_planner.proto import planner_pb2_grpc
 from sailor_planner.server import create_server
 from sailor_planner.sources import cached_planners
-from sailor_sim import Inventory, Job
+from sailor_sim import Inventory, Job, Plan, Replica, Stage
 from sailor_sim.prices import zones_offering
 
 JOB = Job.create("OPT-350M", 1024, 2048)
@@ -160,7 +160,7 @@ def test_a_token_guards_every_call_but_health():
 
 
 def serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    code = "from sailor_planner.planrun import main; main()"
+    code = "from sailor_planner.cli import main; main()"
     return subprocess.run(
         [sys.executable, "-c", code, "serve", *args],
         capture_output=True,
@@ -207,3 +207,26 @@ def test_serve_speaks_tls_with_a_certificate(tmp_path):
     finally:
         server.stop(grace=None)
 
+
+def test_replan_refuses_an_invalid_previous_plan():
+    """Item 10: the previous plan of a Replan is checked against the job like any plan."""
+    tiny = Job.create("tiny-gpt", 8, 32)
+    a100 = "A100-40", "us-central1-a"
+    cases = [
+        # Layers 0..7 of an 8-layer-id model, but the job's model has 26.
+        (JOB, Plan((Stage(0, 7, (Replica(*a100, 1, 8, 128),)),)), "last_layer"),
+        # Missing layers: the head (layer 7) is not covered.
+        (tiny, Plan((Stage(0, 6, (Replica(*a100, 1, 1, 8),)),)), "last_layer"),
+        # TP 8 on a model with 4 heads.
+        (tiny, Plan((Stage(0, 7, (Replica(*a100, 8, 1, 8),)),)), "tp"),
+    ]
+    server, port = create_server("127.0.0.1:0")
+    try:
+        with PlannerClient(f"127.0.0.1:{port}", timeout_s=60) as client:
+            for job, previous, field in cases:
+                with pytest.raises(grpc.RpcError) as exc:
+                    client.replan(job, Inventory.parse(["A100-40@us-central1-a=8"]), previous)
+                assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "previous_plan" in exc.value.details() and field in exc.value.details()
+    finally:
+        server.stop(grace=None)

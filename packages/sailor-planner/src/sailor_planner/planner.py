@@ -162,7 +162,9 @@ class Planner:
                 best_thr = s.throughput
         if len(frontier) > options.pareto_points:
             k = options.pareto_points
-            idx = sorted({round(i * (len(frontier) - 1) / (k - 1)) for i in range(k)})
+            # k points spread evenly over the frontier, both ends included (one: the fastest).
+            spread = (len(frontier) - 1) / (k - 1) if k > 1 else 0
+            idx = sorted({round(i * spread) for i in range(k)}) if k > 1 else [len(frontier) - 1]
             frontier = [frontier[i] for i in idx]
         out = []
         for s in frontier:

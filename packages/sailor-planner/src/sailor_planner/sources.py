@@ -6,6 +6,7 @@ re-plans on the same source reuse every table already built.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -60,17 +61,25 @@ def source_key(profile_dir: str | None, sailor_root: str | None) -> tuple:
     if not root.is_dir():
         raise RequestError(f"{raw} is not a folder", field=kind)
     root = root.resolve()
-    files = []
-    for i, path in enumerate(sorted(root.rglob("*"))):
-        if i >= MAX_FINGERPRINT_FILES:
-            break
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        if path.is_file():
+    return (kind, str(root), hash(tuple(_fingerprint(root))))
+
+
+def _fingerprint(root: Path) -> list[tuple[str, int, int]]:
+    """(relative name, size, mtime) of the first MAX_FINGERPRINT_FILES files under ``root``,
+    walked in name order and stopped there (a client may name '/')."""
+    files: list[tuple[str, int, int]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            try:
+                st = path.stat()
+            except OSError:
+                continue
             files.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
-    return (kind, str(root), hash(tuple(files)))
+            if len(files) >= MAX_FINGERPRINT_FILES:
+                return files
+    return files
 
 
 def planner_for(profile_dir: str | None = None, sailor_root: str | None = None):

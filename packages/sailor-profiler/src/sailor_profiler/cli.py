@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 import sailor_profiler
+from sailor_sim import inputs
 from sailor_sim.errors import SailorSimError
 
 from .errors import SailorProfilerError, SweepError
@@ -57,7 +57,7 @@ def parse_bytes(text: str, field: str) -> int:
     raw = text.strip().lower()
     digits = raw.rstrip("abgikm")
     unit = raw[len(digits):]
-    if not digits.isdigit() or unit not in _UNITS or int(digits) <= 0:
+    if not (digits.isascii() and digits.isdigit()) or unit not in _UNITS or int(digits) <= 0:
         raise SweepError(f"expected a size like 64K, 16M or 1G, got {text!r}", field=field)
     return int(digits) * _UNITS[unit]
 
@@ -97,6 +97,7 @@ def compute(
     """Profile per-layer time and memory of MODEL on this machine."""
     from .computecli import run_compute
 
+    out = inputs.output_folder(out, "--out")
     summary = run_compute(model, out, device, dtype, parse_int_list(mbs, "mbs"),
                           parse_int_list(tp, "tp"), seq, warmup, reps, blocks, optimizer,
                           gpu_type, memory_limit_gb, plot, threads, quiet=as_json)
@@ -126,6 +127,7 @@ def network(
     """Measure p2p and all-reduce time over message sizes; fit latency + size / bandwidth."""
     from .netcli import run_network
 
+    out = inputs.output_folder(out, "--out")
     summary = run_network(out, device, procs, parse_bytes(min_bytes, "min_bytes"),
                           parse_bytes(max_bytes, "max_bytes"), warmup, reps, zone, peer_zone,
                           gpu_type, busy_ms)
@@ -151,6 +153,7 @@ def import_sailor_cmd(
     """Convert the original Sailor profiles and network fits into our formats."""
     from .importer import import_sailor
 
+    out = inputs.output_folder(out, "--out")
     counts = import_sailor(sailor_root, out)
     typer.echo(", ".join(f"{k}: {v}" for k, v in counts.items()) + f" -> {out}")
 
@@ -164,6 +167,7 @@ def merge_cmd(
     """Merge profile folders; per entry: ran > oom, measured > imported > analytic, newest."""
     from .merge import merge
 
+    out = inputs.output_folder(out, "--out")
     merged = merge(list(folders), out)
     typer.echo(f"{len(merged.store)} entries, {len(merged.records)} records -> {out}")
 
@@ -180,5 +184,10 @@ def plot_cmd(
         typer.echo(str(path))
 
 
+def run() -> None:
+    """The ``sailor-profiler`` console script: every error one line on stderr, exit 2."""
+    inputs.run_app(app, "sailor-profiler")
+
+
 if __name__ == "__main__":
-    sys.exit(app())
+    run()

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 import sailor_runtime
+from sailor_sim import Job, get_gpu, inputs
 from sailor_sim.errors import SailorSimError
 
 from .errors import SailorRuntimeError
@@ -94,6 +95,21 @@ def run(
     if workers < 1 or steps < 1 or checkpoint_every < 1:
         _fail(SailorRuntimeError("must all be >= 1", field="--workers/--steps/--checkpoint-every"))
     types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
+    try:  # fail now, not after the workers were refused and the run waited for them
+        for t in types:
+            get_gpu(t)
+        Job.create(model, global_batch_size, seq_len)
+        run_dir = inputs.output_folder(run_dir, "--run-dir") if run_dir else None
+        if json_out is not None:
+            inputs.output_file(json_out, "--json")
+    except SailorSimError as exc:
+        _fail(exc)
+    if add_worker_at_step and add_worker_at_step >= steps:
+        typer.echo(
+            f"warning: --add-worker-at-step {add_worker_at_step} is not before --steps {steps}: "
+            "the run ends before the worker could join, so it will not be used",
+            err=True,
+        )
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="sailor-run-"))
     cfg = LocalRunConfig(
         run_dir=run_dir,
@@ -120,6 +136,8 @@ def run(
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
     typer.echo(render(summary))
+    for warning in summary.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if json_out:
         json_out.write_text(json.dumps(summary.to_dict(), indent=2))
     if summary.state != "DONE":
@@ -162,6 +180,7 @@ def controller(
     token = resolve_token(token)
     try:
         check_bind(host, token, "the controller")
+        inputs.port(port, "--port")
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
@@ -244,5 +263,10 @@ def worker(
     sys.exit(1 if agent.lost_controller else 0)
 
 
+def entry() -> None:
+    """The ``sailor`` console script: every error one line on stderr, never a traceback."""
+    inputs.run_app(app, "sailor")
+
+
 if __name__ == "__main__":
-    app()
+    entry()

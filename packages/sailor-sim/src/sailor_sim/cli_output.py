@@ -5,11 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 GiB = 1024**3
+_WIDE = 1000
+"""Console width for tables: wide enough that no row wraps (terminals scroll, pipes split)."""
 
 
-def print_estimate(estimate, rate=None, by_provider=None) -> None:
+def fail(exc: Exception) -> None:
+    """One clear line on stderr and exit status 2."""
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
     from .metrics import provenance
 
     e = estimate
@@ -35,7 +45,7 @@ def print_estimate(estimate, rate=None, by_provider=None) -> None:
     ]
     if e.run_iterations is not None:
         rows.append(("whole run", f"{e.run_hours:.2f} h, ${e.run_cost_usd:,.2f}"))
-    for p in provenance(e.sources):
+    for p in trust if trust is not None else provenance(e.sources):
         rows.append(("provenance", f"{p['source']}: {p['trust']}"))
     table(["", "value"], rows)
     if by_provider:
@@ -81,8 +91,10 @@ def print_estimate(estimate, rate=None, by_provider=None) -> None:
 
 
 def table(header, rows) -> None:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    typer.echo("  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)))
+    """A plain rich table (no box, never wrapped: piped output stays one row per line)."""
+    grid = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for h in header:
+        grid.add_column(str(h), no_wrap=True, overflow="ignore")
     for r in rows:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        grid.add_row(*(str(c) for c in r))
+    Console(width=_WIDE).print(grid, crop=False, soft_wrap=True)

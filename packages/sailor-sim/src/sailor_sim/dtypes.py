@@ -10,6 +10,8 @@ DTYPES = tuple(DTYPE_BYTES)
 
 def check_dtype(dtype: str, field: str = "dtype") -> str:
     """Return the canonical dtype name, or raise naming the field."""
+    if not isinstance(dtype, str):
+        raise ValidationError(f"must be a dtype name, got {dtype!r:.60}", field=field)
     if dtype in DTYPE_BYTES:  # already canonical: the simulator's hot path
         return dtype
     canonical = dtype.lower().replace("float32", "fp32").replace("bfloat16", "bf16")

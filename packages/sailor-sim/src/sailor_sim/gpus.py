@@ -130,6 +130,8 @@ def get_gpu(name: str | GPUType) -> GPUType:
     """Look a GPU type up by catalog name or alias (case-insensitive)."""
     if isinstance(name, GPUType):
         return name
+    if not isinstance(name, str):
+        raise UnknownNameError(f"must be a GPU type name, got {name!r:.60}", field="gpu_type")
     exact = GPU_CATALOG.get(name)
     if exact is not None:  # the common case, kept fast for the simulator's inner loop
         return exact

@@ -250,11 +250,13 @@ def refuse_overrides(given: Mapping[str, Any], source: str) -> None:
 
 
 # ---- the CLI edge -----------------------------------------------------------------------------
-def run_app(app: Callable[..., Any], prog_name: str | None = None) -> None:
-    """Run a typer app: any error ends as one line on stderr and exit status 2 (bad input) or
-    1 (a bug, still one line); never a traceback."""
+def run_app(
+    app: Callable[..., Any], prog_name: str | None = None, args: list[str] | None = None
+) -> None:
+    """Run a typer app on ``args`` (default: the command line): any error ends as one line on
+    stderr and exit status 2 (bad input) or 1 (a bug, still one line); never a traceback."""
     try:
-        code = app(standalone_mode=False, prog_name=prog_name)
+        code = app(args=args, standalone_mode=False, prog_name=prog_name)
     except KeyboardInterrupt:
         code = 130
     except Exception as exc:  # noqa: BLE001 (the edge of the program: one line, not a trace)

@@ -29,20 +29,18 @@ class Job:
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", get_model(self.model))
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
-        if self.global_batch_size <= 0:
-            raise ValidationError(
-                f"must be positive, got {self.global_batch_size}", field="global_batch_size"
-            )
-        if self.sequence_length <= 0:
-            raise ValidationError(
-                f"must be positive, got {self.sequence_length}", field="sequence_length"
-            )
+        for name in ("global_batch_size", "sequence_length"):  # integral, not truncated
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValidationError(f"must be a positive integer, got {value!r:.40}", field=name)
         if self.model.position == "learned" and self.sequence_length > self.model.max_seq_len:
             raise ValidationError(
                 f"{self.sequence_length} exceeds the {self.model.max_seq_len} learned positions of "
                 f"{self.model.name}; use a sequence length <= {self.model.max_seq_len}",
                 field="sequence_length",
             )
+        if not isinstance(self.optimizer, str):
+            raise ValidationError(f"must be a name, got {self.optimizer!r:.40}", field="optimizer")
         optimizer = self.optimizer.lower()
         if optimizer not in OPTIMIZERS:
             raise ValidationError(
@@ -82,7 +80,7 @@ class Job:
         return cls.create(
             data["model"],
             inputs.integral(data["global_batch_size"], "job.global_batch_size"),
-            data.get("sequence_length"),
+            _optional_int(data.get("sequence_length"), "job.sequence_length"),
             data.get("dtype", "fp32"),
             data.get("optimizer", "adam"),
         )
@@ -116,7 +114,7 @@ class GpuPool:
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_type", get_gpu(self.gpu_type).name)
         get_zone(self.zone)
-        if self.count < 0:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
             raise ValidationError(
                 f"must be >= 0, got {self.count} for {self.gpu_type}@{self.zone}", field="count"
             )
@@ -187,11 +185,21 @@ class Inventory:
     def from_dict(cls, data: Mapping[str, Any]) -> Inventory:
         """Read {'pools': [{gpu_type, zone, count}]} or the original Sailor quota layout
         {gpu_type: {zone: count}}."""
+        if not isinstance(data, Mapping):
+            raise ValidationError(
+                f"must be an object, got {type(data).__name__}", field="inventory"
+            )
         if "pools" in data:
             _reject_unknown(data, {"pools"}, "inventory")
+            if not isinstance(data["pools"], list):
+                raise ValidationError("must be a list of pools", field="inventory.pools")
             pools = []
             for i, p in enumerate(data["pools"]):
                 _reject_unknown(p, {"gpu_type", "zone", "count"}, f"inventory.pools[{i}]")
+                if {"gpu_type", "zone", "count"} - set(p):
+                    raise ValidationError(
+                        "needs gpu_type, zone and count", field=f"inventory.pools[{i}]"
+                    )
                 pools.append(
                     GpuPool(p["gpu_type"], p["zone"], _count(p["count"], f"inventory.pools[{i}]"))
                 )
@@ -220,6 +228,10 @@ class Inventory:
     @classmethod
     def from_proto(cls, msg) -> Inventory:
         return cls(tuple(GpuPool(p.gpu_type, p.zone, p.count) for p in msg.pools))
+
+
+def _optional_int(value: Any, where: str) -> int | None:
+    return None if value is None else inputs.integral(value, where)
 
 
 def _count(value: Any, where: str) -> int:

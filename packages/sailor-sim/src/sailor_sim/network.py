@@ -229,21 +229,46 @@ def load_network_file(path: str | Path, network: NetworkModel | None = None) -> 
     network = network or NetworkModel()
     if not isinstance(data, dict) or data.get("format") != "sailor-network/1":
         raise ProfileError("expected format 'sailor-network/1'", field=f"{path}.format")
-    for i, link in enumerate(data.get("links", [])):
+    for i, link in enumerate(_objects(data, "links", path)):
         where = f"{path}.links[{i}]"
-        try:
-            src, dst = Endpoint(**link["src"]), Endpoint(**link["dst"])
-        except (KeyError, TypeError) as exc:
-            raise ProfileError(f"bad endpoint ({exc})", field=where) from None
+        src, dst = _endpoint(link, "src", where), _endpoint(link, "dst", where)
         network.add_link(src, dst, curve_from_dict(link, where))
-    for i, intra in enumerate(data.get("intra_node", [])):
+    for i, intra in enumerate(_objects(data, "intra_node", path)):
         where = f"{path}.intra_node[{i}]"
         if "gpu_type" not in intra or "count" not in intra:
             raise ProfileError("needs gpu_type and count", field=where)
-        network.add_intra_node(
-            intra["gpu_type"], int(intra["count"]), curve_from_dict(intra, where)
-        )
+        end = _endpoint({"e": {"zone": "local", **intra}}, "e", where, strict=False)
+        network.add_intra_node(end.gpu_type, end.count, curve_from_dict(intra, where))
     return network
+
+
+def _objects(data: dict[str, Any], key: str, path) -> list[dict[str, Any]]:
+    items = data.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise ProfileError("must be a list of objects", field=f"{path}.{key}")
+    return items
+
+
+def _endpoint(link: dict[str, Any], key: str, where: str, strict: bool = True) -> Endpoint:
+    """An Endpoint with a zone and GPU type name and a GPU count >= 1, or ProfileError."""
+    end = link.get(key)
+    if not isinstance(end, dict):
+        raise ProfileError(f"bad endpoint: '{key}' must be an object", field=where)
+    zone, gpu, count = end.get("zone"), end.get("gpu_type"), end.get("count", 1)
+    unknown = set(end) - {"zone", "gpu_type", "count"} if strict else set()
+    if (
+        unknown
+        or not isinstance(zone, str)
+        or not isinstance(gpu, str)
+        or isinstance(count, bool)
+        or not isinstance(count, int)
+        or count < 1
+    ):
+        raise ProfileError(
+            f"bad endpoint {end!r:.80}: needs zone and gpu_type names and a count >= 1",
+            field=f"{where}.{key}",
+        )
+    return Endpoint(zone, gpu, count)
 
 
 def curve_from_dict(data: dict[str, Any], where: str) -> LinkCurve:

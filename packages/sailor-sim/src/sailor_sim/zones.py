@@ -54,6 +54,8 @@ _load_catalog()
 
 
 def get_zone(name: str) -> Zone:
+    if not isinstance(name, str):
+        raise UnknownNameError(f"must be a zone name, got {name!r:.60}", field="zone")
     try:
         return ZONE_CATALOG[name]
     except KeyError:

@@ -8,7 +8,7 @@ from concurrent import futures
 
 import grpc
 
-from ..errors import AssignmentError, grpc_status
+from ..errors import AssignmentError, SailorRuntimeError, grpc_status
 from ..proto import agent_pb2, agent_pb2_grpc
 from ..security import interceptors
 from .assignment import validate_assignment
@@ -54,7 +54,9 @@ class AgentServicer(agent_pb2_grpc.WorkerAgentServiceServicer):
 
     def Assign(self, request, context):
         try:
-            if self.session and not hmac.compare_digest(request.session, self.session):
+            if self.session and not hmac.compare_digest(
+                request.session.encode(), self.session.encode()
+            ):
                 raise AssignmentError(
                     "does not match this node's registration: the assignment is not from "
                     "the controller it registered with",
@@ -75,8 +77,13 @@ class AgentServicer(agent_pb2_grpc.WorkerAgentServiceServicer):
         return agent_pb2.AssignResponse(generation=a.generation, ranks_started=started)
 
     def Stop(self, request, context):
-        if request.grace_s < 0 or request.grace_s > 600:
-            self._fail(context, "Stop", ValueError("grace_s must be in 0..600 seconds"))
+        if not 0 <= request.grace_s <= 600:  # NaN fails too
+            self._fail(
+                context,
+                "Stop",
+                SailorRuntimeError(f"must be in 0..600 seconds, got {request.grace_s}",
+                                   field="stop.grace_s"),  # fmt: skip
+            )
         n = self.runner.stop(request.generation, request.grace_s or 1.0)
         return agent_pb2.StopResponse(ranks_stopped=n)
 

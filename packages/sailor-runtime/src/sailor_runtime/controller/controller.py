@@ -35,7 +35,7 @@ from . import rundir
 from .agents import AgentClients
 from .assignments import build_assignments
 from .checkpoints import latest_checkpoint_step
-from .membership import Membership, Worker, check_registration
+from .membership import Membership, Worker, check_registration, same_secret
 from .placement import Placement, place
 from .planning import PlannerLink, describe_inventory, live_inventory
 from .state import ControllerState, Reconfiguration
@@ -153,7 +153,7 @@ class Controller:
         gpus = check_registration(worker_id, address, gpus_msg)
         with self._lock:
             old = self.membership.get(worker_id) if worker_id else None
-            if old is not None and not secrets.compare_digest(old.session, session):
+            if old is not None and not same_secret(old.session, session):
                 raise RegistrationError(
                     f"{worker_id} is registered and alive; a node may renew its own "
                     "registration (with its session) but not take over another's. Pick "

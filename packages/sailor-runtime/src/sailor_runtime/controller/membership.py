@@ -44,6 +44,11 @@ def check_registration(worker_id: str, agent_address: str, gpus_msg) -> NodeGpus
     return NodeGpus.from_proto(gpus_msg)
 
 
+def same_secret(a: str, b: str) -> bool:
+    """Constant-time comparison of two strings of any characters."""
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
 class Membership:
     """Thread-safe registry of workers; the controller polls `expire` for silent ones."""
 
@@ -78,7 +83,7 @@ class Membership:
             w = self.workers.get(worker_id)
             if w is None or not w.alive:
                 return None
-            if session is not None and not hmac.compare_digest(w.session, session):
+            if session is not None and not same_secret(w.session, session):
                 return None
             return w
 

@@ -51,15 +51,21 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     def Heartbeat(self, request, context):
         if len(request.metrics) > MAX_METRICS_PER_HEARTBEAT:
             self._abort(context, "Heartbeat", ValueError("too many metrics in one heartbeat"))
-        known, generation, shutdown = self.c.heartbeat(
-            request.worker_id, request.ranks, request.metrics, request.session
-        )
+        try:
+            known, generation, shutdown = self.c.heartbeat(
+                request.worker_id, request.ranks, request.metrics, request.session
+            )
+        except Exception as exc:  # noqa: BLE001 - bad input becomes a clear status
+            self._abort(context, "Heartbeat", exc)
         return controller_pb2.HeartbeatResponse(
             known=known, generation=generation, shutdown=shutdown
         )
 
     def Leave(self, request, context):
-        self.c.leave(request.worker_id, request.reason, request.session)
+        try:
+            self.c.leave(request.worker_id, request.reason, request.session)
+        except Exception as exc:  # noqa: BLE001 - bad input becomes a clear status
+            self._abort(context, "Leave", exc)
         return controller_pb2.LeaveResponse()
 
     def GetStatus(self, request, context):

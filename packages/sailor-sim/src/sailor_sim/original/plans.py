@@ -46,11 +46,22 @@ def read_sailor_plan(source: str | Path | dict[str, Any]) -> SailorPlanRecord:
         raise PlanError(
             f"{name} is not an original Sailor plan (missing {exc})", field="sailor_plan"
         ) from None
+    if not all(isinstance(x, list) for x in (layers, per_stage, dp)):
+        raise PlanError("layers_per_stage, tmp_per_stage and dp must be lists", field="sailor_plan")
     if not (len(layers) == len(per_stage) == len(dp)):
         raise PlanError(
             f"{name}: layers_per_stage, tmp_per_stage and dp have different lengths",
             field="sailor_plan",
         )
+    try:
+        return _record(data, name, mbs, gbs, layers, per_stage, dp)
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise PlanError(f"{name} is malformed ({exc!r:.120})", field="sailor_plan") from None
+
+
+def _record(data, name, mbs, gbs, layers, per_stage, dp) -> SailorPlanRecord:
     stages = []
     for i, (ids, replicas, degree) in enumerate(zip(layers, per_stage, dp, strict=True)):
         where = f"sailor_plan.tmp_per_stage[{i}]"

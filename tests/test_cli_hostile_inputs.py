@@ -1,0 +1,124 @@
+"""Every CLI, as a real process, on hostile and careless input: one line on stderr, exit 2
+(issue 13, items 7 and 10). sailor-sim has its own cases in its package's tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ENTRY = {
+    "sailor-planner": "from sailor_planner.cli import main; main()",
+    "sailor-profiler": "from sailor_profiler.cli import run; run()",
+    "sailor": "from sailor_runtime.cli import entry; entry()",
+}
+
+
+def cli(tool: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", ENTRY[tool], *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_line_error(r: subprocess.CompletedProcess, needle: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr[-2000:]
+    assert needle in lines[0], lines[0]
+
+
+@pytest.fixture()
+def files(tmp_path) -> dict[str, Path]:
+    out = {
+        "garbage": tmp_path / "garbage.bin",
+        "null": tmp_path / "null.json",
+        "deep": tmp_path / "deep.json",
+        "huge": tmp_path / "huge.json",
+        "half": tmp_path / "half.json",
+        "garbage_dir": tmp_path / "gdir",
+    }
+    out["garbage"].write_bytes(os.urandom(4096) + b"\x00")
+    out["null"].write_text("null")
+    out["deep"].write_text("[" * 100_000)
+    pool = '{"pools": [{"gpu_type": "A100-40", "zone": "us-central1-a", "count": %s}]}'
+    out["huge"].write_text(pool % "1e400")
+    out["half"].write_text(pool % "1.5")
+    out["garbage_dir"].mkdir()
+    (out["garbage_dir"] / "p.json").write_bytes(os.urandom(2048) + b"\x00")
+    return out
+
+
+PLAN = ["plan", "--model", "OPT-350M", "--gbs", "64"]
+
+
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        ("garbage", "binary"),
+        ("null", "holds null"),
+        ("deep", "nests deeper"),
+        ("huge", "count: must be a whole number"),
+        ("half", "count: must be a whole number"),
+    ],
+)
+def test_planner_inventory_files(files, name, needle):
+    one_line_error(cli("sailor-planner", *PLAN, "--inventory", str(files[name])), needle)
+
+
+def test_planner_profiles_and_serve_settings(files):
+    gpus = ["--gpus", "A100-40@us-central1-a=8"]
+    one_line_error(
+        cli("sailor-planner", *PLAN, *gpus, "--profile-dir", str(files["garbage"])), "not a folder"
+    )
+    one_line_error(cli("sailor-planner", "serve", "--workers", "0"), "workers")
+    one_line_error(cli("sailor-planner", "serve", "--host", "8.8.8.8"), "--token")
+
+
+def test_profiler_merge_inputs_and_outputs(files, tmp_path):
+    one_line_error(
+        cli("sailor-profiler", "merge", str(files["garbage_dir"]), "--out", str(tmp_path / "m")),
+        "binary",
+    )
+    one_line_error(
+        cli("sailor-profiler", "merge", str(files["garbage"]), "--out", str(tmp_path / "m")),
+        "not a folder",
+    )
+    one_line_error(
+        cli("sailor-profiler", "merge", str(tmp_path), "--out", str(files["garbage"])),
+        "is a file",
+    )
+    one_line_error(cli("sailor-profiler", "merge", str(tmp_path), "--out", "/proc/x"), "--out")
+
+
+def test_run_refuses_what_cannot_work_at_once(files):
+    start = time.monotonic()
+    one_line_error(cli("sailor", "run", "--local", "--gpu-types", "XYZ"), "XYZ")
+    assert time.monotonic() - start < 60  # not the 900 s wait for refused workers
+    one_line_error(cli("sailor", "run", "--local", "--run-dir", str(files["garbage"])), "is a file")
+    one_line_error(cli("sailor", "run", "--local", "--json", "/proc/x/summary.json"), "--json")
+    one_line_error(cli("sailor", "controller", "--planner", "x:1", "--port", "70000"), "--port")
+
+
+def test_a_worker_added_after_the_last_step_is_warned_about(tmp_path):
+    args = ["run", "--local", "--workers", "1", "--steps", "4", "--add-worker-at-step", "50"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ENTRY["sailor"], *args, "--run-dir", str(tmp_path / "run")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its planner and workers die with it below
+    )
+    try:
+        first = proc.stderr.readline() if proc.stderr else ""
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert first.startswith("warning: --add-worker-at-step 50") and "not be used" in first
