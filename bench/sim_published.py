@@ -36,15 +36,15 @@ ZONE = "us-central1-a"
 KNEES = (1.0, 1e9, 1e10, 1e11)
 """Candidate knee sizes (FLOPs per matmul) of the efficiency form; 1.0 = no knee."""
 
-# Table option -> (Job fields that could carry it, the option's neutral value). An option at a
-# non-neutral value needs one of the fields; otherwise the row is reported as not predictable.
-OPTIONS = {
-    "recompute": (("recompute", "activation_recompute"), "none"),
-    "sharding": (("sharding", "zero"), "none"),
-    "sequence_parallel": (("sequence_parallel",), False),
-    "flash_attention": (("flash_attention",), False),
-    "virtual_stages": (("virtual_stages", "interleave"), 1),
+NEUTRAL_OPTIONS = {
+    "recompute": "none",
+    "zero": "none",
+    "sequence_parallel": False,
+    "flash_attention": False,
+    "virtual_stages": 1,
+    "grad_dtype": "fp32",
 }
+"""The table's options (sailor-sim's ExecutionOptions vocabulary) at their neutral values."""
 
 
 @dataclass(frozen=True)
@@ -57,19 +57,12 @@ class Prediction:
 
 
 def job_options(run: published.PublishedRun) -> tuple[dict, tuple[str, ...]]:
-    """(Job keyword arguments for the row's options, options Job cannot express)."""
-    fields = {f.name for f in dataclasses.fields(Job)}
-    kwargs, missing = {}, []
-    for option, (candidates, neutral) in OPTIONS.items():
-        value = run.options.get(option, neutral)
-        if value == neutral:
-            continue
-        field = next((c for c in candidates if c in fields), None)
-        if field is None:
-            missing.append(f"{option}={value}")
-        else:
-            kwargs[field] = value
-    return kwargs, tuple(missing)
+    """(Job keyword arguments for the row's options, options this Job cannot express). An
+    option Job's ExecutionOptions does not know is refused by Job itself, naming it."""
+    if "options" in {f.name for f in dataclasses.fields(Job)}:
+        return {"options": dict(run.options)}, ()
+    missing = tuple(f"{k}={v}" for k, v in run.options.items() if v != NEUTRAL_OPTIONS.get(k, v))
+    return {}, missing
 
 
 def network_for(run: published.PublishedRun, gpu_name: str) -> NetworkModel:
@@ -208,7 +201,7 @@ def print_rows(title: str, preds: list[Prediction]) -> None:
         r = p.run
         real = r.measured_tokens_per_s_per_gpu()
         mem_real = r.measured_peak_memory_bytes()
-        opts = f"rc={r.options.get('recompute')} {r.options.get('sharding')}"
+        opts = f"rc={r.options.get('recompute')} {r.options.get('zero')}"
         opts += " sp" if r.options.get("sequence_parallel") else ""
         opts += " *" if p.missing else ""
         mem = (

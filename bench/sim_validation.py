@@ -45,6 +45,11 @@ def reference_root() -> Path:
     return base / "sailor-artifacts"
 
 
+def validation_job(rec) -> Job:
+    """The job every GH200 run trained: OPT-350, sequence 2048, fp32, Adam."""
+    return Job.create("OPT-350", rec.global_batch_size, 2048, "fp32", "adam")
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = "--raw" in (sys.argv[1:] if argv is None else argv)
     root = reference_root()
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     t_err, m_err = [], []
     for f in files:
         rec = read_sailor_plan(f)
-        job = Job.create("OPT-350", rec.global_batch_size, 2048, "fp32", "adam")
+        job = validation_job(rec)
         e = sim.estimate(job, rec.plan)
         et = (e.iteration_time_s - rec.measured_iteration_s) / rec.measured_iteration_s
         em = (e.peak_memory_bytes - rec.measured_peak_memory_bytes) / rec.measured_peak_memory_bytes
@@ -124,7 +129,7 @@ def _points(sim: Simulator, files: list[str]) -> list[tuple]:
     out = []
     for f in files:
         rec = read_sailor_plan(f)
-        out.append((rec, Job.create("OPT-350", rec.global_batch_size, 2048, "fp32", "adam")))
+        out.append((rec, validation_job(rec)))
     return out
 
 

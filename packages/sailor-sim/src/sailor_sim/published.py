@@ -58,8 +58,9 @@ class PublishedRun:
     grad_accum: int
     seq: int
     options: dict[str, Any]
-    """flash_attention, recompute ('none' | 'selective' | 'full'), sharding ('none' | 'fsdp'),
-    sequence_parallel, virtual_stages (interleaved 1F1B)."""
+    """In ExecutionOptions' vocabulary: flash_attention, recompute ('none' | 'selective' |
+    'full'), zero ('none' | 'zero3' = FSDP FULL_SHARD), sequence_parallel, virtual_stages
+    (interleaved 1F1B), grad_dtype."""
     measured: dict[str, float]
     """tokens_per_s_per_gpu, iteration_s, mfu, peak_memory_gib: whichever was published."""
     note: str = ""
