@@ -24,7 +24,8 @@ from sailor_profiler.cli import parse_bytes, parse_int_list
 from sailor_profiler.errors import SailorProfilerError
 from sailor_sim import Inventory, Job, Plan, SailorSimError, inputs
 from sailor_sim.examples import example_job, example_plan
-from sailor_sim.hf_config import spec_from_hf_dict
+from sailor_sim.hf_config import fields_from_hf_dict
+from sailor_sim.model import ModelSpec
 from sailor_sim.network import load_network_file
 from sailor_sim.original import read_sailor_plan
 from sailor_sim.profile_files import parse_profile_dict, profile_file_dict
@@ -199,7 +200,7 @@ def test_original_sailor_plan(doc):
 @given(document(VALID_HF))
 def test_hugging_face_config(doc):
     if isinstance(doc, dict):
-        accepts_or_refuses(spec_from_hf_dict, doc, "fuzz-model")
+        accepts_or_refuses(lambda: ModelSpec(**fields_from_hf_dict(doc, "fuzz-model")))
 
 
 @FUZZ

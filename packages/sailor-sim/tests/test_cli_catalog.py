@@ -161,3 +161,26 @@ def test_memory_command_prints_gib():
             "bf16", "--seq", "8192")  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "peak GiB" in r.output and "headroom GiB" in r.output
+
+
+def test_provenance_says_whether_the_analytic_efficiency_is_calibrated():
+    from sailor_sim import Plan, analytic
+    from sailor_sim.metrics import provenance
+
+    job = Job.create("LLaMA-3.1-8B", 8, 4096, "bf16")
+    plan = Plan.uniform(job, "H100-80", "us-east-1a", tp=8, microbatch_size=1)
+    saved = dict(analytic.CALIBRATION)
+    try:
+        analytic.set_calibration({})
+        (p,) = provenance(["analytic"], job, plan)
+        assert p["kind"] == "analytic" and "H100-80: uncalibrated for bf16" in p["trust"]
+        fit = analytic.MatmulEfficiency(0.5, 1e9, "compute_efficiency.json: fit on test rows")
+        analytic.set_calibration({("hopper", "bf16"): fit})
+        (p,) = provenance(["analytic"], job, plan)
+        assert (
+            "calibrated on published runs (compute_efficiency.json: fit on test rows)" in p["trust"]
+        )
+    finally:
+        analytic.set_calibration(saved)
+    (imported,) = provenance(["imported:sailor"])
+    assert "leave-one-out" in imported["trust"]

@@ -10,8 +10,7 @@ import json
 
 import pytest
 
-from sailor_sim import Job, UnknownNameError, ValidationError, get_model
-from sailor_sim.hf_config import read_hf_config
+from sailor_sim import Job, UnknownNameError, ValidationError, get_model, read_hf_config
 
 _LLAMA_31_8B = {
     "architectures": ["LlamaForCausalLM"],

@@ -8,10 +8,9 @@ from .dtypes import DTYPES, dtype_bytes
 from .errors import PlanError, ProfileError, SailorSimError, UnknownNameError, ValidationError
 from .estimate import Estimate, ReplicaMemory
 from .gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
-from .hf_config import read_hf_config
 from .instances import Fabric, Offer, fabric_for, offer_in
 from .job import GpuPool, Inventory, Job
-from .model import MODEL_CATALOG, ModelSpec, get_model, register_model
+from .model import MODEL_CATALOG, ModelSpec, get_model, read_hf_config, register_model
 from .network import Endpoint, LinkCurve, NetworkModel
 from .original import SailorPlanRecord, read_sailor_plan
 from .plan import Plan, Replica, Stage, even_split

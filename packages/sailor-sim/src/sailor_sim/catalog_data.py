@@ -65,24 +65,29 @@ _MODEL_OPTIONAL = {
 }
 
 
-def model_from_entry(entry: dict[str, Any], where: str):
-    """One catalog entry as a ModelSpec; ``vocab_size`` is the tokenizer's and gets padded."""
-    from .model import ModelSpec, pad_vocab
+def pad_vocab(vocab: int, multiple: int = 128) -> int:
+    """Megatron's make-vocab-size-divisible-by: 128 rows keep every power-of-two TP <= 128."""
+    return -(-vocab // multiple) * multiple
 
+
+def padded_vocab_fields(vocab: int) -> dict[str, int]:
+    """``vocab_size`` padded, and ``unpadded_vocab_size`` when padding added rows."""
+    padded = pad_vocab(vocab)
+    return {"vocab_size": padded} | ({"unpadded_vocab_size": vocab} if padded != vocab else {})
+
+
+def model_fields(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """One catalog entry as ModelSpec keyword arguments (``vocab_size`` is the tokenizer's and
+    gets padded)."""
     check_keys(entry, _MODEL_REQUIRED, _MODEL_OPTIONAL, where)
     fields = {k: v for k, v in entry.items() if k not in ("aliases", "source")}
-    vocab = int(fields["vocab_size"])
-    fields["vocab_size"] = pad_vocab(vocab)
-    if fields["vocab_size"] != vocab:
-        fields["unpadded_vocab_size"] = vocab
-    return ModelSpec(**fields)
+    return fields | padded_vocab_fields(int(fields["vocab_size"]))
 
 
-def load_models() -> list[tuple[Any, tuple[str, ...]]]:
-    """(ModelSpec, aliases) of every built-in model, in file order."""
+def model_entries() -> list[tuple[dict[str, Any], tuple[str, ...]]]:
+    """(ModelSpec keyword arguments, aliases) of every built-in model, in file order."""
     doc = read_data("models.json", "sailor-models/1")
-    out = []
-    for i, entry in enumerate(doc["models"]):
-        spec = model_from_entry(entry, f"data/models.json models[{i}]")
-        out.append((spec, tuple(entry.get("aliases", ()))))
-    return out
+    return [
+        (model_fields(entry, f"data/models.json models[{i}]"), tuple(entry.get("aliases", ())))
+        for i, entry in enumerate(doc["models"])
+    ]

@@ -15,7 +15,7 @@ import typer
 
 from . import inputs
 from .cli_catalog import register as _register_catalog_commands
-from .cli_output import GiB, print_estimate, table
+from .cli_output import GiB, fail, print_estimate, table
 from .errors import SailorSimError, ValidationError
 
 app = typer.Typer(
@@ -23,12 +23,6 @@ app = typer.Typer(
     help="Predict iteration time, memory and cost of plans.",
     pretty_exceptions_enable=False,
 )
-
-
-def fail(exc: Exception) -> None:
-    """One clear line on stderr and exit status 2."""
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(2)
 
 
 def _simulator(sailor_root: Path | None, profiles: Path | None):
@@ -201,7 +195,7 @@ def simulate(
     if as_json:
         out = estimate.to_dict()
         out["throughput"] = rate.to_dict()
-        out["provenance"] = metrics.provenance(estimate.sources)
+        out["provenance"] = metrics.provenance(estimate.sources, job, plan)
         out["cost_by_provider"] = by_provider
         out["plan"] = plan.to_dict()
         typer.echo(json.dumps(out))
@@ -209,7 +203,7 @@ def simulate(
     typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
                f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
     typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
-    print_estimate(estimate, rate, by_provider)
+    print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
 
 
 @app.command()

@@ -21,7 +21,7 @@ def prices(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """GPU instance offers per provider: $/GPU-hour on demand and spot, fabric, source, date."""
-    from .cli import fail
+    from .cli_output import fail
     from .instances import OFFERS, OTHER_PRICES
     from .zones import DEFAULT_REGIONS
 

@@ -9,7 +9,13 @@ import typer
 GiB = 1024**3
 
 
-def print_estimate(estimate, rate=None, by_provider=None) -> None:
+def fail(exc: Exception) -> None:
+    """One clear line on stderr and exit status 2."""
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
     from .metrics import provenance
 
     e = estimate
@@ -35,7 +41,7 @@ def print_estimate(estimate, rate=None, by_provider=None) -> None:
     ]
     if e.run_iterations is not None:
         rows.append(("whole run", f"{e.run_hours:.2f} h, ${e.run_cost_usd:,.2f}"))
-    for p in provenance(e.sources):
+    for p in trust if trust is not None else provenance(e.sources):
         rows.append(("provenance", f"{p['source']}: {p['trust']}"))
     table(["", "value"], rows)
     if by_provider:

@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .catalog_data import padded_vocab_fields
 from .errors import SailorSimError, UnknownNameError, ValidationError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "gemma", "gpt_neox", "opt", "gpt2")
@@ -32,8 +33,9 @@ def looks_like_config_path(name: str) -> bool:
     return name.endswith(".json") or "/" in name or Path(name).is_dir()
 
 
-def read_hf_config(path: str | Path):
-    """The ModelSpec of a Hugging Face ``config.json`` (or a folder holding one)."""
+def read_hf_fields(path: str | Path) -> tuple[tuple[str, Any], ...]:
+    """The ModelSpec keyword arguments of a Hugging Face ``config.json`` (or a folder holding
+    one), as sorted (name, value) pairs; ``model.read_hf_config`` builds the spec."""
     file = Path(path).expanduser()
     if file.is_dir():
         file = file / "config.json"
@@ -58,13 +60,12 @@ def _read_cached(file: str, _mtime_ns: int, _size: int):
         ) from None
     if not isinstance(cfg, dict):
         raise ValidationError(f"{file} is not a JSON object", field="model")
-    return spec_from_hf_dict(cfg, name=file)
+    return tuple(sorted(fields_from_hf_dict(cfg, name=file).items()))
 
 
-def spec_from_hf_dict(cfg: dict[str, Any], name: str):
-    """A ModelSpec from the parsed dictionary of a Hugging Face config (``name`` labels it)."""
-    from .model import ModelSpec, pad_vocab
-
+def fields_from_hf_dict(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """ModelSpec keyword arguments from the parsed dictionary of a Hugging Face config
+    (``name`` labels the model)."""
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or model_type not in _READERS:
         raise UnknownNameError(
@@ -74,11 +75,7 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str):
         )
     try:
         fields = _READERS[model_type](_Config(cfg, name))
-        vocab = fields["vocab_size"]
-        fields["vocab_size"] = pad_vocab(vocab)
-        if fields["vocab_size"] != vocab:
-            fields["unpadded_vocab_size"] = vocab
-        return ModelSpec(name=name, **fields)
+        return {"name": name, **fields, **padded_vocab_fields(fields["vocab_size"])}
     except SailorSimError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:

@@ -107,17 +107,39 @@ def cost_by_provider(plan, providers=None, regions=None) -> list[dict[str, Any]]
 PROVENANCE: dict[str, str] = {
     "measured": "measured profile (sailor-profiler on this GPU type)",
     "imported": "imported profile (original Sailor artifacts); GH200 OPT-350 fp32 validation: "
-    "time 2.9% mean / 8.1% worst, memory 4.8% mean (bench/sim_validation.py)",
+    "time 3.2% mean / 8.4% worst, memory 4.95% mean / 9.5% worst, leave-one-out "
+    "(bench/sim_validation.py)",
     "interpolated": "interpolated or scaled from neighbouring profile entries",
-    "analytic": "analytic roofline from the GPU's datasheet peaks and efficiencies fitted on "
-    "OPT-350 fp32 profiles; not yet validated against published runs of this model/GPU",
+    "analytic": "analytic roofline from the GPU's datasheet peaks",
 }
 
 
-def provenance(sources) -> list[dict[str, str]]:
+def _analytic_detail(job, plan) -> str:
+    """Which efficiency the analytic estimate used per GPU type: the published-run calibration
+    (its fit data) or the per-GPU fit on Sailor's fp32 OPT-350 profiles (its source)."""
+    from . import analytic
+
+    parts = []
+    for gpu_type in gpus_by_type(plan):
+        gpu = get_gpu(gpu_type)
+        fit = analytic.calibrated(gpu, job.dtype) if job.dtype != "fp32" else None
+        if fit is not None:
+            parts.append(f"{gpu.name}: calibrated on published runs ({fit.source})")
+        else:
+            parts.append(
+                f"{gpu.name}: uncalibrated for {job.dtype}; efficiency "
+                f"{analytic.efficiency(gpu).source}"
+            )
+    return "; ".join(parts)
+
+
+def provenance(sources, job=None, plan=None) -> list[dict[str, str]]:
     """Each estimate source with what it means and how far it has been validated."""
     out = []
     for source in sources:
         kind = source.split(":")[0]
-        out.append({"source": source, "kind": kind, "trust": PROVENANCE.get(kind, "unknown")})
+        trust = PROVENANCE.get(kind, "unknown source")
+        if kind == "analytic" and job is not None and plan is not None:
+            trust += "; " + _analytic_detail(job, plan)
+        out.append({"source": source, "kind": kind, "trust": trust})
     return out

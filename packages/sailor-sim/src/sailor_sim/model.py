@@ -23,7 +23,9 @@ term per stored tensor (see ``stash_terms``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
+from .catalog_data import model_entries
 from .dtypes import check_dtype, dtype_bytes
 from .errors import UnknownNameError, ValidationError
 
@@ -372,11 +374,6 @@ class ModelSpec:
         return 2.0 * tokens * matmul + attention
 
 
-def pad_vocab(vocab: int, multiple: int = 128) -> int:
-    """Megatron's make-vocab-size-divisible-by: 128 rows keep every power-of-two TP <= 128."""
-    return -(-vocab // multiple) * multiple
-
-
 MODEL_CATALOG: dict[str, ModelSpec] = {}
 MODEL_ALIASES: dict[str, str] = {}
 
@@ -399,7 +396,7 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
     spec = MODEL_CATALOG.get(name) or MODEL_CATALOG.get(MODEL_ALIASES.get(name.lower(), ""))
     if spec is not None:
         return spec
-    from .hf_config import looks_like_config_path, read_hf_config
+    from .hf_config import looks_like_config_path
 
     if looks_like_config_path(name):
         return read_hf_config(name)
@@ -410,11 +407,22 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
     )
 
 
-def _load_catalog() -> None:
-    from .catalog_data import load_models
+def read_hf_config(path) -> ModelSpec:
+    """The ModelSpec of a Hugging Face ``config.json`` (or a folder holding one); see
+    ``hf_config`` for what is read and refused. Cached while the file is unchanged."""
+    from .hf_config import read_hf_fields
 
-    for spec, aliases in load_models():
-        register_model(spec, aliases)
+    return _spec_from_fields(read_hf_fields(path))
+
+
+@lru_cache(maxsize=64)
+def _spec_from_fields(fields: tuple[tuple[str, object], ...]) -> ModelSpec:
+    return ModelSpec(**dict(fields))
+
+
+def _load_catalog() -> None:
+    for fields, aliases in model_entries():
+        register_model(ModelSpec(**fields), aliases)
 
 
 _load_catalog()

@@ -23,29 +23,18 @@ from typing import Any
 
 from .errors import ValidationError
 from .gpus import GiB, get_gpu
-from .model import ModelSpec
+from .model import ModelSpec, get_model
 
 DATA_FILE = Path(__file__).with_name("data") / "published_runs.json"
 
-# The table's architecture families in ModelSpec's vocabulary. MPT as llm-foundry benchmarked
-# it (scripts/train/yamls/pretrain/mpt-*.yaml): no biases, LayerNorm without bias, GELU MLP, tied
-# head, and learned positions (the README's NumParams grows with the sequence by seq x d_model),
-# which differs from the released MPT checkpoints (ALiBi) in the model catalog. Megatron GPT:
-# biases, LayerNorm, GELU, learned positions, tied head.
+# The table's own architecture families in ModelSpec's vocabulary (models the catalog holds are
+# referenced by name instead). MPT as llm-foundry benchmarked it (scripts/train/yamls/pretrain/
+# mpt-*.yaml on MPTConfig's defaults): learned positions, biases, LayerNorm with bias, GELU MLP,
+# tied head -- the parameter counts then equal the benchmark README's NumParams exactly; the
+# released checkpoints differ (ALiBi, no biases). Megatron GPT: the same layout.
 _FAMILY = {
-    "mpt": dict(
-        family="mpt",
-        position="learned",
-        norm="layernorm",
-        norm_bias=False,
-        mlp="gelu",
-        bias=False,
-        tie_word_embeddings=True,
-    ),
-    "gpt": dict(
-        family="gpt", position="learned", norm="layernorm", mlp="gelu", tie_word_embeddings=True
-    ),
-    "llama": dict(family="llama", position="rotary", norm="rmsnorm", mlp="swiglu", bias=False),
+    "mpt": dict(family="mpt", position="learned", tie_word_embeddings=True),
+    "gpt": dict(family="gpt", position="learned", tie_word_embeddings=True),
 }
 
 
@@ -136,8 +125,12 @@ def load_runs(path: Path = DATA_FILE) -> list[PublishedRun]:
 
 
 def model_spec(name: str, seq: int, path: Path = DATA_FILE) -> ModelSpec:
-    """The ModelSpec of a table model, with room for ``seq`` learned positions."""
+    """The ModelSpec of a table model: a catalog model it names, or its own architecture;
+    learned-position models get room for ``seq`` positions."""
     arch = _document(str(path))["models"][name]
+    if "catalog" in arch:
+        spec = get_model(arch["catalog"])
+        return spec if seq <= spec.max_seq_len else dataclasses.replace(spec, max_seq_len=seq)
     return ModelSpec(
         name,
         num_layers=arch["layers"],
@@ -172,6 +165,12 @@ def gpu_type(name: str, path: Path = DATA_FILE):
         memory_bandwidth=variant["memory_bandwidth_gbps"] * 1e9,
         source=variant["source"],
     )
+
+
+def memory_measure(source: str, path: Path = DATA_FILE) -> str:
+    """What a source's peak memory counts: 'device' (nvidia-smi: CUDA context included, the
+    simulator's peak) or 'allocator_reserved' (PyTorch's caching allocator: no context)."""
+    return _document(str(path))["sources"][source].get("memory_measure", "device")
 
 
 def fabric(source: str, gpu: str, path: Path = DATA_FILE) -> dict[str, Any] | None:
