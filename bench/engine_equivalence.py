@@ -8,6 +8,10 @@ single-process reference over all steps, the final loss, and the mean iteration 
 samples/s after the first step. With ``--backend nccl`` each rank takes one CUDA device: only
 plans with at most ``torch.cuda.device_count()`` ranks run (NCCL refuses two ranks on one GPU),
 and the reference runs on cuda:0.
+
+Bar: every plan's per-step losses within ``LOSS_RTOL`` (relative) of the single-process
+reference, the same tolerance as the equivalence tests (1e-5 in fp32, 1e-11 in fp64); every
+step present. Exits 1 when a plan misses the bar, a run fails or no plan can run here.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from sailor_runtime.engine import launch_many, reference_run
 from sailor_runtime.engine.examples import JOBS, PLANS
 from sailor_runtime.engine.topology import Topology
 
+LOSS_RTOL = {"fp32": 1e-5, "fp64": 1e-11}
+"""Largest relative per-step loss difference from one process that counts as equivalent."""
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
@@ -34,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     limit = torch.cuda.device_count() if a.backend == "nccl" else 64
     chosen = {n: v for n, v in PLANS.items() if Topology(v[1]).world_size <= limit}
     if not chosen:
-        print(f"no plan fits on {limit} CUDA devices")
-        return 0
+        print(f"no plan fits on {limit} CUDA devices: nothing measured")
+        return 1
     root = Path(tempfile.mkdtemp(prefix="sailor-bench-engine-"))
     runs = [{"job": JOBS[m].to_dict(), "plan": plan.to_dict(), "steps": a.steps,
              "schedule": sched, "dtype": a.dtype, "backend": a.backend,
@@ -47,17 +54,26 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if a.backend == "nccl" else "cpu"
     refs = {m: reference_run(job, a.steps, dtype=dtype, device=device)[0]
             for m, job in JOBS.items()}
-    print(f"backend {a.backend}, dtype {a.dtype}, {a.steps} steps, global batch 8, seq 32")
+    bar = LOSS_RTOL[a.dtype]
+    print(f"backend {a.backend}, dtype {a.dtype}, {a.steps} steps, global batch 8, seq 32; "
+          f"bar: max rel dloss <= {bar:.0e}")
     print(f"{'plan':28} {'model':10} {'ranks':>5} {'max rel dloss':>13} {'final loss':>10} "
-          f"{'iter s':>7} {'samples/s':>9}")
+          f"{'iter s':>7} {'samples/s':>9}  result")
+    failed = False
     for name, (m, plan, _) in chosen.items():
         df = pl.read_ndjson(root / f"{name}.jsonl").sort("step")
+        if df.height != a.steps:
+            print(f"{name:28} {df.height}/{a.steps} steps recorded  MISSING")
+            failed = True
+            continue
         rel = max(abs(x - y) / y for x, y in zip(df["loss"], refs[m], strict=True))
         tail = df.filter(pl.col("step") > 1)
+        ok = rel <= bar
+        failed |= not ok
         print(f"{name:28} {JOBS[m].model.name:10} {Topology(plan).world_size:>5} {rel:>13.2e} "
               f"{df['loss'][-1]:>10.4f} {tail['iteration_time_s'].mean():>7.3f} "
-              f"{tail['samples_per_s'].mean():>9.1f}")
-    return 0
+              f"{tail['samples_per_s'].mean():>9.1f}  {'ok' if ok else 'MISSED'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ def wide_inventory(per_pool: int = 250) -> Inventory:
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    code = "from sailor_planner.planrun import main; main()"
+    code = "from sailor_planner.cli import main; main()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "serve", "--port", "0"],
         stdout=subprocess.PIPE,

@@ -5,9 +5,12 @@ Real processes on 127.0.0.1: the planner server, the controller, worker agents, 
 ranks (tiny-gpt). Each scenario injects one change mid-run and reads the controller's phase
 timings (detect, debounce, plan, place, stop, checkpoint, restart). For a kill -9, "detect" is
 measured from the kill itself (not from the node's last heartbeat), and "total" is kill ->
-first step of the new generation completed. Targets: total < 30 s; measured iteration time
-within 25 % of the simulator's prediction (profile measured on this machine, run.profile).
-Exits 1 when a failure scenario or the prediction misses its target.
+first step of the new generation completed. Targets: total < 5 s for every scenario, cold
+ranks included; measured iteration time within 25 % of the planner's prediction made before
+training (this machine's profile, stretched by the core sharing expected from the load before
+the run; run.profile). The "explained" column re-simulates the plan after the run with the CPU
+stretch the ranks were measured to get: it shows what the sharing accounts for, and is never
+what the bar checks. Exits 1 when any scenario or prediction misses its target (and says why).
 
     uv run python bench/reconfig_time.py [--quick]
 """
@@ -20,7 +23,8 @@ from pathlib import Path
 
 from sailor_runtime.run.local import LocalRun, LocalRunConfig
 
-TARGET_S = 30.0
+TARGET_S = 5.0
+PREDICTION_BAR = 0.25
 PHASES = ("detect", "debounce", "plan", "place", "stop", "checkpoint", "restart")
 
 
@@ -71,6 +75,31 @@ def prediction() -> dict:
     return s.to_dict()
 
 
+def why_missed(misses: list[dict]) -> str:
+    """The reason a prediction missed, from what the run recorded."""
+    lines = ["\nThis machine could not be predicted within the bar:"]
+    for p in misses:
+        if p["state"] != "DONE":
+            lines.append(f"  run ended {p['state']}: {p['message']}")
+            continue
+        planned, got = p["planned_stretch"], p["cpu_slowdown"]
+        explained = abs(p["explained_error"]) <= PREDICTION_BAR
+        lines.append(
+            f"  predicted {p['prediction_error']:+.0%}: the planner assumed its ranks would be "
+            f"stretched {planned:.2f}x by sharing the cores (load sampled before the run); "
+            f"they were stretched {got:.2f}x while training. "
+            + (
+                "With the measured stretch the simulator lands within the bar, so the miss is "
+                "the load on this machine changing between planning and training (other "
+                "processes come and go), which the load sampled before the run did not foresee."
+                if explained
+                else "Even the measured stretch leaves the error outside the bar: the per-layer "
+                "profile or the link model does not describe this machine's run."
+            )
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     quick = "--quick" in sys.argv
     cases = [("kill -9, 3 nodes, warm ranks", 3, True, True)]
@@ -92,24 +121,37 @@ def main() -> int:
             continue
         cells = "".join(f"{row['phases'].get(p, 0.0):>11.2f}" for p in PHASES)
         ok = row["total"] < TARGET_S
-        failed |= row["kill"] and not ok
+        failed |= not ok
         print(f"{row['name']:<32}{cells}{row['total']:>9.2f}  {'ok' if ok else 'SLOW'}")
     print("\ntotal = kill -> first step of the new generation (join: noticed -> first step)")
     print(
         "\nIteration time, sailor run --local --workers 4 --gpu-types CPU,T4, 60 steps, "
-        f"{PREDICTION_RUNS} runs (target: each within 25 %)"
+        f"{PREDICTION_RUNS} runs (target: each within {PREDICTION_BAR:.0%} of the prediction "
+        "made before training)"
     )
-    print(f"{'plan':<52}{'measured':>10}{'simulator':>11}{'error':>8}{'cpu slowdown':>14}  result")
+    print(
+        f"{'plan':<44}{'measured':>10}{'predicted':>11}{'error':>8}{'stretch':>9}"
+        f"{'explained':>11}{'error':>8}{'stretch':>9}  result"
+    )
+    print(f"{'':<44}{'':>10}{'(pre-run)':>11}{'':>8}{'assumed':>9}{'(post-run)':>11}{'':>8}"
+          f"{'measured':>9}")  # fmt: skip
+    misses = []
     for _ in range(PREDICTION_RUNS):
         p = prediction()
-        ok = p["state"] == "DONE" and abs(p["prediction_error"]) <= 0.25
-        failed |= not ok
+        ok = p["state"] == "DONE" and abs(p["prediction_error"]) <= PREDICTION_BAR
+        if not ok:
+            misses.append(p)
         print(
-            f"{p['plan'][:50]:<52}{p['measured_iteration_s'] * 1e3:>8.1f}ms"
+            f"{p['plan'][:42]:<44}{p['measured_iteration_s'] * 1e3:>8.1f}ms"
             f"{p['predicted_iteration_s'] * 1e3:>9.1f}ms{p['prediction_error']:>+8.0%}"
-            f"{p['cpu_slowdown']:>14.2f}  {'ok' if ok else 'MISSED'}",
+            f"{p['planned_stretch']:>9.2f}{p['explained_iteration_s'] * 1e3:>9.1f}ms"
+            f"{p['explained_error']:>+8.0%}{p['cpu_slowdown']:>9.2f}  "
+            f"{'ok' if ok else 'MISSED'}",
             flush=True,
         )
+    if misses:
+        failed = True
+        print(why_missed(misses))
     return 1 if failed else 0
 
 

@@ -58,8 +58,16 @@ def main() -> int:
     print(f"{'samples trained':<28}{r.predicted_samples:>12,.0f}{r.measured_samples:>12,.0f}")
     print(f"{'reconfigurations':<28}{r.predicted_reconfigurations:>12}{r.reconfigurations:>12}")
     print(
+        f"{'training stopped (s)':<28}{r.predicted_reconfigure_s:>12.1f}"
+        f"{r.measured_reconfigure_s:>12.1f}"
+    )
+    print(
         f"{'iteration time (ms)':<28}{r.predicted_iteration_s * 1e3:>12.1f}"
         f"{r.measured_iteration_s * 1e3:>12.1f}"
+    )
+    print(
+        f"warm-up calibration: agents registered {r.boot_s:.1f} s after start (the replay's boot "
+        f"time for joins), ranks' CPU stretch {r.stretch:.2f}"
     )
     print(f"\nerror {r.error:+.1%} (bar {BAR:.0%}): {'ok' if ok else 'MISSED'}")
     return 0 if ok else 1

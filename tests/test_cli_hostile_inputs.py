@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ENTRY = {
-    "sailor-planner": "from sailor_planner.planrun import main; main()",
+    "sailor-planner": "from sailor_planner.cli import main; main()",
     "sailor-profiler": "from sailor_profiler.cli import run; run()",
     "sailor": "from sailor_runtime.cli import entry; entry()",
 }

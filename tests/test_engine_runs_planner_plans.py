@@ -17,7 +17,7 @@ STEPS = 3
 
 
 def _planner_plans(model: str, gpus: str, top: int) -> list[Plan]:
-    cmd = [sys.executable, "-c", "from sailor_planner.planrun import main; main()", "plan",
+    cmd = [sys.executable, "-c", "from sailor_planner.cli import app; app()", "plan",
            "--model", model, "--gbs", "8", "--seq-len", "32", "--gpus", gpus, "--top", str(top),
            "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout

@@ -196,6 +196,11 @@ def test_original_sailor_plan(doc):
         accepts_or_refuses(read_sailor_plan, doc)
 
 
+def spec_from_hf_dict(doc: dict, name: str) -> ModelSpec:
+    """What get_model('config.json') does after reading the file: fields, then the spec."""
+    return ModelSpec(**fields_from_hf_dict(doc, name))
+
+
 @FUZZ
 @given(document(VALID_HF))
 def test_hugging_face_config(doc):

@@ -150,17 +150,6 @@ def test_errors_are_one_line_with_exit_status_2(args, field) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0]
 
 
-def test_fast_entry_point_and_typer_accept_the_same_plan_flags() -> None:
-    import typer.main
-
-    from sailor_planner.planrun import parser
-
-    command = typer.main.get_command(app).commands["plan"]
-    typer_flags = {o for p in command.params for o in p.opts if o.startswith("--")}
-    fast_flags = {o for a in parser()._actions for o in a.option_strings if o.startswith("--")}
-    assert typer_flags - {"--help"} == fast_flags - {"--help"}
-
-
 def test_console_script_errors_are_one_line() -> None:
     out = run("plan", "--gbs", "8", "--gpus", "A100-40@us-central1-a=1")
     assert out.returncode == 2

@@ -39,7 +39,7 @@ def test_dp_and_enumeration_reach_the_optimal_bottleneck(seed: int, p: int) -> N
     n = 9
     costs = _matrices(rng, n, p)
     best = _brute_bottleneck(costs, n, p)
-    exact = _enumerate(costs, p, n, keep_all=False)
+    exact = _enumerate(costs, p, n)
     got = min(max(costs[p - s][a, b] for s, (a, b) in enumerate(bounds)) for bounds in exact)
     assert got == pytest.approx(best)
     dp = _dp(costs, p, n)

@@ -153,3 +153,22 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, rows, extra, expected) -
     )
     assert out.exit_code == 2
     assert expected in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_join_waits_for_the_nodes_to_boot_and_a_running_start_is_free(tmp_path, planner):
+    path = trace_file(tmp_path, [f"0,{A100},8,,", f"3600,{A100},16,,", f"7200,{A100},16,,"])
+    booting = ReconfigModel(plan_s=0.25, checkpoint_interval_s=1000.0, provision_s=600.0)
+    result = replay(
+        planner, JOB, read_trace(path), SearchOptions(), booting, ("every-change",), started=True
+    )
+    first, join = result.events
+    assert first.reconfigure_s == 0 and not first.reconfigured  # already running at the start
+    old = [s for s in join.segments if s.gpus == first.gpus_used]
+    assert old[0].kind == "train" and old[0].samples_per_s == first.samples_per_s
+    assert sum(s.end_s - s.start_s for s in old) == pytest.approx(600.0)  # trains while booting
+    switch = next(s for s in join.segments if s.kind == "reconfigure")
+    assert switch.start_s == pytest.approx(3600 + 600) and join.gpus_used == 16
+    # The work lost is what the old plan trained since its last checkpoint, at the switch.
+    trained = [s for s in [*first.segments, *old] if s.kind in ("train", "checkpoint")]
+    last_ckpt = max(s.end_s for s in trained if s.kind == "checkpoint")
+    assert join.lost_samples == pytest.approx(first.samples_per_s * (4200 - last_ckpt))

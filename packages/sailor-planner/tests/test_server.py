@@ -1,5 +1,7 @@
 """A real gRPC server on 127.0.0.1:0: Plan, Simulate, Replan, health, reflection, errors."""
 
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -8,6 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sailor_planner.client import PlannerClient
+from sailor_planner.errors import CallAbortedError
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
 from sailor_planner.server import SERVICE_NAME, create_server
 from sailor_sim import Inventory, Job, Plan
@@ -151,3 +154,40 @@ def test_deadline_is_honoured_with_a_partial_answer(address) -> None:
         result = c.plan(job, inventory, timeout_s=1.2)
     assert result.partial
     assert result.plans and result.best.estimate.fits
+
+
+def _closed_port() -> int:
+    """A port nothing listens on (a server bound to port 0, then stopped)."""
+    server, port = create_server("127.0.0.1:0")
+    server.stop(grace=None).wait()
+    return port
+
+
+def test_client_waits_for_a_server_that_comes_up_late() -> None:
+    """wait_for_ready + the retry policy: a call made while the planner is down is answered
+    once it is up, within the call's deadline, without a retry loop in the caller."""
+    port = _closed_port()
+    started = []
+
+    def start_late():
+        time.sleep(1.0)
+        started.append(create_server(f"127.0.0.1:{port}")[0])
+
+    thread = threading.Thread(target=start_late)
+    thread.start()
+    try:
+        with PlannerClient(f"127.0.0.1:{port}", timeout_s=60) as c:
+            assert c.plan(JOB, INVENTORY).plans
+    finally:
+        thread.join()
+        for server in started:
+            server.stop(grace=None)
+
+
+def test_abort_ends_the_wait_for_a_planner_that_is_down() -> None:
+    port = _closed_port()
+    t0 = time.monotonic()
+    with PlannerClient(f"127.0.0.1:{port}", timeout_s=60) as c:
+        with pytest.raises(CallAbortedError):
+            c.plan(JOB, INVENTORY, abort=lambda: time.monotonic() - t0 > 0.5)
+    assert time.monotonic() - t0 < 30

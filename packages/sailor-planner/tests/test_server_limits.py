@@ -160,7 +160,7 @@ def test_a_token_guards_every_call_but_health():
 
 
 def serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    code = "from sailor_planner.planrun import main; main()"
+    code = "from sailor_planner.cli import main; main()"
     return subprocess.run(
         [sys.executable, "-c", code, "serve", *args],
         capture_output=True,

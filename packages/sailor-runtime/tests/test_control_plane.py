@@ -23,7 +23,7 @@ from sailor_runtime.controller.service import create_controller_server
 from sailor_runtime.errors import AssignmentError, PlacementError, SailorRuntimeError
 from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 from sailor_runtime.security import TOKEN_METADATA_KEY, check_bind
-from sailor_runtime.topology import rank_layout
+from sailor_runtime.topology import Topology
 from sailor_sim import Job, Plan, Replica, Stage
 
 JOB = Job.create("tiny-gpt", 8, 32)
@@ -41,7 +41,7 @@ def worker(wid: str, gpu: str, count: int, joined: float) -> Worker:
 
 
 def test_rank_layout_is_stage_major():
-    layout = rank_layout(hetero_plan())
+    layout = Topology(hetero_plan()).slots()
     assert [(s.stage, s.replica, s.tp_rank) for s in layout] == [
         (0, 0, 0), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 1, 0),
     ]  # fmt: skip

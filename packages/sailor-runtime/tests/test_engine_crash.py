@@ -43,9 +43,9 @@ def test_kill_during_async_save_keeps_previous_checkpoint(tmp_path):
     path, manifest = ckpt.latest(root)
     assert path.name == "step_00000003" and manifest["consumed_samples"] == 24
 
-    # Resume through the worker CLI, rank 0 hosting the store this time.
+    # Resume through the worker CLI.
     codes = launch_local(JOB, PLAN, steps=6, checkpoint_dir=root, metrics_path=metrics,
-                         log_dir=tmp_path, store_in_rank0=True)
+                         log_dir=tmp_path)
     assert codes == [0, 0], (tmp_path / "rank0.log").read_text()[-3000:]
     assert not partial.exists()
     assert ckpt.latest(root)[1]["step"] == 6

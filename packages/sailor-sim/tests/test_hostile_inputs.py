@@ -14,7 +14,8 @@ import pytest
 
 from sailor_sim import Job, Plan, ProfileStore
 from sailor_sim.examples import example_job, example_plan
-from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey, save_profile_dir
+from sailor_sim.profile_files import save_profile_dir
+from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
 
 
 def sailor_sim(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -8,7 +8,8 @@ import pytest
 
 from sailor_sim import ProfileError, ProfileStore, get_gpu, get_model, load_profile_dir
 from sailor_sim.network import Endpoint, LinkCurve, NetworkModel, load_network_file
-from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey, save_profile_dir
+from sailor_sim.profile_files import save_profile_dir
+from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
 
 M = get_model("tiny-gpt")
 

@@ -1,4 +1,8 @@
-"""The ``sailor-planner`` command line: ``plan`` (search once and print) and ``serve`` (gRPC)."""
+"""The ``sailor-planner`` command line (typer): ``plan`` (search once and print), ``serve`` (gRPC).
+
+The console script enters here; ``plan``'s work lives in ``planrun.py``, which never imports
+this module.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import typer
 
 import sailor_planner
 from sailor_sim import SailorSimError
+from sailor_sim.inputs import run_app
 
 from .errors import SailorPlannerError
 from .replaycli import replay_command
@@ -24,7 +29,7 @@ def fail(exc: Exception) -> None:
 
 
 @app.callback()
-def main() -> None:
+def group() -> None:
     # A callback keeps `sailor-planner` a command group.
     pass
 
@@ -99,8 +104,7 @@ def plan(
             allow_cross_region_dp,
             deadline,
             as_json,
-        ),
-        echo=typer.echo,
+        )
     )
     if code:
         raise typer.Exit(code)
@@ -127,5 +131,10 @@ def serve(
         fail(exc)
 
 
+def main() -> None:
+    """The ``sailor-planner`` entry point: any error is one line on stderr, never a traceback."""
+    run_app(app, "sailor-planner")
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -1,7 +1,16 @@
-"""A Python client of the planner gRPC service, speaking sailor-sim's types."""
+"""The Python client of the planner gRPC service, speaking sailor-sim's types.
+
+Calls wait for the server to be ready (``wait_for_ready``) up to their deadline, and the
+channel's service config retries a call that fails UNAVAILABLE (the server restarting) with
+exponential backoff; nothing here loops by hand. ``abort`` lets a caller that waits on a planner
+which is down give up early (the controller does when a newer membership change arrives).
+"""
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,9 +18,26 @@ import grpc
 
 from sailor_sim import Inventory, Job, Plan
 
+from .errors import CallAbortedError
 from .proto import planner_pb2, planner_pb2_grpc
 
 _OBJECTIVE = {"throughput": planner_pb2.OBJECTIVE_THROUGHPUT, "cost": planner_pb2.OBJECTIVE_COST}
+SERVICE = "sailor.v1.PlannerService"
+RETRY_POLICY = {
+    "maxAttempts": 5,
+    "initialBackoff": "0.2s",
+    "maxBackoff": "2s",
+    "backoffMultiplier": 2,
+    "retryableStatusCodes": ["UNAVAILABLE"],
+}
+"""gRPC's own retries (https://grpc.io/docs/guides/retry/): a call that fails UNAVAILABLE is
+sent again after 0.2, 0.4, 0.8, 1.6 s; each call's deadline still bounds the whole."""
+ABORT_POLL_S = 0.1
+
+
+def channel_options() -> list[tuple[str, Any]]:
+    config = {"methodConfig": [{"name": [{"service": SERVICE}], "retryPolicy": RETRY_POLICY}]}
+    return [("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(config))]
 
 
 @dataclass(frozen=True)
@@ -44,8 +70,31 @@ class PlannerClient:
     def __init__(self, address: str, timeout_s: float | None = 60.0) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address)
+        self._channel = grpc.insecure_channel(address, options=channel_options())
         self._stub = planner_pb2_grpc.PlannerServiceStub(self._channel)
+
+    def call(
+        self,
+        method: str,
+        request,
+        timeout_s: float | None = None,
+        abort: Callable[[], bool] | None = None,
+    ):
+        """``method`` (Plan, Replan, Simulate) with ``request``: waits for the server to be
+        ready and retries UNAVAILABLE within the deadline; raises ``grpc.RpcError``, or
+        ``CallAbortedError`` once ``abort()`` turns true while waiting."""
+        fn = getattr(self._stub, method)
+        timeout = timeout_s or self.timeout_s
+        if abort is None:
+            return fn(request, timeout=timeout, wait_for_ready=True)
+        future = fn.future(request, timeout=timeout, wait_for_ready=True)
+        while not future.done():
+            if abort() and future.cancel():
+                raise CallAbortedError(
+                    f"call to {self.address} given up by its caller", field="planner"
+                )
+            time.sleep(ABORT_POLL_S)
+        return future.result()
 
     def close(self) -> None:
         self._channel.close()
@@ -87,11 +136,15 @@ class PlannerClient:
         )
 
     def plan(
-        self, job: Job, inventory: Inventory, *, timeout_s: float | None = None, **kwargs
+        self,
+        job: Job,
+        inventory: Inventory,
+        *,
+        timeout_s: float | None = None,
+        abort: Callable[[], bool] | None = None,
+        **kwargs,
     ) -> ClientPlanResult:
-        response = self._stub.Plan(
-            self.request(job, inventory, **kwargs), timeout=timeout_s or self.timeout_s
-        )
+        response = self.call("Plan", self.request(job, inventory, **kwargs), timeout_s, abort)
         return self._result(response)
 
     def replan(
@@ -106,9 +159,17 @@ class PlannerClient:
         request = planner_pb2.ReplanRequest(
             request=self.request(job, inventory, **kwargs), previous_plan=previous.to_proto()
         )
-        return self._result(self._stub.Replan(request, timeout=timeout_s or self.timeout_s))
+        return self._result(self.call("Replan", request, timeout_s))
 
-    def simulate(self, job: Job, plan: Plan, *, profile_dir: str = "", sailor_root: str = ""):
+    def simulate(
+        self,
+        job: Job,
+        plan: Plan,
+        *,
+        profile_dir: str = "",
+        sailor_root: str = "",
+        timeout_s: float | None = None,
+    ):
         """The wire ``sailor.v1.Estimate`` of one plan."""
         request = planner_pb2.SimulateRequest(
             job=job.to_proto(),
@@ -116,7 +177,7 @@ class PlannerClient:
             profile_dir=profile_dir,
             sailor_root=sailor_root,
         )
-        return self._stub.Simulate(request, timeout=self.timeout_s).estimate
+        return self.call("Simulate", request, timeout_s).estimate
 
     @staticmethod
     def _result(response) -> ClientPlanResult:

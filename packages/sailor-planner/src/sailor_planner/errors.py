@@ -7,13 +7,11 @@ to INVALID_ARGUMENT / FAILED_PRECONDITION in one place (``server._status_for``).
 
 from __future__ import annotations
 
+from sailor_sim.errors import SailorError
 
-class SailorPlannerError(ValueError):
+
+class SailorPlannerError(SailorError):
     """Base of every error sailor-planner raises on bad input."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
 
 
 class RequestError(SailorPlannerError):
@@ -23,6 +21,10 @@ class RequestError(SailorPlannerError):
 class NoFeasiblePlanError(SailorPlannerError):
     """No plan of the search space fits the inventory under the constraints
     (maps to FAILED_PRECONDITION: the request is valid, the world cannot satisfy it)."""
+
+
+class CallAbortedError(SailorPlannerError):
+    """A client call given up by its caller (``abort``) while it waited for the planner."""
 
 
 class RequestCancelledError(SailorPlannerError):

@@ -25,9 +25,6 @@ TIE = 1e-3
 """Relative weight of the total in the DP's key (bottleneck + TIE * total / P)."""
 MAX_KEPT = 4
 """Most non-dominated splits kept from an exact enumeration."""
-KEEP_ALL = 40
-"""While there are at most this many splits, all feasible ones are kept: the simulator's terms
-outside (bottleneck, total) — all-reduce per stage, optimizer overlap — then decide exactly."""
 
 Bounds = tuple[tuple[int, int], ...]
 
@@ -36,16 +33,13 @@ def num_splits(n: int, p: int) -> int:
     return math.comb(n - 1, p - 1) if 1 <= p <= n else 0
 
 
-def best_splits(
-    costs: list[np.ndarray], p: int, exact_limit: int, keep_all: bool = False
-) -> list[Bounds]:
-    """Best splits of ``n`` layer ids into ``p`` stages; ``costs[k]`` for k = 1..p (index k).
-    ``keep_all``: return every feasible split while there are at most KEEP_ALL."""
+def best_splits(costs: list[np.ndarray], p: int, exact_limit: int) -> list[Bounds]:
+    """Best splits of ``n`` layer ids into ``p`` stages; ``costs[k]`` for k = 1..p (index k)."""
     n = costs[1].shape[0]
     if not 1 <= p <= n:
         return []
     if num_splits(n, p) <= exact_limit:
-        return _enumerate(costs, p, n, keep_all)
+        return _enumerate(costs, p, n)
     dp = _dp(costs, p, n)
     return [dp] if dp else []
 
@@ -65,7 +59,7 @@ def _all_splits(n: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cuts, starts, ends
 
 
-def _enumerate(costs: list[np.ndarray], p: int, n: int, keep_all: bool) -> list[Bounds]:
+def _enumerate(costs: list[np.ndarray], p: int, n: int) -> list[Bounds]:
     if p == 1:
         t = costs[1][0, n - 1]
         return [((0, n - 1),)] if math.isfinite(t) else []
@@ -77,8 +71,6 @@ def _enumerate(costs: list[np.ndarray], p: int, n: int, keep_all: bool) -> list[
     if not ok.any():
         return []
     idx = np.nonzero(ok)[0]
-    if keep_all and len(cuts) <= KEEP_ALL:
-        return [_stage_bounds(tuple(int(c) for c in cuts[i]), n) for i in idx]
     order = idx[np.lexsort((total[idx], bottleneck[idx]))]
     kept, best_total = [], math.inf
     for i in order:  # non-dominated in (bottleneck, total): totals strictly decrease

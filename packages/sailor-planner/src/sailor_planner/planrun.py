@@ -1,24 +1,23 @@
-"""`sailor-planner plan` without typer: its arguments, its run, and a fast argparse entry point.
+"""`sailor-planner plan`'s run: build the job, inventory and options, search, print.
 
-The console script enters through ``main`` here: ``plan`` is parsed with argparse (typer builds a
-pydantic adapter per option, which costs more than the search on a 512-GPU inventory), every
-other command and ``--help`` go to the typer app in ``cli.py``. Both build the same ``PlanArgs``
-and call ``run_plan``; a test checks that both accept the same flags.
+The typer command in ``cli.py`` parses the flags into ``PlanArgs`` and calls ``run_plan``; this
+module never imports the CLI (no import cycle), so other front ends can call it too.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
 
 from sailor_sim import Inventory, Job, SailorSimError
 
 from .errors import RequestError, SailorPlannerError
+from .result import PlanResult
 
 
 @dataclass(frozen=True)
@@ -42,45 +41,48 @@ class PlanArgs:
     as_json: bool = False
 
 
-def run_plan(args: PlanArgs, echo: Callable[..., None] | None = None) -> int:
+def search(args: PlanArgs) -> PlanResult:
+    """Run the planner for ``args``; raises the sim or planner error family on bad input."""
+    from .request import Constraints, SearchOptions
+    from .sources import planner_for
+
+    job = Job.create(args.model, args.gbs, args.seq_len, args.dtype)
+    inventory = _inventory(list(args.gpus), args.inventory_file)
+    options = SearchOptions(
+        objective=args.objective,
+        constraints=Constraints(
+            args.max_cost_per_iteration, args.max_cost_per_hour, args.min_throughput
+        ),
+        top_k=args.top,
+        allow_cross_region_data_parallel=args.allow_cross_region_dp,
+        deadline_s=args.deadline,
+        pareto_points=args.pareto,
+    )
+    planner = planner_for(
+        str(args.profile_dir) if args.profile_dir else None,
+        str(args.sailor_root) if args.sailor_root else None,
+    )
+    return planner.plan(job, inventory, options)
+
+
+def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = None) -> int:
     """Search and print; returns the exit status (2 with one `error:` line on bad input)."""
-    echo = echo or _echo
+    out = out or Console(soft_wrap=True)
+    err = err or Console(stderr=True, soft_wrap=True, highlight=False)
     start = time.perf_counter()
     try:
-        from .request import Constraints, SearchOptions
-        from .sources import planner_for
-
-        job = Job.create(args.model, args.gbs, args.seq_len, args.dtype)
-        inventory = _inventory(list(args.gpus), args.inventory_file)
-        options = SearchOptions(
-            objective=args.objective,
-            constraints=Constraints(
-                args.max_cost_per_iteration, args.max_cost_per_hour, args.min_throughput
-            ),
-            top_k=args.top,
-            allow_cross_region_data_parallel=args.allow_cross_region_dp,
-            deadline_s=args.deadline,
-            pareto_points=args.pareto,
-        )
-        planner = planner_for(
-            str(args.profile_dir) if args.profile_dir else None,
-            str(args.sailor_root) if args.sailor_root else None,
-        )
-        result = planner.plan(job, inventory, options)
+        result = search(args)
     except (SailorPlannerError, SailorSimError, OSError) as exc:
-        echo(f"error: {exc}", err=True)
+        err.print(f"error: {exc}", markup=False)
         return 2
     if args.as_json:
-        out = result.to_dict()
-        out["command_time_s"] = time.perf_counter() - start
-        echo(json.dumps(out))
+        data = result.to_dict()
+        data["command_time_s"] = time.perf_counter() - start
+        print(json.dumps(data), file=out.file)
     else:
-        echo(_fmt_table(result))
+        out.print(plans_table(result))
+        out.print(search_summary(result), markup=False, highlight=False)
     return 0
-
-
-def _echo(message: str, err: bool = False) -> None:
-    print(message, file=sys.stderr if err else sys.stdout)
 
 
 def _inventory(gpus: list[str], inventory_file: Path | None) -> Inventory:
@@ -101,87 +103,31 @@ def _inventory(gpus: list[str], inventory_file: Path | None) -> Inventory:
     return inventory
 
 
-def _fmt_table(result) -> str:
-    lines = [
-        f"{'#':>2}  {'iter/s':>8}  {'s/iter':>8}  {'$/iter':>9}  {'$/hour':>9}  {'GPUs':>5}  plan"
-    ]
+def plans_table(result: PlanResult) -> Table:
+    """The ranked plans as a rich table."""
+    table = Table(box=None, header_style="bold")
+    for name in ("#", "iter/s", "s/iter", "$/iter", "$/hour", "GPUs"):
+        table.add_column(name, justify="right")
+    table.add_column("plan", overflow="fold")
     for i, ranked in enumerate(result.plans, 1):
         e, p = ranked.estimate, ranked.plan
-        lines.append(
-            f"{i:>2}  {e.throughput_iters_per_s:>8.4f}  {e.iteration_time_s:>8.3f}  "
-            f"{e.cost_per_iteration_usd:>9.4f}  {e.cost_per_hour_usd:>9.2f}  {p.num_gpus:>5}  "
-            f"{p.describe()}"
+        table.add_row(
+            str(i),
+            f"{e.throughput_iters_per_s:.4f}",
+            f"{e.iteration_time_s:.3f}",
+            f"{e.cost_per_iteration_usd:.4f}",
+            f"{e.cost_per_hour_usd:.2f}",
+            str(p.num_gpus),
+            p.describe(),
         )
+    return table
+
+
+def search_summary(result: PlanResult) -> str:
     s = result.stats
-    lines.append(
-        f"search {result.search_time_s:.3f} s{' (partial: deadline)' if result.partial else ''}; "
+    partial = " (partial: deadline)" if result.partial else ""
+    return (
+        f"search {result.search_time_s:.3f} s{partial}; "
         f"{s.candidates_evaluated} candidates evaluated ({s.evaluations_per_s:,.0f}/s), "
         f"{s.pruned} pruned, {s.infeasible} infeasible, {s.rescored} re-scored by the simulator"
     )
-    return "\n".join(lines)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line and exit status 2, as every Sailor CLI
-        raise RequestError(message, field="arguments")
-
-
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sailor-planner plan", exit_on_error=False)
-    p.add_argument("--model", required=True)
-    p.add_argument("--gbs", type=int, required=True)
-    p.add_argument("--seq-len", type=int)
-    p.add_argument("--dtype", default="fp32")
-    p.add_argument("--gpus", action="append", default=[])
-    p.add_argument("--inventory", type=Path)
-    p.add_argument("--profile-dir", type=Path)
-    p.add_argument("--sailor-root", type=Path)
-    p.add_argument("--objective", default="throughput")
-    p.add_argument("--max-cost-per-iteration", type=float)
-    p.add_argument("--max-cost-per-hour", type=float)
-    p.add_argument("--min-throughput", type=float)
-    p.add_argument("--top", type=int, default=1)
-    p.add_argument("--pareto", type=int, default=0)
-    p.add_argument("--allow-cross-region-dp", action="store_true")
-    p.add_argument("--deadline", type=float)
-    p.add_argument("--json", action="store_true")
-    return p
-
-
-def main() -> None:
-    """Console-script entry: fast path for `plan`, typer for everything else."""
-    argv = sys.argv[1:]
-    if argv[:1] == ["plan"] and not {"-h", "--help"} & set(argv):
-        try:
-            ns = parser().parse_args(argv[1:])
-        except (argparse.ArgumentError, RequestError) as exc:
-            _echo(f"error: {exc}", err=True)
-            sys.exit(2)
-        sys.exit(
-            run_plan(
-                PlanArgs(
-                    ns.model,
-                    ns.gbs,
-                    ns.seq_len,
-                    ns.dtype,
-                    tuple(ns.gpus),
-                    ns.inventory,
-                    ns.profile_dir,
-                    ns.sailor_root,
-                    ns.objective,
-                    ns.max_cost_per_iteration,
-                    ns.max_cost_per_hour,
-                    ns.min_throughput,
-                    ns.top,
-                    ns.pareto,
-                    ns.allow_cross_region_dp,
-                    ns.deadline,
-                    ns.json,
-                )
-            )
-        )
-    from sailor_sim.inputs import run_app
-
-    from .cli import app
-
-    run_app(app, "sailor-planner")

@@ -16,6 +16,8 @@ Defaults and where they come from (runtime figures: sailor-runtime README, "Numb
 - ``restart_s`` 3.5 s: restart with cold ranks, bench/reconfig_time.py (0.5 s with warm ranks).
 - ``restore_bytes_per_s`` 1 GB/s: assumption, reading the checkpoint from shared storage.
 - ``save_bytes_per_s`` 1 GB/s: assumption, the training stall of one checkpoint save.
+- ``provision_s`` 0 s: assumption, the trace counts nodes ready to join (a cloud VM takes
+  minutes to boot; `sailor run --local --trace` measures its agents' start).
 - ``checkpoint_interval_s`` 1800 s: assumption, the user's choice (``--checkpoint-every`` is
   in steps in ``sailor run``).
 
@@ -56,6 +58,9 @@ class ReconfigModel:
     """Seconds of training between two checkpoints."""
     plan_s: float | None = None
     """Seconds charged for the plan phase; None = the planner's measured search time."""
+    provision_s: float = 0.0
+    """Seconds from capacity appearing in the trace to its nodes being ready (VM boot, agent
+    start); the running plan trains meanwhile. 0 = the trace counts ready nodes."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

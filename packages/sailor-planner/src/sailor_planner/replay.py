@@ -140,6 +140,8 @@ class _Run:
         self.since_ckpt_s = 0.0  # training seconds since the last checkpoint
         self.since_ckpt_samples = 0.0
         self.changes = 0  # changes of availability seen so far (for the expected horizon)
+        self.pending: tuple[RankedPlan, float] | None = None  # a switch waiting for a boot
+        self.delay_s = 0.0  # boot time left before ``pending`` happens
 
     def usd_per_hour(self, state: TraceState, training: bool) -> float:
         if self.plan is None:
@@ -152,23 +154,39 @@ class _Run:
         egress = e.cost_breakdown_usd.get("egress", 0.0) * e.throughput_iters_per_s * 3600
         return gpus + (egress if training else 0.0)
 
-    def advance(self, state: TraceState) -> tuple[float, list[Segment]]:
-        """Serve the state's time: pending reconfiguration, then training with checkpoints."""
+    def advance(self, state: TraceState) -> tuple[float, float, list[Segment]]:
+        """Serve the state's time: a switch waiting for joining nodes to boot (the old plan
+        trains meanwhile), the reconfiguration, then training with checkpoints. Returns the
+        samples trained, the samples lost by a switch made in this state, and the segments."""
         t, end = state.start_s, state.start_s + state.duration_s
         segments: list[Segment] = []
+        samples = lost = 0.0
+        if self.pending is not None:
+            step = min(self.delay_s, end - t)
+            samples += self._train(state, t, t + step, segments)
+            t, self.delay_s = t + step, self.delay_s - step
+            if self.delay_s <= 1e-9:
+                plan, search_s = self.pending
+                self.pending = None
+                lost = self.reconfigure(plan, search_s, noticed_late=False)
         if self.plan is None:
-            return 0.0, [Segment(t, end, "stopped", 0.0, 0.0, 0)]
-        gpus = self.plan.plan.num_gpus
-        rate = self.plan.estimate.samples_per_s
-        idle_cost = self.usd_per_hour(state, training=False)
-        train_cost = self.usd_per_hour(state, training=True)
-        samples = 0.0
-        if self.down_s > 0:
+            segments.append(Segment(t, end, "stopped", 0.0, 0.0, 0))
+            return samples, lost, _merge(segments)
+        if self.down_s > 0 and t < end:
             step = min(self.down_s, end - t)
-            segments.append(Segment(t, t + step, "reconfigure", 0.0, idle_cost, gpus))
+            cost = self.usd_per_hour(state, training=False)
+            segments.append(Segment(t, t + step, "reconfigure", 0.0, cost, self.plan.plan.num_gpus))
             self.down_s -= step
             t += step
-        save_s = self.model.save_s(self.job)
+        samples += self._train(state, t, end, segments)
+        return samples, lost, _merge(segments)
+
+    def _train(self, state: TraceState, t: float, end: float, segments: list[Segment]) -> float:
+        """Train the current plan from ``t`` to ``end``, checkpointing on schedule."""
+        gpus, rate = self.plan.plan.num_gpus, self.plan.estimate.samples_per_s
+        idle_cost = self.usd_per_hour(state, training=False)
+        train_cost = self.usd_per_hour(state, training=True)
+        save_s, samples = self.model.save_s(self.job), 0.0
         while t < end - 1e-9:
             step = min(self.model.checkpoint_interval_s - self.since_ckpt_s, end - t)
             segments.append(Segment(t, t + step, "train", rate, train_cost, gpus))
@@ -181,17 +199,24 @@ class _Run:
                 segments.append(Segment(t, t + stall, "checkpoint", 0.0, idle_cost, gpus))
                 t += stall
                 self.since_ckpt_s, self.since_ckpt_samples = 0.0, 0.0
-        return samples, _merge(segments)
+        return samples
 
     def reconfigure(self, plan: RankedPlan | None, search_s: float, noticed_late: bool) -> float:
-        """Switch to ``plan``; returns the work lost (samples since the last checkpoint)."""
+        """Switch to ``plan`` now; returns the work lost (samples since the last checkpoint)."""
         lost = self.since_ckpt_samples if self.plan is not None else 0.0
-        self.plan = plan
+        self.plan, self.pending = plan, None
         self.since_ckpt_s, self.since_ckpt_samples = 0.0, 0.0
         self.down_s = (
             self.model.downtime_s(self.job, search_s, noticed_late) if plan is not None else 0.0
         )
         return lost
+
+    def reconfigure_after_boot(self, plan: RankedPlan, search_s: float) -> None:
+        """Switch once the joining nodes have booted (``provision_s``); the current plan keeps
+        training until then. Choosing the same plan again keeps the boot already under way."""
+        if self.pending is None or not same_plan(self.pending[0], plan):
+            self.delay_s = self.model.provision_s
+        self.pending = (plan, search_s)
 
 
 def _merge(segments: list[Segment]) -> list[Segment]:
@@ -226,15 +251,17 @@ def replay_events(
     options: SearchOptions | None = None,
     model: ReconfigModel | None = None,
     policies: tuple[str, ...] = POLICIES,
+    started: bool = False,
 ) -> Iterator[EventResult]:
-    """One ``EventResult`` per (policy, state), policy by policy, in trace order."""
+    """One ``EventResult`` per (policy, state), policy by policy, in trace order; ``started``:
+    the first state's plan is already running when the trace starts (no start-up cost)."""
     options, model = options or SearchOptions(), model or ReconfigModel()
     cache = PlanCache(planner, job, options)
     for name in policies:
         policy, run = Policy(name, cache), _Run(job, model)
         previous_inventory = None
         for index, state in enumerate(trace.states):
-            yield _step(policy, run, state, index, previous_inventory)
+            yield _step(policy, run, state, index, previous_inventory, started)
             previous_inventory = state.inventory
 
 
@@ -253,11 +280,14 @@ def _keep_running(policy: Policy, run: _Run, state: TraceState, decision) -> boo
     return not pays_off(objective, current, new, horizon, down, run.since_ckpt_samples)
 
 
-def _step(policy: Policy, run: _Run, state: TraceState, index: int, previous) -> EventResult:
+def _step(
+    policy: Policy, run: _Run, state: TraceState, index: int, previous, started: bool
+) -> EventResult:
+    first = previous is None
     preempted = _lost_gpus_without_notice(state, run.plan)
-    changed = previous is None or state.inventory != previous or preempted
-    run.changes += changed and previous is not None
-    decision = policy.decide(state.inventory, run.plan, changed, first=previous is None)
+    changed = first or state.inventory != previous or preempted
+    run.changes += changed and not first
+    decision = policy.decide(state.inventory, run.plan, changed, first=first)
     lost, reconfigured = 0.0, False
     held = run.plan is not None and fits(run.plan.plan, state.inventory) and not preempted
     if (
@@ -266,12 +296,19 @@ def _step(policy: Policy, run: _Run, state: TraceState, index: int, previous) ->
         and _keep_running(policy, run, state, decision)
     ):
         decision = Decision(run.plan, decision.searched, decision.search_s)
-    restart = policy.name == EVERY_CHANGE and changed and previous is not None
-    if restart or not same_plan(decision.plan, run.plan) or (run.plan is not None and not held):
+    restart = policy.name == EVERY_CHANGE and changed and not first
+    if first and started and decision.plan is not None:
+        run.plan = decision.plan  # already running when the trace starts: no start-up cost
+    elif restart or not same_plan(decision.plan, run.plan) or (run.plan is not None and not held):
         reconfigured = decision.plan is not None or run.plan is not None
-        lost = run.reconfigure(decision.plan, decision.search_s, noticed_late=preempted)
-    down_before = run.down_s
-    samples, segments = run.advance(state)
+        if held and decision.plan is not None and run.model.provision_s > 0:
+            run.reconfigure_after_boot(decision.plan, decision.search_s)
+        else:
+            lost = run.reconfigure(decision.plan, decision.search_s, noticed_late=preempted)
+    elif changed:
+        run.pending = None  # availability moved on before the joining nodes booted
+    samples, lost_later, segments = run.advance(state)
+    lost += lost_later
     plan = run.plan
     return EventResult(
         policy=policy.name,
@@ -284,7 +321,7 @@ def _step(policy: Policy, run: _Run, state: TraceState, index: int, previous) ->
         usd_per_hour=run.usd_per_hour(state, training=True),
         replanned=decision.searched,
         reconfigured=reconfigured,
-        reconfigure_s=down_before - run.down_s,
+        reconfigure_s=sum(s.end_s - s.start_s for s in segments if s.kind == "reconfigure"),
         lost_samples=lost,
         samples=samples - lost,
         usd=sum((s.end_s - s.start_s) * s.usd_per_hour / 3600 for s in segments),
@@ -321,12 +358,13 @@ def replay(
     options: SearchOptions | None = None,
     model: ReconfigModel | None = None,
     policies: tuple[str, ...] = POLICIES,
+    started: bool = False,
 ) -> ReplayResult:
     import time
 
     start = time.perf_counter()
     model = model or ReconfigModel()
-    events = list(replay_events(planner, job, trace, options, model, policies))
+    events = list(replay_events(planner, job, trace, options, model, policies, started))
     summaries = tuple(
         summarize(p, job, [e for e in events if e.policy == p], trace.duration_s) for p in policies
     )

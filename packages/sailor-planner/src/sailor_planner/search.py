@@ -52,13 +52,10 @@ EXACT_ALLOCATIONS = 256
 """Enumerate every pipelines-per-class vector while there are at most this many."""
 KEEP_MARGIN = 2
 """Candidates kept exact beyond top_k, in case the simulator finds one of them out of memory."""
-SMALL_INSTANCE = 8
-"""Inventories of at most this many GPUs are searched with the exact options below on (every
-per-stage TP vector, every layer split while few, every mix of configurations)."""
 TP_VECTORS = 27
-"""Per-stage TP vectors enumerated exactly up to this many per (type, depth)."""
-MIX_EXACT = 256
-"""Mix every single-type configuration of the types while the combinations are this few."""
+"""Per-stage TP vectors (non-increasing along the pipeline) tried while the degrees allow at
+most this many vectors per (type, depth). There is no exact mode for small inventories: the
+same search runs at every size, and bench/planner_optimality.py holds it to the optimum."""
 MIX_TOP = {2: 3, 3: 1, 4: 1}
 """Single-type configurations per GPU type combined into mixed shapes, by number of types."""
 POLL_S = 0.01
@@ -98,7 +95,6 @@ class Search:
         self.ref_zone = {g: next(z for (t, z) in sorted(self.free) if t == g) for g in self.types}
         self.total = sum(self.free.values())
         self.bnd = Bounder(self.job, scorer, options, min(z for (_, z) in self.free))
-        self.small = self.total <= SMALL_INSTANCE
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Found:
@@ -213,12 +209,19 @@ class Search:
         return tab
 
     def _tp_specs(self, g: str, p: int) -> list:
-        """Base TP degrees (raised per stage where memory needs it), plus every per-stage TP
-        vector while there are at most TP_VECTORS of them (exact when affordable)."""
+        """Base TP degrees (each stage takes the smallest that fits, raised where memory needs
+        it), plus the per-stage TP vectors that a base degree cannot express: a faster, wider
+        early stage before narrower ones (early stages hold more microbatches in flight, so
+        they need TP first; e.g. tp2|tp1 on 3 GPUs, which the base degrees 1 and 2 both miss).
+        Only non-increasing vectors, and only while the degrees allow at most TP_VECTORS."""
         degrees = self.cv.tp_of(g)
         specs: list = list(degrees)
-        if self.small and 1 < len(degrees) and len(degrees) ** p <= TP_VECTORS and p > 1:
-            specs += [v for v in itertools.product(degrees, repeat=p) if len(set(v)) > 1]
+        if 1 < len(degrees) and len(degrees) ** p <= TP_VECTORS and p > 1:
+            specs += [
+                v
+                for v in itertools.product(degrees, repeat=p)
+                if len(set(v)) > 1 and list(v) == sorted(v, reverse=True)
+            ]
         return specs
 
     def _single_shapes(self, g: str, p: int) -> list[tuple]:
@@ -226,7 +229,7 @@ class Search:
         first (memoized: only the GPU total, capped where it stops mattering, enters the key)."""
         cap = min(self.total, p * max(self.cv.tp_of(g)))
         key = (g, p, self.ref_zone[g], self.opt.microbatch_sizes)
-        key += (self.opt.exact_partition_limit, self.small, cap)
+        key += (self.opt.exact_partition_limit, cap)
         hit = self.memo.singles.get(key)
         if hit is None:
             hit = self.memo.singles[key] = self._single_shapes_uncached(g, p)
@@ -247,12 +250,10 @@ class Search:
                 if tab is None:
                     self.stats.pruned += 1
                     continue
-                key = (g, p, m, t, self.ref_zone[g], self.opt.exact_partition_limit, self.small)
+                key = (g, p, m, t, self.ref_zone[g], self.opt.exact_partition_limit)
                 splits = self.memo.splits.get(key)
                 if splits is None:
-                    splits = single_type_splits(
-                        tab, p, self.opt.exact_partition_limit, self.cv.n, self.small
-                    )
+                    splits = single_type_splits(tab, p, self.opt.exact_partition_limit, self.cv.n)
                     self.memo.splits[key] = splits
                 else:
                     self.stats.memo_hits += 1
@@ -274,16 +275,14 @@ class Search:
             for combo in itertools.combinations(types, size):
                 if not any(all(has_type(self.free, g, grp) for g in combo) for grp in self.groups):
                     continue
-                picks = [distinct_configs(singles[g], None) for g in combo]
-                if not self.small or size > 2 or math.prod(len(x) for x in picks) > MIX_EXACT:
-                    picks = [distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
+                picks = [distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
                 for choice in itertools.product(*picks):
                     self._poll()
                     shapes.extend(self._joint(p, combo, choice))
         return shapes
 
     def _joint(self, p: int, combo, choice) -> list[Shape]:
-        key = (p, combo, choice, self.opt.exact_partition_limit, self.small)
+        key = (p, combo, choice, self.opt.exact_partition_limit)
         hit = self.memo.joint.get(key)
         if hit is not None:
             self.stats.memo_hits += 1
@@ -296,7 +295,6 @@ class Search:
             [(tab, ref) for tab, ref, _, _ in members],
             p,
             self.opt.exact_partition_limit,
-            self.small,
         ):
             classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
             if all(c is not None for c in classes):

@@ -153,11 +153,9 @@ def bottleneck(tables: StageTables, bounds: Bounds) -> float:
     return max(tables.cost[i][a, b] for i, (a, b) in enumerate(bounds))
 
 
-def single_type_splits(
-    tables: StageTables, p: int, exact_limit: int, n: int, keep_all: bool = False
-) -> list[Bounds]:
+def single_type_splits(tables: StageTables, p: int, exact_limit: int, n: int) -> list[Bounds]:
     """Best splits for one class, plus the even split (what a homogeneous planner uses)."""
-    splits = best_splits(by_position(tables, p), p, exact_limit, keep_all)
+    splits = best_splits(by_position(tables, p), p, exact_limit)
     even = even_bounds(n, p) if p <= n else None
     if even is not None and even not in splits and math.isfinite(bottleneck(tables, even)):
         splits.append(even)
@@ -165,11 +163,11 @@ def single_type_splits(
 
 
 def joint_splits(
-    members: list[tuple[StageTables, float]], p: int, exact_limit: int, keep_all: bool = False
+    members: list[tuple[StageTables, float]], p: int, exact_limit: int
 ) -> list[Bounds]:
     """Splits for several classes at once: each class's stage cost is normalised by its own best
     bottleneck, and the split minimises the largest normalised stage (balanced for every type)."""
     costs = [None] * (p + 1)
     for i in range(p):
         costs[p - i] = np.max(np.stack([tab.cost[i] / ref for tab, ref in members]), axis=0)
-    return best_splits(costs, p, exact_limit, keep_all)
+    return best_splits(costs, p, exact_limit)

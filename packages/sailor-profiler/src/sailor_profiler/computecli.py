@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from sailor_sim.dtypes import check_dtype
+from sailor_sim.job import OPTIMIZERS
 from sailor_sim.model import get_model
 
 from .compute import ComputeConfig
@@ -18,7 +19,6 @@ from .devices import parse_device
 from .errors import ProfileFolderError, SweepError
 from .launch import env_launched, threads_per_rank
 from .netfit import LinkFit
-from .optim import OPTIMIZERS
 from .plots import plot_bandwidth, plot_layers
 from .provenance import gpu_type_for, provenance
 from .store import SIDE_DIR

@@ -6,13 +6,11 @@ Every error names the offending field (``field``) and says how to fix it. The CL
 
 from __future__ import annotations
 
+from sailor_sim.errors import SailorError
 
-class SailorProfilerError(ValueError):
+
+class SailorProfilerError(SailorError):
     """Base of every error sailor-profiler raises on bad input."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
 
 
 class DeviceError(SailorProfilerError):

@@ -19,9 +19,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from sailor_sim.job import OPTIMIZERS
+
 from .zoo.optim import AdamW
 
-OPTIMIZERS = ("adam", "adamw", "sgd")
+__all__ = ["optimizer_step_fn"]
 _CLIP_COEF = 0.5
 """Any factor < 1: the engine scales every gradient when the global norm exceeds clip_norm."""
 

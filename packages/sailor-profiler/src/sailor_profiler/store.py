@@ -1,6 +1,6 @@
 """Profile folders: sailor-sim's profile files plus the profiler's provenance sidecar.
 
-A profile folder holds what ``sailor_sim.profiles.load_profile_dir`` reads (``*.json`` files in
+A profile folder holds what ``sailor_sim.profile_files.load_profile_dir`` reads (``*.json`` files in
 format ``sailor-profile/1``, written with ``save_profile_dir``): every entry carries its
 status ('ok', or 'oom' for a size that does not fit: an entry without layers, which the
 simulator refuses to use), note and provenance (machine, torch, date, input folder) in the
@@ -24,13 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from sailor_sim.errors import SailorSimError
-from sailor_sim.profiles import (
-    ProfileEntry,
-    ProfileKey,
-    ProfileStore,
-    read_profile_file,
-    save_profile_dir,
-)
+from sailor_sim.profile_files import read_profile_file, save_profile_dir
+from sailor_sim.profiles import ProfileEntry, ProfileKey, ProfileStore
 
 from .errors import ProfileFolderError
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import grpc
 
+from sailor_sim.errors import SailorError
 
-class SailorRuntimeError(ValueError):
+
+class SailorRuntimeError(SailorError):
     """Base of every error the control plane raises on bad input or state."""
 
     code = grpc.StatusCode.INVALID_ARGUMENT
@@ -18,10 +20,9 @@ class SailorRuntimeError(ValueError):
     def __init__(
         self, message: str, *, field: str | None = None, code: grpc.StatusCode | None = None
     ) -> None:
-        self.field = field
         if code is not None:
             self.code = code
-        super().__init__(f"{field}: {message}" if field else message)
+        super().__init__(message, field=field)
 
 
 class RegistrationError(SailorRuntimeError):
@@ -54,8 +55,6 @@ def grpc_status(exc: BaseException) -> grpc.StatusCode:
     """The gRPC status code for an exception raised while serving a call."""
     if isinstance(exc, SailorRuntimeError):
         return exc.code
-    from sailor_sim.errors import SailorSimError
-
-    if isinstance(exc, SailorSimError):
+    if isinstance(exc, SailorError):
         return grpc.StatusCode.INVALID_ARGUMENT
     return grpc.StatusCode.INTERNAL

@@ -5,7 +5,14 @@ simulator that predicts iteration time, memory and cost of any heterogeneous pla
 """
 
 from .dtypes import DTYPES, dtype_bytes
-from .errors import PlanError, ProfileError, SailorSimError, UnknownNameError, ValidationError
+from .errors import (
+    PlanError,
+    ProfileError,
+    SailorError,
+    SailorSimError,
+    UnknownNameError,
+    ValidationError,
+)
 from .estimate import Estimate, ReplicaMemory
 from .gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
 from .instances import Fabric, Offer, fabric_for, offer_in
@@ -15,14 +22,8 @@ from .network import Endpoint, LinkCurve, NetworkModel
 from .original import SailorPlanRecord, read_sailor_plan
 from .plan import Plan, Replica, Stage, even_split
 from .prices import EGRESS_PER_GB, price_entry, price_per_gpu_hour, set_price
-from .profiles import (
-    LayerProfile,
-    ProfileEntry,
-    ProfileKey,
-    ProfileStore,
-    load_profile_dir,
-    save_profile_dir,
-)
+from .profile_files import load_profile_dir, save_profile_dir
+from .profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
 from .simulator import Simulator, StageTime
 from .zones import ZONE_CATALOG, Zone, default_zone, get_zone, register_zone, relationship
 
@@ -65,6 +66,7 @@ __all__ = [
     "ProfileError",
     "Replica",
     "SailorPlanRecord",
+    "SailorError",
     "SailorSimError",
     "Stage",
     "UnknownNameError",

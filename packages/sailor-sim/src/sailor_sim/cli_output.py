@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 GiB = 1024**3
+_WIDE = 1000
+"""Console width for tables: wide enough that no row wraps (terminals scroll, pipes split)."""
 
 
 def fail(exc: Exception) -> None:
@@ -87,8 +91,10 @@ def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
 
 
 def table(header, rows) -> None:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    typer.echo("  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)))
+    """A plain rich table (no box, never wrapped: piped output stays one row per line)."""
+    grid = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for h in header:
+        grid.add_column(str(h), no_wrap=True, overflow="ignore")
     for r in rows:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        grid.add_row(*(str(c) for c in r))
+    Console(width=_WIDE).print(grid, crop=False, soft_wrap=True)

@@ -1,18 +1,28 @@
 """The sailor-sim exception family.
 
-Every error names the offending field (``field``) and says how to fix it. CLIs turn these into
+``SailorError`` is the base every Sailor package's family derives from. Every error names the
+offending field (``field``) and says how to fix it. CLIs turn these into
 one line and exit status 2; the planner server maps them to INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
 
 
-class SailorSimError(ValueError):
-    """Base of every error sailor-sim raises on bad input."""
+class SailorError(ValueError):
+    """Base of every error any Sailor package raises on bad input or state.
+
+    Each package subclasses it once for its own family (``SailorSimError``,
+    ``SailorPlannerError``, ``SailorProfilerError``, ``SailorRuntimeError``), so a caller that
+    only wants "a Sailor error" catches this one class.
+    """
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
+
+
+class SailorSimError(SailorError):
+    """Base of every error sailor-sim raises on bad input."""
 
 
 class ValidationError(SailorSimError):

@@ -13,7 +13,7 @@ resolves it, best first:
    layer by the roofline ratio analytic(target) / analytic(neighbour);
 4. the roofline estimate (``analytic.py``).
 
-On-disk format (written by ``save_profile_dir`` and sailor-profiler, read by
+On-disk format (``profile_files``: written by ``save_profile_dir`` and sailor-profiler, read by
 ``load_profile_dir``): a folder of JSON files, one per (model, GPU type, dtype), any name ending in
 ``.json``::
 
@@ -341,15 +341,6 @@ def _step_bytes(optimizer: str, dtype: str) -> int:
     return table[dtype]
 
 
-# The file format lives in its own module; re-exported here, where callers look for it.
-from .profile_files import (  # noqa: E402
-    load_profile_dir,
-    parse_profile_dict,
-    profile_file_dict,
-    read_profile_file,
-    save_profile_dir,
-)
-
 __all__ = [
     "FORMAT",
     "LINKS_FILE",
@@ -359,9 +350,4 @@ __all__ = [
     "ProfileKey",
     "ProfileStore",
     "analytic_entry",
-    "load_profile_dir",
-    "parse_profile_dict",
-    "profile_file_dict",
-    "read_profile_file",
-    "save_profile_dir",
 ]

@@ -45,7 +45,8 @@ from .memory import (
 )
 from .network import Endpoint, NetworkModel
 from .plan import Plan, Replica
-from .profiles import LINKS_FILE, ProfileStore, load_profile_dir
+from .profile_files import load_profile_dir
+from .profiles import LINKS_FILE, ProfileStore
 
 
 class StageTime(NamedTuple):

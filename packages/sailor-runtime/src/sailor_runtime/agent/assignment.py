@@ -13,7 +13,7 @@ from sailor_sim import Job, Plan
 from sailor_sim.errors import SailorSimError
 
 from ..errors import AssignmentError, StaleGenerationError
-from ..topology import rank_layout
+from ..topology import Topology
 
 BACKENDS = ("gloo", "nccl")
 MAX_GENERATION = 2**63 - 1
@@ -59,10 +59,10 @@ def _parse_job_plan(msg) -> tuple[Job, Plan]:
 
 
 def _check_ranks(msg, plan: Plan, gpu_type: str, zone: str, num_devices: int):
-    layout = rank_layout(plan)
-    if msg.world_size != len(layout):
+    topo = Topology(plan)
+    if msg.world_size != topo.world_size:
         raise AssignmentError(
-            f"{msg.world_size} differs from the plan's {len(layout)} GPUs",
+            f"{msg.world_size} differs from the plan's {topo.world_size} GPUs",
             field="assignment.world_size",
         )
     if not msg.ranks:
@@ -70,16 +70,17 @@ def _check_ranks(msg, plan: Plan, gpu_type: str, zone: str, num_devices: int):
     seen_ranks, seen_devs, pairs = set(), set(), []
     for n, slot in enumerate(msg.ranks):
         where = f"assignment.ranks[{n}]"
-        if slot.rank >= len(layout) or slot.rank in seen_ranks:
+        if slot.rank >= topo.world_size or slot.rank in seen_ranks:
             raise AssignmentError(
-                f"rank {slot.rank} is out of 0..{len(layout) - 1} or listed twice", field=where
+                f"rank {slot.rank} is out of 0..{topo.world_size - 1} or listed twice",
+                field=where,
             )
         if slot.local_device >= num_devices or slot.local_device in seen_devs:
             raise AssignmentError(
                 f"device {slot.local_device} is out of 0..{num_devices - 1} or used twice",
                 field=f"{where}.local_device",
             )
-        spec = layout[slot.rank]
+        spec = topo.replica(topo.slot(slot.rank))
         if (spec.gpu_type, spec.zone) != (gpu_type, zone):
             raise AssignmentError(
                 f"rank {slot.rank} needs a {spec.gpu_type}@{spec.zone} GPU but this node has "

@@ -1,17 +1,17 @@
 """Run every rank of a plan as local processes (tests, benchmarks and ``sailor run --local``).
 
-``launch_local`` hosts the rendezvous TCPStore in the calling process (on a free port, so no
-port race) and starts ``python -m sailor_runtime.engine.worker`` once per rank with
-``--store-is-external``. ``launch_many`` runs several (job, plan) runs one after the other in
-the same processes (``multirun``), which saves the interpreter and torch start-up per run on
-small machines; each run gets its own store prefix.
+``launch_local`` hosts the rendezvous TCPStore in the calling process (bound to port 0; the
+port it got is read back and handed to the ranks, so no port race) and starts ``python -m
+sailor_runtime.engine.worker`` once per rank with ``--store-is-external``. ``launch_many`` runs
+several (job, plan) runs one after the other in the same processes (``multirun``), which saves
+the interpreter and torch start-up per run on small machines; each run gets its own store
+prefix.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,12 +40,6 @@ def host_store() -> dist.TCPStore:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(threads: int) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads))
@@ -57,7 +51,7 @@ class LocalRun:
     """Processes of one local launch; ``wait`` returns their exit codes."""
 
     procs: list[subprocess.Popen]
-    store: dist.TCPStore | None
+    store: dist.TCPStore
     workdir: Path
 
     def wait(self, timeout_s: float = 600.0) -> list[int]:
@@ -94,16 +88,13 @@ def start_local(
     store_prefix: str = "sailor",
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
-    store_in_rank0: bool = False,
 ) -> LocalRun:
-    """Start all ranks (non-blocking). ``store_in_rank0``: rank 0 hosts the TCPStore (on a
-    port picked here) instead of this process."""
+    """Start all ranks (non-blocking); this process hosts their TCPStore."""
     world = Topology(plan.check(job)).world_size
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     (workdir / "job.json").write_text(json.dumps(job.to_dict()))
     (workdir / "plan.json").write_text(plan.to_json())
-    store = None if store_in_rank0 else host_store()
-    port = _free_port() if store is None else store.port
+    store = host_store()
     procs = []
     for rank in range(world):
         cmd = [
@@ -121,7 +112,7 @@ def start_local(
             "--master-addr",
             "127.0.0.1",
             "--master-port",
-            str(port),
+            str(store.port),
             "--store-prefix",
             store_prefix,
             "--checkpoint-dir",
@@ -136,13 +127,12 @@ def start_local(
             str(lr),
             "--schedule",
             schedule,
+            "--store-is-external",
         ]
         if metrics_path:
             cmd += ["--metrics", str(metrics_path)]
         if dtype:
             cmd += ["--dtype", dtype]
-        if store is not None:
-            cmd.append("--store-is-external")
         out = open(Path(log_dir or workdir) / f"rank{rank}.log", "w")
         procs.append(
             subprocess.Popen(

@@ -1,8 +1,5 @@
-"""Where each rank sits in a plan, and the process groups every rank creates.
-
-Rank order (stable; the controller places processes by it): stage-major, then replica, then TP
-rank. For stage i, replica j, TP rank k:
-``rank = sum(tp of all replicas of stages < i) + sum(tp of replicas < j of stage i) + k``.
+"""The process groups every rank creates, from the one rank layout (``sailor_runtime.topology``:
+stage-major, then replica, then TP rank; re-exported here for the engine's modules).
 
 Groups, created on every rank in this one order (torch.distributed requires it):
 1. the TP group of every replica with tp > 1, stage by stage, replica by replica;
@@ -19,74 +16,9 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from sailor_sim.plan import Plan
+from ..topology import Slot, Topology
 
-
-@dataclass(frozen=True)
-class Slot:
-    """A rank's place: stage index, replica (pipeline) index, TP rank within the replica."""
-
-    stage: int
-    replica: int
-    tp_rank: int
-
-
-class Topology:
-    """Rank arithmetic for a plan (pure; no process groups)."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self._first: dict[tuple[int, int], int] = {}
-        self._slots: list[Slot] = []
-        for i, stage in enumerate(plan.stages):
-            for j, rep in enumerate(stage.replicas):
-                self._first[(i, j)] = len(self._slots)
-                self._slots.extend(Slot(i, j, k) for k in range(rep.tp))
-
-    @property
-    def world_size(self) -> int:
-        return len(self._slots)
-
-    @property
-    def num_stages(self) -> int:
-        return self.plan.num_stages
-
-    @property
-    def num_replicas(self) -> int:
-        return self.plan.num_pipelines
-
-    def slot(self, rank: int) -> Slot:
-        return self._slots[rank]
-
-    def rank(self, stage: int, replica: int, tp_rank: int = 0) -> int:
-        return self._first[(stage, replica)] + tp_rank
-
-    def tp(self, stage: int, replica: int) -> int:
-        return self.plan.stages[stage].replicas[replica].tp
-
-    def tp_ranks(self, stage: int, replica: int) -> list[int]:
-        first = self._first[(stage, replica)]
-        return list(range(first, first + self.tp(stage, replica)))
-
-    def max_tp(self, stage: int) -> int:
-        return max(r.tp for r in self.plan.stages[stage].replicas)
-
-    def fine_pieces(self, slot: Slot) -> range:
-        """Fine pieces (see module docstring) of the stage that this rank's shards hold."""
-        per = self.max_tp(slot.stage) // self.tp(slot.stage, slot.replica)
-        return range(slot.tp_rank * per, (slot.tp_rank + 1) * per)
-
-    def dp_group_ranks(self, stage: int, piece: int) -> list[int]:
-        big = self.max_tp(stage)
-        return [
-            self.rank(stage, j, piece // (big // self.tp(stage, j)))
-            for j in range(self.num_replicas)
-        ]
-
-    @property
-    def metrics_rank(self) -> int:
-        """The rank that writes metrics: TP rank 0 of replica 0 of the last stage."""
-        return self.rank(self.num_stages - 1, 0, 0)
+__all__ = ["Groups", "Slot", "Topology", "build_groups"]
 
 
 @dataclass

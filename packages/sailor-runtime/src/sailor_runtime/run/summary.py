@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
+
+from rich.console import Console
+from rich.padding import Padding
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+from rich.table import Table
 
 
 @dataclass
@@ -17,7 +24,13 @@ class RunSummary:
     plan: str
     measured_iteration_s: float
     predicted_iteration_s: float
+    """The planner's estimate for the plan that ran, made before that generation trained."""
     wall_s: float
+    planned_stretch: float = 1.0
+    """The core-sharing stretch the planner's profile assumed (from the load before the run)."""
+    explained_iteration_s: float = 0.0
+    """After the run: the same plan re-simulated with the measured ``cpu_slowdown``. Uses the
+    run's own measurement, so it explains the error; it is not a prediction."""
     cpu_slowdown: float = 1.0
     """(run + run-queue wait) / run of the ranks while the last generation trained."""
     reconfigurations: list[dict] = field(default_factory=list)
@@ -29,14 +42,22 @@ class RunSummary:
 
     @property
     def prediction_error(self) -> float:
-        if not self.predicted_iteration_s:
-            return float("nan")
-        return self.measured_iteration_s / self.predicted_iteration_s - 1
+        """measured / predicted - 1, against the prediction made before training."""
+        return _error(self.measured_iteration_s, self.predicted_iteration_s)
+
+    @property
+    def explained_error(self) -> float:
+        return _error(self.measured_iteration_s, self.explained_iteration_s)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["prediction_error"] = self.prediction_error
+        d["explained_error"] = self.explained_error
         return d
+
+
+def _error(measured: float, predicted: float) -> float:
+    return measured / predicted - 1 if predicted else float("nan")
 
 
 def measured_iteration_time(metrics: list[dict], generation: int, skip: int = 2) -> float:
@@ -53,51 +74,79 @@ def render(s: RunSummary) -> str:
         f"  loss            {s.first_loss:.4f} -> {s.final_loss:.4f}",
         f"  plan            {s.plan}",
         f"  iteration time  measured {s.measured_iteration_s * 1e3:.1f} ms, "
-        f"simulator {s.predicted_iteration_s * 1e3:.1f} ms "
-        f"({s.prediction_error:+.0%}; ranks waited for a core {s.cpu_slowdown - 1:.0%} of "
-        "their CPU time)",
+        f"predicted before training {s.predicted_iteration_s * 1e3:.1f} ms "
+        f"(error {s.prediction_error:+.0%}; the planner assumed a CPU stretch of "
+        f"{s.planned_stretch:.2f} from the load before the run)",
     ]
+    if s.explained_iteration_s:
+        lines.append(
+            f"  explained       {s.explained_iteration_s * 1e3:.1f} ms ({s.explained_error:+.0%}) "
+            f"re-simulated after the run with the measured CPU stretch {s.cpu_slowdown:.2f} "
+            "(ranks' run-queue wait); not a prediction"
+        )
     if s.message:
         lines.append(f"  note            {s.message}")
     if s.reconfigurations:
-        phases = ["detect", "debounce", "plan", "place", "stop", "checkpoint", "restart"]
         lines.append("  re-plans (seconds per phase):")
-        lines.append(
-            "    gen  " + "".join(f"{p:>11}" for p in phases) + "      total  resumed-after  why"
-        )
-        for r in s.reconfigurations:
-            cells = "".join(f"{r['phases'].get(p, 0.0):>11.2f}" for p in phases)
-            lines.append(
-                f"    {r['generation']:>3}  {cells}  {r['total_s']:>9.2f}  "
-                f"{r['resumed_from_step']:>13}  {r['reason'][:70]}"
-            )
+        lines.append(replans_table(s.reconfigurations))
     return "\n".join(lines)
 
 
+PHASES = ("detect", "debounce", "plan", "place", "stop", "checkpoint", "restart")
+
+
+def replans_table(reconfigurations: list[dict]) -> str:
+    """The re-plans with their phase timings, as a rich table rendered to text."""
+    grid = Table(box=None, pad_edge=False, padding=(0, 1))
+    grid.add_column("gen", justify="right")
+    for phase in (*PHASES, "total"):
+        grid.add_column(phase, justify="right")
+    grid.add_column("resumed-after", justify="right")
+    grid.add_column("why", no_wrap=True, overflow="ellipsis", max_width=70)
+    for r in reconfigurations:
+        cells = [f"{r['phases'].get(p, 0.0):.2f}" for p in PHASES]
+        grid.add_row(
+            str(r["generation"]), *cells, f"{r['total_s']:.2f}",
+            str(r["resumed_from_step"]), r["reason"],
+        )  # fmt: skip
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(Padding(grid, (0, 0, 0, 4)))
+    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())
+
+
 class Progress:
-    """A one-line progress bar on a terminal; a line per 10% otherwise."""
+    """A rich progress bar on a terminal; a plain line per 10 % otherwise (logs, CI)."""
 
     def __init__(self, total: int, enabled: bool = True) -> None:
         self.total = max(1, total)
         self.enabled = enabled
-        self.tty = sys.stderr.isatty()
+        self.console = Console(stderr=True)
         self._last_decile = -1
+        self._bar: RichProgress | None = None
+        if enabled and self.console.is_terminal:
+            self._bar = RichProgress(
+                TextColumn("step"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=self.console,
+            )
+            self._task = self._bar.add_task("", total=self.total)
+            self._bar.start()
 
     def update(self, step: int, loss: float, generation: int, state: str) -> None:
         if not self.enabled:
             return
-        frac = min(1.0, step / self.total)
-        bar = "#" * int(frac * 30)
-        line = (
-            f"[{bar:<30}] step {step}/{self.total} loss {loss:.4f} gen {generation} {state.lower()}"
-        )
-        if self.tty:
-            sys.stderr.write("\r" + line[:120].ljust(120))
-            sys.stderr.flush()
-        elif int(frac * 10) != self._last_decile:
-            self._last_decile = int(frac * 10)
-            print(line, file=sys.stderr, flush=True)
+        status = f"loss {loss:.4f} gen {generation} {state.lower()}"
+        if self._bar is not None:
+            self._bar.update(self._task, completed=min(step, self.total), description=status)
+            return
+        decile = int(min(1.0, step / self.total) * 10)
+        if decile != self._last_decile:
+            self._last_decile = decile
+            print(f"step {step}/{self.total} {status}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        if self.enabled and self.tty:
-            sys.stderr.write("\n")
+        if self._bar is not None:
+            self._bar.stop()

@@ -34,7 +34,8 @@ def run_trace_command(
         f"({result.error:+.0%}); reconfigurations {result.reconfigurations} "
         f"(replay: {result.predicted_reconfigurations}); iteration time measured "
         f"{result.measured_iteration_s * 1e3:.1f} ms, simulator "
-        f"{result.predicted_iteration_s * 1e3:.1f} ms"
+        f"{result.predicted_iteration_s * 1e3:.1f} ms (warm-up: agents registered after "
+        f"{result.boot_s:.1f} s, ranks' CPU stretch {result.stretch:.2f})"
     )
     if json_out:
         json_out.write_text(json.dumps(result.to_dict(), indent=2))

@@ -5,10 +5,16 @@ The trace (sailor-planner's format, zone ``local``, GPU types the workers emulat
 wall-clock time divided by ``time_scale``: at each state the driver starts workers of a type
 that gained GPUs, and stops workers of a type that lost some: gracefully (SIGTERM: the agent
 leaves) or, for rows with ``preempted``, with a kill -9. The controller re-plans at each change,
-as it always does. Before the first worker starts, the replay predicts the samples the run will
-have trained by the trace's end (policy ``every-change``: what the controller does), with the
-planner on this machine's profile and the reconfiguration model's local figures (warm ranks);
-at the end the run's trained step x global batch is compared with it.
+as it always does.
+
+The trace starts once the first state's workers train (``WARMUP_STEPS`` done). That warm-up is
+the calibration: it measures how long an agent takes to start and register (the replay's
+``provision_s`` for joins) and how much the ranks wait for a core (the profile's stretch, as
+``LocalRun.predict`` does). Then, before the trace's first change, the replay predicts the
+samples the run will have trained by the trace's end (policy ``every-change``: what the
+controller does; the first plan already running; the runtime's local reconfiguration figures,
+warm ranks), and at the end the run's progress (trained steps x global batch since the trace
+started) is compared with it.
 """
 
 from __future__ import annotations
@@ -23,12 +29,16 @@ from sailor_planner.request import SearchOptions
 from sailor_planner.sources import planner_for
 from sailor_planner.trace import AvailabilityTrace, TraceState
 
+from ..controller.state import ControllerState
 from ..errors import SailorRuntimeError
 from .local import LocalRun, LocalRunConfig
 from .processes import start_worker
+from .profile import machine_profile
 
 RESTART_WARM_S = 0.5
 """Restart with the zygote's warm ranks (bench/reconfig_time.py, runtime README)."""
+WARMUP_STEPS = 5
+"""Steps the first generation trains before the trace starts (calibration, see above)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,15 @@ class TraceRunResult:
     predicted_iteration_s: float
     """The simulator's iteration time for the first state's plan (this machine's profile)."""
     measured_iteration_s: float
-    """Median iteration time of the steps trained (all generations)."""
+    """Median iteration time of the steps trained during the trace (all generations)."""
+    predicted_reconfigure_s: float
+    """Training stopped for reconfigurations, replay (detect + debounce + plan + ... + restart)."""
+    measured_reconfigure_s: float
+    """The same in the run: detect + (change noticed -> first step of the new generation)."""
+    boot_s: float
+    """Agent start to registration, measured at the warm-up (the replay's provision_s)."""
+    stretch: float
+    """(run + run-queue wait) / run of the ranks during the warm-up (scales the profile)."""
 
     @property
     def error(self) -> float:
@@ -83,35 +101,54 @@ def initial_types(state: TraceState) -> tuple[str, ...]:
     return tuple(p.gpu_type for p in state.inventory.pools for _ in range(p.count))
 
 
-def predict(
-    run: LocalRun, trace: AvailabilityTrace, checkpoint_every: int
-) -> tuple[float, int, float]:
-    """Samples the replay expects by the trace's end, its number of reconfigurations, and the
-    first plan's iteration time."""
-    planner = planner_for(str(run.profile_dir) if run.profile_dir else None, None)
+@dataclass(frozen=True)
+class Prediction:
+    samples: float
+    reconfigurations: int
+    reconfigure_s: float
+    iteration_s: float
+    boot_s: float
+    stretch: float
+
+
+def predict(run: LocalRun, trace: AvailabilityTrace, boot_s: float) -> Prediction:
+    """The replay's prediction for ``trace`` from now on, with the plan already running."""
+    stretch = run.cpu_share.slowdown
+    folder = machine_profile(
+        run.cfg.run_dir, run.job, run.gpu_types, stretch, "profile-replay", run.cfg.workers
+    )
+    planner = planner_for(folder, None)
     first = planner.plan(run.job, trace.states[0].inventory, SearchOptions())
     model = ReconfigModel(
         debounce_s=run.cfg.debounce_s,
         restart_s=RESTART_WARM_S if run.cfg.warm else ReconfigModel().restart_s,
-        checkpoint_interval_s=checkpoint_every * first.best.estimate.iteration_time_s,
+        checkpoint_interval_s=run.cfg.checkpoint_every * first.best.estimate.iteration_time_s,
+        provision_s=boot_s,
     )
-    result = replay(planner, run.job, trace, SearchOptions(), model, (EVERY_CHANGE,))
+    result = replay(planner, run.job, trace, SearchOptions(), model, (EVERY_CHANGE,), started=True)
     s = result.summaries[0]
-    return s.samples, s.reconfigurations, first.best.estimate.iteration_time_s
+    iteration_s = first.best.estimate.iteration_time_s
+    return Prediction(s.samples, s.reconfigurations, s.reconfigure_s, iteration_s, boot_s, stretch)
 
 
 class TraceDriver:
-    """``LocalRun.run``'s tick hook: applies the trace's state of the current wall time."""
+    """``LocalRun.run``'s tick hook: warm-up, prediction, then the trace's state of the current
+    wall time."""
 
     def __init__(self, run: LocalRun, trace: AvailabilityTrace) -> None:
         self.run, self.trace = run, trace
+        self.launched = time.monotonic()
         self.start: float | None = None
+        self.start_step = 0
+        self.prediction: Prediction | None = None
         self.applied = 0
         self.ended_step: int | None = None
 
     def __call__(self, run: LocalRun) -> None:
         now = time.monotonic()
-        self.start = self.start if self.start is not None else now
+        if self.start is None:
+            self._warm_up(run, now)
+            return
         t = now - self.start
         if t >= self.trace.duration_s:
             self.ended_step = run.trained_step()
@@ -120,6 +157,18 @@ class TraceDriver:
         while self.applied < index:
             self.applied += 1
             self._apply(self.trace.states[self.applied])
+
+    def _warm_up(self, run: LocalRun, now: float) -> None:
+        c = run.controller
+        if c.state != ControllerState.RUNNING or not c.reconfigurations:
+            return
+        share = run.cpu_share  # sampled by LocalRun while the generation trains
+        measured = any(share.last[p][0] > share.first[p][0] for p in share.last)
+        if run.trained_step() < WARMUP_STEPS or not measured:
+            return
+        boot_s = c.reconfigurations[0].noticed_at - self.launched
+        self.prediction = predict(run, self.trace, boot_s)
+        self.start, self.start_step = time.monotonic(), run.trained_step()
 
     def _alive(self, gpu_type: str):
         return [w for w in self.run.workers if w.gpu_type == gpu_type and w.popen.poll() is None]
@@ -151,9 +200,10 @@ class TraceDriver:
         )
 
 
-def _median_step_s(run: LocalRun) -> float:
+def _median_step_s(run: LocalRun, after_step: int) -> float:
     with run.controller._lock:
-        times = sorted(m["iteration_time_s"] for m in run.controller.metrics)
+        metrics = list(run.controller.metrics)
+    times = sorted(m["iteration_time_s"] for m in metrics if m["step"] > after_step)
     return times[len(times) // 2] if times else 0.0
 
 
@@ -171,26 +221,34 @@ def run_trace(cfg: LocalRunConfig, trace: AvailabilityTrace, time_scale: float) 
                   timeout_s=wall.duration_s + 600)  # fmt: skip
     run = LocalRun(cfg)
     try:
-        predicted, predicted_reconfigs, iteration_s = predict(run, wall, cfg.checkpoint_every)
         driver = TraceDriver(run, wall)
         try:
             run.run(on_tick=driver)
         except _TraceEnded:
             pass
-        if driver.ended_step is None:
+        if driver.ended_step is None or driver.prediction is None:
             raise SailorRuntimeError(
                 f"the run ended before the trace did: {run.controller.message}", field="--trace"
             )
+        p = driver.prediction
+        steps = driver.ended_step - driver.start_step
+        recs = [r for r in run.controller.reconfigurations if r.noticed_at >= driver.start]
         return TraceRunResult(
-            predicted_samples=predicted,
-            measured_samples=driver.ended_step * run.job.global_batch_size,
+            predicted_samples=p.samples,
+            measured_samples=steps * run.job.global_batch_size,
             trace_wall_s=wall.duration_s,
-            steps=driver.ended_step,
+            steps=steps,
             changes=len(wall.states) - 1,
-            reconfigurations=len(run.controller.reconfigurations),
-            predicted_reconfigurations=predicted_reconfigs,
-            predicted_iteration_s=iteration_s,
-            measured_iteration_s=_median_step_s(run),
+            reconfigurations=len(recs),
+            predicted_reconfigurations=p.reconfigurations,
+            predicted_iteration_s=p.iteration_s,
+            predicted_reconfigure_s=p.reconfigure_s,
+            measured_reconfigure_s=sum(
+                r.phases.get("detect", 0.0) + max(0.0, r.resumed_at - r.noticed_at) for r in recs
+            ),
+            measured_iteration_s=_median_step_s(run, driver.start_step),
+            boot_s=p.boot_s,
+            stretch=p.stretch,
         )
     finally:
         run.close()
