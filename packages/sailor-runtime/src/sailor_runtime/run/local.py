@@ -230,6 +230,8 @@ class LocalRun:
             while not self.controller.finished and time.monotonic() < deadline:
                 time.sleep(0.05)
                 killed, added = self._inject(killed, added)
+                if self._all_workers_gone():
+                    break  # every node is gone (e.g. refused at registration): no use waiting
                 tick += 1
                 if tick % 4:
                     continue
@@ -246,6 +248,10 @@ class LocalRun:
     def summary(self) -> RunSummary:
         c = self.controller
         state = c.state.name if c.finished else "TIMED_OUT"
+        message = c.message
+        if not c.finished and self._all_workers_gone():
+            state = "FAILED"
+            message = f"every worker exited before the run finished; see {self.cfg.run_dir}/logs"
         # The planner's estimate for the plan of the last generation, returned with the plan,
         # i.e. before any rank of that generation trained.
         predicted = c.reconfigurations[-1].predicted_iteration_s if c.reconfigurations else 0.0
@@ -268,7 +274,7 @@ class LocalRun:
             reconfigurations=[r.to_dict() for r in c.reconfigurations],
             events=self.events,
             metrics=metrics,
-            message=c.message,
+            message=message,
             options=self.options,
             why=self.why,
             rank_memory=self._rank_memory(),
@@ -277,6 +283,9 @@ class LocalRun:
         )
         (self.cfg.run_dir / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
         return summary
+
+    def _all_workers_gone(self) -> bool:
+        return bool(self.workers) and all(w.popen.poll() is not None for w in self.workers)
 
     def _unused_join(self) -> list[str]:
         """A warning when --add-worker-at-step added no worker, or one no generation used."""
