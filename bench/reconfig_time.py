@@ -61,10 +61,10 @@ PREDICTION_RUNS = 3
 
 
 def prediction() -> dict:
-    """`sailor run --local --workers 4 --gpu-types CPU,T4`: measured vs predicted."""
+    """`sailor run --local --workers 4` (single-threaded cpu-1t ranks): measured vs predicted."""
     with tempfile.TemporaryDirectory(prefix="sailor-predict-") as tmp:
         cfg = LocalRunConfig(
-            run_dir=Path(tmp), workers=4, gpu_types=("CPU", "T4"), steps=60,
+            run_dir=Path(tmp), workers=4, gpu_types=("cpu-1t",), steps=60,
             checkpoint_every=20, progress=False, timeout_s=400,
         )  # fmt: skip
         run = LocalRun(cfg)
@@ -125,7 +125,7 @@ def main() -> int:
         print(f"{row['name']:<32}{cells}{row['total']:>9.2f}  {'ok' if ok else 'SLOW'}")
     print("\ntotal = kill -> first step of the new generation (join: noticed -> first step)")
     print(
-        "\nIteration time, sailor run --local --workers 4 --gpu-types CPU,T4, 60 steps, "
+        "\nIteration time, sailor run --local --workers 4 --gpu-types cpu-1t, 60 steps, "
         f"{PREDICTION_RUNS} runs (target: each within {PREDICTION_BAR:.0%} of the prediction "
         "made before training)"
     )

@@ -65,6 +65,10 @@ def main() -> int:
         f"{'iteration time (ms)':<28}{r.predicted_iteration_s * 1e3:>12.1f}"
         f"{r.measured_iteration_s * 1e3:>12.1f}"
     )
+    print(f"\n{'state':<8}{'CPU workers':>12}{'replay':>10}{'run':>10}{'error':>8}")
+    for i, (pred, got) in enumerate(r.per_state):
+        err = got / pred - 1 if pred else float("nan")
+        print(f"{i:<8}{COUNTS[i][0]:>12}{pred:>10,.0f}{got:>10,.0f}{err:>+8.0%}")
     print(
         f"warm-up calibration: agents registered {r.boot_s:.1f} s after start (the replay's boot "
         f"time for joins), ranks' CPU stretch {r.stretch:.2f}"

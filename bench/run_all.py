@@ -2,7 +2,8 @@
 
 A benchmark is a `bench/*.py` file (other than this one) that defines a top-level `main`
 function; it is run as `python bench/<name>.py` in its own process, in name order. Files without
-`main` (helpers) are skipped. Exits non-zero when any benchmark fails; no benchmarks is fine.
+`main` (helpers) are skipped. Exits non-zero when any benchmark fails or none is found (a
+bench run that measured nothing must not pass).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def main() -> int:
         if p.name != Path(__file__).name and not p.name.startswith("_") and has_main(p)
     ]
     if not scripts:
-        print("bench: no benchmark scripts in bench/")
-        return 0
+        print("bench: no benchmark scripts in bench/", file=sys.stderr)
+        return 1
     failed = []
     for script in scripts:
         print(f"=== bench/{script.name}", flush=True)

@@ -107,7 +107,7 @@ def test_adamw_equals_torch_bit_for_bit():
 
 def _save_one(root, step, model, opt):
     saver = ckpt.AsyncSaver(root, rank=0, num_stages=1)
-    layers = ckpt.snapshot(model, opt, 1, None)
+    layers = ckpt.snapshot(model, opt.state, 1, None)
     saver.save(step, 0, layers, {"format": ckpt.FORMAT, "step": step, "consumed_samples": 8 * step,
                                  "model": model.spec.name}, ckpt.rng_state())
     saver.wait()

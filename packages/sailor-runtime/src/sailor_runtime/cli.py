@@ -47,18 +47,33 @@ def version() -> None:
     typer.echo(sailor_runtime.__version__)
 
 
+def _cpu_type(name: str):
+    from .agent.cputypes import cpu_worker_type
+
+    try:
+        return cpu_worker_type(name)
+    except SailorRuntimeError as exc:
+        _fail(exc)
+
+
 @app.command()
 def run(
     local: bool = typer.Option(False, "--local", help="Run everything on this machine."),
     workers: int = typer.Option(4, help="Worker agents (nodes) to start."),
     gpu_types: str = typer.Option(
-        "CPU", help="Comma-separated GPU type each worker emulates (cycled), e.g. CPU,T4."
+        "cpu-1t",
+        help="Comma-separated CPU worker type of each worker (cycled): cpu-<N>t is a rank with "
+        "N threads pinned to N cores, profiled as such, e.g. cpu-2t,cpu-1t.",
     ),
     model: str = typer.Option("tiny-gpt", help="Catalog model."),
     steps: int = typer.Option(20, help="Global steps to train."),
     global_batch_size: int = typer.Option(16, help="Samples per step."),
     seq_len: int = typer.Option(64, help="Tokens per sample."),
     checkpoint_every: int = typer.Option(5, help="Checkpoint every this many steps."),
+    kill_rank_at_step: int = typer.Option(
+        0, help="Failure injection: kill -9 the highest rank's process (its node lives on) once "
+        "this step is reached (0 = never)."
+    ),
     kill_worker_at_step: int = typer.Option(
         0, help="Failure injection: kill -9 a worker once this step is reached (0 = never)."
     ),
@@ -76,6 +91,12 @@ def run(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
     ] = None,
+    precision: str = typer.Option("fp32", help="fp32, or bf16 / fp16 mixed precision "
+                                  "(autocast, fp32 master weights)."),
+    recompute: str = typer.Option("none", help="Activation recomputation: none, selective, full."),
+    zero_stage: int = typer.Option(0, help="1: shard AdamW states across each DP group."),
+    flash_attention: bool = typer.Option(True, "--flash-attention/--math-attention",
+                                         help="Attention through SDPA, or the explicit math."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     trace: Annotated[
         Path | None,
@@ -94,7 +115,18 @@ def run(
             "point `sailor worker --controller HOST:PORT` at it", field="--local"))  # fmt: skip
     if workers < 1 or steps < 1 or checkpoint_every < 1:
         _fail(SailorRuntimeError("must all be >= 1", field="--workers/--steps/--checkpoint-every"))
+    from .engine.options import ExecutionOptions, OptionsError
+
+    try:
+        options = ExecutionOptions(precision, recompute, flash_attention, zero_stage)
+    except OptionsError as exc:
+        _fail(exc)
     types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
+    for t in types:
+        if t != "CPU" and _cpu_type(t) is None:
+            _fail(SailorRuntimeError(
+                f"{t} is not a CPU worker type, and a local run's workers are CPU processes; "
+                "use cpu-1t, cpu-2t, ... (N threads on N cores)", field="--gpu-types"))  # fmt: skip
     try:  # fail now, not after the workers were refused and the run waited for them
         for t in types:
             get_gpu(t)
@@ -121,10 +153,12 @@ def run(
         steps=steps,
         checkpoint_every=checkpoint_every,
         kill_worker_at_step=kill_worker_at_step or None,
+        kill_rank_at_step=kill_rank_at_step or None,
         add_worker_at_step=add_worker_at_step or None,
         heartbeat_timeout_s=heartbeat_timeout,
         seed=seed,
         timeout_s=timeout,
+        execution_options=options.to_dict(),
     )
     typer.echo(f"run folder: {run_dir}", err=True)
     if trace is not None:
@@ -217,13 +251,18 @@ def controller(
 @app.command()
 def worker(
     controller: str = typer.Option(..., help="HOST:PORT of the controller."),
-    gpu_type: str = typer.Option(None, help="Declare the GPU type (emulation); else detect CUDA."),
+    gpu_type: str = typer.Option(
+        None, help="Declare the device type (a CPU worker type cpu-<N>t, or a GPU type); else "
+        "detect CUDA."),
     gpus: int = typer.Option(None, help="GPUs on this node (default 1 when declared)."),
     zone: str = typer.Option("local", help="Zone of this node."),
     host: str = typer.Option("127.0.0.1", help="Address the agent listens on."),
     worker_id: str = typer.Option(None, help="Unique node name (default host-pid)."),
     workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
     threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
+    first_core: int = typer.Option(
+        0, help="A CPU worker type's ranks are pinned to cores from this one on (wrapping)."
+    ),
     warm: bool = typer.Option(
         True, "--warm/--cold", help="Fork ranks from a process with torch imported (fast restarts)."
     ),
@@ -246,6 +285,7 @@ def worker(
         agent = WorkerAgent(
             controller, node, workdir, host=host, token=token, worker_id=worker_id,
             threads_per_rank=threads_per_rank, warm=warm, controller_timeout_s=controller_timeout,
+            first_core=first_core,
         )  # fmt: skip
         agent.start()
     except (SailorRuntimeError, SailorSimError) as exc:

@@ -4,7 +4,8 @@ per pipeline stage from layer ids, with Megatron-style tensor-parallel layers.
 Owner: sailor-profiler (the runtime imports it). Main entry: ``build_stage``.
 """
 
-from .layers import Block, Embedding, Head
+from .execution import RECOMPUTE, apply_execution
+from .layers import Block, Embedding, Head, math_attention
 from .stage import (
     StageModule,
     build_stage,
@@ -30,10 +31,12 @@ __all__ = [
     "ColumnParallelLinear",
     "Embedding",
     "Head",
+    "RECOMPUTE",
     "RowParallelLinear",
     "StageModule",
     "VocabParallelEmbedding",
     "all_reduce_",
+    "apply_execution",
     "build_stage",
     "copy_to_tp",
     "example_input",
@@ -41,6 +44,7 @@ __all__ = [
     "get_split",
     "init_parameters",
     "layer_forward_backward",
+    "math_attention",
     "reduce_from_tp",
     "shard",
     "vocab_parallel_cross_entropy",

@@ -107,6 +107,13 @@ class Attention(nn.Module):
         self.rotary = spec.position == "rotary"
         self.p = spec.dropout
         self.group = tp.group
+        # Execution options, set by ``execution.apply_execution`` (never by a plan's shape):
+        self.flash = True
+        """Attention through ``F.scaled_dot_product_attention`` (flash/memory-efficient kernels
+        where available: no (s, s) scores kept); False: the explicit math (scores stashed)."""
+        self.recompute_core = False
+        """Selective recomputation (Korthikanti et al. 2022, Sec. 4.2): the attention core
+        (QK^T, softmax, attention over V) is recomputed in backward instead of stashed."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -119,9 +126,30 @@ class Attention(nn.Module):
         if self.kv_heads != self.heads:  # grouped-query attention: share each K/V head
             rep = self.heads // self.kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        p = self.p if self.training else 0.0
-        ctx = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        if self.recompute_core and torch.is_grad_enabled():
+            ctx = _checkpoint(self._core, q, k, v)
+        else:
+            ctx = self._core(q, k, v)
         return self.o(ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        p = self.p if self.training else 0.0
+        if self.flash:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        return math_attention(q, k, v, p)
+
+
+def math_attention(q, k, v, dropout_p: float) -> torch.Tensor:
+    """Causal attention written out (Vaswani et al. 2017, Eq. 1): softmax(QK^T / sqrt(d)) V.
+    Keeps the (b, a, s, s) scores and probabilities for backward, as frameworks did before
+    fused attention kernels; the reference that SDPA is checked against."""
+    s = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+    probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p)
+    return probs @ v
 
 
 class MLP(nn.Module):
@@ -152,11 +180,20 @@ class Block(nn.Module):
         self.norm1, self.attn = Norm(spec, tp), Attention(spec, tp)
         self.norm2, self.mlp = Norm(spec, tp), MLP(spec, tp)
         self.p = spec.dropout
+        self.recompute_full = False
+        """Full recomputation: only the block's input is stashed; its forward runs again in
+        backward (``torch.utils.checkpoint``, non-reentrant: RNG and autocast state restored,
+        so the recomputed values are the same bits). Set by ``execution.apply_execution``."""
 
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
         return F.dropout(x, self.p, self.training) if self.p else x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute_full and torch.is_grad_enabled():
+            return _checkpoint(self._forward, x)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self._drop(self.attn(self.norm1(x)))
         return x + self._drop(self.mlp(self.norm2(x)))
 
@@ -175,6 +212,13 @@ class Head(nn.Module):
         logits = self.lm_head(self.norm(x))
         return vocab_parallel_cross_entropy(logits, labels, self.tp.rank, self.tp.size,
                                             self.tp.group)
+
+
+def _checkpoint(fn, *args):
+    # Imported here: torch.utils.checkpoint is only needed when recomputation is on.
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(fn, *args, use_reentrant=False)
 
 
 def init_std(name: str, spec: ModelSpec) -> float | None:

@@ -20,6 +20,7 @@ import grpc
 
 from ..proto import controller_pb2, controller_pb2_grpc
 from ..security import call_metadata
+from .cputypes import cpu_worker_type
 from .gpus import NodeGpus
 from .ranks import RankRunner
 from .service import AgentServicer, create_agent_server, rank_statuses
@@ -38,6 +39,7 @@ class WorkerAgent:
         token: str | None = None,
         worker_id: str | None = None,
         threads_per_rank: int = 1,
+        first_core: int = 0,
         register_timeout_s: float = 120.0,
         warm: bool = True,
         controller_timeout_s: float = 300.0,
@@ -47,7 +49,11 @@ class WorkerAgent:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.token = token
         self.metadata = call_metadata(token)
-        self.runner = RankRunner(workdir / self.worker_id, threads_per_rank, warm=warm)
+        cpu_type = cpu_worker_type(gpus.gpu_type, first_core)
+        if cpu_type is not None:  # the type decides the threads and the cores of a rank
+            threads_per_rank = cpu_type.threads
+        self.runner = RankRunner(workdir / self.worker_id, threads_per_rank,
+                                 cpu_type.env() if cpu_type else {}, warm=warm)
         self.servicer = AgentServicer(self.worker_id, gpus, self.runner)
         self.server, self.port = create_agent_server(self.servicer, f"{host}:0", token)
         self.address = f"{host}:{self.port}"

@@ -6,6 +6,7 @@ running keep running.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -40,6 +41,8 @@ class ValidAssignment:
     seed: int
     backend: str
     lr: float
+    execution_options: dict
+    """ExecutionOptions.to_dict() of the engine (validated here); {} = defaults."""
 
 
 def _parse_job_plan(msg) -> tuple[Job, Plan]:
@@ -130,6 +133,7 @@ def validate_assignment(
         raise AssignmentError(f"{backend!r} is not one of {BACKENDS}", field="assignment.backend")
     if msg.lr < 0 or msg.lr != msg.lr:
         raise AssignmentError(f"must be >= 0, got {msg.lr}", field="assignment.lr")
+    options = _parse_options(msg.execution_options)
     return ValidAssignment(
         msg.generation,
         job,
@@ -145,4 +149,16 @@ def validate_assignment(
         msg.seed,
         backend,
         msg.lr,
+        options,
     )
+
+
+def _parse_options(text: str) -> dict:
+    if not text:
+        return {}
+    from ..engine.options import ExecutionOptions, OptionsError
+
+    try:
+        return ExecutionOptions.from_dict(json.loads(text)).to_dict()
+    except (ValueError, TypeError, OptionsError) as exc:  # JSONDecodeError is a ValueError
+        raise AssignmentError(str(exc), field="assignment.execution_options") from None

@@ -59,12 +59,19 @@ class RankProcess:
             return ""
 
 
+MEMORY_PROBE_STEP = 3
+"""The step of a generation whose tensor memory every rank measures (engine.memprobe): after
+the first steps, so the optimizer states exist and allocations are steady."""
+
+
 @dataclass
 class RankRunner:
     """The rank processes of this node, across generations."""
 
     workdir: Path
     threads_per_rank: int = 1
+    rank_env: dict[str, str] = field(default_factory=dict)
+    """Set in every rank (a CPU worker type's threads and cores, ``agent.cputypes``)."""
     warm: bool = False
     """Fork ranks from a zygote with torch imported (fast restarts); else start them cold."""
     procs: list[RankProcess] = field(default_factory=list)
@@ -81,6 +88,9 @@ class RankRunner:
     def _base_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = str(self.threads_per_rank)
+        # OpenMP reads its environment when torch loads, i.e. in the zygote, before a fork:
+        # the worker type's settings (OMP_WAIT_POLICY) must be there already
+        env.update(self.rank_env)
         env["PYTHONUNBUFFERED"] = "1"
         env[AGENT_PID_ENV] = str(os.getpid())
         return env
@@ -120,9 +130,14 @@ class RankRunner:
             "--steps", str(a.steps), "--checkpoint-every", str(a.checkpoint_every),
             "--metrics", str(gen_dir / f"rank-{rank}.metrics.jsonl"),
             "--seed", str(a.seed), "--backend", a.backend,
+            # tensor memory of each rank, measured once per generation (a step's worth of
+            # profiler overhead) for the predicted-vs-measured report of `sailor run`
+            "--memory-probe-step", str(MEMORY_PROBE_STEP),
         ]  # fmt: skip
         if a.lr > 0:
             cmd += ["--lr", repr(a.lr)]
+        if a.execution_options:
+            cmd += ["--options", str(gen_dir / "options.json")]
         return cmd
 
     def _spawn(self, a: ValidAssignment) -> list[RankProcess]:
@@ -130,11 +145,13 @@ class RankRunner:
         gen_dir.mkdir(parents=True, exist_ok=True)
         (gen_dir / "job.json").write_text(json.dumps(a.job.to_dict()))
         (gen_dir / "plan.json").write_text(a.plan.to_json())
+        (gen_dir / "options.json").write_text(json.dumps(a.execution_options))
         started = []
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
             argv = self.rank_args(a, rank, gen_dir)
-            popen = self._launch(argv, {"CUDA_VISIBLE_DEVICES": str(device)}, log_path)
+            popen = self._launch(argv, {**self.rank_env, "CUDA_VISIBLE_DEVICES": str(device)},
+                                 log_path)
             metrics = gen_dir / f"rank-{rank}.metrics.jsonl"
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
         return started

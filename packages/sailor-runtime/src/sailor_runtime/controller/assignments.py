@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from sailor_sim import Plan
 
 from ..proto import agent_pb2
@@ -42,6 +44,7 @@ def build_assignments(
             backend=cfg.backend,
             lr=cfg.lr,
             session=(sessions or {}).get(worker_id, ""),
+            execution_options=json.dumps(cfg.execution_options) if cfg.execution_options else "",
         )
         for worker_id, slots in placement.items()
     }

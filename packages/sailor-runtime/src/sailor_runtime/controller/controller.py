@@ -59,6 +59,8 @@ class ControllerConfig:
     store_host: str = "127.0.0.1"
     seed: int = 0
     lr: float = 0.0
+    execution_options: dict = field(default_factory=dict)
+    """The engine's ExecutionOptions.to_dict() (precision, recompute, ZeRO, ...); {} = defaults."""
     backend: str = "gloo"
     objective: str = "throughput"
     token: str | None = None

@@ -11,14 +11,17 @@ resumable order), ``train`` (one rank), ``worker`` (the rank CLI), ``launch`` (l
 
 from .launch import launch_local, launch_many, start_local
 from .optim import LRSchedule, OptimConfig
+from .options import ExecutionOptions, OptionsError
 from .reference import reference_run
 from .topology import Slot, Topology
 from .train import EngineError, TrainConfig, TrainResult, train
 
 __all__ = [
     "EngineError",
+    "ExecutionOptions",
     "LRSchedule",
     "OptimConfig",
+    "OptionsError",
     "Slot",
     "Topology",
     "TrainConfig",

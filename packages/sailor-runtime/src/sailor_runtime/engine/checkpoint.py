@@ -69,16 +69,17 @@ def _gather_full(t: torch.Tensor, split, tp_size: int, group, dst: int | None):
     return torch.cat(parts, split[0]).cpu() if mine else None
 
 
-def snapshot(stage_module, optimizer, tp_size: int, tp_group, dst: int | None = None):
+def snapshot(stage_module, opt_state: dict, tp_size: int, tp_group, dst: int | None = None):
     """Full CPU tensors of every layer of this stage, gathered on global rank ``dst`` (TP rank 0
-    of the group; None without TP). Collective over the TP group; returns None off ``dst``."""
+    of the group; None without TP). ``opt_state``: parameter -> AdamW state (this rank's
+    shard). Collective over the TP group; returns None off ``dst``."""
     out: dict[int, dict] = {}
     for lid in stage_module.layer_ids:
         entry = {"params": {}, "exp_avg": {}, "exp_avg_sq": {}, "opt_step": {}}
         for name, p in stage_module.layer_params(lid).items():
             split = get_split(p)
             entry["params"][name] = _gather_full(p, split, tp_size, tp_group, dst)
-            st = optimizer.state.get(p, {})
+            st = opt_state.get(p, {})
             for key in ("exp_avg", "exp_avg_sq"):
                 if key in st:
                     entry[key][name] = _gather_full(st[key], split, tp_size, tp_group, dst)
@@ -228,17 +229,29 @@ def load_into(path: Path, stage_module, optimizer, tp_rank: int) -> None:
                 p.copy_(shard(entry["params"][name], split, tp_rank).to(p.dtype))
             if name in entry["exp_avg"]:
                 optimizer.state[p] = {
-                    "step": torch.tensor(entry["opt_step"][name], dtype=torch.float32),
+                    "step": torch.tensor(
+                        entry["opt_step"][name],
+                        dtype=torch.float32,
+                        device=_step_device(optimizer, p),
+                    ),
                     "exp_avg": shard(entry["exp_avg"][name], split, tp_rank).to(p),
                     "exp_avg_sq": shard(entry["exp_avg_sq"][name], split, tp_rank).to(p),
                 }
+
+
+def _step_device(optimizer, p: torch.Tensor) -> torch.device:
+    """torch's fused AdamW keeps its step counter on the parameter's device; ours on CPU."""
+    fused = getattr(optimizer, "defaults", {}).get("fused")
+    return p.device if fused else torch.device("cpu")
 
 
 def rng_state() -> dict:
     return {"torch": torch.get_rng_state(), "python": random.getstate()}
 
 
-def restore_rng(path: Path) -> None:
+def restore_rng(path: Path) -> dict:
+    """Restore the RNG states saved with the checkpoint; returns the whole trainer state."""
     state = torch.load(path / "trainer.pt", weights_only=False)
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
+    return state

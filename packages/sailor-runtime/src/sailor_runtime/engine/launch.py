@@ -25,6 +25,7 @@ import torch.distributed as dist
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
+from .options import ExecutionOptions
 from .topology import Topology
 
 
@@ -85,6 +86,7 @@ def start_local(
     lr: float = 1e-3,
     schedule: str = "1f1b",
     dtype: str | None = None,
+    options: ExecutionOptions | None = None,
     store_prefix: str = "sailor",
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
@@ -94,6 +96,7 @@ def start_local(
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     (workdir / "job.json").write_text(json.dumps(job.to_dict()))
     (workdir / "plan.json").write_text(plan.to_json())
+    (workdir / "options.json").write_text(json.dumps((options or ExecutionOptions()).to_dict()))
     store = host_store()
     procs = []
     for rank in range(world):
@@ -127,6 +130,8 @@ def start_local(
             str(lr),
             "--schedule",
             schedule,
+            "--options",
+            str(workdir / "options.json"),
             "--store-is-external",
         ]
         if metrics_path:

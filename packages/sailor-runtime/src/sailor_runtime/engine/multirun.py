@@ -6,7 +6,7 @@ This process imports torch once, then forks one child per rank (0..W-1) and supe
 when a child fails the others are killed, and the exit status is 1. RUNS.json is a list of
 runs: ``{"job": Job.to_dict(), "plan": Plan.to_dict(), "steps": N, "checkpoint_dir": DIR,
 "checkpoint_every": K, "metrics": FILE, "seed": S, "dtype": D, "schedule": "1f1b",
-"backend": "gloo"}``. Run i
+"backend": "gloo", "options": ExecutionOptions.to_dict()}``. Run i
 rendezvous under store prefix ``run{i}`` of the external store at 127.0.0.1:PORT; ranks >= the
 run's world size sit it out. Children fork before any torch op or thread pool exists.
 """
@@ -26,6 +26,7 @@ import torch
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
+from .options import ExecutionOptions
 from .topology import Topology
 from .train import TrainConfig, train
 
@@ -47,7 +48,10 @@ def run_rank(runs: list[dict], rank: int, port: int) -> int:
             dtype=run.get("dtype"),
             schedule=run.get("schedule", "1f1b"),
             backend=run.get("backend", "gloo"),
+            options=ExecutionOptions.from_dict(run.get("options")),
             master_port=port,
+            memory_probe_step=run.get("memory_probe_step", 0),
+            optimizer_impl=run.get("optimizer_impl", "auto"),
             store_prefix=f"run{i}",
             store_is_external=True,
         )

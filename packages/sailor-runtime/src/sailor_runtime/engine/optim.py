@@ -60,7 +60,23 @@ class OptimConfig:
     clip_norm: float = 1.0
 
 
-def make_optimizer(params, cfg: OptimConfig, lr: float) -> AdamW:
+OPTIMIZER_IMPLS = ("auto", "sailor", "torch-fused")
+
+
+def make_optimizer(params, cfg: OptimConfig, lr: float, impl: str = "sailor"):
+    """AdamW. ``sailor``: ours (``zoo.optim.AdamW``, per parameter, bit-identical to
+    ``torch.optim.AdamW(foreach=False)``; no torch.optim import, which costs seconds of rank
+    start-up on a small CPU). ``torch-fused``: ``torch.optim.AdamW(fused=True)``, one fused
+    kernel over all parameters (CUDA; torch >= 2.4 also has it on CPU, which is how the tests
+    cover this path). ``auto`` is resolved by the caller (``train``: fused on CUDA)."""
+    if impl == "torch-fused":
+        import torch.optim
+
+        return torch.optim.AdamW(
+            params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, fused=True
+        )
+    if impl != "sailor":
+        raise ValueError(f"unknown optimizer implementation {impl!r}; use {OPTIMIZER_IMPLS}")
     return AdamW(params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
@@ -101,15 +117,15 @@ def reduce_data_parallel(params: list, topo: Topology, slot: Slot, groups: Group
                 offset += g.numel()
 
 
-def local_norm_sq(params: list, slot: Slot) -> float:
-    """This rank's share of the squared global gradient norm (see module docstring)."""
+def local_norm_sq(params: list, slot: Slot) -> torch.Tensor | None:
+    """This rank's share of the squared global gradient norm (see module docstring), a float64
+    scalar on the parameters' device (no host synchronisation), or None for no share."""
     if slot.replica != 0:
-        return 0.0
-    total = torch.zeros((), dtype=torch.float64)
-    for p in params:
-        if get_split(p) is not None or slot.tp_rank == 0:
-            total += _grad(p).double().pow(2).sum().cpu()
-    return float(total)
+        return None
+    mine = [_grad(p) for p in params if get_split(p) is not None or slot.tp_rank == 0]
+    if not mine:
+        return None
+    return torch.stack([g.double().pow(2).sum() for g in mine]).sum()
 
 
 def clip_coefficient(norm: float, max_norm: float) -> float:
@@ -119,11 +135,48 @@ def clip_coefficient(norm: float, max_norm: float) -> float:
     return min(1.0, max_norm / (norm + 1e-6))
 
 
-def world_sums(values: list[float], device) -> list[float]:
-    """All-reduce a few floats over the whole world (float64, one collective)."""
-    t = torch.tensor(values, dtype=torch.float64, device=device)
+def world_sums(values: list[torch.Tensor | None], device) -> list[float]:
+    """All-reduce a few scalars (None = 0) over the whole world in float64, one collective;
+    the step's only host synchronisation is reading the sums back."""
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    t = torch.stack(
+        [zero if v is None else v.detach().to(device, torch.float64).reshape(()) for v in values]
+    )
     dist.all_reduce(t)
     return t.tolist()
+
+
+class LossScaler:
+    """Dynamic loss scaling for fp16 (Micikevicius et al. 2018, Sec. 3.2; the constants of
+    ``torch.amp.GradScaler``): the loss is multiplied by ``scale`` before backward; a step whose
+    global gradient norm is not finite is skipped and the scale halved; after
+    ``growth_interval`` good steps in a row it doubles. Disabled: scale 1, nothing skipped. All
+    ranks see the same all-reduced norm, so they take the same decisions."""
+
+    def __init__(
+        self, enabled: bool, init_scale: float = 2.0**16, growth_interval: int = 2000
+    ) -> None:
+        self.enabled, self.scale, self.good = enabled, init_scale if enabled else 1.0, 0
+        self.growth_interval = growth_interval
+
+    def update(self, norm: float) -> bool:
+        """Whether this step's update may be applied (and adjust the scale)."""
+        if not self.enabled:
+            return True
+        if not math.isfinite(norm):
+            self.scale, self.good = self.scale / 2, 0
+            return False
+        self.good += 1
+        if self.good >= self.growth_interval:
+            self.scale, self.good = self.scale * 2, 0
+        return True
+
+    def state(self) -> dict:
+        return {"enabled": self.enabled, "scale": self.scale, "good": self.good}
+
+    def load(self, state: dict | None) -> None:
+        if state and self.enabled and state.get("enabled"):
+            self.scale, self.good = state["scale"], state["good"]
 
 
 def apply_update(opt: AdamW, params: list, lr: float, coef: float) -> None:

@@ -15,6 +15,7 @@ whole global batch, whatever the microbatch sizes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -81,6 +82,12 @@ class Link:
         self.pending.clear()
 
 
+def _autocast(device_type: str, dtype: torch.dtype | None):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=dtype)
+
+
 @dataclass(frozen=True)
 class Microbatches:
     """What one rank feeds its stage in one iteration: token ids for the first stage, labels
@@ -94,17 +101,29 @@ class Microbatches:
 
 
 def run_iteration(
-    stage_module, link: Link, batch: Microbatches, global_batch: int, kind: str = "1f1b"
-) -> float:
+    stage_module,
+    link: Link,
+    batch: Microbatches,
+    global_batch: int,
+    kind: str = "1f1b",
+    autocast: torch.dtype | None = None,
+    loss_scale: float = 1.0,
+) -> torch.Tensor | None:
     """Forward and backward of every microbatch of this rank's replica (gradients accumulate
-    in ``.grad``); returns the weighted loss sum on the last stage, else 0."""
+    in ``.grad``: gradient accumulation over the replica's microbatches); returns the weighted
+    (and ``loss_scale``-scaled) loss sum on the last stage as a tensor (read back once per
+    step, with the gradient norm), else None.
+
+    ``autocast``: the forward runs under ``torch.autocast`` in that dtype (mixed precision;
+    backward outside it, as torch recommends). Stage boundaries stay in the parameters' dtype
+    (fp32): the residual stream is fp32 under autocast, so p2p sends what one process keeps."""
     topo, slot = link.topo, link.slot
     first, last = slot.stage == 0, slot.stage == topo.num_stages - 1
     p = next(stage_module.parameters())
     hidden = (batch.mbs, batch.seq_len, stage_module.spec.hidden_size)
-    weight = batch.mbs / global_batch
+    weight = batch.mbs / global_batch * loss_scale
     stash: dict[int, tuple] = {}
-    loss_sum = 0.0
+    loss_sum = None
     for op, m in schedule(kind, topo.num_stages, slot.stage, batch.num_micro):
         if op == "F":
             if first:
@@ -112,10 +131,13 @@ def run_iteration(
             else:
                 x = link.recv(hidden, p.dtype, p.device, slot.stage - 1, TAG_FORWARD)
                 x.requires_grad_(True)
-            out = stage_module(x, batch.labels[m] if last else None)
+            with _autocast(p.device.type, autocast):
+                out = stage_module(x, batch.labels[m] if last else None)
+            out = out.to(p.dtype)
             if last:
                 out = out * weight
-                loss_sum += float(out.detach())
+                loss = out.detach().double()
+                loss_sum = loss if loss_sum is None else loss_sum + loss
             else:
                 link.send(out, slot.stage + 1, TAG_FORWARD)
             stash[m] = (x, out)

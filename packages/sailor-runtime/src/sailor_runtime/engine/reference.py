@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from sailor_profiler.zoo import build_stage
+from sailor_profiler.zoo import apply_execution, build_stage
 from sailor_sim.job import Job
 
 from .data import TextDataset
@@ -23,13 +23,19 @@ def reference_run(
     optim: OptimConfig | None = None,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
+    autocast: torch.dtype | None = None,
+    recompute: str = "none",
+    flash_attention: bool = True,
 ):
-    """Train ``steps`` steps in this process; returns (losses per step, model)."""
+    """Train ``steps`` steps in this process; returns (losses per step, model). ``autocast``:
+    mixed precision (bf16 only: no loss scaling here), fp32 parameters; ``recompute`` and
+    ``flash_attention`` as in ``sailor_profiler.zoo.apply_execution``."""
     lr, optim = lr or LRSchedule(), optim or OptimConfig()
     torch.manual_seed(seed)
     model = build_stage(
         job.model, 0, job.model.head_layer_id, dtype=dtype, device=device, seed=seed
     )
+    apply_execution(model, recompute, flash_attention)
     params = list(model.parameters())
     opt = torch.optim.AdamW(
         params,
@@ -43,7 +49,12 @@ def reference_run(
     losses = []
     for step in range(steps):
         x, y = data.batch(step * job.global_batch_size, job.global_batch_size)
-        loss = model(x.to(device), y.to(device))
+        with torch.autocast(
+            torch.device(device).type,
+            dtype=autocast or torch.bfloat16,
+            enabled=autocast is not None,
+        ):
+            loss = model(x.to(device), y.to(device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, optim.clip_norm, foreach=False)
         for group in opt.param_groups:

@@ -29,13 +29,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from sailor_profiler.zoo import build_stage
+from sailor_profiler.zoo import apply_execution, build_stage
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
 from .data import TextDataset
+from .memprobe import StepPeak, persistent_bytes
 from .optim import (
+    LossScaler,
     LRSchedule,
     OptimConfig,
     apply_update,
@@ -45,8 +47,10 @@ from .optim import (
     reduce_data_parallel,
     world_sums,
 )
+from .options import ExecutionOptions
 from .pipeline import Link, Microbatches, run_iteration
 from .topology import Topology, build_groups
+from .zero import ShardedAdamW
 
 log = logging.getLogger("sailor_runtime.engine")
 
@@ -82,6 +86,15 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     dtype: str | None = None
     """Override the job's dtype ('fp64' for bit-tight equivalence checks)."""
+    options: ExecutionOptions = field(default_factory=ExecutionOptions)
+    """Precision, recomputation, attention kernel, ZeRO stage (``options``)."""
+    optimizer_impl: str = "auto"
+    """AdamW implementation (``optim.make_optimizer``): auto = torch's fused kernel on CUDA,
+    ours on CPU; ``sailor`` or ``torch-fused`` to choose."""
+    memory_probe_step: int = 0
+    """Measure the tensor memory of the Nth step this process runs (1-based, counted from the
+    start or the resume; 0: never) with ``memprobe``; every rank writes
+    ``METRICS.rankR.memory.json`` (needs ``metrics_path``)."""
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     store_prefix: str = "sailor"
@@ -165,6 +178,17 @@ def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainCon
     return topo
 
 
+def precision(job: Job, cfg: TrainConfig) -> tuple[torch.dtype, torch.dtype | None]:
+    """(parameter dtype, autocast dtype or None). bf16/fp16 are mixed precision: fp32
+    parameters (the master weights) and an autocast forward; fp64 (tests) and fp32 are plain."""
+    if cfg.dtype == "fp64":
+        return torch.float64, None
+    name = cfg.options.precision or cfg.dtype or job.dtype
+    if name in ("bf16", "fp16"):
+        return torch.float32, TORCH_DTYPES[name]
+    return TORCH_DTYPES[name], None
+
+
 def train(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainConfig) -> TrainResult:
     """Run this rank until ``cfg.steps``; collective with every other rank of the plan."""
     topo = check_inputs(job, plan, rank, world_size, cfg)
@@ -183,6 +207,7 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     log.info("rank %d: groups built", rank)
     stage_plan = plan.stages[slot.stage]
     rep = stage_plan.replicas[slot.replica]
+    param_dtype, autocast = precision(job, cfg)
     model = build_stage(
         job.model,
         stage_plan.first_layer,
@@ -190,14 +215,31 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         slot.tp_rank,
         rep.tp,
         groups.tp,
-        TORCH_DTYPES[cfg.dtype or job.dtype],
+        param_dtype,
         device,
         cfg.seed,
     )
+    apply_execution(model, cfg.options.recompute, cfg.options.flash_attention)
     params = list(model.parameters())
-    opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0))
-    log.info("rank %d: stage %s built", rank, slot)
-    step, consumed, resumed = _resume(cfg, rank, model, opt, slot.tp_rank)
+    if cfg.options.zero_stage == 1 and groups.dp:
+        opt = ShardedAdamW(
+            params,
+            topo,
+            slot,
+            groups,
+            cfg.lr.lr(0),
+            cfg.optim.betas,
+            cfg.optim.eps,
+            cfg.optim.weight_decay,
+        )
+    else:
+        impl = cfg.optimizer_impl
+        if impl == "auto":
+            impl = "torch-fused" if device.type == "cuda" else "sailor"
+        opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0), impl)
+    scaler = LossScaler(enabled=autocast == torch.float16)
+    log.info("rank %d: stage %s built (%s)", rank, slot, cfg.options.describe())
+    step, consumed, resumed = _resume(cfg, rank, model, opt, slot.tp_rank, scaler)
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data = TextDataset(job.sequence_length, cfg.seed)
     link = Link(topo, slot, groups.tp)
@@ -211,6 +253,12 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     losses: dict[int, float] = {}
     try:
         while step < cfg.steps:
+            probing = (
+                cfg.metrics_path is not None and step + 1 - (resumed or 0) == cfg.memory_probe_step
+            )
+            if probing:
+                before = persistent_bytes(params, _opt_state(opt))
+                probe = StepPeak(device).__enter__()
             t0 = time.perf_counter()
             batch = _microbatches(
                 data,
@@ -221,24 +269,35 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
                 device,
                 job.sequence_length,
             )
-            loss_sum = run_iteration(model, link, batch, job.global_batch_size, cfg.schedule)
+            loss_sum = run_iteration(
+                model, link, batch, job.global_batch_size, cfg.schedule, autocast, scaler.scale
+            )
             reduce_data_parallel(params, topo, slot, groups)
             is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
             norm_sq, loss = world_sums(
-                [local_norm_sq(params, slot), loss_sum if is_loss_rank else 0.0], device
+                [local_norm_sq(params, slot), loss_sum if is_loss_rank else None], device
             )
             lr = cfg.lr.lr(step)
-            apply_update(opt, params, lr, clip_coefficient(norm_sq**0.5, cfg.optim.clip_norm))
+            norm, loss = norm_sq**0.5 / scaler.scale, loss / scaler.scale
+            if scaler.update(norm):
+                apply_update(
+                    opt, params, lr, clip_coefficient(norm, cfg.optim.clip_norm) / scaler.scale
+                )
+            else:  # fp16 overflow: skip this update, retry with a smaller scale
+                opt.zero_grad()
             step, consumed = step + 1, consumed + job.global_batch_size
             losses[step] = loss
             dt = time.perf_counter() - t0
+            if probing:
+                probe.__exit__(None, None, None)
+                _write_memory(cfg.metrics_path, rank, before, probe.peak_bytes)
             if metrics is not None:
                 metrics.write(
                     json.dumps(
                         {
                             "step": step,
                             "loss": loss,
-                            "grad_norm": norm_sq**0.5,
+                            "grad_norm": norm,
                             "lr": lr,
                             "iteration_time_s": dt,
                             "samples_per_s": job.global_batch_size / dt,
@@ -255,7 +314,19 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
                 step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
             ):
                 _save(
-                    saver, model, opt, topo, slot, rank, groups.tp, job, plan, cfg, step, consumed
+                    saver,
+                    model,
+                    opt,
+                    topo,
+                    slot,
+                    rank,
+                    groups.tp,
+                    job,
+                    plan,
+                    cfg,
+                    step,
+                    consumed,
+                    scaler,
                 )
         if saver:
             saver.wait()
@@ -267,7 +338,20 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     return TrainResult(losses, step, resumed)
 
 
-def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int):
+def _opt_state(opt) -> dict:
+    if isinstance(opt, ShardedAdamW):
+        return {**opt.state, **{id(u): u.state for u in opt.owned()}}
+    return opt.state
+
+
+def _write_memory(metrics_path: str, rank: int, before: dict[str, int], transient: int) -> None:
+    """Tensor bytes of one rank at the probed step: the persistent terms at its start and the
+    peak of what the step allocated on top."""
+    out = dict(before, transient_peak=transient, peak=sum(before.values()) + transient)
+    Path(f"{metrics_path}.rank{rank}.memory.json").write_text(json.dumps(out))
+
+
+def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int, scaler: LossScaler):
     """Load the latest valid checkpoint into this rank's stage; (step, consumed, from)."""
     if not cfg.checkpoint_dir:
         return 0, 0, None
@@ -286,7 +370,8 @@ def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int):
             field="checkpoint_dir",
         )
     ckpt.load_into(path, model, opt, tp_rank)
-    ckpt.restore_rng(path)
+    trainer = ckpt.restore_rng(path)
+    scaler.load(trainer.get("loss_scale"))
     return manifest["step"], manifest["consumed_samples"], manifest["step"]
 
 
@@ -299,11 +384,13 @@ def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Mi
     return Microbatches(rep.microbatch_size, rep.num_microbatches, seq, inputs, labels)
 
 
-def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, consumed):
+def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, consumed, scaler):
+    # ZeRO-1: the owners of the state shards send them to every member first (collective).
+    state = opt.gather_state() if isinstance(opt, ShardedAdamW) else opt.state
     if slot.replica != 0:
         return
     layers = ckpt.snapshot(
-        model, opt, topo.tp(slot.stage, 0), tp_group, dst=topo.rank(slot.stage, 0, 0)
+        model, state, topo.tp(slot.stage, 0), tp_group, dst=topo.rank(slot.stage, 0, 0)
     )
     if layers is None:  # a TP rank other than 0: its shards went to TP rank 0
         return
@@ -320,6 +407,7 @@ def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, c
             "lr_schedule": cfg.lr.to_dict(),
             "schedule": cfg.schedule,
             "layer_ids": list(range(job.model.num_layer_ids)),
+            "options": cfg.options.to_dict(),
         }
-        trainer = ckpt.rng_state()
+        trainer = dict(ckpt.rng_state(), loss_scale=scaler.state())
     saver.save(step, slot.stage, layers, manifest, trainer)

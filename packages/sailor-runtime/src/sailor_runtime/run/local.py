@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sailor_sim import Job
 
+from ..agent.cputypes import cpu_worker_type
 from ..controller.controller import Controller, ControllerConfig
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
 from .processes import LocalWorker, start_planner, start_worker
-from .profile import CpuShare, contention, machine_profile, sample_runnable
+from .profile import CpuShare, contention, machine_profile, rank_pids, sample_runnable
+from .report import memory_lines, rank_memory, rerun_lines, why_lines
 from .summary import Progress, RunSummary, measured_iteration_time
 
 log = logging.getLogger("sailor.run")
@@ -45,6 +49,8 @@ class LocalRunConfig:
     steps: int = 20
     checkpoint_every: int = 5
     kill_worker_at_step: int | None = None
+    kill_rank_at_step: int | None = None
+    """kill -9 of the highest rank's process (its node lives on) once this step is reached."""
     add_worker_at_step: int | None = None
     heartbeat_interval_s: float = 0.5
     heartbeat_timeout_s: float = 3.0
@@ -59,6 +65,8 @@ class LocalRunConfig:
     """An external planner server; "" = start one as a child process."""
     warm: bool = True
     """Agents fork ranks from a zygote with torch imported (fast restarts, agent.zygote)."""
+    execution_options: dict = field(default_factory=dict)
+    """The engine's ExecutionOptions.to_dict(); its precision is also the job's dtype."""
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
@@ -70,7 +78,9 @@ class LocalRun:
     def __init__(self, cfg: LocalRunConfig) -> None:
         self.cfg = cfg
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, "fp32", "adam")
+        precision = cfg.execution_options.get("precision") or "fp32"
+        self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, precision,
+                              "adam")
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
         self.gpu_types = types
         self.cpu_share = CpuShare()
@@ -100,6 +110,7 @@ class LocalRun:
                 debounce_s=cfg.debounce_s,
                 seed=cfg.seed,
                 lr=cfg.lr,
+                execution_options=cfg.execution_options,
                 token=cfg.token,
             )
         )
@@ -108,6 +119,11 @@ class LocalRun:
         self.controller.start()
         self.address = f"127.0.0.1:{port}"
         self._load_generation = 0
+        self._announced = -1
+        self._next_core = 0
+        """First core of the next worker's ranks: workers take consecutive cores (wrapping)."""
+        self.why: list[str] = []
+        self.options = _describe_options(cfg.execution_options)
         self.slowdown = 1.0
         self.workers: list[LocalWorker] = []
         self.events: list[dict] = []
@@ -123,7 +139,10 @@ class LocalRun:
             self.cfg.run_dir,
             token=self.cfg.token,
             warm=self.cfg.warm,
+            first_core=self._next_core,
         )
+        kind = cpu_worker_type(self.cfg.gpu_type_of(i))
+        self._next_core += kind.threads if kind else 1
         self.workers.append(w)
         return w
 
@@ -142,6 +161,18 @@ class LocalRun:
             }
         )
         return victim
+
+    def kill_a_rank(self, step: int) -> None:
+        """kill -9 the process of the highest rank of the current generation (a crash; the
+        node and its agent live on, so the re-plan sees the same GPUs)."""
+        ranks = rank_pids({w.pid for w in self.workers if w.popen.poll() is None},
+                          self.controller.generation)
+        if not ranks:
+            return
+        rank = max(ranks)
+        os.kill(ranks[rank], signal.SIGKILL)
+        self.events.append({"event": f"kill -9 rank {rank}", "at": time.monotonic(),
+                            "step": step})
 
     @property
     def step(self) -> int:
@@ -166,13 +197,17 @@ class LocalRun:
         """Kill or add a worker once the step is reached (checked every tick, so the kill
         lands within a step or two of the one asked for)."""
         c = self.cfg
-        if (c.kill_worker_at_step and not killed) or (c.add_worker_at_step and not added):
+        kill_at = c.kill_worker_at_step or c.kill_rank_at_step
+        if (kill_at and not killed) or (c.add_worker_at_step and not added):
             s = self.trained_step()
         else:
             return killed, added
         running = self.controller.state == ControllerState.RUNNING
-        if c.kill_worker_at_step and not killed and running and s >= c.kill_worker_at_step:
-            self.kill_a_worker(s)
+        if kill_at and not killed and running and s >= kill_at:
+            if c.kill_worker_at_step:
+                self.kill_a_worker(s)
+            else:
+                self.kill_a_rank(s)
             killed = True
         if c.add_worker_at_step and not added and running and s >= c.add_worker_at_step:
             w = self.add_worker()
@@ -195,10 +230,13 @@ class LocalRun:
             while not self.controller.finished and time.monotonic() < deadline:
                 time.sleep(0.05)
                 killed, added = self._inject(killed, added)
+                if self._all_workers_gone():
+                    break  # every node is gone (e.g. refused at registration): no use waiting
                 tick += 1
                 if tick % 4:
                     continue
                 self._sample_load()
+                self._announce_plan()
                 if on_tick:
                     on_tick(self)
                 c = self.controller
@@ -210,6 +248,10 @@ class LocalRun:
     def summary(self) -> RunSummary:
         c = self.controller
         state = c.state.name if c.finished else "TIMED_OUT"
+        message = c.message
+        if not c.finished and self._all_workers_gone():
+            state = "FAILED"
+            message = f"every worker exited before the run finished; see {self.cfg.run_dir}/logs"
         # The planner's estimate for the plan of the last generation, returned with the plan,
         # i.e. before any rank of that generation trained.
         predicted = c.reconfigurations[-1].predicted_iteration_s if c.reconfigurations else 0.0
@@ -232,11 +274,18 @@ class LocalRun:
             reconfigurations=[r.to_dict() for r in c.reconfigurations],
             events=self.events,
             metrics=metrics,
-            message=c.message,
+            message=message,
+            options=self.options,
+            why=self.why,
+            rank_memory=self._rank_memory(),
+            reruns=rerun_lines(metrics, {r.generation: r.plan_json for r in c.reconfigurations}),
             warnings=self._unused_join(),
         )
         (self.cfg.run_dir / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
         return summary
+
+    def _all_workers_gone(self) -> bool:
+        return bool(self.workers) and all(w.popen.poll() is not None for w in self.workers)
 
     def _unused_join(self) -> list[str]:
         """A warning when --add-worker-at-step added no worker, or one no generation used."""
@@ -252,6 +301,30 @@ class LocalRun:
             return []
         return [f"{name} joined at step {joins[-1]['step']} but the run ended before a re-plan "
                 "could use it"]  # fmt: skip
+
+    def _rank_memory(self) -> list[dict]:
+        c = self.controller
+        if c.plan is None or not self.profile_dir:
+            return []
+        rows = rank_memory(self.job, c.plan, self.profile_dir, self.cfg.run_dir, c.generation)
+        return [asdict(r) for r in rows]
+
+    def _announce_plan(self) -> None:
+        """Before a generation trains: its plan, why, and the simulator's time and memory per
+        rank (printed once per generation; ``explain``)."""
+        c = self.controller
+        if c.plan is None or self._announced == c.generation or not self.profile_dir:
+            return
+        self._announced = c.generation
+        rec = c.reconfigurations[-1] if c.reconfigurations else None
+        lines = [f"generation {c.generation}: plan {c.plan.describe()}"]
+        if rec is not None:
+            lines.append(f"  predicted iteration {rec.predicted_iteration_s * 1e3:.1f} ms "
+                         "(simulator, planning profile)")
+        self.why = why_lines(self.job, c.plan, self.profile_dir, self.gpu_types)
+        rows = rank_memory(self.job, c.plan, self.profile_dir, self.cfg.run_dir, c.generation)
+        lines += self.why + memory_lines(rows, self.options)
+        print("\n" + "\n".join(lines), flush=True)
 
     def _sample_load(self) -> None:
         """Sample the run queue while the current generation trains past its first steps."""
@@ -292,6 +365,12 @@ class LocalRun:
         self.server.stop(grace=0.5)
         if self.planner is not None:
             self.planner.close()
+
+
+def _describe_options(options: dict) -> str:
+    from ..engine.options import ExecutionOptions
+
+    return ExecutionOptions.from_dict(options).describe().replace("job dtype", "fp32")
 
 
 def run_local(cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:

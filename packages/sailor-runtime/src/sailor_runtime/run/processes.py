@@ -55,6 +55,7 @@ def start_worker(
     token: str | None = None,
     threads_per_rank: int = 1,
     warm: bool = True,
+    first_core: int = 0,
 ) -> LocalWorker:
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +65,7 @@ def start_worker(
         "--controller", controller, "--gpu-type", gpu_type, "--gpus", str(gpus),
         "--zone", zone, "--worker-id", name, "--workdir", str(run_dir / "workers"),
         "--threads-per-rank", str(threads_per_rank), "--warm" if warm else "--cold",
+        "--first-core", str(first_core),
     ]  # fmt: skip
     env = dict(os.environ)
     if token:

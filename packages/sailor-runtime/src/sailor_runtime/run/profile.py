@@ -1,6 +1,7 @@
 """This machine's profile, as the simulator needs it to predict a local run.
 
-A local run emulates each GPU with one single-threaded rank process on this CPU. The simulator
+A local run runs each device as a rank process on this CPU, with the threads and cores of its
+CPU worker type. The simulator
 models every GPU as a device of its own; here R ranks share C cores, next to whatever else
 runs. What the prediction uses, and why:
 
@@ -21,7 +22,11 @@ runs. What the prediction uses, and why:
   all-reduce 0.8 ms back to back, ~5 ms after compute), which neither a back-to-back benchmark
   nor a uniform stretch of one would show. The sharing is in these numbers already, so they are
   not scaled;
-- every emulated GPU type is this same CPU: the measured files are filed under each type.
+- each CPU worker type (``cpu-<N>t``, ``agent.cputypes``) is profiled as it runs: the compute
+  profile runs with its N threads pinned to its N cores, and is filed under its own name. A
+  type that is not a CPU worker type (the legacy ``CPU``) is one thread, as before. The links
+  are loopback between processes of this machine whatever their types, so one measurement
+  serves every pair.
 
 Measurements are kept in ``RUN_DIR/profiling`` and reused when already there.
 """
@@ -30,11 +35,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ..agent.cputypes import CpuWorkerType, cpu_worker_type
 from ..errors import SailorRuntimeError
 
 MICROBATCH_SIZES = "1,2,4,8,16"
@@ -44,33 +51,44 @@ def _profiler(*args: str) -> list[str]:
     return [sys.executable, "-m", "sailor_profiler.cli", *args]
 
 
-def _run(cmd: list[str], what: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+def _run(cmd: list[str], what: str, worker: CpuWorkerType | None = None) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(worker.env() if worker else {})}
+    pin = (lambda: os.sched_setaffinity(0, worker.cpus)) if worker else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env,
+                          preexec_fn=pin)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout)[-400:]
         raise SailorRuntimeError(f"sailor-profiler {what} failed: {tail}", field="profile")
 
 
-def measure(run_dir: Path, job, ranks: int = 2) -> tuple[dict, dict]:
-    """(compute profile JSON, links JSON) measured on this machine, cached in the run folder."""
-    work = run_dir / "profiling"
-    compute, net = work / "compute", work / "net"
+def measure_compute(run_dir: Path, job, gpu_type: str) -> dict:
+    """The compute profile of ``job`` on ``gpu_type`` as it runs here (a CPU worker type's
+    threads and cores), cached in the run folder."""
+    worker = cpu_worker_type(gpu_type)
+    compute = run_dir / "profiling" / f"compute-{gpu_type if worker else 'CPU'}"
     if not list(compute.glob("*.json")):
-        print(f"profiling {job.model.name} on this machine ...", file=sys.stderr, flush=True)
+        print(f"profiling {job.model.name} on {gpu_type} ...", file=sys.stderr, flush=True)
         _run(_profiler(
             "compute", "--model", job.model.name, "--out", str(compute), "--device", "cpu",
             "--dtype", job.dtype, "--mbs", MICROBATCH_SIZES, "--tp", "1,2",
             "--seq", str(job.sequence_length), "--blocks", "1", "--warmup", "1", "--reps", "5",
-            "--optimizer", job.optimizer, "--gpu-type", "CPU", "--no-plot", "--json",
-        ), "compute")  # fmt: skip
+            "--optimizer", job.optimizer, "--gpu-type", gpu_type if worker else "CPU",
+            "--no-plot", "--json",
+        ), "compute", worker)  # fmt: skip
+    return json.loads(sorted(compute.glob("*.json"))[0].read_text())
+
+
+def measure(run_dir: Path, job, ranks: int = 2, gpu_type: str = "CPU") -> tuple[dict, dict]:
+    """(compute profile JSON of ``gpu_type``, links JSON) measured on this machine, cached in
+    the run folder."""
+    measured = measure_compute(run_dir, job, gpu_type)
+    net = run_dir / "profiling" / "net"
     if not (net / "links.json").exists():
         _run(_profiler(
             "network", "--out", str(net), "--device", "cpu", "--procs", str(max(2, ranks)),
             "--min-bytes", "4K", "--max-bytes", "4M", "--reps", "7", "--busy-ms", "10",
             "--zone", "local", "--gpu-type", "CPU", "--json",
         ), "network")  # fmt: skip
-    measured = json.loads(sorted(compute.glob("*.json"))[0].read_text())
     return measured, json.loads((net / "links.json").read_text())
 
 
@@ -148,17 +166,19 @@ def machine_profile(
     """A profile folder ``run_dir/name`` for ``job``, filed under every type in ``gpu_types``:
     layer times scaled by ``factor`` (the stretch from sharing the cores), links measured with
     ``ranks`` busy processes."""
-    measured, links = measure(run_dir, job, ranks)
+    _, links = measure(run_dir, job, ranks, gpu_types[0])
     folder = run_dir / name
     folder.mkdir(parents=True, exist_ok=True)
     for gpu_type in gpu_types:
-        name = f"{job.model.name}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
+        measured = measure_compute(run_dir, job, gpu_type)
+        stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", job.model.name).strip("_")  # as the sim does
+        name = f"{stem}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
         (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, factor)))
     (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types)))
     (folder / "README.txt").write_text(
-        f"Measured on this machine with one thread per rank; layer and optimizer times scaled "
-        f"by {factor:.2f} for sharing its {cores()} cores; links measured with {ranks} busy "
-        "ranks, as they are; see sailor_runtime.run.profile.\n"
+        "Measured on this machine, each CPU worker type with its threads and cores; layer and "
+        f"optimizer times scaled by {factor:.2f} for sharing its {cores()} cores; links "
+        f"measured with {ranks} busy ranks, as they are; see sailor_runtime.run.profile.\n"
     )
     return str(folder)
 
@@ -188,6 +208,20 @@ def _ranks(agents: set[int]) -> list[int]:
                     out.append(pid)
             except OSError:
                 continue
+    return out
+
+
+def rank_pids(agents: set[int], generation: int) -> dict[int, int]:
+    """rank -> PID of the rank processes of ``agents`` in ``generation`` (from the rank log
+    each writes, ``.../gen-N/rank-R.log``)."""
+    out = {}
+    for pid in _ranks(agents):
+        try:
+            log = Path(os.readlink(f"/proc/{pid}/fd/1"))
+        except OSError:
+            continue
+        if log.parent.name == f"gen-{generation}" and log.name.startswith("rank-"):
+            out[int(log.name[len("rank-"):].split(".")[0])] = pid
     return out
 
 

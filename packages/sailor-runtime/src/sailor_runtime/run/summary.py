@@ -37,6 +37,14 @@ class RunSummary:
     events: list[dict] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
     message: str = ""
+    options: str = ""
+    """The engine's execution options (precision, recompute, attention, ZeRO)."""
+    why: list[str] = field(default_factory=list)
+    """Why the planner chose the plan (``run.report``)."""
+    rank_memory: list[dict] = field(default_factory=list)
+    """Per rank of the last generation: predicted and measured tensor bytes."""
+    reruns: list[str] = field(default_factory=list)
+    """Steps trained again after a resume, their losses against the first run."""
     warnings: list[str] = field(default_factory=list)
     """What the run did not do that it was asked to (e.g. a worker added too late to be used)."""
 
@@ -84,6 +92,14 @@ def render(s: RunSummary) -> str:
             f"re-simulated after the run with the measured CPU stretch {s.cpu_slowdown:.2f} "
             "(ranks' run-queue wait); not a prediction"
         )
+    if s.options:
+        lines.append(f"  options         {s.options}")
+    lines += s.why
+    if s.rank_memory:
+        from .report import RankMemory, memory_lines
+
+        lines += memory_lines([RankMemory(**m) for m in s.rank_memory], s.options)
+    lines += s.reruns
     if s.message:
         lines.append(f"  note            {s.message}")
     if s.reconfigurations:

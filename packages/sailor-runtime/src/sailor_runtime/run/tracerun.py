@@ -62,13 +62,19 @@ class TraceRunResult:
     """Agent start to registration, measured at the warm-up (the replay's provision_s)."""
     stretch: float
     """(run + run-queue wait) / run of the ranks during the warm-up (scales the profile)."""
+    per_state: tuple[tuple[float, float], ...] = ()
+    """(predicted, measured) samples trained in each state of the trace."""
 
     @property
     def error(self) -> float:
         return self.measured_samples / self.predicted_samples - 1 if self.predicted_samples else 0.0
 
     def to_dict(self) -> dict:
-        return {**self.__dict__, "error": self.error}
+        return {
+            **self.__dict__,
+            "per_state": [list(p) for p in self.per_state],
+            "error": self.error,
+        }
 
 
 def scaled(trace: AvailabilityTrace, time_scale: float) -> AvailabilityTrace:
@@ -109,6 +115,7 @@ class Prediction:
     iteration_s: float
     boot_s: float
     stretch: float
+    per_state: tuple[float, ...]
 
 
 def predict(run: LocalRun, trace: AvailabilityTrace, boot_s: float) -> Prediction:
@@ -128,7 +135,10 @@ def predict(run: LocalRun, trace: AvailabilityTrace, boot_s: float) -> Predictio
     result = replay(planner, run.job, trace, SearchOptions(), model, (EVERY_CHANGE,), started=True)
     s = result.summaries[0]
     iteration_s = first.best.estimate.iteration_time_s
-    return Prediction(s.samples, s.reconfigurations, s.reconfigure_s, iteration_s, boot_s, stretch)
+    per_state = tuple(e.samples for e in result.events)
+    return Prediction(
+        s.samples, s.reconfigurations, s.reconfigure_s, iteration_s, boot_s, stretch, per_state
+    )
 
 
 class TraceDriver:
@@ -143,6 +153,7 @@ class TraceDriver:
         self.prediction: Prediction | None = None
         self.applied = 0
         self.ended_step: int | None = None
+        self.boundaries: list[int] = []  # trained step at each state's start, and at the end
 
     def __call__(self, run: LocalRun) -> None:
         now = time.monotonic()
@@ -152,10 +163,12 @@ class TraceDriver:
         t = now - self.start
         if t >= self.trace.duration_s:
             self.ended_step = run.trained_step()
+            self.boundaries.append(self.ended_step)
             raise _TraceEnded
         index = max(i for i, s in enumerate(self.trace.states) if s.start_s <= t)
         while self.applied < index:
             self.applied += 1
+            self.boundaries.append(run.trained_step())
             self._apply(self.trace.states[self.applied])
 
     def _warm_up(self, run: LocalRun, now: float) -> None:
@@ -169,6 +182,7 @@ class TraceDriver:
         boot_s = c.reconfigurations[0].noticed_at - self.launched
         self.prediction = predict(run, self.trace, boot_s)
         self.start, self.start_step = time.monotonic(), run.trained_step()
+        self.boundaries = [self.start_step]
 
     def _alive(self, gpu_type: str):
         return [w for w in self.run.workers if w.gpu_type == gpu_type and w.popen.poll() is None]
@@ -249,6 +263,12 @@ def run_trace(cfg: LocalRunConfig, trace: AvailabilityTrace, time_scale: float) 
             measured_iteration_s=_median_step_s(run, driver.start_step),
             boot_s=p.boot_s,
             stretch=p.stretch,
+            per_state=tuple(
+                (predicted, (b - a) * run.job.global_batch_size)
+                for predicted, a, b in zip(
+                    p.per_state, driver.boundaries, driver.boundaries[1:], strict=False
+                )
+            ),
         )
     finally:
         run.close()

@@ -1,0 +1,46 @@
+"""CPU worker types: the name says what a rank is, and the rank really is that."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sailor_runtime.agent.cputypes import cpu_worker_type, usable_cpus
+from sailor_runtime.errors import SailorRuntimeError
+from sailor_sim.gpus import get_gpu
+
+
+def test_names_map_to_threads_and_cores():
+    one = cpu_worker_type("cpu-1t")
+    assert one.threads == 1 and one.cpus == (usable_cpus()[0],)
+    assert cpu_worker_type("T4") is None and cpu_worker_type("CPU") is None
+    assert get_gpu("cpu-1t").name == "cpu-1t" and get_gpu("cpu-2t").platform == "cpu"
+
+
+def test_more_threads_than_cores_is_refused_with_the_fix():
+    n = len(usable_cpus())
+    with pytest.raises(SailorRuntimeError, match=f"cpu-1t..cpu-{n}t"):
+        cpu_worker_type(f"cpu-{n + 1}t")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
+def test_a_rank_applies_its_type():
+    """The environment the agent gives a rank pins it and sets torch's threads."""
+    kind = cpu_worker_type(f"cpu-{len(usable_cpus())}t")
+    code = ("import os, torch; from sailor_runtime.agent.cputypes import apply_from_env; "
+            "print(apply_from_env(), torch.get_num_threads(), sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **kind.env()},
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split(
+                             None, 2)
+    assert int(out[0]) == kind.threads and int(out[1]) == kind.threads
+    assert out[2].strip() == str(list(kind.cpus))
+
+
+def test_workers_spread_over_the_cores():
+    cpus = usable_cpus()
+    assert cpu_worker_type("cpu-1t", first_core=1).cpus == (cpus[1 % len(cpus)],)
+    assert cpu_worker_type("cpu-1t", first_core=len(cpus)).cpus == (cpus[0],)  # wraps
+    assert set(cpu_worker_type(f"cpu-{len(cpus)}t", first_core=1).cpus) == set(cpus)
