@@ -24,16 +24,16 @@ import math
 import sys
 from dataclasses import dataclass
 
-from sailor_sim import Job, Plan, Simulator, analytic, published
+from sailor_sim import Job, Plan, Simulator, analytic, fabric_for, published
 from sailor_sim.errors import SailorSimError
 from sailor_sim.gpus import GPU_CATALOG, register_gpu
 from sailor_sim.memory import framework_overhead
-from sailor_sim.network import DEFAULT_INTER_NODE_LATENCY_S, LinkCurve, NetworkModel
+from sailor_sim.network import DEFAULT_INTER_NODE_LATENCY_S, Endpoint, LinkCurve, NetworkModel
 from sailor_sim.prices import set_price
 
 TARGET_THROUGHPUT, TARGET_MEMORY = 0.15, 0.10
 ZONE = "us-central1-a"
-KNEES = (1.0, 1e9, 1e10, 1e11)
+KNEES = (1.0, 1e10, 3e10, 1e11, 3e11, 1e12)
 """Candidate knee sizes (FLOPs per matmul) of the efficiency form; 1.0 = no knee."""
 
 NEUTRAL_OPTIONS = {
@@ -65,13 +65,29 @@ def job_options(run: published.PublishedRun) -> tuple[dict, tuple[str, ...]]:
     return {}, missing
 
 
+def fabric_of(run: published.PublishedRun) -> tuple[float, str]:
+    """(bytes/s per GPU across nodes, name) of the row's fabric: as its source states it, else
+    the catalog's default fabric of the GPU type (``sailor_sim.fabric_for``)."""
+    stated = published.fabric(run.source, run.gpu)
+    if stated is not None:
+        return stated["gbps_per_gpu"] / 8 * 1e9, f"{stated['gbps_per_gpu']} Gb/s/GPU (source)"
+    gpu = published.gpu_type(run.gpu)
+    default = fabric_for(published.base_gpu_name(run.gpu))
+    if default is None:
+        return 0.0, "simulator default link"
+    return default.bandwidth_per_gpu(gpu.gpus_per_node), f"{default.name} (catalog default)"
+
+
 def network_for(run: published.PublishedRun, gpu_name: str) -> NetworkModel:
-    """The row's inter-node fabric where its source states one, else the default links."""
+    """The row's inter-node fabric (``fabric_of``; each GPU of a node has its NIC share). Given
+    as a link between nodes, not as a whole-ring measurement, so rings stay hierarchical
+    (NVLink inside a node, the fabric across)."""
     network = NetworkModel()
-    fabric = published.fabric(run.source, run.gpu)
-    if fabric is not None:
-        curve = LinkCurve(fabric["gbps_per_gpu"] / 8 * 1e9, DEFAULT_INTER_NODE_LATENCY_S, "pub")
-        network.add_homogeneous(gpu_name, 1, curve)
+    per_gpu, name = fabric_of(run)
+    if per_gpu > 0:
+        curve = LinkCurve(per_gpu, DEFAULT_INTER_NODE_LATENCY_S, name)
+        end = Endpoint(ZONE, gpu_name, 1)
+        network.add_link(end, end, curve)
     return network
 
 
@@ -158,9 +174,14 @@ def _golden(f, lo: float, hi: float, steps: int = 14) -> float:
 
 
 def fittable(runs) -> list:
-    """Rows the simulator can express completely: only these train the efficiencies (a row
-    predicted without, say, its recomputation would teach the fit to absorb the missing term)."""
-    return [r for r in runs if not job_options(r)[1]]
+    """Rows whose every input is published and expressible: only these train the
+    efficiencies. A row predicted without, say, its recomputation, or across nodes on a fabric
+    its source does not state, would teach the fit to absorb the missing term."""
+    return [
+        r
+        for r in runs
+        if not job_options(r)[1] and (r.nodes == 1 or published.fabric(r.source, r.gpu))
+    ]
 
 
 def fit(runs) -> dict[str, tuple[float, float]]:
@@ -193,10 +214,10 @@ def leave_one_source_out(runs) -> list[Prediction]:
 def print_rows(title: str, preds: list[Prediction]) -> None:
     print(f"\n### {title}\n")
     print(
-        "| row | source | model | GPU | GPUs | TP/PP/DP | mbs | seq | options | tok/s/GPU pred "
-        "| tok/s/GPU real | err | mem pred GiB | mem real GiB | err |"
+        "| row | source | model | GPU | GPUs | fabric | TP/PP/DP | mbs | seq | options "
+        "| tok/s/GPU pred | tok/s/GPU real | err | mem pred GiB | mem real GiB | err |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p in preds:
         r = p.run
         real = r.measured_tokens_per_s_per_gpu()
@@ -211,7 +232,8 @@ def print_rows(title: str, preds: list[Prediction]) -> None:
             else "- | - | -"
         )
         print(
-            f"| {r.index} | {r.source} | {r.model} | {r.gpu} | {r.gpus} | {r.tp}/{r.pp}/{r.dp} | "
+            f"| {r.index} | {r.source} | {r.model} | {r.gpu} | {r.gpus} | "
+            f"{fabric_of(r)[1] if r.nodes > 1 else '1 node'} | {r.tp}/{r.pp}/{r.dp} | "
             f"{r.microbatch} | {r.seq} | {opts} | {p.tokens_per_s_per_gpu:,.0f} | {real:,.0f} | "
             f"{rel_error(p.tokens_per_s_per_gpu, real):+.1%} | {mem} |"
         )

@@ -159,7 +159,7 @@ def test_a_token_guards_every_call_but_health():
         server.stop(grace=None)
 
 
-def serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+def serve(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     code = "from sailor_planner.cli import main; main()"
     return subprocess.run(
         [sys.executable, "-c", code, "serve", *args],

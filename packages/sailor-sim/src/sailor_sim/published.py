@@ -153,6 +153,12 @@ def published_params(name: str, path: Path = DATA_FILE) -> tuple[int, int] | Non
     return arch["num_params_published"], arch["num_params_at_seq"]
 
 
+def base_gpu_name(name: str, path: Path = DATA_FILE) -> str:
+    """The catalog GPU a table variant is based on (the name itself for catalog GPUs)."""
+    variant = _document(str(path)).get("gpus", {}).get(name)
+    return get_gpu(variant["base"] if variant else name).name
+
+
 def gpu_type(name: str, path: Path = DATA_FILE):
     """A catalog GPU, or a table variant of one (e.g. torchtitan's 96 GB HBM2e, 500 W H100)."""
     variant = _document(str(path)).get("gpus", {}).get(name)
