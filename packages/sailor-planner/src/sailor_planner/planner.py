@@ -17,6 +17,7 @@ from sailor_sim import Inventory, Job, Plan, SailorSimError, get_gpu
 from .allocate import Scored, Scorer, build_plan
 from .costs import CostView
 from .errors import NoFeasiblePlanError
+from .execution import best_options
 from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search import Memo, Search
@@ -32,7 +33,7 @@ class Planner:
         self._per_job: dict[tuple, tuple[CostView, Scorer, Memo]] = {}
 
     def _state(self, job: Job) -> tuple[CostView, Scorer, Memo]:
-        key = (job.model, job.global_batch_size, job.sequence_length, job.dtype, job.optimizer)
+        key = (job.cache_id, job.global_batch_size)  # model, seq, dtype, optimizer, options
         with self._lock:
             state = self._per_job.pop(key, None)
             if state is None:
@@ -71,6 +72,8 @@ class Planner:
         found = search.run()
         stats = search.stats
         ranked = self._rank(job, found, options, stats, seed)
+        if options.search_execution_options:
+            ranked = self._choose_options(job, ranked, options)
         pareto = self._pareto(job, found, options, stats)
         stats.elapsed_s = time.perf_counter() - start
         if not ranked:
@@ -148,6 +151,24 @@ class Planner:
             out.append(seed)
         out.sort(key=lambda r: self._key(options, r))
         return out[: options.top_k]
+
+    def _choose_options(self, job, ranked, options) -> list[RankedPlan]:
+        """Each ranked plan under its best recomputation / sharding / SP, re-ranked."""
+        out = [
+            best_options(
+                self.sim,
+                job,
+                r,
+                lambda c: self._admits(options, c),
+                lambda c: self._key(options, c),
+            )
+            for r in ranked
+        ]
+        out = [
+            r if r.options is not None else RankedPlan(r.plan, r.estimate, job.options) for r in out
+        ]
+        out.sort(key=lambda r: self._key(options, r))
+        return out
 
     def _pareto(self, job, found, options, stats) -> list[RankedPlan]:
         """Throughput-vs-$/iteration frontier of every scored candidate (constraints ignored),
