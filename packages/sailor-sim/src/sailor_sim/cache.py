@@ -34,9 +34,9 @@ class ComponentCache:
         self.replica_ok: set[tuple] = set()
         """(job, GPU type, tp) already checked to run the job."""
         self.p2p: dict[tuple, Any] = {}
-        """(job, src replica id, dst replica id) -> P2P per microbatch."""
+        """job -> {compose.p2p_key(src, dst, sending stage replicas): P2P per microbatch}."""
         self.stage_sync: dict[tuple, Any] = {}
-        """(job, first, last, stage replica signature) -> DataParallelSync."""
+        """(job, unsharded parameters of the range, stage replica signature) -> DataParallelSync."""
         self.ring_kinds: dict[int, tuple] = {}
         """stage replica signature -> ``timing.ring_kinds`` of its replicas."""
         self.ring_edge: dict[tuple, tuple[float, float]] = {}

@@ -69,14 +69,20 @@ class Components(Protocol):
     ) -> P2P:
         """One microbatch's activations across a stage boundary, seconds and egress $."""
 
-    def p2p_known(self) -> dict:
-        """``p2p`` results by (job cache id, src replica id, dst replica id, stage replicas)."""
+    def p2p_known(self, job: Job) -> dict:
+        """``job``'s ``p2p`` results so far, by ``p2p_key``."""
 
     def step_sync_time(self, endpoints, ranks: int) -> float: ...
 
     def replica_memory(self, job: Job, *args) -> dict[str, int]: ...
 
     def summaries(self) -> dict: ...
+
+
+def p2p_key(src: Replica, dst: Replica, stage_replicas: int) -> int:
+    """One int for a boundary's (src replica, dst replica, replicas of the sending stage):
+    replica ids are small interned ints, and an int hashes faster than a tuple."""
+    return (((stage_replicas << 32) | src._id) << 32) | dst._id
 
 
 class StageSummary(NamedTuple):
@@ -178,7 +184,7 @@ def critical_pipeline(
     $ of every pipeline. Plain loops: on Python 3.11 every comprehension is a function call,
     and this runs for every distinct pipeline of every plan the planner scores."""
     best, best_total, best_path, egress = None, -1.0, (), 0.0
-    known, jid, virtual = parts.p2p_known(), job.cache_id, job.options.virtual_stages
+    known, virtual = parts.p2p_known(job), job.options.virtual_stages
     bounds = [s.last_layer for s in plan.stages]
     widths = [len(s.replicas) for s in plan.stages]  # replicas sharing the sending nodes
     choices = [sm.choices for sm in summaries]
@@ -190,7 +196,7 @@ def critical_pipeline(
             dst, seconds = stage_choices[k]
             per_mb.append(seconds)
             if src is not None:
-                link = known.get((jid, src._id, dst._id, sent_by)) or parts.p2p(
+                link = known.get(p2p_key(src, dst, sent_by)) or parts.p2p(
                     job, after, src, dst, sent_by
                 )
                 p2p_s.append(link.seconds)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import timing
 from .cache import ComponentCache
-from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan
+from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
 from .dtypes import dtype_bytes
 from .errors import PlanError
 from .estimate import Estimate
@@ -184,8 +184,8 @@ class Simulator(MemoryComponents):
         share the node's NICs (``timing.nics_per_node``: one per GPU on SXM / superchip nodes,
         one per node on PCIe nodes). Every boundary but the head's sends the same tensor, and
         the head never sends, so the layer id does not enter the key."""
-        cache = self.cache.p2p
-        key = (job.cache_id, src._id, dst._id, stage_replicas)
+        cache = self.p2p_known(job)
+        key = p2p_key(src, dst, stage_replicas)
         hit = cache.get(key)
         if hit is None:
             hit = cache[key] = self._p2p(job, boundary_layer, src, dst, stage_replicas)
@@ -237,7 +237,10 @@ class Simulator(MemoryComponents):
         if len(stage.replicas) < 2:
             return DataParallelSync(0.0, 0.0)
         cache = self.cache.stage_sync
-        key = (job.cache_id, stage.first_layer, stage.last_layer, stage._sig)
+        # Keyed by the range's parameter count, not its bounds: equal blocks at other
+        # depths sync the same bytes (the planner meets many such ranges).
+        params = self.unsharded_params(job, stage.first_layer, stage.last_layer)
+        key = (job.cache_id, params, stage._sig)
         hit = cache.get(key)
         if hit is None:
             hit = cache[key] = self._stage_sync(job, stage)
@@ -420,9 +423,12 @@ class Simulator(MemoryComponents):
         check_replica(job.options, gpu, job.dtype, r.tp, p)  # names the option it refuses
         checked.add(key)
 
-    def p2p_known(self) -> dict:
-        """``p2p`` results so far, by (job, src replica id, dst replica id, stage replicas)."""
-        return self.cache.p2p
+    def p2p_known(self, job: Job) -> dict:
+        """``job``'s ``p2p`` results so far, by ``compose.p2p_key``."""
+        table = self.cache.p2p.get(job.cache_id)
+        if table is None:
+            table = self.cache.p2p[job.cache_id] = {}
+        return table
 
     def summaries(self) -> dict:
         """The table ``compose`` memoizes stage summaries in."""

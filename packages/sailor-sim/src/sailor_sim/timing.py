@@ -81,11 +81,20 @@ def pipeline_total(
     M - 1 steady steps of the slowest stage, plus fill and drain (every other stage once,
     divided by ``virtual`` chunks under interleaving, Narayanan et al. 2021 Sec. 2.2.2; every
     boundary both ways). ``pipeline_time`` splits the same total into named terms."""
-    steps = stage_steps(per_microbatch, p2p, virtual)
-    steady = max(steps)
-    own = per_microbatch[steps.index(steady)]
-    bubble = (sum(per_microbatch) - own) / virtual
-    return own + bubble + 2.0 * sum(p2p) + (num_microbatches - 1) * steady
+    # stage_steps' formula in one pass without lists: this runs for every distinct pipeline
+    # of every plan the planner scores.
+    v2, last = 2.0 * virtual, len(p2p)
+    steady = own = -1.0
+    received = total = sent_sum = 0.0
+    for i, c in enumerate(per_microbatch):
+        sent = p2p[i] if i < last else 0.0
+        step = c + v2 * (received + sent)
+        if step > steady or i == 0:  # the first stage with the longest step
+            steady, own = step, c
+        total += c
+        sent_sum += sent
+        received = sent
+    return own + (total - own) / virtual + 2.0 * sent_sum + (num_microbatches - 1) * steady
 
 
 def pipeline_time(
