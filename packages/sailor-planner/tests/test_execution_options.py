@@ -7,6 +7,7 @@ import dataclasses
 import grpc
 import pytest
 
+from sailor_planner.errors import NoFeasiblePlanError
 from sailor_planner.execution import variants
 from sailor_planner.planner import Planner
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
@@ -48,7 +49,7 @@ def test_chosen_options_are_the_best_the_simulator_finds():
         if e.fits:
             assert e.throughput_iters_per_s <= best.estimate.throughput_iters_per_s * (1 + 1e-12)
     assert chosen.to_dict()["options"] == best.options.to_dict()
-    assert "options" not in plain.to_dict()
+    assert plain.to_dict()["options"] == JOB.options.to_dict()  # the job's own, said too
 
 
 def test_grpc_response_carries_the_chosen_options():
@@ -77,3 +78,38 @@ def test_grpc_response_carries_the_chosen_options():
 def test_the_search_still_returns_fitting_plans(flag):
     r = Planner(Simulator()).plan(JOB, INVENTORY, SearchOptions(search_execution_options=flag))
     assert r.best.estimate.fits
+
+
+def test_plans_that_fit_only_with_recompute_or_sharding_are_found_and_reported():
+    """LLaMA-3.1-8B in bf16 on 8 L4 (24 GB): with the job's own options (no recomputation, no
+    ZeRO) nothing fits; the planner's second search under the lean options finds a plan and
+    reports the options it needs, and the simulator agrees it fits with them."""
+    job = Job.create("LLaMA-3.1-8B", 16, 8192, "bf16")
+    inventory = Inventory.parse(["L4@us-central1-a=8"])
+    sim = Simulator()
+    with pytest.raises(NoFeasiblePlanError):
+        Planner(sim).plan(job, inventory, SearchOptions())
+    found = Planner(sim).plan(job, inventory, SearchOptions(search_execution_options=True))
+    best = found.best
+    assert best.options is not None and best.options != job.options
+    assert best.options.recompute != "none" or best.options.zero != "none"
+    assert not sim.estimate(job, best.plan).fits
+    again = sim.estimate(dataclasses.replace(job, options=best.options), best.plan)
+    assert again.fits and again.iteration_time_s == pytest.approx(best.estimate.iteration_time_s)
+
+
+def test_cli_flags_set_the_jobs_options_and_bad_ones_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from sailor_planner.cli import app
+
+    args = ["plan", "--model", "OPT-350M", "--gbs", "64", "--dtype", "bf16",
+            "--gpus", "A100-40@us-central1-a=4", "--json"]  # fmt: skip
+    fixed = CliRunner().invoke(app, [*args, "--recompute", "full", "--fixed-options"])
+    assert fixed.exit_code == 0, fixed.output
+    import json
+
+    plan = json.loads(fixed.stdout)["plans"][0]
+    assert plan["options"]["recompute"] == "full"
+    bad = CliRunner().invoke(app, [*args, "--zero", "zero9"])
+    assert bad.exit_code == 2 and "options.zero" in bad.output

@@ -38,12 +38,19 @@ def variants(job: Job, plan: Plan) -> Iterator[ExecutionOptions]:
             yield options
 
 
+def lean(options: ExecutionOptions) -> ExecutionOptions:
+    """The searched options that need the least memory on any plan: full recomputation and
+    ZeRO-1 (sharded optimizer states and master weights; ZeRO-3 would refuse pipelined
+    plans). The planner searches under these too, so plans that fit only with them exist."""
+    return dataclasses.replace(options, recompute="full", zero="zero1")
+
+
 def best_options(sim, job: Job, ranked: RankedPlan, admits: Callable, key: Callable) -> RankedPlan:
-    """``ranked`` re-scored under every variant; the best admitted one (ties: the job's own
-    options, which come first)."""
-    best = ranked
+    """``ranked`` (estimated under ``ranked.options``, None: the job's) re-scored under every
+    variant; the best admitted one (ties: the job's own options, which come first)."""
+    best, scored = ranked, ranked.options or job.options
     for options in variants(job, ranked.plan):
-        if options == job.options:
+        if options == scored:
             continue
         try:
             est = sim.estimate(dataclasses.replace(job, options=options), ranked.plan)

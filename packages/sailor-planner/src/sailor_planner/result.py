@@ -16,8 +16,8 @@ class RankedPlan:
     estimate: Any
     """A ``sailor_sim.simulator.Estimate``."""
     options: Any = None
-    """The ``sailor_sim.ExecutionOptions`` the estimate assumes, when the planner chose them
-    (``SearchOptions.search_execution_options``); None: the job's own."""
+    """The ``sailor_sim.ExecutionOptions`` the estimate assumes: the job's own, or those the
+    planner chose (``SearchOptions.search_execution_options``); None only when built by hand."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {"plan": self.plan.to_dict(), "estimate": self.estimate.to_dict()}
@@ -56,6 +56,12 @@ class SearchStats:
     elapsed_s: float = 0.0
     scoring_s: float = 0.0
     """Time spent placing, balancing and scoring candidates (the rest builds tables)."""
+
+    def absorb(self, other: SearchStats) -> None:
+        """Add another search's counters (the planner's second, lean-options search)."""
+        for name in ("candidates_evaluated", "pruned", "infeasible", "rescored", "memo_hits"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.scoring_s += other.scoring_s
 
     @property
     def evaluations_per_s(self) -> float:
