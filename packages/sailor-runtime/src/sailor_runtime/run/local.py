@@ -80,8 +80,9 @@ class LocalRun:
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         precision = cfg.execution_options.get("precision") or "fp32"
         self.job = Job.create(
-            cfg.model, cfg.global_batch_size, cfg.sequence_length, precision, "adam"
-        )
+            cfg.model, cfg.global_batch_size, cfg.sequence_length, precision, "adam",
+            sim_options(cfg.execution_options),
+        )  # fmt: skip
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
         self.gpu_types = types
         self.cpu_share = CpuShare()
@@ -368,6 +369,23 @@ class LocalRun:
         self.server.stop(grace=0.5)
         if self.planner is not None:
             self.planner.close()
+
+
+def sim_options(options: dict):
+    """The simulator's ``ExecutionOptions`` for the engine's (its memory and time terms are
+    what the pre-run prediction shows): recomputation as is, ZeRO stage 1 as 'zero1';
+    SDPA leaves flash attention to the simulator's default for the worker type (the
+    explicit math is flash off)."""
+    from sailor_sim import ExecutionOptions as SimOptions
+
+    from ..engine.options import ExecutionOptions
+
+    engine = ExecutionOptions.from_dict(options)
+    return SimOptions(
+        recompute=engine.recompute,
+        zero="zero1" if engine.zero_stage == 1 else "none",
+        flash_attention=None if engine.flash_attention else False,
+    )
 
 
 def _describe_options(options: dict) -> str:
