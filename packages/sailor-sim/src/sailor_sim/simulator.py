@@ -382,7 +382,10 @@ class Simulator(MemoryComponents):
         """Time, peak memory and $/s of ``replica`` in ``stage`` at position i of p; checks
         the replica can run the job (TP degree, dtype) the first time it is seen."""
         r, first, last, d = replica, stage.first_layer, stage.last_layer, len(stage.replicas)
-        key = (job.cache_id, first, last, i, p, d, r._id)
+        # Under ZeRO the replica's time depends on its stage's ring (the shard traffic), not
+        # only on how many replicas the stage has.
+        ring = stage._sig if job.options.shards_optimizer else d
+        key = (job.cache_id, first, last, i, p, ring, r._id)
         hit = self.cache.replica_info.get(key)
         if hit is None:
             self._check_replica(job, stage, i, p, r)
