@@ -154,6 +154,10 @@ class NetworkModel:
         self._cache.clear()
         self.version += 1
 
+    def forget_resolved(self) -> None:
+        """Drop resolved curves (defaults read GPU specs and zones): a catalog changed."""
+        self._cache.clear()
+
     # ---- lookup ----------------------------------------------------------------------------
     def link(self, src: Endpoint, dst: Endpoint) -> LinkCurve:
         """The curve between two endpoints on different nodes (cached)."""

@@ -184,6 +184,12 @@ class Plan:
         return sum(s.num_gpus for s in self.stages)
 
     @property
+    def gradient_accumulation_steps(self) -> int:
+        """Microbatches each replica accumulates gradients over per iteration (the most of
+        any replica; replicas may differ): gradient accumulation is this, not an option."""
+        return max(r.num_microbatches for s in self.stages for r in s.replicas)
+
+    @property
     def samples_per_iteration(self) -> int:
         return sum(r.samples for r in self.stages[0].replicas)
 
