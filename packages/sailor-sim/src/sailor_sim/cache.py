@@ -32,6 +32,9 @@ class ComponentCache:
         self.replica_info: dict[tuple, Any] = {}
         """(job, first, last, i, p, replicas in the stage (under ZeRO: their signature),
         replica id) -> ReplicaInfo."""
+        self.replica_compute: dict[tuple, tuple] = {}
+        """As ``replica_info`` but keyed by the replica without its zone -> (StageTime, peak
+        bytes, capacity)."""
         self.replica_ok: set[tuple] = set()
         """(job, GPU type, tp) already checked to run the job."""
         self.p2p: dict[tuple, Any] = {}

@@ -388,15 +388,23 @@ class Simulator(MemoryComponents):
         key = (job.cache_id, first, last, i, p, ring, r._id)
         hit = self.cache.replica_info.get(key)
         if hit is None:
+            t, peak, capacity = self._replica_compute(job, stage, i, p, r, ring)
+            usd = self.usd_per_s(r.gpu_type, r.zone, r.tp)
+            hit = self.cache.replica_info[key] = ReplicaInfo(t, peak, capacity, usd)
+        return hit
+
+    def _replica_compute(self, job: Job, stage: Stage, i: int, p: int, r: Replica, ring):
+        """(StageTime, peak bytes, capacity) of a replica, whatever its zone: replicas that
+        differ only by zone (the planner's usual case) compute them once."""
+        first, last = stage.first_layer, stage.last_layer
+        key = (job.cache_id, first, last, i, p, ring, r._compute_id)
+        hit = self.cache.replica_compute.get(key)
+        if hit is None:
             self._check_replica(job, stage, i, p, r)
-            g, tp, mbs = r.gpu_type, r.tp, r.microbatch_size
+            g, tp, mbs, d = r.gpu_type, r.tp, r.microbatch_size, len(stage.replicas)
             peak, capacity = self._peak(job, first, last, g, tp, mbs, i, p, r.num_microbatches, d)
-            hit = self.cache.replica_info[key] = ReplicaInfo(
-                self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r),
-                peak,
-                capacity,
-                self.usd_per_s(g, r.zone, tp),
-            )
+            t = self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r)
+            hit = self.cache.replica_compute[key] = (t, peak, capacity)
         return hit
 
     def _sharded_time(self, job: Job, stage: Stage, t: StageTime, r: Replica) -> StageTime:
