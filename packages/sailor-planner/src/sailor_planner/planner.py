@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from sailor_sim import Inventory, Job, Plan, SailorSimError, get_gpu
+from sailor_sim.options import check_options_on
 
 from .allocate import Scored, Scorer, build_plan
 from .costs import CostView
@@ -63,6 +64,7 @@ class Planner:
                 f"{job.dtype}; add GPUs that support it or train in another dtype",
                 field="inventory",
             )
+        check_options_on(job.options, job.dtype, [get_gpu(g) for g in inventory.gpu_types])
         cv, scorer, memo = self._state(job)
         seed = self._seed(job, inventory, options, previous)
         incumbent = None
