@@ -12,9 +12,9 @@ that sends its shards in parallel); defaults scale per-pair bandwidth linearly w
 Lookup order for a link: a measured curve for exactly these endpoints; the measured curve for
 the nearest GPU count of these endpoints, scaled by the count ratio; for same-zone links the
 homogeneous fit of the GPU type; for same-zone links the inter-node fabric of the GPU type's
-instances (``same_zone_fabric``: InfiniBand, EFA, GPUDirect-TCPX, cloud Ethernet; data/instances.json
-with sources); otherwise the default by zone relationship (``DEFAULT_LINKS``, seed figures of the
-Sailor authors). Intra-node links (TP groups, p2p inside a node) use a
+instances (``same_zone_fabric``: InfiniBand, EFA, GPUDirect-TCPX, cloud Ethernet; sourced in
+data/instances.json); otherwise the default by zone relationship (``DEFAULT_LINKS``, seed
+figures of the Sailor authors). Intra-node links (TP groups, p2p inside a node) use a
 measured intra-node curve or ``GPUType.intra_node_bandwidth``.
 
 File format (``links.json`` in a profile folder, written by sailor-profiler)::
