@@ -137,8 +137,21 @@ def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
 
 def flash_supported(gpu, dtype: str) -> bool:
     """FlashAttention-2 runs in fp16/bf16 on GPUs with bf16 tensor cores (sm80+: Ampere, Ada,
-    Hopper); not on V100/T4/Turing (no bf16), not in fp32, not on the emulated CPU device."""
-    return dtype in ("bf16", "fp16") and gpu.bf16_flops > 0 and gpu.platform != "cpu"
+    Hopper); not on V100/T4/Turing (no bf16), not in fp32. CPU workers: torch's
+    scaled_dot_product_attention runs its fused flash kernel on CPU in any dtype
+    (``_scaled_dot_product_flash_attention_for_cpu``, torch >= 2.2), which is what the engine
+    calls: no (a, s, s) scores are kept there either."""
+    if gpu.platform == "cpu":
+        return True
+    return dtype in ("bf16", "fp16") and gpu.bf16_flops > 0
+
+
+def profiled_with_flash(entry) -> bool:
+    """Whether a profile entry's numbers already include flash attention: sailor-profiler
+    measures the engine's layers, whose attention is torch's SDPA (fused, no score matrix,
+    scores recomputed in backward) on CPU and GPU; analytic and imported (Megatron-DeepSpeed,
+    math attention) tables do not."""
+    return "measured" in entry.source
 
 
 def uses_flash(options: ExecutionOptions, gpu, dtype: str) -> bool:
@@ -256,7 +269,9 @@ def recompute_transient(model, last: int, mbs: int, seq: int, dtype: str, tp: in
 def recomputed_forward_fraction(model, mbs: int, seq: int, tp: int, options, flash) -> float:
     """Fraction of a block's forward FLOPs done again in backward: all of it under full
     recomputation; the attention core (QK^T and softmax @ V: 4 b s^2 h / tp of the block's
-    ``forward_flops``) under selective; flash attention adds one QK^T (2 b s^2 h / tp)."""
+    ``forward_flops``) under selective; flash attention adds one QK^T (2 b s^2 h / tp). A
+    measured profile already holds flash's own recomputation (the simulator passes
+    ``flash=False`` for it)."""
     if model.num_layers < 1:
         return 0.0
     if options.recompute == "full":
