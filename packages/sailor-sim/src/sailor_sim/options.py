@@ -237,10 +237,14 @@ def block_matmuls(model, tp: int) -> list[tuple[int, int]]:
     one TP rank, the matmul's other dimension: FLOPs per token = 2 h x it / tp). Row-parallel
     outputs (attention output, down) are whole after their all-reduce."""
     h, kv, ffn = model.hidden_size, model.kv_size, model.ffn_hidden_size
-    mlp = [(ffn // tp, ffn), (ffn // tp, ffn), (h, ffn)] if model.gated_mlp else [
-        (ffn // tp, ffn),
-        (h, ffn),
-    ]
+    mlp = (
+        [(ffn // tp, ffn), (ffn // tp, ffn), (h, ffn)]
+        if model.gated_mlp
+        else [
+            (ffn // tp, ffn),
+            (h, ffn),
+        ]
+    )
     return [(h // tp, h), (kv // tp, kv), (kv // tp, kv), (h, h), *mlp]
 
 
