@@ -294,7 +294,7 @@ def check_table(runs) -> list[str]:
     return problems
 
 
-def write_calibration(runs, fits, in_sample, loso) -> None:
+def write_calibration(runs, fits, uncalibrated, in_sample, loso) -> None:
     doc = {
         "fit_data": (
             f"published_runs.json rows {[r.index for r in fittable(runs)]} "
@@ -307,6 +307,7 @@ def write_calibration(runs, fits, in_sample, loso) -> None:
             for dtype in ("bf16", "fp16")
         },
         "validation": {
+            "uncalibrated": {k: round(v, 4) for k, v in uncalibrated.items()},
             "in_sample": {k: round(v, 4) for k, v in in_sample.items()},
             "leave_one_source_out": {k: round(v, 4) for k, v in loso.items()},
         },
@@ -357,7 +358,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {key.replace('_', ' ')} |{cells} | {f'<= {target:.0%}' if target else '-'} |")
     print(f"\nfitted (e_max, knee FLOPs per matmul) per family, all rows: {fits}")
     if "--fit" in args:
-        write_calibration(runs, fits, results["in-sample"], results["leave-one-source-out"])
+        write_calibration(
+            runs,
+            fits,
+            results["uncalibrated"],
+            results["in-sample"],
+            results["leave-one-source-out"],
+        )
         print(f"wrote {analytic.CALIBRATION_FILE}")
 
     missing = [f"{p.run.label}: {', '.join(p.missing)}" for p in uncal if p.missing]

@@ -114,6 +114,15 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], Mat
 CALIBRATION: dict[tuple[str, str], MatmulEfficiency] = load_calibration()
 
 
+def calibration_validation(path: Path = CALIBRATION_FILE) -> dict:
+    """The committed calibration's validation on the published runs, as ``bench/sim_published.py
+    --fit`` wrote it: 'uncalibrated', 'in_sample' and 'leave_one_source_out' summaries (mean and
+    max relative error of throughput and memory, row counts); {} without the file."""
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text()).get("validation", {})
+
+
 def set_calibration(table: dict[tuple[str, str], MatmulEfficiency]) -> None:
     """Replace the calibrated efficiencies (the fit in bench/sim_published.py tries candidates;
     build a new Simulator afterwards, since simulators cache their per-layer numbers)."""
