@@ -158,3 +158,20 @@ def test_removed_dead_code_stays_removed():
     assert not hasattr(Simulator, "p2p_egress")
     assert not hasattr(Simulator, "egress_per_iteration")
     assert math.isfinite(timing.pipeline_total([1.0, 2.0], [0.5], 4))
+
+
+@pytest.mark.parametrize("zero", ["none", "zero1", "zero3"])
+def test_cached_numbers_never_leak_between_plans(zero):
+    """Whatever a simulator estimated before, an estimate equals a fresh simulator's: here a
+    stage whose replicas span two regions, then one whose two replicas share a zone (same
+    layers, same replica count, one replica identical): under ZeRO the shard traffic of that
+    replica depends on the whole ring, which the cache key must see."""
+    job = Job.create("OPT-350M", 64, 2048, "bf16", options={"zero": zero})
+    n = job.model.num_layer_ids - 1
+    a = Replica("A100-40", "us-central1-a", 1, 4, 8)
+    b = Replica("A100-40", "europe-west4-a", 1, 4, 8)  # another region: a slow ring
+    same_zone = Plan((Stage(0, n, (a, a)),))
+    two_zones = Plan((Stage(0, n, (a, b)),))
+    live = Simulator()
+    live.estimate(job, two_zones)
+    assert live.estimate(job, same_zone).to_dict() == Simulator().estimate(job, same_zone).to_dict()

@@ -30,7 +30,11 @@ class ComponentCache:
         self.range_memory: dict[tuple, tuple] = {}
         """(job, first, last, GPU type, tp, mbs) -> position-independent memory parts."""
         self.replica_info: dict[tuple, Any] = {}
-        """(job, first, last, i, p, replicas in the stage, replica id) -> ReplicaInfo."""
+        """(job, first, last, i, p, replicas in the stage (under ZeRO: their signature),
+        replica id) -> ReplicaInfo."""
+        self.replica_compute: dict[tuple, tuple] = {}
+        """As ``replica_info`` but keyed by the replica without its zone -> (StageTime, peak
+        bytes, capacity)."""
         self.replica_ok: set[tuple] = set()
         """(job, GPU type, tp) already checked to run the job."""
         self.p2p: dict[tuple, Any] = {}

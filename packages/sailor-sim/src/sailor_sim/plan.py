@@ -56,6 +56,9 @@ class Replica:
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_hash", hash(key))
         object.__setattr__(self, "_id", _intern(_REPLICA_IDS, key))
+        # What its time and memory depend on (all but the zone, which only prices it).
+        compute = (self.gpu_type, self.tp, self.microbatch_size, self.num_microbatches)
+        object.__setattr__(self, "_compute_id", _intern(_REPLICA_IDS, compute))
 
     def __hash__(self) -> int:
         return self._hash

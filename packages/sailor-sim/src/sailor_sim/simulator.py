@@ -382,18 +382,29 @@ class Simulator(MemoryComponents):
         """Time, peak memory and $/s of ``replica`` in ``stage`` at position i of p; checks
         the replica can run the job (TP degree, dtype) the first time it is seen."""
         r, first, last, d = replica, stage.first_layer, stage.last_layer, len(stage.replicas)
-        key = (job.cache_id, first, last, i, p, d, r._id)
+        # Under ZeRO the replica's time depends on its stage's ring (the shard traffic), not
+        # only on how many replicas the stage has.
+        ring = stage._sig if job.options.shards_optimizer else d
+        key = (job.cache_id, first, last, i, p, ring, r._id)
         hit = self.cache.replica_info.get(key)
         if hit is None:
+            t, peak, capacity = self._replica_compute(job, stage, i, p, r, ring)
+            usd = self.usd_per_s(r.gpu_type, r.zone, r.tp)
+            hit = self.cache.replica_info[key] = ReplicaInfo(t, peak, capacity, usd)
+        return hit
+
+    def _replica_compute(self, job: Job, stage: Stage, i: int, p: int, r: Replica, ring):
+        """(StageTime, peak bytes, capacity) of a replica, whatever its zone: replicas that
+        differ only by zone (the planner's usual case) compute them once."""
+        first, last = stage.first_layer, stage.last_layer
+        key = (job.cache_id, first, last, i, p, ring, r._compute_id)
+        hit = self.cache.replica_compute.get(key)
+        if hit is None:
             self._check_replica(job, stage, i, p, r)
-            g, tp, mbs = r.gpu_type, r.tp, r.microbatch_size
+            g, tp, mbs, d = r.gpu_type, r.tp, r.microbatch_size, len(stage.replicas)
             peak, capacity = self._peak(job, first, last, g, tp, mbs, i, p, r.num_microbatches, d)
-            hit = self.cache.replica_info[key] = ReplicaInfo(
-                self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r),
-                peak,
-                capacity,
-                self.usd_per_s(g, r.zone, tp),
-            )
+            t = self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r)
+            hit = self.cache.replica_compute[key] = (t, peak, capacity)
         return hit
 
     def _sharded_time(self, job: Job, stage: Stage, t: StageTime, r: Replica) -> StageTime:
