@@ -113,3 +113,29 @@ def test_cli_flags_set_the_jobs_options_and_bad_ones_exit_2(tmp_path):
     assert plan["options"]["recompute"] == "full"
     bad = CliRunner().invoke(app, [*args, "--zero", "zero9"])
     assert bad.exit_code == 2 and "options.zero" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("options", "gpus", "named"),
+    [
+        ({"flash_attention": True}, "V100-16@us-central1-a=8", "options.flash_attention"),
+        ({"virtual_stages": 2, "zero": "zero3"}, "A100-40@us-central1-a=8", "virtual_stages"),
+        ({"zero": "zero7"}, "A100-40@us-central1-a=8", "options.zero"),
+    ],
+)
+def test_options_no_plan_can_run_are_invalid_argument_naming_the_option(options, gpus, named):
+    """Over gRPC: a job whose options contradict each other or the inventory is refused up
+    front (INVALID_ARGUMENT naming the option), not answered with 'no plan fits in memory'."""
+    wire = Job.create("OPT-350M", 64, 2048, "fp16").to_proto()
+    for key, value in options.items():
+        setattr(wire.options, key, value)
+    request = planner_pb2.PlanRequest(job=wire, inventory=Inventory.parse([gpus]).to_proto())
+    server, port = create_server("127.0.0.1:0")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.RpcError) as err:
+                planner_pb2_grpc.PlannerServiceStub(channel).Plan(request, timeout=60)
+    finally:
+        server.stop(grace=None)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert named in err.value.details()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from sailor_sim import Inventory, Job, Plan, SailorSimError, get_gpu
+from sailor_sim.options import check_options_on
 
 from .allocate import Scored, Scorer, build_plan
 from .costs import CostView
@@ -63,6 +64,7 @@ class Planner:
                 f"{job.dtype}; add GPUs that support it or train in another dtype",
                 field="inventory",
             )
+        check_options_on(job.options, job.dtype, [get_gpu(g) for g in inventory.gpu_types])
         cv, scorer, memo = self._state(job)
         seed = self._seed(job, inventory, options, previous)
         incumbent = None
@@ -75,7 +77,11 @@ class Planner:
         ranked = self._rank(job, found, options, stats, seed)
         partial = search.partial
         if options.search_execution_options:
-            lean, lean_partial = self._lean_search(job, inventory, options, stats, should_stop)
+            best = ranked[0].estimate if ranked else None
+            bound = (best.throughput_iters_per_s, best.cost_per_iteration_usd) if best else None
+            lean, lean_partial = self._lean_search(
+                job, inventory, options, stats, should_stop, bound
+            )
             ranked = self._choose_options(job, ranked + lean, options)
             partial = partial or lean_partial
         else:  # every ranked plan says which options its estimate assumes
@@ -158,16 +164,18 @@ class Planner:
         out.sort(key=lambda r: self._key(options, r))
         return out[: options.top_k]
 
-    def _lean_search(self, job, inventory, options, stats, should_stop):
+    def _lean_search(self, job, inventory, options, stats, should_stop, incumbent):
         """The search again under the job's leanest options (``execution.lean``): plans that
         fit in memory only with recomputation or sharding (LLaMA-8B in bf16 on 8 GPUs
-        without ZeRO) are invisible to a search with the job's own options. Returns its
-        ranked plans (their estimates under the lean options) and whether it was partial."""
+        without ZeRO) are invisible to a search with the job's own options. The first
+        search's best is its incumbent (branches that cannot beat it are pruned: the lean
+        options cost time, so most are). Returns its ranked plans (their estimates under the
+        lean options) and whether it was partial."""
         lean_job = dataclasses.replace(job, options=lean(job.options))
         if lean_job == job:
             return [], False
         cv, scorer, memo = self._state(lean_job)
-        search = Search(cv, scorer, memo, inventory, options, None, should_stop)
+        search = Search(cv, scorer, memo, inventory, options, incumbent, should_stop)
         found = search.run()
         stats.absorb(search.stats)
         ranked = self._rank(lean_job, found, options, stats, None)

@@ -162,6 +162,12 @@ def check_options(options: ExecutionOptions, dtype: str) -> None:
             "bf16 gradients need bf16 or fp16 training (dtype is fp32); use grad_dtype='fp32'",
             field="options.grad_dtype",
         )
+    if options.virtual_stages > 1 and options.shards_parameters:
+        raise ValidationError(
+            f"interleaved 1F1B (virtual_stages={options.virtual_stages}) needs pipeline stages "
+            f"and {options.zero} refuses them; use zero1/zero2 or virtual_stages=1",
+            field="options.virtual_stages",
+        )
     if options.flash_attention is True and dtype == "fp32":
         raise ValidationError(
             "flash attention runs in bf16/fp16 only; train in bf16 or set flash_attention=false",
@@ -194,6 +200,24 @@ def check_replica(options: ExecutionOptions, gpu, dtype: str, tp: int, num_stage
         raise ValidationError(
             "interleaved 1F1B needs pipeline parallelism (>= 2 stages); set virtual_stages=1",
             field="options.virtual_stages",
+        )
+
+
+def check_options_on(options: ExecutionOptions, dtype: str, gpus) -> None:
+    """Options that no GPU type of ``gpus`` (``GPUType``s, e.g. an inventory's) can run: a
+    planner refuses them up front instead of finding no plan."""
+    names = ", ".join(g.name for g in gpus)
+    if options.flash_attention is True and not any(flash_supported(g, dtype) for g in gpus):
+        raise ValidationError(
+            f"flash attention runs on none of {names} in {dtype} (needs Ampere or later and "
+            "bf16/fp16); set flash_attention=false or add such GPUs",
+            field="options.flash_attention",
+        )
+    if options.sequence_parallel and not any(g.gpus_per_node >= 2 for g in gpus):
+        raise ValidationError(
+            f"sequence parallelism needs tp > 1, and nodes of {names} have one GPU; "
+            "set sequence_parallel=false",
+            field="options.sequence_parallel",
         )
 
 
