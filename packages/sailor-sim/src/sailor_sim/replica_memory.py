@@ -33,9 +33,9 @@ from .memory import (
 from .options import (
     ExecutionOptions,
     activation_factor,
+    profiled_with_flash,
     recompute_transient,
     stash_bytes,
-    profiled_with_flash,
     uses_flash,
 )
 
