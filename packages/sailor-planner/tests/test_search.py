@@ -157,7 +157,7 @@ def test_pareto_frontier_trades_cost_for_throughput(planner) -> None:
         (r.estimate.cost_per_iteration_usd, r.estimate.throughput_iters_per_s)
         for r in result.pareto
     ]
-    assert len(points) >= 3
+    assert len(points) >= 2  # a trade exists (3 before same-zone links used the fabric's rate)
     assert points == sorted(points)  # cheaper first, and each dearer point is faster
     assert all(b[1] > a[1] for a, b in zip(points, points[1:], strict=False))
     best = result.best.estimate

@@ -163,3 +163,18 @@ def test_every_option_combination_adds_up():
         assert e.iteration_time_s == sum(e.time_breakdown_s.values())
         for m in e.memory:
             assert sum(m.breakdown_bytes.values()) == m.peak_bytes
+
+
+def test_interleaving_with_zero3_is_refused_naming_the_option():
+    with pytest.raises(ValidationError, match="virtual_stages"):
+        Job.create("OPT-350M", 64, 2048, "bf16", options={"virtual_stages": 2, "zero": "zero3"})
+
+
+def test_options_no_gpu_of_an_inventory_can_run_are_named():
+    from sailor_sim.gpus import get_gpu
+    from sailor_sim.options import check_options_on
+
+    v100, a100 = get_gpu("V100-16"), get_gpu("A100-40")
+    with pytest.raises(ValidationError, match="flash_attention"):
+        check_options_on(ExecutionOptions(flash_attention=True), "fp16", [v100])
+    check_options_on(ExecutionOptions(flash_attention=True), "fp16", [v100, a100])

@@ -118,3 +118,27 @@ def test_data_parallel_across_nodes_is_hierarchical():
     assert nic_bound <= t <= 1.5 * nic_bound
     flat_ring = 2 * 15 / 16 * grad / (NIC * eff)  # 16 ranks in a ring over 1 Gbit/s
     assert t < 0.6 * flat_ring
+
+
+def test_same_zone_links_default_to_the_instances_fabric():
+    """Without a measured links.json, nodes of one zone talk over their instances' fabric
+    (data/instances.json, with its source) per GPU, not the 1.45 GB/s seed default; CPU
+    workers (no instance offer) keep the seed default; a measured curve still wins."""
+    from sailor_sim import NetworkModel, fabric_for, get_gpu
+    from sailor_sim.network import DEFAULT_LINKS, Endpoint, LinkCurve
+
+    net = NetworkModel()
+    h100 = Endpoint("us-central1-a", "H100-80", 1)
+    fabric = fabric_for("H100-80", "gcp")
+    curve = net.link(h100, h100)
+    assert curve.max_bandwidth == pytest.approx(
+        fabric.bandwidth_per_gpu(get_gpu("H100-80").gpus_per_node)
+    )
+    assert fabric.name in curve.source
+    assert net.link(Endpoint("us-central1-a", "H100-80", 4), h100).max_bandwidth == pytest.approx(
+        4 * curve.max_bandwidth
+    )
+    cpu = Endpoint("local", "cpu-1t", 1)
+    assert net.link(cpu, cpu).max_bandwidth == pytest.approx(DEFAULT_LINKS["same-zone"][0])
+    net.add_link(h100, h100, LinkCurve(1e9, 1e-4, "measured"))
+    assert net.link(h100, h100).source == "measured"
