@@ -13,7 +13,7 @@ of a rank's environment are applied in the child, before the engine touches a de
 Protocol, one JSON object per line:
 
     zygote -> agent   {"ready": true}                 torch and the engine are imported
-    agent  -> zygote  {"id": N, "argv": [...], "env": {...}, "log": PATH}
+    agent  -> zygote  {"id": N, "argv": [CONFIG.json], "env": {"RANK": R, ...}, "log": PATH}
     zygote -> agent   {"started": N, "pid": PID}       the rank is running
                       {"refused": N, "message": M}      a malformed command or a failed fork
                       {"exited": PID, "code": C}        C as ``Popen.returncode`` (-S: signal S)
@@ -22,8 +22,9 @@ EOF on stdin ends the zygote. Life is tied down the chain with PR_SET_PDEATHSIG:
 dies with its agent and each rank with the zygote, so a node whose agent is killed loses its
 ranks, as a real node failure would.
 
-``python -m sailor_runtime.agent.zygote --once`` is the cold start: it reads one command and
-runs the rank itself (no fork), importing torch after the command arrived.
+``python -m sailor_runtime.agent.zygote --once`` is the fallback when there is no zygote: it
+reads one command and runs the rank itself (no fork), importing torch after the command
+arrived.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_rank(json.loads(line)) if line.strip() else 0
     import torch  # noqa: F401 - the point: import once, before any command arrives
 
-    from ..engine import worker  # noqa: F401
+    from ..engine import train, worker  # noqa: F401 - the rank's imports, done once here
 
     return serve()
 
