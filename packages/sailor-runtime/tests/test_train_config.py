@@ -142,3 +142,10 @@ def test_writing_a_config_imports_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_recomputation_asks_the_forking_parent_to_preload_dynamo():
+    """torch.utils.checkpoint imports torch._dynamo on first use: the zygote imports it once
+    instead of every rank in its first step after every restart."""
+    assert full_config().preload_modules() == ("torch._dynamo",)  # recompute full
+    assert TrainConfig(job=JOB, plan=PLAN, steps=1).preload_modules() == ()

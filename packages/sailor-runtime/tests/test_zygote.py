@@ -91,8 +91,12 @@ def test_zygote_refuses_bad_commands_and_keeps_serving(zygote, tmp_path):
     zygote.proc.stdin.flush()
     with pytest.raises(ZygoteError, match="refused the rank: TypeError"):
         zygote.fork("--rank 0", {}, str(tmp_path / "x.log"))  # argv must be a list
+    with pytest.raises(ZygoteError, match="refused the rank: ModuleNotFoundError"):
+        zygote.fork(["x"], {}, str(tmp_path / "y.log"), preload=("no_such_module_zz",))
     assert zygote.alive
-    rank = zygote.fork(*_waiting_rank(tmp_path), str(tmp_path / "ok.log"))
+    # A preload is imported by the zygote before the fork (the rank's first step then skips it).
+    rank = zygote.fork(*_waiting_rank(tmp_path), str(tmp_path / "ok.log"), preload=("wave",))
+    assert (tmp_path / "ok.log").exists()
     rank.kill()
     assert rank.wait(30) == -signal.SIGKILL
 

@@ -95,6 +95,8 @@ class RankRunner:
         self._forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rank-forker")
         self._zygote: Zygote | None = None
         self._closed = False
+        self.rank_exited = threading.Event()
+        """Set when a forked rank exits: the agent reports it without waiting a heartbeat."""
         if self.warm:
             self._forker.submit(self._ensure_zygote)
 
@@ -111,7 +113,7 @@ class RankRunner:
     def _ensure_zygote(self) -> None:
         """Start a zygote if there is none or it died (runs on the forker thread)."""
         if not self._closed and (self._zygote is None or not self._zygote.alive):
-            self._zygote = Zygote(self._base_env())
+            self._zygote = Zygote(self._base_env(), on_exit=self.rank_exited.set)
 
     def wait_warm(self, timeout_s: float = 300.0) -> bool:
         """Block until the zygote has imported torch and the engine (or timeout)."""
@@ -120,11 +122,12 @@ class RankRunner:
         self._forker.submit(lambda: None).result()  # the zygote has been started
         return self._zygote is not None and self._zygote.wait_ready(timeout_s)
 
-    def _launch(self, argv: list[str], env: dict[str, str], log_path: Path):
+    def _launch(self, argv: list[str], env: dict[str, str], log_path: Path,
+                preload: tuple[str, ...] = ()):
         """Fork the rank from the zygote; start it cold when there is none (or it died)."""
         if self._zygote is not None:
             try:
-                return self._zygote.fork(argv, env, str(log_path))
+                return self._zygote.fork(argv, env, str(log_path), preload=preload)
             except ZygoteError as exc:
                 log.warning("%s; starting the rank cold and a new zygote", exc)
                 self._forker.submit(self._ensure_zygote)  # runs after this spawn
@@ -146,7 +149,7 @@ class RankRunner:
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
             env = {**self.rank_env, RANK_ENV: str(rank), "CUDA_VISIBLE_DEVICES": str(device)}
-            popen = self._launch([str(path)], env, log_path)
+            popen = self._launch([str(path)], env, log_path, cfg.preload_modules())
             metrics = Path(cfg.metrics_path) if rank == metrics_rank else None
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
         return started
