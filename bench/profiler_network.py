@@ -125,9 +125,10 @@ def main() -> int:
                 f"p2p {row['message_bytes']} B: {row['median_s'] * 1e6:.1f} us is faster than "
                 f"the plain socket's {ref * 1e6:.1f} us"
             )
+        socket_us = "" if ref is None else f"{ref * 1e6:.1f}"
         print(f"{row['op']:<10} {row['message_bytes']:>11} {row['median_s'] * 1e6:>10.1f} "
               f"{predicted * 1e6:>9.1f} {err:>+6.0%} {row['bandwidth_Bps'] / 1e9:>7.2f}"
-              f"{'' if ref is None else f'{ref * 1e6:.1f}':>11} {'ok' if ok else 'FAST':>7}")  # fmt: skip
+              f"{socket_us:>11} {'ok' if ok else 'FAST':>7}")  # fmt: skip
     for op, fit in fits.items():
         ok = fit["rel_rmse"] <= FIT_BAR
         if not ok:

@@ -72,9 +72,10 @@ MEMORY_PROBE_STEP = 3
 the first steps, so the optimizer states exist and allocations are steady."""
 
 
-COLD_IMPORT_TIMEOUT_S = 300.0
-"""How long a cold node's first start waits for its zygote's torch import (a loaded 2-core
-machine took tens of seconds) before falling back to fresh rank processes."""
+COLD_IMPORT_TIMEOUT_S = 20.0
+"""How long a cold node's first start waits for its zygote's torch import (9 s wall on the
+loaded 2-core dev VM) before starting that generation's ranks as fresh processes instead; below
+the controller's 30 s Assign deadline, which the agent answers once its ranks started."""
 
 
 @dataclass
@@ -124,8 +125,9 @@ class RankRunner:
 
     def _launch(self, argv: list[str], env: dict[str, str], log_path: Path,
                 preload: tuple[str, ...] = ()):
-        """Fork the rank from the zygote; start it cold when there is none (or it died)."""
-        if self._zygote is not None:
+        """Fork the rank from the zygote; start it cold when there is none ready (or it
+        died): never wait here for an import, the controller's Assign call is waiting."""
+        if self._zygote is not None and self._zygote.ready.is_set():
             try:
                 return self._zygote.fork(argv, env, str(log_path), preload=preload)
             except ZygoteError as exc:
@@ -143,8 +145,9 @@ class RankRunner:
         metrics_rank = Topology(a.plan).metrics_rank
         if not self.warm:  # cold: the first start imports torch once, in the zygote
             self._ensure_zygote()
-            if self._zygote is not None:
-                self._zygote.wait_ready(COLD_IMPORT_TIMEOUT_S)
+            if self._zygote is not None and not self._zygote.wait_ready(COLD_IMPORT_TIMEOUT_S):
+                log.warning("zygote not ready in %.0f s; this generation starts cold",
+                            COLD_IMPORT_TIMEOUT_S)
         started = []
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"

@@ -43,9 +43,10 @@ import traceback
 from collections.abc import Callable
 
 AGENT_PID_ENV = "SAILOR_AGENT_PID"
-PRELOAD_TIMEOUT_S = 300.0
-"""How long a fork may wait for the zygote's first import of a preload (tens of seconds on a
-loaded 2-core machine)."""
+PRELOAD_TIMEOUT_S = 25.0
+"""How long a fork may wait for the zygote's first import of a preload (3.5 s of CPU for
+torch._dynamo, ~10 s on the loaded 2-core dev VM); below the controller's 30 s Assign deadline,
+which the agent answers only once its ranks started."""
 """The agent's PID, given to the zygote (and to cold ranks) to check their parent."""
 
 
@@ -341,7 +342,12 @@ class Zygote:
             )
             if ident in self._refused:
                 raise ZygoteError(f"zygote refused the rank: {self._refused.pop(ident)}")
-            if not answered or ident not in self._started:
+            if not answered and not self.gone.is_set():
+                # it may still fork the rank later, next to the cold one the caller starts
+                # now: kill it (with whatever it forked) rather than risk a rank twice
+                self.proc.kill()
+                raise ZygoteError(f"zygote did not answer in {timeout_s:.0f} s; killed it")
+            if ident not in self._started:
                 raise ZygoteError("zygote did not start the rank")
             self._preloaded.update(preload)
             return self._started.pop(ident)

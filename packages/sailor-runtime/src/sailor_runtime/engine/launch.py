@@ -132,26 +132,16 @@ def launch_local(job: Job, plan: Plan, *, timeout_s: float = 600.0, **kwargs) ->
     return start_local(job, plan, **kwargs).wait(timeout_s)
 
 
+STORE_FIELDS = ("master_addr", "master_port", "store_prefix", "store_is_external")
+"""The rendezvous of every ``launch_many`` run: the launcher's store, prefix ``run{i}``."""
+
+
 def run_config(run: dict, port: int, prefix: str) -> TrainConfig:
-    """The TrainConfig of one ``launch_many`` run (keys as in ``multirun``)."""
-    known = {
-        "job",
-        "plan",
-        "steps",
-        "checkpoint_dir",
-        "checkpoint_every",
-        "metrics",
-        "seed",
-        "dtype",
-        "schedule",
-        "backend",
-        "options",
-        "memory_probe_step",
-        "optimizer_impl",
-    }
-    unknown = sorted(set(run) - known)
-    if unknown:
-        raise EngineError(f"unknown keys {unknown}; known: {sorted(known)}", field="run")
+    """The TrainConfig of one ``launch_many`` run: its keys are TrainConfig's (``metrics`` is
+    accepted for ``metrics_path``) except the store's, which are filled in here."""
+    taken = sorted(set(run) & set(STORE_FIELDS))
+    if taken:
+        raise EngineError(f"{taken} are set by launch_many; leave them out", field="run")
     data = {("metrics_path" if k == "metrics" else k): v for k, v in run.items()}
     data.update(master_port=port, store_prefix=prefix, store_is_external=True)
     return TrainConfig.from_dict(data)
