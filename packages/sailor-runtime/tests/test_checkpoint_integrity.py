@@ -33,9 +33,15 @@ def free_port() -> int:
 
 
 def train(tmp_path: Path, steps: int) -> subprocess.CompletedProcess:
-    cfg = TrainConfig(job=JOB, plan=PLAN, steps=steps, checkpoint_dir=str(tmp_path / "ckpt"),
-                      checkpoint_every=2, metrics_path=str(tmp_path / "metrics.jsonl"),
-                      master_port=free_port())
+    cfg = TrainConfig(
+        job=JOB,
+        plan=PLAN,
+        steps=steps,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        checkpoint_every=2,
+        metrics_path=str(tmp_path / "metrics.jsonl"),
+        master_port=free_port(),
+    )
     return subprocess.run(
         [sys.executable, "-m", "sailor_runtime.engine.worker", str(cfg.write(tmp_path / "t.json"))],
         capture_output=True,

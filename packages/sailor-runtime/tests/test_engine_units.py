@@ -109,8 +109,18 @@ def test_adamw_equals_torch_bit_for_bit():
 def _save_one(root, step, model, opt):
     saver = ckpt.AsyncSaver(root, rank=0, num_stages=1)
     layers = ckpt.snapshot(model, opt.state, 1, None)
-    saver.save(step, 0, layers, {"format": ckpt.FORMAT, "step": step, "consumed_samples": 8 * step,
-                                 "model": model.spec.name}, ckpt.rng_state())
+    saver.save(
+        step,
+        0,
+        layers,
+        {
+            "format": ckpt.FORMAT,
+            "step": step,
+            "consumed_samples": 8 * step,
+            "model": model.spec.name,
+        },
+        ckpt.rng_state(),
+    )
     saver.wait()
 
 
@@ -139,8 +149,10 @@ def test_checkpoint_roundtrip_reshards_and_skips_incomplete(tmp_path):
     q = part.layers["3"].attn.q.weight
     assert torch.equal(q, full["layers.3.attn.q.weight"].chunk(2, 0)[1])
     o = part.layers["3"].attn.o.weight
-    assert torch.equal(part_opt.state[o]["exp_avg"],
-                       opt.state[full["layers.3.attn.o.weight"]]["exp_avg"].chunk(2, 1)[1])
+    assert torch.equal(
+        part_opt.state[o]["exp_avg"],
+        opt.state[full["layers.3.attn.o.weight"]]["exp_avg"].chunk(2, 1)[1],
+    )
     ckpt.remove_partial(tmp_path)
     assert not (tmp_path / "step_00000003.tmp").exists()
 
@@ -149,8 +161,13 @@ def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys, monkeypatch):
     """The rank entry point reads one TrainConfig file; bad input is one line naming the
     field, exit status 2, before any process group or checkpoint directory exists."""
     job = Job.create("tiny-gpt", 8, 32)
-    good = TrainConfig(job=job, plan=Plan((Stage(0, 7, (R(2, 2, 4),)),)), steps=1,
-                       checkpoint_dir=str(tmp_path / "c"), master_port=1).to_dict()
+    good = TrainConfig(
+        job=job,
+        plan=Plan((Stage(0, 7, (R(2, 2, 4),)),)),
+        steps=1,
+        checkpoint_dir=str(tmp_path / "c"),
+        master_port=1,
+    ).to_dict()
     cases = [  # (config file content, RANK, the field the error must name)
         (None, "0", "config"),
         ("{not json", "0", "config"),

@@ -33,8 +33,15 @@ def _waiting_rank(tmp: Path) -> tuple[list[str], dict[str, str]]:
 
     job = Job.create("tiny-gpt", 8, 32)
     plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 1, 4),) * 2),)).check(job)
-    cfg = TrainConfig(job=job, plan=plan, steps=1, checkpoint_dir=str(tmp / "ckpt"),
-                      master_port=_closed_port(), store_is_external=True, timeout_s=60)
+    cfg = TrainConfig(
+        job=job,
+        plan=plan,
+        steps=1,
+        checkpoint_dir=str(tmp / "ckpt"),
+        master_port=_closed_port(),
+        store_is_external=True,
+        timeout_s=60,
+    )
     return [str(cfg.write(tmp / "train.json"))], {"RANK": "1"}
 
 
@@ -132,7 +139,8 @@ def test_a_cold_rank_runs_the_engine_and_reports_its_status(tmp_path):
     from sailor_runtime.agent.zygote import start_cold
 
     env = {**os.environ, AGENT_PID_ENV: str(os.getpid()), "OMP_NUM_THREADS": "1"}
-    proc = start_cold([str(tmp_path / "missing.json")], {"RANK": "0"}, str(tmp_path / "cold.log"),
-                      env)
+    proc = start_cold(
+        [str(tmp_path / "missing.json")], {"RANK": "0"}, str(tmp_path / "cold.log"), env
+    )
     assert proc.wait(120) == 2
     assert "error: config: cannot read" in (tmp_path / "cold.log").read_text()

@@ -123,8 +123,9 @@ class RankRunner:
         self._forker.submit(lambda: None).result()  # the zygote has been started
         return self._zygote is not None and self._zygote.wait_ready(timeout_s)
 
-    def _launch(self, argv: list[str], env: dict[str, str], log_path: Path,
-                preload: tuple[str, ...] = ()):
+    def _launch(
+        self, argv: list[str], env: dict[str, str], log_path: Path, preload: tuple[str, ...] = ()
+    ):
         """Fork the rank from the zygote; start it cold when there is none ready (or it
         died): never wait here for an import, the controller's Assign call is waiting."""
         if self._zygote is not None and self._zygote.ready.is_set():
@@ -146,8 +147,9 @@ class RankRunner:
         if not self.warm:  # cold: the first start imports torch once, in the zygote
             self._ensure_zygote()
             if self._zygote is not None and not self._zygote.wait_ready(COLD_IMPORT_TIMEOUT_S):
-                log.warning("zygote not ready in %.0f s; this generation starts cold",
-                            COLD_IMPORT_TIMEOUT_S)
+                log.warning(
+                    "zygote not ready in %.0f s; this generation starts cold", COLD_IMPORT_TIMEOUT_S
+                )
         started = []
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
