@@ -5,12 +5,16 @@ Real processes on 127.0.0.1: the planner server, the controller, worker agents, 
 ranks (tiny-gpt). Each scenario injects one change mid-run and reads the controller's phase
 timings (detect, debounce, plan, place, stop, checkpoint, restart). For a kill -9, "detect" is
 measured from the kill itself (not from the node's last heartbeat), and "total" is kill ->
-first step of the new generation completed. Targets: total < 5 s for every scenario, cold
-ranks included; measured iteration time within 25 % of the planner's prediction made before
-training (this machine's profile, stretched by the core sharing expected from the load before
-the run; run.profile). The "explained" column re-simulates the plan after the run with the CPU
-stretch the ranks were measured to get: it shows what the sharing accounts for, and is never
-what the bar checks. Exits 1 when any scenario or prediction misses its target (and says why).
+first step of the new generation completed; the "restart" phase is split into "start" and
+"first step" (PHASES). Cold agents import nothing before registering: their zygote imports
+torch with the first assignment, so a restart forks (fresh rank processes importing torch each
+took 16-19 s here; they remain only as the fallback when a zygote dies). Targets: total < 5 s
+for every scenario, cold agents included; measured iteration time within 25 % of the planner's
+prediction made before training (this machine's profile, stretched by the core sharing
+expected from the load before the run; run.profile). The "explained" column re-simulates the
+plan after the run with the CPU stretch the ranks were measured to get: it shows what the
+sharing accounts for, and is never what the bar checks. Exits 1 when any scenario or
+prediction misses its target (and says why).
 
     uv run python bench/reconfig_time.py [--quick]
 """
@@ -25,7 +29,10 @@ from sailor_runtime.run.local import LocalRun, LocalRunConfig
 
 TARGET_S = 5.0
 PREDICTION_BAR = 0.25
-PHASES = ("detect", "debounce", "plan", "place", "stop", "checkpoint", "restart")
+PHASES = ("detect", "debounce", "plan", "place", "stop", "checkpoint", "start", "first step")
+"""The controller's phases, with its "restart" (assignment -> first step reported) split into
+"start" (fork or process start, rendezvous, model build, checkpoint load, and the heartbeat that
+carries the step) and "first step" (that step's own iteration time, as the rank measured it)."""
 
 
 def scenario(name: str, workers: int, warm: bool, kill: bool) -> dict:
@@ -51,6 +58,9 @@ def scenario(name: str, workers: int, warm: bool, kill: bool) -> dict:
     phases = dict(r["phases"])
     if kill:
         phases["detect"] = r["noticed_at"] - event["at"]
+    first = next(m for m in s.metrics if m["generation"] == r["generation"])
+    phases["first step"] = first["iteration_time_s"]
+    phases["start"] = phases.pop("restart") - phases["first step"]
     total = r["resumed_at"] - (event["at"] if kill else r["noticed_at"])
     return {"name": name, "ok": True, "phases": phases, "total": total, "kill": kill,
             "plan": s.plan, "note": r["inventory"]}  # fmt: skip
@@ -105,14 +115,16 @@ def main() -> int:
     cases = [("kill -9, 3 nodes, warm ranks", 3, True, True)]
     if not quick:
         cases += [
-            ("kill -9, 3 nodes, cold ranks", 3, False, True),
+            ("kill -9, 3 nodes, cold agents", 3, False, True),
             ("join 2 -> 3 nodes, warm ranks", 2, True, False),
+            # the one start that cannot fork: the new node's zygote imports torch first
+            ("join 2 -> 3 nodes, cold agents", 2, False, False),
         ]
     rows = [scenario(*c) for c in cases]
     print(f"\nReconfiguration time (s), tiny-gpt, target < {TARGET_S:.0f} s")
-    head = f"{'scenario':<32}" + "".join(f"{p:>11}" for p in PHASES) + f"{'total':>9}  result"
+    head = f"{'scenario':<32}" + "".join(f"{p:>11}" for p in PHASES) + f"{'total':>8}  result"
     print(head)
-    print("-" * len(head))
+    print("-" * len(head))  # the phase table: where a re-plan's time goes
     failed = False
     for row in rows:
         if not row["ok"]:
@@ -122,8 +134,10 @@ def main() -> int:
         cells = "".join(f"{row['phases'].get(p, 0.0):>11.2f}" for p in PHASES)
         ok = row["total"] < TARGET_S
         failed |= not ok
-        print(f"{row['name']:<32}{cells}{row['total']:>9.2f}  {'ok' if ok else 'SLOW'}")
+        print(f"{row['name']:<32}{cells}{row['total']:>8.2f}  {'ok' if ok else 'SLOW'}")
     print("\ntotal = kill -> first step of the new generation (join: noticed -> first step)")
+    print("cold = the agents imported nothing before registering (their zygote starts with the")
+    print("first assignment); warm = the zygote imported torch before the agent registered")
     print(
         "\nIteration time, sailor run --local --workers 4 --gpu-types cpu-1t, 60 steps, "
         f"{PREDICTION_RUNS} runs (target: each within {PREDICTION_BAR:.0%} of the prediction "

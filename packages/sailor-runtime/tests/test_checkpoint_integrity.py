@@ -8,6 +8,7 @@ which file it skipped, and finishes. The controller's view of the resume step ag
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from sailor_runtime.controller.checkpoints import latest_checkpoint_step
 from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine import integrity
+from sailor_runtime.engine.config import TrainConfig
 from sailor_sim import Job, Plan, Replica, Stage
 
 JOB = Job.create("tiny-gpt", 4, 16)
@@ -31,17 +33,21 @@ def free_port() -> int:
 
 
 def train(tmp_path: Path, steps: int) -> subprocess.CompletedProcess:
-    (tmp_path / "job.json").write_text(json.dumps(JOB.to_dict()))
-    (tmp_path / "plan.json").write_text(PLAN.to_json())
-    args = ["--job", str(tmp_path / "job.json"), "--plan", str(tmp_path / "plan.json")]
-    args += ["--rank", "0", "--world-size", "1", "--master-port", str(free_port())]
-    args += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--steps", str(steps)]
-    args += ["--checkpoint-every", "2", "--metrics", str(tmp_path / "metrics.jsonl")]
+    cfg = TrainConfig(
+        job=JOB,
+        plan=PLAN,
+        steps=steps,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        checkpoint_every=2,
+        metrics_path=str(tmp_path / "metrics.jsonl"),
+        master_port=free_port(),
+    )
     return subprocess.run(
-        [sys.executable, "-m", "sailor_runtime.engine.worker", *args],
+        [sys.executable, "-m", "sailor_runtime.engine.worker", str(cfg.write(tmp_path / "t.json"))],
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "RANK": "0"},
     )
 
 

@@ -12,6 +12,7 @@ import torch
 from sailor_profiler.zoo import build_stage
 from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine import worker
+from sailor_runtime.engine.config import TrainConfig
 from sailor_runtime.engine.data import TextDataset, generate_corpus
 from sailor_runtime.engine.optim import AdamW, LRSchedule, clip_coefficient
 from sailor_runtime.engine.pipeline import schedule
@@ -156,36 +157,39 @@ def test_checkpoint_roundtrip_reshards_and_skips_incomplete(tmp_path):
     assert not (tmp_path / "step_00000003.tmp").exists()
 
 
-def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys):
-    job = tmp_path / "job.json"
-    job.write_text(json.dumps(Job.create("tiny-gpt", 8, 32).to_dict()))
-    plan = tmp_path / "plan.json"
-    plan.write_text(Plan((Stage(0, 7, (R(2, 2, 4),)),)).to_json())
-    base = [
-        "--rank",
-        "0",
-        "--master-port",
-        "1",
-        "--checkpoint-dir",
-        str(tmp_path / "c"),
-        "--steps",
-        "1",
-    ]
-    cases = [
-        (["--job", str(tmp_path / "nope.json"), "--plan", str(plan), "--world-size", "2"], "job"),
-        (["--job", str(job), "--plan", str(plan), "--world-size", "3"], "world_size"),
-        (["--job", str(plan), "--plan", str(plan), "--world-size", "2"], "job"),
-        (["--job", str(job), "--plan", str(plan), "--world-size", "2", "--dtype", "fp8"], "dtype"),
+def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys, monkeypatch):
+    """The rank entry point reads one TrainConfig file; bad input is one line naming the
+    field, exit status 2, before any process group or checkpoint directory exists."""
+    job = Job.create("tiny-gpt", 8, 32)
+    good = TrainConfig(
+        job=job,
+        plan=Plan((Stage(0, 7, (R(2, 2, 4),)),)),
+        steps=1,
+        checkpoint_dir=str(tmp_path / "c"),
+        master_port=1,
+    ).to_dict()
+    cases = [  # (config file content, RANK, the field the error must name)
+        (None, "0", "config"),
+        ("{not json", "0", "config"),
+        ({**good, "job": good["plan"]}, "0", "job"),
+        ({**good, "dtype": "fp8"}, "0", "dtype"),
+        ({**good, "steps": -1}, "0", "steps"),
+        ({**good, "world_size": 2}, "0", "config"),  # unknown key: the world is the plan's
+        (good, "2", "rank"),
+        (good, None, "rank"),
     ]
     if not torch.cuda.is_available():
-        cases.append(
-            (
-                ["--job", str(job), "--plan", str(plan), "--world-size", "2", "--backend", "nccl"],
-                "backend",
-            )
-        )
-    for args, field in cases:
-        assert worker.main(args + base) == 2
+        cases.append(({**good, "backend": "nccl"}, "0", "backend"))
+    for i, (content, rank, field) in enumerate(cases):
+        path = tmp_path / f"cfg{i}.json"
+        if content is not None:
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
+        if rank is None:
+            monkeypatch.delenv("RANK", raising=False)
+        else:
+            monkeypatch.setenv("RANK", rank)
+        assert worker.main([str(path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
+        assert len(err) == 1 and err[0].startswith(f"error: {field}"), (i, err)
+    assert worker.main([]) == 2 and "error: argv" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "c")

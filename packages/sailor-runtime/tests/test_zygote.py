@@ -25,25 +25,24 @@ def _closed_port() -> int:
     return port
 
 
-def _waiting_rank_argv(tmp: Path) -> list[str]:
-    """A rank of a 2-rank job whose store nobody hosts: it waits for rendezvous (a rank that
-    runs until stopped), then fails after 60 s."""
-    return [
-        "--job", str(tmp / "job.json"), "--plan", str(tmp / "plan.json"), "--rank", "1",
-        "--world-size", "2", "--master-port", str(_closed_port()), "--store-is-external",
-        "--checkpoint-dir", str(tmp / "ckpt"), "--steps", "1", "--timeout-s", "60",
-    ]  # fmt: skip
-
-
-def _write_job(tmp: Path) -> None:
+def _waiting_rank(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) of rank 1 of a 2-rank job whose store nobody hosts: it waits for rendezvous
+    (a rank that runs until stopped), then fails after 60 s."""
+    from sailor_runtime.engine.config import TrainConfig
     from sailor_sim import Job, Plan, Replica, Stage
 
     job = Job.create("tiny-gpt", 8, 32)
     plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 1, 4),) * 2),)).check(job)
-    import json
-
-    (tmp / "job.json").write_text(json.dumps(job.to_dict()))
-    (tmp / "plan.json").write_text(plan.to_json())
+    cfg = TrainConfig(
+        job=job,
+        plan=plan,
+        steps=1,
+        checkpoint_dir=str(tmp / "ckpt"),
+        master_port=_closed_port(),
+        store_is_external=True,
+        timeout_s=60,
+    )
+    return [str(cfg.write(tmp / "train.json"))], {"RANK": "1"}
 
 
 def _gone(pid: int) -> bool:
@@ -75,33 +74,13 @@ def zygote():
 
 @pytest.mark.timeout(240)
 def test_zygote_forks_ranks_and_reports_their_exit(zygote, tmp_path):
-    _write_job(tmp_path)
     # Bad input: the engine's one-line error in the rank's log, exit status 2.
-    bad = zygote.fork(
-        [
-            "--job",
-            str(tmp_path / "missing.json"),
-            "--plan",
-            "x",
-            "--rank",
-            "0",
-            "--world-size",
-            "1",
-            "--master-port",
-            "1",
-            "--checkpoint-dir",
-            str(tmp_path / "c"),
-            "--steps",
-            "1",
-        ],
-        {},
-        str(tmp_path / "bad.log"),
-    )
+    bad = zygote.fork([str(tmp_path / "missing.json")], {"RANK": "0"}, str(tmp_path / "bad.log"))
     assert bad.wait(60) == 2
-    assert "error: job: cannot read" in (tmp_path / "bad.log").read_text()
+    assert "error: config: cannot read" in (tmp_path / "bad.log").read_text()
     # A rank waiting for its peers runs until stopped; SIGTERM ends it (returncode -15).
     t0 = time.monotonic()
-    rank = zygote.fork(_waiting_rank_argv(tmp_path), {}, str(tmp_path / "r1.log"))
+    rank = zygote.fork(*_waiting_rank(tmp_path), str(tmp_path / "r1.log"))
     assert time.monotonic() - t0 < 5, "a fork must not re-import torch"
     time.sleep(1.0)
     assert rank.poll() is None and not _gone(rank.pid)
@@ -119,9 +98,12 @@ def test_zygote_refuses_bad_commands_and_keeps_serving(zygote, tmp_path):
     zygote.proc.stdin.flush()
     with pytest.raises(ZygoteError, match="refused the rank: TypeError"):
         zygote.fork("--rank 0", {}, str(tmp_path / "x.log"))  # argv must be a list
+    with pytest.raises(ZygoteError, match="refused the rank: ModuleNotFoundError"):
+        zygote.fork(["x"], {}, str(tmp_path / "y.log"), preload=("no_such_module_zz",))
     assert zygote.alive
-    _write_job(tmp_path)
-    rank = zygote.fork(_waiting_rank_argv(tmp_path), {}, str(tmp_path / "ok.log"))
+    # A preload is imported by the zygote before the fork (the rank's first step then skips it).
+    rank = zygote.fork(*_waiting_rank(tmp_path), str(tmp_path / "ok.log"), preload=("wave",))
+    assert (tmp_path / "ok.log").exists()
     rank.kill()
     assert rank.wait(30) == -signal.SIGKILL
 
@@ -130,13 +112,13 @@ def test_zygote_refuses_bad_commands_and_keeps_serving(zygote, tmp_path):
 def test_killing_the_agent_takes_its_zygote_and_ranks_down(tmp_path):
     """kill -9 of the agent: the zygote dies with it and the ranks with the zygote
     (PR_SET_PDEATHSIG down the chain), as on a failed node."""
-    _write_job(tmp_path)
+    argv, env = _waiting_rank(tmp_path)
     agent = textwrap.dedent(f"""
         import os, sys, time
         from sailor_runtime.agent.zygote import AGENT_PID_ENV, Zygote
         z = Zygote({{**os.environ, AGENT_PID_ENV: str(os.getpid()), "OMP_NUM_THREADS": "1"}})
         assert z.wait_ready(180)
-        r = z.fork({_waiting_rank_argv(tmp_path)!r}, {{}}, {str(tmp_path / "r.log")!r})
+        r = z.fork({argv!r}, {env!r}, {str(tmp_path / "r.log")!r})
         print(z.proc.pid, r.pid, flush=True)
         time.sleep(600)
     """)
@@ -153,30 +135,12 @@ def test_killing_the_agent_takes_its_zygote_and_ranks_down(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_a_cold_rank_runs_the_engine_and_reports_its_status(tmp_path):
-    """--cold (and the fallback when the zygote is gone): a fresh process per rank."""
+    """The fallback when the zygote is gone: a fresh process per rank."""
     from sailor_runtime.agent.zygote import start_cold
 
     env = {**os.environ, AGENT_PID_ENV: str(os.getpid()), "OMP_NUM_THREADS": "1"}
     proc = start_cold(
-        [
-            "--job",
-            str(tmp_path / "missing.json"),
-            "--plan",
-            "x",
-            "--rank",
-            "0",
-            "--world-size",
-            "1",
-            "--master-port",
-            "1",
-            "--checkpoint-dir",
-            str(tmp_path / "c"),
-            "--steps",
-            "1",
-        ],
-        {},
-        str(tmp_path / "cold.log"),
-        env,
+        [str(tmp_path / "missing.json")], {"RANK": "0"}, str(tmp_path / "cold.log"), env
     )
     assert proc.wait(120) == 2
-    assert "error: job: cannot read" in (tmp_path / "cold.log").read_text()
+    assert "error: config: cannot read" in (tmp_path / "cold.log").read_text()

@@ -271,7 +271,10 @@ def worker(
         0, help="A CPU worker type's ranks are pinned to cores from this one on (wrapping)."
     ),
     warm: bool = typer.Option(
-        True, "--warm/--cold", help="Fork ranks from a process with torch imported (fast restarts)."
+        True,
+        "--warm/--cold",
+        help="Import torch (in the rank-forking zygote) before registering, or with the first "
+        "assignment; restarts fork from it either way.",
     ),
     controller_timeout: float = typer.Option(
         300.0, help="Stop the ranks and exit 1 after this many seconds without the controller."

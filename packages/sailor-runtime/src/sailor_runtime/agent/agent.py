@@ -185,8 +185,14 @@ class WorkerAgent:
         return []
 
     def _heartbeat_loop(self) -> None:
+        """Every interval, and at once when a rank exits: a failed rank is the controller's
+        first sign of a failed peer node, so reporting it early shortens every re-plan."""
         pending: list = []
-        while not self.done.wait(self.interval_s):
+        while not self.done.is_set():
+            self.runner.rank_exited.wait(self.interval_s)
+            self.runner.rank_exited.clear()
+            if self.done.is_set():
+                break
             try:
                 pending = self.heartbeat_once(pending)
             except Exception:  # noqa: BLE001 - the loop must survive anything

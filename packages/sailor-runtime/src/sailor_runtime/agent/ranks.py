@@ -1,13 +1,17 @@
 """Start, watch and stop the rank processes of one node.
 
-Each rank runs the engine's entry point (``sailor_runtime.engine.worker``) in its own process
-with its own log and metrics file. Warm (the default): the agent's zygote (``agent.zygote``), a
-process that imported torch and the engine once, forks each rank in milliseconds, and nothing
-imports torch while ranks train. Cold: each rank is a fresh ``python -m
-sailor_runtime.agent.zygote --once`` that imports torch itself. Either way a rank dies with its
-node (PR_SET_PDEATHSIG down the chain agent -> zygote -> rank). Processes are spawned from one
-long-lived thread because Linux ties the death signal to the spawning thread. (No
-``preexec_fn``: Python code between fork and exec in a process with gRPC threads can crash.)
+Each rank runs the engine's entry point (``sailor_runtime.engine.worker``) on the generation's
+one ``TrainConfig`` file (``gen-N/train.json``, written here once), with its rank in ``RANK``
+and its own log. Every rank is forked by the agent's zygote (``agent.zygote``), a process that
+imported torch and the engine once, in milliseconds. Warm (the default): the zygote imports
+before the agent registers, so even the first start is a fork. Cold: nothing is imported ahead;
+the zygote starts with the node's first assignment (one torch import per node, not per rank)
+and every later restart of the node is a fork. A fresh ``python -m sailor_runtime.agent.zygote
+--once`` per rank (importing torch itself) remains only as the fallback when the zygote is
+gone. Either way a rank dies with its node (PR_SET_PDEATHSIG down the chain agent -> zygote ->
+rank). Processes are spawned from one long-lived thread because Linux ties the death signal to
+the spawning thread. (No ``preexec_fn``: Python code between fork and exec in a process with
+gRPC threads can crash.)
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine.config import RANK_ENV, LRSchedule, TrainConfig
+from ..engine.options import ExecutionOptions
+from ..topology import Topology
 from .assignment import ValidAssignment
 from .zygote import AGENT_PID_ENV, ForkedRank, Zygote, ZygoteError, start_cold
 
@@ -38,7 +45,8 @@ class RankProcess:
     rank: int
     popen: subprocess.Popen | ForkedRank
     log_path: Path
-    metrics_path: Path
+    metrics_path: Path | None
+    """The step metrics file, on the metrics rank only (``Topology.metrics_rank``)."""
     metrics_offset: int = 0
     stopped: bool = False
     partial: bytes = b""
@@ -64,6 +72,12 @@ MEMORY_PROBE_STEP = 3
 the first steps, so the optimizer states exist and allocations are steady."""
 
 
+COLD_IMPORT_TIMEOUT_S = 20.0
+"""How long a cold node's first start waits for its zygote's torch import (9 s wall on the
+loaded 2-core dev VM) before starting that generation's ranks as fresh processes instead; below
+the controller's 30 s Assign deadline, which the agent answers once its ranks started."""
+
+
 @dataclass
 class RankRunner:
     """The rank processes of this node, across generations."""
@@ -73,7 +87,7 @@ class RankRunner:
     rank_env: dict[str, str] = field(default_factory=dict)
     """Set in every rank (a CPU worker type's threads and cores, ``agent.cputypes``)."""
     warm: bool = False
-    """Fork ranks from a zygote with torch imported (fast restarts); else start them cold."""
+    """Start the zygote now (before registering); else with the first assignment (cold)."""
     procs: list[RankProcess] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -82,6 +96,8 @@ class RankRunner:
         self._forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rank-forker")
         self._zygote: Zygote | None = None
         self._closed = False
+        self.rank_exited = threading.Event()
+        """Set when a forked rank exits: the agent reports it without waiting a heartbeat."""
         if self.warm:
             self._forker.submit(self._ensure_zygote)
 
@@ -98,7 +114,7 @@ class RankRunner:
     def _ensure_zygote(self) -> None:
         """Start a zygote if there is none or it died (runs on the forker thread)."""
         if not self._closed and (self._zygote is None or not self._zygote.alive):
-            self._zygote = Zygote(self._base_env())
+            self._zygote = Zygote(self._base_env(), on_exit=self.rank_exited.set)
 
     def wait_warm(self, timeout_s: float = 300.0) -> bool:
         """Block until the zygote has imported torch and the engine (or timeout)."""
@@ -107,53 +123,39 @@ class RankRunner:
         self._forker.submit(lambda: None).result()  # the zygote has been started
         return self._zygote is not None and self._zygote.wait_ready(timeout_s)
 
-    def _launch(self, argv: list[str], env: dict[str, str], log_path: Path):
-        """Fork the rank from the zygote; start it cold when there is none (or it died)."""
-        if self._zygote is not None:
+    def _launch(
+        self, argv: list[str], env: dict[str, str], log_path: Path, preload: tuple[str, ...] = ()
+    ):
+        """Fork the rank from the zygote; start it cold when there is none ready (or it
+        died): never wait here for an import, the controller's Assign call is waiting."""
+        if self._zygote is not None and self._zygote.ready.is_set():
             try:
-                return self._zygote.fork(argv, env, str(log_path))
+                return self._zygote.fork(argv, env, str(log_path), preload=preload)
             except ZygoteError as exc:
                 log.warning("%s; starting the rank cold and a new zygote", exc)
                 self._forker.submit(self._ensure_zygote)  # runs after this spawn
         return start_cold(argv, env, str(log_path), self._base_env())
 
     # ---- commands ----------------------------------------------------------------------------
-    def rank_args(self, a: ValidAssignment, rank: int, gen_dir: Path) -> list[str]:
-        """The engine's command-line arguments for ``rank``."""
-        job_path, plan_path = gen_dir / "job.json", gen_dir / "plan.json"
-        cmd = [
-            "--job", str(job_path), "--plan", str(plan_path),
-            "--rank", str(rank), "--world-size", str(a.world_size),
-            "--master-addr", a.master_addr, "--master-port", str(a.master_port),
-            "--store-prefix", a.store_prefix, "--store-is-external",
-            "--checkpoint-dir", a.checkpoint_dir,
-            "--steps", str(a.steps), "--checkpoint-every", str(a.checkpoint_every),
-            "--metrics", str(gen_dir / f"rank-{rank}.metrics.jsonl"),
-            "--seed", str(a.seed), "--backend", a.backend,
-            # tensor memory of each rank, measured once per generation (a step's worth of
-            # profiler overhead) for the predicted-vs-measured report of `sailor run`
-            "--memory-probe-step", str(MEMORY_PROBE_STEP),
-        ]  # fmt: skip
-        if a.lr > 0:
-            cmd += ["--lr", repr(a.lr)]
-        if a.execution_options:
-            cmd += ["--options", str(gen_dir / "options.json")]
-        return cmd
-
     def _spawn(self, a: ValidAssignment) -> list[RankProcess]:
+        """Write the generation's one TrainConfig file, then start each rank on it."""
         gen_dir = self.workdir / f"gen-{a.generation}"
         gen_dir.mkdir(parents=True, exist_ok=True)
-        (gen_dir / "job.json").write_text(json.dumps(a.job.to_dict()))
-        (gen_dir / "plan.json").write_text(a.plan.to_json())
-        (gen_dir / "options.json").write_text(json.dumps(a.execution_options))
+        cfg = train_config(a, gen_dir)
+        path = cfg.write(gen_dir / "train.json")
+        metrics_rank = Topology(a.plan).metrics_rank
+        if not self.warm:  # cold: the first start imports torch once, in the zygote
+            self._ensure_zygote()
+            if self._zygote is not None and not self._zygote.wait_ready(COLD_IMPORT_TIMEOUT_S):
+                log.warning(
+                    "zygote not ready in %.0f s; this generation starts cold", COLD_IMPORT_TIMEOUT_S
+                )
         started = []
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
-            argv = self.rank_args(a, rank, gen_dir)
-            popen = self._launch(
-                argv, {**self.rank_env, "CUDA_VISIBLE_DEVICES": str(device)}, log_path
-            )
-            metrics = gen_dir / f"rank-{rank}.metrics.jsonl"
+            env = {**self.rank_env, RANK_ENV: str(rank), "CUDA_VISIBLE_DEVICES": str(device)}
+            popen = self._launch([str(path)], env, log_path, cfg.preload_modules())
+            metrics = Path(cfg.metrics_path) if rank == metrics_rank else None
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
         return started
 
@@ -207,6 +209,8 @@ class RankRunner:
         with self._lock:
             procs = list(self.procs)
         for p in procs:
+            if p.metrics_path is None:
+                continue
             try:
                 with open(p.metrics_path, "rb") as f:
                     f.seek(p.metrics_offset)
@@ -224,6 +228,29 @@ class RankRunner:
                 if isinstance(record, dict) and "step" in record:
                     out.append((p, record))
         return out
+
+
+def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:
+    """The TrainConfig every rank of this node reads in generation ``a.generation``."""
+    return TrainConfig(
+        job=a.job,
+        plan=a.plan,
+        steps=a.steps,
+        checkpoint_dir=a.checkpoint_dir,
+        checkpoint_every=a.checkpoint_every,
+        metrics_path=str(gen_dir / f"rank-{Topology(a.plan).metrics_rank}.metrics.jsonl"),
+        seed=a.seed,
+        backend=a.backend,
+        lr=LRSchedule(max_lr=a.lr, min_lr=a.lr / 10) if a.lr > 0 else LRSchedule(),
+        options=ExecutionOptions.from_dict(a.execution_options),
+        # tensor memory of each rank, measured once per generation (a step's worth of
+        # profiler overhead) for the predicted-vs-measured report of `sailor run`
+        memory_probe_step=MEMORY_PROBE_STEP,
+        master_addr=a.master_addr,
+        master_port=a.master_port,
+        store_prefix=a.store_prefix,
+        store_is_external=True,
+    )
 
 
 def _signal(popen: subprocess.Popen, sig: int) -> None:

@@ -13,7 +13,8 @@ of a rank's environment are applied in the child, before the engine touches a de
 Protocol, one JSON object per line:
 
     zygote -> agent   {"ready": true}                 torch and the engine are imported
-    agent  -> zygote  {"id": N, "argv": [...], "env": {...}, "log": PATH}
+    agent  -> zygote  {"id": N, "argv": [CONFIG.json], "env": {"RANK": R, ...}, "log": PATH,
+                       "preload": [MODULE, ...]}      imported here, once, before the fork
     zygote -> agent   {"started": N, "pid": PID}       the rank is running
                       {"refused": N, "message": M}      a malformed command or a failed fork
                       {"exited": PID, "code": C}        C as ``Popen.returncode`` (-S: signal S)
@@ -22,12 +23,14 @@ EOF on stdin ends the zygote. Life is tied down the chain with PR_SET_PDEATHSIG:
 dies with its agent and each rank with the zygote, so a node whose agent is killed loses its
 ranks, as a real node failure would.
 
-``python -m sailor_runtime.agent.zygote --once`` is the cold start: it reads one command and
-runs the rank itself (no fork), importing torch after the command arrived.
+``python -m sailor_runtime.agent.zygote --once`` is the fallback when there is no zygote: it
+reads one command and runs the rank itself (no fork), importing torch after the command
+arrived.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -37,8 +40,13 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 AGENT_PID_ENV = "SAILOR_AGENT_PID"
+PRELOAD_TIMEOUT_S = 25.0
+"""How long a fork may wait for the zygote's first import of a preload (3.5 s of CPU for
+torch._dynamo, ~10 s on the loaded 2-core dev VM); below the controller's 30 s Assign deadline,
+which the agent answers only once its ranks started."""
 """The agent's PID, given to the zygote (and to cold ranks) to check their parent."""
 
 
@@ -94,9 +102,15 @@ def _send(fd: int, obj: dict) -> None:
     os.write(fd, (json.dumps(obj) + "\n").encode())
 
 
-def _command(argv: list[str], env: dict[str, str], log: str, ident: int | None = None) -> bytes:
+def _command(
+    argv: list[str],
+    env: dict[str, str],
+    log: str,
+    ident: int | None = None,
+    preload: tuple[str, ...] = (),
+) -> bytes:
     """One agent -> zygote command line."""
-    cmd = {"argv": argv, "env": env, "log": log}
+    cmd = {"argv": argv, "env": env, "log": log, "preload": list(preload)}
     if ident is not None:
         cmd["id"] = ident
     return (json.dumps(cmd) + "\n").encode()
@@ -158,14 +172,25 @@ def _start(line: bytes, me: int, children: set[int], fds: list[int]) -> None:
         ident = cmd["id"]
         if not isinstance(cmd["argv"], list) or not isinstance(cmd["log"], str):
             raise TypeError("argv must be a list and log a path")
+        _preload(cmd.get("preload", []))
         pid = os.fork()
-    except (ValueError, KeyError, TypeError, OSError) as exc:
+    except (ValueError, KeyError, TypeError, OSError, ImportError) as exc:
         _send(out, {"refused": ident, "message": f"{type(exc).__name__}: {exc}"})
         return
     if pid == 0:
         _child(cmd, me, fds)
     children.add(pid)
     _send(out, {"started": ident, "pid": pid})
+
+
+def _preload(modules: list[str]) -> None:
+    """Import what the rank would import lazily in its first step, once for every later fork
+    (``TrainConfig.preload_modules``). Only imports: nothing here may start a thread pool."""
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise TypeError("preload must be a list of module names")
+    for name in modules:
+        if name not in sys.modules:
+            importlib.import_module(name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_rank(json.loads(line)) if line.strip() else 0
     import torch  # noqa: F401 - the point: import once, before any command arrives
 
-    from ..engine import worker  # noqa: F401
+    from ..engine import train, worker  # noqa: F401 - the rank's imports, done once here
 
     return serve()
 
@@ -223,7 +248,9 @@ class Zygote:
     """The agent's handle on its zygote process (create it on a long-lived thread: the
     zygote's death signal is tied to the thread that spawned it)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], on_exit: Callable[[], None] | None = None) -> None:
+        self.on_exit = on_exit
+        """Called (on the reader thread) after a rank's exit is recorded."""
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sailor_runtime.agent.zygote"],
             stdin=subprocess.PIPE,
@@ -238,6 +265,7 @@ class Zygote:
         self._refused: dict[int, str] = {}
         self._started_cv = threading.Condition(self._lock)
         self._ranks: dict[int, ForkedRank] = {}
+        self._preloaded: set[str] = set()
         threading.Thread(target=self._read, name="zygote-reader", daemon=True).start()
 
     def _read(self) -> None:
@@ -262,6 +290,8 @@ class Zygote:
                     rank = self._ranks.pop(int(msg["exited"]), None)
                 if rank is not None:
                     rank._exited(int(msg["code"]))
+                    if self.on_exit is not None:
+                        self.on_exit()
         # EOF: the zygote died; its ranks die with it (PR_SET_PDEATHSIG).
         with self._lock:
             orphans, self._ranks = list(self._ranks.values()), {}
@@ -269,6 +299,8 @@ class Zygote:
             self._started_cv.notify_all()
         for rank in orphans:
             rank._exited(-signal.SIGKILL)
+        if orphans and self.on_exit is not None:
+            self.on_exit()
 
     @property
     def alive(self) -> bool:
@@ -281,15 +313,26 @@ class Zygote:
                 return False
         return True
 
-    def fork(self, argv: list[str], env: dict[str, str], log: str, timeout_s: float = 30.0):
-        """Start a rank; raises ``ZygoteError`` when the zygote cannot (dead, or no answer)."""
+    def fork(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log: str,
+        timeout_s: float = 30.0,
+        preload: tuple[str, ...] = (),
+    ):
+        """Start a rank, importing ``preload`` in the zygote first (once per zygote; the wait
+        for the answer then includes that import); raises ``ZygoteError`` when the zygote
+        cannot (dead, or no answer)."""
+        if preload and not all(m in self._preloaded for m in preload):
+            timeout_s = max(timeout_s, PRELOAD_TIMEOUT_S)
         if not self.wait_ready(timeout_s) or not self.alive:
             raise ZygoteError("zygote not ready")
         with self._lock:
             self._next_id += 1
             ident = self._next_id
             try:
-                self.proc.stdin.write(_command(argv, env, log, ident))
+                self.proc.stdin.write(_command(argv, env, log, ident, preload))
                 self.proc.stdin.flush()
             except OSError as exc:
                 raise ZygoteError(f"zygote gone: {exc}") from None
@@ -299,8 +342,14 @@ class Zygote:
             )
             if ident in self._refused:
                 raise ZygoteError(f"zygote refused the rank: {self._refused.pop(ident)}")
-            if not answered or ident not in self._started:
+            if not answered and not self.gone.is_set():
+                # it may still fork the rank later, next to the cold one the caller starts
+                # now: kill it (with whatever it forked) rather than risk a rank twice
+                self.proc.kill()
+                raise ZygoteError(f"zygote did not answer in {timeout_s:.0f} s; killed it")
+            if ident not in self._started:
                 raise ZygoteError("zygote did not start the rank")
+            self._preloaded.update(preload)
             return self._started.pop(ident)
 
     def close(self, timeout_s: float = 5.0) -> None:

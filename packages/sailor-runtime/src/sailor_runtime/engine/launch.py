@@ -1,11 +1,11 @@
 """Run every rank of a plan as local processes (tests, benchmarks and ``sailor run --local``).
 
 ``launch_local`` hosts the rendezvous TCPStore in the calling process (bound to port 0; the
-port it got is read back and handed to the ranks, so no port race) and starts ``python -m
-sailor_runtime.engine.worker`` once per rank with ``--store-is-external``. ``launch_many`` runs
-several (job, plan) runs one after the other in the same processes (``multirun``), which saves
-the interpreter and torch start-up per run on small machines; each run gets its own store
-prefix.
+port it got is read back and written into the ranks' ``TrainConfig``, so no port race), writes
+that one config file and starts ``RANK=r python -m sailor_runtime.engine.worker CONFIG.json``
+once per rank. ``launch_many`` runs several (job, plan) runs one after the other in the same
+processes (``multirun``), which saves the interpreter and torch start-up per run on small
+machines; each run gets its own store prefix.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import torch.distributed as dist
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
+from .config import RANK_ENV, EngineError, LRSchedule, TrainConfig
 from .options import ExecutionOptions
-from .topology import Topology
 
 
 def host_store() -> dist.TCPStore:
@@ -92,56 +92,35 @@ def start_local(
     log_dir: str | Path | None = None,
 ) -> LocalRun:
     """Start all ranks (non-blocking); this process hosts their TCPStore."""
-    world = Topology(plan.check(job)).world_size
-    workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
-    (workdir / "job.json").write_text(json.dumps(job.to_dict()))
-    (workdir / "plan.json").write_text(plan.to_json())
-    (workdir / "options.json").write_text(json.dumps((options or ExecutionOptions()).to_dict()))
     store = host_store()
+    cfg = TrainConfig(
+        job=job,
+        plan=plan.check(job),
+        steps=steps,
+        checkpoint_dir=str(checkpoint_dir),
+        checkpoint_every=checkpoint_every,
+        metrics_path=str(metrics_path) if metrics_path else None,
+        seed=seed,
+        lr=LRSchedule(max_lr=lr, min_lr=lr / 10),
+        schedule=schedule,
+        dtype=dtype,
+        options=options or ExecutionOptions(),
+        master_port=store.port,
+        store_prefix=store_prefix,
+        store_is_external=True,
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
+    path = cfg.write(workdir / "train.json")
     procs = []
-    for rank in range(world):
-        cmd = [
-            sys.executable,
-            "-m",
-            "sailor_runtime.engine.worker",
-            "--job",
-            str(workdir / "job.json"),
-            "--plan",
-            str(workdir / "plan.json"),
-            "--rank",
-            str(rank),
-            "--world-size",
-            str(world),
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(store.port),
-            "--store-prefix",
-            store_prefix,
-            "--checkpoint-dir",
-            str(checkpoint_dir),
-            "--steps",
-            str(steps),
-            "--checkpoint-every",
-            str(checkpoint_every),
-            "--seed",
-            str(seed),
-            "--lr",
-            str(lr),
-            "--schedule",
-            schedule,
-            "--options",
-            str(workdir / "options.json"),
-            "--store-is-external",
-        ]
-        if metrics_path:
-            cmd += ["--metrics", str(metrics_path)]
-        if dtype:
-            cmd += ["--dtype", dtype]
+    for rank in range(cfg.world_size):
         out = open(Path(log_dir or workdir) / f"rank{rank}.log", "w")
+        rank_env = {**_env(1), **(env or {}), RANK_ENV: str(rank)}
         procs.append(
             subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env={**_env(1), **(env or {})}
+                [sys.executable, "-m", "sailor_runtime.engine.worker", str(path)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=rank_env,
             )
         )
     return LocalRun(procs, store, workdir)
@@ -153,26 +132,34 @@ def launch_local(job: Job, plan: Plan, *, timeout_s: float = 600.0, **kwargs) ->
     return start_local(job, plan, **kwargs).wait(timeout_s)
 
 
+STORE_FIELDS = ("master_addr", "master_port", "store_prefix", "store_is_external")
+"""The rendezvous of every ``launch_many`` run: the launcher's store, prefix ``run{i}``."""
+
+
+def run_config(run: dict, port: int, prefix: str) -> TrainConfig:
+    """The TrainConfig of one ``launch_many`` run: its keys are TrainConfig's (``metrics`` is
+    accepted for ``metrics_path``) except the store's, which are filled in here."""
+    taken = sorted(set(run) & set(STORE_FIELDS))
+    if taken:
+        raise EngineError(f"{taken} are set by launch_many; leave them out", field="run")
+    data = {("metrics_path" if k == "metrics" else k): v for k, v in run.items()}
+    data.update(master_port=port, store_prefix=prefix, store_is_external=True)
+    return TrainConfig.from_dict(data)
+
+
 def launch_many(runs: list[dict], *, log_dir: str | Path, timeout_s: float = 900.0) -> int:
-    """Run several runs in one set of forked rank processes (see ``multirun`` for the run
-    fields); returns the exit status (0 when every rank finished every run)."""
-    world = max(Topology(Plan.from_dict(r["plan"])).world_size for r in runs)
+    """Run several runs in one set of forked rank processes (``multirun``); returns the exit
+    status (0 when every rank finished every run). A run is a dict with the keys of
+    ``TrainConfig`` (``metrics`` for ``metrics_path``; job and plan as dicts); the store and
+    its prefix (``run{i}``) are filled in here. Bad runs raise ``EngineError`` before any
+    process starts."""
+    store = host_store()
+    configs = [run_config(r, store.port, f"run{i}") for i, r in enumerate(runs)]
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     spec = log_dir / "runs.json"
-    spec.write_text(json.dumps(runs))
-    store = host_store()
-    cmd = [
-        sys.executable,
-        "-m",
-        "sailor_runtime.engine.multirun",
-        "--runs",
-        str(spec),
-        "--world",
-        str(world),
-        "--master-port",
-        str(store.port),
-    ]
+    spec.write_text(json.dumps([c.to_dict() for c in configs]))
+    cmd = [sys.executable, "-m", "sailor_runtime.engine.multirun", str(spec)]
     with open(log_dir / "ranks.log", "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env(1))
         return LocalRun([proc], store, log_dir).wait(timeout_s)[0]

@@ -1,19 +1,16 @@
 """Several training runs, one after the other, in one process per rank (see ``launch_many``).
 
-    python -m sailor_runtime.engine.multirun --runs RUNS.json --world W --master-port PORT
+    python -m sailor_runtime.engine.multirun RUNS.json
 
-This process imports torch once, then forks one child per rank (0..W-1) and supervises them:
-when a child fails the others are killed, and the exit status is 1. RUNS.json is a list of
-runs: ``{"job": Job.to_dict(), "plan": Plan.to_dict(), "steps": N, "checkpoint_dir": DIR,
-"checkpoint_every": K, "metrics": FILE, "seed": S, "dtype": D, "schedule": "1f1b",
-"backend": "gloo", "options": ExecutionOptions.to_dict()}``. Run i
-rendezvous under store prefix ``run{i}`` of the external store at 127.0.0.1:PORT; ranks >= the
-run's world size sit it out. Children fork before any torch op or thread pool exists.
+This process imports torch once, then forks one child per rank of the largest run and
+supervises them: when a child fails the others are killed, and the exit status is 1. RUNS.json
+is a list of ``TrainConfig.to_dict()``, each with its own store prefix on the launcher's store;
+ranks >= a run's world size sit it out. Children fork before any torch op or thread pool exists. Bad
+input (a config that does not validate) exits 2 with one line, before any child starts.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -23,46 +20,23 @@ import traceback
 
 import torch
 
-from sailor_sim.job import Job
-from sailor_sim.plan import Plan
-
-from .options import ExecutionOptions
-from .topology import Topology
-from .train import TrainConfig, train
+from .config import EngineError, TrainConfig
+from .train import train
 
 
-def run_rank(runs: list[dict], rank: int, port: int) -> int:
+def run_rank(runs: list[TrainConfig], rank: int) -> int:
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [rank {rank}] %(message)s")
-    for i, run in enumerate(runs):
-        job, plan = Job.from_dict(run["job"]), Plan.from_dict(run["plan"])
-        world = Topology(plan).world_size
-        if rank >= world:
-            continue
-        cfg = TrainConfig(
-            steps=run["steps"],
-            checkpoint_dir=run.get("checkpoint_dir"),
-            checkpoint_every=run.get("checkpoint_every", 0),
-            metrics_path=run.get("metrics"),
-            seed=run.get("seed", 0),
-            dtype=run.get("dtype"),
-            schedule=run.get("schedule", "1f1b"),
-            backend=run.get("backend", "gloo"),
-            options=ExecutionOptions.from_dict(run.get("options")),
-            master_port=port,
-            memory_probe_step=run.get("memory_probe_step", 0),
-            optimizer_impl=run.get("optimizer_impl", "auto"),
-            store_prefix=f"run{i}",
-            store_is_external=True,
-        )
-        train(job, plan, rank, world, cfg)
+    for cfg in runs:
+        if rank < cfg.world_size:
+            train(cfg.job, cfg.plan, rank, cfg.world_size, cfg)
     return 0
 
 
-def _child(runs: list[dict], rank: int, port: int) -> None:
+def _child(runs: list[TrainConfig], rank: int) -> None:
     code = 1
     try:
-        code = run_rank(runs, rank, port)
+        code = run_rank(runs, rank)
     except BaseException:  # the supervisor only sees the exit status: print the cause
         traceback.print_exc()
     finally:
@@ -71,12 +45,12 @@ def _child(runs: list[dict], rank: int, port: int) -> None:
         os._exit(code)
 
 
-def supervise(runs: list[dict], world: int, port: int) -> int:
+def supervise(runs: list[TrainConfig], world: int) -> int:
     children: dict[int, int] = {}
     for rank in range(world):
         pid = os.fork()
         if pid == 0:
-            _child(runs, rank, port)
+            _child(runs, rank)
         children[pid] = rank
     status = 0
     while children:
@@ -89,15 +63,27 @@ def supervise(runs: list[dict], world: int, port: int) -> int:
     return status
 
 
+def read_runs(path: str) -> list[TrainConfig]:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"cannot read {path} ({exc})", field="runs") from None
+    if not isinstance(data, list) or not data:
+        raise EngineError("must be a non-empty JSON list of TrainConfig objects", field="runs")
+    return [TrainConfig.from_dict(run) for run in data]
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--runs", required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--master-port", type=int, required=True)
-    a = p.parse_args(argv)
-    with open(a.runs) as f:
-        runs = json.load(f)
-    return supervise(runs, a.world, a.master_port)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if len(argv) != 1:
+            raise EngineError("expected one argument, the RUNS.json file", field="argv")
+        runs = read_runs(argv[0])
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return supervise(runs, max(cfg.world_size for cfg in runs))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ rank 0); one all-reduce over the world adds the stage sums up (in float64).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -26,41 +25,8 @@ import torch.distributed as dist
 from sailor_profiler.zoo import get_split
 from sailor_profiler.zoo.optim import AdamW
 
+from .config import OPTIMIZER_IMPLS, LRSchedule, OptimConfig  # noqa: F401 - torch-free home
 from .topology import Groups, Slot, Topology
-
-
-@dataclass(frozen=True)
-class LRSchedule:
-    """Linear warm-up to ``max_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at
-    ``decay_steps`` (Loshchilov & Hutter 2017, SGDR, without restarts); constant after."""
-
-    max_lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 2
-    decay_steps: int = 1000
-
-    def lr(self, step: int) -> float:
-        """Learning rate of optimizer step ``step`` (0-based)."""
-        if step < self.warmup_steps:
-            return self.max_lr * (step + 1) / self.warmup_steps
-        if step >= self.decay_steps:
-            return self.min_lr
-        t = (step - self.warmup_steps) / max(1, self.decay_steps - self.warmup_steps)
-        return self.min_lr + 0.5 * (self.max_lr - self.min_lr) * (1 + math.cos(math.pi * t))
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    clip_norm: float = 1.0
-
-
-OPTIMIZER_IMPLS = ("auto", "sailor", "torch-fused")
 
 
 def make_optimizer(params, cfg: OptimConfig, lr: float, impl: str = "sailor"):

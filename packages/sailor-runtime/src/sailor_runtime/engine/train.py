@@ -22,7 +22,7 @@ import logging
 import os
 import resource
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,12 +34,11 @@ from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
+from .config import EngineError, TrainConfig
 from .data import TextDataset
 from .memprobe import StepPeak, persistent_bytes
 from .optim import (
     LossScaler,
-    LRSchedule,
-    OptimConfig,
     apply_update,
     clip_coefficient,
     local_norm_sq,
@@ -47,7 +46,6 @@ from .optim import (
     reduce_data_parallel,
     world_sums,
 )
-from .options import ExecutionOptions
 from .pipeline import Link, Microbatches, run_iteration
 from .topology import Topology, build_groups
 from .zero import ShardedAdamW
@@ -60,46 +58,6 @@ TORCH_DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-
-
-class EngineError(ValueError):
-    """Bad engine input (names the field and the fix)."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int
-    """Train until this global step count (a resumed run continues from its checkpoint)."""
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    """Save every K steps (0: only at the last step); no saves without a directory."""
-    metrics_path: str | None = None
-    seed: int = 0
-    """Initial weights and data order."""
-    backend: str = "gloo"
-    schedule: str = "1f1b"
-    lr: LRSchedule = field(default_factory=LRSchedule)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    dtype: str | None = None
-    """Override the job's dtype ('fp64' for bit-tight equivalence checks)."""
-    options: ExecutionOptions = field(default_factory=ExecutionOptions)
-    """Precision, recomputation, attention kernel, ZeRO stage (``options``)."""
-    optimizer_impl: str = "auto"
-    """AdamW implementation (``optim.make_optimizer``): auto = torch's fused kernel on CUDA,
-    ours on CPU; ``sailor`` or ``torch-fused`` to choose."""
-    memory_probe_step: int = 0
-    """Measure the tensor memory of the Nth step this process runs (1-based, counted from the
-    start or the resume; 0: never) with ``memprobe``; every rank writes
-    ``METRICS.rankR.memory.json`` (needs ``metrics_path``)."""
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
-    store_prefix: str = "sailor"
-    store_is_external: bool = False
-    timeout_s: float = 300.0
 
 
 @dataclass
