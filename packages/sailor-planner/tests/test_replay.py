@@ -12,6 +12,7 @@ from sailor_planner.cli import app
 from sailor_planner.policies import pays_off
 from sailor_planner.reconfig import ReconfigModel
 from sailor_planner.replay import replay
+from sailor_planner.replayrequest import ReplayRequest
 from sailor_planner.request import SearchOptions
 from sailor_planner.trace import read_trace
 from sailor_sim import Job, price_per_gpu_hour
@@ -34,7 +35,7 @@ def loss_then_join(tmp_path_factory, planner):
         tmp_path_factory.mktemp("trace"),
         [f"0,{A100},16,,", f"3600,{A100},8,,", f"7200,{A100},16,,", f"10800,{A100},16,,"],
     )
-    return replay(planner, JOB, read_trace(path), SearchOptions(), MODEL)
+    return replay(planner, ReplayRequest(JOB, read_trace(path), SearchOptions(), MODEL))
 
 
 def events_of(result, policy):
@@ -93,7 +94,9 @@ def test_preemption_adds_detection_and_spot_price_is_billed(tmp_path, planner) -
         tmp_path,
         [f"0,{A100},16,1.25,", f"3600,{A100},8,1.25,8", f"7200,{A100},8,1.25,"],
     )
-    result = replay(planner, JOB, read_trace(path), SearchOptions(), MODEL, ("sailor",))
+    result = replay(
+        planner, ReplayRequest(JOB, read_trace(path), reconfig=MODEL, policies=("sailor",))
+    )
     first, second = result.events
     down = MODEL.detect_s + MODEL.debounce_s + 0.25 + MODEL.place_stop_s
     assert second.reconfigure_s == pytest.approx(down + MODEL.restore_s(JOB) + MODEL.restart_s)
@@ -158,9 +161,10 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, rows, extra, expected) -
 def test_a_join_waits_for_the_nodes_to_boot_and_a_running_start_is_free(tmp_path, planner):
     path = trace_file(tmp_path, [f"0,{A100},8,,", f"3600,{A100},16,,", f"7200,{A100},16,,"])
     booting = ReconfigModel(plan_s=0.25, checkpoint_interval_s=1000.0, provision_s=600.0)
-    result = replay(
-        planner, JOB, read_trace(path), SearchOptions(), booting, ("every-change",), started=True
+    request = ReplayRequest(
+        JOB, read_trace(path), reconfig=booting, policies=("every-change",), started=True
     )
+    result = replay(planner, request)
     first, join = result.events
     assert first.reconfigure_s == 0 and not first.reconfigured  # already running at the start
     old = [s for s in join.segments if s.gpus == first.gpus_used]

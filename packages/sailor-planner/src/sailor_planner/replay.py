@@ -15,6 +15,7 @@ streams them); ``replay`` collects them with a ``PolicySummary`` per policy and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -22,7 +23,6 @@ from sailor_sim import Job, price_per_gpu_hour
 
 from .policies import (
     EVERY_CHANGE,
-    POLICIES,
     WEIGHS_SWITCH,
     Decision,
     PlanCache,
@@ -32,7 +32,7 @@ from .policies import (
     same_plan,
 )
 from .reconfig import ReconfigModel
-from .request import SearchOptions
+from .replayrequest import ReplayRequest
 from .result import RankedPlan
 from .spot import SpotAdvice, advise
 from .trace import AvailabilityTrace, TraceState
@@ -244,24 +244,14 @@ def _lost_gpus_without_notice(state: TraceState, plan: RankedPlan | None) -> boo
     return any((g, z) in used for g, z, _ in state.preempted)
 
 
-def replay_events(
-    planner,
-    job: Job,
-    trace: AvailabilityTrace,
-    options: SearchOptions | None = None,
-    model: ReconfigModel | None = None,
-    policies: tuple[str, ...] = POLICIES,
-    started: bool = False,
-) -> Iterator[EventResult]:
-    """One ``EventResult`` per (policy, state), policy by policy, in trace order; ``started``:
-    the first state's plan is already running when the trace starts (no start-up cost)."""
-    options, model = options or SearchOptions(), model or ReconfigModel()
-    cache = PlanCache(planner, job, options)
-    for name in policies:
-        policy, run = Policy(name, cache), _Run(job, model)
+def replay_events(planner, request: ReplayRequest) -> Iterator[EventResult]:
+    """One ``EventResult`` per (policy, state), policy by policy, in trace order."""
+    cache = PlanCache(planner, request.job, request.options)
+    for name in request.policies:
+        policy, run = Policy(name, cache), _Run(request.job, request.reconfig)
         previous_inventory = None
-        for index, state in enumerate(trace.states):
-            yield _step(policy, run, state, index, previous_inventory, started)
+        for index, state in enumerate(request.trace.states):
+            yield _step(policy, run, state, index, previous_inventory, request.started)
             previous_inventory = state.inventory
 
 
@@ -351,20 +341,12 @@ def summarize(name: str, job: Job, events: list[EventResult], duration_s: float)
     )
 
 
-def replay(
-    planner,
-    job: Job,
-    trace: AvailabilityTrace,
-    options: SearchOptions | None = None,
-    model: ReconfigModel | None = None,
-    policies: tuple[str, ...] = POLICIES,
-    started: bool = False,
-) -> ReplayResult:
-    import time
-
+def replay(planner, request: ReplayRequest) -> ReplayResult:
+    """Every policy over the whole trace, with a summary per policy (``replay_events`` as it
+    goes); ``planner`` scores the plans (``sources.planner_for``)."""
     start = time.perf_counter()
-    model = model or ReconfigModel()
-    events = list(replay_events(planner, job, trace, options, model, policies, started))
+    job, trace, model, policies = request.job, request.trace, request.reconfig, request.policies
+    events = list(replay_events(planner, request))
     summaries = tuple(
         summarize(p, job, [e for e in events if e.policy == p], trace.duration_s) for p in policies
     )

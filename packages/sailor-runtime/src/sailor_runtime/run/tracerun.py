@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from sailor_planner.policies import EVERY_CHANGE
 from sailor_planner.reconfig import ReconfigModel
 from sailor_planner.replay import replay
+from sailor_planner.replayrequest import ReplayRequest
 from sailor_planner.request import SearchOptions
 from sailor_planner.sources import planner_for
 from sailor_planner.trace import AvailabilityTrace, TraceState
@@ -132,7 +133,8 @@ def predict(run: LocalRun, trace: AvailabilityTrace, boot_s: float) -> Predictio
         checkpoint_interval_s=run.cfg.checkpoint_every * first.best.estimate.iteration_time_s,
         provision_s=boot_s,
     )
-    result = replay(planner, run.job, trace, SearchOptions(), model, (EVERY_CHANGE,), started=True)
+    request = ReplayRequest(run.job, trace, reconfig=model, policies=(EVERY_CHANGE,), started=True)
+    result = replay(planner, request)
     s = result.summaries[0]
     iteration_s = first.best.estimate.iteration_time_s
     per_state = tuple(e.samples for e in result.events)
