@@ -176,3 +176,43 @@ def test_a_join_waits_for_the_nodes_to_boot_and_a_running_start_is_free(tmp_path
     trained = [s for s in [*first.segments, *old] if s.kind in ("train", "checkpoint")]
     last_ckpt = max(s.end_s for s in trained if s.kind == "checkpoint")
     assert join.lost_samples == pytest.approx(first.samples_per_s * (4200 - last_ckpt))
+
+
+def test_a_join_booting_on_the_plans_machine_slows_it_by_the_stall(tmp_path, planner):
+    """``provision_stall_s`` of training is lost while the joining nodes start (one shared
+    machine); the rest of the replay is unchanged."""
+    path = trace_file(tmp_path, [f"0,{A100},8,,", f"3600,{A100},16,,", f"7200,{A100},16,,"])
+    trace = read_trace(path)
+    common = {"plan_s": 0.25, "checkpoint_interval_s": 1e6, "provision_s": 600.0}
+    runs = [
+        replay(
+            planner,
+            ReplayRequest(
+                JOB,
+                trace,
+                reconfig=ReconfigModel(**common, provision_stall_s=stall),
+                policies=("every-change",),
+                started=True,
+            ),
+        )
+        for stall in (0.0, 150.0)
+    ]
+    free, stalled = (r.events[1] for r in runs)
+    rate = runs[0].events[0].samples_per_s
+    trained = [e.samples + e.lost_samples for e in (free, stalled)]  # before work is redone
+    assert trained[0] - trained[1] == pytest.approx(rate * 150.0)
+    booting = [s for s in stalled.segments if s.gpus == runs[1].events[0].gpus_used]
+    assert booting[0].samples_per_s == pytest.approx(rate * 0.75)
+    from sailor_planner.errors import RequestError
+
+    with pytest.raises(RequestError, match="reconfig.provision_stall_s: must be <= provision_s"):
+        ReconfigModel(provision_s=10.0, provision_stall_s=20.0)
+
+
+def test_cli_plan_s_makes_the_replay_reproducible(tmp_path) -> None:
+    path = trace_file(tmp_path, [f"0,{A100},16,,", f"1800,{A100},8,,", f"3600,{A100},16,,"])
+    args = ["replay", "--trace", str(path), "--model", "OPT-350M", "--gbs", "256", "--json"]
+    runs = [json.loads(CliRunner().invoke(app, [*args, "--plan-s", "2"]).stdout) for _ in "ab"]
+    for run in runs:
+        run.pop("replay_time_s")
+    assert runs[0] == runs[1] and runs[0]["reconfig"]["plan_s"] == 2.0

@@ -163,7 +163,7 @@ class _Run:
         samples = lost = 0.0
         if self.pending is not None:
             step = min(self.delay_s, end - t)
-            samples += self._train(state, t, t + step, segments)
+            samples += self._train(state, t, t + step, segments, self.model.booting_share)
             t, self.delay_s = t + step, self.delay_s - step
             if self.delay_s <= 1e-9:
                 plan, search_s = self.pending
@@ -181,9 +181,12 @@ class _Run:
         samples += self._train(state, t, end, segments)
         return samples, lost, _merge(segments)
 
-    def _train(self, state: TraceState, t: float, end: float, segments: list[Segment]) -> float:
-        """Train the current plan from ``t`` to ``end``, checkpointing on schedule."""
-        gpus, rate = self.plan.plan.num_gpus, self.plan.estimate.samples_per_s
+    def _train(
+        self, state: TraceState, t: float, end: float, segments: list[Segment], share: float = 1.0
+    ) -> float:
+        """Train the current plan from ``t`` to ``end``, checkpointing on schedule, at ``share``
+        of its throughput (less while joining nodes start on its machine)."""
+        gpus, rate = self.plan.plan.num_gpus, self.plan.estimate.samples_per_s * share
         idle_cost = self.usd_per_hour(state, training=False)
         train_cost = self.usd_per_hour(state, training=True)
         save_s, samples = self.model.save_s(self.job), 0.0

@@ -80,6 +80,14 @@ def replay_command(
     checkpoint_interval: Annotated[
         float | None, typer.Option("--checkpoint-interval", help="Seconds between checkpoints.")
     ] = None,
+    plan_s: Annotated[
+        float | None,
+        typer.Option(
+            "--plan-s",
+            help="Seconds charged per re-plan (default: the measured search time, which varies "
+            "from run to run; a number makes the replay reproducible).",
+        ),
+    ] = None,
     hold_last: Annotated[
         float | None,
         typer.Option("--hold-last", help="Seconds the last state lasts (default: it closes)."),
@@ -95,8 +103,8 @@ def replay_command(
     try:
         result = run_replay(
             trace, model, gbs, seq_len, dtype, objective, min_throughput,
-            max_cost_per_iteration, policies, checkpoint_interval, hold_last, sailor_root,
-            profile_dir,
+            max_cost_per_iteration, policies, checkpoint_interval, plan_s, hold_last,
+            sailor_root, profile_dir,
         )  # fmt: skip
         if plot is not None:
             from .replayplot import plot_replay
@@ -120,7 +128,7 @@ def replay_command(
 
 def run_replay(
     trace, model, gbs, seq_len, dtype, objective, min_throughput, max_cost_per_iteration,
-    policies, checkpoint_interval, hold_last, sailor_root, profile_dir,
+    policies, checkpoint_interval, plan_s, hold_last, sailor_root, profile_dir,
 ):  # fmt: skip
     from sailor_sim import Job
 
@@ -131,11 +139,8 @@ def run_replay(
     from .sources import planner_for
     from .trace import read_trace
 
-    reconfig = (
-        ReconfigModel(checkpoint_interval_s=checkpoint_interval)
-        if checkpoint_interval is not None
-        else ReconfigModel()
-    )
+    given = {"checkpoint_interval_s": checkpoint_interval, "plan_s": plan_s}
+    reconfig = ReconfigModel(**{k: v for k, v in given.items() if v is not None})
     request = ReplayRequest(
         job=Job.create(model, gbs, seq_len, dtype),
         trace=read_trace(trace, hold_last),

@@ -154,7 +154,7 @@ class ReplayRequest(_message.Message):
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., trace: _Optional[_Iterable[_Union[TraceRow, _Mapping]]] = ..., objective: _Optional[_Union[Objective, str]] = ..., min_throughput: _Optional[float] = ..., max_cost_per_iteration: _Optional[float] = ..., policies: _Optional[_Iterable[str]] = ..., hold_last_s: _Optional[float] = ..., profile_dir: _Optional[str] = ..., sailor_root: _Optional[str] = ..., max_cost_per_hour: _Optional[float] = ..., reconfig: _Optional[_Union[ReconfigParams, _Mapping]] = ..., started: _Optional[bool] = ...) -> None: ...
 
 class ReconfigParams(_message.Message):
-    __slots__ = ("detect_s", "debounce_s", "place_stop_s", "restart_s", "restore_bytes_per_s", "save_bytes_per_s", "checkpoint_interval_s", "plan_s", "provision_s")
+    __slots__ = ("detect_s", "debounce_s", "place_stop_s", "restart_s", "restore_bytes_per_s", "save_bytes_per_s", "checkpoint_interval_s", "plan_s", "provision_s", "provision_stall_s")
     DETECT_S_FIELD_NUMBER: _ClassVar[int]
     DEBOUNCE_S_FIELD_NUMBER: _ClassVar[int]
     PLACE_STOP_S_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +164,7 @@ class ReconfigParams(_message.Message):
     CHECKPOINT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     PLAN_S_FIELD_NUMBER: _ClassVar[int]
     PROVISION_S_FIELD_NUMBER: _ClassVar[int]
+    PROVISION_STALL_S_FIELD_NUMBER: _ClassVar[int]
     detect_s: float
     debounce_s: float
     place_stop_s: float
@@ -173,7 +174,8 @@ class ReconfigParams(_message.Message):
     checkpoint_interval_s: float
     plan_s: float
     provision_s: float
-    def __init__(self, detect_s: _Optional[float] = ..., debounce_s: _Optional[float] = ..., place_stop_s: _Optional[float] = ..., restart_s: _Optional[float] = ..., restore_bytes_per_s: _Optional[float] = ..., save_bytes_per_s: _Optional[float] = ..., checkpoint_interval_s: _Optional[float] = ..., plan_s: _Optional[float] = ..., provision_s: _Optional[float] = ...) -> None: ...
+    provision_stall_s: float
+    def __init__(self, detect_s: _Optional[float] = ..., debounce_s: _Optional[float] = ..., place_stop_s: _Optional[float] = ..., restart_s: _Optional[float] = ..., restore_bytes_per_s: _Optional[float] = ..., save_bytes_per_s: _Optional[float] = ..., checkpoint_interval_s: _Optional[float] = ..., plan_s: _Optional[float] = ..., provision_s: _Optional[float] = ..., provision_stall_s: _Optional[float] = ...) -> None: ...
 
 class ReplayStep(_message.Message):
     __slots__ = ("policy", "index", "start_s", "duration_s", "available_gpus", "gpus_used", "samples_per_s", "usd_per_hour", "replanned", "reconfigured", "reconfigure_s", "lost_samples", "samples", "usd", "plan")
