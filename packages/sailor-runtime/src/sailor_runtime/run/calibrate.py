@@ -10,9 +10,10 @@ goes into ``ReconfigModel`` (sailor-planner ``reconfig.py``, where every paramet
   included. What exceeds the simulator's iteration time is charged as the checkpoint stall
   (``save_bytes_per_s``): the engine saves every ``checkpoint_every`` steps and the simulator
   does not model that, nor the scheduling delays outside a step's timed part.
-- ``restart_s``, ``plan_s``, ``place_stop_s``: the first generation's phases (controller
-  ``Reconfiguration.phases``): ranks forked and their first step done, the planner's answer,
-  placing and stopping.
+- ``restart_s``, ``place_stop_s``: the first generation's phases (controller
+  ``Reconfiguration.phases``): ranks forked and their first step done, placing and stopping.
+  Not its plan phase: the planner server's first answer loads its profiles (6 s measured under
+  load, against 0.1-0.3 s for a re-plan), so the replay charges its own measured search time.
 - ``boot_s``: an agent's start to its registration (the joining node's ``provision_s``), and
   ``boot_cpu_s``: the CPU seconds that start took (agent + its zygote, ``/proc/PID/stat``). On
   one machine the start runs on the cores the ranks train on, so while it boots the running plan
@@ -43,7 +44,6 @@ class Calibration:
     stretch: float
     wall_step_s: float
     restart_s: float
-    plan_s: float
     place_stop_s: float
     boot_s: float
     boot_cpu_s: float

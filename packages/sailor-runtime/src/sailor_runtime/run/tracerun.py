@@ -9,8 +9,8 @@ as it always does.
 
 The trace starts once the first generation has trained through a calibration window
 (``run/calibrate.py``): it measures this machine's figures of the runtime's phases (the ranks'
-CPU stretch, wall seconds per step with checkpoint saves, restart, plan and place times, an
-agent's start time and CPU seconds). Then, before the trace's first change, the replay predicts
+CPU stretch, wall seconds per step with checkpoint saves, restart and place times, an agent's
+start time and CPU seconds). Then, before the trace's first change, the replay predicts
 the samples the run will have trained by the trace's end (policy ``every-change``: what the
 controller does; the first plan already running; the reconfiguration model with those measured
 phases), and at the end the run's progress (trained steps x global batch since the trace
@@ -137,7 +137,6 @@ def reconfig_model(run: LocalRun, cal: Calibration, iteration_s: float) -> Recon
     defaults = ReconfigModel()
     return ReconfigModel(
         debounce_s=run.cfg.debounce_s,
-        plan_s=cal.plan_s,
         place_stop_s=cal.place_stop_s,
         restart_s=cal.restart_s,
         save_bytes_per_s=defaults.checkpoint_bytes(run.job) / stall_s,
@@ -226,7 +225,6 @@ class TraceDriver:
             stretch=window.stretch(run.cpu_share),
             wall_step_s=window.wall_step_s(now, step),
             restart_s=first.phases.get("restart", 0.0),
-            plan_s=first.phases.get("plan", 0.0),
             place_stop_s=first.phases.get("place", 0.0) + first.phases.get("stop", 0.0),
             boot_s=first.noticed_at - self.launched,
             # The least busy agent's start: idle since, so its CPU is (almost) all start-up.
