@@ -120,6 +120,10 @@ def initial_types(state: TraceState) -> tuple[str, ...]:
     return tuple(p.gpu_type for p in state.inventory.pools for _ in range(p.count))
 
 
+NEVER_STEPS = 10**12
+"""The checkpoint interval, in steps, of a run that never checkpoints."""
+
+
 @dataclass(frozen=True)
 class Prediction:
     samples: float
@@ -131,9 +135,11 @@ class Prediction:
 
 def reconfig_model(run: LocalRun, cal: Calibration, iteration_s: float) -> ReconfigModel:
     """The replay's reconfiguration model with this machine's measured phases."""
-    checkpoint_interval_s = run.cfg.checkpoint_every * iteration_s
+    # Without checkpoints every change restarts from step 0: an interval longer than any trace.
+    every = run.cfg.checkpoint_every or NEVER_STEPS
+    checkpoint_interval_s = every * iteration_s
     # Per checkpoint interval, what the warm-up's steps took beyond the simulator's iterations.
-    stall_s = max(1e-3, run.cfg.checkpoint_every * (cal.wall_step_s - iteration_s))
+    stall_s = max(1e-3, every * (cal.wall_step_s - iteration_s))
     defaults = ReconfigModel()
     return ReconfigModel(
         debounce_s=run.cfg.debounce_s,
