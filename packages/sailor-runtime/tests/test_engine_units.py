@@ -108,8 +108,18 @@ def test_adamw_equals_torch_bit_for_bit():
 def _save_one(root, step, model, opt):
     saver = ckpt.AsyncSaver(root, rank=0, num_stages=1)
     layers = ckpt.snapshot(model, opt.state, 1, None)
-    saver.save(step, 0, layers, {"format": ckpt.FORMAT, "step": step, "consumed_samples": 8 * step,
-                                 "model": model.spec.name}, ckpt.rng_state())
+    saver.save(
+        step,
+        0,
+        layers,
+        {
+            "format": ckpt.FORMAT,
+            "step": step,
+            "consumed_samples": 8 * step,
+            "model": model.spec.name,
+        },
+        ckpt.rng_state(),
+    )
     saver.wait()
 
 
@@ -138,8 +148,10 @@ def test_checkpoint_roundtrip_reshards_and_skips_incomplete(tmp_path):
     q = part.layers["3"].attn.q.weight
     assert torch.equal(q, full["layers.3.attn.q.weight"].chunk(2, 0)[1])
     o = part.layers["3"].attn.o.weight
-    assert torch.equal(part_opt.state[o]["exp_avg"],
-                       opt.state[full["layers.3.attn.o.weight"]]["exp_avg"].chunk(2, 1)[1])
+    assert torch.equal(
+        part_opt.state[o]["exp_avg"],
+        opt.state[full["layers.3.attn.o.weight"]]["exp_avg"].chunk(2, 1)[1],
+    )
     ckpt.remove_partial(tmp_path)
     assert not (tmp_path / "step_00000003.tmp").exists()
 
@@ -149,18 +161,29 @@ def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys):
     job.write_text(json.dumps(Job.create("tiny-gpt", 8, 32).to_dict()))
     plan = tmp_path / "plan.json"
     plan.write_text(Plan((Stage(0, 7, (R(2, 2, 4),)),)).to_json())
-    base = ["--rank", "0", "--master-port", "1", "--checkpoint-dir", str(tmp_path / "c"),
-            "--steps", "1"]
+    base = [
+        "--rank",
+        "0",
+        "--master-port",
+        "1",
+        "--checkpoint-dir",
+        str(tmp_path / "c"),
+        "--steps",
+        "1",
+    ]
     cases = [
         (["--job", str(tmp_path / "nope.json"), "--plan", str(plan), "--world-size", "2"], "job"),
         (["--job", str(job), "--plan", str(plan), "--world-size", "3"], "world_size"),
         (["--job", str(plan), "--plan", str(plan), "--world-size", "2"], "job"),
-        (["--job", str(job), "--plan", str(plan), "--world-size", "2", "--dtype", "fp8"],
-         "dtype"),
+        (["--job", str(job), "--plan", str(plan), "--world-size", "2", "--dtype", "fp8"], "dtype"),
     ]
     if not torch.cuda.is_available():
-        cases.append((["--job", str(job), "--plan", str(plan), "--world-size", "2",
-                       "--backend", "nccl"], "backend"))
+        cases.append(
+            (
+                ["--job", str(job), "--plan", str(plan), "--world-size", "2", "--backend", "nccl"],
+                "backend",
+            )
+        )
     for args, field in cases:
         assert worker.main(args + base) == 2
         err = capsys.readouterr().err.strip().splitlines()

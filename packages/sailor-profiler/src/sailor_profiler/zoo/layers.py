@@ -43,8 +43,9 @@ class TPInfo:
         self.rank, self.size, self.group, self.dtype, self.device = rank, size, group, dtype, device
 
     def param(self, *shape: int) -> nn.Parameter:
-        return set_split(nn.Parameter(torch.empty(*shape, dtype=self.dtype, device=self.device)),
-                         None)
+        return set_split(
+            nn.Parameter(torch.empty(*shape, dtype=self.dtype, device=self.device)), None
+        )
 
 
 class Norm(nn.Module):
@@ -68,10 +69,12 @@ class Embedding(nn.Module):
     def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
         super().__init__()
         self.p = spec.dropout
-        self.word = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp.rank, tp.size,
-                                           tp.group, tp.dtype, tp.device)
-        self.position = (tp.param(spec.position_rows, spec.hidden_size)
-                         if spec.position_rows else None)
+        self.word = VocabParallelEmbedding(
+            spec.vocab_size, spec.hidden_size, tp.rank, tp.size, tp.group, tp.dtype, tp.device
+        )
+        self.position = (
+            tp.param(spec.position_rows, spec.hidden_size) if spec.position_rows else None
+        )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.word(tokens)
@@ -88,7 +91,7 @@ def _rotary(x: torch.Tensor) -> torch.Tensor:
     ang = torch.outer(torch.arange(s, dtype=torch.float64, device=x.device), inv)
     cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
     sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
@@ -159,8 +162,9 @@ class MLP(nn.Module):
         args = (tp.rank, tp.size, tp.group, tp.dtype, tp.device)
         self.swiglu = spec.gated_mlp
         self.act = F.gelu if spec.mlp == "geglu" else F.silu
-        self.gate = (ColumnParallelLinear(h, f, b, *args, enter_region=False)
-                     if self.swiglu else None)
+        self.gate = (
+            ColumnParallelLinear(h, f, b, *args, enter_region=False) if self.swiglu else None
+        )
         self.up = ColumnParallelLinear(h, f, b, *args, enter_region=False)
         self.down = RowParallelLinear(f, h, b, *args)
         self.group = tp.group
@@ -204,14 +208,23 @@ class Head(nn.Module):
     def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
         super().__init__()
         self.norm = Norm(spec, tp)
-        self.lm_head = ColumnParallelLinear(spec.hidden_size, spec.vocab_size, False, tp.rank,
-                                            tp.size, tp.group, tp.dtype, tp.device)
+        self.lm_head = ColumnParallelLinear(
+            spec.hidden_size,
+            spec.vocab_size,
+            False,
+            tp.rank,
+            tp.size,
+            tp.group,
+            tp.dtype,
+            tp.device,
+        )
         self.tp = tp
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(self.norm(x))
-        return vocab_parallel_cross_entropy(logits, labels, self.tp.rank, self.tp.size,
-                                            self.tp.group)
+        return vocab_parallel_cross_entropy(
+            logits, labels, self.tp.rank, self.tp.size, self.tp.group
+        )
 
 
 def _checkpoint(fn, *args):

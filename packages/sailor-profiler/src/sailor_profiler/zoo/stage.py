@@ -95,8 +95,9 @@ def build_stage(
     spec = get_model(spec)
     if not 0 <= tp_rank < tp_size:
         raise ValueError(f"tp_rank {tp_rank} is outside 0..{tp_size - 1}")
-    stage = StageModule(spec, first_layer, last_layer, TPInfo(tp_rank, tp_size, tp_group, dtype,
-                                                              device))
+    stage = StageModule(
+        spec, first_layer, last_layer, TPInfo(tp_rank, tp_size, tp_group, dtype, device)
+    )
     if seed is not None and torch.device(device).type != "meta":
         init_parameters(stage, seed)
     return stage

@@ -101,19 +101,22 @@ class ColumnParallelLinear(nn.Module):
     ``enter_region=False`` when the caller already applied ``copy_to_tp`` to the input (several
     column-parallel layers reading one input then all-reduce its gradient once)."""
 
-    def __init__(self, in_f, out_f, bias, tp_rank, tp_size, group, dtype, device,
-                 enter_region: bool = True):
+    def __init__(
+        self, in_f, out_f, bias, tp_rank, tp_size, group, dtype, device, enter_region: bool = True
+    ):
         super().__init__()
         self.enter_region = enter_region
         _check_divisible(out_f, tp_size, "column-parallel output features")
         self.group, self.tp_size = group, tp_size
         split = (0, tp_size)
         local = out_f // tp_size
-        self.weight = set_split(nn.Parameter(torch.empty(local, in_f, dtype=dtype, device=device)),
-                                split)
+        self.weight = set_split(
+            nn.Parameter(torch.empty(local, in_f, dtype=dtype, device=device)), split
+        )
         self.bias = (
             set_split(nn.Parameter(torch.empty(local, dtype=dtype, device=device)), split)
-            if bias else None
+            if bias
+            else None
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -134,7 +137,8 @@ class RowParallelLinear(nn.Module):
         )
         self.bias = (
             set_split(nn.Parameter(torch.empty(out_f, dtype=dtype, device=device)), None)
-            if bias else None
+            if bias
+            else None
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -204,8 +208,11 @@ class _VocabParallelCE(torch.autograd.Function):
 def vocab_parallel_cross_entropy(logits, target, tp_rank, tp_size, group) -> torch.Tensor:
     """Mean token cross-entropy; ``logits`` holds this rank's vocabulary shard."""
     if tp_size == 1:
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float()
-                               if logits.dtype in (torch.float16, torch.bfloat16)
-                               else logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float()
+            if logits.dtype in (torch.float16, torch.bfloat16)
+            else logits.reshape(-1, logits.shape[-1]),
+            target.reshape(-1),
+        )
     start = tp_rank * logits.shape[-1]
     return _VocabParallelCE.apply(logits, target, start, group)
