@@ -38,11 +38,15 @@ def variants(job: Job, plan: Plan) -> Iterator[ExecutionOptions]:
             yield options
 
 
-def lean(options: ExecutionOptions) -> ExecutionOptions:
-    """The searched options that need the least memory on any plan: full recomputation and
-    ZeRO-1 (sharded optimizer states and master weights; ZeRO-3 would refuse pipelined
-    plans). The planner searches under these too, so plans that fit only with them exist."""
-    return dataclasses.replace(options, recompute="full", zero="zero1")
+def lean(options: ExecutionOptions) -> tuple[ExecutionOptions, ...]:
+    """The searched options that need the least memory: full recomputation with ZeRO-1
+    (sharded optimizer states and master weights; any pipeline depth) and with ZeRO-3
+    (parameters and gradients sharded too; one-stage plans only, pipelined candidates are
+    refused). The planner searches under these too, so plans that fit only with them exist."""
+    return (
+        dataclasses.replace(options, recompute="full", zero="zero1"),
+        dataclasses.replace(options, recompute="full", zero="zero3", virtual_stages=1),
+    )
 
 
 def best_options(sim, job: Job, ranked: RankedPlan, admits: Callable, key: Callable) -> RankedPlan:

@@ -24,6 +24,12 @@ from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search import Memo, Search
 
+LEAN_SLOWDOWN = 0.7
+"""A lower bound of (plan's time under its best variant) / (its time under the lean options):
+full recomputation adds one forward pass, at most 1/3 of a step's compute (backward = 2x
+forward, Narayanan et al. 2021 Sec. 3.5; flash's longer backward lowers the share), and ZeRO-1
+moves the same ring volume as the all-reduce (ZeRO Sec. 7), so the best variant is at least
+3/4 as long; 0.7 leaves a margin."""
 MAX_JOBS = 16
 """Jobs whose tables a Planner keeps (least recently used dropped first)."""
 
@@ -78,7 +84,12 @@ class Planner:
         partial = search.partial
         if options.search_execution_options:
             best = ranked[0].estimate if ranked else None
-            bound = (best.throughput_iters_per_s, best.cost_per_iteration_usd) if best else None
+            bound = None
+            if best is not None:  # what a lean plan must reach to possibly win (see lean)
+                bound = (
+                    best.throughput_iters_per_s * LEAN_SLOWDOWN,
+                    best.cost_per_iteration_usd / LEAN_SLOWDOWN,
+                )
             lean, lean_partial = self._lean_search(
                 job, inventory, options, stats, should_stop, bound
             )
@@ -165,21 +176,26 @@ class Planner:
         return out[: options.top_k]
 
     def _lean_search(self, job, inventory, options, stats, should_stop, incumbent):
-        """The search again under the job's leanest options (``execution.lean``): plans that
-        fit in memory only with recomputation or sharding (LLaMA-8B in bf16 on 8 GPUs
-        without ZeRO) are invisible to a search with the job's own options. The first
-        search's best is its incumbent (branches that cannot beat it are pruned: the lean
-        options cost time, so most are). Returns its ranked plans (their estimates under the
-        lean options) and whether it was partial."""
-        lean_job = dataclasses.replace(job, options=lean(job.options))
-        if lean_job == job:
-            return [], False
-        cv, scorer, memo = self._state(lean_job)
-        search = Search(cv, scorer, memo, inventory, options, incumbent, should_stop)
-        found = search.run()
-        stats.absorb(search.stats)
-        ranked = self._rank(lean_job, found, options, stats, None)
-        return [RankedPlan(r.plan, r.estimate, lean_job.options) for r in ranked], search.partial
+        """The search again under the job's leanest options (``execution.lean``: ZeRO-1 for
+        any plan, ZeRO-3 for one-stage plans, both with full recomputation): plans that fit
+        in memory only with recomputation or sharding (LLaMA-8B in bf16 on 8 GPUs without
+        ZeRO) are invisible to a search with the job's own options. Its incumbent is the
+        first search's best relaxed by ``LEAN_SLOWDOWN``: a lean plan that cannot reach it
+        cannot win under any variant either, so such branches are pruned. Returns the ranked
+        plans (their estimates under the lean options) and whether a search was partial."""
+        out, partial = [], False
+        for lean_options in lean(job.options):
+            lean_job = dataclasses.replace(job, options=lean_options)
+            if lean_job == job:
+                continue
+            cv, scorer, memo = self._state(lean_job)
+            search = Search(cv, scorer, memo, inventory, options, incumbent, should_stop)
+            found = search.run()
+            stats.absorb(search.stats)
+            ranked = self._rank(lean_job, found, options, stats, None)
+            out += [RankedPlan(r.plan, r.estimate, lean_options) for r in ranked]
+            partial = partial or search.partial
+        return out, partial
 
     def _choose_options(self, job, ranked, options) -> list[RankedPlan]:
         """Each ranked plan under its best recomputation / sharding / SP, re-ranked (one entry

@@ -15,7 +15,12 @@ the plan's ``Replica.num_microbatches`` (``Plan.gradient_accumulation_steps``).
 - ``recompute``: activation recomputation, Korthikanti et al. 2022 (arXiv 2205.05198).
   'selective' (Sec. 5) recomputes the attention core (memory: no s^2 terms; time: the attention
   core's forward FLOPs again); 'full' (Sec. 2) stashes only each block's input (time: one more
-  forward of the blocks).
+  forward of the blocks). 'selective_op' is torchtitan's op-level selective checkpointing
+  (``activation_checkpoint.selective_ac_option = "op"``, torchtitan
+  ``models/llama3/parallelize_llama.py`` ``_get_custom_policy``): a block keeps its input, the
+  attention kernel's output and every other matmul output (the 1st, 3rd, ... of q, k, v, o,
+  gate, up, down) and recomputes the rest (memory: ``op_sac_stash``; time: the FLOPs of the
+  even-numbered matmuls again).
 - ``zero``: optimizer/gradient/parameter sharding over the data-parallel replicas of a stage
   (Rajbhandari et al. 2020, ZeRO, Sec. 5): 'zero1' shards optimizer states (and fp32 master
   weights), 'zero2' also gradients, 'zero3' also parameters (= FSDP FULL_SHARD), 'hybrid' is
@@ -40,9 +45,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .dtypes import dtype_bytes
 from .errors import ValidationError
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective_op")
 ZERO = ("none", "zero1", "zero2", "zero3", "hybrid")
 GRAD_DTYPES = ("fp32", "bf16")
 
@@ -56,7 +62,8 @@ class ExecutionOptions:
     flash_attention: bool | None = None
     """None: on where supported (bf16/fp16 on Ampere or later); True/False: forced."""
     recompute: str = "none"
-    """Activation recomputation: 'none', 'selective' or 'full'."""
+    """Activation recomputation: 'none', 'selective', 'full' or 'selective_op' (torchtitan's
+    op-level policy)."""
     zero: str = "none"
     """Sharding over the stage's data-parallel replicas: 'none', 'zero1', 'zero2', 'zero3',
     'hybrid' (ZeRO-3 within a node)."""
@@ -137,8 +144,21 @@ def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
 
 def flash_supported(gpu, dtype: str) -> bool:
     """FlashAttention-2 runs in fp16/bf16 on GPUs with bf16 tensor cores (sm80+: Ampere, Ada,
-    Hopper); not on V100/T4/Turing (no bf16), not in fp32, not on the emulated CPU device."""
-    return dtype in ("bf16", "fp16") and gpu.bf16_flops > 0 and gpu.platform != "cpu"
+    Hopper); not on V100/T4/Turing (no bf16), not in fp32. CPU workers: torch's
+    scaled_dot_product_attention runs its fused flash kernel on CPU in any dtype
+    (``_scaled_dot_product_flash_attention_for_cpu``, torch >= 2.2), which is what the engine
+    calls: no (a, s, s) scores are kept there either."""
+    if gpu.platform == "cpu":
+        return True
+    return dtype in ("bf16", "fp16") and gpu.bf16_flops > 0
+
+
+def profiled_with_flash(entry) -> bool:
+    """Whether a profile entry's numbers already include flash attention: sailor-profiler
+    measures the engine's layers, whose attention is torch's SDPA (fused, no score matrix,
+    scores recomputed in backward) on CPU and GPU; analytic and imported (Megatron-DeepSpeed,
+    math attention) tables do not."""
+    return "measured" in entry.source
 
 
 def uses_flash(options: ExecutionOptions, gpu, dtype: str) -> bool:
@@ -243,7 +263,39 @@ def stash_bytes(model, layer_id: int, mbs: int, seq: int, dtype: str, tp: int, o
         return terms["attention_norm_input"]
     if options.recompute == "selective":
         return sum(v for k, v in terms.items() if k not in _SCORES)
+    if options.recompute == "selective_op":
+        return op_sac_stash(model, terms, mbs, seq, dtype, tp)
     return sum(terms.values())
+
+
+def block_matmuls(model, tp: int) -> list[tuple[int, int]]:
+    """A block's matmuls in forward order, as torchtitan's Llama runs them (q, k, v, attention
+    output, then gate, up, down; or up, down without a gated MLP): (output width per token on
+    one TP rank, the matmul's other dimension: FLOPs per token = 2 h x it / tp). Row-parallel
+    outputs (attention output, down) are whole after their all-reduce."""
+    h, kv, ffn = model.hidden_size, model.kv_size, model.ffn_hidden_size
+    mlp = (
+        [(ffn // tp, ffn), (ffn // tp, ffn), (h, ffn)]
+        if model.gated_mlp
+        else [
+            (ffn // tp, ffn),
+            (h, ffn),
+        ]
+    )
+    return [(h // tp, h), (kv // tp, kv), (kv // tp, kv), (h, h), *mlp]
+
+
+def op_sac_stash(model, terms: dict, mbs: int, seq: int, dtype: str, tp: int) -> int:
+    """Bytes a block keeps under torchtitan's op-level selective checkpointing: its input (the
+    checkpoint's argument), the flash/SDPA output and log-sum-exp, and the output of every
+    odd-numbered matmul (``_get_custom_policy`` saves the ops of ``_save_list`` except every
+    second ``aten.mm``); everything else is recomputed from these in backward."""
+    tokens, e = mbs * seq, dtype_bytes(dtype)
+    kept = [width for width, _ in block_matmuls(model, tp)[0::2]]
+    block_input = terms["attention_norm_input"]  # already split under sequence parallelism
+    attention_out = tokens * model.hidden_size // tp * e
+    lse = terms.get("softmax_lse", 0)
+    return block_input + attention_out + lse + sum(tokens * w * e for w in kept)
 
 
 def recompute_transient(model, last: int, mbs: int, seq: int, dtype: str, tp: int, flash) -> int:
@@ -256,13 +308,19 @@ def recompute_transient(model, last: int, mbs: int, seq: int, dtype: str, tp: in
 def recomputed_forward_fraction(model, mbs: int, seq: int, tp: int, options, flash) -> float:
     """Fraction of a block's forward FLOPs done again in backward: all of it under full
     recomputation; the attention core (QK^T and softmax @ V: 4 b s^2 h / tp of the block's
-    ``forward_flops``) under selective; flash attention adds one QK^T (2 b s^2 h / tp)."""
+    ``forward_flops``) under selective; flash attention adds one QK^T (2 b s^2 h / tp). A
+    measured profile already holds flash's own recomputation (the simulator passes
+    ``flash=False`` for it)."""
     if model.num_layers < 1:
         return 0.0
     if options.recompute == "full":
         return 1.0
     block = model.forward_flops(1, mbs, seq, tp)
     core = 4.0 * mbs * seq * seq * model.hidden_size / tp
+    if options.recompute == "selective_op":  # the even-numbered matmuls run again
+        redone = sum(inner for _, inner in block_matmuls(model, tp)[1::2])
+        matmul = 2.0 * mbs * seq * model.hidden_size * redone / tp
+        return (matmul + (0.5 * core if flash else 0.0)) / block
     if flash:  # the scores are rebuilt in backward whatever else is recomputed
         return 0.5 * core / block
     if options.recompute == "selective":

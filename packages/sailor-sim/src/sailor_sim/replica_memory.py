@@ -33,6 +33,7 @@ from .memory import (
 from .options import (
     ExecutionOptions,
     activation_factor,
+    profiled_with_flash,
     recompute_transient,
     stash_bytes,
     uses_flash,
@@ -74,13 +75,14 @@ class MemoryComponents:
             model, gpu, seq, dtype = job.model, get_gpu(gpu_type), job.sequence_length, job.dtype
             t = self.profiles.table(model, gpu, dtype, mbs, tp, seq, job.optimizer)
             flash = uses_flash(job.options, gpu, dtype)
-            if job.options == _DEFAULT and not flash:
+            taken_with = profiled_with_flash(t.entry)
+            if job.options == _DEFAULT and flash == taken_with:
                 hit = cache[key] = t
                 return hit
             acts, total = [0], 0
             for i in range(model.num_layer_ids):
                 measured = t.activation[i + 1] - t.activation[i]
-                base = model.activation_stash_bytes(i, mbs, seq, dtype, tp, False)
+                base = model.activation_stash_bytes(i, mbs, seq, dtype, tp, taken_with)
                 now = stash_bytes(model, i, mbs, seq, dtype, tp, job.options, flash)
                 total += measured * now // base if base else measured
                 acts.append(total)

@@ -38,6 +38,7 @@ from .memory import (
 from .network import Endpoint, NetworkModel
 from .options import (
     check_replica,
+    profiled_with_flash,
     recomputed_forward_fraction,
     uses_flash,
 )
@@ -149,7 +150,8 @@ class Simulator(MemoryComponents):
         a, b = max(first, 1), min(last, job.model.num_layers)
         if a > b:
             return 0.0
-        flash = uses_flash(job.options, gpu, job.dtype)
+        # Flash's extra QK^T in backward is in a measured profile's backward already.
+        flash = uses_flash(job.options, gpu, job.dtype) and not profiled_with_flash(t.entry)
         seq = job.sequence_length
         share = recomputed_forward_fraction(job.model, mbs, seq, tp, job.options, flash)
         extra = share * t.span(t.forward, a, b)
