@@ -25,7 +25,7 @@ import time
 
 from sailor_planner.reconfig import ReconfigModel
 from sailor_planner.replay import replay
-from sailor_planner.request import SearchOptions
+from sailor_planner.replayrequest import ReplayRequest
 from sailor_planner.sources import planner_for
 from sailor_planner.spot import daly_interval, waste_fraction, young_interval
 from sailor_planner.trace import trace_from_rows
@@ -67,7 +67,7 @@ def main() -> int:
     rows = []
     for f in factors:
         model = ReconfigModel(plan_s=PLAN_S, checkpoint_interval_s=f * daly)
-        result = replay(planner, job, trace, SearchOptions(), model, ("sailor",))
+        result = replay(planner, ReplayRequest(job, trace, reconfig=model, policies=("sailor",)))
         s = result.summaries[0]
         rate = result.events[0].samples_per_s
         waste = 1 - s.samples / (rate * trace.duration_s)

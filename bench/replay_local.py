@@ -1,11 +1,14 @@
 """The trace replay's prediction against a real elastic run on this machine.
 
 `sailor run --local --trace` on a scaled trace of CPU workers (tiny-gpt): 3 workers, one leaves
-gracefully, it joins back, one is preempted (kill -9), it joins back. Before any worker starts,
-the replay predicts the samples trained by the trace's end (policy every-change, the planner on
-this machine's profile, the reconfiguration model with the runtime's measured local phases);
+gracefully, it joins back, one is preempted (kill -9), it joins back. After a calibration window
+on the first generation (run/calibrate.py: the ranks' CPU stretch, wall time per step with
+checkpoint saves, restart and place phases, an agent's start time and CPU), and before the trace's
+first change, the replay predicts the samples trained by the trace's end (policy every-change,
+the planner on this machine's profile, the reconfiguration model with those measured phases);
 then the run trains and its trained step x global batch at the trace's end is the measurement.
-Bar: within 25 % of the prediction (exit 1 when missed or the run fails).
+Bar: within 25 % of the prediction (exit 1 when missed or the run fails, with what differed
+between the calibration and the run: the machine's load, step time, reconfiguration time).
 
     uv run python bench/replay_local.py [--state-s 45]
 """
@@ -65,16 +68,58 @@ def main() -> int:
         f"{'iteration time (ms)':<28}{r.predicted_iteration_s * 1e3:>12.1f}"
         f"{r.measured_iteration_s * 1e3:>12.1f}"
     )
-    print(f"\n{'state':<8}{'CPU workers':>12}{'replay':>10}{'run':>10}{'error':>8}")
-    for i, (pred, got) in enumerate(r.per_state):
-        err = got / pred - 1 if pred else float("nan")
-        print(f"{i:<8}{COUNTS[i][0]:>12}{pred:>10,.0f}{got:>10,.0f}{err:>+8.0%}")
+    c = r.calibration
+    print(f"\n{'state':<6}{'CPU workers':>12}{'replay':>9}{'run':>9}{'error':>7}{'load':>7}")
+    for i, ((pred, got), load) in enumerate(zip(r.per_state, r.runnable, strict=False)):
+        print(
+            f"{i:<6}{COUNTS[i][0]:>12}{pred:>9,.0f}{got:>9,.0f}{error(got, pred):>+7.0%}"
+            f"{load:>7.1f}"
+        )
     print(
-        f"warm-up calibration: agents registered {r.boot_s:.1f} s after start (the replay's boot "
-        f"time for joins), ranks' CPU stretch {r.stretch:.2f}"
+        f"{'all':<6}{'':>12}{r.predicted_samples:>9,.0f}{r.measured_samples:>9,.0f}"
+        f"{r.error:>+7.0%}{c.runnable:>7.1f}"
     )
+    print("load: runnable processes on the machine, mean over the state ('all': the calibration's)")
+    print(
+        f"\ncalibration (first generation, before the trace; run/calibrate.py): ranks' CPU "
+        f"stretch {c.stretch:.2f}, {c.wall_step_s * 1e3:.1f} ms per step with checkpoint saves, "
+        f"restart {c.restart_s:.2f} s, agent start {c.boot_s:.1f} s and "
+        f"{c.boot_cpu_s:.1f} CPU s (training lost per join {c.provision_stall_s:.1f} s), "
+        f"{c.runnable:.1f} runnable processes on {c.cores} cores"
+    )
+    print(f"runnable processes per state: {', '.join(f'{x:.1f}' for x in r.runnable)}")
     print(f"\nerror {r.error:+.1%} (bar {BAR:.0%}): {'ok' if ok else 'MISSED'}")
+    if not ok:
+        for line in why_missed(r):
+            print(f"  why: {line}")
     return 0 if ok else 1
+
+
+def error(got: float, want: float) -> float:
+    return got / want - 1 if want else float("nan")
+
+
+def why_missed(r) -> list[str]:
+    """What differed between the calibration (what the prediction knew) and the run."""
+    c, lines = r.calibration, []
+    load = sum(r.runnable) / len(r.runnable) if r.runnable else 0.0
+    if load > c.runnable * (1 + BAR):
+        lines.append(
+            f"the machine's load rose from {c.runnable:.1f} runnable processes at the "
+            f"calibration to {load:.1f} during the trace (other work on these {c.cores} cores): "
+            "the ranks got less CPU than the prediction could know"
+        )
+    if r.measured_iteration_s > r.predicted_iteration_s * (1 + BAR):
+        lines.append(
+            f"steps took {r.measured_iteration_s * 1e3:.0f} ms (median) against "
+            f"{r.predicted_iteration_s * 1e3:.0f} ms simulated at the calibration's stretch"
+        )
+    if r.measured_reconfigure_s > r.predicted_reconfigure_s + 0.1 * r.trace_wall_s:
+        lines.append(
+            f"training stopped {r.measured_reconfigure_s:.0f} s for reconfigurations against "
+            f"{r.predicted_reconfigure_s:.0f} s predicted from the calibration's phases"
+        )
+    return lines or ["none of load, step time or reconfiguration time explains it alone"]
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from sailor_planner.cli import app
 from sailor_planner.policies import pays_off
 from sailor_planner.reconfig import ReconfigModel
 from sailor_planner.replay import replay
+from sailor_planner.replayrequest import ReplayRequest
 from sailor_planner.request import SearchOptions
 from sailor_planner.trace import read_trace
 from sailor_sim import Job, price_per_gpu_hour
@@ -34,7 +35,7 @@ def loss_then_join(tmp_path_factory, planner):
         tmp_path_factory.mktemp("trace"),
         [f"0,{A100},16,,", f"3600,{A100},8,,", f"7200,{A100},16,,", f"10800,{A100},16,,"],
     )
-    return replay(planner, JOB, read_trace(path), SearchOptions(), MODEL)
+    return replay(planner, ReplayRequest(JOB, read_trace(path), SearchOptions(), MODEL))
 
 
 def events_of(result, policy):
@@ -93,7 +94,9 @@ def test_preemption_adds_detection_and_spot_price_is_billed(tmp_path, planner) -
         tmp_path,
         [f"0,{A100},16,1.25,", f"3600,{A100},8,1.25,8", f"7200,{A100},8,1.25,"],
     )
-    result = replay(planner, JOB, read_trace(path), SearchOptions(), MODEL, ("sailor",))
+    result = replay(
+        planner, ReplayRequest(JOB, read_trace(path), reconfig=MODEL, policies=("sailor",))
+    )
     first, second = result.events
     down = MODEL.detect_s + MODEL.debounce_s + 0.25 + MODEL.place_stop_s
     assert second.reconfigure_s == pytest.approx(down + MODEL.restore_s(JOB) + MODEL.restart_s)
@@ -158,9 +161,10 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, rows, extra, expected) -
 def test_a_join_waits_for_the_nodes_to_boot_and_a_running_start_is_free(tmp_path, planner):
     path = trace_file(tmp_path, [f"0,{A100},8,,", f"3600,{A100},16,,", f"7200,{A100},16,,"])
     booting = ReconfigModel(plan_s=0.25, checkpoint_interval_s=1000.0, provision_s=600.0)
-    result = replay(
-        planner, JOB, read_trace(path), SearchOptions(), booting, ("every-change",), started=True
+    request = ReplayRequest(
+        JOB, read_trace(path), reconfig=booting, policies=("every-change",), started=True
     )
+    result = replay(planner, request)
     first, join = result.events
     assert first.reconfigure_s == 0 and not first.reconfigured  # already running at the start
     old = [s for s in join.segments if s.gpus == first.gpus_used]
@@ -174,6 +178,46 @@ def test_a_join_waits_for_the_nodes_to_boot_and_a_running_start_is_free(tmp_path
     assert join.lost_samples == pytest.approx(first.samples_per_s * (4200 - last_ckpt))
 
 
+def test_a_join_booting_on_the_plans_machine_slows_it_by_the_stall(tmp_path, planner):
+    """``provision_stall_s`` of training is lost while the joining nodes start (one shared
+    machine); the rest of the replay is unchanged."""
+    path = trace_file(tmp_path, [f"0,{A100},8,,", f"3600,{A100},16,,", f"7200,{A100},16,,"])
+    trace = read_trace(path)
+    common = {"plan_s": 0.25, "checkpoint_interval_s": 1e6, "provision_s": 600.0}
+    runs = [
+        replay(
+            planner,
+            ReplayRequest(
+                JOB,
+                trace,
+                reconfig=ReconfigModel(**common, provision_stall_s=stall),
+                policies=("every-change",),
+                started=True,
+            ),
+        )
+        for stall in (0.0, 150.0)
+    ]
+    free, stalled = (r.events[1] for r in runs)
+    rate = runs[0].events[0].samples_per_s
+    trained = [e.samples + e.lost_samples for e in (free, stalled)]  # before work is redone
+    assert trained[0] - trained[1] == pytest.approx(rate * 150.0)
+    booting = [s for s in stalled.segments if s.gpus == runs[1].events[0].gpus_used]
+    assert booting[0].samples_per_s == pytest.approx(rate * 0.75)
+    from sailor_planner.errors import RequestError
+
+    with pytest.raises(RequestError, match="reconfig.provision_stall_s: must be <= provision_s"):
+        ReconfigModel(provision_s=10.0, provision_stall_s=20.0)
+
+
+def test_cli_plan_s_makes_the_replay_reproducible(tmp_path) -> None:
+    path = trace_file(tmp_path, [f"0,{A100},16,,", f"1800,{A100},8,,", f"3600,{A100},16,,"])
+    args = ["replay", "--trace", str(path), "--model", "OPT-350M", "--gbs", "256", "--json"]
+    runs = [json.loads(CliRunner().invoke(app, [*args, "--plan-s", "2"]).stdout) for _ in "ab"]
+    for run in runs:
+        run.pop("replay_time_s")
+    assert runs[0] == runs[1] and runs[0]["reconfig"]["plan_s"] == 2.0
+
+
 def test_a_state_held_open_for_centuries_replays_at_once_with_exact_totals(tmp_path, planner):
     """The last state held open for ~3e8 years (hostile input over the Replay RPC) is integrated
     in closed form, not one step per checkpoint; samples and dollars equal the step-by-step
@@ -182,10 +226,10 @@ def test_a_state_held_open_for_centuries_replays_at_once_with_exact_totals(tmp_p
     results = {}
     for hold in (short, long_):
         path = trace_file(tmp_path, [f"0,{A100},8,,"], name=f"h{hold:.0f}.csv")
-        results[hold] = replay(
-            planner, JOB, read_trace(path, hold_last_s=hold), SearchOptions(), MODEL,
-            policies=("static",),
-        )  # fmt: skip
+        request = ReplayRequest(
+            JOB, read_trace(path, hold_last_s=hold), reconfig=MODEL, policies=("static",)
+        )
+        results[hold] = replay(planner, request)
     per_second = {
         h: r.summaries[0].samples / h for h, r in results.items()
     }  # both start with the same downtime; over the long horizon it vanishes

@@ -1,13 +1,20 @@
 """The Replay RPC on a real server (127.0.0.1:0): streamed steps and summaries equal the local
-replay's; a bad trace is INVALID_ARGUMENT naming the row and column, with nothing streamed."""
+replay's, read raw and through ``PlannerClient.replay``; a bad trace is INVALID_ARGUMENT naming
+the row and column, with nothing streamed; the request value crosses the wire whole."""
+
+from dataclasses import fields, replace
 
 import grpc
 import pytest
 
+from sailor_planner.client import PlannerClient
+from sailor_planner.errors import RequestError
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
-from sailor_planner.replay import replay
+from sailor_planner.reconfig import ReconfigModel
+from sailor_planner.replay import EventResult, PolicySummary, replay
+from sailor_planner.replayrequest import ReplayRequest, trace_from_wire, trace_rows
 from sailor_planner.replayrpc import request_for
-from sailor_planner.request import SearchOptions
+from sailor_planner.request import Constraints, SearchOptions
 from sailor_planner.server import create_server
 from sailor_planner.sources import planner_for
 from sailor_planner.trace import trace_from_rows
@@ -22,11 +29,16 @@ ROWS.sort(key=lambda r: r["timestamp"])
 
 
 @pytest.fixture(scope="module")
-def stub():
+def port():
     server, port = create_server("127.0.0.1:0")
+    yield port
+    server.stop(grace=None)
+
+
+@pytest.fixture(scope="module")
+def stub(port):
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         yield planner_pb2_grpc.PlannerServiceStub(channel)
-    server.stop(grace=None)
 
 
 def test_replay_streams_steps_then_a_summary_per_policy(stub) -> None:
@@ -37,7 +49,7 @@ def test_replay_streams_steps_then_a_summary_per_policy(stub) -> None:
         ("step", "static")
     ] * 3 + [("summary", "static")]
     local = replay(
-        planner_for(), JOB, trace_from_rows(ROWS), SearchOptions(), policies=("sailor", "static")
+        planner_for(), ReplayRequest(JOB, trace_from_rows(ROWS), policies=("sailor", "static"))
     )
     steps = [m.step for m in messages if m.HasField("step")]
     for step, event in zip(steps, local.events, strict=True):
@@ -59,8 +71,12 @@ def test_replay_streams_steps_then_a_summary_per_policy(stub) -> None:
     [
         ([{**ROWS[0], "zone": "mars-1a"}, ROWS[-1]], {}, "trace row 1, column zone"),
         (ROWS[::-1], {}, "column timestamp"),
-        (ROWS, {"policies": ["greedy"]}, "policies: unknown greedy"),
-        (ROWS, {"checkpoint_interval_s": -5}, "reconfig.checkpoint_interval_s"),
+        (ROWS, {"policies": ["greedy"]}, "policies: unknown policy greedy"),
+        (
+            ROWS,
+            {"reconfig": planner_pb2.ReconfigParams(checkpoint_interval_s=-5)},
+            "reconfig.checkpoint_interval_s",
+        ),
         ([ROWS[0]], {}, "has one timestamp"),
     ],
 )
@@ -80,3 +96,64 @@ def test_empty_model_is_named(stub) -> None:
         list(stub.Replay(request, timeout=30))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "job.model" in err.value.details()
+
+
+SPOT_ROWS = [
+    {"timestamp": 0, "zone": "us-central1-a", "gpu_type": "A100-40", "available": 16,
+     "price": 1.5},
+    {"timestamp": 0, "zone": "us-central1-b", "gpu_type": "V100-16", "available": 8},
+    {"timestamp": 1800, "zone": "us-central1-a", "gpu_type": "A100-40", "available": 8,
+     "price": 1.2, "preempted": 8},
+    {"timestamp": 3600, "zone": "us-central1-b", "gpu_type": "V100-16", "available": 0},
+    {"timestamp": 5400, "zone": "us-central1-b", "gpu_type": "V100-16", "available": 0},
+]  # fmt: skip
+
+
+def test_client_replay_streams_the_replays_own_values(port) -> None:
+    """``PlannerClient.replay`` sends the request value (non-default reconfiguration model,
+    ``started``, a constraint) and yields what the local replay computes from the same value."""
+    request = ReplayRequest(
+        JOB,
+        trace_from_rows(SPOT_ROWS),
+        SearchOptions("cost", Constraints(min_throughput=0.01)),
+        ReconfigModel(restart_s=7.0, checkpoint_interval_s=600.0, plan_s=0.5, provision_s=30.0),
+        policies=("every-change", "replan-on-loss"),
+        started=True,
+    )
+    with PlannerClient(f"127.0.0.1:{port}", timeout_s=120) as client:
+        got = list(client.replay(request))
+    local = replay(planner_for(), request)
+    want = []
+    for summary in local.summaries:
+        want += [e for e in local.events if e.policy == summary.policy] + [summary]
+    assert [type(g) for g in got] == [type(w) for w in want]
+    for g, w in zip(got, want, strict=True):
+        if isinstance(w, EventResult):
+            w = replace(w, segments=())
+        assert g == w  # plan_s is fixed, so nothing measured differs
+    summaries = [g for g in got if isinstance(g, PolicySummary)]
+    assert [s.policy for s in summaries] == ["every-change", "replan-on-loss"]
+    assert summaries[0].reconfigure_s > 0 and summaries[0].samples > 0
+
+
+def test_client_replay_bad_request_is_invalid_argument_before_any_event(port) -> None:
+    request = ReplayRequest(JOB, trace_from_rows(ROWS), policies=("sailor",))
+    with PlannerClient(f"127.0.0.1:{port}", timeout_s=60) as client:
+        events = client.replay(request, profile_dir="/nonexistent/profiles")
+        with pytest.raises(grpc.RpcError) as err:
+            next(events)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "profile" in err.value.details()
+        with pytest.raises(RequestError, match="options: only the objective and constraints"):
+            client.replay(replace(request, options=SearchOptions(top_k=3)))
+
+
+def test_the_trace_and_the_reconfiguration_model_cross_the_wire_unchanged() -> None:
+    trace = trace_from_rows(SPOT_ROWS)
+    assert trace_from_wire(trace_rows(trace)).states == trace.states
+    wire = {f.name for f in planner_pb2.ReconfigParams.DESCRIPTOR.fields}
+    assert wire == {f.name for f in fields(ReconfigModel)}
+    model = ReconfigModel(detect_s=2.0, save_bytes_per_s=5e8, plan_s=None, provision_s=3.0)
+    msg = ReplayRequest(JOB, trace, reconfig=model, started=True).to_proto()
+    back = ReplayRequest.from_proto(msg, lambda where, build: build())
+    assert back.reconfig == model and back.started and back.trace.states == trace.states

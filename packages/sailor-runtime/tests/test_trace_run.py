@@ -40,6 +40,10 @@ def test_workers_follow_the_trace_and_the_replay_predicts_the_run(tmp_path):
     assert result.predicted_reconfigurations == 2
     assert result.reconfigurations >= 2
     assert result.boot_s > 0 and result.stretch >= 1.0
+    # The calibration measured the phases the replay charges, before the trace started.
+    cal = result.calibration
+    assert cal.restart_s > 0 and cal.boot_cpu_s > 0 and cal.wall_step_s > 0 and cal.runnable > 0
+    assert len(result.runnable) == len(trace.states) == len(result.per_state)
     assert result.measured_samples > 0 and result.predicted_samples > 0
     assert result.measured_samples == result.steps * cfg.global_batch_size
 

@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,10 +90,13 @@ def _deny(method: str) -> grpc.RpcMethodHandler:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses calls whose token differs from ``token`` (constant-time compare)."""
+    """Refuses calls whose token differs from ``token`` (constant-time compare), except the
+    ``OPEN_METHODS`` (Health). The one token check of every Sailor service: the runtime's
+    controller and agents use it too, with ``on_refused(method)`` to count refusals."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, on_refused: Callable[[str], None] | None = None) -> None:
         self._token = token.encode()
+        self._on_refused = on_refused
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
@@ -103,4 +107,6 @@ class TokenInterceptor(grpc.ServerInterceptor):
         if hmac.compare_digest(sent_bytes, self._token):
             return continuation(handler_call_details)
         log.warning("refused %s: missing or wrong token", method)
+        if self._on_refused:
+            self._on_refused(method)
         return _deny(method)

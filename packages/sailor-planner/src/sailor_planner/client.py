@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -20,6 +20,10 @@ from sailor_sim import Inventory, Job, Plan
 
 from .errors import CallAbortedError
 from .proto import planner_pb2, planner_pb2_grpc
+
+if TYPE_CHECKING:  # the replay (polars) loads only when a replay is asked for
+    from .replay import EventResult, PolicySummary
+    from .replayrequest import ReplayRequest
 
 _OBJECTIVE = {"throughput": planner_pb2.OBJECTIVE_THROUGHPUT, "cost": planner_pb2.OBJECTIVE_COST}
 SERVICE = "sailor.v1.PlannerService"
@@ -178,6 +182,25 @@ class PlannerClient:
             sailor_root=sailor_root,
         )
         return self.call("Simulate", request, timeout_s).estimate
+
+    def replay(
+        self,
+        request: ReplayRequest,
+        *,
+        profile_dir: str = "",
+        sailor_root: str = "",
+        timeout_s: float | None = None,
+    ) -> Iterator[EventResult | PolicySummary]:
+        """The Replay RPC: each policy's ``EventResult`` per state as the server computes it,
+        then that policy's ``PolicySummary``. The call waits for the server to be ready, and the
+        retry policy resends it while it failed UNAVAILABLE before any message arrived; a bad
+        request raises ``grpc.RpcError`` (INVALID_ARGUMENT naming the field) before any event, and
+        search options the wire cannot carry raise ``RequestError`` at once."""
+        from .replayrpc import from_proto
+
+        wire = request.to_proto(profile_dir, sailor_root)
+        stream = self._stub.Replay(wire, timeout=timeout_s or self.timeout_s, wait_for_ready=True)
+        return (from_proto(message) for message in stream)
 
     @staticmethod
     def _result(response) -> ClientPlanResult:

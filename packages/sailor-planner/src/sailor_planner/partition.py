@@ -21,6 +21,8 @@ from itertools import combinations
 
 import numpy as np
 
+from sailor_sim import even_split
+
 TIE = 1e-3
 """Relative weight of the total in the DP's key (bottleneck + TIE * total / P)."""
 MAX_KEPT = 4
@@ -115,11 +117,10 @@ def _dp(costs: list[np.ndarray], p: int, n: int) -> Bounds | None:
 
 
 def even_bounds(n: int, p: int) -> Bounds:
-    """The even split (larger stages first), as a homogeneous planner would use."""
-    base, extra = divmod(n, p)
-    sizes = [base + (1 if i < extra else 0) for i in range(p)]
+    """The even split (larger stages first, sailor-sim's ``even_split``), as a homogeneous
+    planner would use."""
     out, first = [], 0
-    for size in sizes:
+    for size in even_split(n, p):
         out.append((first, first + size - 1))
         first += size
     return tuple(out)

@@ -18,6 +18,9 @@ Defaults and where they come from (runtime figures: sailor-runtime README, "Numb
 - ``save_bytes_per_s`` 1 GB/s: assumption, the training stall of one checkpoint save.
 - ``provision_s`` 0 s: assumption, the trace counts nodes ready to join (a cloud VM takes
   minutes to boot; `sailor run --local --trace` measures its agents' start).
+- ``provision_stall_s`` 0 s: a cloud node boots on its own hardware; on one machine the
+  joining agent's start competes with the ranks for the cores (`sailor run --local --trace`
+  measures its CPU seconds, ``run/calibrate.py``).
 - ``checkpoint_interval_s`` 1800 s: assumption, the user's choice (``--checkpoint-every`` is
   in steps in ``sailor run``).
 
@@ -61,6 +64,10 @@ class ReconfigModel:
     provision_s: float = 0.0
     """Seconds from capacity appearing in the trace to its nodes being ready (VM boot, agent
     start); the running plan trains meanwhile. 0 = the trace counts ready nodes."""
+    provision_stall_s: float = 0.0
+    """Seconds of training the running plan loses while joining nodes start, at most
+    ``provision_s``: 0 in the cloud (a new node boots on its own hardware); on one shared
+    machine, the CPU seconds of an agent's start over the cores they take them from."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -71,6 +78,11 @@ class ReconfigModel:
             if not math.isfinite(value) or value < 0 or (positive and value == 0):
                 need = "> 0" if positive else ">= 0"
                 raise RequestError(f"must be {need}, got {value}", field=f"reconfig.{f.name}")
+        if self.provision_stall_s > self.provision_s:
+            raise RequestError(
+                f"must be <= provision_s ({self.provision_s}), got {self.provision_stall_s}",
+                field="reconfig.provision_stall_s",
+            )
 
     def checkpoint_bytes(self, job: Job) -> int:
         """Bytes of one full checkpoint of ``job`` (weights + master copy + optimizer state)."""
@@ -85,6 +97,11 @@ class ReconfigModel:
 
     def restore_s(self, job: Job) -> float:
         return self.checkpoint_bytes(job) / self.restore_bytes_per_s
+
+    @property
+    def booting_share(self) -> float:
+        """The running plan's share of its throughput while joining nodes start."""
+        return 1.0 - self.provision_stall_s / self.provision_s if self.provision_s > 0 else 1.0
 
     def downtime_s(self, job: Job, plan_s: float, noticed_late: bool) -> float:
         """Training stopped for one reconfiguration: detect (if the loss came without notice),

@@ -16,6 +16,7 @@ streams them); ``replay`` collects them with a ``PolicySummary`` per policy and 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -23,7 +24,6 @@ from sailor_sim import Job, price_per_gpu_hour
 
 from .policies import (
     EVERY_CHANGE,
-    POLICIES,
     WEIGHS_SWITCH,
     Decision,
     PlanCache,
@@ -33,7 +33,7 @@ from .policies import (
     same_plan,
 )
 from .reconfig import ReconfigModel
-from .request import SearchOptions
+from .replayrequest import ReplayRequest
 from .result import RankedPlan
 from .spot import SpotAdvice, advise
 from .trace import AvailabilityTrace, TraceState
@@ -164,7 +164,7 @@ class _Run:
         samples = lost = 0.0
         if self.pending is not None:
             step = min(self.delay_s, end - t)
-            samples += self._train(state, t, t + step, segments)
+            samples += self._train(state, t, t + step, segments, self.model.booting_share)
             t, self.delay_s = t + step, self.delay_s - step
             if self.delay_s <= 1e-9:
                 plan, search_s = self.pending
@@ -182,16 +182,20 @@ class _Run:
         samples += self._train(state, t, end, segments)
         return samples, lost, _merge(segments)
 
-    def _train(self, state: TraceState, t: float, end: float, segments: list[Segment]) -> float:
-        """Train the current plan from ``t`` to ``end``, checkpointing on schedule."""
-        gpus, rate = self.plan.plan.num_gpus, self.plan.estimate.samples_per_s
+    def _train(
+        self, state: TraceState, t: float, end: float, segments: list[Segment], share: float = 1.0
+    ) -> float:
+        """Train the current plan from ``t`` to ``end``, checkpointing on schedule, at ``share``
+        of its throughput (less while joining nodes start on its machine)."""
+        gpus, rate = self.plan.plan.num_gpus, self.plan.estimate.samples_per_s * share
         idle_cost = self.usd_per_hour(state, training=False)
         train_cost = self.usd_per_hour(state, training=True)
         save_s, samples = self.model.save_s(self.job), 0.0
         interval = self.model.checkpoint_interval_s
         while t < end - 1e-9:
             if self.since_ckpt_s == 0.0:
-                t, done = self._whole_cycles(t, end, save_s, (train_cost, idle_cost), segments)
+                costs = (train_cost, idle_cost)
+                t, done = self._whole_cycles(t, end, save_s, rate, costs, segments)
                 samples += done
             step = min(interval - self.since_ckpt_s, end - t)
             segments.append(Segment(t, t + step, "train", rate, train_cost, gpus))
@@ -207,8 +211,9 @@ class _Run:
         return samples
 
     def _whole_cycles(
-        self, t: float, end: float, save_s: float, costs: tuple[float, float], segments
-    ) -> tuple[float, float]:
+        self, t: float, end: float, save_s: float, rate: float, costs: tuple[float, float],
+        segments: list[Segment],
+    ) -> tuple[float, float]:  # fmt: skip
         """Whole (train, checkpoint) cycles but the last, from a fresh checkpoint, in closed
         form: a state may last years (a trace's last state held open), and a loop would take
         one step per checkpoint. They become one "train" segment at the cycles' mean rate and
@@ -218,8 +223,7 @@ class _Run:
         cycles = math.floor((end - t) / period) - 1  # the last runs step by step
         if cycles < 2:
             return t, 0.0
-        rate, gpus = self.plan.estimate.samples_per_s, self.plan.plan.num_gpus
-        train_cost, idle_cost = costs
+        gpus, (train_cost, idle_cost) = self.plan.plan.num_gpus, costs
         usd = (train_cost * interval + idle_cost * save_s) / period
         span = cycles * period
         segments.append(Segment(t, t + span, "train", rate * interval / period, usd, gpus))
@@ -268,24 +272,14 @@ def _lost_gpus_without_notice(state: TraceState, plan: RankedPlan | None) -> boo
     return any((g, z) in used for g, z, _ in state.preempted)
 
 
-def replay_events(
-    planner,
-    job: Job,
-    trace: AvailabilityTrace,
-    options: SearchOptions | None = None,
-    model: ReconfigModel | None = None,
-    policies: tuple[str, ...] = POLICIES,
-    started: bool = False,
-) -> Iterator[EventResult]:
-    """One ``EventResult`` per (policy, state), policy by policy, in trace order; ``started``:
-    the first state's plan is already running when the trace starts (no start-up cost)."""
-    options, model = options or SearchOptions(), model or ReconfigModel()
-    cache = PlanCache(planner, job, options)
-    for name in policies:
-        policy, run = Policy(name, cache), _Run(job, model)
+def replay_events(planner, request: ReplayRequest) -> Iterator[EventResult]:
+    """One ``EventResult`` per (policy, state), policy by policy, in trace order."""
+    cache = PlanCache(planner, request.job, request.options)
+    for name in request.policies:
+        policy, run = Policy(name, cache), _Run(request.job, request.reconfig)
         previous_inventory = None
-        for index, state in enumerate(trace.states):
-            yield _step(policy, run, state, index, previous_inventory, started)
+        for index, state in enumerate(request.trace.states):
+            yield _step(policy, run, state, index, previous_inventory, request.started)
             previous_inventory = state.inventory
 
 
@@ -375,20 +369,12 @@ def summarize(name: str, job: Job, events: list[EventResult], duration_s: float)
     )
 
 
-def replay(
-    planner,
-    job: Job,
-    trace: AvailabilityTrace,
-    options: SearchOptions | None = None,
-    model: ReconfigModel | None = None,
-    policies: tuple[str, ...] = POLICIES,
-    started: bool = False,
-) -> ReplayResult:
-    import time
-
+def replay(planner, request: ReplayRequest) -> ReplayResult:
+    """Every policy over the whole trace, with a summary per policy (``replay_events`` as it
+    goes); ``planner`` scores the plans (``sources.planner_for``)."""
     start = time.perf_counter()
-    model = model or ReconfigModel()
-    events = list(replay_events(planner, job, trace, options, model, policies, started))
+    job, trace, model, policies = request.job, request.trace, request.reconfig, request.policies
+    events = list(replay_events(planner, request))
     summaries = tuple(
         summarize(p, job, [e for e in events if e.policy == p], trace.duration_s) for p in policies
     )

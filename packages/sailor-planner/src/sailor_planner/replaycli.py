@@ -7,33 +7,45 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from sailor_sim import SailorSimError
 
 from .errors import SailorPlannerError
 
+PIPED_WIDTH = 160
+"""Columns of the table when stdout is not a terminal (a file, a pipe, a test)."""
 
-def fmt_table(result) -> str:
-    """One row per policy (plain text)."""
-    head = (
-        f"{'policy':<15} {'samples':>12} {'$':>10} {'$/1M tok':>9} {'samples/s':>10} "
-        f"{'GPU-h':>9} {'re-plans':>8} {'reconf.':>7} {'reconf. s':>9} {'lost samples':>12}"
-    )
-    lines = [head]
+
+def policy_table(result) -> Table:
+    """One row per policy."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("policy")
+    for name in (
+        "samples", "$", "$/1M tok", "samples/s", "GPU-h", "re-plans", "reconf.", "reconf. s",
+        "lost samples",
+    ):  # fmt: skip
+        table.add_column(name, justify="right")
     for s in result.summaries:
-        per_m = f"{s.usd_per_million_tokens:>9.3f}" if s.usd_per_million_tokens else f"{'-':>9}"
-        lines.append(
-            f"{s.policy:<15} {s.samples:>12,.0f} {s.usd:>10,.2f} {per_m} "
-            f"{s.mean_samples_per_s:>10.2f} {s.gpu_hours:>9,.1f} {s.replans:>8} "
-            f"{s.reconfigurations:>7} {s.reconfigure_s:>9.1f} {s.lost_samples:>12,.0f}"
-        )
+        per_m = f"{s.usd_per_million_tokens:.3f}" if s.usd_per_million_tokens else "-"
+        table.add_row(
+            s.policy, f"{s.samples:,.0f}", f"{s.usd:,.2f}", per_m, f"{s.mean_samples_per_s:.2f}",
+            f"{s.gpu_hours:,.1f}", str(s.replans), str(s.reconfigurations),
+            f"{s.reconfigure_s:.1f}", f"{s.lost_samples:,.0f}",
+        )  # fmt: skip
+    return table
+
+
+def notes(result) -> list[str]:
+    """The lines under the table: the trace, and the spot advice when it has preemptions."""
     t = result.trace
-    lines.append(
+    lines = [
         f"trace {t.source}: {len(t.states)} states over {t.duration_s / 3600:.1f} h, "
         f"{len(t.pools)} pools, {t.preemptions} with preemptions; "
         f"checkpoint every {result.reconfig.checkpoint_interval_s:g} s; "
         f"replay {result.replay_time_s:.2f} s"
-    )
+    ]
     if result.spot is not None:
         a = result.spot
         lines.append(
@@ -44,7 +56,7 @@ def fmt_table(result) -> str:
             f"(Daly; Young {a.young_interval_s:.0f} s): waste {a.waste_at_daly:.1%}, "
             f"{a.usd_per_million_tokens_at_daly:.4f} $/1M tokens"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def replay_command(
@@ -68,6 +80,14 @@ def replay_command(
     checkpoint_interval: Annotated[
         float | None, typer.Option("--checkpoint-interval", help="Seconds between checkpoints.")
     ] = None,
+    plan_s: Annotated[
+        float | None,
+        typer.Option(
+            "--plan-s",
+            help="Seconds charged per re-plan (default: the measured search time, which varies "
+            "from run to run; a number makes the replay reproducible).",
+        ),
+    ] = None,
     hold_last: Annotated[
         float | None,
         typer.Option("--hold-last", help="Seconds the last state lasts (default: it closes)."),
@@ -83,8 +103,8 @@ def replay_command(
     try:
         result = run_replay(
             trace, model, gbs, seq_len, dtype, objective, min_throughput,
-            max_cost_per_iteration, policies, checkpoint_interval, hold_last, sailor_root,
-            profile_dir,
+            max_cost_per_iteration, policies, checkpoint_interval, plan_s, hold_last,
+            sailor_root, profile_dir,
         )  # fmt: skip
         if plot is not None:
             from .replayplot import plot_replay
@@ -98,45 +118,37 @@ def replay_command(
         out["plot"] = str(plot) if plot else None
         typer.echo(json.dumps(out))
     else:
-        typer.echo(fmt_table(result))
-        if plot is not None:
-            typer.echo(f"plot: {plot}")
+        out = Console(highlight=False)
+        if not out.is_terminal:  # piped: rich would assume 80 columns and squeeze the table
+            out = Console(highlight=False, width=PIPED_WIDTH)
+        out.print(policy_table(result))
+        for line in notes(result) + ([f"plot: {plot}"] if plot is not None else []):
+            out.print(line, markup=False, soft_wrap=True)
 
 
 def run_replay(
     trace, model, gbs, seq_len, dtype, objective, min_throughput, max_cost_per_iteration,
-    policies, checkpoint_interval, hold_last, sailor_root, profile_dir,
+    policies, checkpoint_interval, plan_s, hold_last, sailor_root, profile_dir,
 ):  # fmt: skip
     from sailor_sim import Job
 
-    from .errors import RequestError
-    from .policies import KNOWN_POLICIES
     from .reconfig import ReconfigModel
     from .replay import replay
+    from .replayrequest import ReplayRequest
     from .request import Constraints, SearchOptions
     from .sources import planner_for
     from .trace import read_trace
 
-    names = tuple(p.strip() for p in policies.split(",") if p.strip())
-    unknown = [p for p in names if p not in KNOWN_POLICIES]
-    if unknown or not names:
-        raise RequestError(
-            f"unknown policy {', '.join(unknown) or '(none)'}; use some of "
-            f"{', '.join(KNOWN_POLICIES)}",
-            field="policies",
-        )
-    job = Job.create(model, gbs, seq_len, dtype)
-    options = SearchOptions(
-        objective=objective,
-        constraints=Constraints(max_cost_per_iteration, None, min_throughput),
+    given = {"checkpoint_interval_s": checkpoint_interval, "plan_s": plan_s}
+    reconfig = ReconfigModel(**{k: v for k, v in given.items() if v is not None})
+    request = ReplayRequest(
+        job=Job.create(model, gbs, seq_len, dtype),
+        trace=read_trace(trace, hold_last),
+        options=SearchOptions(objective, Constraints(max_cost_per_iteration, None, min_throughput)),
+        reconfig=reconfig,
+        policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
     )
-    reconfig = (
-        ReconfigModel(checkpoint_interval_s=checkpoint_interval)
-        if checkpoint_interval is not None
-        else ReconfigModel()
-    )
-    availability = read_trace(trace, hold_last)
     planner = planner_for(
         str(profile_dir) if profile_dir else None, str(sailor_root) if sailor_root else None
     )
-    return replay(planner, job, availability, options, reconfig, names)
+    return replay(planner, request)

@@ -1,108 +1,72 @@
 """The Replay RPC of ``sailor.v1.PlannerService``: a trace replay streamed event by event.
 
-Everything in the request is validated before the first message goes out, so a bad trace or job
-is one status (INVALID_ARGUMENT, naming ``trace row N, column C`` or the field) and no partial
-stream; the steps then stream as the replay computes them, each policy followed by its summary.
+Everything in the request is validated before the first message goes out
+(``ReplayRequest.from_proto``), so a bad trace or job is one status (INVALID_ARGUMENT, naming
+``trace row N, column C`` or the field) and no partial stream; the steps then stream as the
+replay computes them, each policy followed by its summary. The messages convert both ways here:
+the server sends ``EventResult``/``PolicySummary``, ``PlannerClient.replay`` reads them back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import fields
 
 from sailor_sim import Job
 
-from .errors import RequestError
-from .policies import KNOWN_POLICIES, POLICIES
 from .proto import planner_pb2
-from .reconfig import ReconfigModel
-from .replay import EventResult, replay_events, summarize
-from .request import Constraints, SearchOptions
+from .replay import EventResult, PolicySummary, replay_events, summarize
+from .replayrequest import ReplayRequest
 from .sources import planner_for
-from .trace import AvailabilityTrace, trace_from_rows
-
-_OBJECTIVES = {0: "throughput", 1: "throughput", 2: "cost"}
 
 
-def _trace(req) -> AvailabilityTrace:
-    rows = [
-        {
-            "timestamp": r.timestamp_s,
-            "zone": r.zone,
-            "gpu_type": r.gpu_type,
-            "available": r.available,
-            "price": r.price or None,
-            "preempted": r.preempted or None,
-        }
-        for r in req.trace
-    ]
-    return trace_from_rows(rows, "trace", req.hold_last_s or None)
-
-
-def _policies(req) -> tuple[str, ...]:
-    names = tuple(req.policies) or POLICIES
-    unknown = [p for p in names if p not in KNOWN_POLICIES]
-    if unknown:
-        raise RequestError(
-            f"unknown {', '.join(unknown)}; use some of {', '.join(KNOWN_POLICIES)}",
-            field="policies",
-        )
-    return names
-
-
-def prepare(req, prefixed) -> tuple:
-    """Validate the whole request; ``prefixed(where, build)`` names the field on error."""
-    if not req.job.model:
-        raise RequestError("is empty; name a catalog model, e.g. OPT-350M", field="job.model")
-    job = prefixed("job", lambda: Job.from_proto(req.job))
-    if req.objective not in _OBJECTIVES:
-        raise RequestError(f"unknown objective {req.objective}", field="objective")
-    options = SearchOptions(
-        objective=_OBJECTIVES[req.objective],
-        constraints=prefixed(
-            "constraints",
-            lambda: Constraints.from_optional(req.max_cost_per_iteration, None, req.min_throughput),
-        ),
-    )
-    model = prefixed(
-        "reconfig",
-        lambda: (
-            ReconfigModel(checkpoint_interval_s=req.checkpoint_interval_s)
-            if req.checkpoint_interval_s
-            else ReconfigModel()
-        ),
-    )
-    trace = _trace(req)
+def prepare(msg, prefixed) -> tuple:
+    """(planner, ReplayRequest) from the wire request; ``prefixed(where, build)`` names the
+    field on error."""
+    request = ReplayRequest.from_proto(msg, prefixed)
     planner = prefixed(
-        "profiles", lambda: planner_for(req.profile_dir or None, req.sailor_root or None)
+        "profiles", lambda: planner_for(msg.profile_dir or None, msg.sailor_root or None)
     )
-    return planner, job, trace, options, model, _policies(req)
+    return planner, request
 
 
-def _step(e: EventResult):
+def step_to_proto(e: EventResult) -> planner_pb2.ReplayEvent:
     return planner_pb2.ReplayEvent(step=planner_pb2.ReplayStep(**e.to_dict()))
 
 
-def _summary(s):
-    fields = s.to_dict()
-    fields["usd_per_million_tokens"] = fields["usd_per_million_tokens"] or 0.0
-    return planner_pb2.ReplayEvent(summary=planner_pb2.ReplaySummary(**fields))
+def summary_to_proto(s: PolicySummary) -> planner_pb2.ReplayEvent:
+    values = s.to_dict()
+    values["usd_per_million_tokens"] = values["usd_per_million_tokens"] or 0.0
+    return planner_pb2.ReplayEvent(summary=planner_pb2.ReplaySummary(**values))
 
 
-def stream(planner, job, trace, options, model, policies) -> Iterator:
+def from_proto(message: planner_pb2.ReplayEvent) -> EventResult | PolicySummary:
+    """A streamed message as the replay's own value (a step has no plot segments)."""
+    if message.HasField("step"):
+        names = [f.name for f in fields(EventResult) if f.name != "segments"]
+        return EventResult(**{n: getattr(message.step, n) for n in names})
+    values = {f.name: getattr(message.summary, f.name) for f in fields(PolicySummary)}
+    values["usd_per_million_tokens"] = values["usd_per_million_tokens"] or None
+    return PolicySummary(**values)
+
+
+def stream(planner, request: ReplayRequest) -> Iterator[planner_pb2.ReplayEvent]:
     """ReplayEvent messages: each policy's steps as computed, then its summary."""
+    job, duration = request.job, request.trace.duration_s
     events: list[EventResult] = []
-    for event in replay_events(planner, job, trace, options, model, policies):
+    for event in replay_events(planner, request):
         if events and event.policy != events[-1].policy:
-            yield _summary(summarize(events[-1].policy, job, events, trace.duration_s))
+            yield summary_to_proto(summarize(events[-1].policy, job, events, duration))
             events = []
         events.append(event)
-        yield _step(event)
+        yield step_to_proto(event)
     if events:
-        yield _summary(summarize(events[-1].policy, job, events, trace.duration_s))
+        yield summary_to_proto(summarize(events[-1].policy, job, events, duration))
 
 
 def request_for(job: Job, rows: list[dict], **fields) -> planner_pb2.ReplayRequest:
-    """A ReplayRequest from trace rows in the Sailor format (dicts with its column names)."""
+    """A wire ReplayRequest from trace rows in the Sailor format (dicts with its column names),
+    e.g. to send a trace that does not validate (tests of the server's errors)."""
     trace = [
         planner_pb2.TraceRow(
             timestamp_s=float(r["timestamp"]),

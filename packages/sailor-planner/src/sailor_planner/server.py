@@ -175,8 +175,8 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
     def Replay(self, request, context):  # noqa: N802
         from . import replayrpc  # the replay (polars) loads only when asked for
 
-        prepared = self._guard(context, lambda: replayrpc.prepare(request, _prefixed))
-        events = replayrpc.stream(*prepared)
+        planner, replay = self._guard(context, lambda: replayrpc.prepare(request, _prefixed))
+        events = replayrpc.stream(planner, replay)
         while (message := self._guard(context, lambda: next(events, None))) is not None:
             yield message
 

@@ -3,24 +3,23 @@
 Everything binds to 127.0.0.1 unless told otherwise. A service that listens on any other
 address must have a token (``--token`` or ``SAILOR_TOKEN``); clients send it as the
 ``x-sailor-token`` metadata entry. A call with a missing or wrong token is refused with
-UNAUTHENTICATED and logged with the method name; the server keeps serving.
+UNAUTHENTICATED and logged with the method name; the server keeps serving. The check itself is
+sailor-planner's ``access.TokenInterceptor`` (one for every Sailor service).
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
-import logging
 import os
 from collections.abc import Callable
 
 import grpc
 
+from sailor_planner.access import TOKEN_METADATA_KEY, TokenInterceptor
+
 from .errors import SailorRuntimeError
 
-TOKEN_METADATA_KEY = "x-sailor-token"
 TOKEN_ENV = "SAILOR_TOKEN"
-log = logging.getLogger("sailor.security")
 
 
 def resolve_token(token: str | None) -> str | None:
@@ -53,34 +52,8 @@ def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return ((TOKEN_METADATA_KEY, token),) if token else ()
 
 
-def _deny(method: str) -> grpc.RpcMethodHandler:
-    def abort(request, context):  # noqa: ARG001 - signature fixed by grpc
-        context.abort(
-            grpc.StatusCode.UNAUTHENTICATED,
-            f"missing or wrong {TOKEN_METADATA_KEY} for {method}; use the shared token",
-        )
-
-    return grpc.unary_unary_rpc_method_handler(abort)
-
-
-class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses calls whose token differs from ``token`` (constant-time compare)."""
-
-    def __init__(self, token: str, on_refused: Callable[[str], None] | None = None) -> None:
-        self._token = token.encode()
-        self._on_refused = on_refused
-
-    def intercept_service(self, continuation, handler_call_details):
-        sent = dict(handler_call_details.invocation_metadata or ()).get(TOKEN_METADATA_KEY, "")
-        sent_bytes = sent.encode() if isinstance(sent, str) else bytes(sent)
-        if hmac.compare_digest(sent_bytes, self._token):
-            return continuation(handler_call_details)
-        method = handler_call_details.method
-        log.warning("refused %s: missing or wrong token", method)
-        if self._on_refused:
-            self._on_refused(method)
-        return _deny(method)
-
-
-def interceptors(token: str | None, on_refused=None) -> list[grpc.ServerInterceptor]:
+def interceptors(
+    token: str | None, on_refused: Callable[[str], None] | None = None
+) -> list[grpc.ServerInterceptor]:
+    """The planner's token check (one for every Sailor service; Health stays open)."""
     return [TokenInterceptor(token, on_refused)] if token else []

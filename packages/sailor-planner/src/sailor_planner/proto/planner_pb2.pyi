@@ -130,28 +130,56 @@ class TraceRow(_message.Message):
     def __init__(self, timestamp_s: _Optional[float] = ..., zone: _Optional[str] = ..., gpu_type: _Optional[str] = ..., available: _Optional[int] = ..., price: _Optional[float] = ..., preempted: _Optional[int] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
-    __slots__ = ("job", "trace", "objective", "min_throughput", "max_cost_per_iteration", "policies", "checkpoint_interval_s", "hold_last_s", "profile_dir", "sailor_root")
+    __slots__ = ("job", "trace", "objective", "min_throughput", "max_cost_per_iteration", "policies", "hold_last_s", "profile_dir", "sailor_root", "max_cost_per_hour", "reconfig", "started")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
     MIN_THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
     MAX_COST_PER_ITERATION_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
-    CHECKPOINT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     HOLD_LAST_S_FIELD_NUMBER: _ClassVar[int]
     PROFILE_DIR_FIELD_NUMBER: _ClassVar[int]
     SAILOR_ROOT_FIELD_NUMBER: _ClassVar[int]
+    MAX_COST_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    RECONFIG_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
     job: _job_pb2.Job
     trace: _containers.RepeatedCompositeFieldContainer[TraceRow]
     objective: Objective
     min_throughput: float
     max_cost_per_iteration: float
     policies: _containers.RepeatedScalarFieldContainer[str]
-    checkpoint_interval_s: float
     hold_last_s: float
     profile_dir: str
     sailor_root: str
-    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., trace: _Optional[_Iterable[_Union[TraceRow, _Mapping]]] = ..., objective: _Optional[_Union[Objective, str]] = ..., min_throughput: _Optional[float] = ..., max_cost_per_iteration: _Optional[float] = ..., policies: _Optional[_Iterable[str]] = ..., checkpoint_interval_s: _Optional[float] = ..., hold_last_s: _Optional[float] = ..., profile_dir: _Optional[str] = ..., sailor_root: _Optional[str] = ...) -> None: ...
+    max_cost_per_hour: float
+    reconfig: ReconfigParams
+    started: bool
+    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., trace: _Optional[_Iterable[_Union[TraceRow, _Mapping]]] = ..., objective: _Optional[_Union[Objective, str]] = ..., min_throughput: _Optional[float] = ..., max_cost_per_iteration: _Optional[float] = ..., policies: _Optional[_Iterable[str]] = ..., hold_last_s: _Optional[float] = ..., profile_dir: _Optional[str] = ..., sailor_root: _Optional[str] = ..., max_cost_per_hour: _Optional[float] = ..., reconfig: _Optional[_Union[ReconfigParams, _Mapping]] = ..., started: _Optional[bool] = ...) -> None: ...
+
+class ReconfigParams(_message.Message):
+    __slots__ = ("detect_s", "debounce_s", "place_stop_s", "restart_s", "restore_bytes_per_s", "save_bytes_per_s", "checkpoint_interval_s", "plan_s", "provision_s", "provision_stall_s")
+    DETECT_S_FIELD_NUMBER: _ClassVar[int]
+    DEBOUNCE_S_FIELD_NUMBER: _ClassVar[int]
+    PLACE_STOP_S_FIELD_NUMBER: _ClassVar[int]
+    RESTART_S_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    SAVE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    PLAN_S_FIELD_NUMBER: _ClassVar[int]
+    PROVISION_S_FIELD_NUMBER: _ClassVar[int]
+    PROVISION_STALL_S_FIELD_NUMBER: _ClassVar[int]
+    detect_s: float
+    debounce_s: float
+    place_stop_s: float
+    restart_s: float
+    restore_bytes_per_s: float
+    save_bytes_per_s: float
+    checkpoint_interval_s: float
+    plan_s: float
+    provision_s: float
+    provision_stall_s: float
+    def __init__(self, detect_s: _Optional[float] = ..., debounce_s: _Optional[float] = ..., place_stop_s: _Optional[float] = ..., restart_s: _Optional[float] = ..., restore_bytes_per_s: _Optional[float] = ..., save_bytes_per_s: _Optional[float] = ..., checkpoint_interval_s: _Optional[float] = ..., plan_s: _Optional[float] = ..., provision_s: _Optional[float] = ..., provision_stall_s: _Optional[float] = ...) -> None: ...
 
 class ReplayStep(_message.Message):
     __slots__ = ("policy", "index", "start_s", "duration_s", "available_gpus", "gpus_used", "samples_per_s", "usd_per_hour", "replanned", "reconfigured", "reconfigure_s", "lost_samples", "samples", "usd", "plan")

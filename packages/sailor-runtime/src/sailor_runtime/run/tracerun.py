@@ -7,14 +7,15 @@ that gained GPUs, and stops workers of a type that lost some: gracefully (SIGTER
 leaves) or, for rows with ``preempted``, with a kill -9. The controller re-plans at each change,
 as it always does.
 
-The trace starts once the first state's workers train (``WARMUP_STEPS`` done). That warm-up is
-the calibration: it measures how long an agent takes to start and register (the replay's
-``provision_s`` for joins) and how much the ranks wait for a core (the profile's stretch, as
-``LocalRun.predict`` does). Then, before the trace's first change, the replay predicts the
-samples the run will have trained by the trace's end (policy ``every-change``: what the
-controller does; the first plan already running; the runtime's local reconfiguration figures,
-warm ranks), and at the end the run's progress (trained steps x global batch since the trace
-started) is compared with it.
+The trace starts once the first generation has trained through a calibration window
+(``run/calibrate.py``): it measures this machine's figures of the runtime's phases (the ranks'
+CPU stretch, wall seconds per step with checkpoint saves, restart and place times, an agent's
+start time and CPU seconds). Then, before the trace's first change, the replay predicts
+the samples the run will have trained by the trace's end (policy ``every-change``: what the
+controller does; the first plan already running; the reconfiguration model with those measured
+phases), and at the end the run's progress (trained steps x global batch since the trace
+started) is compared with it. The run's load (runnable processes) is sampled through every
+state, next to the calibration's: other work on the machine is what the prediction cannot know.
 """
 
 from __future__ import annotations
@@ -25,20 +26,21 @@ from dataclasses import dataclass, replace
 from sailor_planner.policies import EVERY_CHANGE
 from sailor_planner.reconfig import ReconfigModel
 from sailor_planner.replay import replay
+from sailor_planner.replayrequest import ReplayRequest
 from sailor_planner.request import SearchOptions
 from sailor_planner.sources import planner_for
 from sailor_planner.trace import AvailabilityTrace, TraceState
 
 from ..controller.state import ControllerState
 from ..errors import SailorRuntimeError
+from .calibrate import Calibration, Window, agent_cpu_seconds
 from .local import LocalRun, LocalRunConfig
 from .processes import start_worker
-from .profile import machine_profile
+from .profile import cores, machine_profile, rank_pids, runnable_now
 
-RESTART_WARM_S = 0.5
-"""Restart with the zygote's warm ranks (bench/reconfig_time.py, runtime README)."""
 WARMUP_STEPS = 5
-"""Steps the first generation trains before the trace starts (calibration, see above)."""
+"""Steps the first generation trains before the calibration window opens (its first steps are
+slower: caches, allocator)."""
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,21 @@ class TraceRunResult:
     """Training stopped for reconfigurations, replay (detect + debounce + plan + ... + restart)."""
     measured_reconfigure_s: float
     """The same in the run: detect + (change noticed -> first step of the new generation)."""
-    boot_s: float
-    """Agent start to registration, measured at the warm-up (the replay's provision_s)."""
-    stretch: float
-    """(run + run-queue wait) / run of the ranks during the warm-up (scales the profile)."""
+    calibration: Calibration
+    """This machine's figures measured before the trace (``run/calibrate.py``)."""
     per_state: tuple[tuple[float, float], ...] = ()
     """(predicted, measured) samples trained in each state of the trace."""
+    runnable: tuple[float, ...] = ()
+    """Mean runnable processes on the machine in each state (the calibration assumed
+    ``calibration.runnable``)."""
+
+    @property
+    def boot_s(self) -> float:
+        return self.calibration.boot_s
+
+    @property
+    def stretch(self) -> float:
+        return self.calibration.stretch
 
     @property
     def error(self) -> float:
@@ -72,7 +83,9 @@ class TraceRunResult:
     def to_dict(self) -> dict:
         return {
             **self.__dict__,
+            "calibration": self.calibration.to_dict(),
             "per_state": [list(p) for p in self.per_state],
+            "runnable": list(self.runnable),
             "error": self.error,
         }
 
@@ -107,38 +120,52 @@ def initial_types(state: TraceState) -> tuple[str, ...]:
     return tuple(p.gpu_type for p in state.inventory.pools for _ in range(p.count))
 
 
+NEVER_STEPS = 10**12
+"""The checkpoint interval, in steps, of a run that never checkpoints."""
+
+
 @dataclass(frozen=True)
 class Prediction:
     samples: float
     reconfigurations: int
     reconfigure_s: float
     iteration_s: float
-    boot_s: float
-    stretch: float
     per_state: tuple[float, ...]
 
 
-def predict(run: LocalRun, trace: AvailabilityTrace, boot_s: float) -> Prediction:
+def reconfig_model(run: LocalRun, cal: Calibration, iteration_s: float) -> ReconfigModel:
+    """The replay's reconfiguration model with this machine's measured phases."""
+    # Without checkpoints every change restarts from step 0: an interval longer than any trace.
+    every = run.cfg.checkpoint_every or NEVER_STEPS
+    checkpoint_interval_s = every * iteration_s
+    # Per checkpoint interval, what the warm-up's steps took beyond the simulator's iterations.
+    stall_s = max(1e-3, every * (cal.wall_step_s - iteration_s))
+    defaults = ReconfigModel()
+    return ReconfigModel(
+        debounce_s=run.cfg.debounce_s,
+        place_stop_s=cal.place_stop_s,
+        restart_s=cal.restart_s,
+        save_bytes_per_s=defaults.checkpoint_bytes(run.job) / stall_s,
+        checkpoint_interval_s=checkpoint_interval_s,
+        provision_s=cal.boot_s,
+        provision_stall_s=min(cal.boot_s, cal.provision_stall_s),
+    )
+
+
+def predict(run: LocalRun, trace: AvailabilityTrace, cal: Calibration) -> Prediction:
     """The replay's prediction for ``trace`` from now on, with the plan already running."""
-    stretch = run.cpu_share.slowdown
     folder = machine_profile(
-        run.cfg.run_dir, run.job, run.gpu_types, stretch, "profile-replay", run.cfg.workers
+        run.cfg.run_dir, run.job, run.gpu_types, cal.stretch, "profile-replay", run.cfg.workers
     )
     planner = planner_for(folder, None)
     first = planner.plan(run.job, trace.states[0].inventory, SearchOptions())
-    model = ReconfigModel(
-        debounce_s=run.cfg.debounce_s,
-        restart_s=RESTART_WARM_S if run.cfg.warm else ReconfigModel().restart_s,
-        checkpoint_interval_s=run.cfg.checkpoint_every * first.best.estimate.iteration_time_s,
-        provision_s=boot_s,
-    )
-    result = replay(planner, run.job, trace, SearchOptions(), model, (EVERY_CHANGE,), started=True)
-    s = result.summaries[0]
     iteration_s = first.best.estimate.iteration_time_s
+    model = reconfig_model(run, cal, iteration_s)
+    request = ReplayRequest(run.job, trace, reconfig=model, policies=(EVERY_CHANGE,), started=True)
+    result = replay(planner, request)
+    s = result.summaries[0]
     per_state = tuple(e.samples for e in result.events)
-    return Prediction(
-        s.samples, s.reconfigurations, s.reconfigure_s, iteration_s, boot_s, stretch, per_state
-    )
+    return Prediction(s.samples, s.reconfigurations, s.reconfigure_s, iteration_s, per_state)
 
 
 class TraceDriver:
@@ -148,12 +175,15 @@ class TraceDriver:
     def __init__(self, run: LocalRun, trace: AvailabilityTrace) -> None:
         self.run, self.trace = run, trace
         self.launched = time.monotonic()
+        self.window: Window | None = None
+        self.calibration: Calibration | None = None
         self.start: float | None = None
         self.start_step = 0
         self.prediction: Prediction | None = None
         self.applied = 0
         self.ended_step: int | None = None
         self.boundaries: list[int] = []  # trained step at each state's start, and at the end
+        self.runnable: list[list[float]] = []  # load samples per state
 
     def __call__(self, run: LocalRun) -> None:
         now = time.monotonic()
@@ -165,24 +195,49 @@ class TraceDriver:
             self.ended_step = run.trained_step()
             self.boundaries.append(self.ended_step)
             raise _TraceEnded
+        self.runnable[self.applied].append(runnable_now())
         index = max(i for i, s in enumerate(self.trace.states) if s.start_s <= t)
         while self.applied < index:
             self.applied += 1
             self.boundaries.append(run.trained_step())
+            self.runnable.append([])
             self._apply(self.trace.states[self.applied])
 
     def _warm_up(self, run: LocalRun, now: float) -> None:
+        """Train WARMUP_STEPS, then the calibration window; then predict and start the trace."""
         c = run.controller
         if c.state != ControllerState.RUNNING or not c.reconfigurations:
             return
-        share = run.cpu_share  # sampled by LocalRun while the generation trains
-        measured = any(share.last[p][0] > share.first[p][0] for p in share.last)
-        if run.trained_step() < WARMUP_STEPS or not measured:
+        if not c.reconfigurations[0].resumed or not run.cpu_share.last:
             return
-        boot_s = c.reconfigurations[0].noticed_at - self.launched
-        self.prediction = predict(run, self.trace, boot_s)
+        step = run.trained_step()
+        if self.window is None:
+            if step >= WARMUP_STEPS:
+                self.window = Window(now, step, run.cpu_share)
+            return
+        self.window.runnable.append(runnable_now())
+        if not self.window.long_enough(now, step, run.cfg.checkpoint_every):
+            return
+        self.calibration = self._calibrate(run, now, step)
+        self.prediction = predict(run, self.trace, self.calibration)
         self.start, self.start_step = time.monotonic(), run.trained_step()
-        self.boundaries = [self.start_step]
+        self.boundaries, self.runnable = [self.start_step], [[]]
+
+    def _calibrate(self, run: LocalRun, now: float, step: int) -> Calibration:
+        first = run.controller.reconfigurations[0]
+        ranks = set(rank_pids({w.pid for w in run.workers}, run.controller.generation).values())
+        window = self.window
+        return Calibration(
+            stretch=window.stretch(run.cpu_share),
+            wall_step_s=window.wall_step_s(now, step),
+            restart_s=first.phases.get("restart", 0.0),
+            place_stop_s=first.phases.get("place", 0.0) + first.phases.get("stop", 0.0),
+            boot_s=first.noticed_at - self.launched,
+            # The least busy agent's start: idle since, so its CPU is (almost) all start-up.
+            boot_cpu_s=min(agent_cpu_seconds(w.pid, ranks) for w in run.workers),
+            runnable=window.mean_runnable(),
+            cores=cores(),
+        )
 
     def _alive(self, gpu_type: str):
         return [w for w in self.run.workers if w.gpu_type == gpu_type and w.popen.poll() is None]
@@ -212,6 +267,10 @@ class TraceDriver:
         self.run.events.append(
             {"event": event, "worker": worker, "at": time.monotonic(), "step": self.run.step}
         )
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
 
 
 def _median_step_s(run: LocalRun, after_step: int) -> float:
@@ -261,8 +320,8 @@ def run_trace(cfg: LocalRunConfig, trace: AvailabilityTrace, time_scale: float) 
                 r.phases.get("detect", 0.0) + max(0.0, r.resumed_at - r.noticed_at) for r in recs
             ),
             measured_iteration_s=_median_step_s(run, driver.start_step),
-            boot_s=p.boot_s,
-            stretch=p.stretch,
+            calibration=driver.calibration,
+            runnable=tuple(_mean(r) for r in driver.runnable),
             per_state=tuple(
                 (predicted, (b - a) * run.job.global_batch_size)
                 for predicted, a, b in zip(
