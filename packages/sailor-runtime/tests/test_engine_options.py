@@ -82,7 +82,7 @@ def _losses(root: Path, name: str) -> torch.Tensor:
 
 def _weights(root: Path, name: str) -> dict[str, torch.Tensor]:
     path, _ = ckpt.latest(root / name / "ckpt")
-    return ckpt.read_full(path)
+    return {k: t for k, t in ckpt.read_full(path).items() if "/opt_step/" not in k}
 
 
 def _close(got, want, rtol):

@@ -253,7 +253,16 @@ def read_manifest(path: Path) -> dict | None:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict):
+        return None
+    if manifest.get("format") != FORMAT:
+        log.warning(
+            "checkpoint %s skipped: its format is %r, this engine reads %r (a checkpoint "
+            "written before torch.distributed.checkpoint); trying the next older one",
+            path,
+            manifest.get("format"),
+            FORMAT,
+        )
         return None
     files = manifest.get("files")
     problem = "its manifest lists no files" if not isinstance(files, dict) or not files else None
