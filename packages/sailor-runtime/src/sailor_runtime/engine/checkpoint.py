@@ -86,6 +86,12 @@ class TPLayout:
         self.mesh = None
         if tp_group is not None and dist.get_world_size(tp_group) > 1:
             self.mesh = DeviceMesh.from_group(tp_group, "cpu")
+            # DTensor's first use imports TorchDynamo (1-3 s): pay it at start-up, not in the
+            # pause of the first save.
+            size = self.mesh.size()
+            DTensor.from_local(
+                torch.zeros(1), self.mesh, [Shard(0)], run_check=False, shape=(size,), stride=(1,)
+            )
 
     def as_global(self, local: torch.Tensor, param: torch.Tensor):
         """``local`` (a CPU shard laid out like ``param``) as DCP should see it: a DTensor
