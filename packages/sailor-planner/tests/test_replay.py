@@ -172,3 +172,27 @@ def test_a_join_waits_for_the_nodes_to_boot_and_a_running_start_is_free(tmp_path
     trained = [s for s in [*first.segments, *old] if s.kind in ("train", "checkpoint")]
     last_ckpt = max(s.end_s for s in trained if s.kind == "checkpoint")
     assert join.lost_samples == pytest.approx(first.samples_per_s * (4200 - last_ckpt))
+
+
+def test_a_state_held_open_for_centuries_replays_at_once_with_exact_totals(tmp_path, planner):
+    """The last state held open for ~3e8 years (hostile input over the Replay RPC) is integrated
+    in closed form, not one step per checkpoint; samples and dollars equal the step-by-step
+    sums over a shorter horizon scaled by the cycles."""
+    short, long_ = 10 * 1000.0, 1e16
+    results = {}
+    for hold in (short, long_):
+        path = trace_file(tmp_path, [f"0,{A100},8,,"], name=f"h{hold:.0f}.csv")
+        results[hold] = replay(
+            planner, JOB, read_trace(path, hold_last_s=hold), SearchOptions(), MODEL,
+            policies=("static",),
+        )  # fmt: skip
+    per_second = {
+        h: r.summaries[0].samples / h for h, r in results.items()
+    }  # both start with the same downtime; over the long horizon it vanishes
+    save = MODEL.save_s(JOB)
+    steady = results[short].events[0].samples_per_s * 1000.0 / (1000.0 + save)
+    assert per_second[long_] == pytest.approx(steady, rel=1e-6)
+    segments = results[long_].timeline("static")
+    assert len(segments) < 20
+    trained = sum(s.samples_per_s * (s.end_s - s.start_s) for s in segments)
+    assert results[long_].summaries[0].samples == pytest.approx(trained)

@@ -15,6 +15,7 @@ streams them); ``replay`` collects them with a ``PolicySummary`` per policy and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -187,19 +188,42 @@ class _Run:
         idle_cost = self.usd_per_hour(state, training=False)
         train_cost = self.usd_per_hour(state, training=True)
         save_s, samples = self.model.save_s(self.job), 0.0
+        interval = self.model.checkpoint_interval_s
         while t < end - 1e-9:
-            step = min(self.model.checkpoint_interval_s - self.since_ckpt_s, end - t)
+            if self.since_ckpt_s == 0.0:
+                t, done = self._whole_cycles(t, end, save_s, (train_cost, idle_cost), segments)
+                samples += done
+            step = min(interval - self.since_ckpt_s, end - t)
             segments.append(Segment(t, t + step, "train", rate, train_cost, gpus))
             samples += rate * step
             self.since_ckpt_s += step
             self.since_ckpt_samples += rate * step
             t += step
-            if self.since_ckpt_s >= self.model.checkpoint_interval_s - 1e-9:
+            if self.since_ckpt_s >= interval - 1e-9:
                 stall = min(save_s, end - t)  # a save cut short by the state's end is not counted
                 segments.append(Segment(t, t + stall, "checkpoint", 0.0, idle_cost, gpus))
                 t += stall
                 self.since_ckpt_s, self.since_ckpt_samples = 0.0, 0.0
         return samples
+
+    def _whole_cycles(
+        self, t: float, end: float, save_s: float, costs: tuple[float, float], segments
+    ) -> tuple[float, float]:
+        """Whole (train, checkpoint) cycles but the last, from a fresh checkpoint, in closed
+        form: a state may last years (a trace's last state held open), and a loop would take
+        one step per checkpoint. They become one "train" segment at the cycles' mean rate and
+        $/h (samples and dollars exact; a plot shows the mean). Returns (t, samples)."""
+        interval = self.model.checkpoint_interval_s
+        period = interval + save_s
+        cycles = math.floor((end - t) / period) - 1  # the last runs step by step
+        if cycles < 2:
+            return t, 0.0
+        rate, gpus = self.plan.estimate.samples_per_s, self.plan.plan.num_gpus
+        train_cost, idle_cost = costs
+        usd = (train_cost * interval + idle_cost * save_s) / period
+        span = cycles * period
+        segments.append(Segment(t, t + span, "train", rate * interval / period, usd, gpus))
+        return t + span, rate * interval * cycles
 
     def reconfigure(self, plan: RankedPlan | None, search_s: float, noticed_late: bool) -> float:
         """Switch to ``plan`` now; returns the work lost (samples since the last checkpoint)."""
