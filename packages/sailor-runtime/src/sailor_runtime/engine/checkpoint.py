@@ -40,6 +40,7 @@ import shutil
 import threading
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -71,10 +72,12 @@ def key(layer_id: int, kind: str, name: str) -> str:
     return f"layer_{layer_id:03d}/{kind}/{name}"
 
 
-def checkpoint_group():
+def checkpoint_group(timeout_s: float | None = None):
     """A gloo group of the whole world for DCP's own collectives (the background save thread
-    must not share a communicator with training). Collective: every rank calls it once."""
-    return dist.new_group(backend="gloo")
+    must not share a communicator with training), with the job's collective timeout.
+    Collective: every rank calls it once."""
+    timeout = timedelta(seconds=timeout_s) if timeout_s else None
+    return dist.new_group(backend="gloo", timeout=timeout)
 
 
 class TPLayout:
