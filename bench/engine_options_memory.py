@@ -6,18 +6,17 @@ tiny-llama (RMSNorm, RoPE, SwiGLU, GQA), global batch 8, sequence 128, trained b
 (gloo ranks, ``launch_many``). Each case runs 2 steps; step 2 (AdamW states exist) is measured
 on every rank with ``engine.memprobe``: the tensor bytes alive at its start (weights, gradients,
 optimizer states) plus the allocator's running peak during the step (torch profiler memory
-events). The simulator's side is its memory terms without the framework overhead
-(``sailor_sim.memory.memory_terms``, ``ModelSpec.stash_terms``), for the same plan and option.
+events). The simulator's side is ``Simulator.replica_memory`` without the framework overhead,
+for the same plan and the same options (mapped as ``sailor run`` maps them).
 
 Saving = peak(baseline) - peak(with the option), per rank. Gap = |measured - predicted| /
-|predicted|. Exit 1 when a run fails, when the simulator has no term for an option (missing
-data), or when a gap exceeds ``--bar``.
+|predicted|. Exit 1 when a run fails or when a gap exceeds ``--bar``.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 import json
 import sys
 import tempfile
@@ -25,10 +24,9 @@ from pathlib import Path
 
 from sailor_runtime.engine import launch_many
 from sailor_runtime.engine.examples import R
-from sailor_sim import memory
-from sailor_sim.gpus import get_gpu
+from sailor_runtime.run.local import sim_options
+from sailor_sim import Simulator
 from sailor_sim.job import Job
-from sailor_sim.model import ModelSpec
 from sailor_sim.plan import Plan, Stage
 
 JOB = Job.create("tiny-llama", 8, 128)
@@ -39,11 +37,19 @@ DP2 = Plan((Stage(0, 7, (R(1, 4, 1), R(1, 4, 1))),))
 # name -> (plan, options, baseline case, what the option is)
 CASES: dict[str, tuple[Plan, dict, str | None, str]] = {
     "base": (ONE, {}, None, "fp32, SDPA, no recompute, 1 x mbs 8"),
-    "math_attention": (ONE, {"flash_attention": False}, None,
-                       "explicit attention (baseline of SDPA)"),
+    "math_attention": (
+        ONE,
+        {"flash_attention": False},
+        None,
+        "explicit attention (baseline of SDPA)",
+    ),
     "sdpa": (ONE, {}, "math_attention", "SDPA instead of the explicit math"),
-    "recompute_selective": (ONE, {"recompute": "selective"}, "math_attention",
-                            "selective recompute (math attention)"),
+    "recompute_selective": (
+        ONE,
+        {"recompute": "selective"},
+        "math_attention",
+        "selective recompute (math attention)",
+    ),
     "recompute_full": (ONE, {"recompute": "full"}, "base", "full recompute"),
     "bf16": (ONE, {"precision": "bf16"}, "base", "bf16 autocast, fp32 master"),
     "grad_accumulation": (ACCUM, {}, "base", "4 x mbs 2 instead of 1 x mbs 8"),
@@ -52,50 +58,40 @@ CASES: dict[str, tuple[Plan, dict, str | None, str]] = {
 }
 
 
-def _supports(fn, name: str) -> bool:
-    return name in inspect.signature(fn).parameters
-
-
-def predicted(plan: Plan, opts: dict) -> dict[str, int] | str:
-    """The simulator's tensor terms (no framework overhead) of rank 0, or why it has none."""
-    spec: ModelSpec = JOB.model
-    rep, stage = plan.stages[0].replicas[0], plan.stages[0]
-    dtype = opts.get("precision", "fp32")
-    kw = {"flash_attention": opts.get("flash_attention", True)}
-    if opts.get("recompute", "none") != "none":
-        if not _supports(spec.stash_terms, "recompute"):
-            return "the simulator has no recompute term (ModelSpec.stash_terms)"
-        kw["recompute"] = opts["recompute"]
-    act = sum(spec.activation_stash_bytes(lid, rep.microbatch_size, JOB.sequence_length,
-                                          dtype, rep.tp, **kw)
-              for lid in range(stage.first_layer, stage.last_layer + 1))
-    extra = {}
-    if opts.get("zero_stage"):
-        if not _supports(memory.memory_terms, "zero_stage"):
-            return "the simulator has no ZeRO term (memory.memory_terms)"
-        extra = {"zero_stage": opts["zero_stage"], "dp": len(stage.replicas)}
-    params = sum(spec.params(lid, rep.tp) for lid in range(stage.first_layer,
-                                                           stage.last_layer + 1))
-    terms = memory.memory_terms(
-        gpu=get_gpu("CPU"), dtype=dtype, optimizer=JOB.optimizer, params=params,
-        activation_per_microbatch=act,
-        in_flight_microbatches=memory.in_flight(0, 1, rep.num_microbatches),
-        transient=memory.transient_bytes(spec, stage.last_layer, rep.microbatch_size,
-                                         JOB.sequence_length, dtype, rep.tp),
-        p2p_buffer=0, communicators=0, **extra)
+def predicted(plan: Plan, opts: dict) -> dict[str, int]:
+    """The simulator's memory terms of rank 0 (``Simulator.replica_memory``) for the job with
+    the engine's options as the simulator's (``run.local.sim_options``: the same mapping
+    ``sailor run`` predicts with), without the framework overhead (a CUDA-context figure)."""
+    job = dataclasses.replace(
+        JOB, dtype=opts.get("precision") or JOB.dtype, options=sim_options(opts)
+    )
+    stage, rep = plan.stages[0], plan.stages[0].replicas[0]
+    terms = Simulator().replica_memory(
+        job, stage.first_layer, stage.last_layer, "CPU", rep.tp, rep.microbatch_size, 0, 1,
+        rep.num_microbatches, len(stage.replicas),
+    )  # fmt: skip
     terms.pop("framework")
     return terms
 
 
 def run_all(root: Path) -> dict[str, dict]:
-    runs = [{"job": JOB.to_dict(), "plan": plan.to_dict(), "steps": 2, "options": opts,
-             "memory_probe_step": 2, "metrics": str(root / f"{name}.jsonl")}
-            for name, (plan, opts, _, _) in CASES.items()]
+    runs = [
+        {
+            "job": JOB.to_dict(),
+            "plan": plan.to_dict(),
+            "steps": 2,
+            "options": opts,
+            "memory_probe_step": 2,
+            "metrics": str(root / f"{name}.jsonl"),
+        }
+        for name, (plan, opts, _, _) in CASES.items()
+    ]
     if launch_many(runs, log_dir=root / "logs"):
         print((root / "logs" / "ranks.log").read_text()[-4000:], file=sys.stderr)
         raise SystemExit(1)
-    return {name: json.loads((root / f"{name}.jsonl.rank0.memory.json").read_text())
-            for name in CASES}
+    return {
+        name: json.loads((root / f"{name}.jsonl.rank0.memory.json").read_text()) for name in CASES
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,23 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     pred = {name: predicted(plan, opts) for name, (plan, opts, _, _) in CASES.items()}
     MB = 1e6
     print("tiny-llama, gbs 8, seq 128, CPU; tensor bytes of rank 0 at step 2 (MB)")
-    print(f"{'case':20} {'measured peak':>13} {'sim peak':>9} {'saving meas':>11} "
-          f"{'saving sim':>10} {'gap':>6}  option")
+    print(
+        f"{'case':20} {'measured peak':>13} {'sim peak':>9} {'saving meas':>11} "
+        f"{'saving sim':>10} {'gap':>6}  option"
+    )
     failed = []
     for name, (_, _, base, what) in CASES.items():
         m = measured[name]["peak"]
         sim = pred[name]
-        sim_peak = f"{sum(sim.values()) / MB:9.2f}" if isinstance(sim, dict) else f"{'-':>9}"
+        sim_peak = f"{sum(sim.values()) / MB:9.2f}"
         row = f"{name:20} {m / MB:13.2f} {sim_peak}"
         if base is None:
             print(f"{row} {'':>11} {'':>10} {'':>6}  {what}")
             continue
         saving = measured[base]["peak"] - m
-        if not isinstance(sim, dict) or not isinstance(pred[base], dict):
-            reason = sim if isinstance(sim, str) else pred[base]
-            print(f"{row} {saving / MB:11.2f} {'-':>10} {'-':>6}  {what}: MISSING ({reason})")
-            failed.append(f"{name}: {reason}")
-            continue
         want = sum(pred[base].values()) - sum(sim.values())
         gap = abs(saving - want) / max(abs(want), 1)
         mark = "" if gap <= a.bar else f"  > bar {a.bar:.0%}"

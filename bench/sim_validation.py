@@ -28,6 +28,7 @@ from pathlib import Path
 
 from sailor_sim import Job, Simulator, read_sailor_plan, timing
 from sailor_sim.memory import FRAMEWORK_OVERHEAD
+from sailor_sim.options import ORIGINAL_SAILOR_RUNS
 
 GiB = 1024**3
 EFFICIENCY_GRID = [round(0.2 + 0.05 * i, 2) for i in range(13)]
@@ -58,8 +59,9 @@ def reference_root() -> Path:
 
 
 def validation_job(rec) -> Job:
-    """The job every GH200 run trained: OPT-350, sequence 2048, fp32, Adam."""
-    return Job.create("OPT-350", rec.global_batch_size, 2048, "fp32", "adam")
+    """The job every GH200 run trained: OPT-350, sequence 2048, fp32, Adam, on
+    Megatron-DeepSpeed (TP ranks send whole stage-boundary tensors: ORIGINAL_SAILOR_RUNS)."""
+    return Job.create("OPT-350", rec.global_batch_size, 2048, "fp32", "adam", ORIGINAL_SAILOR_RUNS)
 
 
 def main(argv: list[str] | None = None) -> int:

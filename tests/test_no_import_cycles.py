@@ -12,15 +12,7 @@ import pytest
 PACKAGES = sorted((Path(__file__).resolve().parents[1] / "packages").glob("*/src/*"))
 GENERATED = "proto"
 """protoc's modules import each other by design and are checked by test_proto_fresh."""
-KNOWN_CYCLES = {
-    # simcore (issue 12, "one Simulator") removes this one.
-    ("sailor_sim.compose", "sailor_sim.simulator"),
-    # Lazy imports between the model catalog, its data file reader and the HF config reader
-    # (each builds ModelSpec, model.get_model calls each): ModelSpec in a module of its own
-    # would cut both.
-    ("sailor_sim.model", "sailor_sim.catalog_data"),
-    ("sailor_sim.model", "sailor_sim.hf_config"),
-}
+KNOWN_CYCLES: set[tuple[str, str]] = set()
 """Import edges of known cycles, each with what removes it. Delete an entry when its cycle goes;
 the test below fails once an entry's import no longer exists, so none rots."""
 

@@ -55,27 +55,18 @@ def test_planner_estimate_equals_sailor_sim_simulate(tmp_path, extra) -> None:
         "--json",
         *extra,
     )
+    # The job with the execution options the planner chose for this plan (it reports them).
+    job = {"model": "OPT-350M", "global_batch_size": 1024, "sequence_length": 2048,
+           "dtype": "fp32", "options": planned["options"]}  # fmt: skip
     plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(planned["plan"]))
+    plan_file.write_text(json.dumps({"job": job, "plan": planned["plan"]}))
     simulated = _run(
-        str(BIN / "sailor-sim"),
-        "simulate",
-        str(plan_file),
-        "--sailor-root",
-        str(SAILOR_ROOT),
-        "--model",
-        "OPT-350M",
-        "--gbs",
-        "1024",
-        "--seq",
-        "2048",
-        "--dtype",
-        "fp32",
+        str(BIN / "sailor-sim"), "simulate", str(plan_file), "--sailor-root", str(SAILOR_ROOT),
         "--json",
-    )
+    )  # fmt: skip
     # simulate --json is Estimate.to_dict() plus throughput, provenance, cost_by_provider, plan
     assert {k: simulated[k] for k in planned["estimate"]} == planned["estimate"]
     assert set(simulated) - set(planned["estimate"]) <= {
-        "throughput", "provenance", "cost_by_provider", "plan"
+        "throughput", "provenance", "cost_by_provider", "plan", "job"
     }  # fmt: skip
     assert planned["estimate"]["fits"]

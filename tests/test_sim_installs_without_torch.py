@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -48,3 +49,38 @@ def test_sim_installs_and_imports_without_torch(tmp_path: Path) -> None:
     find_torch = "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
     no_torch = run(python, "-c", find_torch)
     assert no_torch.returncode == 0, "torch is importable in a venv with only sailor-sim installed"
+
+    # The capacity planner's question, in one command of the torch-free install: LLaMA-3.1-8B
+    # from its config.json on 8 H100, bf16, FSDP, selective recompute, seq 8192.
+    config = tmp_path / "Llama-3.1-8B" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(LLAMA_31_8B_CONFIG))
+    answer = run(
+        str(venv / "bin" / "sailor-sim"), "simulate", "--model", str(config), "--gpu", "H100-80",
+        "--dp", "8", "--gbs", "64", "--seq", "8192", "--dtype", "bf16", "--zero", "zero3",
+        "--recompute", "selective", "--compare", "gcp,aws", "--json",
+    )  # fmt: skip
+    assert answer.returncode == 0, answer.stderr
+    out = json.loads(answer.stdout)
+    assert out["fits"] and out["job"]["options"]["zero"] == "zero3"
+    assert out["throughput"]["tokens_per_s_per_gpu"] > 0 and 0 < out["throughput"]["mfu"] < 1
+    providers = {row["provider"]: row for row in out["cost_by_provider"]}
+    assert providers["gcp"]["usd_per_hour"] > 0 and providers["aws"]["usd_per_hour"] > 0
+
+
+LLAMA_31_8B_CONFIG = {  # meta-llama/Llama-3.1-8B config.json (the fields the reader uses)
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}

@@ -31,14 +31,18 @@ def _candidates(job: Job, gpus: tuple[str, ...]):
 
 
 @pytest.mark.parametrize(
-    "model,gbs,gpus",
+    "model,gbs,gpus,options",
     [
-        ("OPT-350M", 64, ("GH-96", "V100-16", "A100-40")),
-        ("GPT-Neo-2.7B", 32, ("GH-96", "A100-40", "V100-16")),
+        ("OPT-350M", 64, ("GH-96", "V100-16", "A100-40"), None),
+        ("GPT-Neo-2.7B", 32, ("GH-96", "A100-40", "V100-16"), None),
+        # execution options move both the verdict and the search's tables
+        ("GPT-Neo-2.7B", 32, ("GH-96", "A100-40", "V100-16"), {"zero": "zero1"}),
+        ("GPT-Neo-2.7B", 64, ("GH-96", "A100-40"), {"recompute": "full", "zero": "zero2"}),
+        ("GPT-Neo-2.7B", 64, ("GH-96", "A100-40"), {"recompute": "selective"}),
     ],
 )
-def test_scorer_memory_verdict_equals_estimate_fits(sim, model, gbs, gpus) -> None:
-    job = Job.create(model, gbs, 2048)
+def test_scorer_memory_verdict_equals_estimate_fits(sim, model, gbs, gpus, options) -> None:
+    job = Job.create(model, gbs, 2048, options=options)
     cv, scorer, _ = Planner(sim)._state(job)
     verdicts, head_only = [], 0
     for shape, groups, loads in _candidates(job, gpus):

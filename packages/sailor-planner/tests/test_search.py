@@ -1,6 +1,5 @@
 """The planner against exhaustive enumeration, its constraints, and the simulator's verdict."""
 
-
 import pytest
 
 from sailor_planner.errors import NoFeasiblePlanError
@@ -147,13 +146,18 @@ def test_replan_reuses_tables_and_respects_new_availability(sim) -> None:
 
 def test_pareto_frontier_trades_cost_for_throughput(planner) -> None:
     job = Job.create("OPT-350M", 512, 2048)
-    inventory = Inventory.parse(["A100-40@us-central1-a=32", "V100-16@us-central1-a=32"])
+    # Two regions: spanning them buys throughput at a price. (With 32 A100-40 in one zone,
+    # DP 32 over NVLink-connected 8-GPU nodes is both the cheapest and the fastest plan: a
+    # frontier of one point.)
+    inventory = Inventory.parse(
+        ["A100-40@us-central1-a=16", "A100-40@us-west1-b=16", "V100-16@us-central1-a=32"]
+    )
     result = planner.plan(job, inventory, SearchOptions(pareto_points=8))
     points = [
         (r.estimate.cost_per_iteration_usd, r.estimate.throughput_iters_per_s)
         for r in result.pareto
     ]
-    assert len(points) >= 3
+    assert len(points) >= 2  # a trade exists (3 before same-zone links used the fabric's rate)
     assert points == sorted(points)  # cheaper first, and each dearer point is faster
     assert all(b[1] > a[1] for a, b in zip(points, points[1:], strict=False))
     best = result.best.estimate

@@ -20,10 +20,29 @@ MODEL = "tiny-gpt"
 @pytest.fixture(scope="module")
 def profile_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny-profile")
-    result = CliRunner().invoke(app, [
-        "compute", "--model", MODEL, "--device", "cpu", "--mbs", "1,2,4", "--tp", "1,2",
-        "--warmup", "1", "--reps", "3", "--threads", "1", "--out", str(out), "--json",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "compute",
+            "--model",
+            MODEL,
+            "--device",
+            "cpu",
+            "--mbs",
+            "1,2,4",
+            "--tp",
+            "1,2",
+            "--warmup",
+            "1",
+            "--reps",
+            "3",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -98,8 +117,11 @@ def test_simulator_simulates_a_plan_with_the_profile(profile_dir, tp, pp):
     assert estimate.iteration_time_s > 0 and estimate.fits
     assert estimate.sources == ("measured",)
     first_stage = sim.stage_time(job, 0, 3, "CPU", tp, 2)
-    entry = next(e for e in read_profile_file(profile_dir / "tiny-gpt__CPU__fp32__s128.json")
-                 if (e.key.microbatch_size, e.key.tp) == (2, tp))
+    entry = next(
+        e
+        for e in read_profile_file(profile_dir / "tiny-gpt__CPU__fp32__s128.json")
+        if (e.key.microbatch_size, e.key.tp) == (2, tp)
+    )
     assert first_stage.forward_s == pytest.approx(sum(x.forward_s for x in entry.layers[:4]))
 
 

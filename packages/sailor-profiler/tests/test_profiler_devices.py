@@ -11,21 +11,24 @@ from sailor_profiler.launch import threads_per_rank
 from sailor_profiler.provenance import cuda_name_to_gpu_type, gpu_type_for
 
 
-@pytest.mark.parametrize("name,gpu", [
-    ("NVIDIA H100 80GB HBM3", "H100-80"),
-    ("NVIDIA H200", "H200"),
-    ("NVIDIA GH200 480GB", "GH-96"),
-    ("NVIDIA A100-SXM4-80GB", "A100-80"),
-    ("NVIDIA A100-SXM4-40GB", "A100-40"),
-    ("NVIDIA A100-PCIE-40GB", "A100-40"),
-    ("Tesla V100-SXM2-16GB", "V100-16"),
-    ("Tesla T4", "T4"),
-    ("NVIDIA L4", "L4"),
-    ("NVIDIA L40S", None),
-    ("NVIDIA GeForce RTX 3090", "RTX-3090"),
-    ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080"),
-    ("NVIDIA TITAN RTX", "Titan-RTX"),
-])
+@pytest.mark.parametrize(
+    "name,gpu",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100-80"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA GH200 480GB", "GH-96"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40"),
+        ("NVIDIA A100-PCIE-40GB", "A100-40"),
+        ("Tesla V100-SXM2-16GB", "V100-16"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", None),
+        ("NVIDIA GeForce RTX 3090", "RTX-3090"),
+        ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080"),
+        ("NVIDIA TITAN RTX", "Titan-RTX"),
+    ],
+)
 def test_cuda_device_names_map_to_catalog_types(name, gpu):
     assert cuda_name_to_gpu_type(name) == gpu
 

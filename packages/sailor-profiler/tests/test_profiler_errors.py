@@ -53,11 +53,11 @@ def test_bad_sweep_values(tmp_path):
     assert_one_line_error(compute(tmp_path, "--mbs", "0"), "mbs")
     assert_one_line_error(compute(tmp_path, "--dtype", "fp8"), "dtype")
     assert_one_line_error(compute(tmp_path, "--seq", "4096"), "seq")
-    assert_one_line_error(run(["network", "--max-bytes", "lots", "--out", str(tmp_path)]),
-                          "max_bytes")
+    assert_one_line_error(
+        run(["network", "--max-bytes", "lots", "--out", str(tmp_path)]), "max_bytes"
+    )
     assert_one_line_error(run(["network", "--procs", "1", "--out", str(tmp_path)]), "procs")
-    assert_one_line_error(run(["network", "--busy-ms", "-5", "--out", str(tmp_path)]),
-                          "busy_ms")
+    assert_one_line_error(run(["network", "--busy-ms", "-5", "--out", str(tmp_path)]), "busy_ms")
 
 
 def test_corrupt_profile_folder_to_merge(tmp_path):
@@ -65,8 +65,9 @@ def test_corrupt_profile_folder_to_merge(tmp_path):
     good.mkdir()
     (good / "x.json").write_text('{"format": "sailor-profile/1", "model": "tiny-gpt", "gpu')
     assert_one_line_error(run(["merge", str(good), "--out", str(tmp_path / "m")]), "profile")
-    assert_one_line_error(run(["merge", str(tmp_path / "missing"), "--out", str(tmp_path / "m")]),
-                          "not a folder")
+    assert_one_line_error(
+        run(["merge", str(tmp_path / "missing"), "--out", str(tmp_path / "m")]), "not a folder"
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     assert_one_line_error(run(["merge", str(empty), "--out", str(tmp_path / "m")]), "no profile")
@@ -85,7 +86,11 @@ def test_output_that_is_a_file(tmp_path):
 
 
 def test_compute_under_torchrun_is_refused(tmp_path, monkeypatch):
-    for key, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"),
-                       ("MASTER_PORT", "1")):
+    for key, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "1"),
+    ):
         monkeypatch.setenv(key, value)
     assert_one_line_error(compute(tmp_path), "launch", "torchrun")

@@ -10,8 +10,9 @@ from sailor_sim import get_model
 
 def test_blocks_are_copied_with_a_note_and_exact_parameters():
     spec = get_model("tiny-llama")
-    cfg = ComputeConfig("tiny-llama", DeviceSpec("cpu"), mbs=(1, 2), seq_len=32, warmup=0,
-                        reps=1, blocks=2)
+    cfg = ComputeConfig(
+        "tiny-llama", DeviceSpec("cpu"), mbs=(1, 2), seq_len=32, warmup=0, reps=1, blocks=2
+    )
     rows = profile_rank(cfg)
     assert [r.layer_id for r in rows if r.mbs == 1] == list(range(spec.num_layer_ids))
     for r in rows:

@@ -22,27 +22,41 @@ SAILOR_ROOT = REFERENCE / "sailor-artifacts"
 
 def entry(mbs: int, tp: int, fwd: float, source: str, model: str = "tiny-gpt") -> ProfileEntry:
     spec = get_model(model)
-    layers = tuple(LayerProfile(fwd, 2 * fwd, fwd / 10, 1000 * mbs)
-                   for _ in range(spec.num_layer_ids))
+    layers = tuple(
+        LayerProfile(fwd, 2 * fwd, fwd / 10, 1000 * mbs) for _ in range(spec.num_layer_ids)
+    )
     return ProfileEntry(ProfileKey(spec.name, "CPU", "fp32", mbs, tp), 128, layers, source)
 
 
 def record(e: ProfileEntry, status="ok", date="2026-01-01T00:00:00Z") -> Record:
     k = e.key
-    return Record(k.model, k.gpu_type, k.dtype, e.sequence_length, k.microbatch_size, k.tp,
-                  status, e.source, provenance={"date": date})
+    return Record(
+        k.model,
+        k.gpu_type,
+        k.dtype,
+        e.sequence_length,
+        k.microbatch_size,
+        k.tp,
+        status,
+        e.source,
+        provenance={"date": date},
+    )
 
 
 def folder(path: Path, entries, records=None) -> Path:
-    update_folder(path, list(entries), records if records is not None
-                  else [record(e) for e in entries])
+    update_folder(
+        path, list(entries), records if records is not None else [record(e) for e in entries]
+    )
     return path
 
 
 def merged_fwd(path: Path, mbs: int, tp: int = 1) -> float:
     store = read_folder(path).store
-    return next(e for e in store.entries()
-                if (e.key.microbatch_size, e.key.tp) == (mbs, tp)).layers[0].forward_s
+    return (
+        next(e for e in store.entries() if (e.key.microbatch_size, e.key.tp) == (mbs, tp))
+        .layers[0]
+        .forward_s
+    )
 
 
 def test_measured_wins_over_imported_and_analytic_in_any_order(tmp_path):
@@ -91,10 +105,22 @@ def test_compute_records_sizes_that_do_not_fit(tmp_path):
     intra = {"gpu_type": "CPU", "count": 2, "max_bandwidth": 1e9, "latency_s": 1e-4}
     network = {"format": "sailor-network/1", "links": [], "intra_node": [intra]}
     (out / "links.json").write_text(json.dumps(network))
-    result = CliRunner().invoke(app, [
-        "compute", "--model", "tiny-gpt", "--mbs", "1,4", "--out", str(out),
-        "--memory-limit-gb", "0.000001", "--no-plot", "--json",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "compute",
+            "--model",
+            "tiny-gpt",
+            "--mbs",
+            "1,4",
+            "--out",
+            str(out),
+            "--memory-limit-gb",
+            "0.000001",
+            "--no-plot",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "profiler" / "provenance.json").read_text())
     assert [(r["microbatch_size"], r["status"]) for r in doc["records"]] == [(1, "oom"), (4, "oom")]
@@ -102,14 +128,15 @@ def test_compute_records_sizes_that_do_not_fit(tmp_path):
     (profile,) = [p for p in out.glob("*.json") if p.name != "links.json"]
     entries = json.loads(profile.read_text())["entries"]  # ...in the profile file itself
     assert [(e["microbatch_size"], e["status"], e["layers"]) for e in entries] == [
-        (1, "oom", []), (4, "oom", [])]
+        (1, "oom", []),
+        (4, "oom", []),
+    ]
     assert all(e["provenance"]["torch"] and e["provenance"]["date"] for e in entries)
     sim = Simulator.from_profile_dir(out)
     assert sim.network.intra_node("CPU", 2).max_bandwidth == 1e9
     job = Job.create("tiny-gpt", 4, 128)
     with pytest.raises(ProfileError, match="marked 'oom'"):  # the simulator refuses it
-        sim.estimate(job, Plan.uniform(job, "CPU", "local", pp=1, dp=1, tp=1,
-                                       microbatch_size=4))
+        sim.estimate(job, Plan.uniform(job, "CPU", "local", pp=1, dp=1, tp=1, microbatch_size=4))
 
 
 needs_reference = pytest.mark.skipif(
@@ -120,8 +147,9 @@ needs_reference = pytest.mark.skipif(
 @needs_reference
 def test_import_sailor_then_merge_with_a_measurement(tmp_path):
     imported = tmp_path / "imported"
-    result = CliRunner().invoke(app, ["import-sailor", "--sailor-root", str(SAILOR_ROOT),
-                                      "--out", str(imported)])
+    result = CliRunner().invoke(
+        app, ["import-sailor", "--sailor-root", str(SAILOR_ROOT), "--out", str(imported)]
+    )
     assert result.exit_code == 0, result.output
     sim = Simulator.from_profile_dir(imported)
     assert len(sim.profiles) > 50 and sim.network.links and sim.network.intra

@@ -48,10 +48,25 @@ def test_message_sizes_span_64k_to_1g():
 
 def test_two_gloo_processes_produce_a_profile_the_simulator_loads(tmp_path):
     out = tmp_path / "net"
-    result = CliRunner().invoke(app, [
-        "network", "--procs", "2", "--max-bytes", "512K", "--reps", "3", "--warmup", "1",
-        "--busy-ms", "2", "--out", str(out), "--json",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "network",
+            "--procs",
+            "2",
+            "--max-bytes",
+            "512K",
+            "--reps",
+            "3",
+            "--warmup",
+            "1",
+            "--busy-ms",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert set(summary["fits"]) == {"p2p", "allreduce"}

@@ -26,8 +26,15 @@ def test_param_counts_equal_spec_for_every_tp(name):
     small = spec.hidden_size <= 256
     for tp in spec.tp_degrees(8):
         device = "cpu" if small else "meta"
-        stage = build_stage(spec, 0, spec.head_layer_id, tp_rank=tp - 1, tp_size=tp,
-                            device=device, seed=0 if small else None)
+        stage = build_stage(
+            spec,
+            0,
+            spec.head_layer_id,
+            tp_rank=tp - 1,
+            tp_size=tp,
+            device=device,
+            seed=0 if small else None,
+        )
         for lid in range(spec.num_layer_ids):
             got = sum(p.numel() for p in stage.layers[str(lid)].parameters())
             assert got == spec.params(lid, tp), (lid, tp)
@@ -120,8 +127,10 @@ def _free_port() -> int:
 def test_tensor_parallel_equals_single_process(tmp_path):
     script, out, port = tmp_path / "tp.py", tmp_path / "out.pt", _free_port()
     script.write_text(_TP_SCRIPT)
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), "4", str(port), str(out)])
-             for r in range(4)]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(r), "4", str(port), str(out)])
+        for r in range(4)
+    ]
     assert all(p.wait(timeout=240) == 0 for p in procs)
     result = torch.load(out)
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
@@ -158,8 +167,10 @@ def test_parallelize_outside_the_constructors_slices_a_built_model():
         for name, p in applied.named_parameters():
             assert torch.equal(p, want[name]) and get_split(p) == get_split(want[name]), name
         attn = applied.layers["1"].attn
-        assert (attn.heads, attn.kv_heads) == (built.layers["1"].attn.heads,
-                                               built.layers["1"].attn.kv_heads)
+        assert (attn.heads, attn.kv_heads) == (
+            built.layers["1"].attn.heads,
+            built.layers["1"].attn.kv_heads,
+        )
         assert attn.heads == get_model("tiny-llama").num_heads // 2
         assert applied.layers[head].tp_rank == rank and applied.layers[head].tp_size == 2
     with pytest.raises(ValueError, match="only once"):

@@ -30,10 +30,18 @@ from sailor_runtime.engine.optim import AdamW
 WORLD = 4
 MODEL = "tiny-gpt"
 # rank -> (first layer, last layer, tp rank, tp size, which TP group)
-LAYOUT_A = {0: (0, 3, 0, 2, "a"), 1: (0, 3, 1, 2, "a"),
-            2: (4, 7, 0, 1, None), 3: (4, 7, 0, 1, None)}
-LAYOUT_B = {0: (0, 5, 0, 1, None), 1: (6, 7, 0, 2, "b"),
-            2: (6, 7, 1, 2, "b"), 3: (6, 7, 0, 1, None)}
+LAYOUT_A = {
+    0: (0, 3, 0, 2, "a"),
+    1: (0, 3, 1, 2, "a"),
+    2: (4, 7, 0, 1, None),
+    3: (4, 7, 0, 1, None),
+}
+LAYOUT_B = {
+    0: (0, 5, 0, 1, None),
+    1: (6, 7, 0, 2, "b"),
+    2: (6, 7, 1, 2, "b"),
+    3: (6, 7, 0, 1, None),
+}
 WRITERS_A = (0, 1, 2)  # replica 0 of each stage
 
 
@@ -77,8 +85,12 @@ def save(saver, rank, stage, opt, layout, step):
     shard_sd = ckpt.state_dict(stage, opt.state, layout) if rank in WRITERS_A else {}
     manifest = trainer = None
     if rank == 0:
-        manifest = {"format": ckpt.FORMAT, "step": step, "consumed_samples": 8 * step,
-                    "model": MODEL}
+        manifest = {
+            "format": ckpt.FORMAT,
+            "step": step,
+            "consumed_samples": 8 * step,
+            "model": MODEL,
+        }
         trainer = ckpt.rng_state()
     saver.save(step, shard_sd, manifest, trainer)
 

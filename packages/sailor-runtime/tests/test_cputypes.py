@@ -30,11 +30,18 @@ def test_more_threads_than_cores_is_refused_with_the_fix():
 def test_a_rank_applies_its_type():
     """The environment the agent gives a rank pins it and sets torch's threads."""
     kind = cpu_worker_type(f"cpu-{len(usable_cpus())}t")
-    code = ("import os, torch; from sailor_runtime.agent.cputypes import apply_from_env; "
-            "print(apply_from_env(), torch.get_num_threads(), sorted(os.sched_getaffinity(0)))")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **kind.env()},
-                         capture_output=True, text=True, timeout=120, check=True).stdout.split(
-                             None, 2)
+    code = (
+        "import os, torch; from sailor_runtime.agent.cputypes import apply_from_env; "
+        "print(apply_from_env(), torch.get_num_threads(), sorted(os.sched_getaffinity(0)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **kind.env()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split(None, 2)
     assert int(out[0]) == kind.threads and int(out[1]) == kind.threads
     assert out[2].strip() == str(list(kind.cpus))
 

@@ -28,10 +28,17 @@ def runs(tmp_path_factory):
     spec = []
 
     def add(name, model, plan, steps, schedule="1f1b", dtype="fp32", ckpt_dir=None):
-        spec.append({"job": JOBS[model].to_dict(), "plan": plan.to_dict(), "steps": steps,
-                     "checkpoint_dir": str(ckpt_dir or root / name / "ckpt"),
-                     "schedule": schedule, "dtype": dtype,
-                     "metrics": str(root / name / "metrics.jsonl")})
+        spec.append(
+            {
+                "job": JOBS[model].to_dict(),
+                "plan": plan.to_dict(),
+                "steps": steps,
+                "checkpoint_dir": str(ckpt_dir or root / name / "ckpt"),
+                "schedule": schedule,
+                "dtype": dtype,
+                "metrics": str(root / name / "metrics.jsonl"),
+            }
+        )
         (root / name).mkdir(parents=True, exist_ok=True)
 
     for name, (model, plan, schedule) in PLANS.items():
@@ -58,8 +65,12 @@ def _losses(path: Path) -> list[float]:
 
 
 def _assert_losses(got: list[float], want: list[float], rtol: float) -> None:
-    torch.testing.assert_close(torch.tensor(got, dtype=torch.float64),
-                               torch.tensor(want, dtype=torch.float64), rtol=rtol, atol=0)
+    torch.testing.assert_close(
+        torch.tensor(got, dtype=torch.float64),
+        torch.tensor(want, dtype=torch.float64),
+        rtol=rtol,
+        atol=0,
+    )
 
 
 def _assert_weights_match(ckpt_root: Path, ref_model, rel_tol: float, atol: float) -> None:

@@ -52,14 +52,26 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("options")
     spec = []
     for name, (plan, options, steps) in RUNS.items():
-        shared = {"zero1_first": "zero1_resume", "zero1_resumed": "zero1_resume",
-                  "fused_first": "fused_resume", "fused_resumed": "fused_resume"}
+        shared = {
+            "zero1_first": "zero1_resume",
+            "zero1_resumed": "zero1_resume",
+            "fused_first": "fused_resume",
+            "fused_resumed": "fused_resume",
+        }
         ckpt_dir = root / shared.get(name, name) / "ckpt"
         (root / name).mkdir(parents=True, exist_ok=True)
-        spec.append({"job": JOB.to_dict(), "plan": plan.to_dict(), "steps": steps,
-                     "checkpoint_dir": str(ckpt_dir), "checkpoint_every": 4,
-                     "options": options, "metrics": str(root / name / "metrics.jsonl"),
-                     "optimizer_impl": "torch-fused" if name in FUSED else "sailor"})
+        spec.append(
+            {
+                "job": JOB.to_dict(),
+                "plan": plan.to_dict(),
+                "steps": steps,
+                "checkpoint_dir": str(ckpt_dir),
+                "checkpoint_every": 4,
+                "options": options,
+                "metrics": str(root / name / "metrics.jsonl"),
+                "optimizer_impl": "torch-fused" if name in FUSED else "sailor",
+            }
+        )
     status = launch_many(spec, log_dir=root / "logs")
     if status:
         pytest.fail(f"ranks failed:\n{(root / 'logs' / 'ranks.log').read_text()[-5000:]}")

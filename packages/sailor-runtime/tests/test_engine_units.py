@@ -108,18 +108,29 @@ def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys):
     job.write_text(json.dumps(Job.create("tiny-gpt", 8, 32).to_dict()))
     plan = tmp_path / "plan.json"
     plan.write_text(Plan((Stage(0, 7, (R(2, 2, 4),)),)).to_json())
-    base = ["--rank", "0", "--master-port", "1", "--checkpoint-dir", str(tmp_path / "c"),
-            "--steps", "1"]
+    base = [
+        "--rank",
+        "0",
+        "--master-port",
+        "1",
+        "--checkpoint-dir",
+        str(tmp_path / "c"),
+        "--steps",
+        "1",
+    ]
     cases = [
         (["--job", str(tmp_path / "nope.json"), "--plan", str(plan), "--world-size", "2"], "job"),
         (["--job", str(job), "--plan", str(plan), "--world-size", "3"], "world_size"),
         (["--job", str(plan), "--plan", str(plan), "--world-size", "2"], "job"),
-        (["--job", str(job), "--plan", str(plan), "--world-size", "2", "--dtype", "fp8"],
-         "dtype"),
+        (["--job", str(job), "--plan", str(plan), "--world-size", "2", "--dtype", "fp8"], "dtype"),
     ]
     if not torch.cuda.is_available():
-        cases.append((["--job", str(job), "--plan", str(plan), "--world-size", "2",
-                       "--backend", "nccl"], "backend"))
+        cases.append(
+            (
+                ["--job", str(job), "--plan", str(plan), "--world-size", "2", "--backend", "nccl"],
+                "backend",
+            )
+        )
     for args, field in cases:
         assert worker.main(args + base) == 2
         err = capsys.readouterr().err.strip().splitlines()

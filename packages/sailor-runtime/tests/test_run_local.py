@@ -51,7 +51,20 @@ def test_local_run_with_two_worker_types_trains_and_is_predicted(tmp_path):
 
 def test_local_run_refuses_gpu_names_for_cpu_processes(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--gpu-types",
-         "cpu-1t,T4", "--run-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "sailor_runtime.cli",
+            "run",
+            "--local",
+            "--gpu-types",
+            "cpu-1t,T4",
+            "--run-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "T4 is not a CPU worker type" in proc.stderr and "cpu-1t" in proc.stderr

@@ -51,8 +51,7 @@ def test_demo_config_builds_a_llama_whose_params_equal_the_spec():
     from sailor_sim import get_model
 
     spec = get_model(str(CONFIG))
-    assert (spec.norm, spec.mlp, spec.position, spec.bias) == ("rmsnorm", "swiglu", "rotary",
-                                                               False)
+    assert (spec.norm, spec.mlp, spec.position, spec.bias) == ("rmsnorm", "swiglu", "rotary", False)
     assert spec.num_kv_heads < spec.num_heads
     for tp in (1, 2):
         stage = build_stage(spec, 0, spec.head_layer_id, tp_rank=0, tp_size=tp)

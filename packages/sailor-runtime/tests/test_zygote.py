@@ -77,9 +77,26 @@ def zygote():
 def test_zygote_forks_ranks_and_reports_their_exit(zygote, tmp_path):
     _write_job(tmp_path)
     # Bad input: the engine's one-line error in the rank's log, exit status 2.
-    bad = zygote.fork(["--job", str(tmp_path / "missing.json"), "--plan", "x", "--rank", "0",
-                       "--world-size", "1", "--master-port", "1", "--checkpoint-dir",
-                       str(tmp_path / "c"), "--steps", "1"], {}, str(tmp_path / "bad.log"))
+    bad = zygote.fork(
+        [
+            "--job",
+            str(tmp_path / "missing.json"),
+            "--plan",
+            "x",
+            "--rank",
+            "0",
+            "--world-size",
+            "1",
+            "--master-port",
+            "1",
+            "--checkpoint-dir",
+            str(tmp_path / "c"),
+            "--steps",
+            "1",
+        ],
+        {},
+        str(tmp_path / "bad.log"),
+    )
     assert bad.wait(60) == 2
     assert "error: job: cannot read" in (tmp_path / "bad.log").read_text()
     # A rank waiting for its peers runs until stopped; SIGTERM ends it (returncode -15).
@@ -140,8 +157,26 @@ def test_a_cold_rank_runs_the_engine_and_reports_its_status(tmp_path):
     from sailor_runtime.agent.zygote import start_cold
 
     env = {**os.environ, AGENT_PID_ENV: str(os.getpid()), "OMP_NUM_THREADS": "1"}
-    proc = start_cold(["--job", str(tmp_path / "missing.json"), "--plan", "x", "--rank", "0",
-                       "--world-size", "1", "--master-port", "1", "--checkpoint-dir",
-                       str(tmp_path / "c"), "--steps", "1"], {}, str(tmp_path / "cold.log"), env)
+    proc = start_cold(
+        [
+            "--job",
+            str(tmp_path / "missing.json"),
+            "--plan",
+            "x",
+            "--rank",
+            "0",
+            "--world-size",
+            "1",
+            "--master-port",
+            "1",
+            "--checkpoint-dir",
+            str(tmp_path / "c"),
+            "--steps",
+            "1",
+        ],
+        {},
+        str(tmp_path / "cold.log"),
+        env,
+    )
     assert proc.wait(120) == 2
     assert "error: job: cannot read" in (tmp_path / "cold.log").read_text()

@@ -121,3 +121,36 @@ def test_truncated_profile_dir_is_one_line_error(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"job": example_job().to_dict(), "plan": example_plan().to_dict()}))
     one_line_error(run("simulate", str(plan), "--profiles", str(tmp_path)), "truncated")
+
+
+LLAMA_8X_H100 = ["simulate", "--model", "LLaMA-3.1-8B", "--gbs", "64", "--seq", "8192",
+                 "--dtype", "bf16", "--gpu", "H100-80", "--dp", "8", "--json"]  # fmt: skip
+
+
+def test_execution_option_flags_reach_the_estimate():
+    """--zero/--recompute change what the simulator predicts the way the options say: ZeRO-3 and
+    full recomputation cut the peak below 80 GiB (it does not fit without them), and cost
+    recompute time; the JSON says which options it assumed."""
+    plain = json.loads(run(*LLAMA_8X_H100).stdout)
+    lean = json.loads(run(*LLAMA_8X_H100, "--zero", "zero3", "--recompute", "full").stdout)
+    assert not plain["fits"] and lean["fits"]
+    assert lean["peak_memory_bytes"] < plain["peak_memory_bytes"] / 2
+    # (flash attention, on by default for bf16 on H100, recomputes the scores in backward)
+    assert lean["breakdown"]["recompute"] > 5 * plain["breakdown"]["recompute"]
+    assert lean["job"]["options"]["zero"] == "zero3"
+
+
+def test_bad_option_combinations_are_one_line_exit_2():
+    for extra, words in (
+        (["--zero", "zero9"], "options.zero"),
+        (["--sequence-parallel"], "needs tp > 1"),
+        (["--virtual-stages", "2"], "pipeline parallelism"),
+        (["--dtype", "fp32", "--grad-dtype", "bf16"], "bf16 gradients"),
+    ):
+        args = [a for a in LLAMA_8X_H100 if a != "bf16"] if "fp32" in extra else LLAMA_8X_H100
+        if "fp32" in extra:
+            args = [a for a in args if a != "--dtype"]
+        result = run(*args, *extra)
+        assert result.exit_code == 2, (extra, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], lines

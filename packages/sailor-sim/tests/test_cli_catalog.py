@@ -173,13 +173,13 @@ def test_provenance_says_whether_the_analytic_efficiency_is_calibrated():
     try:
         analytic.set_calibration({})
         (p,) = provenance(["analytic"], job, plan)
-        assert p["kind"] == "analytic" and "H100-80: uncalibrated for bf16" in p["trust"]
+        assert p["kind"] == "analytic" and p["provenance"] == "uncalibrated analytic"
+        assert "no published-run calibration for H100-80 in bf16" in p["trust"]
         fit = analytic.MatmulEfficiency(0.5, 1e9, "compute_efficiency.json: fit on test rows")
         analytic.set_calibration({("hopper", "bf16"): fit})
         (p,) = provenance(["analytic"], job, plan)
-        assert (
-            "calibrated on published runs (compute_efficiency.json: fit on test rows)" in p["trust"]
-        )
+        assert p["provenance"] == "calibrated analytic"
+        assert "calibrated on published runs (compute_efficiency.json)" in p["trust"]
     finally:
         analytic.set_calibration(saved)
     (imported,) = provenance(["imported:sailor"])

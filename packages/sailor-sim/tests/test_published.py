@@ -65,8 +65,14 @@ def test_calibration_applies_to_its_family_and_dtype_only() -> None:
         analytic.set_calibration({("ampere", "bf16"): analytic.MatmulEfficiency(0.9, 1.0, "t")})
         fwd, bwd = analytic.layer_times(model, 1, a100, "bf16", 4, 2048, 1)
         flops = model.forward_flops(1, 4, 2048, 1)
-        assert fwd == pytest.approx(flops / (312e12 * 0.9) + analytic.KERNEL_OVERHEAD_S)
-        assert bwd == pytest.approx(2 * flops / (312e12 * 0.9) + analytic.KERNEL_OVERHEAD_S)
+        # matmuls at the fitted efficiency, then the elementwise kernels at the memory bandwidth
+        moved = analytic.elementwise_bytes(model, 1, 4, 2048, 1, 2)
+        bandwidth = a100.memory_bandwidth * analytic.MEMORY_EFFICIENCY
+        # MPT block per token: 2 norms (4h), 2 residual adds (6h), GELU (2 ffn), bf16
+        assert moved == 4 * 2048 * (10 * 4096 + 2 * 16384) * 2
+        overhead = analytic.KERNEL_OVERHEAD_S
+        assert fwd == pytest.approx(flops / (312e12 * 0.9) + moved / bandwidth + overhead)
+        assert bwd == pytest.approx(2 * flops / (312e12 * 0.9) + 2 * moved / bandwidth + overhead)
         assert fwd < before_bf16[0]
         assert analytic.layer_times(model, 1, a100, "fp32", 4, 2048, 1) == before_fp32
         assert analytic.layer_times(model, 1, v100, "fp16", 4, 2048, 1) == before_v100
@@ -80,3 +86,31 @@ def test_memory_rows_say_what_their_peak_counts() -> None:
     assert with_memory == {"torchtitan-h100"}
     assert published.memory_measure("torchtitan-h100") == "allocator_reserved"
     assert published.memory_measure("llm-foundry") == "device"
+
+
+def test_torchtitan_op_level_selective_checkpointing_keeps_every_other_matmul() -> None:
+    """recompute='selective_op' (torchtitan's _get_custom_policy): a Llama block keeps its
+    input, the attention output, and the outputs of q, v, gate and down (the 1st, 3rd, 5th and
+    7th matmul); k, o and up are recomputed."""
+    from sailor_sim.options import ExecutionOptions, recomputed_forward_fraction, stash_bytes
+
+    model = published.model_spec("LLaMA-3-8B", 8192)
+    b, s, h, kv, ffn = 2, 8192, model.hidden_size, model.kv_size, model.ffn_hidden_size
+    op, sel, full = (ExecutionOptions(recompute=r) for r in ("selective_op", "selective", "full"))
+    kept = stash_bytes(model, 1, b, s, "bf16", 1, op, True)
+    lse = model.num_heads * b * s * 4
+    assert kept == 2 * b * s * (h + h + h + kv + ffn + h) + lse
+    assert stash_bytes(model, 1, b, s, "bf16", 1, full, True) < kept
+    assert kept < stash_bytes(model, 1, b, s, "bf16", 1, sel, True)
+    block = model.forward_flops(1, b, s, 1)
+    scores_again = 0.5 * 4.0 * b * s * s * h  # flash rebuilds QK^T in backward anyway
+    redone = (2.0 * b * s * h * (kv + h + ffn) + scores_again) / block
+    assert recomputed_forward_fraction(model, b, s, 1, op, True) == pytest.approx(redone)
+
+
+def test_a_fabric_the_source_does_not_state_says_where_it_comes_from() -> None:
+    for key in ("torchtitan-a100/A100-80", "llm-foundry/A100-80", "megatron-2205.05198/A100-80"):
+        source, gpu = key.split("/")
+        stated = published.fabric(source, gpu)
+        assert stated is not None and stated["gbps_per_gpu"] > 0 and stated["source"]
+    assert published.fabric("llm-foundry", "H100-80") is None  # not stated: catalog default

@@ -166,10 +166,11 @@ def test_bad_plans_name_the_problem(sim, job):
 # ---- imported Sailor data ----------------------------------------------------------------
 def test_sailor_validation_within_bounds(sailor_sim_imported, validation_files):
     from sailor_sim import read_sailor_plan
+    from sailor_sim.options import ORIGINAL_SAILOR_RUNS
 
     for f in validation_files:
         rec = read_sailor_plan(f)
-        job = Job.create("OPT-350", rec.global_batch_size, 2048)
+        job = Job.create("OPT-350", rec.global_batch_size, 2048, options=ORIGINAL_SAILOR_RUNS)
         e = sailor_sim_imported.estimate(job, rec.plan)
         assert e.sources == ("imported:sailor",)
         assert abs(e.iteration_time_s / rec.measured_iteration_s - 1) < 0.25, f
@@ -205,7 +206,8 @@ def test_estimate_composes_public_components(sim, job):
     times = [sim.stage_time(job, s.first_layer, s.last_layer, "A100-40", 1, 2) for s in (s0, s1)]
     p2p = [sim.p2p_time(job, s0.last_layer, r0, r1)]
     pipe = timing.pipeline_time(times, p2p, r0.num_microbatches)
-    assert pipe.total_s == pytest.approx(timing.pipeline_total(times, p2p, r0.num_microbatches))
+    per_mb = [t.per_microbatch_s + timing.MICROBATCH_OVERHEAD_S for t in times]
+    assert pipe.total_s == pytest.approx(timing.pipeline_total(per_mb, p2p, r0.num_microbatches))
     tail = max(times[0].optimizer_s, times[1].optimizer_s - times[0].backward_s - p2p[0], 0)
     e = sim.estimate(job, plan)
     sync = sim.plan_step_sync_time(plan)
@@ -341,11 +343,15 @@ def _cpu_links(folder, **ring) -> Simulator:
     import json
 
     folder.mkdir(parents=True, exist_ok=True)
-    link = {"src": {"zone": "local", "gpu_type": "CPU", "count": 1},
-            "dst": {"zone": "local", "gpu_type": "CPU", "count": 1},
-            "max_bandwidth": 4e9, "latency_s": 1e-4, "source": "measured: test", **ring}
-    (folder / "links.json").write_text(
-        json.dumps({"format": "sailor-network/1", "links": [link]}))
+    link = {
+        "src": {"zone": "local", "gpu_type": "CPU", "count": 1},
+        "dst": {"zone": "local", "gpu_type": "CPU", "count": 1},
+        "max_bandwidth": 4e9,
+        "latency_s": 1e-4,
+        "source": "measured: test",
+        **ring,
+    }
+    (folder / "links.json").write_text(json.dumps({"format": "sailor-network/1", "links": [link]}))
     return Simulator.from_profile_dir(folder)
 
 
@@ -362,18 +368,21 @@ def test_a_measured_ring_prices_data_parallel_and_step_sync(tmp_path):
     volume = 2 * (n - 1) / n * p2p.grad_bytes(job, 0, 7)
     efficiency = timing.bus_efficiency("CPU")
     assert p2p.dp_sync_time(job, 0, 7, replicas) == pytest.approx(
-        volume / (4e9 * efficiency) + steps * 1e-4)
+        volume / (4e9 * efficiency) + steps * 1e-4
+    )
     assert ring.dp_sync_time(job, 0, 7, replicas) == pytest.approx(volume / 5e8 + steps * 2e-3)
     step_sync = ring.estimate(job, plan).time_breakdown_s["step_sync"]
-    assert step_sync == pytest.approx(
-        2 * (n - 1) / n * timing.STEP_SYNC_BYTES / 5e8 + steps * 2e-3)
+    assert step_sync == pytest.approx(2 * (n - 1) / n * timing.STEP_SYNC_BYTES / 5e8 + steps * 2e-3)
 
 
-@pytest.mark.parametrize("ring, message", [
-    ({"ring_bus_bandwidth": 5e8}, "come together"),
-    ({"ring_bus_bandwidth": -1, "ring_hop_latency_s": 1e-3}, "must be > 0"),
-    ({"ring_bus_bandwidth": "fast", "ring_hop_latency_s": 1e-3}, "as numbers"),
-])
+@pytest.mark.parametrize(
+    "ring, message",
+    [
+        ({"ring_bus_bandwidth": 5e8}, "come together"),
+        ({"ring_bus_bandwidth": -1, "ring_hop_latency_s": 1e-3}, "must be > 0"),
+        ({"ring_bus_bandwidth": "fast", "ring_hop_latency_s": 1e-3}, "as numbers"),
+    ],
+)
 def test_bad_ring_fields_name_the_field(tmp_path, ring, message):
     from sailor_sim.errors import ProfileError
 

@@ -155,9 +155,10 @@ class Scorer:
             r = self._replicas[key] = Replica(g, zone, tp, mbs, 1)
         return r
 
-    def group_timing(self, shape: Shape, cls_index: int, pattern: Pattern):
-        """(stage times, p2p per boundary, bottleneck B, fill F, $/s per pipeline)."""
-        key = (shape, cls_index, pattern)
+    def group_timing(self, shape: Shape, cls_index: int, pattern: Pattern, d: int = 1):
+        """(stage times, p2p per boundary, bottleneck B, fill F, $/s per pipeline); ``d``
+        pipelines in all (the replicas of a stage share their nodes' NICs)."""
+        key = (shape, cls_index, pattern, d)
         hit = self._group_cache.get(key)
         if hit is not None:
             return hit
@@ -170,7 +171,7 @@ class Scorer:
             self._replica(cls.gpu, z, tp, cls.mbs) for z, tp in zip(pattern, cls.tps, strict=True)
         ]
         p2p = [
-            self.sim.p2p_time(self.job, shape.bounds[i][1], reps[i], reps[i + 1])
+            self.sim.p2p_time(self.job, shape.bounds[i][1], reps[i], reps[i + 1], d)
             for i in range(len(reps) - 1)
         ]
         one = pipeline_time(times, p2p, 1).total_s
@@ -206,7 +207,7 @@ class Scorer:
         for g, load in zip(groups, loads, strict=True):
             cls = shape.classes[g.cls]
             for m in {load.base, load.top} if g.count > load.extra else {load.top}:
-                key = (shape.bounds, cls, m, d > 1)
+                key = (shape.bounds, cls, m, d)  # d: the ZeRO shard group too
                 ok = self._fits.get(key)
                 if ok is None:
                     ok = self._fits[key] = all(
@@ -223,7 +224,8 @@ class Scorer:
 
     def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
         gbs = self.job.global_batch_size
-        info = [self.group_timing(shape, g.cls, g.pattern) for g in groups]
+        d = sum(g.count for g in groups)
+        info = [self.group_timing(shape, g.cls, g.pattern, d) for g in groups]
         loads = balance(
             gbs,
             [g.count for g in groups],

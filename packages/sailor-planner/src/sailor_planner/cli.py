@@ -13,6 +13,15 @@ import typer
 
 import sailor_planner
 from sailor_sim import SailorSimError
+from sailor_sim.cli_options import (
+    Flash,
+    GradDtype,
+    Recompute,
+    SequenceParallel,
+    VirtualStages,
+    Zero,
+    execution_options,
+)
 from sailor_sim.inputs import run_app
 
 from .errors import SailorPlannerError
@@ -80,10 +89,31 @@ def plan(
     deadline: Annotated[
         float | None, typer.Option("--deadline", help="Stop after this many s.")
     ] = None,
+    zero: Zero = "none",
+    recompute: Recompute = "none",
+    flash: Flash = None,
+    sequence_parallel: SequenceParallel = False,
+    virtual_stages: VirtualStages = 1,
+    grad_dtype: GradDtype = "fp32",
+    search_options: Annotated[
+        bool,
+        typer.Option(
+            "--search-options/--fixed-options",
+            help="Also try recompute / ZeRO / sequence parallelism on the best plans and "
+            "report the choice (--fixed-options: the job's options only).",
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Find the best plans for a job on an inventory."""
     from .planrun import PlanArgs, run_plan
+
+    try:
+        options = execution_options(
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
+        )
+    except SailorSimError as exc:
+        fail(exc)
 
     code = run_plan(
         PlanArgs(
@@ -104,6 +134,8 @@ def plan(
             allow_cross_region_dp,
             deadline,
             as_json,
+            options,
+            search_options,
         )
     )
     if code:

@@ -28,17 +28,21 @@ import numpy as np
 
 from sailor_sim import Job, get_gpu
 from sailor_sim.memory import (
+    GRAD_BYTES,
     framework_overhead,
     peak_bytes,
     position_terms,
+    sharding,
     static_bytes,
     transient_bytes,
 )
 from sailor_sim.memory import (
     in_flight as microbatches_in_flight,
 )
+from sailor_sim.options import activation_factor, recompute_transient, uses_flash
 
 INF = math.inf
+UNBOUNDED_SHARDS = 2**30
 
 
 class CostView:
@@ -143,9 +147,8 @@ class CostView:
         parts = self._mem_parts.get(key)
         if parts is None:
             job, model, seq = self.job, self.model, self.job.sequence_length
-            table = self.sim.profiles.table(
-                job.model, get_gpu(g), job.dtype, m, t, seq, job.optimizer
-            )
+            # the profile's table with the activations the job's options stash
+            table = self.sim.layer_table(job, g, m, t)
             params_pre = np.array(table.params, dtype=float)
             act_pre = np.array(table.activation, dtype=float)
             params = params_pre[None, 1:] - params_pre[:-1, None]
@@ -154,10 +157,14 @@ class CostView:
                 [transient_bytes(model, b, m, seq, job.dtype, t) for b in range(self.n)],
                 dtype=float,
             )
+            if job.options.recompute == "full":  # one block rebuilt in backward
+                flash = uses_flash(job.options, get_gpu(g), job.dtype)
+                transient += recompute_transient(model, 0, m, seq, job.dtype, t, flash)
             # static + transient are both position-independent: added once here, and
             # peak_bytes (linear in them) is then given transient 0.
-            static = static_bytes(params, job.dtype, job.optimizer) + transient[None, :]
-            parts = (static, acts, transient)
+            grad = GRAD_BYTES[job.dtype] if job.options.grad_dtype == "fp32" else 2
+            static = static_bytes(params, job.dtype, job.optimizer, grad) + transient[None, :]
+            parts = (static, acts, transient, params, grad)
             self._mem_parts[key] = parts
         return parts
 
@@ -166,7 +173,15 @@ class CostView:
         microbatches, data parallel when ``dp``): ``memory.peak_bytes`` over the arrays, as
         ``Simulator.replica_peak`` computes it for one range."""
         job = self.job
-        static, acts, _ = self._parts(g, m, t)
+        static, acts, transient, params, grad = self._parts(g, m, t)
+        if not dp and job.options.zero != "none":
+            # the least a plan can need: the sharded states spread over "all" GPUs (-> 0),
+            # whatever the inventory, so the table stays valid across re-plans
+            shards = sharding(job.options.zero, UNBOUNDED_SHARDS)
+            static = static_bytes(params, job.dtype, job.optimizer, grad, shards)
+            static = static + transient[None, :]
+        if dp:  # the most: interleaving keeps extra microbatches on the first stage
+            acts = acts * activation_factor(job.options, 0, p)
         act_out = self.model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
         buffer, communicators = position_terms(act_out, t, 2 if dp else 1, i, p)
         peak = peak_bytes(

@@ -8,19 +8,28 @@ still fits the new inventory).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
 
 from sailor_sim import Inventory, Job, Plan, SailorSimError, get_gpu
+from sailor_sim.options import check_options_on
 
 from .allocate import Scored, Scorer, build_plan
 from .costs import CostView
 from .errors import NoFeasiblePlanError
+from .execution import best_options, lean
 from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search import Memo, Search
 
+LEAN_SLOWDOWN = 0.7
+"""A lower bound of (plan's time under its best variant) / (its time under the lean options):
+full recomputation adds one forward pass, at most 1/3 of a step's compute (backward = 2x
+forward, Narayanan et al. 2021 Sec. 3.5; flash's longer backward lowers the share), and ZeRO-1
+moves the same ring volume as the all-reduce (ZeRO Sec. 7), so the best variant is at least
+3/4 as long; 0.7 leaves a margin."""
 MAX_JOBS = 16
 """Jobs whose tables a Planner keeps (least recently used dropped first)."""
 
@@ -32,7 +41,7 @@ class Planner:
         self._per_job: dict[tuple, tuple[CostView, Scorer, Memo]] = {}
 
     def _state(self, job: Job) -> tuple[CostView, Scorer, Memo]:
-        key = (job.model, job.global_batch_size, job.sequence_length, job.dtype, job.optimizer)
+        key = (job.cache_id, job.global_batch_size)  # model, seq, dtype, optimizer, options
         with self._lock:
             state = self._per_job.pop(key, None)
             if state is None:
@@ -61,6 +70,7 @@ class Planner:
                 f"{job.dtype}; add GPUs that support it or train in another dtype",
                 field="inventory",
             )
+        check_options_on(job.options, job.dtype, [get_gpu(g) for g in inventory.gpu_types])
         cv, scorer, memo = self._state(job)
         seed = self._seed(job, inventory, options, previous)
         incumbent = None
@@ -71,6 +81,22 @@ class Planner:
         found = search.run()
         stats = search.stats
         ranked = self._rank(job, found, options, stats, seed)
+        partial = search.partial
+        if options.search_execution_options:
+            best = ranked[0].estimate if ranked else None
+            bound = None
+            if best is not None:  # what a lean plan must reach to possibly win (see lean)
+                bound = (
+                    best.throughput_iters_per_s * LEAN_SLOWDOWN,
+                    best.cost_per_iteration_usd / LEAN_SLOWDOWN,
+                )
+            lean, lean_partial = self._lean_search(
+                job, inventory, options, stats, should_stop, bound
+            )
+            ranked = self._choose_options(job, ranked + lean, options)
+            partial = partial or lean_partial
+        else:  # every ranked plan says which options its estimate assumes
+            ranked = [RankedPlan(r.plan, r.estimate, job.options) for r in ranked]
         pareto = self._pareto(job, found, options, stats)
         stats.elapsed_s = time.perf_counter() - start
         if not ranked:
@@ -86,7 +112,7 @@ class Planner:
                 "add GPUs, relax the constraints, or lower the global batch size",
                 field="constraints" if constrained else "inventory",
             )
-        return PlanResult(tuple(ranked), tuple(pareto), stats.elapsed_s, search.partial, stats)
+        return PlanResult(tuple(ranked), tuple(pareto), stats.elapsed_s, partial, stats)
 
     # ---- re-scoring ------------------------------------------------------------------------
     def _estimate(self, job: Job, plan: Plan, stats) -> RankedPlan | None:
@@ -148,6 +174,49 @@ class Planner:
             out.append(seed)
         out.sort(key=lambda r: self._key(options, r))
         return out[: options.top_k]
+
+    def _lean_search(self, job, inventory, options, stats, should_stop, incumbent):
+        """The search again under the job's leanest options (``execution.lean``: ZeRO-1 for
+        any plan, ZeRO-3 for one-stage plans, both with full recomputation): plans that fit
+        in memory only with recomputation or sharding (LLaMA-8B in bf16 on 8 GPUs without
+        ZeRO) are invisible to a search with the job's own options. Its incumbent is the
+        first search's best relaxed by ``LEAN_SLOWDOWN``: a lean plan that cannot reach it
+        cannot win under any variant either, so such branches are pruned. Returns the ranked
+        plans (their estimates under the lean options) and whether a search was partial."""
+        out, partial = [], False
+        for lean_options in lean(job.options):
+            lean_job = dataclasses.replace(job, options=lean_options)
+            if lean_job == job:
+                continue
+            cv, scorer, memo = self._state(lean_job)
+            search = Search(cv, scorer, memo, inventory, options, incumbent, should_stop)
+            found = search.run()
+            stats.absorb(search.stats)
+            ranked = self._rank(lean_job, found, options, stats, None)
+            out += [RankedPlan(r.plan, r.estimate, lean_options) for r in ranked]
+            partial = partial or search.partial
+        return out, partial
+
+    def _choose_options(self, job, ranked, options) -> list[RankedPlan]:
+        """Each ranked plan under its best recomputation / sharding / SP, re-ranked (one entry
+        per plan), the top_k kept."""
+        out: dict[str, RankedPlan] = {}
+        for r in ranked:
+            best = best_options(
+                self.sim,
+                job,
+                r,
+                lambda c: self._admits(options, c),
+                lambda c: self._key(options, c),
+            )
+            if best.options is None:
+                best = RankedPlan(best.plan, best.estimate, job.options)
+            text = best.plan.to_json(indent=None)
+            if text not in out or self._key(options, best) < self._key(options, out[text]):
+                out[text] = best
+        chosen = [r for r in out.values() if self._admits(options, r)]
+        chosen.sort(key=lambda r: self._key(options, r))
+        return chosen[: options.top_k]
 
     def _pareto(self, job, found, options, stats) -> list[RankedPlan]:
         """Throughput-vs-$/iteration frontier of every scored candidate (constraints ignored),

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from sailor_sim import Inventory, Job, SailorSimError
+from sailor_sim import ExecutionOptions, Inventory, Job, SailorSimError
 
 from .errors import RequestError, SailorPlannerError
 from .result import PlanResult
@@ -39,6 +39,10 @@ class PlanArgs:
     allow_cross_region_dp: bool = False
     deadline: float | None = None
     as_json: bool = False
+    options: ExecutionOptions = field(default_factory=ExecutionOptions)
+    """The job's execution options (the flags --zero, --recompute, ...)."""
+    search_options: bool = True
+    """Also search recompute / ZeRO / SP for the best plans and report the choice."""
 
 
 def search(args: PlanArgs) -> PlanResult:
@@ -46,7 +50,7 @@ def search(args: PlanArgs) -> PlanResult:
     from .request import Constraints, SearchOptions
     from .sources import planner_for
 
-    job = Job.create(args.model, args.gbs, args.seq_len, args.dtype)
+    job = Job.create(args.model, args.gbs, args.seq_len, args.dtype, options=args.options)
     inventory = _inventory(list(args.gpus), args.inventory_file)
     options = SearchOptions(
         objective=args.objective,
@@ -57,6 +61,7 @@ def search(args: PlanArgs) -> PlanResult:
         allow_cross_region_data_parallel=args.allow_cross_region_dp,
         deadline_s=args.deadline,
         pareto_points=args.pareto,
+        search_execution_options=args.search_options,
     )
     planner = planner_for(
         str(args.profile_dir) if args.profile_dir else None,
@@ -109,8 +114,10 @@ def plans_table(result: PlanResult) -> Table:
     for name in ("#", "iter/s", "s/iter", "$/iter", "$/hour", "GPUs"):
         table.add_column(name, justify="right")
     table.add_column("plan", overflow="fold")
+    table.add_column("options", overflow="fold")
     for i, ranked in enumerate(result.plans, 1):
         e, p = ranked.estimate, ranked.plan
+        chosen = ranked.options.describe() if ranked.options is not None else "defaults"
         table.add_row(
             str(i),
             f"{e.throughput_iters_per_s:.4f}",
@@ -119,6 +126,7 @@ def plans_table(result: PlanResult) -> Table:
             f"{e.cost_per_hour_usd:.2f}",
             str(p.num_gpus),
             p.describe(),
+            chosen,
         )
     return table
 

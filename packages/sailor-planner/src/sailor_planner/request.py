@@ -90,6 +90,9 @@ class SearchOptions:
     max_candidates: int | None = None
     """Most allocations scored; beyond, the search returns its best so far (partial), or
     WorkLimitError when it has none. None = no limit (the server always sets one)."""
+    search_execution_options: bool = False
+    """Also choose recomputation, ZeRO sharding and sequence parallelism for the best plans
+    (``execution.best_options``); each ``RankedPlan.options`` says which."""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

@@ -15,14 +15,28 @@ class RankedPlan:
     plan: Plan
     estimate: Any
     """A ``sailor_sim.simulator.Estimate``."""
+    options: Any = None
+    """The ``sailor_sim.ExecutionOptions`` the estimate assumes: the job's own, or those the
+    planner chose (``SearchOptions.search_execution_options``); None only when built by hand."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_dict(), "estimate": self.estimate.to_dict()}
+        out = {"plan": self.plan.to_dict(), "estimate": self.estimate.to_dict()}
+        if self.options is not None:
+            out["options"] = self.options.to_dict()
+        return out
 
     def to_proto(self):
+        from sailor_sim.proto import job_pb2
+
         from .proto import planner_pb2
 
-        return planner_pb2.RankedPlan(plan=self.plan.to_proto(), estimate=self.estimate.to_proto())
+        msg = planner_pb2.RankedPlan(plan=self.plan.to_proto(), estimate=self.estimate.to_proto())
+        if self.options is not None:
+            fields = self.options.to_dict()
+            if fields["flash_attention"] is None:
+                del fields["flash_attention"]
+            msg.options.CopyFrom(job_pb2.ExecutionOptions(**fields))
+        return msg
 
 
 @dataclass
@@ -42,6 +56,12 @@ class SearchStats:
     elapsed_s: float = 0.0
     scoring_s: float = 0.0
     """Time spent placing, balancing and scoring candidates (the rest builds tables)."""
+
+    def absorb(self, other: SearchStats) -> None:
+        """Add another search's counters (the planner's second, lean-options search)."""
+        for name in ("candidates_evaluated", "pruned", "infeasible", "rescored", "memo_hits"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.scoring_s += other.scoring_s
 
     @property
     def evaluations_per_s(self) -> float:
@@ -94,6 +114,7 @@ class PlanResult:
         return {
             "plan": best.plan.to_dict(),
             "estimate": best.estimate.to_dict(),
+            **({"options": best.options.to_dict()} if best.options is not None else {}),
             "search_time_s": self.search_time_s,
             "partial": self.partial,
             "stats": self.stats.to_dict(),

@@ -99,6 +99,7 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
         deadline_s=deadline,
         pareto_points=min(req.pareto_points, MAX_TOP_K),
         max_candidates=limits.max_candidates,
+        search_execution_options=req.search_execution_options,
     )
 
 

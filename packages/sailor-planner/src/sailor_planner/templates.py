@@ -9,7 +9,8 @@ for every layer range a..b and position, the per-microbatch time (compute + TP c
 the stage's blocking p2p sends, as the simulator's 1F1B model counts them) on the smallest TP
 degree >= t that surely fits in memory at that position (the most microbatches a pipeline can
 have in flight, min(P - i, gbs / m), and a DP communicator), else the smallest that may fit
-(one microbatch, no DP: a lower bound), inf only where none may fit. So no range is dropped that
+(one microbatch, no DP: a lower bound; under ZeRO always this one, as memory then depends on
+the data parallelism), inf only where none may fit. So no range is dropped that
 some plan could fit; ``Scorer.score`` applies the simulator's exact verdict to every candidate.
 """
 
@@ -101,7 +102,10 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
         return hit
     best = np.full((cv.n, cv.n), INF)
     choice = np.zeros((cv.n, cv.n), dtype=np.int64)
-    for sure in (True, False):
+    # Under ZeRO a range's memory depends on the data parallelism the search has not chosen
+    # yet: "surely fits" (no sharding) would always pick a larger TP than the plan needs, so
+    # the smallest degree that may fit is taken and the Scorer's exact check decides.
+    for sure in (False,) if cv.job.options.shards_optimizer else (True, False):
         if not sure and np.isfinite(best[cv.upper]).all():
             break  # every range surely fits some degree: the lower bound adds nothing
         for d in degrees:

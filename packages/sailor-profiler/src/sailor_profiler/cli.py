@@ -41,22 +41,34 @@ def parse_int_list(text: str, field: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise SweepError(f"expected comma-separated integers like 1,2,4, got {text!r}",
-                         field=field) from None
+        raise SweepError(
+            f"expected comma-separated integers like 1,2,4, got {text!r}", field=field
+        ) from None
     if not values or any(v < 1 for v in values):
         raise SweepError(f"expected positive integers, got {text!r}", field=field)
     return tuple(sorted(set(values)))
 
 
-_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2,
-          "mib": 1024**2, "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1024**3,
+    "gib": 1024**3,
+}
 
 
 def parse_bytes(text: str, field: str) -> int:
     """'64K', '1MB', '1G', '65536' -> bytes (binary units)."""
     raw = text.strip().lower()
     digits = raw.rstrip("abgikm")
-    unit = raw[len(digits):]
+    unit = raw[len(digits) :]
     if not (digits.isascii() and digits.isdigit()) or unit not in _UNITS or int(digits) <= 0:
         raise SweepError(f"expected a size like 64K, 16M or 1G, got {text!r}", field=field)
     return int(digits) * _UNITS[unit]
@@ -98,9 +110,24 @@ def compute(
     from .computecli import run_compute
 
     out = inputs.output_folder(out, "--out")
-    summary = run_compute(model, out, device, dtype, parse_int_list(mbs, "mbs"),
-                          parse_int_list(tp, "tp"), seq, warmup, reps, blocks, optimizer,
-                          gpu_type, memory_limit_gb, plot, threads, quiet=as_json)
+    summary = run_compute(
+        model,
+        out,
+        device,
+        dtype,
+        parse_int_list(mbs, "mbs"),
+        parse_int_list(tp, "tp"),
+        seq,
+        warmup,
+        reps,
+        blocks,
+        optimizer,
+        gpu_type,
+        memory_limit_gb,
+        plot,
+        threads,
+        quiet=as_json,
+    )
     if as_json:
         typer.echo(json.dumps(summary, indent=1))
 
@@ -115,10 +142,14 @@ def network(
     max_bytes: Annotated[str, typer.Option(help="Largest message.")] = "1G",
     warmup: Annotated[int, typer.Option(help="Untimed repetitions per size.")] = 2,
     reps: Annotated[int, typer.Option(help="Timed repetitions per size.")] = 10,
-    busy_ms: Annotated[float, typer.Option(
-        help="Compute this long on every rank before each repetition, as training does between "
-             "collectives (matters where ranks share cores: the scheduler then delays every "
-             "ring step).")] = 0.0,
+    busy_ms: Annotated[
+        float,
+        typer.Option(
+            help="Compute this long on every rank before each repetition, as training does between "
+            "collectives (matters where ranks share cores: the scheduler then delays every "
+            "ring step)."
+        ),
+    ] = 0.0,
     zone: Annotated[str, typer.Option(help="Zone of this rank group.")] = "local",
     peer_zone: Annotated[str | None, typer.Option(help="Zone of the peers [same].")] = None,
     gpu_type: Annotated[str | None, typer.Option(help="Catalog GPU type to file under.")] = None,
@@ -128,9 +159,19 @@ def network(
     from .netcli import run_network
 
     out = inputs.output_folder(out, "--out")
-    summary = run_network(out, device, procs, parse_bytes(min_bytes, "min_bytes"),
-                          parse_bytes(max_bytes, "max_bytes"), warmup, reps, zone, peer_zone,
-                          gpu_type, busy_ms)
+    summary = run_network(
+        out,
+        device,
+        procs,
+        parse_bytes(min_bytes, "min_bytes"),
+        parse_bytes(max_bytes, "max_bytes"),
+        warmup,
+        reps,
+        zone,
+        peer_zone,
+        gpu_type,
+        busy_ms,
+    )
     if summary is None:  # a non-zero rank of a multi-machine run writes nothing
         return
     typer.echo(json.dumps(summary, indent=1) if as_json else _network_text(summary))
@@ -139,8 +180,10 @@ def network(
 def _network_text(summary: dict) -> str:
     lines = [f"{'op':<10} {'latency':>10} {'bandwidth':>12} {'fit err':>8}"]
     for op, fit in summary["fits"].items():
-        lines.append(f"{op:<10} {fit['latency_s'] * 1e6:>8.1f}us "
-                     f"{fit['bandwidth_Bps'] / 1e9:>8.3f}GB/s {fit['rel_rmse']:>8.1%}")
+        lines.append(
+            f"{op:<10} {fit['latency_s'] * 1e6:>8.1f}us "
+            f"{fit['bandwidth_Bps'] / 1e9:>8.3f}GB/s {fit['rel_rmse']:>8.1%}"
+        )
     return "\n".join(lines + [f"wrote {summary['links']}"])
 
 

@@ -77,8 +77,11 @@ def layer_ids_to_profile(num_layers: int, blocks: int) -> list[int]:
 
 def _is_oom(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text or (
-        "can't allocate memory" in text)
+    return (
+        isinstance(exc, torch.cuda.OutOfMemoryError)
+        or "out of memory" in text
+        or ("can't allocate memory" in text)
+    )
 
 
 def _available_bytes(cfg: ComputeConfig, device: str, tp: int) -> int:
@@ -160,8 +163,15 @@ def _profile_layer(cfg, layer, lid, kind, mbs, tp, device, opt_cache, group) -> 
     need = estimated_bytes(cfg, lid, mbs, tp) - resident
     have = _available_bytes(cfg, device, tp)
     if not _agree(need <= have, group, device):
-        return LayerResult(lid, kind, mbs, tp, "oom", params,
-                           note=f"estimated {need} B > {have} B available on some rank")
+        return LayerResult(
+            lid,
+            kind,
+            mbs,
+            tp,
+            "oom",
+            params,
+            note=f"estimated {need} B > {have} B available on some rank",
+        )
     try:
         inputs = example_input(cfg.model, lid, mbs, cfg.seq_len, TORCH_DTYPES[cfg.dtype], device)
         fwd, bwd = _time_fwd_bwd(layer, inputs, device, cfg.warmup, cfg.reps)
@@ -194,13 +204,17 @@ def profile_rank(
     torch.manual_seed(0)
     results = []
     for lid in layer_ids_to_profile(spec.num_layers, cfg.blocks):
-        layer = build_stage(spec, lid, lid, tp_rank, tp, group, TORCH_DTYPES[cfg.dtype],
-                            device).layers[str(lid)]
+        layer = build_stage(
+            spec, lid, lid, tp_rank, tp, group, TORCH_DTYPES[cfg.dtype], device
+        ).layers[str(lid)]
         layer.train()
         opt_cache: dict[str, Stat] = {}
         for mbs in cfg.mbs:
-            results.append(_profile_layer(cfg, layer, lid, spec.layer_kind(lid), mbs, tp,
-                                          device, opt_cache, group))
+            results.append(
+                _profile_layer(
+                    cfg, layer, lid, spec.layer_kind(lid), mbs, tp, device, opt_cache, group
+                )
+            )
             progress((lid, mbs))
         del layer
     return _extrapolate(results, spec.num_layers, cfg.blocks)
@@ -237,13 +251,15 @@ def merge_ranks(per_rank: list[list[LayerResult]]) -> list[LayerResult]:
         if any(r.status != "ok" for r in rows):
             merged.append(next(r for r in rows if r.status != "ok"))
             continue
-        merged.append(replace(
-            first,
-            fwd=max((r.fwd for r in rows), key=lambda s: s.median),
-            bwd=max((r.bwd for r in rows), key=lambda s: s.median),
-            opt=max((r.opt for r in rows), key=lambda s: s.median),
-            memory=max((r.memory for r in rows), key=lambda m: m.stash_bytes),
-        ))
+        merged.append(
+            replace(
+                first,
+                fwd=max((r.fwd for r in rows), key=lambda s: s.median),
+                bwd=max((r.bwd for r in rows), key=lambda s: s.median),
+                opt=max((r.opt for r in rows), key=lambda s: s.median),
+                memory=max((r.memory for r in rows), key=lambda m: m.stash_bytes),
+            )
+        )
     return merged
 
 
@@ -251,12 +267,14 @@ def params_per_layer(model: str, tp: int = 1) -> dict[int, int]:
     """Parameters per layer id on one rank of a TP group, counted on the meta device."""
     spec = get_model(model)
     return {
-        lid: sum(p.numel() for p in build_stage(spec, lid, lid, 0, tp, None, torch.float32,
-                                                "meta", seed=None).parameters())
+        lid: sum(
+            p.numel()
+            for p in build_stage(
+                spec, lid, lid, 0, tp, None, torch.float32, "meta", seed=None
+            ).parameters()
+        )
         for lid in range(spec.num_layer_ids)
     }
-
-
 
 
 def full_model_seconds(cfg: ComputeConfig, mbs: int) -> Stat:

@@ -28,12 +28,14 @@ from .tables import layers_frame, write_table
 DEFAULT_MAX_SEQ = 2048
 
 
-def build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer,
-                 memory_limit_gb, threads=None) -> ComputeConfig:
+def build_config(
+    model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer, memory_limit_gb, threads=None
+) -> ComputeConfig:
     spec = get_model(model)
     if optimizer.lower() not in OPTIMIZERS:
-        raise SweepError(f"unknown optimizer {optimizer!r}; use one of {OPTIMIZERS}",
-                         field="optimizer")
+        raise SweepError(
+            f"unknown optimizer {optimizer!r}; use one of {OPTIMIZERS}", field="optimizer"
+        )
     if memory_limit_gb is not None and memory_limit_gb <= 0:
         raise SweepError("must be > 0 GiB", field="memory_limit_gb")
     if threads is not None and threads < 1:
@@ -41,28 +43,56 @@ def build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer
     if blocks < 0:
         raise SweepError(f"must be >= 0 (0 = every block), got {blocks}", field="blocks")
     return ComputeConfig(
-        spec.name, parse_device(device), check_dtype(dtype), tuple(mbs),
-        seq if seq is not None else min(spec.max_seq_len, DEFAULT_MAX_SEQ), warmup, reps, blocks,
+        spec.name,
+        parse_device(device),
+        check_dtype(dtype),
+        tuple(mbs),
+        seq if seq is not None else min(spec.max_seq_len, DEFAULT_MAX_SEQ),
+        warmup,
+        reps,
+        blocks,
         optimizer.lower(),
-        None if memory_limit_gb is None else int(memory_limit_gb * 1024**3), threads,
+        None if memory_limit_gb is None else int(memory_limit_gb * 1024**3),
+        threads,
     )
 
 
 def check_out_dir(out: str | Path) -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise SweepError(f"{out} exists and is not a folder; give a folder for the profile",
-                         field="out")
+        raise SweepError(
+            f"{out} exists and is not a folder; give a folder for the profile", field="out"
+        )
 
 
-def run_compute(model, out, device, dtype, mbs, tps, seq, warmup, reps, blocks, optimizer,
-                gpu_type, memory_limit_gb, plot, threads=None, quiet=False) -> dict:
+def run_compute(
+    model,
+    out,
+    device,
+    dtype,
+    mbs,
+    tps,
+    seq,
+    warmup,
+    reps,
+    blocks,
+    optimizer,
+    gpu_type,
+    memory_limit_gb,
+    plot,
+    threads=None,
+    quiet=False,
+) -> dict:
     if env_launched():
-        raise SweepError("compute starts its own TP processes; run it once per machine, not "
-                         "under torchrun (RANK / WORLD_SIZE are set)", field="launch")
+        raise SweepError(
+            "compute starts its own TP processes; run it once per machine, not "
+            "under torchrun (RANK / WORLD_SIZE are set)",
+            field="launch",
+        )
     check_out_dir(out)
-    cfg = build_config(model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer,
-                       memory_limit_gb, threads)
+    cfg = build_config(
+        model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer, memory_limit_gb, threads
+    )
     check_sweep(cfg, tps)
     gpu = gpu_type_for(cfg.device, gpu_type)
     console = Console(stderr=True, quiet=quiet)
@@ -72,10 +102,18 @@ def run_compute(model, out, device, dtype, mbs, tps, seq, warmup, reps, blocks, 
         start = time.perf_counter()
         rows = run_sweep(cfg, tps, lambda _step: bar.advance(task))
         sweep_s = time.perf_counter() - start
-    prov = provenance(cfg.device, gpu, sequence_length=cfg.seq_len, warmup=cfg.warmup,
-                      reps=cfg.reps, blocks=cfg.blocks, optimizer=cfg.optimizer,
-                      threads_per_rank={tp: cfg.threads or threads_per_rank(tp) for tp in tps}
-                      if cfg.device.kind == "cpu" else None)
+    prov = provenance(
+        cfg.device,
+        gpu,
+        sequence_length=cfg.seq_len,
+        warmup=cfg.warmup,
+        reps=cfg.reps,
+        blocks=cfg.blocks,
+        optimizer=cfg.optimizer,
+        threads_per_rank={tp: cfg.threads or threads_per_rank(tp) for tp in tps}
+        if cfg.device.kind == "cpu"
+        else None,
+    )
     result = SweepResult(gpu, cfg, tuple(tps), tuple(rows), prov)
     files = write_profile(result, out)
     frame = layers_frame(rows, cfg.model, gpu, cfg.dtype, cfg.seq_len)
@@ -106,8 +144,10 @@ def _summary(frame: pl.DataFrame, files: list[Path]) -> dict:
 
 
 def _summary_text(summary: dict) -> str:
-    lines = [f"{'tp':>3} {'mbs':>4} {'fits':>5} {'fwd s':>10} {'bwd s':>10} {'opt s':>10} "
-             f"{'stash MB':>9} {'params':>12}"]
+    lines = [
+        f"{'tp':>3} {'mbs':>4} {'fits':>5} {'fwd s':>10} {'bwd s':>10} {'opt s':>10} "
+        f"{'stash MB':>9} {'params':>12}"
+    ]
     for e in summary["entries"]:
         lines.append(
             f"{e['tp']:>3} {e['microbatch_size']:>4} {'yes' if e['fits'] else 'OOM':>5} "
@@ -123,9 +163,11 @@ def replot(profile: str | Path) -> list[Path]:
     layer_tables = sorted(side.glob("layers__*.parquet"))
     net_table, net_fits = side / "network.parquet", side / "network.json"
     if not layer_tables and not net_table.exists():
-        raise ProfileFolderError(f"{side} has no layers__*.parquet or network.parquet; run "
-                                 "compute or network with --out there first",
-                                 field="profile")
+        raise ProfileFolderError(
+            f"{side} has no layers__*.parquet or network.parquet; run "
+            "compute or network with --out there first",
+            field="profile",
+        )
     written = [plot_layers(pl.read_parquet(t), t.with_suffix(".png")) for t in layer_tables]
     if net_table.exists():
         fits = {}

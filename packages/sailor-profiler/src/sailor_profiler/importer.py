@@ -42,5 +42,8 @@ def import_sailor(root: str | Path, out: str | Path) -> dict[str, int]:
         ],
     }
     (out / "links.json").write_text(json.dumps(doc, indent=1))
-    return {"profile_entries": len(store), "links": len(doc["links"]),
-            "intra_node": len(doc["intra_node"])}
+    return {
+        "profile_entries": len(store),
+        "links": len(doc["links"]),
+        "intra_node": len(doc["intra_node"]),
+    }

@@ -58,8 +58,9 @@ def threads_per_rank(world_size: int) -> int:
     return 1
 
 
-def _rank_main(fn, rank, world_size, port, prefix, backend, timeout_s, args, results,
-               cuda_base) -> None:
+def _rank_main(
+    fn, rank, world_size, port, prefix, backend, timeout_s, args, results, cuda_base
+) -> None:
     import torch
     import torch.distributed as dist
 
@@ -67,11 +68,18 @@ def _rank_main(fn, rank, world_size, port, prefix, backend, timeout_s, args, res
     if cuda_base is not None:  # bind this rank's GPU before NCCL's first collective
         torch.cuda.set_device(cuda_base + rank)
     try:
-        store = dist.TCPStore(_STORE_HOST, port, world_size, is_master=False,
-                              timeout=timedelta(seconds=timeout_s))
-        dist.init_process_group(backend, store=dist.PrefixStore(prefix, store), rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=timeout_s))
+        store = dist.TCPStore(
+            _STORE_HOST, port, world_size, is_master=False, timeout=timedelta(seconds=timeout_s)
+        )
+        dist.init_process_group(
+            backend,
+            store=dist.PrefixStore(prefix, store),
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
         try:
+
             def progress(payload: Any) -> None:
                 results.put((rank, "progress", payload))
 
@@ -99,15 +107,34 @@ def run_local(
     ``cuda_base``: rank r uses GPU ``cuda_base + r`` (None on CPU)."""
     import torch.distributed as dist
 
-    store = dist.TCPStore(_STORE_HOST, 0, world_size + 1, is_master=True,
-                          wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
+    store = dist.TCPStore(
+        _STORE_HOST,
+        0,
+        world_size + 1,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=timeout_s),
+    )
     prefix = f"sailor-profiler/{uuid.uuid4().hex}"
     ctx = _context()
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=_rank_main, daemon=True,
-                    args=(fn, r, world_size, store.port, prefix, backend, timeout_s, args, results,
-                          cuda_base))
+        ctx.Process(
+            target=_rank_main,
+            daemon=True,
+            args=(
+                fn,
+                r,
+                world_size,
+                store.port,
+                prefix,
+                backend,
+                timeout_s,
+                args,
+                results,
+                cuda_base,
+            ),
+        )
         for r in range(world_size)
     ]
     for p in procs:
@@ -167,15 +194,21 @@ def _failures(results, errors: dict[int, str], grace_s: float = 3.0) -> str:
     return "; ".join(f"rank {r} failed: {msg}" for r, msg in sorted(errors.items()))
 
 
-def run_from_env(fn: Callable[..., Any], args: tuple = (), backend: str = "gloo",
-                 timeout_s: float = 600.0) -> Any:
+def run_from_env(
+    fn: Callable[..., Any], args: tuple = (), backend: str = "gloo", timeout_s: float = 600.0
+) -> Any:
     """Join the group described by the environment and run ``fn`` in this process."""
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend,
+        init_method="env://",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_s),
+    )
     try:
         return fn(RankContext(rank, world, local_rank, backend), *args)
     finally:

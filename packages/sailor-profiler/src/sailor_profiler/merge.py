@@ -39,8 +39,12 @@ def source_rank(source: str) -> int:
 
 def _preference(rec: Record, position: int) -> tuple:
     # Larger is better (used with max).
-    return (rec.status == "ok", -source_rank(rec.source), str(rec.provenance.get("date", "")),
-            position)
+    return (
+        rec.status == "ok",
+        -source_rank(rec.source),
+        str(rec.provenance.get("date", "")),
+        position,
+    )
 
 
 def merge_folders(paths: list[str | Path]) -> ProfileFolder:
@@ -50,8 +54,9 @@ def merge_folders(paths: list[str | Path]) -> ProfileFolder:
         for key, rec in folder.records.items():
             pref = _preference(rec, position)
             if key not in best or pref > best[key][0]:
-                tagged = Record(**{**rec.to_dict(),
-                                   "provenance": {**rec.provenance, "merged_from": str(path)}})
+                tagged = Record(
+                    **{**rec.to_dict(), "provenance": {**rec.provenance, "merged_from": str(path)}}
+                )
                 best[key] = (pref, tagged, position)
     store = ProfileStore()
     for position, folder in enumerate(folders):
@@ -78,8 +83,10 @@ def merge_networks(paths: list[str | Path]) -> dict | None:
             doc = json.loads(file.read_text())
         except (SailorSimError, ValueError) as exc:
             raise ProfileFolderError(f"{file} is corrupt: {exc}", field="network") from None
-        for table, items, key_fields in ((links, doc.get("links", []), ("src", "dst")),
-                                         (intra, doc.get("intra_node", []), ("gpu_type", "count"))):
+        for table, items, key_fields in (
+            (links, doc.get("links", []), ("src", "dst")),
+            (intra, doc.get("intra_node", []), ("gpu_type", "count")),
+        ):
             for item in items:
                 key = json.dumps([item[k] for k in key_fields], sort_keys=True)
                 rank = -source_rank(str(item.get("source", "")))
@@ -87,8 +94,11 @@ def merge_networks(paths: list[str | Path]) -> dict | None:
                     table[key] = (rank, item)
     if not found:
         return None
-    return {"format": "sailor-network/1", "links": [v for _, v in links.values()],
-            "intra_node": [v for _, v in intra.values()]}
+    return {
+        "format": "sailor-network/1",
+        "links": [v for _, v in links.values()],
+        "intra_node": [v for _, v in intra.values()],
+    }
 
 
 def merge(paths: list[str | Path], out: str | Path) -> ProfileFolder:

@@ -15,8 +15,19 @@ from .network import NetConfig, message_sizes, network_worker
 from .provenance import gpu_type_for, provenance
 
 
-def run_network(out, device, procs, min_bytes, max_bytes, warmup, reps, zone, peer_zone,
-                gpu_type, busy_ms: float = 0.0) -> dict | None:
+def run_network(
+    out,
+    device,
+    procs,
+    min_bytes,
+    max_bytes,
+    warmup,
+    reps,
+    zone,
+    peer_zone,
+    gpu_type,
+    busy_ms: float = 0.0,
+) -> dict | None:
     """Measure, fit, write; returns a summary on the writing rank, None on the others."""
     check_out_dir(out)
     dev = parse_device(device)
@@ -24,8 +35,9 @@ def run_network(out, device, procs, min_bytes, max_bytes, warmup, reps, zone, pe
     peer_zone = peer_zone or zone
     get_zone(peer_zone)
     if min_bytes > max_bytes or not message_sizes(min_bytes, max_bytes):
-        raise SweepError(f"min_bytes {min_bytes} must be <= max_bytes {max_bytes}",
-                         field="max_bytes")
+        raise SweepError(
+            f"min_bytes {min_bytes} must be <= max_bytes {max_bytes}", field="max_bytes"
+        )
     if reps < 1 or warmup < 0:
         raise SweepError("need reps >= 1 and warmup >= 0", field="reps")
     if not 0 <= busy_ms <= 60_000:
@@ -43,11 +55,18 @@ def run_network(out, device, procs, min_bytes, max_bytes, warmup, reps, zone, pe
         if procs < 2:
             raise SweepError(f"need at least 2 processes, got {procs}", field="procs")
         check_tp_fits(dev, procs)
-        points = run_local(network_worker, procs, (cfg,), backend=dev.backend, timeout_s=600,
-                           cuda_base=dev.cuda_base)[0]
+        points = run_local(
+            network_worker,
+            procs,
+            (cfg,),
+            backend=dev.backend,
+            timeout_s=600,
+            cuda_base=dev.cuda_base,
+        )[0]
         intra = True
-    prov = provenance(dev, gpu, world_size=points[0].world_size, warmup=warmup, reps=reps,
-                      busy_ms=busy_ms)
+    prov = provenance(
+        dev, gpu, world_size=points[0].world_size, warmup=warmup, reps=reps, busy_ms=busy_ms
+    )
     files = write_network_profile(points, out, gpu, zone, peer_zone, intra, prov)
     fits = fit_ops(points)
     return {

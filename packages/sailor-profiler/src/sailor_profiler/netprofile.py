@@ -58,8 +58,15 @@ def ring_fields(fits: dict[str, LinkFit], world: int) -> dict[str, float]:
     }
 
 
-def network_document(points: list[NetPoint], fits: dict[str, LinkFit], gpu_type: str,
-                     zone: str, peer_zone: str, intra_node: bool, provenance: dict) -> dict:
+def network_document(
+    points: list[NetPoint],
+    fits: dict[str, LinkFit],
+    gpu_type: str,
+    zone: str,
+    peer_zone: str,
+    intra_node: bool,
+    provenance: dict,
+) -> dict:
     world = points[0].world_size
     pairs = max(1, world // 2)
     where = f"{provenance.get('host', '?')} {provenance.get('date', '')}".strip()
@@ -72,7 +79,8 @@ def network_document(points: list[NetPoint], fits: dict[str, LinkFit], gpu_type:
         link = {
             "src": {"zone": zone, "gpu_type": gpu_type, "count": pairs},
             "dst": {"zone": peer_zone, "gpu_type": gpu_type, "count": pairs},
-            "max_bandwidth": fit.bandwidth_Bps, "latency_s": fit.latency_s,
+            "max_bandwidth": fit.bandwidth_Bps,
+            "latency_s": fit.latency_s,
             "source": f"measured: p2p ping-pong, {world} ranks, alpha-beta fit ({where})",
         }
         if ring:
@@ -81,18 +89,28 @@ def network_document(points: list[NetPoint], fits: dict[str, LinkFit], gpu_type:
         doc["links"].append(link)
     if intra_node and "allreduce" in fits:
         fit = fits["allreduce"]
-        doc["intra_node"].append({
-            "gpu_type": gpu_type, "count": world,
-            "max_bandwidth": ring.get("ring_bus_bandwidth", fit.bandwidth_Bps),
-            "latency_s": ring.get("ring_hop_latency_s", fit.latency_s),
-            "source": f"measured: all-reduce bus bandwidth, {world} ranks, alpha-beta fit "
-                      f"({where})",
-        })
+        doc["intra_node"].append(
+            {
+                "gpu_type": gpu_type,
+                "count": world,
+                "max_bandwidth": ring.get("ring_bus_bandwidth", fit.bandwidth_Bps),
+                "latency_s": ring.get("ring_hop_latency_s", fit.latency_s),
+                "source": f"measured: all-reduce bus bandwidth, {world} ranks, alpha-beta fit "
+                f"({where})",
+            }
+        )
     return doc
 
 
-def write_network_profile(points: list[NetPoint], out: str | Path, gpu_type: str, zone: str,
-                          peer_zone: str, intra_node: bool, provenance: dict) -> list[Path]:
+def write_network_profile(
+    points: list[NetPoint],
+    out: str | Path,
+    gpu_type: str,
+    zone: str,
+    peer_zone: str,
+    intra_node: bool,
+    provenance: dict,
+) -> list[Path]:
     out = Path(out)
     side = out / "profiler"
     side.mkdir(parents=True, exist_ok=True)

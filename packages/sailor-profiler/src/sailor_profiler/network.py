@@ -124,8 +124,9 @@ def network_worker(ctx: RankContext, cfg: NetConfig) -> list[NetPoint]:
             for _ in range(cfg.warmup):
                 fn()
             stat = summarize([fn() for _ in range(reps)])
-            worst = torch.tensor([stat.median, stat.p25, stat.p75], dtype=torch.float64,
-                                 device=device)
+            worst = torch.tensor(
+                [stat.median, stat.p25, stat.p75], dtype=torch.float64, device=device
+            )
             dist.all_reduce(worst, op=dist.ReduceOp.MAX)
             med, p25, p75 = worst.tolist()
             points.append(NetPoint(op, size, med, p25, p75, ctx.world_size))

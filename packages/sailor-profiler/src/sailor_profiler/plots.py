@@ -42,9 +42,13 @@ def plot_bandwidth(frame: pl.DataFrame, fits: dict[str, LinkFit], path: str | Pa
         if op in fits:
             fit = fits[op]
             span = [sizes[0] / 4 * 2**k for k in range(int(len(sizes)) + 4)]
-            ax.plot(span, [fit.effective_bandwidth(m) * _bus(frame, op) for m in span], "-",
-                    label=f"{op} fit: {fit.latency_s * 1e6:.0f} us + m / "
-                          f"{fit.bandwidth_Bps / 1e9:.2f} GB/s")
+            ax.plot(
+                span,
+                [fit.effective_bandwidth(m) * _bus(frame, op) for m in span],
+                "-",
+                label=f"{op} fit: {fit.latency_s * 1e6:.0f} us + m / "
+                f"{fit.bandwidth_Bps / 1e9:.2f} GB/s",
+            )
     ax.set(xscale="log", yscale="log", xlabel="message bytes", ylabel="bytes/s")
     ax.legend(fontsize=7)
     return _save(fig, path)

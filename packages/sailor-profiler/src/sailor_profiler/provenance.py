@@ -91,7 +91,9 @@ def _driver_version() -> str:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 else "unknown"
     except (OSError, IndexError, subprocess.SubprocessError):

@@ -56,8 +56,13 @@ class Record:
         return tuple(getattr(self, k) for k in _RECORD_KEYS)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**{k: getattr(self, k) for k in _RECORD_KEYS}, "status": self.status,
-                "source": self.source, "note": self.note, "provenance": self.provenance}
+        return {
+            **{k: getattr(self, k) for k in _RECORD_KEYS},
+            "status": self.status,
+            "source": self.source,
+            "note": self.note,
+            "provenance": self.provenance,
+        }
 
 
 def entry_key(e: ProfileEntry) -> tuple:
@@ -78,9 +83,16 @@ def entry_for_record(rec: Record, entry: ProfileEntry | None) -> ProfileEntry | 
     prov = json.loads(json.dumps(rec.provenance, default=str)) or None  # JSON values only
     if rec.status == "oom":
         key = ProfileKey(rec.model, rec.gpu_type, rec.dtype, rec.microbatch_size, rec.tp)
-        return ProfileEntry(key, rec.sequence_length, (), rec.source, status="oom",
-                            note=rec.note, provenance=prov,
-                            optimizer=entry.optimizer if entry is not None else "adam")
+        return ProfileEntry(
+            key,
+            rec.sequence_length,
+            (),
+            rec.source,
+            status="oom",
+            note=rec.note,
+            provenance=prov,
+            optimizer=entry.optimizer if entry is not None else "adam",
+        )
     if entry is None or entry.status != "ok":
         return None
     return replace(entry, note=rec.note, provenance=prov)
@@ -107,8 +119,9 @@ def read_folder(path: str | Path, allow_empty: bool = False) -> ProfileFolder:
                 for entry in read_profile_file(file):
                     store.add(entry)
     except SailorSimError as exc:
-        raise ProfileFolderError(f"{folder} is not a valid profile folder: {exc}",
-                                 field="profile_dir") from None
+        raise ProfileFolderError(
+            f"{folder} is not a valid profile folder: {exc}", field="profile_dir"
+        ) from None
     records = {entry_key(e): record_for_entry(e) for e in store.entries() + store.oom_entries()}
     for rec in _read_records(folder / SIDE_DIR / PROVENANCE_FILE):
         if rec.status != "ok" or rec.key in records:
@@ -126,9 +139,13 @@ def _read_records(path: Path) -> list[Record]:
         if data.get("format") != PROVENANCE_FORMAT:
             raise ValueError(f"format is not {PROVENANCE_FORMAT!r}")
         return [
-            Record(*(r[k] for k in _RECORD_KEYS), status=str(r["status"]),
-                   source=str(r["source"]), note=str(r.get("note", "")),
-                   provenance=dict(r.get("provenance", {})))
+            Record(
+                *(r[k] for k in _RECORD_KEYS),
+                status=str(r["status"]),
+                source=str(r["source"]),
+                note=str(r.get("note", "")),
+                provenance=dict(r.get("provenance", {})),
+            )
             for r in data["records"]
         ]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -140,8 +157,9 @@ def write_folder(folder: ProfileFolder, path: str | Path) -> list[Path]:
     the sidecar (atomically, sidecar last)."""
     out = Path(path)
     by_key = {entry_key(e): e for e in folder.store.entries()}
-    kept = ProfileStore(e for k, e in by_key.items()
-                        if k not in folder.records and e.status == "ok")
+    kept = ProfileStore(
+        e for k, e in by_key.items() if k not in folder.records and e.status == "ok"
+    )
     for key, rec in folder.records.items():
         e = entry_for_record(rec, by_key.get(key))
         if e is not None:
@@ -149,8 +167,10 @@ def write_folder(folder: ProfileFolder, path: str | Path) -> list[Path]:
     written = save_profile_dir(kept, out) if kept.entries() or kept.oom_entries() else []
     side = out / SIDE_DIR
     side.mkdir(parents=True, exist_ok=True)
-    doc = {"format": PROVENANCE_FORMAT,
-           "records": [r.to_dict() for _, r in sorted(folder.records.items())]}
+    doc = {
+        "format": PROVENANCE_FORMAT,
+        "records": [r.to_dict() for _, r in sorted(folder.records.items())],
+    }
     tmp = side / (PROVENANCE_FILE + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=str))
     tmp.replace(side / PROVENANCE_FILE)

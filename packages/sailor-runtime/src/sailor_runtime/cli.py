@@ -71,8 +71,9 @@ def run(
     seq_len: int = typer.Option(64, help="Tokens per sample."),
     checkpoint_every: int = typer.Option(5, help="Checkpoint every this many steps."),
     kill_rank_at_step: int = typer.Option(
-        0, help="Failure injection: kill -9 the highest rank's process (its node lives on) once "
-        "this step is reached (0 = never)."
+        0,
+        help="Failure injection: kill -9 the highest rank's process (its node lives on) once "
+        "this step is reached (0 = never).",
     ),
     kill_worker_at_step: int = typer.Option(
         0, help="Failure injection: kill -9 a worker once this step is reached (0 = never)."
@@ -91,12 +92,16 @@ def run(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
     ] = None,
-    precision: str = typer.Option("fp32", help="fp32, or bf16 / fp16 mixed precision "
-                                  "(autocast, fp32 master weights)."),
+    precision: str = typer.Option(
+        "fp32", help="fp32, or bf16 / fp16 mixed precision (autocast, fp32 master weights)."
+    ),
     recompute: str = typer.Option("none", help="Activation recomputation: none, selective, full."),
     zero_stage: int = typer.Option(0, help="1: shard AdamW states across each DP group."),
-    flash_attention: bool = typer.Option(True, "--flash-attention/--math-attention",
-                                         help="Attention through SDPA, or the explicit math."),
+    flash_attention: bool = typer.Option(
+        True,
+        "--flash-attention/--math-attention",
+        help="Attention through SDPA, or the explicit math.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     trace: Annotated[
         Path | None,
@@ -252,8 +257,10 @@ def controller(
 def worker(
     controller: str = typer.Option(..., help="HOST:PORT of the controller."),
     gpu_type: str = typer.Option(
-        None, help="Declare the device type (a CPU worker type cpu-<N>t, or a GPU type); else "
-        "detect CUDA."),
+        None,
+        help="Declare the device type (a CPU worker type cpu-<N>t, or a GPU type); else "
+        "detect CUDA.",
+    ),
     gpus: int = typer.Option(None, help="GPUs on this node (default 1 when declared)."),
     zone: str = typer.Option("local", help="Zone of this node."),
     host: str = typer.Option("127.0.0.1", help="Address the agent listens on."),

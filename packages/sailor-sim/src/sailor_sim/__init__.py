@@ -19,6 +19,7 @@ from .instances import Fabric, Offer, fabric_for, offer_in
 from .job import GpuPool, Inventory, Job
 from .model import MODEL_CATALOG, ModelSpec, get_model, read_hf_config, register_model
 from .network import Endpoint, LinkCurve, NetworkModel
+from .options import ExecutionOptions
 from .original import SailorPlanRecord, read_sailor_plan
 from .plan import Plan, Replica, Stage, even_split
 from .prices import EGRESS_PER_GB, price_entry, price_per_gpu_hour, set_price
@@ -41,6 +42,7 @@ __all__ = [
     "read_hf_config",
     "register_model",
     "Estimate",
+    "ExecutionOptions",
     "LayerProfile",
     "LinkCurve",
     "NetworkModel",

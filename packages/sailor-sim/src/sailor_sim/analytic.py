@@ -7,13 +7,21 @@ Sec. 5.1: backward = 2x forward). The efficiency is an achieved fraction of peak
 fp32 training, matmuls run on TF32 tensor cores where the GPU has them, as Megatron-LM enables
 (``torch.backends.cuda.matmul.allow_tf32``); the efficiencies are relative to that peak.
 
-Mixed precision (bf16/fp16) matmuls use an efficiency calibrated on published training runs
+Mixed precision (bf16/fp16) layers whose GPU family has a calibration on published training runs
 (``data/published_runs.json``, fitted by ``bench/sim_published.py --fit`` into
-``data/compute_efficiency.json``) where the GPU's family has a fit: per (family, dtype)
-``e_max * min(1, flops_per_matmul / knee_flops)`` -- a GEMM reaches its plateau efficiency once it
-is large enough to fill every SM for several waves, and below that point its time stops
-shrinking with its size (launch + wave-quantization bound). The file names the rows it was
-fitted on and the leave-one-source-out error of the fit.
+``data/compute_efficiency.json``) are timed as the sum of two kinds of kernels that run one after
+the other in eager PyTorch (they do not overlap):
+
+- matmuls at ``e_max * min(1, flops_per_matmul / knee_flops)`` of the tensor-core peak, per
+  (family, dtype) -- a GEMM reaches its plateau once it fills every SM for several waves; the
+  published rows support no knee so far (``knee_flops`` 1 = none);
+- elementwise kernels (norms, residual adds, the MLP activation, RoPE; the head's logits cast,
+  log-softmax and their gradients) at ``MEMORY_EFFICIENCY`` of the memory bandwidth, their
+  bytes counted from the architecture (``elementwise_bytes``). They grow with tokens x hidden,
+  the matmuls with tokens x hidden^2, so they are what makes small models (MPT-125M: ~20 % of
+  its time) slower per FLOP than large ones -- not the matmul size.
+
+The file names the rows it was fitted on and the leave-one-source-out error of the fit.
 
 TP communication is *not* part of these estimates: the simulator adds it (``tp_comm``) for every
 entry whose ``includes_tp_comm`` is false.
@@ -106,6 +114,15 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], Mat
 CALIBRATION: dict[tuple[str, str], MatmulEfficiency] = load_calibration()
 
 
+def calibration_validation(path: Path = CALIBRATION_FILE) -> dict:
+    """The committed calibration's validation on the published runs, as ``bench/sim_published.py
+    --fit`` wrote it: 'uncalibrated', 'in_sample' and 'leave_one_source_out' summaries (mean and
+    max relative error of throughput and memory, row counts); {} without the file."""
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text()).get("validation", {})
+
+
 def set_calibration(table: dict[tuple[str, str], MatmulEfficiency]) -> None:
     """Replace the calibrated efficiencies (the fit in bench/sim_published.py tries candidates;
     build a new Simulator afterwards, since simulators cache their per-layer numbers)."""
@@ -133,18 +150,67 @@ def matmul_size(model: ModelSpec, layer_id: int, flops: float) -> float:
     return flops / (GEMMS_PER_BLOCK if model.layer_kind(layer_id) == "block" else 1)
 
 
+LOGIT_BYTES_FORWARD = 16
+"""Bytes moved per logit element in the forward pass of the loss, mixed precision: write the
+16-bit logits (2), cast to fp32 (read 2, write 4), log-softmax (read 4, write 4)."""
+LOGIT_BYTES_BACKWARD = 18
+"""... and in backward: the log-softmax gradient (read output 4, read grad 4, write 4), cast
+back to 16 bits (read 4, write 2)."""
+
+
+def elementwise_bytes(model: ModelSpec, layer_id: int, mbs: int, seq: int, tp: int, e: int):
+    """Bytes the forward pass of a layer moves through memory-bound (non-matmul) kernels on
+    one GPU of a TP group: per token, two norms (read + write h each), two residual adds
+    (read 2h, write h each), the MLP activation (GELU: read + write ffn; SwiGLU: SiLU read +
+    write ffn, then the product read 2 ffn, write ffn), RoPE on q and k (read + write). The
+    head: the loss over the logits (``LOGIT_BYTES_FORWARD`` per element). Backward moves about
+    twice as much (a gradient in and one out per saved input); the caller doubles it."""
+    tokens, h = mbs * seq, model.hidden_size
+    kind = model.layer_kind(layer_id)
+    if kind == "head":
+        return tokens * (model.vocab_size // tp) * LOGIT_BYTES_FORWARD
+    if kind != "block":
+        return 0
+    ffn = model.ffn_hidden_size // tp
+    per_token = 4 * h + 6 * h + (5 * ffn if model.gated_mlp else 2 * ffn)
+    if model.position == "rotary":
+        per_token += 2 * (h + model.kv_size) // tp
+    return tokens * per_token * e
+
+
+def calibrated_times(
+    model: ModelSpec, layer_id: int, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int, fit
+) -> tuple[float, float]:
+    """(forward s, backward s) with a published-run calibration: matmuls at the fitted
+    efficiency plus elementwise kernels at the memory bandwidth, one after the other."""
+    flops = model.forward_flops(layer_id, mbs, seq, tp)
+    matmul_s = 0.0  # the embedding: a gather, no matmul
+    if flops:
+        matmul_s = flops / (gpu.peak_flops(dtype) * fit.at(matmul_size(model, layer_id, flops)))
+    e = dtype_bytes(dtype)
+    bandwidth = gpu.memory_bandwidth * MEMORY_EFFICIENCY
+    fwd_bytes = elementwise_bytes(model, layer_id, mbs, seq, tp, e)
+    if model.layer_kind(layer_id) == "head":
+        bwd_bytes = fwd_bytes * LOGIT_BYTES_BACKWARD / LOGIT_BYTES_FORWARD
+    else:
+        bwd_bytes = 2 * fwd_bytes
+    if model.layer_kind(layer_id) == "embedding":  # a gather: its rows in, gradients out
+        fwd_bytes = bwd_bytes = 2 * mbs * seq * model.hidden_size * e
+    fwd = matmul_s + fwd_bytes / bandwidth + KERNEL_OVERHEAD_S
+    bwd = 2 * matmul_s + bwd_bytes / bandwidth + KERNEL_OVERHEAD_S
+    return fwd, bwd
+
+
 def layer_times(
     model: ModelSpec, layer_id: int, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int
 ) -> tuple[float, float]:
     """(forward s, backward s) of one layer on one GPU of a TP group, TP communication excluded."""
-    peak = gpu.peak_flops(dtype, allow_tf32=True)
-    flops = model.forward_flops(layer_id, mbs, seq, tp)
     fit = calibrated(gpu, dtype)
     if fit is not None:
-        e = fit.at(matmul_size(model, layer_id, flops))
-        eff = Efficiency(e, e, fit.source)
-    else:
-        eff = efficiency(gpu)
+        return calibrated_times(model, layer_id, gpu, dtype, mbs, seq, tp, fit)
+    peak = gpu.peak_flops(dtype, allow_tf32=True)
+    flops = model.forward_flops(layer_id, mbs, seq, tp)
+    eff = efficiency(gpu)
     # Bytes touched: weights once, activations in and out a few times (elementwise ops).
     e = dtype_bytes(dtype)
     traffic = model.params(layer_id, tp) * e + 8 * mbs * seq * model.hidden_size * e

@@ -15,8 +15,18 @@ import typer
 
 from . import inputs
 from .cli_catalog import register as _register_catalog_commands
+from .cli_options import (
+    Flash,
+    GradDtype,
+    Recompute,
+    SequenceParallel,
+    VirtualStages,
+    Zero,
+    execution_options,
+)
 from .cli_output import GiB, fail, print_estimate, table
 from .errors import SailorSimError, ValidationError
+from .options import ExecutionOptions, check_replica
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -49,6 +59,7 @@ def _load_plan_and_job(
     seq: int | None,
     dtype: str | None,
     optimizer: str | None,
+    options,
 ):
     from .job import Job
     from .original import read_sailor_plan
@@ -65,8 +76,9 @@ def _load_plan_and_job(
         if model is None:
             raise ValidationError("--model is required with --sailor-plan", field="model")
         job = Job.create(
-            model, gbs or record.global_batch_size, seq, dtype or "fp32", optimizer or "adam"
-        )
+            model, gbs or record.global_batch_size, seq, dtype or "fp32", optimizer or "adam",
+            options,
+        )  # fmt: skip
         return job, record.plan
     data = inputs.load_json(plan_file, "plan")
     if "plan" in data:
@@ -76,11 +88,12 @@ def _load_plan_and_job(
         job, plan = None, Plan.from_dict(data)
     if job is not None:  # the file's job wins only when no flag contradicts it
         flags = {"--model": model, "--gbs": gbs, "--seq": seq, "--dtype": dtype}
+        flags["--zero/--recompute/..."] = options if options != ExecutionOptions() else None
         inputs.refuse_overrides({**flags, "--optimizer": optimizer}, f"{plan_file}")
     else:
         if model is None or gbs is None:
             raise ValidationError("the plan file has no 'job'; pass --model and --gbs", field="job")
-        job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam")
+        job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam", options)
     return job, plan
 
 
@@ -113,13 +126,13 @@ class Homogeneous:
         return default_zone(self.provider, self.region)
 
 
-def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optimizer):
+def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optimizer, options):
     from .job import Job
     from .quickplan import homogeneous_plan, parse_split
 
     if model is None or gbs is None:
         raise ValidationError("--gpu needs --model and --gbs", field="model")
-    job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam")
+    job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam", options)
     plan = homogeneous_plan(
         sim, job, h.gpu, h.placement(), tp=h.tp, pp=h.pp, dp=h.dp, mbs=h.mbs,
         split=parse_split(h.split),
@@ -166,6 +179,12 @@ def simulate(
     ),
     iterations: float = typer.Option(None, help="Whole-run figures for this many iterations."),
     tokens: float = typer.Option(None, help="Whole-run figures for this many tokens."),
+    zero: Zero = "none",
+    recompute: Recompute = "none",
+    flash: Flash = None,
+    sequence_parallel: SequenceParallel = False,
+    virtual_stages: VirtualStages = 1,
+    grad_dtype: GradDtype = "fp32",
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
@@ -175,15 +194,20 @@ def simulate(
         for name, value in (("iterations", iterations), ("tokens", tokens)):
             if value is not None:
                 inputs.positive_number(value, f"--{name}")
+        options = execution_options(
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
+        )
         sim = _simulator(sailor_root, profiles)
         if gpu is not None:
             if plan_file is not None or sailor_plan is not None:
                 raise ValidationError("give --gpu or a plan file, not both", field="plan")
             h = Homogeneous(gpu, tp, pp, dp, mbs, zone, provider, region, split)
-            job, plan = _homogeneous_job_and_plan(h, sim, model, gbs, seq, dtype, optimizer)
+            job, plan = _homogeneous_job_and_plan(
+                h, sim, model, gbs, seq, dtype, optimizer, options
+            )
         else:
             job, plan = _load_plan_and_job(
-                plan_file, sailor_plan, model, gbs, seq, dtype, optimizer
+                plan_file, sailor_plan, model, gbs, seq, dtype, optimizer, options
             )
         estimate = sim.estimate(job, plan, iterations=iterations, tokens=tokens)
         rate = metrics.throughput(job, plan, estimate)
@@ -198,11 +222,13 @@ def simulate(
         out["provenance"] = metrics.provenance(estimate.sources, job, plan)
         out["cost_by_provider"] = by_provider
         out["plan"] = plan.to_dict()
+        out["job"] = job.to_dict()
         typer.echo(json.dumps(out))
         return
     typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
                f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
     typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
+    typer.echo(f"Options: {job.options.describe()}")
     print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
 
 
@@ -225,6 +251,12 @@ def memory(
     profiles: Annotated[
         Path | None, typer.Option(help="Folder of sailor-sim profile files.")
     ] = None,
+    zero: Zero = "none",
+    recompute: Recompute = "none",
+    flash: Flash = None,
+    sequence_parallel: SequenceParallel = False,
+    virtual_stages: VirtualStages = 1,
+    grad_dtype: GradDtype = "fp32",
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Will this model fit on this GPU with this TP / PP / microbatch size, and by how much?"""
@@ -233,9 +265,13 @@ def memory(
     from .plan import even_split
 
     try:
-        job = Job.create(model, 1, seq, dtype, optimizer)
+        options = execution_options(
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
+        )
+        job = Job.create(model, 1, seq, dtype, optimizer, options)
         gpu_type = get_gpu(gpu)
         job.model.check_tp(tp)
+        check_replica(job.options, gpu_type, job.dtype, tp, pp)
         if tp > gpu_type.gpus_per_node:
             raise ValidationError(
                 f"TP {tp} exceeds the {gpu_type.gpus_per_node} GPUs of a {gpu_type.name} node",

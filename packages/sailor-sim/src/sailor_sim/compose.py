@@ -1,193 +1,292 @@
-"""Composition of the simulator's components into one Estimate (``Simulator.estimate``).
+"""One Estimate from the simulator's components: the iteration is a sum of named terms.
 
-Per-stage summaries are cached per (layer range, replicas, position, depth) and per-replica
-numbers per (layer range, position, replica), keyed by interned ints, so a plan costs
-O(stages + distinct pipelines) dictionary lookups and never loops over layers. The formulas are
-those of the public components (``timing.pipeline_time``, ``Simulator.dp_sync_time``, ...),
-inlined where the planner's loop needs the speed; tests check they agree.
+``estimate_plan(parts, job, plan)`` reads, in this order (Calculon's ``get_total_time``):
+
+1. per stage (``stage_summary``): each distinct replica's ``StageTime``, peak memory and $/s,
+   the stage's data-parallel gradient sync and its egress;
+2. per distinct pipeline (replica j of every stage): ``timing.pipeline_total`` over its stages'
+   per-microbatch seconds and its boundaries' ``p2p`` seconds; the slowest is critical;
+3. ``timing.pipeline_time`` splits the critical pipeline into compute, recompute, tp_comm,
+   pipeline_bubble and p2p; ``timing.iteration_terms`` adds the exposed dp_sync and optimizer
+   tail and the step sync. The iteration time is the sum of those terms.
+
+``parts`` is any object with the component methods of ``Components`` (the ``Simulator``), so
+this module does not import the simulator. Per-stage summaries are memoized in the
+simulator's ``ComponentCache``: a plan costs O(stages + distinct pipelines) lookups and never
+loops over layers, which is what lets the planner score tens of thousands of plans a second
+through this same code.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from . import timing
-from .errors import PlanError
 from .estimate import Estimate, ReplicaMemory
-from .gpus import get_gpu
 from .job import Job
-from .plan import Plan, Replica
-from .prices import usd_per_second
+from .plan import Plan, Replica, Stage
+from .timing import StageTime
 
-if TYPE_CHECKING:
-    from .simulator import Simulator
+
+class ReplicaInfo(NamedTuple):
+    """One replica of a stage at one pipeline position: what the estimate reads from it."""
+
+    stage_time: StageTime
+    peak_bytes: int
+    capacity_bytes: int
+    usd_per_s: float
+    """What its TP group bills."""
+
+
+class P2P(NamedTuple):
+    """One stage boundary between two replicas, per microbatch."""
+
+    seconds: float
+    """Activations forward (the gradient back costs the same)."""
+    egress_usd: float
+    """Activations out and gradients back when the zones differ."""
+
+
+class DataParallelSync(NamedTuple):
+    """The gradient sync of one stage over its replicas, per iteration."""
+
+    seconds: float
+    egress_usd: float
+    per_microbatch_s: float = 0.0
+    """ZeRO-3 / hybrid: all-gathers and reduce-scatter every microbatch (before overlap)."""
+
+
+class Components(Protocol):
+    """The component methods ``estimate_plan`` composes (``Simulator`` implements them)."""
+
+    def replica_info(self, job: Job, stage: Stage, index: int, depth: int, replica: Replica):
+        """``ReplicaInfo`` of ``replica`` in ``stage`` at position ``index`` of ``depth``."""
+
+    def stage_sync(self, job: Job, stage: Stage) -> DataParallelSync: ...
+
+    def p2p(
+        self, job: Job, boundary_layer: int, src: Replica, dst: Replica, stage_replicas: int
+    ) -> P2P:
+        """One microbatch's activations across a stage boundary, seconds and egress $."""
+
+    def p2p_known(self, job: Job) -> dict:
+        """``job``'s ``p2p`` results so far, by ``p2p_key``."""
+
+    def step_sync_time(self, endpoints, ranks: int) -> float: ...
+
+    def replica_memory(self, job: Job, *args) -> dict[str, int]: ...
+
+    def summaries(self) -> dict: ...
+
+
+def p2p_key(src: Replica, dst: Replica, stage_replicas: int) -> int:
+    """One int for a boundary's (src replica, dst replica, replicas of the sending stage):
+    replica ids are small interned ints, and an int hashes faster than a tuple."""
+    return (((stage_replicas << 32) | src._id) << 32) | dst._id
 
 
 class StageSummary(NamedTuple):
-    """Everything ``estimate`` needs from one stage with its replicas at one pipeline position."""
+    """One stage with its replicas at one pipeline position."""
 
     distinct: tuple[Replica, ...]
     """The stage's distinct replicas (first occurrences)."""
-    distinct_info: tuple[tuple, ...]
-    """Per distinct replica: (StageTime, peak bytes, memory terms, capacity, $/s)."""
-    pos_ids: tuple[int, ...]
+    infos: tuple[ReplicaInfo, ...]
+    """Per distinct replica."""
+    replica_of: tuple[int, ...]
     """For each replica position j, the index of its distinct replica."""
-    per_microbatch: tuple[float, ...]
-    """Per distinct replica: forward + backward + TP seconds per microbatch."""
-    rkeys: tuple[tuple, ...]
-    """Per distinct replica: its field tuple (zone at index 1)."""
-    rids: tuple[int, ...]
-    """Per distinct replica: its interned id (the p2p cache key)."""
-    sources: frozenset[str]
-    dp_sync_s: float
+    choices: tuple[tuple[Replica, float], ...]
+    """Per distinct replica: it and its ``StageTime.per_microbatch_s`` plus the schedule
+    overhead (what a pipeline through it reads)."""
+    sync: DataParallelSync
     optimizer_s: float
+    """The slowest replica's optimizer step."""
     peak_bytes: int
     fits: bool
     usd_per_s: float
-    dp_egress_usd: float
     endpoints: frozenset[tuple[str, str]]
-    """(zone, GPU type) of the stage's replicas (the step sync's ring)."""
+    """(zone, GPU type) of its replicas: the step sync's ring."""
     gpus: int
-    """GPUs of the stage (sum of the replicas' TP degrees)."""
 
 
-def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=None) -> Estimate:
-    """Compose the components. Per-stage summaries are cached per (layer range, position,
-    replicas) and per-replica results per (layer range, position, replica), so a plan costs
-    O(stages + pipelines) dictionary lookups and never loops over layers."""
-    stages = plan.stages
-    p = len(stages)
-    jk = (job.model.name, job.dtype, job.sequence_length, job.optimizer)
-    stage_cache = sim._stage_summaries.get(jk)
-    if stage_cache is None:
-        stage_cache = sim._stage_summaries[jk] = {}
-    summaries = []
-    for i, s in enumerate(stages):
-        key = (s._full << 24) | (i << 12) | p  # interned (range, replicas), position, depth
-        summary = stage_cache.get(key)
-        if summary is None:
-            summary = stage_cache[key] = _stage_summary(sim, job, s, i, p)
-        summaries.append(summary)
-    # Pipelines: replica j of every stage; identical pipelines are evaluated once. Replicas
-    # are compared through the summaries' distinct-replica indices (ints), not field by field.
-    # The loop below is pipeline_total inlined (same formula), the planner's hottest path:
-    # plain lists and int keys only.
-    best, best_total = None, -1.0
-    pair_cache = sim._p2p_pairs.get(jk)
-    if pair_cache is None:
-        pair_cache = sim._p2p_pairs[jk] = ({}, {})
-    p2p_by_pair, egress_by_pair = pair_cache
-    per_mb = [sm.per_microbatch for sm in summaries]
-    rids = [sm.rids for sm in summaries]
-    last = p - 1
-    egress = 0.0
-    counts: dict[tuple, int] = {}
-    for ids in zip(*[sm.pos_ids for sm in summaries], strict=True):
-        counts[ids] = counts.get(ids, 0) + 1
-    for ids, count in counts.items():
-        total = worst = sum_p2p = prev = wsend = 0.0
-        wi = 0
-        p2p = []
-        k = ids[0]
-        for i in range(p):
-            c = per_mb[i][k]
-            total += c
-            if i < last:
-                k2 = ids[i + 1]
-                pair = (rids[i][k] << 32) | rids[i + 1][k2]
-                t = p2p_by_pair.get(pair)
-                if t is None:
-                    src, dst = summaries[i].distinct[k], summaries[i + 1].distinct[k2]
-                    t = p2p_by_pair[pair] = sim.p2p_time(job, stages[i].last_layer, src, dst)
-                    if src.zone != dst.zone:  # activations out, gradients back: egress
-                        egress_by_pair[pair] = sim.p2p_egress_usd(job, src, dst)
-                e = egress_by_pair.get(pair)
-                if e is not None:
-                    egress += count * e
-                p2p.append(t)
-                sum_p2p += t
-                send = 2.0 * (t + prev)
-                k = k2
-            else:
-                send = 2.0 * prev
-            if c + send > worst:
-                worst, wi, wsend = c + send, i, send
-            prev = t if i < last else 0.0
-        m = summaries[0].distinct[ids[0]].num_microbatches
-        total += (m - 1) * worst + 2.0 * sum_p2p
-        if total > best_total:
-            best_total = total
-            best = (ids, p2p, m, wi, wsend, sum_p2p)
-    ids, crit_p2p, m, k, sends, sum_p2p = best
-    crit_times = [sm.distinct_info[j][0] for sm, j in zip(summaries, ids, strict=True)]
-    # timing.pipeline_time's breakdown for the critical pipeline (k = its bottleneck stage).
-    b = crit_times[k]
-    per_k = per_mb[k][ids[k]]
-    compute = m * (b.forward_s + b.backward_s + timing.MICROBATCH_OVERHEAD_S)
-    breakdown = {
-        "compute": compute,
-        "tp_comm": m * b.tp_comm_s,
-        "pipeline_bubble": sum([per_mb[i][j] for i, j in enumerate(ids)]) - per_k,
-        "p2p": (m - 1) * sends + 2.0 * sum_p2p,
-    }
-    drain = [crit_times[i].backward_s + crit_p2p[i] for i in range(p - 1)]
-    tail, breakdown["optimizer"] = timing.exposed_tail(
-        [sm.dp_sync_s for sm in summaries], [sm.optimizer_s for sm in summaries], drain
+class CriticalPipeline(NamedTuple):
+    """The slowest pipeline: its stages' times, its boundaries' p2p seconds, its microbatches."""
+
+    stage_times: list[StageTime]
+    p2p_s: list[float]
+    num_microbatches: int
+    virtual_stages: int
+
+
+def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> StageSummary:
+    """Summarize stage ``i`` of ``p``: equal replicas are looked up once."""
+    index: dict[int, int] = {}
+    distinct: list[Replica] = []
+    infos: list[ReplicaInfo] = []
+    choices: list[tuple[Replica, float]] = []
+    replica_of: list[int] = []
+    usd = optimizer = 0.0
+    peak, fits = 0, True
+    for r in stage.replicas:
+        k = index.get(r._id)
+        if k is None:
+            k = index[r._id] = len(distinct)
+            info = parts.replica_info(job, stage, i, p, r)
+            distinct.append(r)
+            infos.append(info)
+            t = info.stage_time
+            choices.append((r, t.per_microbatch_s + timing.MICROBATCH_OVERHEAD_S))
+            optimizer = max(optimizer, t.optimizer_s)
+            peak = max(peak, info.peak_bytes)
+            fits = fits and info.peak_bytes <= info.capacity_bytes
+        replica_of.append(k)
+        usd += infos[k].usd_per_s
+    return StageSummary(
+        tuple(distinct),
+        tuple(infos),
+        tuple(replica_of),
+        tuple(choices),
+        parts.stage_sync(job, stage),
+        optimizer,
+        peak,
+        fits,
+        usd,
+        frozenset([(r.zone, r.gpu_type) for r in distinct]),
+        stage.num_gpus,
     )
-    breakdown["dp_sync"] = tail - breakdown["optimizer"]
-    # The per-step whole-world all-reduce of loss and gradient norm (= sim.plan_step_sync_time).
-    eps = summaries[0].endpoints
+
+
+def summarize(parts: Components, job: Job, plan: Plan) -> list[StageSummary]:
+    """Every stage's summary, memoized per (job, stage, position, depth)."""
+    cache = parts.summaries()
+    p = len(plan.stages)
+    out = []
+    for i, s in enumerate(plan.stages):
+        key = (job.cache_id, s._full, i, p)
+        summary = cache.get(key)
+        if summary is None:
+            summary = cache[key] = stage_summary(parts, job, s, i, p)
+        out.append(summary)
+    return out
+
+
+def pipelines(summaries: list[StageSummary]) -> dict[tuple[int, ...], int]:
+    """Distinct pipelines (the distinct-replica index of every stage) and how many there are."""
+    counts: dict[tuple[int, ...], int] = {}
+    for path in zip(*[sm.replica_of for sm in summaries], strict=True):
+        counts[path] = counts.get(path, 0) + 1
+    return counts
+
+
+def critical_pipeline(
+    parts: Components, job: Job, plan: Plan, summaries: list[StageSummary]
+) -> tuple[CriticalPipeline, float]:
+    """The pipeline with the longest 1F1B time (``timing.pipeline_total``), and the p2p egress
+    $ of every pipeline. Plain loops: on Python 3.11 every comprehension is a function call,
+    and this runs for every distinct pipeline of every plan the planner scores."""
+    best, best_total, best_path, egress = None, -1.0, (), 0.0
+    known, virtual = parts.p2p_known(job), job.options.virtual_stages
+    bounds = [s.last_layer for s in plan.stages]
+    widths = [len(s.replicas) for s in plan.stages]  # replicas sharing the sending nodes
+    choices = [sm.choices for sm in summaries]
+    for path, count in pipelines(summaries).items():
+        per_mb: list[float] = []
+        p2p_s: list[float] = []
+        usd, src, after, sent_by = 0.0, None, -1, 1  # after: the last layer before it
+        for stage_choices, k, bound, d in zip(choices, path, bounds, widths, strict=True):
+            dst, seconds = stage_choices[k]
+            per_mb.append(seconds)
+            if src is not None:
+                link = known.get(p2p_key(src, dst, sent_by)) or parts.p2p(
+                    job, after, src, dst, sent_by
+                )
+                p2p_s.append(link.seconds)
+                usd += link.egress_usd
+            src, after, sent_by = dst, bound, d
+        m = src.num_microbatches  # the same in every stage of a pipeline
+        egress += count * m * usd
+        total = timing.pipeline_total(per_mb, p2p_s, m, virtual)
+        if best is None or total > best_total:  # (the first even when NaN: overflowed input)
+            best, best_total, best_path = (p2p_s, m), total, path
+    times = [sm.infos[k].stage_time for sm, k in zip(summaries, best_path, strict=True)]
+    return CriticalPipeline(times, *best, virtual), egress
+
+
+class PlanTotals(NamedTuple):
+    """Per-stage figures gathered over the plan's stages (in one pass)."""
+
+    dp_sync_s: list[float]
+    optimizer_s: list[float]
+    usd_per_s: float
+    dp_egress_usd: float
+    peak_bytes: int
+    fits: bool
+    endpoints: frozenset[tuple[str, str]]
+    gpus: int
+
+
+def plan_totals(summaries: list[StageSummary]) -> PlanTotals:
+    syncs, opts, usd, egress, peak, fits, gpus = [], [], 0.0, 0.0, 0, True, 0
+    endpoints = summaries[0].endpoints
     for sm in summaries:
-        if sm.endpoints is not eps and not sm.endpoints <= eps:
-            eps = eps | sm.endpoints
-    sync_key = (eps, sum([sm.gpus for sm in summaries]))
-    step_sync = sim._step_sync_cache.get(sync_key)  # same key as sim.step_sync_time's
-    if step_sync is None:
-        step_sync = sim.step_sync_time(*sync_key)
-    breakdown["step_sync"] = step_sync
-    iteration = best_total + tail + breakdown["step_sync"]
-    usd_per_s = sum([sm.usd_per_s for sm in summaries])
-    egress += sum([sm.dp_egress_usd for sm in summaries])
-    cost_iter = usd_per_s * iteration + egress
+        sync = sm.sync
+        syncs.append(sync.seconds)
+        opts.append(sm.optimizer_s)
+        usd += sm.usd_per_s
+        egress += sync.egress_usd
+        if sm.peak_bytes > peak:
+            peak = sm.peak_bytes
+        if not sm.fits:
+            fits = False
+        gpus += sm.gpus
+        if sm.endpoints is not endpoints and not sm.endpoints <= endpoints:
+            endpoints = endpoints | sm.endpoints
+    return PlanTotals(syncs, opts, usd, egress, peak, fits, endpoints, gpus)
+
+
+def time_terms(critical: CriticalPipeline, totals: PlanTotals, step_sync_s: float):
+    """The iteration's named terms (``timing.iteration_terms``); the tail of stage i overlaps
+    the drain (backward + p2p) of the critical pipeline's stages before it."""
+    c = critical
+    pipe = timing.pipeline_time(c.stage_times, c.p2p_s, c.num_microbatches, c.virtual_stages)
+    drain = []
+    for t, p2p in zip(critical.stage_times, critical.p2p_s, strict=False):
+        drain.append(t.backward_s + t.recompute_s + p2p)
+    return timing.iteration_terms(pipe, totals.dp_sync_s, totals.optimizer_s, drain, step_sync_s)
+
+
+def estimate_plan(
+    parts: Components, job: Job, plan: Plan, iterations=None, tokens=None
+) -> Estimate:
+    """The Estimate of a checked plan: time terms, cost, memory (lazily, per replica)."""
+    summaries = summarize(parts, job, plan)
+    totals = plan_totals(summaries)
+    critical, p2p_egress = critical_pipeline(parts, job, plan, summaries)
+    # The per-step whole-world all-reduce of loss and gradient norm.
+    step_sync = parts.step_sync_time(totals.endpoints, totals.gpus)
+    terms = time_terms(critical, totals, step_sync)
+    iteration = sum(terms.values())
+    egress = p2p_egress + totals.dp_egress_usd
+    cost_iter = totals.usd_per_s * iteration + egress
     if tokens is not None and iterations is None:
         iterations = tokens / (job.global_batch_size * job.sequence_length)
 
     def sources() -> tuple[str, ...]:
-        return tuple(sorted(frozenset().union(*[sm.sources for sm in summaries])))
+        return tuple(sorted({v.stage_time.source for sm in summaries for v in sm.infos}))
 
     def memory() -> list[ReplicaMemory]:
-        d = len(stages[0].replicas)
-        out = []
-        for i, s in enumerate(stages):
-            sm = summaries[i]
-            for j, r in enumerate(s.replicas):
-                _, peak, _, cap, _ = sm.distinct_info[sm.pos_ids[j]]
-                terms = sim.replica_memory(
-                    job,
-                    s.first_layer,
-                    s.last_layer,
-                    r.gpu_type,
-                    r.tp,
-                    r.microbatch_size,
-                    i,
-                    p,
-                    r.num_microbatches,
-                    d,
-                )
-                out.append(ReplicaMemory(i, j, r.gpu_type, r.zone, peak, cap, peak <= cap, terms))
-        return out
+        return replica_memories(parts, job, plan, summaries)
 
     return Estimate.fast(
         {
             "iteration_time_s": iteration,
             "throughput_iters_per_s": 1.0 / iteration,
             "samples_per_s": job.global_batch_size / iteration,
-            "peak_memory_bytes": max([sm.peak_bytes for sm in summaries]),
-            "fits": all([sm.fits for sm in summaries]),
+            "peak_memory_bytes": totals.peak_bytes,
+            "fits": totals.fits,
             "cost_per_iteration_usd": cost_iter,
             "cost_per_hour_usd": cost_iter * 3600.0 / iteration,
-            "time_breakdown_s": breakdown,
-            "cost_breakdown_usd": {"compute": usd_per_s * iteration, "egress": egress},
+            "time_breakdown_s": terms,
+            "cost_breakdown_usd": {"compute": totals.usd_per_s * iteration, "egress": egress},
             "memory": memory,
             "sources": sources,
             "run_iterations": iterations,
@@ -195,69 +294,22 @@ def estimate_plan(sim: Simulator, job: Job, plan: Plan, iterations=None, tokens=
     )
 
 
-def _stage_summary(sim: Simulator, job: Job, s, i: int, p: int) -> StageSummary:
-    d = len(s.replicas)
-    jk = (job.model.name, job.dtype, job.sequence_length, job.optimizer)
-    cache = sim._replica_cache.get(jk)
-    if cache is None:
-        cache = sim._replica_cache[jk] = {}
-    first, last, dp = s.first_layer, s.last_layer, d > 1
-    index: dict = {}
-    distinct, infos, pos_ids = [], [], []
-    usd = 0.0
-    for r in s.replicas:
-        rk = r._id
-        k = index.get(rk)
-        if k is None:
-            key = (first, last, i, p, dp, rk)
-            v = cache.get(key)
-            if v is None:
-                v = cache[key] = _replica_info(sim, job, s, r, i, p, d)
-            k = index[rk] = len(distinct)
-            distinct.append(r)
-            infos.append(v)
-        pos_ids.append(k)
-        usd += infos[k][4]
-    sig = s._sig
-    grad_bytes = sim.grad_bytes(job, first, last)
-    return StageSummary(
-        tuple(distinct),
-        tuple(infos),
-        tuple(pos_ids),
-        tuple([v[0].per_microbatch_s + timing.MICROBATCH_OVERHEAD_S for v in infos]),
-        tuple([r._key for r in distinct]),
-        tuple([r._id for r in distinct]),
-        frozenset([v[0].source for v in infos]),
-        sim._dp_sync(job, first, last, s.replicas, sig),
-        max([v[0].optimizer_s for v in infos]),
-        max([v[1] for v in infos]),
-        all([v[1] <= v[3] for v in infos]),
-        usd,
-        grad_bytes / 1e9 * sim._dp_egress(s.replicas, sig),
-        _interned(sim, frozenset([(r.zone, r.gpu_type) for r in distinct])),
-        sum([r.tp for r in s.replicas]),
-    )
-
-
-def _interned(sim: Simulator, endpoints: frozenset) -> frozenset:
-    """One object per distinct endpoint set, so ``estimate_plan`` compares them by identity."""
-    return sim._endpoint_sets.setdefault(endpoints, endpoints)
-
-
-def _replica_info(sim: Simulator, job: Job, s, r: Replica, i: int, p: int, d: int) -> tuple:
-    ok_key = (job.model.name, job.dtype, r.gpu_type, r.tp)
-    if ok_key not in sim._valid:
-        problem = job.model.tp_problem(r.tp)
-        if problem is None and not get_gpu(r.gpu_type).supports(job.dtype):
-            problem = f"{r.gpu_type} cannot train in {job.dtype}"
-        if problem is not None:
-            j = s.replicas.index(r)
-            raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
-        sim._valid.add(ok_key)
-    first, last = s.first_layer, s.last_layer
-    rng = sim._range(job, first, last, r.gpu_type, r.tp, r.microbatch_size)
-    peak, capacity = sim._peak(rng, r.tp, i, p, r.num_microbatches, d)  # = sim.replica_peak
-    price = sim._prices.get((r.gpu_type, r.zone))
-    if price is None:
-        price = sim._prices[(r.gpu_type, r.zone)] = usd_per_second(r.gpu_type, r.zone, 1)
-    return (rng[0], peak, None, capacity, r.tp * price)
+def replica_memories(
+    parts: Components, job: Job, plan: Plan, summaries: list[StageSummary]
+) -> list[ReplicaMemory]:
+    """Named memory terms of every replica of every stage (what ``Estimate.memory`` holds)."""
+    p, out = len(plan.stages), []
+    for i, (s, sm) in enumerate(zip(plan.stages, summaries, strict=True)):
+        d = len(s.replicas)
+        for j, r in enumerate(s.replicas):
+            info = sm.infos[sm.replica_of[j]]
+            terms = parts.replica_memory(
+                job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size, i, p,
+                r.num_microbatches, d,
+            )  # fmt: skip
+            fits = info.peak_bytes <= info.capacity_bytes
+            out.append(
+                ReplicaMemory(i, j, r.gpu_type, r.zone, info.peak_bytes, info.capacity_bytes,
+                              fits, terms)
+            )  # fmt: skip
+    return out

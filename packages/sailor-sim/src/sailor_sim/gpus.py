@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import revision
 from .catalog_data import check_keys, read_data
 from .dtypes import check_dtype
 from .errors import UnknownNameError, ValidationError
@@ -147,6 +148,7 @@ def get_gpu(name: str | GPUType) -> GPUType:
 def register_gpu(gpu: GPUType) -> None:
     """Add (or replace) a GPU type, e.g. from a catalog file of a cluster's own."""
     GPU_CATALOG[gpu.name] = gpu
+    revision.bump()  # a live Simulator drops the numbers it cached for the old spec
 
 
 def register_gpu_alias(alias: str, name: str) -> None:

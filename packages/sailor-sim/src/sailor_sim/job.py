@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,9 +12,13 @@ from .dtypes import check_dtype
 from .errors import SailorSimError, ValidationError
 from .gpus import get_gpu
 from .model import ModelSpec, get_model
+from .options import ExecutionOptions, check_options
 from .zones import get_zone
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
+_JOB_IDS: dict[tuple, int] = {}
+_NEXT_JOB_ID = itertools.count()
+"""Interned ``Job.cache_id`` per distinct (model, sequence, dtype, optimizer, options)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,8 @@ class Job:
     sequence_length: int
     dtype: str = "fp32"
     optimizer: str = "adam"
+    options: ExecutionOptions = ExecutionOptions()
+    """Precision policy, flash attention, recomputation, sharding, SP, interleaving."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", get_model(self.model))
@@ -47,6 +54,26 @@ class Job:
                 f"unknown optimizer {self.optimizer!r}; use one of {OPTIMIZERS}", field="optimizer"
             )
         object.__setattr__(self, "optimizer", optimizer)
+        if isinstance(self.options, Mapping) or self.options is None:
+            object.__setattr__(self, "options", ExecutionOptions.from_dict(self.options))
+        if not isinstance(self.options, ExecutionOptions):
+            raise ValidationError("must be ExecutionOptions or a dict of them", field="options")
+        check_options(self.options, self.dtype)
+        # Equal jobs (up to the global batch, which no cached component depends on) share one
+        # small int: the simulator's caches key on it instead of hashing a ModelSpec per lookup.
+        self._intern()
+
+    def _intern(self) -> None:
+        what = (self.model, self.sequence_length, self.dtype, self.optimizer, self.options)
+        found = _JOB_IDS.get(what)
+        if found is None:
+            found = _JOB_IDS.setdefault(what, next(_NEXT_JOB_ID))  # atomic under the GIL
+        object.__setattr__(self, "cache_id", found)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled in another process: its own interned id, not the sender's."""
+        self.__dict__.update(state)
+        self._intern()
 
     @classmethod
     def create(
@@ -56,10 +83,12 @@ class Job:
         sequence_length: int | None = None,
         dtype: str = "fp32",
         optimizer: str = "adam",
+        options: ExecutionOptions | Mapping[str, Any] | None = None,
     ) -> Job:
         """Build a job by model name; the sequence length defaults to the model's maximum."""
         spec = get_model(model)
-        return cls(spec, global_batch_size, sequence_length or spec.max_seq_len, dtype, optimizer)
+        seq = sequence_length or spec.max_seq_len
+        return cls(spec, global_batch_size, seq, dtype, optimizer, options or ExecutionOptions())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,12 +97,15 @@ class Job:
             "sequence_length": self.sequence_length,
             "dtype": self.dtype,
             "optimizer": self.optimizer,
+            "options": self.options.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Job:
         _reject_unknown(
-            data, {"model", "global_batch_size", "sequence_length", "dtype", "optimizer"}, "job"
+            data,
+            {"model", "global_batch_size", "sequence_length", "dtype", "optimizer", "options"},
+            "job",
         )
         if "model" not in data or "global_batch_size" not in data:
             raise ValidationError("needs 'model' and 'global_batch_size'", field="job")
@@ -83,12 +115,17 @@ class Job:
             _optional_int(data.get("sequence_length"), "job.sequence_length"),
             data.get("dtype", "fp32"),
             data.get("optimizer", "adam"),
+            ExecutionOptions.from_dict(data.get("options")),
         )
 
     def to_proto(self):
         from .proto import job_pb2
 
-        return job_pb2.Job(**self.to_dict())
+        fields = self.to_dict()
+        options = fields.pop("options")
+        if options["flash_attention"] is None:
+            del options["flash_attention"]  # optional field left unset: the default
+        return job_pb2.Job(**fields, options=job_pb2.ExecutionOptions(**options))
 
     @classmethod
     def from_proto(cls, msg) -> Job:
@@ -100,6 +137,7 @@ class Job:
             msg.sequence_length or None,
             msg.dtype or "fp32",
             msg.optimizer or "adam",
+            _options_from_proto(msg.options),
         )
 
 
@@ -228,6 +266,20 @@ class Inventory:
     @classmethod
     def from_proto(cls, msg) -> Inventory:
         return cls(tuple(GpuPool(p.gpu_type, p.zone, p.count) for p in msg.pools))
+
+
+def _options_from_proto(msg) -> ExecutionOptions:
+    """Empty strings and 0 are the proto's unset: the defaults."""
+    default = ExecutionOptions()
+    return ExecutionOptions(
+        grad_dtype=msg.grad_dtype or default.grad_dtype,
+        flash_attention=msg.flash_attention if msg.HasField("flash_attention") else None,
+        recompute=msg.recompute or default.recompute,
+        zero=msg.zero or default.zero,
+        sequence_parallel=msg.sequence_parallel,
+        virtual_stages=msg.virtual_stages or 1,
+        p2p_scatter_gather=(msg.p2p_scatter_gather if msg.HasField("p2p_scatter_gather") else True),
+    )
 
 
 def _optional_int(value: Any, where: str) -> int | None:

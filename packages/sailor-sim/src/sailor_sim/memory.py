@@ -100,6 +100,35 @@ def position_terms(
     return act_out * neighbours, (tp > 1) + (dp > 1) + neighbours
 
 
+def model_state_terms(
+    params: int, dtype: str, optimizer: str, grad_bytes: int | None = None, shards=(1, 1, 1)
+) -> dict[str, int]:
+    """weights, gradients and optimizer states (with fp32 master weights in mixed precision)
+    of ``params`` parameters; ``shards`` = (weights, gradients, optimizer) divisors under
+    ZeRO (``sharding``); ``grad_bytes`` per gradient (default ``GRAD_BYTES``)."""
+    g = GRAD_BYTES[dtype] if grad_bytes is None else grad_bytes
+    w_shard, g_shard, o_shard = shards
+    state = OPTIMIZER_STATE_BYTES[optimizer] + MASTER_WEIGHT_BYTES[dtype]
+    return {
+        "weights": params * dtype_bytes(dtype) // w_shard,
+        "gradients": params * g // g_shard,
+        "optimizer_states": params * state // o_shard,
+    }
+
+
+def sharding(zero: str, shard_group: int) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer) divisors of ZeRO stage ``zero`` over ``shard_group``
+    data-parallel ranks (Rajbhandari et al. 2020, Sec. 5.1: P_os, P_os+g, P_os+g+p)."""
+    n = max(shard_group, 1)
+    return {
+        "none": (1, 1, 1),
+        "zero1": (1, 1, n),
+        "zero2": (1, n, n),
+        "zero3": (n, n, n),
+        "hybrid": (n, n, n),
+    }[zero]
+
+
 def memory_terms(
     *,
     gpu: GPUType,
@@ -111,15 +140,13 @@ def memory_terms(
     transient: int,
     p2p_buffer: int,
     communicators: int,
+    grad_bytes: int | None = None,
+    shards: tuple[int, int, int] = (1, 1, 1),
 ) -> dict[str, int]:
     """Named bytes of one GPU; their sum is the peak."""
-    e = dtype_bytes(dtype)
     over = framework_overhead(gpu)
     terms = {
-        "weights": params * e,
-        "gradients": params * GRAD_BYTES[dtype],
-        "optimizer_states": params
-        * (OPTIMIZER_STATE_BYTES[optimizer] + MASTER_WEIGHT_BYTES[dtype]),
+        **model_state_terms(params, dtype, optimizer, grad_bytes, shards),
         "activations": activation_per_microbatch * in_flight_microbatches,
         "transient": transient,
         "comm_buffers": p2p_buffer + communicators * over.nccl_per_communicator,
@@ -129,14 +156,15 @@ def memory_terms(
     return terms
 
 
-def static_bytes(params: int, dtype: str, optimizer: str) -> int:
-    """weights + gradients + optimizer_states of ``memory_terms`` for ``params`` parameters."""
-    return params * (
-        dtype_bytes(dtype)
-        + GRAD_BYTES[dtype]
-        + OPTIMIZER_STATE_BYTES[optimizer]
-        + MASTER_WEIGHT_BYTES[dtype]
-    )
+def static_bytes(params, dtype: str, optimizer: str, grad_bytes=None, shards=(1, 1, 1)):
+    """weights + gradients + optimizer_states of ``memory_terms`` for ``params`` parameters
+    (an int, or a numpy array of them: the planner's [a, b] tables)."""
+    if isinstance(params, int):
+        return sum(model_state_terms(params, dtype, optimizer, grad_bytes, shards).values())
+    g = GRAD_BYTES[dtype] if grad_bytes is None else grad_bytes
+    w, gs, o = shards
+    state = OPTIMIZER_STATE_BYTES[optimizer] + MASTER_WEIGHT_BYTES[dtype]
+    return params * dtype_bytes(dtype) // w + params * g // gs + params * state // o
 
 
 def peak_bytes(

@@ -105,41 +105,116 @@ def cost_by_provider(plan, providers=None, regions=None) -> list[dict[str, Any]]
 
 # What each profile source means, and the validation error measured for it (bench/ scripts).
 PROVENANCE: dict[str, str] = {
-    "measured": "measured profile (sailor-profiler on this GPU type)",
-    "imported": "imported profile (original Sailor artifacts); GH200 OPT-350 fp32 validation: "
-    "time 3.2% mean / 8.4% worst, memory 4.95% mean / 9.5% worst, leave-one-out "
-    "(bench/sim_validation.py)",
-    "interpolated": "interpolated or scaled from neighbouring profile entries",
-    "analytic": "analytic roofline from the GPU's datasheet peaks",
+    "measured": "measured profile",
+    "imported": "imported profile",
+    "interpolated": "interpolated profile",
+    "analytic": "calibrated analytic",
 }
+"""Profile source kind -> provenance label (analytic entries without a published-run calibration
+for their GPU family and dtype are labelled 'uncalibrated analytic')."""
+IMPORTED_VALIDATION: dict[str, Any] = {
+    "method": "leave-one-out over the 15 GH200 OPT-350 fp32 runs of the original Sailor "
+    "(bench/sim_validation.py)",
+    "throughput_mean": 0.0324,
+    "throughput_max": 0.0843,
+    "memory_mean": 0.0495,
+    "memory_max": 0.0950,
+}
+"""What bench/sim_validation.py prints for imported profiles (time error read as throughput
+error: one iteration's tokens are fixed)."""
+_NOT_VALIDATED = {"method": "none: no published or reference runs validate this source"}
 
 
-def _analytic_detail(job, plan) -> str:
-    """Which efficiency the analytic estimate used per GPU type: the published-run calibration
-    (its fit data) or the per-GPU fit on Sailor's fp32 OPT-350 profiles (its source)."""
+def _calibrated_validation(which: str) -> dict[str, Any]:
+    """One summary of the committed calibration file (``analytic.calibration_validation``)."""
     from . import analytic
 
-    parts = []
+    summary = analytic.calibration_validation().get(which)
+    if not summary:
+        return dict(_NOT_VALIDATED)
+    method = {
+        "leave_one_source_out": "leave-one-source-out",
+        "uncalibrated": "no calibration",
+    }.get(which, which)
+    rows = (
+        f"{summary.get('rows', '?')} published runs, {summary.get('memory_rows', '?')} with memory"
+    )
+    keys = ("throughput_mean", "throughput_max", "memory_mean", "memory_max")
+    out: dict[str, Any] = {k: summary[k] for k in keys if k in summary}
+    out["method"] = f"{method} on {rows} (bench/sim_published.py, {analytic.CALIBRATION_FILE.name})"
+    return out
+
+
+def _analytic_entries(source: str, job, plan) -> list[dict[str, Any]]:
+    """One provenance entry per GPU type of an analytic estimate: calibrated on published runs
+    (its leave-one-source-out error) or not (the error of the uncalibrated model there)."""
+    from . import analytic
+
+    out = []
     for gpu_type in gpus_by_type(plan):
         gpu = get_gpu(gpu_type)
         fit = analytic.calibrated(gpu, job.dtype) if job.dtype != "fp32" else None
         if fit is not None:
-            parts.append(f"{gpu.name}: calibrated on published runs ({fit.source})")
-        else:
-            parts.append(
-                f"{gpu.name}: uncalibrated for {job.dtype}; efficiency "
-                f"{analytic.efficiency(gpu).source}"
+            label, validation = (
+                "calibrated analytic",
+                _calibrated_validation("leave_one_source_out"),
             )
-    return "; ".join(parts)
+            detail = f"efficiency calibrated on published runs ({analytic.CALIBRATION_FILE.name})"
+        elif job.dtype == "fp32":  # per-GPU fits to Sailor's fp32 profiles, none held out
+            label = "uncalibrated analytic"
+            validation = {"method": f"none held out: {analytic.efficiency(gpu).source}"}
+            detail = "fp32: no published-run calibration"
+        else:
+            label, validation = "uncalibrated analytic", _calibrated_validation("uncalibrated")
+            detail = f"no published-run calibration for {gpu.name} in {job.dtype}"
+        out.append(
+            {
+                "source": source,
+                "kind": "analytic",
+                "gpu_type": gpu.name,
+                "provenance": label,
+                "validation": validation,
+                "trust": f"{label} ({gpu.name}): {_error_text(validation)}; {detail}",
+            }
+        )
+    return out
 
 
-def provenance(sources, job=None, plan=None) -> list[dict[str, str]]:
-    """Each estimate source with what it means and how far it has been validated."""
-    out = []
+def _error_text(validation: dict[str, Any]) -> str:
+    if "throughput_mean" not in validation:
+        return f"validation {validation['method']}"
+    text = (
+        f"throughput error {validation['throughput_mean']:.1%} mean / "
+        f"{validation['throughput_max']:.1%} worst"
+    )
+    if "memory_mean" in validation and validation["memory_mean"] == validation["memory_mean"]:
+        text += (
+            f", memory {validation['memory_mean']:.1%} mean / {validation['memory_max']:.1%} worst"
+        )
+    return f"{text}, {validation['method']}"
+
+
+def provenance(sources, job=None, plan=None) -> list[dict[str, Any]]:
+    """Each estimate source with its provenance (measured profile / imported profile /
+    calibrated analytic / uncalibrated analytic) and the validation error of that provenance:
+    ``validation`` holds mean and worst relative errors with the method that measured them
+    (imported: bench/sim_validation.py's leave-one-out; analytic: the committed calibration's
+    leave-one-source-out on published runs, or the uncalibrated model's error there)."""
+    out: list[dict[str, Any]] = []
     for source in sources:
         kind = source.split(":")[0]
-        trust = PROVENANCE.get(kind, "unknown source")
         if kind == "analytic" and job is not None and plan is not None:
-            trust += "; " + _analytic_detail(job, plan)
-        out.append({"source": source, "kind": kind, "trust": trust})
+            out += _analytic_entries(source, job, plan)
+            continue
+        label = PROVENANCE.get(kind, "unknown source")
+        validation = dict(IMPORTED_VALIDATION if kind == "imported" else _NOT_VALIDATED)
+        out.append(
+            {
+                "source": source,
+                "kind": kind,
+                "provenance": label,
+                "validation": validation,
+                "trust": f"{label}: {_error_text(validation)}",
+            }
+        )
     return out

@@ -11,8 +11,10 @@ that sends its shards in parallel); defaults scale per-pair bandwidth linearly w
 
 Lookup order for a link: a measured curve for exactly these endpoints; the measured curve for
 the nearest GPU count of these endpoints, scaled by the count ratio; for same-zone links the
-homogeneous fit of the GPU type; otherwise the default by zone relationship (``DEFAULT_LINKS``,
-seed figures of the Sailor authors). Intra-node links (TP groups, p2p inside a node) use a
+homogeneous fit of the GPU type; for same-zone links the inter-node fabric of the GPU type's
+instances (``same_zone_fabric``: InfiniBand, EFA, GPUDirect-TCPX, cloud Ethernet; sourced in
+data/instances.json); otherwise the default by zone relationship (``DEFAULT_LINKS``, seed
+figures of the Sailor authors). Intra-node links (TP groups, p2p inside a node) use a
 measured intra-node curve or ``GPUType.intra_node_bandwidth``.
 
 File format (``links.json`` in a profile folder, written by sailor-profiler)::
@@ -154,6 +156,10 @@ class NetworkModel:
         self._cache.clear()
         self.version += 1
 
+    def forget_resolved(self) -> None:
+        """Drop resolved curves (defaults read GPU specs and zones): a catalog changed."""
+        self._cache.clear()
+
     # ---- lookup ----------------------------------------------------------------------------
     def link(self, src: Endpoint, dst: Endpoint) -> LinkCurve:
         """The curve between two endpoints on different nodes (cached)."""
@@ -186,6 +192,10 @@ class NetworkModel:
             if measured_count == count:
                 return curve
             return _scaled(curve, count / measured_count, f"count-scaled from {measured_count}")
+        if rel == SAME_ZONE:
+            fabric = same_zone_fabric(src, dst)
+            if fabric is not None:
+                return fabric
         bw, latency, source = DEFAULT_LINKS[rel]
         return LinkCurve(bw * count, latency, f"default {rel}: {source}")
 
@@ -215,6 +225,29 @@ class NetworkModel:
     @staticmethod
     def egress_per_gb(zone_a: str, zone_b: str) -> float:
         return EGRESS_PER_GB[relationship(zone_a, zone_b)]
+
+
+def same_zone_fabric(src: Endpoint, dst: Endpoint) -> LinkCurve | None:
+    """The default link between nodes of one zone: the inter-node fabric of their instances
+    (``instances.fabric_for``: InfiniBand, EFA, GPUDirect-TCPX, cloud Ethernet, with its
+    source), per GPU pair = the node's bandwidth / its GPUs (every GPU of a node sends at once
+    in a ring or a pipeline step), times ``count`` pairs. Nodes of two GPU types meet over
+    the slower of their fabrics. None where no offer lists a fabric (CPU workers, custom GPU
+    types): the seed defaults then."""
+    from .instances import fabric_for
+    from .zones import get_zone
+
+    provider = get_zone(src.zone).provider
+    per_gpu, latency, names = [], 0.0, []
+    for end in (src, dst):
+        fabric = fabric_for(end.gpu_type, provider)
+        if fabric is None:
+            return None
+        per_gpu.append(fabric.bandwidth_per_gpu(get_gpu(end.gpu_type).gpus_per_node))
+        latency = max(latency, fabric.latency_s)
+        names.append(fabric.name)
+    label = " / ".join(dict.fromkeys(names))
+    return LinkCurve(min(per_gpu) * src.count, latency, f"default fabric {label}")
 
 
 def _scaled(curve: LinkCurve, factor: float, note: str) -> LinkCurve:

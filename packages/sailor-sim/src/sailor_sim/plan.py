@@ -56,6 +56,9 @@ class Replica:
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_hash", hash(key))
         object.__setattr__(self, "_id", _intern(_REPLICA_IDS, key))
+        # What its time and memory depend on (all but the zone, which only prices it).
+        compute = (self.gpu_type, self.tp, self.microbatch_size, self.num_microbatches)
+        object.__setattr__(self, "_compute_id", _intern(_REPLICA_IDS, compute))
 
     def __hash__(self) -> int:
         return self._hash
@@ -182,6 +185,12 @@ class Plan:
     @property
     def num_gpus(self) -> int:
         return sum(s.num_gpus for s in self.stages)
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Microbatches each replica accumulates gradients over per iteration (the most of
+        any replica; replicas may differ): gradient accumulation is this, not an option."""
+        return max(r.num_microbatches for s in self.stages for r in s.replicas)
 
     @property
     def samples_per_iteration(self) -> int:

@@ -11,6 +11,7 @@ gives one.
 
 from __future__ import annotations
 
+from . import revision
 from .errors import UnknownNameError
 from .gpus import get_gpu
 from .instances import OFFERS, OTHER_PRICES, offers_for
@@ -117,3 +118,4 @@ def set_price(
     if region == "*":  # a catch-all set by hand replaces the catalog's per-region prices
         by_region.clear()
     by_region[region] = (float(price), source)
+    revision.bump()  # a live Simulator drops the prices it cached

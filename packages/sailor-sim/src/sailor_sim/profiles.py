@@ -153,6 +153,10 @@ class ProfileStore:
         self._tables.clear()
         self.version += 1
 
+    def forget_resolved(self) -> None:
+        """Drop the resolved tables (analytic ones read GPU specs): a catalog changed."""
+        self._tables.clear()
+
     def entries(self) -> list[ProfileEntry]:
         """The entries with numbers ('ok'); ``oom_entries`` has the rest."""
         return list(self._entries.values())

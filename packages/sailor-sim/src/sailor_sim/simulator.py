@@ -1,107 +1,75 @@
 """The simulator: iteration time, memory and cost of a (Job, Plan), from public components.
 
-``Simulator.estimate(job, plan)`` is composed of exactly these public components, which the
-planner's dynamic program calls on partial plans so its numbers agree with ``estimate``:
+``Simulator.estimate(job, plan)`` is ``compose.estimate_plan`` over these components, which
+the planner also calls on partial plans, so its numbers are the estimate's:
 
 - ``stage_time(job, first, last, gpu_type, tp, mbs) -> StageTime``: per-microbatch forward,
   backward and TP-communication seconds of a layer range on one replica, and its optimizer step.
   O(1) after the first call per (model, GPU, dtype, mbs, TP): prefix sums over the profile.
-- ``replica_memory(job, first, last, gpu_type, tp, mbs, stage_index, num_stages,
-  num_microbatches, dp=1) -> dict[str, int]``: named peak-memory terms of one GPU.
-- ``p2p_time(job, boundary_layer, src, dst) -> float``: one microbatch's activation (or its
-  gradient) from replica ``src`` to ``dst`` across stage boundary after ``boundary_layer``.
-- ``dp_sync_time(job, first, last, replicas) -> float``: data-parallel gradient all-reduce of a
-  stage over its replicas (``timing.ring_allreduce_time``).
-- ``timing.pipeline_time(...)``: 1F1B fill, steady state and drain of one pipeline.
-- ``step_sync_time(endpoints, ranks) -> float`` (``plan_step_sync_time(plan)``): the per-step
-  whole-world all-reduce of loss and gradient norm (latency-bound), breakdown term ``step_sync``.
+- ``replica_memory(...)`` / ``replica_peak(...)``: named peak-memory terms of one GPU of a
+  replica at stage i of p, and their sum against the GPU's capacity.
+- ``p2p_time(job, boundary_layer, src, dst)``: one microbatch's activation (or its gradient)
+  from replica ``src`` to ``dst`` across a stage boundary; ``p2p_egress_usd`` its egress.
+- ``dp_sync_time(job, first, last, replicas)`` / ``ring_time``: the data-parallel gradient
+  all-reduce of a stage over its replicas, by the ring's slowest edge.
+- ``step_sync_time(endpoints, ranks)``: the per-step whole-world all-reduce of loss and
+  gradient norm (latency-bound).
+- ``timing.pipeline_time`` / ``timing.iteration_terms``: how they add up (``compose``).
 
-Iteration time = the slowest pipeline's 1F1B time (each pipeline j uses its own replicas, so a
-slow replica slows only its pipeline unless microbatches are balanced against it), plus the
-exposed tail: max over stages of (all-reduce + optimizer step - the time that stage idles while
-earlier stages drain), plus the step sync. Costs: GPU-hours by type and zone, and egress by
-link relationship.
+Every memoized number lives in one ``ComponentCache`` (``self.cache``), dropped whole when the
+profile store, the network model or a catalog (GPU types, zones, prices) changes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
 
 from . import timing
-from .compose import estimate_plan
+from .cache import ComponentCache
+from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
+from .dtypes import dtype_bytes
+from .errors import PlanError
 from .estimate import Estimate
 from .gpus import get_gpu
 from .job import Job
 from .memory import (
     GRAD_BYTES,
-    framework_overhead,
-    in_flight,
-    memory_terms,
-    peak_bytes,
-    position_terms,
-    static_bytes,
-    transient_bytes,
 )
 from .network import Endpoint, NetworkModel
-from .plan import Plan, Replica
+from .options import (
+    check_replica,
+    profiled_with_flash,
+    recomputed_forward_fraction,
+    uses_flash,
+)
+from .plan import Plan, Replica, Stage
+from .prices import usd_per_second
 from .profile_files import load_profile_dir
 from .profiles import LINKS_FILE, ProfileStore
+from .replica_memory import MemoryComponents
+from .timing import StageTime
+
+__all__ = ["Simulator", "StageTime"]
 
 
-class StageTime(NamedTuple):
-    """Per-microbatch seconds of one replica's layer range, and its optimizer step."""
-
-    forward_s: float
-    backward_s: float
-    tp_comm_s: float
-    """TP all-reduces (forward + backward) not already inside the profile."""
-    optimizer_s: float
-    source: str
-
-    @property
-    def per_microbatch_s(self) -> float:
-        return self.forward_s + self.backward_s + self.tp_comm_s
-
-
-class Simulator:
+class Simulator(MemoryComponents):
     """Predicts iteration time, memory and cost of plans from a profile store and a network
-    model (defaults: the built-in catalogs, i.e. analytic profiles and default links).
-    Component results are cached; the caches follow changes to ``profiles`` / ``network``."""
+    model (defaults: the built-in catalogs, i.e. analytic profiles and default links)."""
 
     def __init__(self, profiles: ProfileStore | None = None, network: NetworkModel | None = None):
         self.profiles = profiles if profiles is not None else ProfileStore()
         self.network = network if network is not None else NetworkModel()
-        self._stage_cache: dict[tuple, StageTime] = {}
-        self._mem_cache: dict[tuple, tuple[int, dict[str, int]]] = {}
-        self._range_cache: dict[tuple, tuple] = {}
-        self._p2p_cache: dict[tuple, float] = {}
-        self._p2p_pairs: dict[tuple, tuple[dict, dict]] = {}
-        """Per job: p2p seconds and egress $ per (src id << 32 | dst id) replica pair."""
-        self._dp_cache: dict[tuple, float] = {}
-        self._replica_cache: dict[tuple, dict] = {}
-        self._valid: set[tuple] = set()
-        self._ring_cache: dict[tuple, tuple] = {}
-        self._edge_cache: dict[tuple, tuple[float, float]] = {}
-        """Per (gradient bytes, ring edge, ranks): (all-reduce seconds, egress $)."""
-        self._param_prefix: dict[str, list[int]] = {}
-        self._stage_summaries: dict[tuple, dict] = {}
-        self._prices: dict[tuple[str, str], float] = {}
-        self._dp_egress_cache: dict[tuple, float] = {}
-        self._step_sync_cache: dict[tuple, float] = {}
-        self._endpoint_sets: dict[frozenset, frozenset] = {}
-        self._versions = (self.profiles.version, self.network.version)
+        self.cache = ComponentCache()
+        """Every memoized component; ``refresh()`` drops it when an input changed."""
+
+    def refresh(self) -> None:
+        """Drop cached numbers if the profiles, the network or a catalog changed (every
+        public method does this first)."""
+        self.cache.refresh(self.profiles, self.network)
 
     def clear_caches(self) -> None:
-        """Forget every cached component (done automatically when profiles or links change)."""
-        for name, value in vars(self).items():
-            if name.startswith("_") and isinstance(value, dict | set):
-                value.clear()
-        self._versions = (self.profiles.version, self.network.version)
-
-    def _fresh(self) -> None:
-        if self._versions != (self.profiles.version, self.network.version):
-            self.clear_caches()
+        """Forget every cached component (done automatically on any input change)."""
+        self.cache.clear()
 
     @classmethod
     def from_sailor_root(cls, root: str | Path, denoise: bool = True) -> Simulator:
@@ -124,208 +92,267 @@ class Simulator:
         links = Path(path) / LINKS_FILE
         return cls(store, load_network_file(links) if links.exists() else NetworkModel())
 
-    # ---- components ------------------------------------------------------------------------
+    # ---- the whole plan --------------------------------------------------------------------
+    def estimate(
+        self, job: Job, plan: Plan, *, iterations: float | None = None, tokens: float | None = None
+    ) -> Estimate:
+        """Predict iteration time, memory and cost of ``plan`` for ``job`` (checks the plan)."""
+        self.refresh()
+        self.check(job, plan)
+        return estimate_plan(self, job, plan, iterations, tokens)
+
+    def check(self, job: Job, plan: Plan) -> None:
+        """``plan.check(job)`` in O(stages): coverage and the global batch here; each distinct
+        replica's TP degree and dtype support when its numbers are first computed
+        (``replica_info``), so cached replicas are not re-validated on every plan."""
+        if plan.stages[-1].last_layer != job.model.head_layer_id:
+            plan.check(job)
+        if plan.stages[0]._samples != job.global_batch_size:
+            plan.check(job)
+
+    # ---- time components -------------------------------------------------------------------
     def stage_time(
         self, job: Job, first: int, last: int, gpu_type: str, tp: int, mbs: int
     ) -> StageTime:
         """Per-microbatch seconds of layers first..last on one replica (TP group of ``tp``
         GPUs of ``gpu_type``, microbatch ``mbs``) and its optimizer step; O(1) per call."""
-        self._fresh()
-        key = (
-            (job.model.name, job.dtype, job.sequence_length, job.optimizer),
-            first,
-            last,
-            gpu_type,
-            tp,
-            mbs,
-        )
-        hit = self._stage_cache.get(key)
-        if hit is not None:
-            return hit
-        gpu = get_gpu(gpu_type)
-        t = self.profiles.table(
-            job.model, gpu, job.dtype, mbs, tp, job.sequence_length, job.optimizer
-        )
-        tp_s = 0.0
-        if tp > 1 and not t.entry.includes_tp_comm:
-            tp_s = timing.tp_comm_time(
-                job.model,
-                first,
-                last,
-                mbs,
-                job.sequence_length,
-                job.dtype,
-                self.network.intra_node(gpu.name, tp),
-                tp,
-            )
-        result = StageTime(
-            t.span(t.forward, first, last),
-            t.span(t.backward, first, last),
-            tp_s,
-            t.span(t.optimizer, first, last),
-            t.entry.source,
-        )
-        self._stage_cache[key] = result
-        return result
+        self.refresh()
+        return self._stage_time(job, first, last, gpu_type, tp, mbs)
 
-    def replica_memory(
-        self,
-        job: Job,
-        first: int,
-        last: int,
-        gpu_type: str,
-        tp: int,
-        mbs: int,
-        stage_index: int,
-        num_stages: int,
-        num_microbatches: int,
-        dp: int = 1,
-    ) -> dict[str, int]:
-        """Named peak-memory terms of one GPU of a replica (sum = peak)."""
-        self._fresh()
-        return self._memory(
-            job, first, last, gpu_type, tp, mbs, stage_index, num_stages, num_microbatches, dp
-        )[1]
-
-    def replica_peak(
-        self,
-        job: Job,
-        first: int,
-        last: int,
-        gpu_type: str,
-        tp: int,
-        mbs: int,
-        stage_index: int,
-        num_stages: int,
-        num_microbatches: int,
-        dp: int = 1,
-    ) -> tuple[int, int]:
-        """(peak bytes, capacity) of one GPU of a replica: the per-replica memory verdict of
-        ``estimate`` (fits = peak <= capacity), O(1) after the first call per layer range."""
-        self._fresh()
-        rng = self._range(job, first, last, gpu_type, tp, mbs)
-        return self._peak(rng, tp, stage_index, num_stages, num_microbatches, dp)
-
-    @staticmethod
-    def _peak(rng: tuple, tp: int, i: int, p: int, m: int, dp: int) -> tuple[int, int]:
-        """``replica_peak`` from a ``_range`` tuple (``estimate`` has it at hand)."""
-        _, static, act, transient, act_out, over, capacity = rng
-        buffer, communicators = position_terms(act_out, tp, dp, i, p)
-        peak = peak_bytes(over, static, act, in_flight(i, p, m), transient, buffer, communicators)
-        return peak, capacity
-
-    def _memory(
-        self, job, first, last, gpu_type, tp, mbs, i, p, m, dp
-    ) -> tuple[int, dict[str, int]]:
-        # Only what changes the terms enters the key: the in-flight count and which p2p
-        # neighbours and communicators exist, not the stage index, depth or microbatch count.
-        key = (
-            (job.model.name, job.dtype, job.sequence_length, job.optimizer),
-            first,
-            last,
-            gpu_type,
-            tp,
-            mbs,
-            in_flight(i, p, m),
-            i > 0,
-            i < p - 1,
-            dp > 1,
-        )
-        hit = self._mem_cache.get(key)
-        if hit is not None:
-            return hit
-        model, gpu, seq = job.model, get_gpu(gpu_type), job.sequence_length
-        t = self.profiles.table(model, gpu, job.dtype, mbs, tp, seq, job.optimizer)
-        act_out = model.activation_out_bytes(0, mbs, seq, job.dtype)
-        transient = transient_bytes(model, last, mbs, seq, job.dtype, tp)
-        buffer, communicators = position_terms(act_out, tp, dp, i, p)
-        terms = memory_terms(
-            gpu=gpu,
-            dtype=job.dtype,
-            optimizer=job.optimizer,
-            params=t.span(t.params, first, last),
-            activation_per_microbatch=t.span(t.activation, first, last),
-            in_flight_microbatches=in_flight(i, p, m),
-            transient=transient,
-            p2p_buffer=buffer,
-            communicators=communicators,
-        )
-        result = (sum(terms.values()), terms)
-        self._mem_cache[key] = result
-        return result
-
-    def _range(self, job: Job, first: int, last: int, gpu_type: str, tp: int, mbs: int) -> tuple:
-        """Position-independent numbers of a layer range on one replica, cached: (StageTime,
-        static bytes, activation bytes per microbatch, transient bytes, p2p tensor bytes,
-        framework overhead, capacity)."""
-        key = (
-            (job.model.name, job.dtype, job.sequence_length, job.optimizer),
-            first,
-            last,
-            gpu_type,
-            tp,
-            mbs,
-        )
-        hit = self._range_cache.get(key)
+    def _stage_time(self, job: Job, first, last, gpu_type, tp, mbs) -> StageTime:
+        cache = self.cache.stage_time
+        key = (job.cache_id, first, last, gpu_type, tp, mbs)
+        hit = cache.get(key)
         if hit is None:
-            model, gpu, seq = job.model, get_gpu(gpu_type), job.sequence_length
-            t = self.profiles.table(model, gpu, job.dtype, mbs, tp, seq, job.optimizer)
-            hit = self._range_cache[key] = (
-                self.stage_time(job, first, last, gpu_type, tp, mbs),
-                static_bytes(t.span(t.params, first, last), job.dtype, job.optimizer),
-                t.span(t.activation, first, last),
-                transient_bytes(model, last, mbs, seq, job.dtype, tp),
-                model.activation_out_bytes(0, mbs, seq, job.dtype),
-                framework_overhead(gpu),
-                gpu.memory_bytes,
+            gpu = get_gpu(gpu_type)
+            t = self.profiles.table(
+                job.model, gpu, job.dtype, mbs, tp, job.sequence_length, job.optimizer
+            )
+            tp_s = 0.0
+            if tp > 1 and not t.entry.includes_tp_comm:
+                link = self.network.intra_node(gpu.name, tp)
+                seq, dtype = job.sequence_length, job.dtype
+                tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
+            hit = cache[key] = StageTime(
+                t.span(t.forward, first, last),
+                t.span(t.backward, first, last),
+                tp_s,
+                t.span(t.optimizer, first, last),
+                t.entry.source,
+                self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s),
             )
         return hit
 
-    def p2p_time(self, job: Job, boundary_layer: int, src: Replica, dst: Replica) -> float:
+    def _recompute_s(self, job: Job, t, gpu, first, last, mbs, tp, tp_s) -> float:
+        """Forward work done again in backward (``options.recomputed_forward_fraction`` of
+        the blocks' forward seconds; full recomputation also repeats their forward TP
+        all-reduces: half of ``tp_s``)."""
+        a, b = max(first, 1), min(last, job.model.num_layers)
+        if a > b:
+            return 0.0
+        # Flash's extra QK^T in backward is in a measured profile's backward already.
+        flash = uses_flash(job.options, gpu, job.dtype) and not profiled_with_flash(t.entry)
+        seq = job.sequence_length
+        share = recomputed_forward_fraction(job.model, mbs, seq, tp, job.options, flash)
+        extra = share * t.span(t.forward, a, b)
+        if job.options.recompute == "full":
+            extra += 0.5 * tp_s
+        return extra
+
+    def p2p_time(
+        self, job: Job, boundary_layer: int, src: Replica, dst: Replica, stage_replicas: int = 1
+    ) -> float:
         """Seconds to send one microbatch's activations after ``boundary_layer`` (same for the
-        gradient coming back). Every TP rank sends its full copy to its peer rank (no
-        scatter-gather), so min(tp) pairs each move the whole tensor in parallel."""
-        self._fresh()
-        # Every boundary but the head's sends the same (b, s, h) tensor, so the layer id does
-        # not enter the key (the head never sends).
-        key = ((job.model.name, job.dtype, job.sequence_length, job.optimizer), src._id, dst._id)
-        hit = self._p2p_cache.get(key)
+        gradient coming back); ``stage_replicas``: replicas of the sending stage, which share
+        the nodes' NICs (see ``p2p``)."""
+        self.refresh()
+        return self.p2p(job, boundary_layer, src, dst, stage_replicas).seconds
+
+    def p2p_egress_usd(self, job: Job, src: Replica, dst: Replica) -> float:
+        """$ per iteration for one pipeline's activations (and gradients back) from ``src`` to
+        ``dst`` when their zones differ."""
+        self.refresh()
+        return src.num_microbatches * self.p2p(job, 0, src, dst).egress_usd
+
+    def p2p(
+        self, job: Job, boundary_layer: int, src: Replica, dst: Replica, stage_replicas: int = 1
+    ) -> P2P:
+        """``P2P`` of one boundary per microbatch (``compose`` calls it after ``refresh``).
+
+        As Megatron-LM sends it (scatter/gather, Narayanan et al. 2021 Sec. 4.1): each of the
+        min(tp) TP rank pairs sends 1/tp of the (b, s, h) tensor, and the receiving replica
+        all-gathers the pieces over its node's intra-node link (NVLink / PCIe). In the 1F1B
+        steady state every replica of the stage on the same node sends at once: their pieces
+        share the node's NICs (``timing.nics_per_node``: one per GPU on SXM / superchip nodes,
+        one per node on PCIe nodes). Every boundary but the head's sends the same tensor, and
+        the head never sends, so the layer id does not enter the key."""
+        cache = self.p2p_known(job)
+        key = p2p_key(src, dst, stage_replicas)
+        hit = cache.get(key)
         if hit is None:
-            nbytes = job.model.activation_out_bytes(
-                boundary_layer, src.microbatch_size, job.sequence_length, job.dtype
-            )
-            pairs = min(src.tp, dst.tp)
-            link = self.network.link(
-                Endpoint(src.zone, src.gpu_type, pairs), Endpoint(dst.zone, dst.gpu_type, pairs)
-            )
-            hit = self._p2p_cache[key] = timing.p2p_transfer_time(link, nbytes, pairs)
+            hit = cache[key] = self._p2p(job, boundary_layer, src, dst, stage_replicas)
         return hit
+
+    def _p2p(self, job: Job, boundary_layer: int, src: Replica, dst: Replica, d: int) -> P2P:
+        seq, dtype = job.sequence_length, job.dtype
+        nbytes = job.model.activation_out_bytes(boundary_layer, src.microbatch_size, seq, dtype)
+        g_src, g_dst = get_gpu(src.gpu_type), get_gpu(dst.gpu_type)
+        pairs = min(src.tp, dst.tp)
+        split = job.options.p2p_scatter_gather
+        if not split:  # every TP rank sends the whole tensor: pairs x the bytes
+            nbytes *= pairs
+        sharing = max(1, min(d, g_src.gpus_per_node // src.tp))  # replicas per sending node
+        flows = pairs * sharing
+        nics = min(timing.nics_per_node(g_src), timing.nics_per_node(g_dst))
+        if flows <= nics:  # every piece has a NIC of its own: the pairs' own curve
+            nics, flows = pairs, pairs
+        link = self.network.link(
+            Endpoint(src.zone, src.gpu_type, nics), Endpoint(dst.zone, dst.gpu_type, nics)
+        )
+        seconds = timing.p2p_transfer_time(link, nbytes, pairs, flows)
+        if pairs > 1 and split:  # the receiver's TP group gathers the pieces in its node
+            intra = self.network.intra_node(g_dst.name, dst.tp)
+            seconds += timing.allgather_time(intra, nbytes, pairs)
+        egress = 0.0
+        if src.zone != dst.zone:  # activations out, gradients back
+            egress = 2 * nbytes / 1e9 * self.network.egress_per_gb(src.zone, dst.zone)
+        return P2P(seconds, egress)
 
     def dp_sync_time(self, job: Job, first: int, last: int, replicas: tuple[Replica, ...]) -> float:
         """Gradient all-reduce of one stage over its replicas (0 for one replica)."""
-        self._fresh()
-        return self._dp_sync(job, first, last, replicas, tuple(r._id for r in replicas))
+        self.refresh()
+        return self.stage_sync(job, Stage(first, last, tuple(replicas))).seconds
 
-    def _dp_sync(self, job: Job, first: int, last: int, replicas, sig) -> float:
-        if len(replicas) < 2:
-            return 0.0
-        grad_bytes = self.grad_bytes(job, first, last)
-        key = (grad_bytes, sig)
-        hit = self._dp_cache.get(key)
+    def stage_sync(self, job: Job, stage: Stage) -> DataParallelSync:
+        """Data-parallel sync of one stage over its replicas' ring (``ring_time`` over
+        ``timing.ring_kinds``), by the job's ``options.zero``; ``compose`` calls it after
+        ``refresh``. Volumes as ring all-reduce equivalents (a reduce-scatter or an all-gather
+        moves half an all-reduce's bytes, ZeRO Sec. 7):
+
+        - none: all-reduce of the gradients, once per iteration;
+        - zero1/zero2: reduce-scatter of gradients + all-gather of parameters, once;
+        - zero3: every microbatch, all-gather of parameters in forward and in backward and a
+          gradient reduce-scatter (``per_microbatch_s``; exposed beyond compute);
+        - hybrid: the zero3 traffic inside a node (NVLink/PCIe) every microbatch, then an
+          all-reduce of each node's gradient shard across nodes once.
+        """
+        if len(stage.replicas) < 2:
+            return DataParallelSync(0.0, 0.0)
+        cache = self.cache.stage_sync
+        # Keyed by the range's parameter count, not its bounds: equal blocks at other
+        # depths sync the same bytes (the planner meets many such ranges).
+        params = self.unsharded_params(job, stage.first_layer, stage.last_layer)
+        key = (job.cache_id, params, stage._sig)
+        hit = cache.get(key)
         if hit is None:
-            kinds = self._ring_cache.get(sig)
-            if kinds is None:
-                kinds = self._ring_cache[sig] = timing.ring_kinds(replicas)
-            hit = self._dp_cache[key] = self.ring_time(job, first, last, kinds)[0]
+            hit = cache[key] = self._stage_sync(job, stage)
         return hit
+
+    def _stage_sync(self, job: Job, stage: Stage) -> DataParallelSync:
+        kinds = self.cache.ring_kinds.get(stage._sig)
+        if kinds is None:
+            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
+        first, last, zero = stage.first_layer, stage.last_layer, job.options.zero
+        grad = self.grad_bytes(job, first, last)
+        weights = dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)
+        if zero == "none":
+            return DataParallelSync(*self.ring_time(job, first, last, kinds, grad))
+        if zero in ("zero1", "zero2"):
+            return DataParallelSync(*self.ring_time(job, first, last, kinds, (grad + weights) / 2))
+        per_mb = (2 * weights + grad) / 2
+        if zero == "zero3":
+            seconds, usd = self.ring_time(job, first, last, kinds, per_mb)
+            return DataParallelSync(0.0, usd * self._max_microbatches(stage), seconds)
+        r = stage.replicas[0]  # hybrid: shard inside a node, replicate across nodes
+        group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
+        gpu = get_gpu(r.gpu_type)
+        link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
+        inside = timing.allreduce_time(
+            link, per_mb / r.tp, group, 1, timing.bus_efficiency(gpu.name)
+        )
+        across = (
+            self.ring_time(job, first, last, kinds, grad / group)
+            if group < len(stage.replicas)
+            else (0.0, 0.0)
+        )
+        return DataParallelSync(across[0], across[1], inside)
+
+    @staticmethod
+    def _max_microbatches(stage: Stage) -> int:
+        return max(r.num_microbatches for r in stage.replicas)
+
+    def ring_time(
+        self, job: Job, first: int, last: int, kinds, nbytes: float | None = None
+    ) -> tuple[float, float]:
+        """(all-reduce seconds, egress $) of ``nbytes`` (default: the gradients of layers
+        first..last) over a ring given as ``timing.ring_kinds`` runs: the slowest edge's time,
+        every cross-zone edge's egress."""
+        n = sum(count for _, count in kinds)
+        if n < 2:
+            return 0.0, 0.0
+        grad = self.grad_bytes(job, first, last) if nbytes is None else nbytes
+        cache = self.cache.ring_edge
+        counts = dict(kinds)
+        seconds, usd = 0.0, 0.0
+        for a, b in timing.kind_edges(kinds):
+            key = (grad, a, b, n, counts[a] if a == b else 0)
+            edge = cache.get(key)
+            if edge is None:
+                edge = cache[key] = (
+                    self._edge_time(a, b, n, counts[a], grad),
+                    timing.edge_egress_usd(self.network, a, b, n, grad),
+                )
+            seconds = max(seconds, edge[0])
+            usd += edge[1]
+        return seconds, usd
+
+    def _edge_time(self, a, b, ranks: int, run: int, nbytes: float) -> float:
+        """A ring edge's all-reduce seconds: inside a run of ``run`` equal replicas,
+        hierarchical (intra-node NVLink / PCIe, then across nodes); but where the all-reduce
+        itself was measured (a ring in links.json, or the original Sailor's per-GPU-count
+        fits, taken from whole-ring runs) that measurement is what NCCL achieved, used flat;
+        so are CPU workers (processes of one host: their measured p2p link is the loopback)."""
+        if a == b:
+            zone, gpu_type, tp = a
+            link = self.network.link(Endpoint(zone, gpu_type, tp), Endpoint(zone, gpu_type, tp))
+            flat = (
+                link.ring_bus_bandwidth is not None
+                or any(g == gpu_type for g, _ in self.network.homogeneous)
+                or get_gpu(gpu_type).platform == "cpu"
+            )
+            if not flat:
+                return timing.hierarchical_allreduce_time(self.network, a, run, nbytes)
+        return timing.edge_allreduce_time(self.network, a, b, ranks, nbytes)
+
+    def grad_bytes(self, job: Job, first: int, last: int) -> int:
+        """Unsharded gradient bytes of layers first..last (fp32 main grads, ``GRAD_BYTES``,
+        or bf16 with ``options.grad_dtype='bf16'``)."""
+        per = GRAD_BYTES[job.dtype] if job.options.grad_dtype == "fp32" else 2
+        return per * self.unsharded_params(job, first, last)
+
+    def dp_egress_per_gb(self, replicas: tuple[Replica, ...]) -> float:
+        """$ per GB of unsharded gradients for one all-reduce over ``replicas``' ring."""
+        return timing.dp_egress_usd(self.network, replicas, 1e9)
+
+    def unsharded_params(self, job: Job, first: int, last: int) -> int:
+        """Parameters of layers first..last at TP 1 (O(1): prefix sums per model)."""
+        cache = self.cache.param_prefix
+        prefix = cache.get(job.cache_id)
+        if prefix is None:
+            prefix = [0]
+            for i in range(job.model.num_layer_ids):
+                prefix.append(prefix[-1] + job.model.params(i))
+            cache[job.cache_id] = prefix
+        return prefix[last + 1] - prefix[first]
 
     def step_sync_time(self, endpoints, ranks: int) -> float:
         """The per-step whole-world all-reduce of loss and gradient norm
         (``timing.step_sync_time``) over ``ranks`` GPUs whose (zone, GPU type) kinds are
         ``endpoints``; the ring's latency is that of the slowest pair of kinds."""
-        self._fresh()
+        self.refresh()
+        cache = self.cache.step_sync
         key = (frozenset(endpoints), ranks)
-        hit = self._step_sync_cache.get(key)
+        hit = cache.get(key)
         if hit is None:
             kinds = sorted(key[0])
             links = [
@@ -334,8 +361,7 @@ class Simulator:
                 for zb, gb in kinds[k:]
             ]
             worst = max(links, key=lambda c: c.latency_s) if links else None
-            hit = 0.0 if worst is None else timing.step_sync_time(worst, ranks)
-            self._step_sync_cache[key] = hit
+            hit = cache[key] = 0.0 if worst is None else timing.step_sync_time(worst, ranks)
         return hit
 
     def plan_step_sync_time(self, plan: Plan) -> float:
@@ -344,99 +370,79 @@ class Simulator:
         ranks = sum(r.tp for s in plan.stages for r in s.replicas)
         return self.step_sync_time(endpoints, ranks)
 
-    def ring_time(self, job: Job, first: int, last: int, kinds) -> tuple[float, float]:
-        """(all-reduce seconds, egress $) of layers first..last over a ring given as
-        ``timing.ring_kinds`` runs (what ``dp_sync_time`` and the DP egress compute)."""
-        n = sum(count for _, count in kinds)
-        if n < 2:
-            return 0.0, 0.0
-        grad = self.grad_bytes(job, first, last)
-        seconds, usd = 0.0, 0.0
-        for a, b in timing.kind_edges(kinds):
-            key = (grad, a, b, n)
-            edge = self._edge_cache.get(key)
-            if edge is None:
-                edge = self._edge_cache[key] = (
-                    timing.edge_allreduce_time(self.network, a, b, n, grad),
-                    timing.edge_egress_usd(self.network, a, b, n, grad),
-                )
-            seconds = max(seconds, edge[0])
-            usd += edge[1]
-        return seconds, usd
-
-    def grad_bytes(self, job: Job, first: int, last: int) -> int:
-        """Unsharded gradient bytes of layers first..last (fp32 main grads, ``GRAD_BYTES``)."""
-        return GRAD_BYTES[job.dtype] * self.unsharded_params(job, first, last)
-
-    def dp_egress_per_gb(self, replicas: tuple[Replica, ...]) -> float:
-        """$ per GB of unsharded gradients for one all-reduce over ``replicas``' ring."""
-        return self._dp_egress(replicas, tuple(r._id for r in replicas))
-
-    def _dp_egress(self, replicas, sig) -> float:
-        hit = self._dp_egress_cache.get(sig)
+    def usd_per_s(self, gpu_type: str, zone: str, gpus: int = 1) -> float:
+        """$/s of ``gpus`` GPUs of a type in a zone (the price catalog, cached until it
+        changes)."""
+        cache = self.cache.price
+        hit = cache.get((gpu_type, zone))
         if hit is None:
-            hit = self._dp_egress_cache[sig] = timing.dp_egress_usd(self.network, replicas, 1e9)
+            hit = cache[(gpu_type, zone)] = usd_per_second(gpu_type, zone, 1)
+        return gpus * hit
+
+    # ---- what compose reads per replica ----------------------------------------------------
+    def replica_info(self, job: Job, stage: Stage, i: int, p: int, replica: Replica) -> ReplicaInfo:
+        """Time, peak memory and $/s of ``replica`` in ``stage`` at position i of p; checks
+        the replica can run the job (TP degree, dtype) the first time it is seen."""
+        r, first, last, d = replica, stage.first_layer, stage.last_layer, len(stage.replicas)
+        # Under ZeRO the replica's time depends on its stage's ring (the shard traffic), not
+        # only on how many replicas the stage has.
+        ring = stage._sig if job.options.shards_optimizer else d
+        key = (job.cache_id, first, last, i, p, ring, r._id)
+        hit = self.cache.replica_info.get(key)
+        if hit is None:
+            t, peak, capacity = self._replica_compute(job, stage, i, p, r, ring)
+            usd = self.usd_per_s(r.gpu_type, r.zone, r.tp)
+            hit = self.cache.replica_info[key] = ReplicaInfo(t, peak, capacity, usd)
         return hit
 
-    def unsharded_params(self, job: Job, first: int, last: int) -> int:
-        """Parameters of layers first..last at TP 1 (O(1): prefix sums per model)."""
-        prefix = self._param_prefix.get(job.model.name)
-        if prefix is None:
-            prefix = [0]
-            for i in range(job.model.num_layer_ids):
-                prefix.append(prefix[-1] + job.model.params(i))
-            self._param_prefix[job.model.name] = prefix
-        return prefix[last + 1] - prefix[first]
+    def _replica_compute(self, job: Job, stage: Stage, i: int, p: int, r: Replica, ring):
+        """(StageTime, peak bytes, capacity) of a replica, whatever its zone: replicas that
+        differ only by zone (the planner's usual case) compute them once."""
+        first, last = stage.first_layer, stage.last_layer
+        key = (job.cache_id, first, last, i, p, ring, r._compute_id)
+        hit = self.cache.replica_compute.get(key)
+        if hit is None:
+            self._check_replica(job, stage, i, p, r)
+            g, tp, mbs, d = r.gpu_type, r.tp, r.microbatch_size, len(stage.replicas)
+            peak, capacity = self._peak(job, first, last, g, tp, mbs, i, p, r.num_microbatches, d)
+            t = self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r)
+            hit = self.cache.replica_compute[key] = (t, peak, capacity)
+        return hit
 
-    # ---- the whole plan --------------------------------------------------------------------
-    def estimate(
-        self, job: Job, plan: Plan, *, iterations: float | None = None, tokens: float | None = None
-    ) -> Estimate:
-        """Predict iteration time, memory and cost of ``plan`` for ``job`` (checks the plan)."""
-        self._fresh()
-        self.check(job, plan)
-        return estimate_plan(self, job, plan, iterations, tokens)
+    def _sharded_time(self, job: Job, stage: Stage, t: StageTime, r: Replica) -> StageTime:
+        """A replica's time under ZeRO: each rank steps only its shard of the optimizer
+        states; ZeRO-3 traffic per microbatch is hidden behind its forward and backward
+        (prefetch) up to their length, the rest is exposed (``shard_comm_s``)."""
+        options = job.options
+        if not options.shards_optimizer:
+            return t
+        group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
+        per_mb = self.stage_sync(job, stage).per_microbatch_s
+        exposed = max(0.0, per_mb - t.forward_s - t.backward_s)
+        return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
 
-    def check(self, job: Job, plan: Plan) -> None:
-        """``plan.check(job)`` in O(stages): coverage and the global batch here; each distinct
-        replica's TP degree and dtype support when its numbers are first computed
-        (``_replica_info``), so cached replicas are not re-validated on every plan."""
-        if plan.stages[-1].last_layer != job.model.head_layer_id:
-            plan.check(job)
-        if plan.stages[0]._samples != job.global_batch_size:
-            plan.check(job)
+    def _check_replica(self, job: Job, stage: Stage, i: int, p: int, r: Replica) -> None:
+        checked = self.cache.replica_ok
+        key = (job.cache_id, r.gpu_type, r.tp, p > 1)
+        if key in checked:
+            return
+        problem = job.model.tp_problem(r.tp)
+        gpu = get_gpu(r.gpu_type)
+        if problem is None and not gpu.supports(job.dtype):
+            problem = f"{r.gpu_type} cannot train in {job.dtype}"
+        if problem is not None:
+            j = stage.replicas.index(r)
+            raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
+        check_replica(job.options, gpu, job.dtype, r.tp, p)  # names the option it refuses
+        checked.add(key)
 
-    def egress_per_iteration(self, job: Job, plan: Plan) -> float:
-        """$ of cross-zone traffic per iteration: p2p between stages and the DP rings."""
-        return timing.egress_usd(
-            self.network, job, plan, lambda a, b: self.unsharded_params(job, a, b)
-        )
+    def p2p_known(self, job: Job) -> dict:
+        """``job``'s ``p2p`` results so far, by ``compose.p2p_key``."""
+        table = self.cache.p2p.get(job.cache_id)
+        if table is None:
+            table = self.cache.p2p[job.cache_id] = {}
+        return table
 
-    def p2p_egress_usd(self, job: Job, src: Replica, dst: Replica) -> float:
-        """$ per iteration for one pipeline's activations (and gradients back) from ``src`` to
-        ``dst`` when their zones differ (every boundary but the head's sends (b, s, h))."""
-        if src.zone == dst.zone:
-            return 0.0
-        nbytes = (
-            2
-            * src.num_microbatches
-            * job.model.activation_out_bytes(0, src.microbatch_size, job.sequence_length, job.dtype)
-        )
-        return nbytes / 1e9 * self.network.egress_per_gb(src.zone, dst.zone)
-
-    def p2p_egress(self, job: Job, plan: Plan) -> float:
-        """$ per iteration of activations and gradients crossing zones between stages."""
-        total = 0.0
-        stages = plan.stages
-        for i in range(len(stages) - 1):
-            for a, b in zip(stages[i].replicas, stages[i + 1].replicas, strict=True):
-                if a.zone != b.zone:
-                    nbytes = (
-                        2
-                        * a.num_microbatches
-                        * job.model.activation_out_bytes(
-                            stages[i].last_layer, a.microbatch_size, job.sequence_length, job.dtype
-                        )
-                    )
-                    total += nbytes / 1e9 * self.network.egress_per_gb(a.zone, b.zone)
-        return total
+    def summaries(self) -> dict:
+        """The table ``compose`` memoizes stage summaries in."""
+        return self.cache.stage_summary

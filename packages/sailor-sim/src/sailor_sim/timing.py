@@ -1,4 +1,5 @@
-"""Time components: 1F1B pipeline, p2p transfers, ring all-reduce, TP all-reduces, egress.
+"""Time components: 1F1B pipeline, the iteration's named terms, p2p transfers, ring all-reduce,
+TP all-reduces, egress.
 
 Pure functions over numbers and link curves; ``simulator.py`` feeds them and caches results.
 """
@@ -6,7 +7,7 @@ Pure functions over numbers and link curves; ``simulator.py`` feeds them and cac
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .memory import GRAD_BYTES
 from .network import LinkCurve, NetworkModel
@@ -28,70 +29,157 @@ MICROBATCH_OVERHEAD_S = 0.0
 """Per-microbatch, per-stage schedule overhead (Python, p2p handshakes) not in the profile."""
 
 
-@dataclass(frozen=True)
-class PipelineTime:
+class StageTime(NamedTuple):
+    """Per-microbatch seconds of one replica's layer range, and its optimizer step."""
+
+    forward_s: float
+    backward_s: float
+    tp_comm_s: float
+    """TP all-reduces (forward + backward) not already inside the profile."""
+    optimizer_s: float
+    source: str
+    recompute_s: float = 0.0
+    """Forward work done again in backward (activation recomputation), per microbatch."""
+    shard_comm_s: float = 0.0
+    """ZeRO-3 parameter all-gathers and gradient reduce-scatter per microbatch not hidden
+    behind its compute (set per stage by the simulator, 0 in ``stage_time``)."""
+
+    @property
+    def per_microbatch_s(self) -> float:
+        """Everything one microbatch costs this replica (additive over layer ranges; the
+        pipeline adds ``MICROBATCH_OVERHEAD_S`` once per stage)."""
+        return (
+            self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.shard_comm_s
+        )
+
+
+class PipelineTime(NamedTuple):
+    """One pipeline's 1F1B time, its named terms (summing to it) and its bottleneck stage."""
+
     total_s: float
     breakdown: dict[str, float]
     bottleneck_stage: int
 
 
-def pipeline_time(stage_times, p2p: list[float], num_microbatches: int) -> PipelineTime:
-    """1F1B time of one pipeline (Narayanan et al. 2021, Sec. 2.2).
+def stage_steps(per_microbatch: list[float], p2p: list[float], virtual: int = 1) -> list[float]:
+    """Steady-state 1F1B step of every stage: its compute per microbatch plus its blocking
+    transfers. Each step a stage sends and receives an activation and a gradient on each of its
+    boundaries (Megatron's send_forward_recv_backward / send_backward_recv_forward), which
+    serialize on the GPU's NIC: 2 transfers per boundary, 2 for the end stages, 4 for middle;
+    with ``virtual`` model chunks per GPU (interleaved 1F1B) every transfer happens v times."""
+    received = [0.0, *p2p]  # boundary before stage i (none before the first)
+    sent = [*p2p, 0.0]  # boundary after stage i (none after the last)
+    v2 = 2.0 * virtual
+    return [c + v2 * (a + b) for c, a, b in zip(per_microbatch, received, sent, strict=True)]
 
-    ``stage_times``: per stage, objects with ``forward_s``, ``backward_s``, ``tp_comm_s`` per
-    microbatch; ``p2p``: per stage boundary, seconds to move one microbatch's activations (the
-    gradient back costs the same). Fill and drain: every stage once plus every boundary in both
-    directions; steady state: M - 1 steps of the slowest stage including its blocking p2p: each
-    step a stage sends and receives an activation and a gradient on each of its boundaries
-    (Megatron's send_forward_recv_backward / send_backward_recv_forward), which serialize on the
-    GPU's NIC: 2 transfers per boundary, so 2 for the end stages and 4 for middle ones.
-    Breakdown (sums to ``total_s``): compute and tp_comm = M x the bottleneck's share,
-    pipeline_bubble = the other stages' fill/drain, p2p = the exposed transfers.
+
+def pipeline_total(
+    per_microbatch: list[float], p2p: list[float], num_microbatches: int, virtual: int = 1
+) -> float:
+    """1F1B seconds of one pipeline from its stages' per-microbatch seconds
+    (``StageTime.per_microbatch_s + MICROBATCH_OVERHEAD_S``) and its boundaries' p2p seconds:
+    M - 1 steady steps of the slowest stage, plus fill and drain (every other stage once,
+    divided by ``virtual`` chunks under interleaving, Narayanan et al. 2021 Sec. 2.2.2; every
+    boundary both ways). ``pipeline_time`` splits the same total into named terms."""
+    # stage_steps' formula in one pass without lists: this runs for every distinct pipeline
+    # of every plan the planner scores.
+    v2, last = 2.0 * virtual, len(p2p)
+    steady = own = -1.0
+    received = total = sent_sum = 0.0
+    for i, c in enumerate(per_microbatch):
+        sent = p2p[i] if i < last else 0.0
+        step = c + v2 * (received + sent)
+        if step > steady or i == 0:  # the first stage with the longest step
+            steady, own = step, c
+        total += c
+        sent_sum += sent
+        received = sent
+    return own + (total - own) / virtual + 2.0 * sent_sum + (num_microbatches - 1) * steady
+
+
+def pipeline_time(
+    stage_times, p2p: list[float], num_microbatches: int, virtual: int = 1
+) -> PipelineTime:
+    """1F1B time of one pipeline (Narayanan et al. 2021, Sec. 2.2), as named terms.
+
+    ``stage_times``: per stage a ``StageTime``; ``p2p``: per stage boundary, seconds to move one
+    microbatch's activations (the gradient back costs the same); ``virtual``: model chunks per
+    GPU (interleaved 1F1B). Same total as ``pipeline_total``; terms: compute, recompute,
+    tp_comm and zero_comm = M x the bottleneck's share, pipeline_bubble = the other stages'
+    fill/drain, p2p = the exposed transfers.
     """
     m = num_microbatches
-    n = len(stage_times)
-    per = [t.forward_s + t.backward_s + t.tp_comm_s + MICROBATCH_OVERHEAD_S for t in stage_times]
-    sends = [
-        2.0 * ((p2p[i] if i < n - 1 else 0.0) + (p2p[i - 1] if i > 0 else 0.0)) for i in range(n)
-    ]
-    k = max(range(n), key=lambda i: per[i] + sends[i])
-    fill = 2.0 * sum(p2p)
+    per = [t.per_microbatch_s + MICROBATCH_OVERHEAD_S for t in stage_times]
+    steps = stage_steps(per, p2p, virtual)
+    k = steps.index(max(steps))  # the bottleneck: the first stage with the longest step
     b = stage_times[k]
     breakdown = {
         "compute": m * (b.forward_s + b.backward_s + MICROBATCH_OVERHEAD_S),
+        "recompute": m * b.recompute_s,
         "tp_comm": m * b.tp_comm_s,
-        "pipeline_bubble": sum(per) - per[k],
-        "p2p": (m - 1) * sends[k] + fill,
+        "zero_comm": m * b.shard_comm_s,
+        "pipeline_bubble": (sum(per) - per[k]) / virtual,
+        "p2p": (m - 1) * (steps[k] - per[k]) + 2.0 * sum(p2p),
     }
     return PipelineTime(sum(breakdown.values()), breakdown, k)
 
 
-P2P_SCATTER_GATHER = False
-"""Whether TP ranks split a p2p tensor (Megatron-LM's scatter_gather_tensors_in_pipeline).
-The original Sailor runs (Megatron-DeepSpeed) send the full tensor from every TP rank: their
-pipelined GH200 runs show one full-tensor transfer per pair, not a 1/tp share."""
+def iteration_terms(
+    pipeline: PipelineTime,
+    dp_sync_s: list[float],
+    optimizer_s: list[float],
+    drain_s: list[float],
+    step_sync_s: float,
+) -> dict[str, float]:
+    """Every named term of one iteration (their sum is the iteration time), as Calculon's
+    ``get_total_time``: the critical pipeline's 1F1B terms, then the exposed part of the
+    data-parallel gradient sync and of the optimizer step (``exposed_tail``), then the step
+    sync (loss and gradient norm all-reduced over the world)."""
+    tail, optimizer = exposed_tail(dp_sync_s, optimizer_s, drain_s)
+    return {
+        **pipeline.breakdown,
+        "dp_sync": tail - optimizer,
+        "optimizer": optimizer,
+        "step_sync": step_sync_s,
+    }
 
 
-def pipeline_total(stage_times, p2p: list[float], num_microbatches: int) -> float:
-    """``pipeline_time(...).total_s`` without the breakdown (the per-pipeline fast path)."""
-    n = len(stage_times)
-    total, worst = 0.0, 0.0
-    for i, t in enumerate(stage_times):
-        c = t.forward_s + t.backward_s + t.tp_comm_s + MICROBATCH_OVERHEAD_S
-        total += c
-        send = (p2p[i] if i < n - 1 else 0.0) + (p2p[i - 1] if i > 0 else 0.0)
-        if c + 2.0 * send > worst:
-            worst = c + 2.0 * send
-    return (num_microbatches - 1) * worst + total + 2.0 * sum(p2p)
+NICS_PER_NODE: dict[str, tuple[int | None, str]] = {
+    # platform -> (inter-node NICs per node, None = one per GPU; source)
+    "superchip": (None, "CSCS Clariden GH200 node: 4 Slingshot-11 NICs, one per GH200"),
+    "sxm": (None, "DGX A100/H100 and cloud A3/P5: one 200-400 Gb/s NIC per GPU (GPUDirect RDMA)"),
+    "pcie": (1, "PCIe servers and consumer-GPU nodes: one NIC shared by the node's GPUs"),
+    "cpu": (1, "one host NIC"),
+}
+"""How many NICs a node's concurrent inter-node transfers divide (``nics_per_node``)."""
 
 
-def p2p_transfer_time(link: LinkCurve, nbytes: int, pairs: int) -> float:
-    """Each of ``pairs`` concurrent GPU pairs moves ``nbytes`` (or ``nbytes / pairs`` with
-    scatter-gather); the link's curve is the aggregate over the pairs."""
+def nics_per_node(gpu) -> int:
+    """Inter-node NICs of one node of ``gpu`` (a ``GPUType``): one per GPU on SXM and
+    superchip nodes, one per node on PCIe and consumer nodes (``NICS_PER_NODE``)."""
+    nics = NICS_PER_NODE.get(gpu.platform, NICS_PER_NODE["sxm"])[0]
+    return gpu.gpus_per_node if nics is None else nics
+
+
+def p2p_transfer_time(link: LinkCurve, nbytes: float, pairs: int, flows: int = 0) -> float:
+    """A stage-boundary tensor of ``nbytes`` split over ``pairs`` TP rank pairs (Megatron's
+    scatter/gather, Narayanan et al. 2021 Sec. 4.1: each pair moves nbytes / pairs); ``flows``
+    (default ``pairs``) such pieces leave the node at once and share ``link``, the curve of the
+    NICs they have between them (aggregate bandwidth)."""
     if nbytes <= 0:
         return 0.0
-    per_pair = nbytes / pairs if P2P_SCATTER_GATHER else nbytes
-    return link.latency_s + per_pair * pairs / link.bandwidth(per_pair)
+    per_pair = nbytes / pairs
+    return link.latency_s + (flows or pairs) * per_pair / link.bandwidth(per_pair)
+
+
+def allgather_time(link: LinkCurve, nbytes: float, ranks: int) -> float:
+    """Ring all-gather of ``nbytes`` (the whole, after gathering) over ``ranks`` GPUs of one
+    node: (n - 1) / n of it crosses every link, in n - 1 latency-bound steps."""
+    if ranks < 2 or nbytes <= 0:
+        return 0.0
+    return (ranks - 1) / ranks * nbytes / link.bandwidth(nbytes / ranks) + (
+        ranks - 1
+    ) * link.latency_s
 
 
 def allreduce_time(
@@ -160,6 +248,32 @@ def edge_allreduce_time(
     return allreduce_time(link, grad_bytes_unsharded, ranks, pairs, bus_efficiency(ga, gb))
 
 
+def hierarchical_allreduce_time(
+    network: NetworkModel, kind: RingKind, replicas: int, grad_bytes_unsharded: float
+) -> float:
+    """All-reduce over ``replicas`` equal replicas (one ``kind``) that fill nodes, as NCCL
+    runs it across nodes (and as Megatron / FSDP hybrid groups do): reduce-scatter inside each
+    node over NVLink / PCIe (``GPUType.intra_node_bandwidth``), all-reduce of each GPU's shard
+    across nodes through the node's NICs, all-gather inside the node. r = min(replicas,
+    GPUs per node / tp) replicas share a node; the TP ranks of a replica reduce their own
+    shards in parallel."""
+    from .gpus import get_gpu
+    from .network import Endpoint
+
+    zone, gpu_type, tp = kind
+    gpu = get_gpu(gpu_type)
+    per_node = max(1, min(replicas, gpu.gpus_per_node // tp))
+    nodes = -(-replicas // per_node)
+    eff = bus_efficiency(gpu_type)
+    intra = network.intra_node(gpu_type, per_node * tp)
+    seconds = allreduce_time(intra, grad_bytes_unsharded / tp, per_node, 1, eff)
+    if nodes > 1:  # every GPU's 1 / (r tp) shard, all GPUs of a node at once through its NICs
+        nics = min(per_node * tp, nics_per_node(gpu))
+        link = network.link(Endpoint(zone, gpu_type, nics), Endpoint(zone, gpu_type, nics))
+        seconds += allreduce_time(link, grad_bytes_unsharded, nodes, per_node * tp, eff)
+    return seconds
+
+
 def edge_egress_usd(
     network: NetworkModel, a: RingKind, b: RingKind, ranks: int, grad_bytes_unsharded: float
 ) -> float:
@@ -168,17 +282,6 @@ def edge_egress_usd(
         return 0.0
     rate = network.egress_per_gb(a[0], b[0])
     return 2.0 * (ranks - 1) / ranks * grad_bytes_unsharded / 1e9 * rate
-
-
-def ring_allreduce_time(network: NetworkModel, replicas, grad_bytes_unsharded: int) -> float:
-    """All-reduce of one stage's gradients over its replicas: the slowest ring edge."""
-    n = len(replicas)
-    if n < 2:
-        return 0.0
-    return max(
-        edge_allreduce_time(network, a, b, n, grad_bytes_unsharded)
-        for a, b in kind_edges(ring_kinds(replicas))
-    )
 
 
 def bus_efficiency(gpu_type_a: str, gpu_type_b: str | None = None) -> float:
@@ -221,13 +324,12 @@ def exposed_tail(dp_sync_s, optimizer_s, drain_s) -> tuple[float, float]:
     all-reduces (``dp_sync_s[i]``) then steps (``optimizer_s[i]``), overlapping the drain of
     the stages before it (``drain_s[i]``: the critical pipeline's backward + p2p of stage i);
     tail = max(0, max_i (dp_i + opt_i - sum_{k<i} drain_k))."""
-    tail, opt, lead = 0.0, 0.0, 0.0
-    for i, (sync, step) in enumerate(zip(dp_sync_s, optimizer_s, strict=True)):
+    tail, opt, lead = dp_sync_s[0] + optimizer_s[0], optimizer_s[0], 0.0
+    for sync, step, drained in zip(dp_sync_s[1:], optimizer_s[1:], drain_s, strict=False):
+        lead += drained
         exposed = sync + step - lead
-        if i == 0 or exposed > tail:
+        if exposed > tail:
             tail, opt = exposed, step
-        if i < len(drain_s):
-            lead += drain_s[i]
     tail = max(tail, 0.0)
     return tail, min(opt, tail)
 
@@ -258,19 +360,24 @@ def egress_usd(network: NetworkModel, job, plan, unsharded_params=None) -> float
 
 __all__ = [
     "PipelineTime",
+    "StageTime",
     "allreduce_time",
     "bus_efficiency",
     "dp_egress_usd",
     "edge_allreduce_time",
     "edge_egress_usd",
+    "hierarchical_allreduce_time",
     "egress_usd",
     "exposed_tail",
     "kind_edges",
     "pipeline_total",
     "p2p_transfer_time",
+    "allgather_time",
+    "nics_per_node",
     "pipeline_time",
+    "iteration_terms",
+    "stage_steps",
     "relationship",
-    "ring_allreduce_time",
     "ring_kinds",
     "step_sync_time",
     "tp_comm_time",

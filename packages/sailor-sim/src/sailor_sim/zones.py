@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import revision
 from .catalog_data import read_data
 from .errors import UnknownNameError
 
@@ -71,6 +72,7 @@ def register_zone(name: str, region: str, continent: str, provider: str = "gcp")
     zone = Zone(name, region, continent, provider)
     ZONE_CATALOG[name] = zone
     REGION_PROVIDER.setdefault(region, provider)
+    revision.bump()  # a live Simulator drops links and prices it cached for the old zone
     return zone
 
 

@@ -27,39 +27,39 @@ from sailor_sim.proto import job_pb2 as sailor_dot_v1_dot_job__pb2
 from sailor_sim.proto import plan_pb2 as sailor_dot_v1_dot_plan__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17sailor/v1/planner.proto\x12\tsailor.v1\x1a\x18sailor/v1/estimate.proto\x1a\x13sailor/v1/job.proto\x1a\x14sailor/v1/plan.proto\"\xc9\x02\n\x0bPlanRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\'\n\tinventory\x18\x02 \x01(\x0b\x32\x14.sailor.v1.Inventory\x12\'\n\tobjective\x18\x03 \x01(\x0e\x32\x14.sailor.v1.Objective\x12\x1e\n\x16max_cost_per_iteration\x18\x04 \x01(\x01\x12\x19\n\x11max_cost_per_hour\x18\x05 \x01(\x01\x12\x16\n\x0emin_throughput\x18\x06 \x01(\x01\x12\r\n\x05top_k\x18\x07 \x01(\r\x12(\n allow_cross_region_data_parallel\x18\x08 \x01(\x08\x12\x13\n\x0bprofile_dir\x18\t \x01(\t\x12\x13\n\x0bsailor_root\x18\n \x01(\t\x12\x15\n\rpareto_points\x18\x0b \x01(\r\"R\n\nRankedPlan\x12\x1d\n\x04plan\x18\x01 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12%\n\x08\x65stimate\x18\x02 \x01(\x0b\x32\x13.sailor.v1.Estimate\"\x8f\x01\n\x0bSearchStats\x12\x1c\n\x14\x63\x61ndidates_evaluated\x18\x01 \x01(\x04\x12\x0e\n\x06pruned\x18\x02 \x01(\x04\x12\x12\n\ninfeasible\x18\x03 \x01(\x04\x12\x19\n\x11\x65valuations_per_s\x18\x04 \x01(\x01\x12\x10\n\x08rescored\x18\x05 \x01(\x04\x12\x11\n\tmemo_hits\x18\x06 \x01(\x04\"\xaa\x01\n\x0cPlanResponse\x12$\n\x05plans\x18\x01 \x03(\x0b\x32\x15.sailor.v1.RankedPlan\x12\x15\n\rsearch_time_s\x18\x02 \x01(\x01\x12\x0f\n\x07partial\x18\x03 \x01(\x08\x12%\n\x05stats\x18\x04 \x01(\x0b\x32\x16.sailor.v1.SearchStats\x12%\n\x06pareto\x18\x05 \x03(\x0b\x32\x15.sailor.v1.RankedPlan\"`\n\rReplanRequest\x12\'\n\x07request\x18\x01 \x01(\x0b\x32\x16.sailor.v1.PlanRequest\x12&\n\rprevious_plan\x18\x02 \x01(\x0b\x32\x0f.sailor.v1.Plan\"w\n\x0fSimulateRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\x1d\n\x04plan\x18\x02 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12\x13\n\x0bprofile_dir\x18\x03 \x01(\t\x12\x13\n\x0bsailor_root\x18\x04 \x01(\t\"9\n\x10SimulateResponse\x12%\n\x08\x65stimate\x18\x01 \x01(\x0b\x32\x13.sailor.v1.Estimate\"t\n\x08TraceRow\x12\x13\n\x0btimestamp_s\x18\x01 \x01(\x01\x12\x0c\n\x04zone\x18\x02 \x01(\t\x12\x10\n\x08gpu_type\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\r\x12\r\n\x05price\x18\x05 \x01(\x01\x12\x11\n\tpreempted\x18\x06 \x01(\r\"\xa1\x02\n\rReplayRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\"\n\x05trace\x18\x02 \x03(\x0b\x32\x13.sailor.v1.TraceRow\x12\'\n\tobjective\x18\x03 \x01(\x0e\x32\x14.sailor.v1.Objective\x12\x16\n\x0emin_throughput\x18\x04 \x01(\x01\x12\x1e\n\x16max_cost_per_iteration\x18\x05 \x01(\x01\x12\x10\n\x08policies\x18\x06 \x03(\t\x12\x1d\n\x15\x63heckpoint_interval_s\x18\x07 \x01(\x01\x12\x13\n\x0bhold_last_s\x18\x08 \x01(\x01\x12\x13\n\x0bprofile_dir\x18\t \x01(\t\x12\x13\n\x0bsailor_root\x18\n \x01(\t\"\xaa\x02\n\nReplayStep\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0f\n\x07start_s\x18\x03 \x01(\x01\x12\x12\n\nduration_s\x18\x04 \x01(\x01\x12\x16\n\x0e\x61vailable_gpus\x18\x05 \x01(\r\x12\x11\n\tgpus_used\x18\x06 \x01(\r\x12\x15\n\rsamples_per_s\x18\x07 \x01(\x01\x12\x14\n\x0cusd_per_hour\x18\x08 \x01(\x01\x12\x11\n\treplanned\x18\t \x01(\x08\x12\x14\n\x0creconfigured\x18\n \x01(\x08\x12\x15\n\rreconfigure_s\x18\x0b \x01(\x01\x12\x14\n\x0clost_samples\x18\x0c \x01(\x01\x12\x0f\n\x07samples\x18\r \x01(\x01\x12\x0b\n\x03usd\x18\x0e \x01(\x01\x12\x0c\n\x04plan\x18\x0f \x01(\t\"\x8a\x02\n\rReplaySummary\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\x01\x12\x0e\n\x06tokens\x18\x03 \x01(\x01\x12\x0b\n\x03usd\x18\x04 \x01(\x01\x12\x1e\n\x16usd_per_million_tokens\x18\x05 \x01(\x01\x12\x1a\n\x12mean_samples_per_s\x18\x06 \x01(\x01\x12\x11\n\tgpu_hours\x18\x07 \x01(\x01\x12\x0f\n\x07replans\x18\x08 \x01(\r\x12\x18\n\x10reconfigurations\x18\t \x01(\r\x12\x15\n\rreconfigure_s\x18\n \x01(\x01\x12\x14\n\x0clost_samples\x18\x0b \x01(\x01\x12\x14\n\x0c\x63heckpoint_s\x18\x0c \x01(\x01\"i\n\x0bReplayEvent\x12%\n\x04step\x18\x01 \x01(\x0b\x32\x15.sailor.v1.ReplayStepH\x00\x12+\n\x07summary\x18\x02 \x01(\x0b\x32\x18.sailor.v1.ReplaySummaryH\x00\x42\x06\n\x04kind*T\n\tObjective\x12\x19\n\x15OBJECTIVE_UNSPECIFIED\x10\x00\x12\x18\n\x14OBJECTIVE_THROUGHPUT\x10\x01\x12\x12\n\x0eOBJECTIVE_COST\x10\x02\x32\x89\x02\n\x0ePlannerService\x12\x37\n\x04Plan\x12\x16.sailor.v1.PlanRequest\x1a\x17.sailor.v1.PlanResponse\x12\x43\n\x08Simulate\x12\x1a.sailor.v1.SimulateRequest\x1a\x1b.sailor.v1.SimulateResponse\x12;\n\x06Replan\x12\x18.sailor.v1.ReplanRequest\x1a\x17.sailor.v1.PlanResponse\x12<\n\x06Replay\x12\x18.sailor.v1.ReplayRequest\x1a\x16.sailor.v1.ReplayEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17sailor/v1/planner.proto\x12\tsailor.v1\x1a\x18sailor/v1/estimate.proto\x1a\x13sailor/v1/job.proto\x1a\x14sailor/v1/plan.proto\"\xeb\x02\n\x0bPlanRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\'\n\tinventory\x18\x02 \x01(\x0b\x32\x14.sailor.v1.Inventory\x12\'\n\tobjective\x18\x03 \x01(\x0e\x32\x14.sailor.v1.Objective\x12\x1e\n\x16max_cost_per_iteration\x18\x04 \x01(\x01\x12\x19\n\x11max_cost_per_hour\x18\x05 \x01(\x01\x12\x16\n\x0emin_throughput\x18\x06 \x01(\x01\x12\r\n\x05top_k\x18\x07 \x01(\r\x12(\n allow_cross_region_data_parallel\x18\x08 \x01(\x08\x12\x13\n\x0bprofile_dir\x18\t \x01(\t\x12\x13\n\x0bsailor_root\x18\n \x01(\t\x12\x15\n\rpareto_points\x18\x0b \x01(\r\x12 \n\x18search_execution_options\x18\x0c \x01(\x08\"\x80\x01\n\nRankedPlan\x12\x1d\n\x04plan\x18\x01 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12%\n\x08\x65stimate\x18\x02 \x01(\x0b\x32\x13.sailor.v1.Estimate\x12,\n\x07options\x18\x03 \x01(\x0b\x32\x1b.sailor.v1.ExecutionOptions\"\x8f\x01\n\x0bSearchStats\x12\x1c\n\x14\x63\x61ndidates_evaluated\x18\x01 \x01(\x04\x12\x0e\n\x06pruned\x18\x02 \x01(\x04\x12\x12\n\ninfeasible\x18\x03 \x01(\x04\x12\x19\n\x11\x65valuations_per_s\x18\x04 \x01(\x01\x12\x10\n\x08rescored\x18\x05 \x01(\x04\x12\x11\n\tmemo_hits\x18\x06 \x01(\x04\"\xaa\x01\n\x0cPlanResponse\x12$\n\x05plans\x18\x01 \x03(\x0b\x32\x15.sailor.v1.RankedPlan\x12\x15\n\rsearch_time_s\x18\x02 \x01(\x01\x12\x0f\n\x07partial\x18\x03 \x01(\x08\x12%\n\x05stats\x18\x04 \x01(\x0b\x32\x16.sailor.v1.SearchStats\x12%\n\x06pareto\x18\x05 \x03(\x0b\x32\x15.sailor.v1.RankedPlan\"`\n\rReplanRequest\x12\'\n\x07request\x18\x01 \x01(\x0b\x32\x16.sailor.v1.PlanRequest\x12&\n\rprevious_plan\x18\x02 \x01(\x0b\x32\x0f.sailor.v1.Plan\"w\n\x0fSimulateRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\x1d\n\x04plan\x18\x02 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12\x13\n\x0bprofile_dir\x18\x03 \x01(\t\x12\x13\n\x0bsailor_root\x18\x04 \x01(\t\"9\n\x10SimulateResponse\x12%\n\x08\x65stimate\x18\x01 \x01(\x0b\x32\x13.sailor.v1.Estimate\"t\n\x08TraceRow\x12\x13\n\x0btimestamp_s\x18\x01 \x01(\x01\x12\x0c\n\x04zone\x18\x02 \x01(\t\x12\x10\n\x08gpu_type\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\r\x12\r\n\x05price\x18\x05 \x01(\x01\x12\x11\n\tpreempted\x18\x06 \x01(\r\"\xa1\x02\n\rReplayRequest\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\"\n\x05trace\x18\x02 \x03(\x0b\x32\x13.sailor.v1.TraceRow\x12\'\n\tobjective\x18\x03 \x01(\x0e\x32\x14.sailor.v1.Objective\x12\x16\n\x0emin_throughput\x18\x04 \x01(\x01\x12\x1e\n\x16max_cost_per_iteration\x18\x05 \x01(\x01\x12\x10\n\x08policies\x18\x06 \x03(\t\x12\x1d\n\x15\x63heckpoint_interval_s\x18\x07 \x01(\x01\x12\x13\n\x0bhold_last_s\x18\x08 \x01(\x01\x12\x13\n\x0bprofile_dir\x18\t \x01(\t\x12\x13\n\x0bsailor_root\x18\n \x01(\t\"\xaa\x02\n\nReplayStep\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0f\n\x07start_s\x18\x03 \x01(\x01\x12\x12\n\nduration_s\x18\x04 \x01(\x01\x12\x16\n\x0e\x61vailable_gpus\x18\x05 \x01(\r\x12\x11\n\tgpus_used\x18\x06 \x01(\r\x12\x15\n\rsamples_per_s\x18\x07 \x01(\x01\x12\x14\n\x0cusd_per_hour\x18\x08 \x01(\x01\x12\x11\n\treplanned\x18\t \x01(\x08\x12\x14\n\x0creconfigured\x18\n \x01(\x08\x12\x15\n\rreconfigure_s\x18\x0b \x01(\x01\x12\x14\n\x0clost_samples\x18\x0c \x01(\x01\x12\x0f\n\x07samples\x18\r \x01(\x01\x12\x0b\n\x03usd\x18\x0e \x01(\x01\x12\x0c\n\x04plan\x18\x0f \x01(\t\"\x8a\x02\n\rReplaySummary\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\x01\x12\x0e\n\x06tokens\x18\x03 \x01(\x01\x12\x0b\n\x03usd\x18\x04 \x01(\x01\x12\x1e\n\x16usd_per_million_tokens\x18\x05 \x01(\x01\x12\x1a\n\x12mean_samples_per_s\x18\x06 \x01(\x01\x12\x11\n\tgpu_hours\x18\x07 \x01(\x01\x12\x0f\n\x07replans\x18\x08 \x01(\r\x12\x18\n\x10reconfigurations\x18\t \x01(\r\x12\x15\n\rreconfigure_s\x18\n \x01(\x01\x12\x14\n\x0clost_samples\x18\x0b \x01(\x01\x12\x14\n\x0c\x63heckpoint_s\x18\x0c \x01(\x01\"i\n\x0bReplayEvent\x12%\n\x04step\x18\x01 \x01(\x0b\x32\x15.sailor.v1.ReplayStepH\x00\x12+\n\x07summary\x18\x02 \x01(\x0b\x32\x18.sailor.v1.ReplaySummaryH\x00\x42\x06\n\x04kind*T\n\tObjective\x12\x19\n\x15OBJECTIVE_UNSPECIFIED\x10\x00\x12\x18\n\x14OBJECTIVE_THROUGHPUT\x10\x01\x12\x12\n\x0eOBJECTIVE_COST\x10\x02\x32\x89\x02\n\x0ePlannerService\x12\x37\n\x04Plan\x12\x16.sailor.v1.PlanRequest\x1a\x17.sailor.v1.PlanResponse\x12\x43\n\x08Simulate\x12\x1a.sailor.v1.SimulateRequest\x1a\x1b.sailor.v1.SimulateResponse\x12;\n\x06Replan\x12\x18.sailor.v1.ReplanRequest\x1a\x17.sailor.v1.PlanResponse\x12<\n\x06Replay\x12\x18.sailor.v1.ReplayRequest\x1a\x16.sailor.v1.ReplayEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sailor.v1.planner_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OBJECTIVE']._serialized_start=2207
-  _globals['_OBJECTIVE']._serialized_end=2291
+  _globals['_OBJECTIVE']._serialized_start=2288
+  _globals['_OBJECTIVE']._serialized_end=2372
   _globals['_PLANREQUEST']._serialized_start=108
-  _globals['_PLANREQUEST']._serialized_end=437
-  _globals['_RANKEDPLAN']._serialized_start=439
-  _globals['_RANKEDPLAN']._serialized_end=521
-  _globals['_SEARCHSTATS']._serialized_start=524
-  _globals['_SEARCHSTATS']._serialized_end=667
-  _globals['_PLANRESPONSE']._serialized_start=670
-  _globals['_PLANRESPONSE']._serialized_end=840
-  _globals['_REPLANREQUEST']._serialized_start=842
-  _globals['_REPLANREQUEST']._serialized_end=938
-  _globals['_SIMULATEREQUEST']._serialized_start=940
-  _globals['_SIMULATEREQUEST']._serialized_end=1059
-  _globals['_SIMULATERESPONSE']._serialized_start=1061
-  _globals['_SIMULATERESPONSE']._serialized_end=1118
-  _globals['_TRACEROW']._serialized_start=1120
-  _globals['_TRACEROW']._serialized_end=1236
-  _globals['_REPLAYREQUEST']._serialized_start=1239
-  _globals['_REPLAYREQUEST']._serialized_end=1528
-  _globals['_REPLAYSTEP']._serialized_start=1531
-  _globals['_REPLAYSTEP']._serialized_end=1829
-  _globals['_REPLAYSUMMARY']._serialized_start=1832
-  _globals['_REPLAYSUMMARY']._serialized_end=2098
-  _globals['_REPLAYEVENT']._serialized_start=2100
-  _globals['_REPLAYEVENT']._serialized_end=2205
-  _globals['_PLANNERSERVICE']._serialized_start=2294
-  _globals['_PLANNERSERVICE']._serialized_end=2559
+  _globals['_PLANREQUEST']._serialized_end=471
+  _globals['_RANKEDPLAN']._serialized_start=474
+  _globals['_RANKEDPLAN']._serialized_end=602
+  _globals['_SEARCHSTATS']._serialized_start=605
+  _globals['_SEARCHSTATS']._serialized_end=748
+  _globals['_PLANRESPONSE']._serialized_start=751
+  _globals['_PLANRESPONSE']._serialized_end=921
+  _globals['_REPLANREQUEST']._serialized_start=923
+  _globals['_REPLANREQUEST']._serialized_end=1019
+  _globals['_SIMULATEREQUEST']._serialized_start=1021
+  _globals['_SIMULATEREQUEST']._serialized_end=1140
+  _globals['_SIMULATERESPONSE']._serialized_start=1142
+  _globals['_SIMULATERESPONSE']._serialized_end=1199
+  _globals['_TRACEROW']._serialized_start=1201
+  _globals['_TRACEROW']._serialized_end=1317
+  _globals['_REPLAYREQUEST']._serialized_start=1320
+  _globals['_REPLAYREQUEST']._serialized_end=1609
+  _globals['_REPLAYSTEP']._serialized_start=1612
+  _globals['_REPLAYSTEP']._serialized_end=1910
+  _globals['_REPLAYSUMMARY']._serialized_start=1913
+  _globals['_REPLAYSUMMARY']._serialized_end=2179
+  _globals['_REPLAYEVENT']._serialized_start=2181
+  _globals['_REPLAYEVENT']._serialized_end=2286
+  _globals['_PLANNERSERVICE']._serialized_start=2375
+  _globals['_PLANNERSERVICE']._serialized_end=2640
 # @@protoc_insertion_point(module_scope)

@@ -13,8 +13,9 @@ from .layers import Attention, Block
 RECOMPUTE = ("none", "selective", "full")
 
 
-def apply_execution(stage: nn.Module, recompute: str = "none",
-                    flash_attention: bool = True) -> nn.Module:
+def apply_execution(
+    stage: nn.Module, recompute: str = "none", flash_attention: bool = True
+) -> nn.Module:
     """Set activation recomputation (``none`` | ``selective``: the attention core | ``full``:
     each block keeps only its input) and the attention kernel (SDPA or the explicit math) on
     every block of ``stage``; returns ``stage``."""

@@ -44,8 +44,9 @@ class ParamFactory:
         self.dtype, self.device = dtype, device
 
     def param(self, *shape: int) -> nn.Parameter:
-        return set_split(nn.Parameter(torch.empty(*shape, dtype=self.dtype, device=self.device)),
-                         None)
+        return set_split(
+            nn.Parameter(torch.empty(*shape, dtype=self.dtype, device=self.device)), None
+        )
 
 
 class Norm(nn.Module):
@@ -69,10 +70,10 @@ class Embedding(nn.Module):
     def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.p = spec.dropout
-        self.word = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp.dtype,
-                                           tp.device)
-        self.position = (tp.param(spec.position_rows, spec.hidden_size)
-                         if spec.position_rows else None)
+        self.word = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp.dtype, tp.device)
+        self.position = (
+            tp.param(spec.position_rows, spec.hidden_size) if spec.position_rows else None
+        )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.word(tokens)
@@ -89,7 +90,7 @@ def _rotary(x: torch.Tensor) -> torch.Tensor:
     ang = torch.outer(torch.arange(s, dtype=torch.float64, device=x.device), inv)
     cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
     sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
@@ -160,8 +161,9 @@ class MLP(nn.Module):
         args = (tp.dtype, tp.device)
         self.swiglu = spec.gated_mlp
         self.act = F.gelu if spec.mlp == "geglu" else F.silu
-        self.gate = (ColumnParallelLinear(h, f, b, *args, enter_region=False)
-                     if self.swiglu else None)
+        self.gate = (
+            ColumnParallelLinear(h, f, b, *args, enter_region=False) if self.swiglu else None
+        )
         self.up = ColumnParallelLinear(h, f, b, *args, enter_region=False)
         self.down = RowParallelLinear(f, h, b, *args)
         self.group = None
@@ -205,15 +207,15 @@ class Head(nn.Module):
     def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.norm = Norm(spec, tp)
-        self.lm_head = ColumnParallelLinear(spec.hidden_size, spec.vocab_size, False, tp.dtype,
-                                            tp.device)
+        self.lm_head = ColumnParallelLinear(
+            spec.hidden_size, spec.vocab_size, False, tp.dtype, tp.device
+        )
         self.tp_rank, self.tp_size, self.group = 0, 1, None
         """Where the vocabulary shard of ``lm_head`` sits (set by ``parallelize``)."""
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(self.norm(x))
-        return vocab_parallel_cross_entropy(logits, labels, self.tp_rank, self.tp_size,
-                                            self.group)
+        return vocab_parallel_cross_entropy(logits, labels, self.tp_rank, self.tp_size, self.group)
 
 
 def _checkpoint(fn, *args):

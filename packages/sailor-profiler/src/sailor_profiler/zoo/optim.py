@@ -19,10 +19,18 @@ class AdamW:
     optimizer imports TorchDynamo, which costs seconds of start-up per rank.
     """
 
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01) -> None:
-        self.param_groups = [{"params": list(params), "lr": lr, "betas": betas, "eps": eps,
-                              "weight_decay": weight_decay}]
+    def __init__(
+        self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01
+    ) -> None:
+        self.param_groups = [
+            {
+                "params": list(params),
+                "lr": lr,
+                "betas": betas,
+                "eps": eps,
+                "weight_decay": weight_decay,
+            }
+        ]
         self.state: dict = {}
 
     @torch.no_grad()

@@ -30,8 +30,9 @@ class StageModule(nn.Module):
     Built full size (TP 1); ``parallelize`` shards it.
     """
 
-    def __init__(self, spec: ModelSpec, first_layer: int, last_layer: int,
-                 factory: ParamFactory) -> None:
+    def __init__(
+        self, spec: ModelSpec, first_layer: int, last_layer: int, factory: ParamFactory
+    ) -> None:
         super().__init__()
         spec.check_layer_id(first_layer, "first_layer")
         spec.check_layer_id(last_layer, "last_layer")

@@ -106,8 +106,10 @@ def shard_parameter(param: nn.Parameter, tp_rank: int, tp_size: int) -> nn.Param
     with split ``(dim, tp_size)``. Values are sliced (a meta parameter stays meta)."""
     split = get_split(param)
     if split is None or split[1] != 1:
-        raise ValueError(f"parameter with split {split} is not a full splittable tensor; "
-                         "parallelize a stage only once")
+        raise ValueError(
+            f"parameter with split {split} is not a full splittable tensor; "
+            "parallelize a stage only once"
+        )
     dim = split[0]
     data = param.detach().chunk(tp_size, dim)[tp_rank].clone()
     return set_split(nn.Parameter(data, requires_grad=param.requires_grad), (dim, tp_size))
@@ -222,8 +224,11 @@ class _VocabParallelCE(torch.autograd.Function):
 def vocab_parallel_cross_entropy(logits, target, tp_rank, tp_size, group) -> torch.Tensor:
     """Mean token cross-entropy; ``logits`` holds this rank's vocabulary shard."""
     if tp_size == 1:
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float()
-                               if logits.dtype in (torch.float16, torch.bfloat16)
-                               else logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float()
+            if logits.dtype in (torch.float16, torch.bfloat16)
+            else logits.reshape(-1, logits.shape[-1]),
+            target.reshape(-1),
+        )
     start = tp_rank * logits.shape[-1]
     return _VocabParallelCE.apply(logits, target, start, group)

@@ -52,8 +52,12 @@ class WorkerAgent:
         cpu_type = cpu_worker_type(gpus.gpu_type, first_core)
         if cpu_type is not None:  # the type decides the threads and the cores of a rank
             threads_per_rank = cpu_type.threads
-        self.runner = RankRunner(workdir / self.worker_id, threads_per_rank,
-                                 cpu_type.env() if cpu_type else {}, warm=warm)
+        self.runner = RankRunner(
+            workdir / self.worker_id,
+            threads_per_rank,
+            cpu_type.env() if cpu_type else {},
+            warm=warm,
+        )
         self.servicer = AgentServicer(self.worker_id, gpus, self.runner)
         self.server, self.port = create_agent_server(self.servicer, f"{host}:0", token)
         self.address = f"{host}:{self.port}"

@@ -37,8 +37,12 @@ class CpuWorkerType:
         # PASSIVE: idle OpenMP threads sleep instead of spinning. On shared cores a spinning
         # thread steals the core its sibling needs (measured on the 2-core VM under load: a
         # 1024x256x768 matmul on 2 threads took 24.5 ms spinning, 7.8 ms passive).
-        return {THREADS_ENV: str(self.threads), CPUS_ENV: ",".join(map(str, self.cpus)),
-                "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE"}
+        return {
+            THREADS_ENV: str(self.threads),
+            CPUS_ENV: ",".join(map(str, self.cpus)),
+            "OMP_NUM_THREADS": str(self.threads),
+            "OMP_WAIT_POLICY": "PASSIVE",
+        }
 
 
 def usable_cpus() -> list[int]:
@@ -58,7 +62,9 @@ def cpu_worker_type(name: str, first_core: int = 0) -> CpuWorkerType | None:
     if not 1 <= threads <= len(cpus):
         raise SailorRuntimeError(
             f"{name} needs {threads} cores but this machine lets us use {len(cpus)}; use "
-            f"cpu-1t..cpu-{len(cpus)}t", field="gpu_type")
+            f"cpu-1t..cpu-{len(cpus)}t",
+            field="gpu_type",
+        )
     chosen = sorted({cpus[(first_core + k) % len(cpus)] for k in range(threads)})
     return CpuWorkerType(name.lower(), threads, tuple(chosen))
 

@@ -150,8 +150,9 @@ class RankRunner:
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
             argv = self.rank_args(a, rank, gen_dir)
-            popen = self._launch(argv, {**self.rank_env, "CUDA_VISIBLE_DEVICES": str(device)},
-                                 log_path)
+            popen = self._launch(
+                argv, {**self.rank_env, "CUDA_VISIBLE_DEVICES": str(device)}, log_path
+            )
             metrics = gen_dir / f"rank-{rank}.metrics.jsonl"
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
         return started

@@ -81,8 +81,9 @@ class AgentServicer(agent_pb2_grpc.WorkerAgentServiceServicer):
             self._fail(
                 context,
                 "Stop",
-                SailorRuntimeError(f"must be in 0..600 seconds, got {request.grace_s}",
-                                   field="stop.grace_s"),  # fmt: skip
+                SailorRuntimeError(
+                    f"must be in 0..600 seconds, got {request.grace_s}", field="stop.grace_s"
+                ),  # fmt: skip
             )
         n = self.runner.stop(request.generation, request.grace_s or 1.0)
         return agent_pb2.StopResponse(ranks_stopped=n)

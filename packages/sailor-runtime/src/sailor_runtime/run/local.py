@@ -79,8 +79,10 @@ class LocalRun:
         self.cfg = cfg
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         precision = cfg.execution_options.get("precision") or "fp32"
-        self.job = Job.create(cfg.model, cfg.global_batch_size, cfg.sequence_length, precision,
-                              "adam")
+        self.job = Job.create(
+            cfg.model, cfg.global_batch_size, cfg.sequence_length, precision, "adam",
+            sim_options(cfg.execution_options),
+        )  # fmt: skip
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
         self.gpu_types = types
         self.cpu_share = CpuShare()
@@ -165,14 +167,14 @@ class LocalRun:
     def kill_a_rank(self, step: int) -> None:
         """kill -9 the process of the highest rank of the current generation (a crash; the
         node and its agent live on, so the re-plan sees the same GPUs)."""
-        ranks = rank_pids({w.pid for w in self.workers if w.popen.poll() is None},
-                          self.controller.generation)
+        ranks = rank_pids(
+            {w.pid for w in self.workers if w.popen.poll() is None}, self.controller.generation
+        )
         if not ranks:
             return
         rank = max(ranks)
         os.kill(ranks[rank], signal.SIGKILL)
-        self.events.append({"event": f"kill -9 rank {rank}", "at": time.monotonic(),
-                            "step": step})
+        self.events.append({"event": f"kill -9 rank {rank}", "at": time.monotonic(), "step": step})
 
     @property
     def step(self) -> int:
@@ -319,8 +321,10 @@ class LocalRun:
         rec = c.reconfigurations[-1] if c.reconfigurations else None
         lines = [f"generation {c.generation}: plan {c.plan.describe()}"]
         if rec is not None:
-            lines.append(f"  predicted iteration {rec.predicted_iteration_s * 1e3:.1f} ms "
-                         "(simulator, planning profile)")
+            lines.append(
+                f"  predicted iteration {rec.predicted_iteration_s * 1e3:.1f} ms "
+                "(simulator, planning profile)"
+            )
         self.why = why_lines(self.job, c.plan, self.profile_dir, self.gpu_types)
         rows = rank_memory(self.job, c.plan, self.profile_dir, self.cfg.run_dir, c.generation)
         lines += self.why + memory_lines(rows, self.options)
@@ -365,6 +369,23 @@ class LocalRun:
         self.server.stop(grace=0.5)
         if self.planner is not None:
             self.planner.close()
+
+
+def sim_options(options: dict):
+    """The simulator's ``ExecutionOptions`` for the engine's (its memory and time terms are
+    what the pre-run prediction shows): recomputation as is, ZeRO stage 1 as 'zero1';
+    SDPA leaves flash attention to the simulator's default for the worker type (the
+    explicit math is flash off)."""
+    from sailor_sim import ExecutionOptions as SimOptions
+
+    from ..engine.options import ExecutionOptions
+
+    engine = ExecutionOptions.from_dict(options)
+    return SimOptions(
+        recompute=engine.recompute,
+        zero="zero1" if engine.zero_stage == 1 else "none",
+        flash_attention=None if engine.flash_attention else False,
+    )
 
 
 def _describe_options(options: dict) -> str:

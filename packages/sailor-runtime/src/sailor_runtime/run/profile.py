@@ -54,8 +54,7 @@ def _profiler(*args: str) -> list[str]:
 def _run(cmd: list[str], what: str, worker: CpuWorkerType | None = None) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(worker.env() if worker else {})}
     pin = (lambda: os.sched_setaffinity(0, worker.cpus)) if worker else None
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env,
-                          preexec_fn=pin)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, preexec_fn=pin)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout)[-400:]
         raise SailorRuntimeError(f"sailor-profiler {what} failed: {tail}", field="profile")
@@ -221,7 +220,7 @@ def rank_pids(agents: set[int], generation: int) -> dict[int, int]:
         except OSError:
             continue
         if log.parent.name == f"gen-{generation}" and log.name.startswith("rank-"):
-            out[int(log.name[len("rank-"):].split(".")[0])] = pid
+            out[int(log.name[len("rank-") :].split(".")[0])] = pid
     return out
 
 

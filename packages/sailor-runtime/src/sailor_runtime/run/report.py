@@ -47,21 +47,25 @@ def why_lines(job: Job, plan: Plan, profile_dir: str, types: list[str]) -> list[
         lines.append(f"    {t:8} one block, one sample: {ms:7.2f} ms forward+backward")
     for i, stage in enumerate(plan.stages):
         for j, rep in enumerate(stage.replicas):
-            st = sim.stage_time(job, stage.first_layer, stage.last_layer, rep.gpu_type, rep.tp,
-                                rep.microbatch_size)
+            st = sim.stage_time(
+                job, stage.first_layer, stage.last_layer, rep.gpu_type, rep.tp, rep.microbatch_size
+            )
             busy = st.per_microbatch_s * rep.num_microbatches
             lines.append(
                 f"    stage {i} replica {j} on {rep.gpu_type:8} layers {stage.first_layer}-"
                 f"{stage.last_layer}, {rep.num_microbatches} x mbs {rep.microbatch_size}: "
-                f"{busy * 1e3:7.1f} ms of compute per iteration")
+                f"{busy * 1e3:7.1f} ms of compute per iteration"
+            )
     return lines
 
 
 def predicted_memory(job: Job, plan: Plan, profile_dir: str) -> dict[tuple[int, int], int]:
     """(stage, replica) -> predicted tensor bytes of one of its GPUs."""
     est = simulator(profile_dir).estimate(job, plan)
-    return {(m.stage, m.replica): sum(v for k, v in m.breakdown_bytes.items() if k != "framework")
-            for m in est.memory}
+    return {
+        (m.stage, m.replica): sum(v for k, v in m.breakdown_bytes.items() if k != "framework")
+        for m in est.memory
+    }
 
 
 def measured_memory(run_dir: Path, generation: int) -> dict[int, dict]:
@@ -76,28 +80,47 @@ def measured_memory(run_dir: Path, generation: int) -> dict[int, dict]:
     return out
 
 
-def rank_memory(job: Job, plan: Plan, profile_dir: str, run_dir: Path,
-                generation: int) -> list[RankMemory]:
+def rank_memory(
+    job: Job, plan: Plan, profile_dir: str, run_dir: Path, generation: int
+) -> list[RankMemory]:
     pred = predicted_memory(job, plan, profile_dir)
     meas = measured_memory(run_dir, generation)
-    return [RankMemory(r.rank, r.stage, r.replica, r.gpu_type, pred[(r.stage, r.replica)],
-                       meas.get(r.rank, {}).get("peak"))
-            for r in rank_layout(plan)]
+    return [
+        RankMemory(
+            r.rank,
+            r.stage,
+            r.replica,
+            r.gpu_type,
+            pred[(r.stage, r.replica)],
+            meas.get(r.rank, {}).get("peak"),
+        )
+        for r in rank_layout(plan)
+    ]
 
 
 def memory_lines(rows: list[RankMemory], options: str) -> list[str]:
     if all(m.measured_bytes is None for m in rows):  # before training: the prediction only
         return [f"  tensor memory per rank ({options}), predicted:"] + [
             f"    rank {m.rank} (stage {m.stage} replica {m.replica}, {m.gpu_type:8}) "
-            f"{m.predicted_bytes / MB:8.2f} MB" for m in rows]
+            f"{m.predicted_bytes / MB:8.2f} MB"
+            for m in rows
+        ]
     lines = [f"  tensor memory per rank ({options}): predicted -> measured"]
     for m in rows:
-        got = f"{m.measured_bytes / MB:8.2f} MB" if m.measured_bytes is not None else \
-            "   (not measured)"
-        err = (f" ({m.measured_bytes / m.predicted_bytes - 1:+.0%})"
-               if m.measured_bytes is not None and m.predicted_bytes else "")
-        lines.append(f"    rank {m.rank} (stage {m.stage} replica {m.replica}, {m.gpu_type:8}) "
-                     f"{m.predicted_bytes / MB:8.2f} MB -> {got}{err}")
+        got = (
+            f"{m.measured_bytes / MB:8.2f} MB"
+            if m.measured_bytes is not None
+            else "   (not measured)"
+        )
+        err = (
+            f" ({m.measured_bytes / m.predicted_bytes - 1:+.0%})"
+            if m.measured_bytes is not None and m.predicted_bytes
+            else ""
+        )
+        lines.append(
+            f"    rank {m.rank} (stage {m.stage} replica {m.replica}, {m.gpu_type:8}) "
+            f"{m.predicted_bytes / MB:8.2f} MB -> {got}{err}"
+        )
     return lines
 
 
@@ -117,9 +140,14 @@ def rerun_lines(metrics: list[dict], plans: dict[int, str]) -> list[str]:
     lines = ["  steps re-run after the resume (loss: first run -> re-run):"]
     for a, b in reruns:
         same_plan = plans.get(a["generation"]) == plans.get(b["generation"])
-        verdict = ("bit-identical" if a["loss"] == b["loss"] else
-                   f"differs by {abs(b['loss'] / a['loss'] - 1):.1e} relative")
-        lines.append(f"    step {a['step']:>3}: gen {a['generation']} {a['loss']!r} -> gen "
-                     f"{b['generation']} {b['loss']!r}  {verdict}"
-                     f"{'' if same_plan else ' (another plan: other summation order)'}")
+        verdict = (
+            "bit-identical"
+            if a["loss"] == b["loss"]
+            else f"differs by {abs(b['loss'] / a['loss'] - 1):.1e} relative"
+        )
+        lines.append(
+            f"    step {a['step']:>3}: gen {a['generation']} {a['loss']!r} -> gen "
+            f"{b['generation']} {b['loss']!r}  {verdict}"
+            f"{'' if same_plan else ' (another plan: other summation order)'}"
+        )
     return lines

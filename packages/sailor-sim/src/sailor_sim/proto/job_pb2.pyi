@@ -7,18 +7,38 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Job(_message.Message):
-    __slots__ = ("model", "global_batch_size", "sequence_length", "dtype", "optimizer")
+    __slots__ = ("model", "global_batch_size", "sequence_length", "dtype", "optimizer", "options")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_LENGTH_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
     model: str
     global_batch_size: int
     sequence_length: int
     dtype: str
     optimizer: str
-    def __init__(self, model: _Optional[str] = ..., global_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., dtype: _Optional[str] = ..., optimizer: _Optional[str] = ...) -> None: ...
+    options: ExecutionOptions
+    def __init__(self, model: _Optional[str] = ..., global_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., dtype: _Optional[str] = ..., optimizer: _Optional[str] = ..., options: _Optional[_Union[ExecutionOptions, _Mapping]] = ...) -> None: ...
+
+class ExecutionOptions(_message.Message):
+    __slots__ = ("grad_dtype", "flash_attention", "recompute", "zero", "sequence_parallel", "virtual_stages", "p2p_scatter_gather")
+    GRAD_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    FLASH_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    ZERO_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    P2P_SCATTER_GATHER_FIELD_NUMBER: _ClassVar[int]
+    grad_dtype: str
+    flash_attention: bool
+    recompute: str
+    zero: str
+    sequence_parallel: bool
+    virtual_stages: int
+    p2p_scatter_gather: bool
+    def __init__(self, grad_dtype: _Optional[str] = ..., flash_attention: _Optional[bool] = ..., recompute: _Optional[str] = ..., zero: _Optional[str] = ..., sequence_parallel: _Optional[bool] = ..., virtual_stages: _Optional[int] = ..., p2p_scatter_gather: _Optional[bool] = ...) -> None: ...
 
 class GpuPool(_message.Message):
     __slots__ = ("gpu_type", "zone", "count")

@@ -1,0 +1,56 @@
+"""The execution-option flags every CLI that builds a ``Job`` shares (sailor-sim, sailor-planner).
+
+Each flag maps to one ``ExecutionOptions`` field; unset flags keep its default, and
+``ExecutionOptions`` refuses bad values with an error naming the option (the CLIs print it as one
+``error:`` line and exit 2).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .options import GRAD_DTYPES, RECOMPUTE, ZERO, ExecutionOptions
+
+Zero = Annotated[
+    str, typer.Option("--zero", help=f"Optimizer/gradient/parameter sharding: {', '.join(ZERO)}.")
+]
+Recompute = Annotated[
+    str, typer.Option("--recompute", help=f"Activation recomputation: {', '.join(RECOMPUTE)}.")
+]
+Flash = Annotated[
+    bool | None,
+    typer.Option(
+        "--flash/--no-flash", help="Flash attention (default: on for bf16/fp16 on Ampere+)."
+    ),
+]
+SequenceParallel = Annotated[
+    bool,
+    typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs tp > 1)."),
+]
+VirtualStages = Annotated[
+    int, typer.Option("--virtual-stages", help="Model chunks per GPU (interleaved 1F1B).")
+]
+GradDtype = Annotated[
+    str, typer.Option("--grad-dtype", help=f"Main-gradient dtype: {', '.join(GRAD_DTYPES)}.")
+]
+
+
+def execution_options(
+    zero: str = "none",
+    recompute: str = "none",
+    flash: bool | None = None,
+    sequence_parallel: bool = False,
+    virtual_stages: int = 1,
+    grad_dtype: str = "fp32",
+) -> ExecutionOptions:
+    """The ``ExecutionOptions`` the flags describe (raises ``ValidationError`` on bad values)."""
+    return ExecutionOptions(
+        grad_dtype=grad_dtype,
+        flash_attention=flash,
+        recompute=recompute,
+        zero=zero,
+        sequence_parallel=sequence_parallel,
+        virtual_stages=virtual_stages,
+    )
