@@ -90,7 +90,7 @@ def test_provider_and_region_place_the_plan():
     out = json.loads(r.output)
     assert {rep["zone"] for s in out["plan"]["stages"] for rep in s["replicas"]} == {"us-west-2a"}
     assert [c["provider"] for c in out["cost_by_provider"]] == ["aws"]
-    assert out["cost_per_hour_usd"] == pytest.approx(8 * 40.97 / 8, rel=1e-6)
+    assert out["cost_per_hour_usd"] == pytest.approx(8 * 27.44705 / 8, rel=1e-6)  # p4de.24xlarge
 
 
 def test_balanced_split_is_no_slower_than_even():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .catalog_data import check_keys, read_data
-from .errors import UnknownNameError
+from .errors import UnknownNameError, ValidationError
 
 Gbit = 1e9 / 8  # bytes/s in one Gbit/s
 
@@ -50,6 +50,10 @@ class Offer:
     spot_source: str
     """'quoted' (the offer's own spot price) or how the spot price was derived."""
     note: str = ""
+    url: str = ""
+    """Where the price was read (a page or a dated price-list file)."""
+    verified: bool = True
+    """False where no published source was found: an estimate (the note says what was searched)."""
 
     def usd_per_gpu_hour(self, spot: bool = False) -> float:
         return (self.spot_usd_per_hour if spot else self.on_demand_usd_per_hour) / self.gpus
@@ -96,7 +100,9 @@ def _load() -> tuple[dict[str, Fabric], list[Offer], dict[str, OtherPrice], dict
     offers = []
     for i, e in enumerate(doc["offers"]):
         where = f"data/instances.json offers[{i}]"
-        check_keys(e, _OFFER_KEYS, {"spot_usd_per_hour", "note"}, where)
+        check_keys(e, _OFFER_KEYS, {"spot_usd_per_hour", "note", "url", "verified"}, where)
+        if not isinstance(e.get("verified", True), bool):
+            raise ValidationError(f"{where}: 'verified' must be true or false", field="verified")
         if e["fabric"] not in fabrics:
             raise UnknownNameError(f"{where}: unknown fabric {e['fabric']!r}", field="fabric")
         fraction = spot[e["provider"]]["fraction"]
@@ -114,6 +120,8 @@ def _load() -> tuple[dict[str, Fabric], list[Offer], dict[str, OtherPrice], dict
                 e["date"],
                 "quoted" if "spot_usd_per_hour" in e else spot[e["provider"]]["source"],
                 e.get("note", ""),
+                e.get("url", ""),
+                e.get("verified", True),
             )
         )
     other = {}
