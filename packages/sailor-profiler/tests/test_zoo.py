@@ -151,3 +151,27 @@ def test_split_is_carried_at_tp1():
     assert get_split(stage.layers["0"].word.weight) == (0, 1)
     assert get_split(stage.layers["1"].mlp.down.weight) == (1, 1)
     assert get_split(stage.layers["1"].mlp.down.bias) is None
+
+
+def test_parallelize_outside_the_constructors_slices_a_built_model():
+    """TP is a step applied to a built stage: parallelizing a full, initialized model keeps
+    each rank's chunk (the same tensors ``build_stage`` makes on the meta device), splits the
+    attention heads, and a stage is parallelized only once."""
+    from sailor_profiler.zoo import parallelize
+
+    for rank in range(2):
+        head = str(get_model("tiny-llama").head_layer_id)
+        built = build_stage("tiny-llama", 0, int(head), tp_rank=rank, tp_size=2)
+        applied = parallelize(build_stage("tiny-llama", 0, int(head)), rank, 2)
+        want = dict(built.named_parameters())
+        for name, p in applied.named_parameters():
+            assert torch.equal(p, want[name]) and get_split(p) == get_split(want[name]), name
+        attn = applied.layers["1"].attn
+        assert (attn.heads, attn.kv_heads) == (
+            built.layers["1"].attn.heads,
+            built.layers["1"].attn.kv_heads,
+        )
+        assert attn.heads == get_model("tiny-llama").num_heads // 2
+        assert applied.layers[head].tp_rank == rank and applied.layers[head].tp_size == 2
+    with pytest.raises(ValueError, match="only once"):
+        parallelize(built, 0, 2)

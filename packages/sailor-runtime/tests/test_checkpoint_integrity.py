@@ -71,7 +71,7 @@ def test_a_damaged_checkpoint_is_skipped_for_the_older_one(tmp_path, damage):
     newest = ckpt.step_dir(tmp_path / "ckpt", 4)
     manifest = json.loads((newest / "manifest.json").read_text())
     assert all(len(e["sha256"]) == 64 for e in manifest["files"].values())
-    victim = newest / "layer_003.pt"
+    victim = newest / "__0_0.distcp"
     if damage == "same size":
         flip_bytes(victim)
     else:
@@ -80,7 +80,7 @@ def test_a_damaged_checkpoint_is_skipped_for_the_older_one(tmp_path, damage):
     (tmp_path / "metrics.jsonl").unlink()
     second = train(tmp_path, 6)
     assert second.returncode == 0, second.stderr[-2000:]
-    assert "layer_003.pt" in second.stderr and "skipped" in second.stderr, second.stderr[-2000:]
+    assert "__0_0.distcp" in second.stderr and "skipped" in second.stderr, second.stderr[-2000:]
     assert steps_run(tmp_path) == [3, 4, 5, 6]  # resumed after step 2, nothing lost
 
 

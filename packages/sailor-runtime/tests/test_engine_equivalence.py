@@ -79,8 +79,9 @@ def _assert_weights_match(ckpt_root: Path, ref_model, rel_tol: float, atol: floa
     path, manifest = ckpt.latest(ckpt_root)
     assert manifest["step"] == STEPS
     diff = norm = 0.0
+    layers = ckpt.read_layers(path)
     for lid in ref_model.layer_ids:
-        saved = torch.load(path / f"layer_{lid:03d}.pt", weights_only=True)["params"]
+        saved = layers[lid]["params"]
         for pname, p in ref_model.layer_params(lid).items():
             want = p.detach().double()
             diff += float((saved[pname].double() - want).pow(2).sum())

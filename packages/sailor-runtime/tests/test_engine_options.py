@@ -94,12 +94,7 @@ def _losses(root: Path, name: str) -> torch.Tensor:
 
 def _weights(root: Path, name: str) -> dict[str, torch.Tensor]:
     path, _ = ckpt.latest(root / name / "ckpt")
-    out = {}
-    for lid in range(JOB.model.num_layer_ids):
-        entry = torch.load(path / f"layer_{lid:03d}.pt", weights_only=True)
-        for key in ("params", "exp_avg", "exp_avg_sq"):
-            out.update({f"{lid}.{key}.{n}": t for n, t in entry[key].items()})
-    return out
+    return {k: t for k, t in ckpt.read_full(path).items() if "/opt_step/" not in k}
 
 
 def _close(got, want, rtol):

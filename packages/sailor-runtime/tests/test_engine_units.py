@@ -1,5 +1,5 @@
-"""Engine parts that need no process group: topology, schedule, data, LR, AdamW, checkpoint
-files and the worker's input errors."""
+"""Engine parts that need no process group: topology, schedule, data, LR, AdamW and the
+worker's input errors (checkpoints: ``test_checkpoint_dcp``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import os
 import pytest
 import torch
 
-from sailor_profiler.zoo import build_stage
-from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine import worker
 from sailor_runtime.engine.config import TrainConfig
 from sailor_runtime.engine.data import TextDataset, generate_corpus
@@ -104,57 +102,6 @@ def test_adamw_equals_torch_bit_for_bit():
     for p, q in zip(ours, theirs, strict=True):
         assert torch.equal(p, q)
         assert torch.equal(a.state[p]["exp_avg_sq"], b.state[q]["exp_avg_sq"])
-
-
-def _save_one(root, step, model, opt):
-    saver = ckpt.AsyncSaver(root, rank=0, num_stages=1)
-    layers = ckpt.snapshot(model, opt.state, 1, None)
-    saver.save(
-        step,
-        0,
-        layers,
-        {
-            "format": ckpt.FORMAT,
-            "step": step,
-            "consumed_samples": 8 * step,
-            "model": model.spec.name,
-        },
-        ckpt.rng_state(),
-    )
-    saver.wait()
-
-
-def test_checkpoint_roundtrip_reshards_and_skips_incomplete(tmp_path):
-    model = build_stage("tiny-gpt", 0, 7, seed=3)
-    opt = AdamW(model.parameters(), lr=1e-3)
-    for p in model.parameters():
-        p.grad = torch.ones_like(p)
-    opt.step()
-    _save_one(tmp_path, 1, model, opt)
-    _save_one(tmp_path, 2, model, opt)
-    path, manifest = ckpt.latest(tmp_path)
-    assert path.name == "step_00000002" and manifest["consumed_samples"] == 16
-    # A newer directory without a manifest, or with a truncated file, is not a checkpoint.
-    (tmp_path / "step_00000003.tmp").mkdir()
-    broken = tmp_path / "step_00000004"
-    broken.mkdir()
-    (broken / "layer_000.pt").write_bytes(b"x")
-    (broken / "manifest.json").write_text(json.dumps(dict(manifest, step=4)))
-    assert ckpt.latest(tmp_path)[0].name == "step_00000002"
-    # Load into a TP shard of another layout: slices of the full tensors.
-    part = build_stage("tiny-gpt", 2, 7, tp_rank=1, tp_size=2, seed=None)
-    part_opt = AdamW(part.parameters(), lr=1e-3)
-    ckpt.load_into(path, part, part_opt, tp_rank=1)
-    full = dict(model.named_parameters())
-    q = part.layers["3"].attn.q.weight
-    assert torch.equal(q, full["layers.3.attn.q.weight"].chunk(2, 0)[1])
-    o = part.layers["3"].attn.o.weight
-    assert torch.equal(
-        part_opt.state[o]["exp_avg"],
-        opt.state[full["layers.3.attn.o.weight"]]["exp_avg"].chunk(2, 1)[1],
-    )
-    ckpt.remove_partial(tmp_path)
-    assert not (tmp_path / "step_00000003.tmp").exists()
 
 
 def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys, monkeypatch):

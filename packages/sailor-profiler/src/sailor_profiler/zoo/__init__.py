@@ -1,11 +1,13 @@
 """The torch model zoo shared by the profiler and the runtime: catalog decoder families built
-per pipeline stage from layer ids, with Megatron-style tensor-parallel layers.
+per pipeline stage from layer ids; Megatron-style tensor parallelism applied afterwards by
+``parallelize``.
 
 Owner: sailor-profiler (the runtime imports it). Main entry: ``build_stage``.
 """
 
 from .execution import RECOMPUTE, apply_execution
 from .layers import Block, Embedding, Head, math_attention
+from .parallelize import materialize, parallelize
 from .stage import (
     StageModule,
     build_stage,
@@ -44,7 +46,9 @@ __all__ = [
     "get_split",
     "init_parameters",
     "layer_forward_backward",
+    "materialize",
     "math_attention",
+    "parallelize",
     "reduce_from_tp",
     "shard",
     "vocab_parallel_cross_entropy",

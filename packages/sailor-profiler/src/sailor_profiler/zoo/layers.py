@@ -36,11 +36,12 @@ from .tp import (
 ROPE_BASE = 10000.0
 
 
-class TPInfo:
-    """Where a layer sits in its TP group (a plain holder, passed to every layer)."""
+class ParamFactory:
+    """The dtype and device every layer creates its (full-size) parameters with; tensor
+    parallelism is applied afterwards by ``parallelize``."""
 
-    def __init__(self, rank: int, size: int, group, dtype: torch.dtype, device) -> None:
-        self.rank, self.size, self.group, self.dtype, self.device = rank, size, group, dtype, device
+    def __init__(self, dtype: torch.dtype, device) -> None:
+        self.dtype, self.device = dtype, device
 
     def param(self, *shape: int) -> nn.Parameter:
         return set_split(
@@ -51,7 +52,7 @@ class TPInfo:
 class Norm(nn.Module):
     """LayerNorm (weight + bias) or RMSNorm (weight only; Zhang & Sennrich 2019), replicated."""
 
-    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+    def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.rms = spec.norm == "rmsnorm"
         self.eps = 1e-5
@@ -66,12 +67,10 @@ class Norm(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+    def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.p = spec.dropout
-        self.word = VocabParallelEmbedding(
-            spec.vocab_size, spec.hidden_size, tp.rank, tp.size, tp.group, tp.dtype, tp.device
-        )
+        self.word = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp.dtype, tp.device)
         self.position = (
             tp.param(spec.position_rows, spec.hidden_size) if spec.position_rows else None
         )
@@ -96,20 +95,20 @@ def _rotary(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+    def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         h, kv, b, qkv_b = spec.hidden_size, spec.kv_size, spec.bias, spec.qkv_has_bias
-        args = (tp.rank, tp.size, tp.group, tp.dtype, tp.device)
+        args = (tp.dtype, tp.device)
         self.q = ColumnParallelLinear(h, h, qkv_b, *args, enter_region=False)
         self.k = ColumnParallelLinear(h, kv, qkv_b, *args, enter_region=False)
         self.v = ColumnParallelLinear(h, kv, qkv_b, *args, enter_region=False)
         self.o = RowParallelLinear(h, h, b, *args)
-        self.heads = spec.num_heads // tp.size
-        self.kv_heads = spec.num_kv_heads // tp.size
+        self.heads, self.kv_heads = spec.num_heads, spec.num_kv_heads
+        """Heads on this rank (all of them until ``parallelize`` splits them)."""
         self.head_dim = spec.head_dim
         self.rotary = spec.position == "rotary"
         self.p = spec.dropout
-        self.group = tp.group
+        self.group = None
         # Execution options, set by ``execution.apply_execution`` (never by a plan's shape):
         self.flash = True
         """Attention through ``F.scaled_dot_product_attention`` (flash/memory-efficient kernels
@@ -156,10 +155,10 @@ def math_attention(q, k, v, dropout_p: float) -> torch.Tensor:
 
 
 class MLP(nn.Module):
-    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+    def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         h, f, b = spec.hidden_size, spec.ffn_hidden_size, spec.bias
-        args = (tp.rank, tp.size, tp.group, tp.dtype, tp.device)
+        args = (tp.dtype, tp.device)
         self.swiglu = spec.gated_mlp
         self.act = F.gelu if spec.mlp == "geglu" else F.silu
         self.gate = (
@@ -167,7 +166,7 @@ class MLP(nn.Module):
         )
         self.up = ColumnParallelLinear(h, f, b, *args, enter_region=False)
         self.down = RowParallelLinear(f, h, b, *args)
-        self.group = tp.group
+        self.group = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = copy_to_tp(x, self.group)
@@ -179,7 +178,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+    def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.norm1, self.attn = Norm(spec, tp), Attention(spec, tp)
         self.norm2, self.mlp = Norm(spec, tp), MLP(spec, tp)
@@ -205,26 +204,18 @@ class Block(nn.Module):
 class Head(nn.Module):
     """Final norm, untied vocabulary-parallel LM head and the loss (mean over tokens)."""
 
-    def __init__(self, spec: ModelSpec, tp: TPInfo) -> None:
+    def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.norm = Norm(spec, tp)
         self.lm_head = ColumnParallelLinear(
-            spec.hidden_size,
-            spec.vocab_size,
-            False,
-            tp.rank,
-            tp.size,
-            tp.group,
-            tp.dtype,
-            tp.device,
+            spec.hidden_size, spec.vocab_size, False, tp.dtype, tp.device
         )
-        self.tp = tp
+        self.tp_rank, self.tp_size, self.group = 0, 1, None
+        """Where the vocabulary shard of ``lm_head`` sits (set by ``parallelize``)."""
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(self.norm(x))
-        return vocab_parallel_cross_entropy(
-            logits, labels, self.tp.rank, self.tp.size, self.tp.group
-        )
+        return vocab_parallel_cross_entropy(logits, labels, self.tp_rank, self.tp_size, self.group)
 
 
 def _checkpoint(fn, *args):

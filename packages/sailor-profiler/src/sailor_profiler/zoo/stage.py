@@ -17,7 +17,8 @@ from torch import nn
 
 from sailor_sim.model import ModelSpec, get_model
 
-from .layers import Block, Embedding, Head, TPInfo, init_std
+from .layers import Block, Embedding, Head, ParamFactory, init_std
+from .parallelize import materialize, parallelize
 from .tp import get_split
 
 
@@ -26,19 +27,21 @@ class StageModule(nn.Module):
 
     Input: token ids ``[b, s]`` when the stage holds layer 0, else hidden ``[b, s, h]``;
     ``labels`` ``[b, s]`` when it holds the head. Output: hidden, or the mean loss.
+    Built full size (TP 1); ``parallelize`` shards it.
     """
 
-    def __init__(self, spec: ModelSpec, first_layer: int, last_layer: int, tp: TPInfo) -> None:
+    def __init__(
+        self, spec: ModelSpec, first_layer: int, last_layer: int, factory: ParamFactory
+    ) -> None:
         super().__init__()
         spec.check_layer_id(first_layer, "first_layer")
         spec.check_layer_id(last_layer, "last_layer")
         if last_layer < first_layer:
             raise ValueError(f"last_layer {last_layer} < first_layer {first_layer}")
-        spec.check_tp(tp.size)
         self.spec, self.first_layer, self.last_layer = spec, first_layer, last_layer
-        self.tp_rank, self.tp_size = tp.rank, tp.size
+        self.tp_rank, self.tp_size = 0, 1
         self.layers = nn.ModuleDict(
-            {str(i): make_layer(spec, i, tp) for i in range(first_layer, last_layer + 1)}
+            {str(i): make_layer(spec, i, factory) for i in range(first_layer, last_layer + 1)}
         )
 
     @property
@@ -67,7 +70,7 @@ class StageModule(nn.Module):
         return example_input(self.spec, layer_id, mbs, seq, p.dtype, p.device)
 
 
-def make_layer(spec: ModelSpec, layer_id: int, tp: TPInfo) -> nn.Module:
+def make_layer(spec: ModelSpec, layer_id: int, tp: ParamFactory) -> nn.Module:
     kind = spec.layer_kind(layer_id)
     if kind == "embedding":
         return Embedding(spec, tp)
@@ -95,9 +98,10 @@ def build_stage(
     spec = get_model(spec)
     if not 0 <= tp_rank < tp_size:
         raise ValueError(f"tp_rank {tp_rank} is outside 0..{tp_size - 1}")
-    stage = StageModule(
-        spec, first_layer, last_layer, TPInfo(tp_rank, tp_size, tp_group, dtype, device)
-    )
+    # Full size on the meta device (no memory), then this rank's shard, then real storage.
+    stage = StageModule(spec, first_layer, last_layer, ParamFactory(dtype, "meta"))
+    parallelize(stage, tp_rank, tp_size, tp_group)
+    materialize(stage, device)
     if seed is not None and torch.device(device).type != "meta":
         init_parameters(stage, seed)
     return stage

@@ -13,7 +13,9 @@ split even at ``tp_size == 1`` (``(dim, 1)``), so replicas of different TP degre
 which tensors are sharded. Checkpoints, data-parallel
 reduction across replicas of different TP degree and resharding all read only this attribute.
 
-``tp_group=None`` with ``tp_size > 1`` builds one rank's shard and skips every collective: the
+The layers are built full size (TP 1, splits ``(dim, 1)``); ``zoo.parallelize`` then calls
+each layer's ``parallelize(tp_rank, tp_size, group)``, which keeps one rank's chunk.
+``tp_group=None`` with ``tp_size > 1`` gives one rank's shard and skips every collective: the
 profiler uses it to time one GPU's share of a layer, and parameter counting uses it on the meta
 device. Collectives always run on contiguous buffers (gloo silently miscomputes strided views).
 """
@@ -95,29 +97,44 @@ def _check_divisible(size: int, tp_size: int, what: str) -> None:
         raise ValueError(f"{what}: TP degree {tp_size} does not divide {size}")
 
 
+def _new_param(shape, split: SplitT, dtype, device) -> nn.Parameter:
+    return set_split(nn.Parameter(torch.empty(*shape, dtype=dtype, device=device)), split)
+
+
+def shard_parameter(param: nn.Parameter, tp_rank: int, tp_size: int) -> nn.Parameter:
+    """This rank's chunk of a full (``(dim, 1)``) splittable parameter, as a new parameter
+    with split ``(dim, tp_size)``. Values are sliced (a meta parameter stays meta)."""
+    split = get_split(param)
+    if split is None or split[1] != 1:
+        raise ValueError(
+            f"parameter with split {split} is not a full splittable tensor; "
+            "parallelize a stage only once"
+        )
+    dim = split[0]
+    data = param.detach().chunk(tp_size, dim)[tp_rank].clone()
+    return set_split(nn.Parameter(data, requires_grad=param.requires_grad), (dim, tp_size))
+
+
 class ColumnParallelLinear(nn.Module):
     """y_k = x W_k^T + b_k with W split by output rows; the output stays sharded.
 
-    ``enter_region=False`` when the caller already applied ``copy_to_tp`` to the input (several
-    column-parallel layers reading one input then all-reduce its gradient once)."""
+    Built full size (TP 1); ``parallelize`` keeps one rank's rows. ``enter_region=False`` when
+    the caller already applied ``copy_to_tp`` to the input (several column-parallel layers
+    reading one input then all-reduce its gradient once)."""
 
-    def __init__(
-        self, in_f, out_f, bias, tp_rank, tp_size, group, dtype, device, enter_region: bool = True
-    ):
+    def __init__(self, in_f, out_f, bias, dtype, device, enter_region: bool = True):
         super().__init__()
         self.enter_region = enter_region
-        _check_divisible(out_f, tp_size, "column-parallel output features")
+        self.group, self.tp_size = None, 1
+        self.weight = _new_param((out_f, in_f), (0, 1), dtype, device)
+        self.bias = _new_param((out_f,), (0, 1), dtype, device) if bias else None
+
+    def parallelize(self, tp_rank: int, tp_size: int, group) -> None:
+        _check_divisible(self.weight.shape[0], tp_size, "column-parallel output features")
+        self.weight = shard_parameter(self.weight, tp_rank, tp_size)
+        if self.bias is not None:
+            self.bias = shard_parameter(self.bias, tp_rank, tp_size)
         self.group, self.tp_size = group, tp_size
-        split = (0, tp_size)
-        local = out_f // tp_size
-        self.weight = set_split(
-            nn.Parameter(torch.empty(local, in_f, dtype=dtype, device=device)), split
-        )
-        self.bias = (
-            set_split(nn.Parameter(torch.empty(local, dtype=dtype, device=device)), split)
-            if bias
-            else None
-        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = copy_to_tp(x, self.group) if self.enter_region else x
@@ -127,19 +144,16 @@ class ColumnParallelLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """y = sum_k x_k W_k^T + b with W split by input columns; the bias is replicated."""
 
-    def __init__(self, in_f, out_f, bias, tp_rank, tp_size, group, dtype, device):
+    def __init__(self, in_f, out_f, bias, dtype, device):
         super().__init__()
-        _check_divisible(in_f, tp_size, "row-parallel input features")
+        self.group = None
+        self.weight = _new_param((out_f, in_f), (1, 1), dtype, device)
+        self.bias = _new_param((out_f,), None, dtype, device) if bias else None
+
+    def parallelize(self, tp_rank: int, tp_size: int, group) -> None:
+        _check_divisible(self.weight.shape[1], tp_size, "row-parallel input features")
+        self.weight = shard_parameter(self.weight, tp_rank, tp_size)
         self.group = group
-        split = (1, tp_size)
-        self.weight = set_split(
-            nn.Parameter(torch.empty(out_f, in_f // tp_size, dtype=dtype, device=device)), split
-        )
-        self.bias = (
-            set_split(nn.Parameter(torch.empty(out_f, dtype=dtype, device=device)), None)
-            if bias
-            else None
-        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = reduce_from_tp(F.linear(x, self.weight), self.group)
@@ -149,16 +163,18 @@ class RowParallelLinear(nn.Module):
 class VocabParallelEmbedding(nn.Module):
     """Embedding whose vocabulary rows are split; out-of-shard tokens contribute zeros."""
 
-    def __init__(self, vocab, dim, tp_rank, tp_size, group, dtype, device):
+    def __init__(self, vocab, dim, dtype, device):
         super().__init__()
-        _check_divisible(vocab, tp_size, "vocabulary")
-        self.group, self.tp_size = group, tp_size
-        self.per = vocab // tp_size
+        self.group, self.tp_size = None, 1
+        self.per, self.start = vocab, 0
+        self.weight = _new_param((vocab, dim), (0, 1), dtype, device)
+
+    def parallelize(self, tp_rank: int, tp_size: int, group) -> None:
+        _check_divisible(self.weight.shape[0], tp_size, "vocabulary")
+        self.per = self.weight.shape[0] // tp_size
         self.start = tp_rank * self.per
-        split = (0, tp_size)
-        self.weight = set_split(
-            nn.Parameter(torch.empty(self.per, dim, dtype=dtype, device=device)), split
-        )
+        self.weight = shard_parameter(self.weight, tp_rank, tp_size)
+        self.group, self.tp_size = group, tp_size
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.tp_size == 1:

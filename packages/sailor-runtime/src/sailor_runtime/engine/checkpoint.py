@@ -1,24 +1,33 @@
-"""Logical, plan-independent checkpoints: saved asynchronously, written atomically, loaded into
-any plan.
+"""Plan-independent checkpoints through ``torch.distributed.checkpoint`` (DCP): saved
+asynchronously, one file per writing rank, finalized atomically, loaded into any plan.
 
 Layout of ``DIR/step_00000010/``:
-- ``layer_003.pt`` per layer id: ``{"params": {name: full tensor}, "exp_avg": {...},
-  "exp_avg_sq": {...}, "opt_step": {name: float}}``, names relative to the layer
-  (``attn.q.weight``); full (unsharded) tensors, so any TP degree can slice them on load.
-- ``trainer.pt``: RNG states (torch, python).
+- DCP's files: ``.metadata`` (every tensor's global shape and where its chunks are) and
+  ``__R_0.distcp`` per rank R (the chunks that rank wrote; empty for ranks that write nothing).
+  The state dict is flat and keyed by layer id, the vocabulary every plan shares (``key``):
+  ``layer_003/params/attn.q.weight``, ``.../exp_avg/...``, ``.../exp_avg_sq/...``, and
+  ``.../opt_step/...`` (AdamW's step counter, a float64 scalar). A TP-sharded tensor is saved as
+  a DTensor over its replica's TP group (each TP rank writes its own chunk: no gather); a
+  replicated one as a plain tensor (DCP keeps one copy).
+- ``trainer.pt``: RNG states (torch, python) and the fp16 loss scale (global rank 0).
 - ``manifest.json``, written LAST: format, step, consumed samples, model, LR schedule, the plan
   that wrote it (informational) and every file with its size and sha256 (``integrity``).
 
-Saving: the TP ranks of replica 0 of each stage gather their shards on TP rank 0 (the only
-collective), which copies them to CPU (the snapshot; training waits only for this) and hands
-them to a background thread that writes the stage's layer files into ``step_N.tmp/`` and then a
-``stage_I.done`` marker. Global rank 0's thread waits for every stage's marker, writes the
-manifest (temp file + fsync + rename) and renames ``step_N.tmp`` to ``step_N``. A crash
-anywhere before that rename leaves only a ``.tmp`` directory, which loading ignores (and the next
-run removes): the previous checkpoint stays the latest valid one. A complete checkpoint whose
-files no longer match the manifest (size or content hash) is skipped with a warning naming the
-file, and the next older one is used. The directory must be shared
-by all writer ranks (one machine, or a shared filesystem).
+Saving (``AsyncSaver.save``, collective over the world): replica 0 of every stage contributes
+its layers (another replica holds the same numbers), every other rank an empty state dict.
+``dcp.async_save`` copies the state to CPU before it returns (the only pause of training) and
+writes in a background thread, over a gloo group of its own (``checkpoint_group``) so its
+collectives never interleave with training's. Global rank 0 waits for its future (DCP completes
+it only after every rank's files are written and fsynced and ``.metadata`` is written), hashes
+every file, writes the manifest (temp + fsync + rename) and renames ``step_N.tmp`` to
+``step_N``. A crash anywhere before that rename leaves only a ``.tmp`` directory, which loading
+ignores (and the next run removes). A complete checkpoint whose files no longer match the
+manifest is skipped with a warning naming the file, and the next older one is used.
+
+Loading (``load_into``, collective): every rank asks DCP for exactly its chunk of each tensor
+(a DTensor over its own TP group, or the full tensor without TP); DCP reads the overlapping
+parts of the saved chunks, whatever TP degree wrote them. Replicas of one stage may have
+different TP degrees; each reads its own layout. The directory must be shared by all ranks.
 """
 
 from __future__ import annotations
@@ -30,23 +39,79 @@ import random
 import shutil
 import threading
 import time
+import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.staging import AsyncStager
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from sailor_profiler.zoo import get_split, shard
+from sailor_profiler.zoo import full_shape, get_split
 
 from . import integrity
 
-FORMAT = "sailor-ckpt-v1"
-# Test knob: seconds the writer sleeps after each layer file (to kill -9 a save in flight).
+FORMAT = "sailor-ckpt-v2-dcp"
+STATE_KINDS = ("exp_avg", "exp_avg_sq")
+# Test knob: seconds global rank 0 waits between DCP's completion and the manifest (to kill -9
+# a save in flight).
 DELAY_ENV = "SAILOR_CKPT_WRITE_DELAY_S"
 log = logging.getLogger("sailor.checkpoint")
 
 
 def step_dir(root: Path, step: int) -> Path:
     return Path(root) / f"step_{step:08d}"
+
+
+def key(layer_id: int, kind: str, name: str) -> str:
+    """The state-dict key of one tensor: layer id, kind (params, exp_avg, exp_avg_sq,
+    opt_step), parameter name within the layer."""
+    return f"layer_{layer_id:03d}/{kind}/{name}"
+
+
+def checkpoint_group(timeout_s: float | None = None):
+    """A gloo group of the whole world for DCP's own collectives (the background save thread
+    must not share a communicator with training), with the job's collective timeout.
+    Collective: every rank calls it once."""
+    timeout = timedelta(seconds=timeout_s) if timeout_s else None
+    return dist.new_group(backend="gloo", timeout=timeout)
+
+
+class TPLayout:
+    """Where this rank's shards sit in the full tensors: the device mesh of its TP group
+    (None without TP). The mesh only describes chunks to DCP (no collective runs on it), so
+    it is a CPU mesh whatever the group's backend: checkpoint tensors are CPU copies."""
+
+    def __init__(self, tp_group) -> None:
+        self.mesh = None
+        if tp_group is not None and dist.get_world_size(tp_group) > 1:
+            self.mesh = DeviceMesh.from_group(tp_group, "cpu")
+            # DTensor's first use imports TorchDynamo (1-3 s): pay it at start-up, not in the
+            # pause of the first save.
+            size = self.mesh.size()
+            DTensor.from_local(
+                torch.zeros(1), self.mesh, [Shard(0)], run_check=False, shape=(size,), stride=(1,)
+            )
+
+    def as_global(self, local: torch.Tensor, param: torch.Tensor):
+        """``local`` (a CPU shard laid out like ``param``) as DCP should see it: a DTensor
+        when it is one of several TP chunks, else the full tensor itself."""
+        split = get_split(param)
+        if self.mesh is None or split is None:
+            return local
+        shape = torch.Size(full_shape(param))
+        placement = Shard(split[0]) if split[1] > 1 else Replicate()
+        return DTensor.from_local(
+            local,
+            self.mesh,
+            [placement],
+            run_check=False,
+            shape=shape,
+            stride=torch.empty(shape, device="meta").stride(),
+        )
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -58,117 +123,120 @@ def _fsync_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _gather_full(t: torch.Tensor, split, tp_size: int, group, dst: int | None):
-    """The full tensor on global rank ``dst`` (TP rank 0), None on the other TP ranks."""
-    if split is None or tp_size == 1:
-        return t.detach().cpu().clone() if dst is None or dist.get_rank() == dst else None
-    local = t.detach().contiguous()
-    mine = dist.get_rank() == dst
-    parts = [torch.empty_like(local) for _ in range(tp_size)] if mine else None
-    dist.gather(local, parts, dst=dst, group=group)
-    return torch.cat(parts, split[0]).cpu() if mine else None
+def _snapshot(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu", copy=True)
 
 
-def snapshot(stage_module, opt_state: dict, tp_size: int, tp_group, dst: int | None = None):
-    """Full CPU tensors of every layer of this stage, gathered on global rank ``dst`` (TP rank 0
-    of the group; None without TP). ``opt_state``: parameter -> AdamW state (this rank's
-    shard). Collective over the TP group; returns None off ``dst``."""
-    out: dict[int, dict] = {}
+class _Snapshot(AsyncStager):
+    """The state dict is already a private CPU copy (``state_dict``): nothing to stage.
+    (DCP's default stager deep-copies storages with an ``id()``-keyed memo, which fails on
+    DTensors in torch 2.15: "Attempted to call copy_() on an invalid python storage".)"""
+
+    _synchronize_after_execute = False
+
+    def stage(self, state_dict):
+        return state_dict
+
+    def synchronize_staging(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@torch.no_grad()
+def state_dict(stage_module, opt_state: dict, layout: TPLayout) -> dict:
+    """This rank's share of the checkpoint, copied to CPU (the snapshot: training may change
+    the live tensors as soon as this returns): every layer's parameters and AdamW states, keyed
+    by layer id (``key``). ``opt_state``: parameter -> AdamW state of this rank's shard."""
+    out: dict = {}
     for lid in stage_module.layer_ids:
-        entry = {"params": {}, "exp_avg": {}, "exp_avg_sq": {}, "opt_step": {}}
         for name, p in stage_module.layer_params(lid).items():
-            split = get_split(p)
-            entry["params"][name] = _gather_full(p, split, tp_size, tp_group, dst)
+            out[key(lid, "params", name)] = layout.as_global(_snapshot(p), p)
             st = opt_state.get(p, {})
-            for key in ("exp_avg", "exp_avg_sq"):
-                if key in st:
-                    entry[key][name] = _gather_full(st[key], split, tp_size, tp_group, dst)
-            if "step" in st:
-                entry["opt_step"][name] = float(st["step"])
-        out[lid] = entry
-    return out if dst is None or dist.get_rank() == dst else None
+            for kind in STATE_KINDS:
+                if kind in st:
+                    out[key(lid, kind, name)] = layout.as_global(_snapshot(st[kind]), p)
+            if "step" in st:  # once per checkpoint, not on the step path
+                out[key(lid, "opt_step", name)] = torch.tensor(
+                    float(st["step"]), dtype=torch.float64
+                )
+    return out
 
 
 class AsyncSaver:
-    """Writes snapshots in a background thread; one save in flight at a time."""
+    """``dcp.async_save`` plus the manifest; one save in flight at a time."""
 
-    def __init__(self, root: str | Path, rank: int, num_stages: int, keep: int = 3) -> None:
-        self.root, self.rank, self.num_stages, self.keep = Path(root), rank, num_stages, keep
-        self._thread: threading.Thread | None = None
+    def __init__(self, root: str | Path, rank: int, group, keep: int = 3) -> None:
+        self.root, self.rank, self.group, self.keep = Path(root), rank, group, keep
+        self._future = None
+        self._finalizer: threading.Thread | None = None
         self.error: BaseException | None = None
 
     def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        """Block until the save in flight is on disk (and, on rank 0, finalized)."""
+        if self._finalizer is not None:
+            self._finalizer.join()
+            self._finalizer = None
+        if self._future is not None:
+            future, self._future = self._future, None
+            try:
+                future.result()
+            except BaseException as exc:
+                self.error = self.error or exc
         if self.error is not None:
             raise RuntimeError(f"checkpoint write failed: {self.error}") from self.error
 
-    def save(
-        self,
-        step: int,
-        stage_index: int,
-        layers: dict[int, dict],
-        manifest: dict | None,
-        trainer: dict | None,
-    ) -> None:
-        """Start writing; ``manifest``/``trainer`` only on global rank 0 (the finalizer)."""
+    def save(self, step: int, shard: dict, manifest: dict | None, trainer: dict | None) -> None:
+        """Start the save of global step ``step`` (collective over ``group``). ``shard``: this
+        rank's ``state_dict`` (may be empty); ``manifest``/``trainer`` on global rank 0 only
+        (the finalizer). Returns once the tensors are copied to CPU."""
         self.wait()
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(step, stage_index, layers, manifest, trainer),
-            daemon=False,
-            name="sailor-ckpt-writer",
-        )
-        self._thread.start()
-
-    def _run(self, step, stage_index, layers, manifest, trainer) -> None:
-        try:
-            self._write(step, stage_index, layers, manifest, trainer)
-        except BaseException as exc:  # reported by the next wait()
-            self.error = exc
-
-    def _write(self, step, stage_index, layers, manifest, trainer) -> None:
         tmp = self.root / f"{step_dir(self.root, step).name}.tmp"
         tmp.mkdir(parents=True, exist_ok=True)
-        delay = float(os.environ.get(DELAY_ENV, "0") or 0)
-        files = {}
-        for lid, entry in sorted(layers.items()):
-            name = f"layer_{lid:03d}.pt"
-            torch.save(entry, tmp / (name + ".part"))
-            os.replace(tmp / (name + ".part"), tmp / name)
-            files[name] = integrity.describe(tmp / name)
+        if trainer is not None:
+            torch.save(trainer, tmp / "trainer.pt")
+        self._future = dcp.async_save(
+            shard,
+            storage_writer=dcp.FileSystemWriter(tmp),
+            process_group=self.group,
+            async_stager=_Snapshot(),
+        )
+        if manifest is not None:
+            self._finalizer = threading.Thread(
+                target=self._finalize,
+                args=(self._future, step, tmp, manifest),
+                daemon=False,
+                name="sailor-ckpt-finalizer",
+            )
+            self._finalizer.start()
+
+    def _finalize(self, future, step: int, tmp: Path, manifest: dict) -> None:
+        try:
+            future.result()  # every rank's files and .metadata are on disk
+            delay = float(os.environ.get(DELAY_ENV, "0") or 0)
             if delay:
                 time.sleep(delay)
-        _fsync_write(tmp / f"stage_{stage_index}.done", json.dumps(files).encode())
-        if manifest is None:
-            return
-        torch.save(trainer, tmp / "trainer.pt")
-        all_files = {"trainer.pt": integrity.describe(tmp / "trainer.pt")}
-        for i in range(self.num_stages):
-            all_files.update(json.loads(_wait_file(tmp / f"stage_{i}.done").read_text()))
-        manifest = dict(manifest, files=all_files)
-        _fsync_write(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
-        final = step_dir(self.root, step)
-        if final.exists():  # an older save of the same step (a rerun): replace it
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_dir(self.root)
-        self._prune()
+            files = {
+                p.name: integrity.describe(p)
+                for p in sorted(tmp.iterdir())
+                if p.is_file() and p.name != "manifest.json"
+            }
+            manifest = dict(manifest, files=files)
+            _fsync_write(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
+            final = step_dir(self.root, step)
+            if final.exists():  # an older save of the same step (a rerun): replace it
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _fsync_dir(self.root)
+            self._prune()
+        except BaseException as exc:  # reported by the next wait()
+            self.error = exc
 
     def _prune(self) -> None:
         done = sorted(p for p in self.root.glob("step_*") if not p.name.endswith(".tmp"))
         for old in done[: -self.keep] if self.keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
-
-
-def _wait_file(path: Path, timeout_s: float = 600.0) -> Path:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {timeout_s:.0f} s")
-        time.sleep(0.02)
-    return path
 
 
 def _fsync_dir(path: Path) -> None:
@@ -194,7 +262,16 @@ def read_manifest(path: Path) -> dict | None:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict):
+        return None
+    if manifest.get("format") != FORMAT:
+        log.warning(
+            "checkpoint %s skipped: its format is %r, this engine reads %r (a checkpoint "
+            "written before torch.distributed.checkpoint); trying the next older one",
+            path,
+            manifest.get("format"),
+            FORMAT,
+        )
         return None
     files = manifest.get("files")
     problem = "its manifest lists no files" if not isinstance(files, dict) or not files else None
@@ -219,30 +296,94 @@ def latest(root: str | Path) -> tuple[Path, dict] | None:
     return None
 
 
-def load_into(path: Path, stage_module, optimizer, tp_rank: int) -> None:
-    """Reshard on load: slice each full tensor of this stage's layers by the parameter's split."""
+def saved_keys(path: Path) -> set[str]:
+    return set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
+
+
+def load_into(path: Path, stage_module, optimizer, layout: TPLayout, group) -> None:
+    """Reshard on load (collective over ``group``): DCP fills this rank's chunk of every
+    tensor of its layers; AdamW states are restored where the checkpoint has them."""
+    saved = saved_keys(path)
+    target: dict = {}
     for lid in stage_module.layer_ids:
-        entry = torch.load(path / f"layer_{lid:03d}.pt", map_location="cpu", weights_only=True)
         for name, p in stage_module.layer_params(lid).items():
-            split = get_split(p)
-            with torch.no_grad():
-                p.copy_(shard(entry["params"][name], split, tp_rank).to(p.dtype))
-            if name in entry["exp_avg"]:
-                optimizer.state[p] = {
-                    "step": torch.tensor(
-                        entry["opt_step"][name],
-                        dtype=torch.float32,
-                        device=_step_device(optimizer, p),
-                    ),
-                    "exp_avg": shard(entry["exp_avg"][name], split, tp_rank).to(p),
-                    "exp_avg_sq": shard(entry["exp_avg_sq"][name], split, tp_rank).to(p),
-                }
+            for kind in ("params", *STATE_KINDS):
+                if key(lid, kind, name) in saved:
+                    empty = torch.empty_like(p, device="cpu")
+                    target[key(lid, kind, name)] = layout.as_global(empty, p)
+            if key(lid, "opt_step", name) in saved:
+                target[key(lid, "opt_step", name)] = torch.zeros((), dtype=torch.float64)
+    absent = [k for k in _param_keys(stage_module) if k not in saved]
+    if absent:
+        raise ValueError(f"checkpoint {path} has no {absent[0]}; it is of another model")
+    dcp.load(target, storage_reader=dcp.FileSystemReader(path), process_group=group)
+    for lid in stage_module.layer_ids:
+        for name, p in stage_module.layer_params(lid).items():
+            _restore(p, optimizer, {k: target.get(key(lid, k, name)) for k in _KINDS})
+
+
+_KINDS = ("params", *STATE_KINDS, "opt_step")
+
+
+def _param_keys(stage_module) -> list[str]:
+    return [
+        key(lid, "params", name)
+        for lid in stage_module.layer_ids
+        for name in stage_module.layer_params(lid)
+    ]
+
+
+def _local(t):
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+@torch.no_grad()
+def _restore(p: torch.Tensor, optimizer, loaded: dict) -> None:
+    p.copy_(_local(loaded["params"]))
+    if loaded["exp_avg"] is None:
+        return
+    optimizer.state[p] = {
+        "step": torch.tensor(
+            float(loaded["opt_step"]), dtype=torch.float32, device=_step_device(optimizer, p)
+        ),
+        "exp_avg": _local(loaded["exp_avg"]).to(p),
+        "exp_avg_sq": _local(loaded["exp_avg_sq"]).to(p),
+    }
 
 
 def _step_device(optimizer, p: torch.Tensor) -> torch.device:
     """torch's fused AdamW keeps its step counter on the parameter's device; ours on CPU."""
     fused = getattr(optimizer, "defaults", {}).get("fused")
     return p.device if fused else torch.device("cpu")
+
+
+def read_full(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint, full size on CPU, by ``key`` (one process, no group:
+    tests, tools)."""
+    meta = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    out = {
+        k: torch.empty(m.size, dtype=m.properties.dtype)
+        for k, m in meta.items()
+        if hasattr(m, "size")
+    }
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(out, storage_reader=dcp.FileSystemReader(path), no_dist=True)
+    return out
+
+
+def read_layers(path: Path) -> dict[int, dict[str, dict[str, torch.Tensor]]]:
+    """Every layer's full tensors: ``{layer id: {"params": {name: t}, "exp_avg": ...,
+    "exp_avg_sq": ...}}``."""
+    out: dict[int, dict[str, dict[str, torch.Tensor]]] = {}
+    for k, t in read_full(path).items():
+        layer, kind, name = k.split("/", 2)
+        entry = out.setdefault(int(layer.removeprefix("layer_")), {})
+        entry.setdefault(kind, {})[name] = t
+    for entry in out.values():
+        for kind in ("params", *STATE_KINDS):
+            entry.setdefault(kind, {})
+    return out
 
 
 def rng_state() -> dict:

@@ -118,18 +118,20 @@ class TextDataset:
         self.num_windows = (len(self.tokens) - 1) // (seq_len + 1)
         if self.num_windows < 1:
             raise ValueError(f"corpus of {len(data)} bytes is too short for seq_len {seq_len}")
-        self._perm: dict[int, torch.Tensor] = {}
+        self._perm: dict[int, list[int]] = {}
 
-    def _order(self, epoch: int) -> torch.Tensor:
+    def _order(self, epoch: int) -> list[int]:
+        """The epoch's window order, read out once per epoch (not one tensor read per
+        sample)."""
         if epoch not in self._perm:
             gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-            self._perm = {epoch: torch.randperm(self.num_windows, generator=gen)}
+            self._perm = {epoch: torch.randperm(self.num_windows, generator=gen).tolist()}
         return self._perm[epoch]
 
     def sample(self, n: int) -> torch.Tensor:
         """Sample ``n`` of the run: ``seq_len + 1`` token ids."""
         epoch, i = divmod(n, self.num_windows)
-        start = int(self._order(epoch)[i]) * (self.seq_len + 1)
+        start = self._order(epoch)[i] * (self.seq_len + 1)
         return self.tokens[start : start + self.seq_len + 1]
 
     def batch(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:

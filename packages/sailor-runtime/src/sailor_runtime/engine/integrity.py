@@ -33,7 +33,8 @@ def verify(folder: Path, files: Mapping[str, object]) -> str | None:
     the file. An entry that is a bare int (older manifests) checks the size only."""
     for name, entry in files.items():
         path = folder / name
-        if "/" in name or name.startswith(".") or not path.is_file():
+        # DCP's own ``.metadata`` is a listed file; only names that leave the folder are not.
+        if "/" in name or name in ("", ".", "..") or not path.is_file():
             return f"{name} is missing"
         size, digest = (entry, None) if isinstance(entry, int) else _fields(entry)
         if size is None:

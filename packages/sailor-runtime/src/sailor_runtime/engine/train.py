@@ -197,13 +197,14 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0), impl)
     scaler = LossScaler(enabled=autocast == torch.float16)
     log.info("rank %d: stage %s built (%s)", rank, slot, cfg.options.describe())
-    step, consumed, resumed = _resume(cfg, rank, model, opt, slot.tp_rank, scaler)
+    # DCP's collectives get a gloo group of their own (created on every rank, in one order).
+    ckpt_group = ckpt.checkpoint_group(cfg.timeout_s) if cfg.checkpoint_dir else None
+    layout = ckpt.TPLayout(groups.tp)
+    step, consumed, resumed = _resume(cfg, rank, model, opt, layout, ckpt_group, scaler)
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data = TextDataset(job.sequence_length, cfg.seed)
     link = Link(topo, slot, groups.tp)
-    saver = (
-        ckpt.AsyncSaver(cfg.checkpoint_dir, rank, topo.num_stages) if cfg.checkpoint_dir else None
-    )
+    saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group) if cfg.checkpoint_dir else None
     offset = sum(r.samples for r in stage_plan.replicas[: slot.replica])
     metrics = (
         open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank else None
@@ -271,21 +272,7 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             if saver and (
                 step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
             ):
-                _save(
-                    saver,
-                    model,
-                    opt,
-                    topo,
-                    slot,
-                    rank,
-                    groups.tp,
-                    job,
-                    plan,
-                    cfg,
-                    step,
-                    consumed,
-                    scaler,
-                )
+                _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler)
         if saver:
             saver.wait()
         log.info("rank %d: trained to step %d", rank, step)
@@ -309,7 +296,7 @@ def _write_memory(metrics_path: str, rank: int, before: dict[str, int], transien
     Path(f"{metrics_path}.rank{rank}.memory.json").write_text(json.dumps(out))
 
 
-def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int, scaler: LossScaler):
+def _resume(cfg: TrainConfig, rank: int, model, opt, layout, group, scaler: LossScaler):
     """Load the latest valid checkpoint into this rank's stage; (step, consumed, from)."""
     if not cfg.checkpoint_dir:
         return 0, 0, None
@@ -327,7 +314,7 @@ def _resume(cfg: TrainConfig, rank: int, model, opt, tp_rank: int, scaler: LossS
             f"{model.spec.name}; use another checkpoint directory",
             field="checkpoint_dir",
         )
-    ckpt.load_into(path, model, opt, tp_rank)
+    ckpt.load_into(path, model, opt, layout, group)
     trainer = ckpt.restore_rng(path)
     scaler.load(trainer.get("loss_scale"))
     return manifest["step"], manifest["consumed_samples"], manifest["step"]
@@ -342,16 +329,12 @@ def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Mi
     return Microbatches(rep.microbatch_size, rep.num_microbatches, seq, inputs, labels)
 
 
-def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, consumed, scaler):
+def _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler):
+    """Collective over the world: every rank joins DCP's save; replica 0 of each stage brings
+    its layers (each TP rank its own shards), the other replicas nothing."""
     # ZeRO-1: the owners of the state shards send them to every member first (collective).
     state = opt.gather_state() if isinstance(opt, ShardedAdamW) else opt.state
-    if slot.replica != 0:
-        return
-    layers = ckpt.snapshot(
-        model, state, topo.tp(slot.stage, 0), tp_group, dst=topo.rank(slot.stage, 0, 0)
-    )
-    if layers is None:  # a TP rank other than 0: its shards went to TP rank 0
-        return
+    shard = ckpt.state_dict(model, state, layout) if slot.replica == 0 else {}
     manifest = trainer = None
     if rank == 0:
         manifest = {
@@ -368,4 +351,4 @@ def _save(saver, model, opt, topo, slot, rank, tp_group, job, plan, cfg, step, c
             "options": cfg.options.to_dict(),
         }
         trainer = dict(ckpt.rng_state(), loss_scale=scaler.state())
-    saver.save(step, slot.stage, layers, manifest, trainer)
+    saver.save(step, shard, manifest, trainer)

@@ -12,6 +12,7 @@ from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
+from rich.text import Text
 
 
 @dataclass
@@ -123,7 +124,7 @@ def replans_table(reconfigurations: list[dict]) -> str:
         cells = [f"{r['phases'].get(p, 0.0):.2f}" for p in PHASES]
         grid.add_row(
             str(r["generation"]), *cells, f"{r['total_s']:.2f}",
-            str(r["resumed_from_step"]), r["reason"],
+            str(r["resumed_from_step"]), Text(r["reason"]),  # not markup: "[/__w/...]"
         )  # fmt: skip
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(Padding(grid, (0, 0, 0, 4)))
