@@ -16,7 +16,8 @@ from collections import Counter
 import pytest
 import torch
 
-from sailor_runtime.engine import ExecutionOptions, TrainConfig, train
+from sailor_runtime.engine import ExecutionOptions, TrainConfig
+from sailor_runtime.engine.train import train
 from sailor_runtime.engine.examples import JOBS, R
 from sailor_sim.plan import Plan, Stage
 
@@ -32,6 +33,8 @@ def free_port() -> int:
 def count_reads(monkeypatch, steps: int, microbatches: int) -> Counter:
     plan = Plan((Stage(0, 7, (R(1, 8 // microbatches, microbatches),)),))
     cfg = TrainConfig(
+        job=JOBS["llama"],
+        plan=plan,
         steps=steps,
         optimizer_impl="torch-fused",
         options=ExecutionOptions(precision="bf16"),
