@@ -30,7 +30,7 @@ proto-check: setup
 demo: setup
 	$(UV) run sailor-sim demo
 	$(UV) run sailor run --local --workers 2 --gpu-types cpu-2t,cpu-1t \
-		--model examples/llama-demo/config.json --precision bf16 --recompute full --zero-stage 1 \
+		--model examples/llama-demo/config.json --precision bf16 --recompute full --zero zero1 \
 		--global-batch-size 16 --seq-len 64 --steps 30 --checkpoint-every 5 --kill-rank-at-step 17
 
 bench: setup

@@ -54,7 +54,7 @@ CASES: dict[str, tuple[Plan, dict, str | None, str]] = {
     "bf16": (ONE, {"precision": "bf16"}, "base", "bf16 autocast, fp32 master"),
     "grad_accumulation": (ACCUM, {}, "base", "4 x mbs 2 instead of 1 x mbs 8"),
     "dp2": (DP2, {}, None, "2 replicas x mbs 4"),
-    "zero1": (DP2, {"zero_stage": 1}, "dp2", "ZeRO-1 over the 2 replicas"),
+    "zero1": (DP2, {"zero": "zero1"}, "dp2", "ZeRO-1 over the 2 replicas"),
 }
 
 

@@ -29,15 +29,15 @@ RUNS: dict[str, tuple[Plan, dict, int]] = {
     "base": (PLAN, {}, STEPS),
     "recompute_full": (PLAN, {"recompute": "full"}, STEPS),
     "recompute_selective": (PLAN, {"recompute": "selective"}, STEPS),
-    "zero1": (PLAN, {"zero_stage": 1}, STEPS),
+    "zero1": (PLAN, {"zero": "zero1"}, STEPS),
     "math_attention": (PLAN, {"flash_attention": False}, STEPS),
     "bf16": (PLAN, {"precision": "bf16"}, STEPS),
     "fp16": (PLAN, {"precision": "fp16"}, STEPS),
     "one_big": (ONE_BIG, {}, STEPS),
     "accumulate": (ACCUMULATE, {}, STEPS),
     # ZeRO-1 saves at step 4 and resumes from its own sharded states
-    "zero1_first": (PLAN, {"zero_stage": 1, "recompute": "full", "precision": "bf16"}, 4),
-    "zero1_resumed": (PLAN, {"zero_stage": 1, "recompute": "full", "precision": "bf16"}, STEPS),
+    "zero1_first": (PLAN, {"zero": "zero1", "recompute": "full", "precision": "bf16"}, 4),
+    "zero1_resumed": (PLAN, {"zero": "zero1", "recompute": "full", "precision": "bf16"}, STEPS),
     "bf16_all": (PLAN, {"recompute": "full", "precision": "bf16"}, STEPS),
     # torch.optim.AdamW(fused=True): the CUDA path, here on CPU; saves at 4, resumes
     "fused": (PLAN, {}, STEPS),
@@ -164,11 +164,11 @@ def test_fused_torch_adamw_the_cuda_path(runs, reference):
 
 
 def test_unsupported_options_are_refused_with_the_fix():
-    with pytest.raises(OptionsError, match="zero_stage: ZeRO stage 3 is not supported"):
-        ExecutionOptions(zero_stage=3)
+    with pytest.raises(OptionsError, match="zero: 'zero3' is not run by the engine"):
+        ExecutionOptions(zero="zero3")
     with pytest.raises(OptionsError, match="recompute"):
         ExecutionOptions(recompute="some")
     with pytest.raises(OptionsError, match="sequence_parallel"):
         ExecutionOptions(sequence_parallel=True)
     with pytest.raises(OptionsError, match="unknown keys"):
-        ExecutionOptions.from_dict({"zero": 1})
+        ExecutionOptions.from_dict({"zero_stage": 1})  # the old name: zero="zero1" now

@@ -20,7 +20,7 @@ def test_demo_run_with_options_survives_a_rank_kill(tmp_path):
     cmd = [
         sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--workers", "2",
         "--gpu-types", "cpu-2t,cpu-1t", "--model", str(CONFIG), "--precision", "bf16",
-        "--recompute", "full", "--zero-stage", "1", "--global-batch-size", "8",
+        "--recompute", "full", "--zero", "zero1", "--global-batch-size", "8",
         "--seq-len", "32", "--steps", "10", "--checkpoint-every", "4",
         "--kill-rank-at-step", "6", "--run-dir", str(tmp_path / "run"), "--json", str(out),
         "--timeout", "500", "--heartbeat-timeout", "10",

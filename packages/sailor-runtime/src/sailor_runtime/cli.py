@@ -96,7 +96,7 @@ def run(
         "fp32", help="fp32, or bf16 / fp16 mixed precision (autocast, fp32 master weights)."
     ),
     recompute: str = typer.Option("none", help="Activation recomputation: none, selective, full."),
-    zero_stage: int = typer.Option(0, help="1: shard AdamW states across each DP group."),
+    zero: str = typer.Option("none", help="zero1: shard AdamW states across each DP group."),
     flash_attention: bool = typer.Option(
         True,
         "--flash-attention/--math-attention",
@@ -123,7 +123,7 @@ def run(
     from .engine.options import ExecutionOptions, OptionsError
 
     try:
-        options = ExecutionOptions(precision, recompute, flash_attention, zero_stage)
+        options = ExecutionOptions(precision, recompute, flash_attention, zero)
     except OptionsError as exc:
         _fail(exc)
     types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())

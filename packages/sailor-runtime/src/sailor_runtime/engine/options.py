@@ -11,8 +11,9 @@ Same names and meanings as the simulator's execution options (sailor_sim job/pla
   ``full`` (each block keeps only its input) (Korthikanti et al. 2022, Sec. 4-5).
 - ``flash_attention``: attention through ``F.scaled_dot_product_attention`` (flash or
   memory-efficient kernels where the device has them) instead of the explicit math.
-- ``zero_stage``: 0, or 1 = AdamW states sharded across each data-parallel group (Rajbhandari
-  et al. 2020, ZeRO, Sec. 5.1, P_os). Stages 2 and 3 are refused: the engine accumulates full
+- ``zero``: ``none``, or ``zero1`` = AdamW states sharded across each data-parallel group
+  (Rajbhandari et al. 2020, ZeRO, Sec. 5.1, P_os). ``zero2``, ``zero3`` and ``hybrid`` (the
+  simulator models them) are refused: the engine accumulates full
   gradients over the microbatches and reduces them after the last one, so sharding gradients
   after the fact would not lower the peak (see the engine README).
 - ``sequence_parallel``: refused (the zoo keeps the hidden state replicated in a TP group).
@@ -29,7 +30,8 @@ from typing import Any
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = ("none", "selective", "full")
-ZERO_STAGES = (0, 1)
+ZERO = ("none", "zero1")
+"""What the engine runs of the simulator's ``ExecutionOptions.zero`` values."""
 
 
 class OptionsError(ValueError):
@@ -48,8 +50,8 @@ class ExecutionOptions:
     """none | selective | full."""
     flash_attention: bool = True
     """SDPA (flash where available) instead of the explicit attention math."""
-    zero_stage: int = 0
-    """0 or 1 (optimizer states sharded across each DP group)."""
+    zero: str = "none"
+    """'none' or 'zero1' (optimizer states sharded across each DP group)."""
     sequence_parallel: bool = False
     """Not supported by the engine (refused)."""
 
@@ -62,10 +64,10 @@ class ExecutionOptions:
             raise OptionsError(
                 f"unknown recompute {self.recompute!r}; use one of {RECOMPUTE}", field="recompute"
             )
-        if self.zero_stage not in ZERO_STAGES:
+        if self.zero not in ZERO:
             raise OptionsError(
-                f"ZeRO stage {self.zero_stage} is not supported by the engine; use 0 or 1",
-                field="zero_stage",
+                f"{self.zero!r} is not run by the engine; use one of {ZERO}",
+                field="zero",
             )
         if self.sequence_parallel:
             raise OptionsError(
@@ -93,6 +95,6 @@ class ExecutionOptions:
             f"recompute {self.recompute}",
             "sdpa" if self.flash_attention else "math attention",
         ]
-        if self.zero_stage:
-            parts.append(f"ZeRO-{self.zero_stage}")
+        if self.zero != "none":
+            parts.append(f"ZeRO-{self.zero[-1]}")
         return ", ".join(parts)

@@ -179,7 +179,7 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     )
     apply_execution(model, cfg.options.recompute, cfg.options.flash_attention)
     params = list(model.parameters())
-    if cfg.options.zero_stage == 1 and groups.dp:
+    if cfg.options.zero == "zero1" and groups.dp:
         opt = ShardedAdamW(
             params,
             topo,

@@ -373,7 +373,7 @@ class LocalRun:
 
 def sim_options(options: dict):
     """The simulator's ``ExecutionOptions`` for the engine's (its memory and time terms are
-    what the pre-run prediction shows): recomputation as is, ZeRO stage 1 as 'zero1';
+    what the pre-run prediction shows): recomputation and ZeRO as they are (same names);
     SDPA leaves flash attention to the simulator's default for the worker type (the
     explicit math is flash off)."""
     from sailor_sim import ExecutionOptions as SimOptions
@@ -383,7 +383,7 @@ def sim_options(options: dict):
     engine = ExecutionOptions.from_dict(options)
     return SimOptions(
         recompute=engine.recompute,
-        zero="zero1" if engine.zero_stage == 1 else "none",
+        zero=engine.zero,
         flash_attention=None if engine.flash_attention else False,
     )
 
