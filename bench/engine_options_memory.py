@@ -7,7 +7,9 @@ tiny-llama (RMSNorm, RoPE, SwiGLU, GQA), global batch 8, sequence 128, trained b
 on every rank with ``engine.memprobe``: the tensor bytes alive at its start (weights, gradients,
 optimizer states) plus the allocator's running peak during the step (torch profiler memory
 events). The simulator's side is ``Simulator.replica_memory`` without the framework overhead,
-for the same plan and the same options (mapped as ``sailor run`` maps them).
+on this machine's sailor-profiler profile of tiny-llama (what ``sailor run`` plans with), for
+the same plan and the same options (mapped as ``sailor run`` maps them), computed before the
+runs.
 
 Saving = peak(baseline) - peak(with the option), per rank. Gap = |measured - predicted| /
 |predicted|. Exit 1 when a run fails or when a gap exceeds ``--bar``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -58,7 +61,36 @@ CASES: dict[str, tuple[Plan, dict, str | None, str]] = {
 }
 
 
-def predicted(plan: Plan, opts: dict) -> dict[str, int]:
+def profile(root: Path) -> Simulator:
+    """A simulator on this machine's profile of tiny-llama (sailor-profiler, as ``sailor run``
+    profiles before planning): the per-layer stash is what the engine's layers save, measured;
+    each option's term scales it."""
+    out = root / "profile"
+    for dtype, sizes in (("fp32", "2,4,8"), ("bf16", "8")):
+        cmd = [
+            str(Path(sys.executable).parent / "sailor-profiler"),
+            "compute",
+            "--model",
+            JOB.model.name,
+            "--out",
+            str(out),
+            "--mbs",
+            sizes,
+            "--seq",
+            str(JOB.sequence_length),
+            "--dtype",
+            dtype,
+            "--gpu-type",
+            "CPU",
+            "--no-plot",
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise SystemExit(f"profiling failed: {done.stderr.strip()[-2000:]}")
+    return Simulator.from_profile_dir(out)
+
+
+def predicted(sim: Simulator, plan: Plan, opts: dict) -> dict[str, int]:
     """The simulator's memory terms of rank 0 (``Simulator.replica_memory``) for the job with
     the engine's options as the simulator's (``run.local.sim_options``: the same mapping
     ``sailor run`` predicts with), without the framework overhead (a CUDA-context figure)."""
@@ -66,7 +98,7 @@ def predicted(plan: Plan, opts: dict) -> dict[str, int]:
         JOB, dtype=opts.get("precision") or JOB.dtype, options=sim_options(opts)
     )
     stage, rep = plan.stages[0], plan.stages[0].replicas[0]
-    terms = Simulator().replica_memory(
+    terms = sim.replica_memory(
         job, stage.first_layer, stage.last_layer, "CPU", rep.tp, rep.microbatch_size, 0, 1,
         rep.num_microbatches, len(stage.replicas),
     )  # fmt: skip
@@ -98,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--bar", type=float, default=0.25, help="largest allowed relative gap")
     a = p.parse_args(argv)
-    measured = run_all(Path(tempfile.mkdtemp(prefix="sailor-bench-options-")))
-    pred = {name: predicted(plan, opts) for name, (plan, opts, _, _) in CASES.items()}
+    root = Path(tempfile.mkdtemp(prefix="sailor-bench-options-"))
+    sim = profile(root)  # the prediction is made before the runs it is compared with
+    pred = {name: predicted(sim, plan, opts) for name, (plan, opts, _, _) in CASES.items()}
+    measured = run_all(root)
     MB = 1e6
     print("tiny-llama, gbs 8, seq 128, CPU; tensor bytes of rank 0 at step 2 (MB)")
     print(

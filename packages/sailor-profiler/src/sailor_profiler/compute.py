@@ -18,6 +18,7 @@ running, or caught as an out-of-memory error), never skipped.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -126,6 +127,22 @@ def _agree(flag: bool, group, device: str) -> bool:
     return bool(t.item())
 
 
+def _param_dtype(cfg: ComputeConfig) -> torch.dtype:
+    """Layers are built as the engine trains them: bf16/fp16 is mixed precision with fp32
+    master weights (and an fp32 residual stream) under ``torch.autocast``, so the weights and
+    a block's input stay fp32."""
+    return torch.float32
+
+
+def _mixed_precision(cfg: ComputeConfig, device: str):
+    """``torch.autocast`` in the profile's dtype (matmuls and attention in bf16/fp16, norms,
+    softmax and the loss in fp32, as autocast's op lists decide), exactly the engine's
+    ``pipeline._autocast``; nothing for fp32."""
+    if cfg.dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.split(":")[0], dtype=TORCH_DTYPES[cfg.dtype])
+
+
 def _time_fwd_bwd(layer, inputs, device: str, warmup: int, reps: int) -> tuple[Stat, Stat]:
     clock = Clock(device)
     fwd, bwd = [], []
@@ -173,9 +190,10 @@ def _profile_layer(cfg, layer, lid, kind, mbs, tp, device, opt_cache, group) -> 
             note=f"estimated {need} B > {have} B available on some rank",
         )
     try:
-        inputs = example_input(cfg.model, lid, mbs, cfg.seq_len, TORCH_DTYPES[cfg.dtype], device)
-        fwd, bwd = _time_fwd_bwd(layer, inputs, device, cfg.warmup, cfg.reps)
-        memory = measure_activation_memory(layer, inputs, kind)
+        inputs = example_input(cfg.model, lid, mbs, cfg.seq_len, _param_dtype(cfg), device)
+        with _mixed_precision(cfg, device):
+            fwd, bwd = _time_fwd_bwd(layer, inputs, device, cfg.warmup, cfg.reps)
+            memory = measure_activation_memory(layer, inputs, kind)
         if "opt" not in opt_cache:  # the step does not depend on the microbatch size
             opt_cache["opt"] = _time_optimizer(layer, cfg.optimizer, device, cfg.warmup, cfg.reps)
     except Exception as exc:  # out-of-memory is a result; anything else is a bug: re-raise
@@ -205,7 +223,7 @@ def profile_rank(
     results = []
     for lid in layer_ids_to_profile(spec.num_layers, cfg.blocks):
         layer = build_stage(
-            spec, lid, lid, tp_rank, tp, group, TORCH_DTYPES[cfg.dtype], device
+            spec, lid, lid, tp_rank, tp, group, _param_dtype(cfg), device
         ).layers[str(lid)]
         layer.train()
         opt_cache: dict[str, Stat] = {}
@@ -282,14 +300,16 @@ def full_model_seconds(cfg: ComputeConfig, mbs: int) -> Stat:
     of per-layer times (and an extrapolation from a few blocks) against."""
     spec = get_model(cfg.model)
     device = cfg.device.for_rank(0)
-    model = build_stage(spec, 0, spec.head_layer_id, 0, 1, None, TORCH_DTYPES[cfg.dtype], device)
+    model = build_stage(spec, 0, spec.head_layer_id, 0, 1, None, _param_dtype(cfg), device)
     model.train()
-    tokens = example_input(spec, 0, mbs, cfg.seq_len, TORCH_DTYPES[cfg.dtype], device)[0]
+    tokens = example_input(spec, 0, mbs, cfg.seq_len, _param_dtype(cfg), device)[0]
     clock = Clock(device)
 
     def once() -> float:
         clock.start()
-        model(tokens, tokens).backward()
+        with _mixed_precision(cfg, device):
+            loss = model(tokens, tokens)
+        loss.backward()
         return clock.stop()
 
     return repeat(once, cfg.warmup, cfg.reps)

@@ -60,6 +60,20 @@ class RangeMemory(NamedTuple):
     """weights + gradients + optimizer states, unsharded."""
 
 
+def _rescaled(measured: int, base: int, now: int, whole: bool) -> int:
+    """A measured per-layer stash under other options. Options that add or drop whole tensors
+    (flash attention's and selective recomputation's (a, s, s) scores) change it by their
+    bytes: measured + (now - base); a measured stash holds tensors the analytic count does
+    not (a framework's unfused norms, expanded GQA keys), which those options leave alone.
+    Options that keep a fraction of everything (full recomputation: the block input only;
+    SP: 1/tp of the replicated part) scale it: measured x now / base."""
+    if not base:
+        return measured
+    if whole:
+        return measured * now // base
+    return max(0, measured + now - base)
+
+
 class MemoryComponents:
     """Memory of replicas; mixed into ``Simulator`` (needs ``profiles``, ``cache``,
     ``refresh``)."""
@@ -80,11 +94,12 @@ class MemoryComponents:
                 hit = cache[key] = t
                 return hit
             acts, total = [0], 0
+            whole = job.options.recompute == "full" or job.options.sequence_parallel
             for i in range(model.num_layer_ids):
                 measured = t.activation[i + 1] - t.activation[i]
                 base = model.activation_stash_bytes(i, mbs, seq, dtype, tp, taken_with)
                 now = stash_bytes(model, i, mbs, seq, dtype, tp, job.options, flash)
-                total += measured * now // base if base else measured
+                total += _rescaled(measured, base, now, whole)
                 acts.append(total)
             hit = cache[key] = dataclasses.replace(t, activation=tuple(acts))
         return hit
