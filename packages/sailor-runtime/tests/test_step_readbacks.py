@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from sailor_runtime.engine import ExecutionOptions, TrainConfig
-from sailor_runtime.engine.train import train
 from sailor_runtime.engine.examples import JOBS, R
+from sailor_runtime.engine.train import train
 from sailor_sim.plan import Plan, Stage
 
 READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
