@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sailor_runtime.engine import launch_many
 from sailor_runtime.engine.examples import R
-from sailor_runtime.run.local import sim_options
+from sailor_runtime.engine.options import ExecutionOptions
 from sailor_sim import Simulator
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan, Stage
@@ -92,11 +92,10 @@ def profile(root: Path) -> Simulator:
 
 def predicted(sim: Simulator, plan: Plan, opts: dict) -> dict[str, int]:
     """The simulator's memory terms of rank 0 (``Simulator.replica_memory``) for the job with
-    the engine's options as the simulator's (``run.local.sim_options``: the same mapping
+    the engine's options as the simulator's (``ExecutionOptions.simulated``: the same mapping
     ``sailor run`` predicts with), without the framework overhead (a CUDA-context figure)."""
-    job = dataclasses.replace(
-        JOB, dtype=opts.get("precision") or JOB.dtype, options=sim_options(opts)
-    )
+    options = ExecutionOptions.from_dict(opts).simulated()
+    job = dataclasses.replace(JOB, dtype=opts.get("precision") or JOB.dtype, options=options)
     stage, rep = plan.stages[0], plan.stages[0].replicas[0]
     terms = sim.replica_memory(
         job, stage.first_layer, stage.last_layer, "CPU", rep.tp, rep.microbatch_size, 0, 1,

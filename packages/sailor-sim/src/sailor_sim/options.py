@@ -158,7 +158,7 @@ def profiled_with_flash(entry) -> bool:
     measures the engine's layers, whose attention is torch's SDPA (fused, no score matrix,
     scores recomputed in backward) on CPU and GPU; analytic and imported (Megatron-DeepSpeed,
     math attention) tables do not."""
-    return "measured" in entry.source
+    return entry.measured
 
 
 def uses_flash(options: ExecutionOptions, gpu, dtype: str) -> bool:

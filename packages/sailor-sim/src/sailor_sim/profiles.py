@@ -83,6 +83,12 @@ class ProfileEntry:
     """Where it was measured: JSON scalars by name, e.g. device, driver, cuda, torch, date."""
 
     @property
+    def measured(self) -> bool:
+        """Measured by sailor-profiler on the engine's layers (or interpolated between such
+        entries), as opposed to analytic or imported from the original Sailor."""
+        return "measured" in self.source
+
+    @property
     def label(self) -> str:
         k = self.key
         return (

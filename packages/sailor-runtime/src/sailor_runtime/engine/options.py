@@ -89,6 +89,18 @@ class ExecutionOptions:
             )
         return cls(**data)
 
+    def simulated(self):
+        """The simulator's ``ExecutionOptions`` for these (what ``sailor run`` predicts with):
+        recomputation and ZeRO by the same names; SDPA leaves flash attention to the
+        simulator's default for the worker type, the explicit math is flash off."""
+        from sailor_sim import ExecutionOptions as SimOptions
+
+        return SimOptions(
+            recompute=self.recompute,
+            zero=self.zero,
+            flash_attention=None if self.flash_attention else False,
+        )
+
     def describe(self) -> str:
         parts = [
             self.precision or "job dtype",

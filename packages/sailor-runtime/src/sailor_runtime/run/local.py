@@ -28,6 +28,7 @@ from ..agent.cputypes import cpu_worker_type
 from ..controller.controller import Controller, ControllerConfig
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
+from ..engine.options import ExecutionOptions
 from .processes import LocalWorker, start_planner, start_worker
 from .profile import CpuShare, contention, machine_profile, rank_pids, sample_runnable
 from .report import memory_lines, rank_memory, rerun_lines, why_lines
@@ -81,7 +82,7 @@ class LocalRun:
         precision = cfg.execution_options.get("precision") or "fp32"
         self.job = Job.create(
             cfg.model, cfg.global_batch_size, cfg.sequence_length, precision, "adam",
-            sim_options(cfg.execution_options),
+            ExecutionOptions.from_dict(cfg.execution_options).simulated(),
         )  # fmt: skip
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
         self.gpu_types = types
@@ -371,26 +372,7 @@ class LocalRun:
             self.planner.close()
 
 
-def sim_options(options: dict):
-    """The simulator's ``ExecutionOptions`` for the engine's (its memory and time terms are
-    what the pre-run prediction shows): recomputation and ZeRO as they are (same names);
-    SDPA leaves flash attention to the simulator's default for the worker type (the
-    explicit math is flash off)."""
-    from sailor_sim import ExecutionOptions as SimOptions
-
-    from ..engine.options import ExecutionOptions
-
-    engine = ExecutionOptions.from_dict(options)
-    return SimOptions(
-        recompute=engine.recompute,
-        zero=engine.zero,
-        flash_attention=None if engine.flash_attention else False,
-    )
-
-
 def _describe_options(options: dict) -> str:
-    from ..engine.options import ExecutionOptions
-
     return ExecutionOptions.from_dict(options).describe().replace("job dtype", "fp32")
 
 
