@@ -107,13 +107,17 @@ class Controller:
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
-        self._store_socket = _listen(config.store_host)
+        listener = _listen(config.store_host)
+        port = listener.getsockname()[1]
+        # The store owns the listening fd from here on: a Python socket object left holding
+        # it would close the same fd number again when collected, after the store closed it
+        # and the number was reused (seen as EBADF on a new socket and a TCPStore abort).
         self.store = dist.TCPStore(
             config.store_host,
-            self._store_socket.getsockname()[1],
+            port,
             is_master=True,
             wait_for_workers=False,
-            master_listen_fd=self._store_socket.fileno(),
+            master_listen_fd=listener.detach(),
         )
         self.planner = PlannerLink(
             config.planner_address,
