@@ -103,6 +103,9 @@ def test_zygote_refuses_bad_commands_and_keeps_serving(zygote, tmp_path):
     assert zygote.alive
     # A preload is imported by the zygote before the fork (the rank's first step then skips it).
     rank = zygote.fork(*_waiting_rank(tmp_path), str(tmp_path / "ok.log"), preload=("wave",))
+    deadline = time.monotonic() + 30  # the forked rank opens its log itself, just after the fork
+    while not (tmp_path / "ok.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert (tmp_path / "ok.log").exists()
     rank.kill()
     assert rank.wait(30) == -signal.SIGKILL
