@@ -51,12 +51,17 @@ def _peak(gpu_type: str, dtype: str) -> float:
     return gpu.peak_flops(dtype, allow_tf32=True)
 
 
+def plan_peak_flops(plan, dtype: str) -> float:
+    """Dense peak FLOP/s of all of the plan's GPUs at ``dtype`` (0 for a GPU without it)."""
+    return sum(_peak(r.gpu_type, dtype) * r.tp for stage in plan.stages for r in stage.replicas)
+
+
 def throughput(job, plan, estimate) -> Throughput:
     """Tokens/s, model TFLOP/s per GPU and MFU of an estimate of ``plan`` for ``job``."""
     gpus = plan.num_gpus
     tokens_per_s = estimate.samples_per_s * job.sequence_length
     per_token = model_flops_per_token(job.model, job.sequence_length)
-    peak = sum(_peak(r.gpu_type, job.dtype) * r.tp for stage in plan.stages for r in stage.replicas)
+    peak = plan_peak_flops(plan, job.dtype)
     achieved = tokens_per_s * per_token
     return Throughput(
         tokens_per_s=tokens_per_s,

@@ -5,9 +5,8 @@ the package ships no data file and every machine builds the same bytes (about 30
 default). Tokens are bytes (vocabulary 256), as for the tiny catalog models.
 
 Sample order: the corpus is cut into non-overlapping windows of ``seq + 1`` bytes (inputs and
-shifted labels); epoch e visits them in the order of ``randperm`` seeded by (seed, e). Sample n
-of the run is window ``perm_e[n mod W]`` with e = n // W, so the order depends only on the
-count of consumed samples: a resumed run, or any plan, reads exactly the same samples.
+shifted labels) in the order of ``sailor_runtime.data.order`` (a pure function of seed, epoch
+and global sample index), so a resumed run, or any plan, reads exactly the same samples.
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ import random
 from functools import lru_cache
 
 import torch
+
+from ..data.order import EpochOrder
 
 _SUBJECTS = [
     "the sailor",
@@ -118,21 +119,16 @@ class TextDataset:
         self.num_windows = (len(self.tokens) - 1) // (seq_len + 1)
         if self.num_windows < 1:
             raise ValueError(f"corpus of {len(data)} bytes is too short for seq_len {seq_len}")
-        self._perm: dict[int, list[int]] = {}
-
-    def _order(self, epoch: int) -> list[int]:
-        """The epoch's window order, read out once per epoch (not one tensor read per
-        sample)."""
-        if epoch not in self._perm:
-            gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-            self._perm = {epoch: torch.randperm(self.num_windows, generator=gen).tolist()}
-        return self._perm[epoch]
+        self.order = EpochOrder(self.num_windows, seed)
 
     def sample(self, n: int) -> torch.Tensor:
         """Sample ``n`` of the run: ``seq_len + 1`` token ids."""
-        epoch, i = divmod(n, self.num_windows)
-        start = self._order(epoch)[i] * (self.seq_len + 1)
+        start = self.order.window(n) * (self.seq_len + 1)
         return self.tokens[start : start + self.seq_len + 1]
+
+    def sample_ids(self, first: int, count: int) -> list[int]:
+        """The window ids of samples ``first .. first+count-1``."""
+        return [self.order.window(n) for n in range(first, first + count)]
 
     def batch(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples ``first .. first+count-1`` as (inputs, labels), each ``[count, seq_len]``."""

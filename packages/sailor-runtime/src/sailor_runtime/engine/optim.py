@@ -28,6 +28,26 @@ from sailor_profiler.zoo.optim import AdamW
 from .config import OPTIMIZER_IMPLS, LRSchedule, OptimConfig  # noqa: F401 - torch-free home
 from .topology import Groups, Slot, Topology
 
+EMBEDDING_LAYER = "layers.0."
+"""Parameter-name prefix of layer id 0, the embedding (``sailor_profiler.zoo``)."""
+
+
+def decay_group(name: str) -> str:
+    """The weight-decay group of a zoo parameter: ``embedding`` (layer id 0, word and position
+    tables), ``norm``, ``bias`` or ``matrix`` (everything else, always decayed)."""
+    if name.startswith(EMBEDDING_LAYER):
+        return "embedding"
+    if ".norm" in f".{name}":
+        return "norm"
+    if name.endswith("bias"):
+        return "bias"
+    return "matrix"
+
+
+def decayed_params(model, no_decay: tuple[str, ...]) -> list[torch.Tensor]:
+    """The parameters weight decay applies to: all but those of the ``no_decay`` groups."""
+    return [p for name, p in model.named_parameters() if decay_group(name) not in no_decay]
+
 
 def make_optimizer(params, cfg: OptimConfig, lr: float, impl: str = "sailor"):
     """AdamW. ``sailor``: ours (``zoo.optim.AdamW``, per parameter, bit-identical to
@@ -39,11 +59,12 @@ def make_optimizer(params, cfg: OptimConfig, lr: float, impl: str = "sailor"):
         import torch.optim
 
         return torch.optim.AdamW(
-            params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, fused=True
+            params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=0.0, fused=True
         )
     if impl != "sailor":
         raise ValueError(f"unknown optimizer implementation {impl!r}; use {OPTIMIZER_IMPLS}")
-    return AdamW(params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    # weight_decay 0: ``apply_update`` applies the decoupled decay itself, per group.
+    return AdamW(params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=0.0)
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
@@ -145,11 +166,22 @@ class LossScaler:
             self.scale, self.good = state["scale"], state["good"]
 
 
-def apply_update(opt: AdamW, params: list, lr: float, coef: float) -> None:
+def apply_update(
+    opt: AdamW, params: list, lr: float, coef: float, decayed: list, weight_decay: float
+) -> None:
+    """Clip (scale the gradients by ``coef``), apply AdamW's decoupled weight decay to the
+    ``decayed`` parameters, then the Adam step (the optimizer has weight decay 0). The decay
+    is the first operation of torch's AdamW step too (``p.mul_(1 - lr * wd)``), so the result
+    is the same as per-group weight decay inside the optimizer, for every implementation
+    (ours, torch's fused kernel, ZeRO-1's sharded one) without a group in any of them."""
     for p in params:
         g = _grad(p)
         if coef < 1.0:
             g.mul_(coef)
+    if weight_decay:
+        with torch.no_grad():
+            for p in decayed:
+                p.mul_(1 - lr * weight_decay)
     for group in opt.param_groups:
         group["lr"] = lr
     opt.step()

@@ -12,7 +12,7 @@ from sailor_profiler.zoo import apply_execution, build_stage
 from sailor_sim.job import Job
 
 from .data import TextDataset
-from .optim import LRSchedule, OptimConfig
+from .optim import LRSchedule, OptimConfig, decay_group
 
 
 def reference_run(
@@ -37,8 +37,13 @@ def reference_run(
     )
     apply_execution(model, recompute, flash_attention)
     params = list(model.parameters())
+    named = list(model.named_parameters())
+    groups = [  # torch's own per-group weight decay, written apart from the engine's way
+        {"params": [p for n, p in named if decay_group(n) not in optim.no_decay]},
+        {"params": [p for n, p in named if decay_group(n) in optim.no_decay], "weight_decay": 0.0},
+    ]
     opt = torch.optim.AdamW(
-        params,
+        [g for g in groups if g["params"]],
         lr=lr.lr(0),
         betas=optim.betas,
         eps=optim.eps,

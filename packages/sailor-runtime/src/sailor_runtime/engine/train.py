@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import resource
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -41,12 +40,14 @@ from .optim import (
     LossScaler,
     apply_update,
     clip_coefficient,
+    decayed_params,
     local_norm_sq,
     make_optimizer,
     reduce_data_parallel,
     world_sums,
 )
 from .pipeline import Link, Microbatches, run_iteration
+from .stepmetrics import StepMeter
 from .topology import Topology, build_groups
 from .zero import ShardedAdamW
 
@@ -97,12 +98,6 @@ def init_distributed(rank: int, world_size: int, cfg: TrainConfig) -> None:
         world_size=world_size,
         timeout=timeout,
     )
-
-
-def _peak_memory(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainConfig) -> Topology:
@@ -188,7 +183,7 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             cfg.lr.lr(0),
             cfg.optim.betas,
             cfg.optim.eps,
-            cfg.optim.weight_decay,
+            0.0,  # decoupled weight decay is applied by apply_update, per group
         )
     else:
         impl = cfg.optimizer_impl
@@ -200,15 +195,18 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     # DCP's collectives get a gloo group of their own (created on every rank, in one order).
     ckpt_group = ckpt.checkpoint_group(cfg.timeout_s) if cfg.checkpoint_dir else None
     layout = ckpt.TPLayout(groups.tp)
+    decayed = decayed_params(model, cfg.optim.no_decay)
     step, consumed, resumed = _resume(cfg, rank, model, opt, layout, ckpt_group, scaler)
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
-    data = TextDataset(job.sequence_length, cfg.seed)
+    data, val = _datasets(job, cfg)
+    meter = StepMeter(job, plan, autocast, device)
     link = Link(topo, slot, groups.tp)
     saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group) if cfg.checkpoint_dir else None
     offset = sum(r.samples for r in stage_plan.replicas[: slot.replica])
     metrics = (
         open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank else None
     )
+    logs_samples = cfg.sample_log_path and slot.stage == 0 and slot.tp_rank == 0
     losses: dict[int, float] = {}
     try:
         while step < cfg.steps:
@@ -239,35 +237,26 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             lr = cfg.lr.lr(step)
             norm, loss = norm_sq**0.5 / scaler.scale, loss / scaler.scale
             if scaler.update(norm):
-                apply_update(
-                    opt, params, lr, clip_coefficient(norm, cfg.optim.clip_norm) / scaler.scale
-                )
+                coef = clip_coefficient(norm, cfg.optim.clip_norm) / scaler.scale
+                apply_update(opt, params, lr, coef, decayed, cfg.optim.weight_decay)
             else:  # fp16 overflow: skip this update, retry with a smaller scale
                 opt.zero_grad()
+            if logs_samples:
+                _log_samples(cfg.sample_log_path, step + 1, slot.replica,
+                             data.sample_ids(consumed + offset, rep.samples))  # fmt: skip
             step, consumed = step + 1, consumed + job.global_batch_size
             losses[step] = loss
             dt = time.perf_counter() - t0
+            eval_loss = None
+            if val is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
+                eval_loss = _evaluate(model, link, val, offset, rep, slot, topo, job, cfg,
+                                      autocast, device, params)  # fmt: skip
             if probing:
                 probe.__exit__(None, None, None)
                 _write_memory(cfg.metrics_path, rank, before, probe.peak_bytes)
             if metrics is not None:
-                metrics.write(
-                    json.dumps(
-                        {
-                            "step": step,
-                            "loss": loss,
-                            "grad_norm": norm,
-                            "lr": lr,
-                            "iteration_time_s": dt,
-                            "samples_per_s": job.global_batch_size / dt,
-                            "consumed_samples": consumed,
-                            "peak_memory_bytes": _peak_memory(device),
-                            "world_size": topo.world_size,
-                            "plan": plan.describe(),
-                        }
-                    )
-                    + "\n"
-                )
+                line = meter.line(step, loss, norm, lr, dt, consumed, eval_loss)
+                metrics.write(json.dumps(line) + "\n")
                 metrics.flush()
             if saver and (
                 step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
@@ -281,6 +270,58 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         if metrics is not None:
             metrics.close()
     return TrainResult(losses, step, resumed)
+
+
+def _datasets(job: Job, cfg: TrainConfig):
+    """(training samples, validation samples or None): the prepared token shards of
+    ``data_dir``, or the generated byte corpus (no validation split)."""
+    if cfg.data_dir is None:
+        return TextDataset(job.sequence_length, cfg.seed), None
+    from ..data import DataError
+    from ..data.shards import TokenShards
+
+    try:
+        train = TokenShards(cfg.data_dir, "train", job.sequence_length, cfg.seed)
+        val = TokenShards(cfg.data_dir, "val", job.sequence_length, cfg.seed, verify=True)
+    except DataError as exc:
+        raise EngineError(str(exc).split(": ", 1)[-1], field="data_dir") from None
+    if train.vocab_size > job.model.vocab_size:
+        raise EngineError(
+            f"the tokenizer of {cfg.data_dir} has {train.vocab_size} tokens but model "
+            f"{job.model.name} only {job.model.vocab_size}; use a model with a vocabulary at "
+            "least as large, or prepare the data with a smaller --vocab-size",
+            field="data_dir",
+        )
+    return train, (val if cfg.eval_every else None)
+
+
+def _evaluate(model, link, val, offset, rep, slot, topo, job, cfg, autocast, device, params):
+    """Mean loss over the first ``eval_batches`` global batches of the validation split (in
+    the split's own order, the same samples every time), each replica its share as in
+    training. It runs the training iteration (forward and backward through the same pipeline
+    and schedule) and throws the gradients away: one code path, at three times the cost of a
+    forward, paid every ``eval_every`` steps only."""
+    total = 0.0
+    for b in range(cfg.eval_batches):
+        first = b * job.global_batch_size + offset
+        batch = _microbatches(val, first, rep, slot.stage, topo.num_stages, device,
+                              job.sequence_length)  # fmt: skip
+        loss_sum = run_iteration(
+            model, link, batch, job.global_batch_size, cfg.schedule, autocast, 1.0
+        )
+        is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
+        (loss,) = world_sums([loss_sum if is_loss_rank else None], device)
+        total += loss
+    for p in params:
+        if p.grad is not None:
+            p.grad.zero_()
+    return total / cfg.eval_batches
+
+
+def _log_samples(path: str, step: int, replica: int, ids: list[int]) -> None:
+    """One line per (step, replica), appended in one write (O_APPEND keeps lines whole)."""
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": step, "replica": replica, "ids": ids}) + "\n")
 
 
 def _opt_state(opt) -> dict:

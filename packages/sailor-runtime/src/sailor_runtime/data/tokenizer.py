@@ -1,0 +1,61 @@
+"""Hugging Face tokenizers read from a local ``tokenizer.json`` (the ``tokenizers`` library;
+nothing is downloaded), or trained here: a byte-level BPE (the GPT-2 scheme, Radford et al.
+2019, Sec. 2.2) learned from the corpus itself, so a run needs no tokenizer from the web."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from . import DataError
+
+EOS = "<|endoftext|>"
+"""Separates documents in the token stream (GPT-2's end-of-text token)."""
+
+
+def load_tokenizer(path: Path):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the library raises plain Exception for every parse failure
+        raise DataError(
+            f"{path} is not a Hugging Face tokenizer.json ({str(exc).splitlines()[0]}); pass "
+            "a tokenizer.json file or --vocab-size N to train a byte-level BPE",
+            field="tokenizer",
+        ) from None
+
+
+def train_byte_bpe(texts: Iterable[str], vocab_size: int, out: Path):
+    """A byte-level BPE with ``vocab_size`` entries (256 bytes + EOS + merges), saved to
+    ``out``. Deterministic: the same texts give the same file."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(alphabet) + 1:
+        raise DataError(
+            f"must be >= {len(alphabet) + 1} (256 bytes and {EOS}), got {vocab_size}",
+            field="vocab_size",
+        )
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=alphabet,
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    tok.save(str(out))
+    return tok
+
+
+def eos_id(tok) -> int:
+    token = tok.token_to_id(EOS)
+    if token is None:
+        raise DataError(
+            f"the tokenizer has no {EOS} token to separate documents; add it as a special token",
+            field="tokenizer",
+        )
+    return token
