@@ -18,9 +18,11 @@ import sailor_runtime
 from sailor_sim import Job, get_gpu, inputs
 from sailor_sim.errors import SailorSimError
 
+from .datacli import data_app
 from .errors import SailorRuntimeError
 
 app = typer.Typer(no_args_is_help=True, help=sailor_runtime.__doc__)
+app.add_typer(data_app, name="data")
 
 
 @app.callback()
@@ -87,7 +89,32 @@ def run(
     heartbeat_timeout: float = typer.Option(
         3.0, help="Seconds of silence that mark a node failed."
     ),
-    seed: int = typer.Option(0, help="Seed of the initial weights and the data order."),
+    seed: int = typer.Option(None, help="Seed of the initial weights and the data order [0]."),
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Recipe TOML file: the keys of the recipe flags below (lr, min_lr, "
+                     "warmup_steps, decay_steps, schedule, wsd_decay_fraction, weight_decay, "
+                     "no_decay, clip_norm, beta1, beta2, eps, seed); a flag given wins."),
+    ] = None,
+    lr: float = typer.Option(None, help="Peak learning rate [1e-3]."),
+    min_lr: float = typer.Option(None, help="Learning rate at the end of the decay [1e-4]."),
+    warmup_steps: int = typer.Option(None, help="Linear warm-up steps [2]."),
+    decay_steps: int = typer.Option(None, help="Step the decay ends at [--steps]."),
+    schedule: str = typer.Option(None, help="cosine, linear, wsd or constant [cosine]."),
+    weight_decay: float = typer.Option(None, help="AdamW decoupled weight decay [0.1]."),
+    no_decay: str = typer.Option(
+        None, help="Comma-separated groups without weight decay [norm,bias,embedding]."
+    ),
+    clip_norm: float = typer.Option(None, help="Global gradient-norm clip, 0 = off [1.0]."),
+    beta1: float = typer.Option(None, help="AdamW beta1 [0.9]."),
+    beta2: float = typer.Option(None, help="AdamW beta2 [0.95]."),
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Token shards from `sailor data prepare` (default: a generated "
+                     "byte corpus, no validation split)."),
+    ] = None,
+    eval_every: int = typer.Option(0, help="Validation loss every N steps (needs --data)."),
+    eval_batches: int = typer.Option(2, help="Global batches of validation data per eval."),
     timeout: float = typer.Option(900.0, help="Give up after this many seconds."),
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
@@ -147,6 +174,22 @@ def run(
             "the run ends before the worker could join, so it will not be used",
             err=True,
         )
+    from .run.recipeopts import build_recipe, training_json
+
+    flags = dict(
+        lr=lr, min_lr=min_lr, warmup_steps=warmup_steps, decay_steps=decay_steps,
+        schedule=schedule, weight_decay=weight_decay, clip_norm=clip_norm, beta1=beta1,
+        beta2=beta2, seed=seed,
+        no_decay=None if no_decay is None else [g for g in no_decay.split(",") if g.strip()],
+    )  # fmt: skip
+    try:
+        if eval_every < 0 or eval_batches < 1:
+            raise SailorRuntimeError("must be >= 0 and >= 1", field="--eval-every/--eval-batches")
+        recipe = build_recipe(config, flags, steps)
+        vocab = Job.create(model, global_batch_size, seq_len).model.vocab_size
+        training = training_json(recipe, data, eval_every, eval_batches, vocab)
+    except (SailorRuntimeError, SailorSimError) as exc:
+        _fail(exc)
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="sailor-run-"))
     cfg = LocalRunConfig(
         run_dir=run_dir,
@@ -161,9 +204,11 @@ def run(
         kill_rank_at_step=kill_rank_at_step or None,
         add_worker_at_step=add_worker_at_step or None,
         heartbeat_timeout_s=heartbeat_timeout,
-        seed=seed,
+        seed=recipe.seed,
+        lr=recipe.schedule.max_lr,
         timeout_s=timeout,
         execution_options=options.to_dict(),
+        training=training,
     )
     typer.echo(f"run folder: {run_dir}", err=True)
     if trace is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sailor_sim import Job, Plan
 from sailor_sim.errors import SailorSimError
@@ -43,6 +43,8 @@ class ValidAssignment:
     lr: float
     execution_options: dict
     """ExecutionOptions.to_dict() of the engine (validated here); {} = defaults."""
+    training: dict = field(default_factory=dict)
+    """The recipe and data (``engine.config.TRAINING_KEYS``, validated here); {} = defaults."""
 
 
 def _parse_job_plan(msg) -> tuple[Job, Plan]:
@@ -134,6 +136,7 @@ def validate_assignment(
     if msg.lr < 0 or msg.lr != msg.lr:
         raise AssignmentError(f"must be >= 0, got {msg.lr}", field="assignment.lr")
     options = _parse_options(msg.execution_options)
+    training = _parse_training(msg.training)
     return ValidAssignment(
         msg.generation,
         job,
@@ -150,6 +153,7 @@ def validate_assignment(
         backend,
         msg.lr,
         options,
+        training,
     )
 
 
@@ -162,3 +166,16 @@ def _parse_options(text: str) -> dict:
         return ExecutionOptions.from_dict(json.loads(text)).to_dict()
     except (ValueError, TypeError, OptionsError) as exc:  # JSONDecodeError is a ValueError
         raise AssignmentError(str(exc), field="assignment.execution_options") from None
+
+
+def _parse_training(text: str) -> dict:
+    if not text:
+        return {}
+    from ..engine.config import EngineError, training_overrides
+
+    try:
+        data = json.loads(text)
+        training_overrides(data)  # the check; the rank parses it again from its config file
+    except (ValueError, EngineError) as exc:  # JSONDecodeError is a ValueError
+        raise AssignmentError(str(exc), field="assignment.training") from None
+    return data

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine.config import RANK_ENV, LRSchedule, TrainConfig
+from ..engine.config import RANK_ENV, LRSchedule, TrainConfig, training_overrides
 from ..engine.options import ExecutionOptions
 from ..topology import Topology
 from .assignment import ValidAssignment
@@ -232,7 +232,7 @@ class RankRunner:
 
 def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:
     """The TrainConfig every rank of this node reads in generation ``a.generation``."""
-    return TrainConfig(
+    base = dict(
         job=a.job,
         plan=a.plan,
         steps=a.steps,
@@ -251,6 +251,8 @@ def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:
         store_prefix=a.store_prefix,
         store_is_external=True,
     )
+    # The recipe and data, when the controller sent them, replace the defaults above.
+    return TrainConfig(**{**base, **training_overrides(a.training)})
 
 
 def _signal(popen: subprocess.Popen, sig: int) -> None:

@@ -36,6 +36,7 @@ from .agents import AgentClients
 from .assignments import build_assignments
 from .checkpoints import latest_checkpoint_step
 from .membership import Membership, Worker, check_registration, same_secret
+from .metricslog import MetricsLog, engine_fields
 from .placement import Placement, place
 from .planning import PlannerLink, describe_inventory, live_inventory
 from .state import ControllerState, Reconfiguration
@@ -61,6 +62,9 @@ class ControllerConfig:
     lr: float = 0.0
     execution_options: dict = field(default_factory=dict)
     """The engine's ExecutionOptions.to_dict() (precision, recompute, ZeRO, ...); {} = defaults."""
+    training: dict = field(default_factory=dict)
+    """The recipe and data every rank trains with (``engine.config.TRAINING_KEYS``; paths
+    absolute); {} = the engine's defaults and ``lr``."""
     backend: str = "gloo"
     objective: str = "throughput"
     token: str | None = None
@@ -97,6 +101,8 @@ class Controller:
         self.placement: Placement = {}
         self.addresses: dict[str, str] = {}
         self.metrics: list[dict] = []
+        self.metrics_log = MetricsLog(config.run_dir)
+        """Every step's metrics, as JSON lines in the run folder (and TensorBoard)."""
         self.reconfigurations: list[Reconfiguration] = []
         self.failures = 0
         self.refused_calls = 0
@@ -140,6 +146,8 @@ class Controller:
             self._thread.join(timeout=10)
         self.planner.close()
         self.agents.close()
+        with self._lock:  # a late heartbeat appends under the same lock
+            self.metrics_log.close()
         self.run_lock.release()
 
     @property
@@ -206,8 +214,10 @@ class Controller:
             "samples_per_s": m.samples_per_s,
             "consumed_samples": m.consumed_samples,
             "time": time.time(),
+            **engine_fields(m.raw_json),
         }
         self.metrics.append(rec)
+        self.metrics_log.append(rec)
         rc = self.reconfigurations[-1] if self.reconfigurations else None
         if rc and m.generation == self.generation == rc.generation and not rc.resumed:
             rc.phases["restart"] = now - self._assigned_at

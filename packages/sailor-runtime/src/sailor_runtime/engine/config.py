@@ -173,6 +173,31 @@ class TrainConfig:
         return cls.from_json(text)
 
 
+TRAINING_KEYS = ("lr", "optim", "seed", "data_dir", "eval_every", "eval_batches", "sample_log_path")
+"""The TrainConfig keys a run's controller sends every node as one JSON object (the
+assignment's ``training`` field): the recipe and the data."""
+
+
+def training_overrides(data: Any) -> dict[str, Any]:
+    """TrainConfig keyword arguments from a ``training`` JSON object (``TRAINING_KEYS`` only),
+    each parsed and checked as ``TrainConfig.from_dict`` does; raises ``EngineError``."""
+    if not isinstance(data, Mapping):
+        raise EngineError(f"must be a JSON object, got {type(data).__name__}", field="training")
+    unknown = sorted(set(data) - set(TRAINING_KEYS))
+    if unknown:
+        raise EngineError(f"unknown keys {unknown}; known: {list(TRAINING_KEYS)}", field="training")
+    out = dict(data)
+    if "lr" in data:
+        out["lr"] = _parse("lr", lambda: _strict(LRSchedule, data["lr"], "lr"))
+    if "optim" in data:
+        out["optim"] = _parse("optim", lambda: _optim(data["optim"]))
+    for name in set(out) - {"lr", "optim"}:
+        kind, ok, rule = _RULES[name]
+        if not _is(out[name], kind) or not ok(out[name]):
+            raise EngineError(f"must be {rule}, got {out[name]!r}", field=f"training.{name}")
+    return out
+
+
 def rank_from_env(world_size: int, env: Mapping[str, str] = os.environ) -> int:
     """This process's rank, from ``RANK`` (set by whoever started it)."""
     text = env.get(RANK_ENV)

@@ -68,6 +68,8 @@ class LocalRunConfig:
     """Agents fork ranks from a zygote with torch imported (fast restarts, agent.zygote)."""
     execution_options: dict = field(default_factory=dict)
     """The engine's ExecutionOptions.to_dict(); its precision is also the job's dtype."""
+    training: dict = field(default_factory=dict)
+    """The recipe and data of every rank (``run.recipeopts.training_json``); {} = defaults."""
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
@@ -114,6 +116,7 @@ class LocalRun:
                 seed=cfg.seed,
                 lr=cfg.lr,
                 execution_options=cfg.execution_options,
+                training=cfg.training,
                 token=cfg.token,
             )
         )
