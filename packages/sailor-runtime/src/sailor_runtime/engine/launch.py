@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,7 +25,7 @@ import torch.distributed as dist
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
-from .config import RANK_ENV, EngineError, LRSchedule, TrainConfig
+from .config import RANK_ENV, EngineError, LRSchedule, TrainConfig, training_overrides
 from .options import ExecutionOptions
 
 
@@ -90,8 +90,10 @@ def start_local(
     store_prefix: str = "sailor",
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
+    training: dict | None = None,
 ) -> LocalRun:
-    """Start all ranks (non-blocking); this process hosts their TCPStore."""
+    """Start all ranks (non-blocking); this process hosts their TCPStore. ``training``: more
+    TrainConfig keys (``config.TRAINING_KEYS``: data, recipe), replacing the ones above."""
     store = host_store()
     cfg = TrainConfig(
         job=job,
@@ -109,6 +111,8 @@ def start_local(
         store_prefix=store_prefix,
         store_is_external=True,
     )
+    if training:
+        cfg = replace(cfg, **training_overrides(training))
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     path = cfg.write(workdir / "train.json")
     procs = []

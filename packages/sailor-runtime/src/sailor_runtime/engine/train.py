@@ -242,8 +242,8 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             else:  # fp16 overflow: skip this update, retry with a smaller scale
                 opt.zero_grad()
             if logs_samples:
-                _log_samples(cfg.sample_log_path, step + 1, slot.replica,
-                             data.sample_ids(consumed + offset, rep.samples))  # fmt: skip
+                ids = data.sample_ids(consumed + offset, rep.samples)
+                _log_samples(cfg.sample_log_path, cfg.store_prefix, step + 1, slot.replica, ids)
             step, consumed = step + 1, consumed + job.global_batch_size
             losses[step] = loss
             dt = time.perf_counter() - t0
@@ -318,10 +318,13 @@ def _evaluate(model, link, val, offset, rep, slot, topo, job, cfg, autocast, dev
     return total / cfg.eval_batches
 
 
-def _log_samples(path: str, step: int, replica: int, ids: list[int]) -> None:
-    """One line per (step, replica), appended in one write (O_APPEND keeps lines whole)."""
+def _log_samples(path: str, run: str, step: int, replica: int, ids: list[int]) -> None:
+    """One line per (step, replica), appended in one write (O_APPEND keeps lines whole);
+    ``run`` is the store prefix, one per generation, so a reader can tell which generation's
+    lines stand for a step that was trained again after a failure."""
+    line = {"run": run, "step": step, "replica": replica, "ids": ids}
     with open(path, "a") as f:
-        f.write(json.dumps({"step": step, "replica": replica, "ids": ids}) + "\n")
+        f.write(json.dumps(line) + "\n")
 
 
 def _opt_state(opt) -> dict:

@@ -116,7 +116,7 @@ class LocalRun:
                 seed=cfg.seed,
                 lr=cfg.lr,
                 execution_options=cfg.execution_options,
-                training=cfg.training,
+                training=_with_sample_log(cfg.training, cfg.run_dir),
                 token=cfg.token,
             )
         )
@@ -373,6 +373,14 @@ class LocalRun:
         self.server.stop(grace=0.5)
         if self.planner is not None:
             self.planner.close()
+
+
+def _with_sample_log(training: dict, run_dir: Path) -> dict:
+    """With a data folder, every rank that reads samples logs their ids to the run folder's
+    ``samples.jsonl`` (an audit that each sample is trained once; ``data.order``)."""
+    if "data_dir" not in training or "sample_log_path" in training:
+        return training
+    return {**training, "sample_log_path": str((run_dir / "samples.jsonl").resolve())}
 
 
 def _describe_options(options: dict) -> str:
