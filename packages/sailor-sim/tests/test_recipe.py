@@ -1,0 +1,70 @@
+"""The training recipe: schedules, weight-decay groups, the TOML file and its errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sailor_sim.errors import SailorError
+from sailor_sim.recipe import NO_DECAY_GROUPS, LRSchedule, OptimConfig, Recipe
+
+
+def test_schedules_warm_up_then_decay_to_min_lr():
+    for kind in ("cosine", "linear", "wsd"):
+        s = LRSchedule(max_lr=1.0, min_lr=0.1, warmup_steps=10, decay_steps=110, kind=kind)
+        assert [s.lr(i) for i in (0, 4, 9)] == [0.1, 0.5, 1.0]
+        assert s.lr(110) == s.lr(500) == 0.1
+        lrs = [s.lr(i) for i in range(10, 111)]
+        assert all(a >= b for a, b in zip(lrs, lrs[1:], strict=False)), kind
+    cosine = LRSchedule(max_lr=1.0, min_lr=0.0, warmup_steps=0, decay_steps=100)
+    assert cosine.lr(50) == pytest.approx(0.5) and cosine.lr(25) == pytest.approx(
+        0.5 * (1 + math.cos(math.pi / 4))
+    )
+    linear = LRSchedule(max_lr=1.0, min_lr=0.0, warmup_steps=0, decay_steps=100, kind="linear")
+    assert linear.lr(25) == pytest.approx(0.75)
+    # WSD: stable at the peak until the last 20 % of decay_steps, then linear to min_lr.
+    wsd = LRSchedule(max_lr=1.0, min_lr=0.0, warmup_steps=0, decay_steps=100, kind="wsd")
+    assert wsd.lr(79) == 1.0 and wsd.lr(90) == pytest.approx(0.5)
+    const = LRSchedule(max_lr=2.0, warmup_steps=0, kind="constant")
+    assert const.lr(5000) == 2.0
+
+
+def test_recipe_defaults_exempt_norms_biases_embeddings():
+    assert Recipe().optimizer.no_decay == NO_DECAY_GROUPS
+    assert OptimConfig().no_decay == ()  # the engine's bare default: everything decays
+
+
+def test_toml_file_and_flags(tmp_path):
+    path = tmp_path / "recipe.toml"
+    path.write_text(
+        'lr = 6e-4\nmin_lr = 6e-5\nwarmup_steps = 100\nschedule = "wsd"\n'
+        'weight_decay = 0.05\nno_decay = ["norm", "bias"]\nclip_norm = 0.5\n'
+        "beta1 = 0.8\nbeta2 = 0.99\nseed = 7\n"
+    )
+    r = Recipe.from_toml(path)
+    assert r.schedule == LRSchedule(6e-4, 6e-5, 100, 1000, "wsd")
+    assert r.optimizer == OptimConfig((0.8, 0.99), 1e-8, 0.05, 0.5, ("norm", "bias"))
+    assert r.seed == 7
+    assert r.with_values({"lr": 1e-3, "seed": 1}).flat() == dict(r.flat(), lr=1e-3, seed=1)
+    assert Recipe().with_values(Recipe().flat()) == Recipe()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("lr = 'fast'", "lr: must be like 0.001"),
+        ("learning_rate = 1e-3", "learning_rate: unknown key"),
+        ("schedule = 'step'", "schedule: must be one of"),
+        ("no_decay = ['norms']", "no_decay: must be a subset of"),
+        ("beta2 = 1.5", "beta1/beta2: must be two numbers in [0, 1)"),
+        ("warmup_steps = 1.5", "warmup_steps: must be like 2"),
+        ("lr = [", "is not valid TOML"),
+    ],
+)
+def test_bad_recipe_files_name_the_key(tmp_path, text, message):
+    path = tmp_path / "r.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(SailorError) as exc:
+        Recipe.from_toml(path)
+    assert message in str(exc.value) and str(path) in str(exc.value)
