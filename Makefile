@@ -29,9 +29,11 @@ proto-check: setup
 
 demo: setup
 	$(UV) run sailor-sim demo
+	$(UV) run sailor data prepare --out .sailor-demo/shakespeare --vocab-size 1024
 	$(UV) run sailor run --local --workers 2 --gpu-types cpu-2t,cpu-1t \
-		--model examples/llama-demo/config.json --precision bf16 --recompute full --zero zero1 \
-		--global-batch-size 16 --seq-len 64 --steps 30 --checkpoint-every 5 --kill-rank-at-step 17
+		--model examples/shakespeare-demo/config.json --data .sailor-demo/shakespeare \
+		--eval-every 10 --lr 3e-3 --warmup-steps 5 --precision bf16 \
+		--global-batch-size 16 --seq-len 64 --steps 60 --checkpoint-every 5 --kill-worker-at-step 30
 
 bench: setup
 	$(UV) run python bench/run_all.py

@@ -26,13 +26,20 @@ from sailor_sim import Job
 
 from ..agent.cputypes import cpu_worker_type
 from ..controller.controller import Controller, ControllerConfig
+from ..controller.metricslog import METRICS_FILE, read_metrics
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
 from ..engine.options import ExecutionOptions
 from .processes import LocalWorker, start_planner, start_worker
 from .profile import CpuShare, contention, machine_profile, rank_pids, sample_runnable
 from .report import memory_lines, rank_memory, rerun_lines, why_lines
-from .summary import Progress, RunSummary, measured_iteration_time
+from .summary import (
+    Progress,
+    RunSummary,
+    eval_losses,
+    measured_iteration_time,
+    throughput_figures,
+)
 
 log = logging.getLogger("sailor.run")
 
@@ -134,6 +141,7 @@ class LocalRun:
         self.workers: list[LocalWorker] = []
         self.events: list[dict] = []
         self._t0 = time.monotonic()
+        self._started_at = time.time()
 
     def add_worker(self) -> LocalWorker:
         i = len(self.workers)
@@ -246,7 +254,7 @@ class LocalRun:
                 if on_tick:
                     on_tick(self)
                 c = self.controller
-                progress.update(self.step, c.last_loss, c.generation, c.state.name)
+                progress.update(self.step, c.last_loss, c.generation, c.state.name, self._last())
         finally:
             progress.close()
         return self.summary()
@@ -262,8 +270,10 @@ class LocalRun:
         # i.e. before any rank of that generation trained.
         predicted = c.reconfigurations[-1].predicted_iteration_s if c.reconfigurations else 0.0
         explained = self.explain(c.plan) if c.plan is not None and self.profile_dir else 0.0
-        with c._lock:
-            metrics = list(c.metrics)
+        # Every figure from the run folder's metrics file (what a plotting tool reads too).
+        # (Those of this invocation: a resumed run folder holds the earlier ones too.)
+        metrics = [m for m in read_metrics(self.cfg.run_dir / METRICS_FILE)
+                   if m.get("time", 0) >= self._started_at]  # fmt: skip
         summary = RunSummary(
             state=state,
             steps=c.step,
@@ -286,9 +296,21 @@ class LocalRun:
             rank_memory=self._rank_memory(),
             reruns=rerun_lines(metrics, {r.generation: r.plan_json for r in c.reconfigurations}),
             warnings=self._unused_join(),
+            eval_losses=eval_losses(metrics),
+            throughput=throughput_figures(metrics, c.generation, self.job, c.plan, predicted),
         )
         (self.cfg.run_dir / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
         return summary
+
+    def _last(self) -> dict:
+        """The newest metrics record, with the newest eval loss carried on (for the live line)."""
+        with self.controller._lock:
+            metrics = self.controller.metrics
+            last = dict(metrics[-1]) if metrics else {}
+            evals = [m["eval_loss"] for m in metrics[-50:] if m.get("eval_loss") is not None]
+        if evals:
+            last["eval_loss"] = evals[-1]
+        return last
 
     def _all_workers_gone(self) -> bool:
         return bool(self.workers) and all(w.popen.poll() is not None for w in self.workers)

@@ -48,6 +48,12 @@ class RunSummary:
     """Steps trained again after a resume, their losses against the first run."""
     warnings: list[str] = field(default_factory=list)
     """What the run did not do that it was asked to (e.g. a worker added too late to be used)."""
+    eval_losses: list[dict] = field(default_factory=list)
+    """Every validation loss of the run ({step, eval_loss, generation}), from the metrics file."""
+    throughput: dict = field(default_factory=dict)
+    """Measured (median of the last generation's steady steps, from the metrics file) tokens/s,
+    model TFLOP/s per GPU and MFU, next to the simulator's MFU for the same plan
+    (``throughput_figures``)."""
 
     @property
     def prediction_error(self) -> float:
@@ -77,16 +83,68 @@ def measured_iteration_time(metrics: list[dict], generation: int, skip: int = 2)
     return statistics.median(steady) if steady else 0.0
 
 
+def eval_losses(metrics: list[dict]) -> list[dict]:
+    return [{"step": m["step"], "eval_loss": m["eval_loss"], "generation": m["generation"]}
+            for m in metrics if m.get("eval_loss") is not None]  # fmt: skip
+
+
+def throughput_figures(
+    metrics: list[dict], generation: int, job, plan, predicted_s: float, skip: int = 2
+) -> dict:
+    """Measured figures of ``generation`` (median over its steps after the first ``skip``, as
+    ``measured_iteration_time``), and the simulator's MFU: the same formula (model FLOPs per
+    token, PaLM App. B, over the plan's dense peak; ``sailor_sim.metrics``) at the iteration
+    time the planner predicted before training."""
+    from sailor_sim.metrics import model_flops_per_token, plan_peak_flops
+
+    rows = [m for m in metrics if m["generation"] == generation and m.get("tokens_per_s")]
+    steady = rows[skip:] if len(rows) > skip + 2 else rows
+    out: dict = {}
+    for key in ("tokens_per_s", "model_tflops_per_gpu", "mfu"):
+        values = [m[key] for m in steady if m.get(key) is not None]
+        out[key] = statistics.median(values) if values else None
+    peak = plan_peak_flops(plan, job.dtype) if plan is not None else 0.0
+    if predicted_s > 0 and peak > 0:
+        tokens_per_s = job.global_batch_size * job.sequence_length / predicted_s
+        flops = tokens_per_s * model_flops_per_token(job.model, job.sequence_length)
+        out["simulated_mfu"] = flops / peak
+    return out
+
+
+def _eval_lines(evals: list[dict]) -> list[str]:
+    """Every validation loss, with the generation (plan) that measured it."""
+    if not evals:
+        return []
+    cells = [f"{e['step']}: {e['eval_loss']:.3f} (gen {e['generation']})" for e in evals]
+    rows = [", ".join(cells[i : i + 5]) for i in range(0, len(cells), 5)]
+    return [f"  eval loss       {rows[0]}"] + [f"                  {r}" for r in rows[1:]]
+
+
+def _throughput_line(t: dict) -> str:
+    if t.get("tokens_per_s") is None:
+        return ""
+    sim = t.get("simulated_mfu")
+    mfu = "n/a" if t.get("mfu") is None else f"{t['mfu']:.2%}"
+    return (
+        f"  throughput      {t['tokens_per_s']:,.0f} tokens/s, "
+        f"{t['model_tflops_per_gpu'] * 1e3:.2f} GFLOP/s per GPU; MFU measured {mfu}, "
+        f"simulator {'n/a' if sim is None else f'{sim:.2%}'} (metrics.jsonl)"
+    )
+
+
 def render(s: RunSummary) -> str:
     lines = [
         f"run {s.state}: {s.steps}/{s.target_steps} steps in {s.wall_s:.1f} s",
         f"  loss            {s.first_loss:.4f} -> {s.final_loss:.4f}",
+        *_eval_lines(s.eval_losses),
         f"  plan            {s.plan}",
         f"  iteration time  measured {s.measured_iteration_s * 1e3:.1f} ms, "
         f"predicted before training {s.predicted_iteration_s * 1e3:.1f} ms "
         f"(error {s.prediction_error:+.0%}; the planner assumed a CPU stretch of "
         f"{s.planned_stretch:.2f} from the load before the run)",
     ]
+    if _throughput_line(s.throughput):
+        lines.append(_throughput_line(s.throughput))
     if s.explained_iteration_s:
         lines.append(
             f"  explained       {s.explained_iteration_s * 1e3:.1f} ms ({s.explained_error:+.0%}) "
@@ -152,10 +210,15 @@ class Progress:
             self._task = self._bar.add_task("", total=self.total)
             self._bar.start()
 
-    def update(self, step: int, loss: float, generation: int, state: str) -> None:
+    def update(
+        self, step: int, loss: float, generation: int, state: str, last: dict | None = None
+    ) -> None:
+        """``last``: the newest metrics record (its eval loss, lr, tokens/s and MFU are shown
+        when present)."""
         if not self.enabled:
             return
         status = f"loss {loss:.4f} gen {generation} {state.lower()}"
+        status += _live_fields(last or {})
         if self._bar is not None:
             self._bar.update(self._task, completed=min(step, self.total), description=status)
             return
@@ -167,3 +230,16 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+def _live_fields(m: dict) -> str:
+    parts = []
+    if m.get("eval_loss") is not None:
+        parts.append(f"eval {m['eval_loss']:.4f}")
+    if m.get("lr") is not None:
+        parts.append(f"lr {m['lr']:.2e}")
+    if m.get("tokens_per_s"):
+        parts.append(f"{m['tokens_per_s']:,.0f} tok/s")
+    if m.get("mfu") is not None:
+        parts.append(f"MFU {m['mfu']:.1%}")
+    return "".join(f" {p}" for p in parts)
