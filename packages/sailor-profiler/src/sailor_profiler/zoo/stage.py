@@ -102,6 +102,7 @@ def build_stage(
     stage = StageModule(spec, first_layer, last_layer, ParamFactory(dtype, "meta"))
     parallelize(stage, tp_rank, tp_size, tp_group)
     materialize(stage, device)
+    tie_embeddings(stage)
     if seed is not None and torch.device(device).type != "meta":
         init_parameters(stage, seed)
     return stage
@@ -124,6 +125,27 @@ def shard(full: torch.Tensor, split, tp_rank: int) -> torch.Tensor:
     return full.chunk(size, dim)[tp_rank].contiguous()
 
 
+TIED_EMBEDDING = (0, "word.weight")
+"""(layer id, name) of the input embedding matrix, which a tied LM head shares."""
+TIED_HEAD_NAME = "lm_head.weight"
+
+
+def is_tied_head(spec: ModelSpec, layer_id: int, name: str) -> bool:
+    """Whether (layer id, name) is the LM head of a model that ties it to the embedding."""
+    return spec.tie_word_embeddings and layer_id == spec.head_layer_id and name == TIED_HEAD_NAME
+
+
+def tie_embeddings(stage: StageModule) -> None:
+    """A tied model (``tie_word_embeddings``) whose stage holds both the embedding and the head
+    uses one matrix for both (the head's is the embedding's Parameter: counted, updated and
+    checkpointed once per layer id). A stage with only one of them keeps its own copy, as
+    Megatron does on the last pipeline stage; both copies start equal (``init_parameters``)
+    and the engine adds their gradients every step (``engine.tied``)."""
+    head = stage.spec.head_layer_id
+    if stage.spec.tie_word_embeddings and 0 in stage.layer_ids and head in stage.layer_ids:
+        stage.layers[str(head)].lm_head.weight = stage.layers["0"].word.weight
+
+
 def param_seed(seed: int, layer_id: int, name: str) -> int:
     return (seed * 1_000_003 + layer_id * 7919 + zlib.crc32(name.encode())) % (2**63)
 
@@ -137,7 +159,9 @@ def init_parameters(stage: StageModule, seed: int) -> None:
             if std is None:
                 p.fill_(0.0 if name.endswith("bias") else 1.0)
                 continue
-            gen = torch.Generator(device="cpu").manual_seed(param_seed(seed, lid, name))
+            # A tied head starts as the embedding (the same seed), on any stage.
+            seed_of = TIED_EMBEDDING if is_tied_head(stage.spec, lid, name) else (lid, name)
+            gen = torch.Generator(device="cpu").manual_seed(param_seed(seed, *seed_of))
             full = torch.randn(full_shape(p), generator=gen, dtype=torch.float32) * std
             p.copy_(shard(full, get_split(p), stage.tp_rank).to(p.dtype))
 

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from sailor_profiler.zoo import get_split
 from sailor_profiler.zoo.optim import AdamW
+from sailor_profiler.zoo.stage import TIED_HEAD_NAME
 
 from .config import OPTIMIZER_IMPLS, LRSchedule, OptimConfig  # noqa: F401 - torch-free home
 from .topology import Groups, Slot, Topology
@@ -45,8 +46,16 @@ def decay_group(name: str) -> str:
 
 
 def decayed_params(model, no_decay: tuple[str, ...]) -> list[torch.Tensor]:
-    """The parameters weight decay applies to: all but those of the ``no_decay`` groups."""
-    return [p for name, p in model.named_parameters() if decay_group(name) not in no_decay]
+    """The parameters weight decay applies to: all but those of the ``no_decay`` groups. A
+    tied head's own copy (on a stage without the embedding) is in the embedding's group, so
+    both copies take the same update."""
+    spec = model.spec
+    tied = f"layers.{spec.head_layer_id}.{TIED_HEAD_NAME}" if spec.tie_word_embeddings else None
+    return [
+        p
+        for name, p in model.named_parameters()
+        if ("embedding" if name == tied else decay_group(name)) not in no_decay
+    ]
 
 
 def make_optimizer(params, cfg: OptimConfig, lr: float, impl: str = "sailor"):

@@ -48,6 +48,7 @@ from .optim import (
 )
 from .pipeline import Link, Microbatches, run_iteration
 from .stepmetrics import StepMeter
+from .tied import head_copy, sync_tied_gradients, syncs_tied_copies
 from .topology import Topology, build_groups
 from .zero import ShardedAdamW
 
@@ -196,6 +197,9 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     ckpt_group = ckpt.checkpoint_group(cfg.timeout_s) if cfg.checkpoint_dir else None
     layout = ckpt.TPLayout(groups.tp)
     decayed = decayed_params(model, cfg.optim.no_decay)
+    tied = syncs_tied_copies(model, plan)
+    # The head's copy of a tied matrix is the same parameter: its gradient counts once.
+    norm_params = [p for p in params if p is not (head_copy(model) if tied else None)]
     step, consumed, resumed = _resume(cfg, rank, model, opt, layout, ckpt_group, scaler)
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data, val = _datasets(job, cfg)
@@ -230,9 +234,11 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
                 model, link, batch, job.global_batch_size, cfg.schedule, autocast, scaler.scale
             )
             reduce_data_parallel(params, topo, slot, groups)
+            if tied:
+                sync_tied_gradients(model, slot)
             is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
             norm_sq, loss = world_sums(
-                [local_norm_sq(params, slot), loss_sum if is_loss_rank else None], device
+                [local_norm_sq(norm_params, slot), loss_sum if is_loss_rank else None], device
             )
             lr = cfg.lr.lr(step)
             norm, loss = norm_sq**0.5 / scaler.scale, loss / scaler.scale
