@@ -35,8 +35,9 @@ def test_engine_parameters_equal_the_simulator_count(name):
 
 def test_gpt2_124m_config_builds_124m_parameters(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12,
-                                "n_head": 12, "n_positions": 1024, "vocab_size": 50257}))  # fmt: skip
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+            "n_positions": 1024, "vocab_size": 50257}  # fmt: skip
+    path.write_text(json.dumps(gpt2))
     spec = get_model(str(path))
     model = build_stage(spec, 0, spec.head_layer_id, device="meta", seed=None)
     held = sum(p.numel() for p in model.parameters())
