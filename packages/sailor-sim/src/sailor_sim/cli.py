@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from . import inputs
+from . import __version__, inputs
 from .cli_catalog import register as _register_catalog_commands
 from .cli_options import (
     Flash,
@@ -24,7 +24,7 @@ from .cli_options import (
     Zero,
     execution_options,
 )
-from .cli_output import GiB, fail, print_estimate, table
+from .cli_output import GiB, fail, print_estimate, table, version_option
 from .errors import SailorSimError, ValidationError
 from .options import ExecutionOptions, check_replica
 
@@ -33,6 +33,12 @@ app = typer.Typer(
     help="Predict iteration time, memory and cost of plans.",
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def group(version: bool = version_option(__version__)) -> None:
+    # A callback keeps `sailor-sim` a command group and gives it --version.
+    pass
 
 
 def _simulator(sailor_root: Path | None, profiles: Path | None):
