@@ -4,6 +4,7 @@ Model accounting (ModelSpec), GPU / zone / price catalogs, jobs, inventories and
 simulator that predicts iteration time, memory and cost of any heterogeneous plan.
 """
 
+from . import specs
 from .capacity import (
     CapacityEstimate,
     estimate,
@@ -32,6 +33,7 @@ from .prices import EGRESS_PER_GB, price_entry, price_per_gpu_hour, set_price
 from .profile_files import load_profile_dir, save_profile_dir
 from .profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
 from .result import Estimate, ReplicaMemory
+from .runspec import RunSpec
 from .simulator import Simulator, StageTime
 from .zones import ZONE_CATALOG, Zone, default_zone, get_zone, register_zone, relationship
 
@@ -62,7 +64,9 @@ __all__ = [
     "ProfileKey",
     "ProfileStore",
     "ReplicaMemory",
+    "RunSpec",
     "Simulator",
+    "specs",
     "StageTime",
     "load_profile_dir",
     "save_profile_dir",
