@@ -24,7 +24,7 @@ from .cli_options import (
     Zero,
     execution_options,
 )
-from .cli_output import GiB, fail, print_estimate, table, version_option
+from .cli_output import TERM_HEADERS, GiB, fail, print_estimate, table, version_option
 from .errors import SailorSimError, ValidationError
 from .options import ExecutionOptions, check_replica
 
@@ -347,7 +347,8 @@ def memory(
         typer.echo(f"Assumed {name}: {why}")
     terms = list(rows[0]["breakdown_bytes"])
     table(
-        ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB", *terms],
+        ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB",
+         *(TERM_HEADERS.get(t, t) for t in terms)],  # fmt: skip
         [
             (
                 r["stage"],
