@@ -24,7 +24,15 @@ from .cli_options import (
     Zero,
     execution_options,
 )
-from .cli_output import TERM_HEADERS, GiB, fail, print_estimate, table, version_option
+from .cli_output import (
+    TERM_HEADERS,
+    GiB,
+    catalog_option,
+    fail,
+    print_estimate,
+    table,
+    version_option,
+)
 from .errors import SailorSimError, ValidationError
 from .options import ExecutionOptions, check_replica
 
@@ -35,8 +43,11 @@ app = typer.Typer(
 )
 
 
+_CATALOG = catalog_option()
+
+
 @app.callback()
-def group(version: bool = version_option(__version__)) -> None:
+def group(version: bool = version_option(__version__), catalog: Path | None = _CATALOG) -> None:
     # A callback keeps `sailor-sim` a command group and gives it --version.
     pass
 
@@ -347,8 +358,15 @@ def memory(
         typer.echo(f"Assumed {name}: {why}")
     terms = list(rows[0]["breakdown_bytes"])
     table(
-        ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB",
-         *(TERM_HEADERS.get(t, t) for t in terms)],  # fmt: skip
+        [
+            "stage",
+            "layers",
+            "peak GiB",
+            "cap GiB",
+            "fits",
+            "headroom GiB",
+            *(TERM_HEADERS.get(t, t) for t in terms),
+        ],  # fmt: skip
         [
             (
                 r["stage"],

@@ -36,6 +36,29 @@ def version_option(version: str):
     )
 
 
+def catalog_option():
+    """``--catalog FILE`` for a command group's callback: a cluster's own GPUs and prices
+    (``user_catalog``), registered before the command runs."""
+
+    def load(path):
+        if path is not None:
+            from .errors import SailorSimError
+            from .user_catalog import load_catalog
+
+            try:
+                load_catalog(path)
+            except SailorSimError as exc:
+                fail(exc)
+        return path
+
+    return typer.Option(
+        None,
+        "--catalog",
+        callback=load,
+        help="JSON/TOML file of GPU types and prices to add (format sailor-catalog/1).",
+    )
+
+
 def fail(exc: Exception) -> None:
     """One clear line on stderr and exit status 2."""
     typer.echo(f"error: {exc}", err=True)
