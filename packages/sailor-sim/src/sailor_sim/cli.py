@@ -227,6 +227,9 @@ def simulate(
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the memory breakdown per stage to this PNG.")
+    ] = None,
 ) -> None:
     """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
     from . import metrics
@@ -255,6 +258,10 @@ def simulate(
         providers = [p for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
         inputs.check_finite(estimate.to_dict(), "estimate")
+        if plot is not None:
+            from .plots import memory_png
+
+            memory_png(estimate, plot, f"{job.model.name} on {plan.num_gpus} GPUs: peak memory")
     except (SailorSimError, OSError) as exc:
         fail(exc)
     if as_json:
