@@ -24,11 +24,12 @@ import math
 import sys
 from dataclasses import dataclass
 
-from sailor_sim import Job, Plan, Simulator, analytic, fabric_for, published
+from sailor_sim import Job, Plan, Simulator, analytic, comm, fabric_for, published
+from sailor_sim.cluster import Cluster
 from sailor_sim.errors import SailorSimError
 from sailor_sim.gpus import GPU_CATALOG, register_gpu
 from sailor_sim.memory import framework_overhead
-from sailor_sim.network import DEFAULT_INTER_NODE_LATENCY_S, Endpoint, LinkCurve, NetworkModel
+from sailor_sim.network import DEFAULT_INTER_NODE_LATENCY_S, NetworkModel
 from sailor_sim.prices import set_price
 
 TARGET_THROUGHPUT, TARGET_MEMORY = 0.15, 0.10
@@ -82,15 +83,22 @@ def fabric_of(run: published.PublishedRun) -> tuple[float, str]:
 
 
 def network_for(run: published.PublishedRun, gpu_name: str) -> NetworkModel:
-    """The row's inter-node fabric (``fabric_of``; each GPU of a node has its NIC share). Given
-    as a link between nodes, not as a whole-ring measurement, so rings stay hierarchical
-    (NVLink inside a node, the fabric across)."""
+    """The row's inter-node fabric as the CLI's ``--fabric`` takes it (a ``cluster.Cluster``:
+    each GPU of a node has its NIC share, the ring runs at the fabric kind's bus efficiency,
+    ``comm.BUS_EFFICIENCY``). Given as the fabric between nodes, not as a whole-ring
+    measurement, so rings stay hierarchical (NVLink inside a node, the fabric across). Rows
+    whose source states no fabric keep the catalog default, as the CLI does without --fabric."""
     network = NetworkModel()
-    per_gpu, name = fabric_of(run)
-    if per_gpu > 0:
-        curve = LinkCurve(per_gpu, DEFAULT_INTER_NODE_LATENCY_S, name)
-        end = Endpoint(ZONE, gpu_name, 1)
-        network.add_link(end, end, curve)
+    stated = published.fabric(run.source, run.gpu)
+    if stated is not None:
+        gpus = published.gpu_type(run.gpu).gpus_per_node
+        kind = stated.get("kind", comm.default_inter_node_kind(published.gpu_type(run.gpu)))
+        network.set_cluster(
+            Cluster(
+                kind, gpus, stated["gbps_per_gpu"], gpus, gpus, "on-prem",
+                DEFAULT_INTER_NODE_LATENCY_S, f"{run.source}: {stated['source']}",
+            )
+        )  # fmt: skip
     return network
 
 

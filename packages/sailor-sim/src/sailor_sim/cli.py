@@ -16,8 +16,10 @@ import typer
 from . import inputs
 from .cli_catalog import register as _register_catalog_commands
 from .cli_options import (
+    Fabric,
     Flash,
     GradDtype,
+    P2p,
     Recompute,
     SequenceParallel,
     VirtualStages,
@@ -25,6 +27,7 @@ from .cli_options import (
     execution_options,
 )
 from .cli_output import GiB, fail, print_estimate, table
+from .cluster import describe_network
 from .errors import SailorSimError, ValidationError
 from .options import ExecutionOptions, check_replica
 
@@ -185,6 +188,8 @@ def simulate(
     sequence_parallel: SequenceParallel = False,
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
+    p2p: P2p = "megatron",
+    fabric: Fabric = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
@@ -195,9 +200,13 @@ def simulate(
             if value is not None:
                 inputs.positive_number(value, f"--{name}")
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, p2p
         )
         sim = _simulator(sailor_root, profiles)
+        if fabric is not None:
+            from .cluster import resolve
+
+            sim.network.set_cluster(resolve(fabric))
         if gpu is not None:
             if plan_file is not None or sailor_plan is not None:
                 raise ValidationError("give --gpu or a plan file, not both", field="plan")
@@ -214,6 +223,7 @@ def simulate(
         providers = [p for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
         inputs.check_finite(estimate.to_dict(), "estimate")
+        network = describe_network(sim.network, plan)
     except (SailorSimError, OSError) as exc:
         fail(exc)
     if as_json:
@@ -221,6 +231,7 @@ def simulate(
         out["throughput"] = rate.to_dict()
         out["provenance"] = metrics.provenance(estimate.sources, job, plan)
         out["cost_by_provider"] = by_provider
+        out["network"] = network
         out["plan"] = plan.to_dict()
         out["job"] = job.to_dict()
         typer.echo(json.dumps(out))
@@ -229,6 +240,8 @@ def simulate(
                f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
     typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
     typer.echo(f"Options: {job.options.describe()}")
+    for line in network:
+        typer.echo(f"Network: {line}")
     print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
 
 

@@ -268,7 +268,7 @@ class Simulator(MemoryComponents):
         gpu = get_gpu(r.gpu_type)
         link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
         inside = timing.allreduce_time(
-            link, per_mb / r.tp, group, 1, timing.bus_efficiency(gpu.name)
+            link, per_mb / r.tp, group, 1, timing.intra_bus_efficiency(gpu.name)
         )
         across = (
             self.ring_time(job, first, last, kinds, grad / group)
