@@ -151,3 +151,37 @@ def test_bad_cluster_file_is_one_line_exit_2(tmp_path, content, named):
         "--gpu", "A100-40", "--fabric", str(path),
     ])  # fmt: skip
     assert r.exit_code == 2 and r.output.count("\n") == 1 and named in r.output
+
+
+def _zero3(cluster_kind: str = "InfiniBand HDR", dp: int = 16):
+    j = Job.create("GPT-1.7B", 64, 2048, "bf16", "adamw", ExecutionOptions(zero="zero3"))
+    net = NetworkModel()
+    net.set_cluster(_cluster(cluster_kind))
+    sim = Simulator(network=net)
+    plan = Plan.uniform(j, "A100-80", Z, pp=1, dp=dp, tp=1, microbatch_size=1)
+    stage, r = plan.stages[0], plan.stages[0].replicas[0]
+    t = sim._replica_compute(j, stage, 0, 1, r, stage._sig)[0]
+    return sim, j, stage, t
+
+
+def test_zero3_gathers_overlap_layer_by_layer_and_the_first_is_exposed():
+    """On a fast fabric the stage's whole ZeRO-3 traffic is shorter than its compute (the
+    old whole-stage overlap hid all of it), yet FSDP cannot prefetch the first layer's
+    parameters nor hide the last reduce-scatter: they stay exposed, every microbatch."""
+    sim, j, stage, t = _zero3()
+    first = stage.first_layer
+    gather0 = sim._layer_collective_s(j, stage, first, "params")
+    scatter0 = sim._layer_collective_s(j, stage, first, "grads")
+    total = sum(
+        2 * sim._layer_collective_s(j, stage, i, "params")
+        + sim._layer_collective_s(j, stage, i, "grads")
+        for i in stage.layer_ids
+    )
+    assert total < t.forward_s + t.backward_s  # the whole-stage rule: nothing exposed
+    assert t.shard_comm_s >= gather0 + scatter0 > 0
+    assert t.shard_comm_s < total
+
+
+def test_zero3_exposed_traffic_grows_on_a_slower_fabric():
+    """The same plan on EFA (0.59 bus efficiency) exposes more than on InfiniBand (0.94)."""
+    assert _zero3("AWS EFA")[3].shard_comm_s > _zero3("InfiniBand HDR")[3].shard_comm_s
