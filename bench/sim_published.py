@@ -43,12 +43,6 @@ MIN_SOURCES = 8
 the number of independent sources it must hold over."""
 BAR_FAMILIES = ("ampere", "hopper")
 ZONE = "us-central1-a"
-KNEES = (1.0,)
-"""Candidate knee sizes (FLOPs per matmul) of the efficiency form; 1.0 = no knee. Only 1.0:
-with candidates 1e10..1e12 the fit without Megatron picked 3e11 (llm-foundry's small models are
-slower per FLOP) and then put Megatron's TP-8 matmuls below it (-30..-43 %); that slowness is
-the elementwise kernels (``analytic.elementwise_bytes``), modelled as such, not matmul size."""
-
 NEUTRAL_OPTIONS = {
     "recompute": "none",
     "zero": "none",
@@ -179,20 +173,37 @@ def memory_errors(preds) -> list[float]:
 
 
 # ---- calibration -----------------------------------------------------------------------------
-def _with(table: dict) -> None:
-    analytic.set_calibration(table)
+# The matmul efficiency of each family is the hardware's (analytic.HARDWARE_MATMUL_EFFICIENCY,
+# a published GEMM benchmark, not fitted); what is fitted is the framework efficiency per
+# (execution style, GPU family): the named ``framework`` term of the estimate.
+Fits = dict[tuple[str, str], float]
 
 
-def _table(fits: dict[str, tuple[float, float]], note: str) -> dict:
+def _hardware_table() -> dict:
     return {
-        (fam, dtype): analytic.MatmulEfficiency(e, k, note)
-        for fam, (e, k) in fits.items()
+        (fam, dtype): analytic.MatmulEfficiency(e, 1.0, source)
+        for fam, (e, source) in analytic.HARDWARE_MATMUL_EFFICIENCY.items()
         for dtype in ("bf16", "fp16")
     }
 
 
-def _loss(runs, family: str, e_max: float, knee: float) -> float:
-    _with(_table({family: (e_max, knee)}, "candidate"))
+def _with(fits: Fits | None) -> None:
+    """Predict with the hardware efficiencies and these framework fits (None: uncalibrated,
+    the per-GPU fp32 efficiencies of the original Sailor profiles)."""
+    analytic.set_calibration({} if fits is None else _hardware_table())
+    analytic.set_framework_efficiency({} if fits is None else fits)
+
+
+def style_of(run: published.PublishedRun) -> str:
+    return trust.execution_style(run.options.get("zero"))
+
+
+def family_of(run: published.PublishedRun) -> str | None:
+    return analytic.gpu_family(published.gpu_type(run.gpu))
+
+
+def _loss(runs, key: tuple[str, str], efficiency: float) -> float:
+    _with({key: efficiency})
     preds, _ = predict_all(runs)
     errs = [math.log(p.tokens_per_s_per_gpu / p.run.measured_tokens_per_s_per_gpu()) for p in preds]
     return sum(abs(e) for e in errs) / max(len(errs), 1)
@@ -226,20 +237,15 @@ def fittable(runs) -> list:
     ]
 
 
-def fit(runs) -> dict[str, tuple[float, float]]:
-    """Per GPU family: (e_max, knee) minimizing mean |log(predicted / measured)| throughput
-    over the fittable rows of ``runs``."""
+def fit(runs) -> Fits:
+    """Per (execution style, GPU family) of the fittable rows of ``runs``: the framework
+    efficiency minimizing mean |log(predicted / measured)| throughput over them."""
     fits = {}
     runs = fittable(runs)
-    for family in sorted({analytic.gpu_family(published.gpu_type(r.gpu)) for r in runs} - {None}):
-        rows = [r for r in runs if analytic.gpu_family(published.gpu_type(r.gpu)) == family]
-        best = None
-        for knee in KNEES:
-            e = _golden(lambda x, k=knee, rs=rows, f=family: _loss(rs, f, x, k), 0.15, 1.0)
-            loss = _loss(rows, family, e, knee)
-            if best is None or loss < best[0]:
-                best = (loss, e, knee)
-        fits[family] = (round(best[1], 4), best[2])
+    keys = sorted({(style_of(r), family_of(r)) for r in runs if family_of(r) is not None})
+    for key in keys:
+        rows = [r for r in runs if (style_of(r), family_of(r)) == key]
+        fits[key] = round(_golden(lambda x, rs=rows, k=key: _loss(rs, k, x), 0.2, 1.0), 4)
     return fits
 
 
@@ -247,7 +253,7 @@ def leave_one_source_out(runs) -> list[Prediction]:
     preds = []
     for source in sorted({r.source for r in runs}):
         train = [r for r in runs if r.source != source]
-        _with(_table(fit(train), f"fit without {source}"))
+        _with(fit(train))
         preds += predict_all([r for r in runs if r.source == source])[0]
     return preds
 
@@ -339,18 +345,23 @@ def print_groups(groups: dict) -> None:
         )
 
 
-def write_calibration(runs, fits, uncalibrated, in_sample, loso, groups) -> None:
+def write_calibration(runs, fits: Fits, uncalibrated, in_sample, loso, groups) -> None:
     doc = {
         "fit_data": (
             f"published_runs.json rows {[r.index for r in fittable(runs)]} "
             f"({', '.join(sorted({r.source for r in fittable(runs)}))})"
         ),
-        "form": "efficiency = e_max * min(1, flops_per_matmul / knee_flops), bf16 and fp16",
+        "form": (
+            "matmul efficiency = the hardware's (analytic.HARDWARE_MATMUL_EFFICIENCY, a "
+            "published GEMM benchmark), bf16 and fp16; framework term = compute x (1 / "
+            "framework_efficiency - 1), framework_efficiency fitted per style/family"
+        ),
         "efficiency": {
-            f"{fam}/{dtype}": {"e_max": e, "knee_flops": k}
-            for fam, (e, k) in fits.items()
+            f"{fam}/{dtype}": {"e_max": round(e, 4), "knee_flops": 1.0, "source": source}
+            for fam, (e, source) in analytic.HARDWARE_MATMUL_EFFICIENCY.items()
             for dtype in ("bf16", "fp16")
         },
+        "framework_efficiency": {f"{style}/{fam}": f for (style, fam), f in fits.items()},
         "validation": {
             "uncalibrated": {k: round(v, 4) for k, v in uncalibrated.items()},
             "in_sample": {k: round(v, 4) for k, v in in_sample.items()},
@@ -369,17 +380,19 @@ def main(argv: list[str] | None = None) -> int:
     except SailorSimError as exc:
         print(f"sim_published: no published-run table: {exc}")
         return 1
-    stored = dict(analytic.CALIBRATION)
+    stored = dict(analytic.CALIBRATION), dict(analytic.FRAMEWORK_EFFICIENCY)
     problems = check_table(runs)
 
-    _with({})
+    _with(None)
     uncal, failures = predict_all(runs)
     fits = fit(runs)
-    in_sample_table = _table(fits, "in-sample fit") if "--fit" in args else stored
-    _with(in_sample_table)
+    _with(fits if "--fit" in args else stored[1])
+    if "--fit" not in args:
+        analytic.set_calibration(stored[0])
     calibrated, _ = predict_all(runs)
     loso = leave_one_source_out(runs)
-    _with(stored)
+    analytic.set_calibration(stored[0])
+    analytic.set_framework_efficiency(stored[1])
 
     print_rows("(a) uncalibrated", uncal)
     print_rows(
@@ -404,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {key.replace('_', ' ')} |{cells} | {f'<= {target:.0%}' if target else '-'} |")
     groups = by_group(loso)
     print_groups(groups)
-    print(f"\nfitted (e_max, knee FLOPs per matmul) per family, all rows: {fits}")
+    print(f"\nfitted framework efficiency per (style, family), all rows: {fits}")
     if "--fit" in args:
         write_calibration(
             runs,

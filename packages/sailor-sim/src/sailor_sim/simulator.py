@@ -133,15 +133,34 @@ class Simulator(MemoryComponents):
                 link = self.network.intra_node(gpu.name, tp)
                 seq, dtype = job.sequence_length, job.dtype
                 tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
+            fwd, bwd = t.span(t.forward, first, last), t.span(t.backward, first, last)
+            recompute = self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s)
             hit = cache[key] = StageTime(
-                t.span(t.forward, first, last),
-                t.span(t.backward, first, last),
+                fwd,
+                bwd,
                 tp_s,
                 t.span(t.optimizer, first, last),
                 t.entry.source,
-                self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s),
+                recompute,
+                framework_s=self._framework_s(job, gpu, t.entry, fwd + bwd + recompute),
             )
         return hit
+
+    @staticmethod
+    def _framework_s(job: Job, gpu, entry, compute_s: float) -> float:
+        """The framework's share on top of an analytic estimate's hardware compute time:
+        compute x (1 / framework efficiency - 1), the efficiency fitted per execution style
+        and GPU family on published runs (``analytic.framework_efficiency``). Measured and
+        imported profiles already hold their framework's overhead: 0."""
+        from . import analytic, trust
+
+        if entry.source != "analytic" or analytic.calibrated(gpu, job.dtype) is None:
+            return 0.0
+        style = trust.execution_style(job.options.zero)
+        found = analytic.framework_efficiency(style, analytic.gpu_family(gpu))
+        if found is None:
+            return 0.0
+        return compute_s * (1.0 / found[0] - 1.0)
 
     def _recompute_s(self, job: Job, t, gpu, first, last, mbs, tp, tp_s) -> float:
         """Forward work done again in backward (``options.recomputed_forward_fraction`` of

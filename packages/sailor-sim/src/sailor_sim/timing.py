@@ -46,13 +46,21 @@ class StageTime(NamedTuple):
     shard_comm_s: float = 0.0
     """ZeRO-3 parameter all-gathers and gradient reduce-scatter per microbatch not hidden
     behind its compute (set per stage by the simulator, 0 in ``stage_time``)."""
+    framework_s: float = 0.0
+    """What the training framework adds to an analytic estimate's compute (launches, Python,
+    synchronisation: ``analytic.framework_efficiency``); 0 for measured profiles."""
 
     @property
     def per_microbatch_s(self) -> float:
         """Everything one microbatch costs this replica (additive over layer ranges; the
         pipeline adds ``MICROBATCH_OVERHEAD_S`` once per stage)."""
         return (
-            self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.shard_comm_s
+            self.forward_s
+            + self.backward_s
+            + self.recompute_s
+            + self.tp_comm_s
+            + self.shard_comm_s
+            + self.framework_s
         )
 
 
@@ -129,6 +137,7 @@ def pipeline_time(
     breakdown = {
         "compute": m * (b.forward_s + b.backward_s + MICROBATCH_OVERHEAD_S),
         "recompute": m * b.recompute_s,
+        "framework": m * b.framework_s,
         "tp_comm": m * b.tp_comm_s,
         "zero_comm": m * b.shard_comm_s,
         "pipeline_bubble": (sum(per) - per[k]) / virtual,
