@@ -16,6 +16,7 @@ import typer
 
 import sailor_runtime
 from sailor_sim import Job, get_gpu, inputs
+from sailor_sim.cli_output import version_option
 from sailor_sim.errors import SailorSimError
 
 from .datacli import data_app
@@ -26,7 +27,7 @@ app.add_typer(data_app, name="data")
 
 
 @app.callback()
-def main() -> None:
+def main(version: bool = version_option(sailor_runtime.__version__)) -> None:
     # A callback keeps `sailor` a command group.
     pass
 
