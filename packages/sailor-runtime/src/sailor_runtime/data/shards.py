@@ -20,19 +20,20 @@ from .order import EpochOrder
 from .prepare import FORMAT, MANIFEST, sha256_file
 
 
-def read_manifest(folder: Path) -> dict:
+def read_manifest(folder: Path, field: str = "data_dir") -> dict:
+    """The manifest of a prepared folder; errors name ``field`` (the caller's name for it)."""
     path = Path(folder) / MANIFEST
     try:
         manifest = json.loads(path.read_text())
     except OSError as exc:
         raise DataError(
             f"cannot read {path} ({exc.strerror}); make it with `sailor data prepare`",
-            field="data_dir",
+            field=field,
         ) from None
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not JSON ({exc.msg})", field="data_dir") from None
+        raise DataError(f"{path} is not JSON ({exc.msg})", field=field) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise DataError(f"{path} is not a {FORMAT} manifest; prepare it again", field="data_dir")
+        raise DataError(f"{path} is not a {FORMAT} manifest; prepare it again", field=field)
     return manifest
 
 

@@ -42,7 +42,7 @@ def training_json(
 
         # Refuse a folder that is not prepared, or a vocabulary the model lacks, now (not in
         # every rank after the planner ran).
-        vocab = read_manifest(data_dir)["vocab_size"]
+        vocab = read_manifest(data_dir, "--data")["vocab_size"]
         if vocab > model_vocab:
             raise DataError(
                 f"{data_dir} has a vocabulary of {vocab} tokens, the model only {model_vocab}; "
