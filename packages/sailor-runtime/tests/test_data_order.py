@@ -83,3 +83,27 @@ def test_each_sample_once_across_a_kill_and_a_replan(shards, tmp_path):
     # Steps after the last checkpoint before the kill were trained twice; only one counts.
     raw = [json.loads(line) for line in log.read_text().splitlines()]
     assert len({r["run"] for r in raw}) == 2
+
+
+@pytest.mark.timeout(300)
+def test_eval_loss_is_the_same_for_every_plan(shards, tmp_path):
+    """Validation loss through a pipelined DP-2 plan with mixed microbatches equals one rank's
+    (fp64): each replica evaluates its share of the same validation samples."""
+    folder, job = shards
+    training = {"data_dir": str(folder), "eval_every": 2, "eval_batches": 2}
+    one = Plan((Stage(0, 3, (R(1, 8, 1),)),))
+    pipelined = Plan((Stage(0, 1, (R(1, 2, 2), R(1, 4, 1))), Stage(2, 3, (R(1, 2, 2), R(1, 4, 1)))))
+    evals = []
+    for name, plan in (("one", one), ("pp2", pipelined)):
+        metrics = tmp_path / f"{name}.jsonl"
+        codes = launch_local(job, plan, steps=4, checkpoint_dir=tmp_path / name, dtype="fp64",
+                             metrics_path=metrics, training=training, log_dir=tmp_path,
+                             timeout_s=240)  # fmt: skip
+        assert codes == [0] * plan.num_gpus, (tmp_path / "rank0.log").read_text()[-2000:]
+        lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+        evals.append([(m["step"], m["eval_loss"]) for m in lines if "eval_loss" in m])
+    assert [s for s, _ in evals[0]] == [2, 4]
+    assert [s for s, _ in evals[1]] == [2, 4]
+    for (_, a), (_, b) in zip(evals[0], evals[1], strict=True):
+        assert a == pytest.approx(b, rel=1e-10)
+    assert evals[0][1][1] < evals[0][0][1]  # it learns

@@ -118,3 +118,23 @@ def test_cli_prepare_prints_a_line_and_exits_2_on_bad_input(small_text, tmp_path
     assert bad.stderr.strip().splitlines() == [
         f"error: inputs: {tmp_path / 'missing.txt'} does not exist"
     ]
+
+
+def test_parquet_without_pyarrow_says_what_to_install(tmp_path):
+    """Parquet needs the optional pyarrow: without it, one line naming the fix; with it, the
+    column is read."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        path = tmp_path / "docs.parquet"
+        path.write_bytes(b"PAR1")
+        with pytest.raises(DataError, match="needs pyarrow"):
+            prepare(PrepareConfig((path,), tmp_path / "o"))
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": ["to be or not to be", "that is the question"]}), path)
+    m = prepare(PrepareConfig((path,), tmp_path / "o", vocab_size=300, val_fraction=0.2))
+    assert sum(s["tokens"] for s in m["splits"]["train"]) > 0
