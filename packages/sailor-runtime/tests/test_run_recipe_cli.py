@@ -38,3 +38,18 @@ def test_bad_flags_and_data(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("error: --data: cannot read")
     proc = _run("--eval-every", "5")
     assert proc.returncode == 2 and "--eval-every: needs --data" in proc.stderr
+
+
+def test_controller_takes_the_same_recipe_and_data_flags(tmp_path):
+    code = "from sailor_runtime.cli import app; app()"
+    base = [sys.executable, "-c", code, "controller", "--planner", "127.0.0.1:9",
+            "--run-dir", str(tmp_path / "run"), "--quiet"]  # fmt: skip
+    bad = tmp_path / "r.toml"
+    bad.write_text("clip_norm = -1\n")
+    for extra, message in (
+        (["--config", str(bad)], "clip_norm: must be >= 0"),
+        (["--data", str(tmp_path)], "--data: cannot read"),
+        (["--eval-every", "2"], "--eval-every: needs --data"),
+    ):
+        proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr

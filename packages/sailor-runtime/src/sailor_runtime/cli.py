@@ -250,7 +250,16 @@ def controller(
     debounce: float = typer.Option(1.0, help="Seconds without change before re-planning."),
     max_failures: int = typer.Option(5),
     seed: int = typer.Option(0),
-    lr: float = typer.Option(0.0),
+    lr: float = typer.Option(0.0, help="Peak learning rate (0: the recipe's)."),
+    config: Annotated[
+        Path | None, typer.Option(help="Recipe TOML file (the keys of `sailor run --config`).")
+    ] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Token shards from `sailor data prepare`, on a path every node sees."),
+    ] = None,
+    eval_every: int = typer.Option(0, help="Validation loss every N steps (needs --data)."),
+    eval_batches: int = typer.Option(2, help="Global batches of validation data per eval."),
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
@@ -267,12 +276,17 @@ def controller(
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
         job = Job.create(model, global_batch_size, seq_len)
+        from .run.recipeopts import build_recipe, training_json
+
+        recipe = build_recipe(config, {"lr": lr or None, "seed": seed if seed else None}, steps)
+        training = training_json(recipe, data, eval_every, eval_batches, job.model.vocab_size)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
             planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,
             heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
             debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
-            else "127.0.0.1", seed=seed, lr=lr, token=token,
+            else "127.0.0.1", seed=recipe.seed, lr=recipe.schedule.max_lr, token=token,
+            training=training,
         )  # fmt: skip
         c = Controller(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:
