@@ -7,6 +7,7 @@ Human-readable tables by default, ``--json`` for machines; any bad input prints 
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -26,7 +27,15 @@ from .cli_options import (
     Zero,
     execution_options,
 )
-from .cli_output import GiB, fail, print_estimate, table, version_option
+from .cli_output import (
+    TERM_HEADERS,
+    GiB,
+    catalog_option,
+    fail,
+    print_estimate,
+    table,
+    version_option,
+)
 from .cluster import describe_network
 from .errors import SailorSimError, ValidationError
 from .options import ExecutionOptions, check_replica
@@ -38,8 +47,11 @@ app = typer.Typer(
 )
 
 
+_CATALOG = catalog_option()
+
+
 @app.callback()
-def group(version: bool = version_option(__version__)) -> None:
+def group(version: bool = version_option(__version__), catalog: Path | None = _CATALOG) -> None:
     # A callback keeps `sailor-sim` a command group and gives it --version.
     pass
 
@@ -221,6 +233,9 @@ def simulate(
     p2p: P2p = "megatron",
     fabric: Fabric = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the memory breakdown per stage to this PNG.")
+    ] = None,
 ) -> None:
     """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
     from . import metrics
@@ -254,6 +269,10 @@ def simulate(
         by_provider = metrics.cost_by_provider(plan, providers)
         inputs.check_finite(estimate.to_dict(), "estimate")
         network = describe_network(sim.network, plan)
+        if plot is not None:
+            from .plots import memory_png
+
+            memory_png(estimate, plot, f"{job.model.name} on {plan.num_gpus} GPUs: peak memory")
     except (SailorSimError, OSError) as exc:
         fail(exc)
     if as_json:
@@ -271,8 +290,8 @@ def simulate(
                f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
     typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
     typer.echo(f"Options: {job.options.describe()}")
-    for line in network:
-        typer.echo(f"Network: {line}")
+    for line in network:  # long sources wrap within the tables' 120 columns
+        typer.echo(textwrap.fill(f"Network: {line}", 120, subsequent_indent="  "))
     for name, why in _assumed(model, seq, dtype).items():
         typer.echo(f"Assumed {name}: {why}")
     print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
@@ -360,7 +379,15 @@ def memory(
         typer.echo(f"Assumed {name}: {why}")
     terms = list(rows[0]["breakdown_bytes"])
     table(
-        ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB", *terms],
+        [
+            "stage",
+            "layers",
+            "peak GiB",
+            "cap GiB",
+            "fits",
+            "headroom GiB",
+            *(TERM_HEADERS.get(t, t) for t in terms),
+        ],  # fmt: skip
         [
             (
                 r["stage"],

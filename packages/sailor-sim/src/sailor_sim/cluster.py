@@ -159,9 +159,8 @@ def describe_network(network, plan) -> list[str]:
         eff = inter.bus_efficiency
         eff = default_efficiency(gpu_type) if eff is None else eff
         lines.append(
-            f"{gpu_type} in {zone}: intra-node {intra_node_kind(gpu)} "
-            f"{intra.max_bandwidth / 1e9:.0f} GB/s ({intra.source}); between nodes "
-            f"{inter.max_bandwidth * 8 / 1e9:.0f} Gb/s per GPU, ring bus efficiency {eff:.2f} "
-            f"({inter.source})"
+            f"{gpu_type} in {zone}: {intra_node_kind(gpu)} {intra.max_bandwidth / 1e9:.0f} GB/s "
+            f"inside a node; between nodes {inter.max_bandwidth * 8 / 1e9:.0f} Gb/s per GPU, "
+            f"ring bus efficiency {eff:.2f} ({inter.source})"
         )
     return lines
