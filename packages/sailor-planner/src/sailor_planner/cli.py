@@ -14,6 +14,7 @@ import typer
 import sailor_planner
 from sailor_sim import SailorSimError
 from sailor_sim.cli_options import (
+    Fabric,
     Flash,
     GradDtype,
     Recompute,
@@ -102,6 +103,7 @@ def plan(
     sequence_parallel: SequenceParallel = False,
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
+    fabric: Fabric = None,
     search_options: Annotated[
         bool,
         typer.Option(
@@ -143,6 +145,7 @@ def plan(
             as_json,
             options,
             search_options,
+            fabric=fabric,
         )
     )
     if code:
