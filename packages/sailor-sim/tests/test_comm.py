@@ -185,3 +185,25 @@ def test_zero3_gathers_overlap_layer_by_layer_and_the_first_is_exposed():
 def test_zero3_exposed_traffic_grows_on_a_slower_fabric():
     """The same plan on EFA (0.59 bus efficiency) exposes more than on InfiniBand (0.94)."""
     assert _zero3("AWS EFA")[3].shard_comm_s > _zero3("InfiniBand HDR")[3].shard_comm_s
+
+
+def test_collective_volumes_follow_nccl_tests_bus_bandwidth():
+    """nccl-tests' bus bandwidth: all-reduce moves 2(n-1)/n of the buffer per rank, all-gather
+    and reduce-scatter (n-1)/n, all-to-all (n-1)/n of each rank's buffer."""
+    gb, bw = 1e9, 100e9
+    assert comm.allreduce_s(gb, 8, bw, 0.0) == pytest.approx(2 * 7 / 8 * gb / bw)
+    assert comm.allgather_s(gb, 8, bw, 0.0) == pytest.approx(comm.allreduce_s(gb, 8, bw, 0) / 2)
+    assert comm.reduce_scatter_s(gb, 8, bw, 0.0) == comm.allgather_s(gb, 8, bw, 0.0)
+    assert comm.alltoall_s(gb, 8, bw, 1e-5) == pytest.approx(7 / 8 * gb / bw + 1e-5)
+    assert comm.allreduce_s(gb, 1, bw, 1.0) == 0.0
+
+
+def test_large_groups_pay_tree_latency_not_a_rings():
+    """A ring of n takes 2(n-1) steps; NCCL's double binary tree 2 log2(n): with 1024 ranks
+    the latency term is 20 steps, not 2046 (the simulator's all-reduce of a tiny buffer)."""
+    assert comm.latency_steps(4) == 4  # 2 (n - 1) = 6 > 2 log2 4 = 4
+    assert comm.latency_steps(2) == 2
+    assert comm.latency_steps(1024) == 20 and comm.latency_steps(1024, 1) == 10
+    link_latency = 1e-5
+    t = comm.allreduce_s(16, 1024, 1e9, link_latency)
+    assert t == pytest.approx(20 * link_latency, rel=1e-3)

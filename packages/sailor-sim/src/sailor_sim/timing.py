@@ -207,17 +207,19 @@ def allgather_time(link: LinkCurve, nbytes: float, ranks: int) -> float:
 def allreduce_time(
     link: LinkCurve, nbytes: float, ranks: int, parallel_rings: int, efficiency: float
 ) -> float:
-    """Ring all-reduce of ``nbytes`` over ``ranks`` (Patarasuk & Yuan 2009): 2(n-1)/n of the data
-    crosses every link, in 2(n-1) latency-bound steps per bucket. A link with a measured ring
-    gives its bus bandwidth and step latency; a link of a known fabric its p2p curve at that
-    fabric's bus efficiency; otherwise its p2p curve at ``efficiency`` (``comm``)."""
+    """All-reduce of ``nbytes`` over ``ranks`` in Megatron-sized buckets (``comm.allreduce_s``
+    per bucket: 2(n-1)/n of the data crosses every link; ring or tree latency, whichever is
+    shorter). A link with a measured ring gives its bus bandwidth and step latency; a link of
+    a known fabric its p2p curve at that fabric's bus efficiency; otherwise its p2p curve at
+    ``efficiency`` (``comm``)."""
+    from .comm import allreduce_s
+
     if ranks < 2 or nbytes <= 0:
         return 0.0
     buckets = max(1, math.ceil(nbytes / parallel_rings / DP_BUCKET_BYTES))
     chunk = nbytes / parallel_rings / buckets / ranks
-    volume = 2.0 * (ranks - 1) / ranks * nbytes
     bw = link.ring_bandwidth(chunk, efficiency)
-    return volume / bw + buckets * 2 * (ranks - 1) * link.ring_latency_s
+    return buckets * allreduce_s(nbytes / buckets, ranks, bw, link.ring_latency_s)
 
 
 STEP_SYNC_BYTES = 16
