@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sailor_sim import Job, Plan, Simulator, comm, timing
+from sailor_sim import Job, Plan, Simulator, comm, get_gpu, timing
 from sailor_sim.cli import app
 from sailor_sim.cluster import Cluster, load_cluster
 from sailor_sim.errors import SailorError
@@ -233,3 +233,17 @@ def test_sim_validation_uses_the_rule_the_cli_builds():
 
     assert bench.validation_job(Rec()).options == execution_options(p2p=bench.P2P)
     assert bench.P2P in P2P_STYLES
+
+
+def test_a_catalog_fabric_is_shared_by_the_gpu_types_own_node():
+    """A catalog fabric is quoted per node: GH200 nodes hold 4 GPUs, so Slingshot's
+    4 x 200 Gb/s give each GPU 200 Gb/s (not 800 / 8), the same as the catalog default."""
+    from sailor_sim.cluster import from_catalog
+    from sailor_sim.network import Endpoint
+
+    net = NetworkModel()
+    net.set_cluster(from_catalog("slingshot-4x200"))
+    end = Endpoint(Z, "GH-96", 1)
+    assert net.link(end, end).max_bandwidth == pytest.approx(200e9 / 8)
+    assert net.link(end, end).max_bandwidth == NetworkModel().link(end, end).max_bandwidth
+    assert net.gpus_per_nvlink_domain(get_gpu("GH-96")) == get_gpu("GH-96").gpus_per_node
