@@ -58,7 +58,12 @@ BUS_EFFICIENCY: dict[str, BusEfficiency] = {
         "fitted on the original Sailor's 15 GH200 runs (libfabric NCCL plugin); "
         "bench/sim_validation.py refits it leave-one-out (0.3-0.4)",
     ),
-    "TCP loopback": BusEfficiency(0.59, "gloo on one host: assumed equal to cloud Ethernet"),
+    "TCP loopback": BusEfficiency(
+        0.3,
+        "gloo on CPU ranks of one host, measured by this project's sailor-profiler network "
+        "runs: 0.2-0.4 of the p2p bandwidth (packages/sailor-profiler/README.md, links.json); "
+        "the midpoint. Profiled links carry their measured ring instead",
+    ),
 }
 """Fabric kind -> ring bus efficiency (the kinds of ``data/instances.json`` fabrics)."""
 
