@@ -65,9 +65,9 @@ def test_planner_estimate_equals_sailor_sim_simulate(tmp_path, extra) -> None:
         "--json",
     )  # fmt: skip
     # simulate --json is Estimate.to_dict() plus throughput, provenance, cost_by_provider, plan,
-    # job, the defaults it assumed and the network it assumed
+    # the network it assumed and the defaults it took
     assert {k: simulated[k] for k in planned["estimate"]} == planned["estimate"]
     assert set(simulated) - set(planned["estimate"]) <= {
-        "throughput", "provenance", "cost_by_provider", "plan", "job", "assumed", "network"
+        "throughput", "provenance", "cost_by_provider", "plan", "job", "network", "assumed"
     }  # fmt: skip
     assert planned["estimate"]["fits"]

@@ -7,7 +7,6 @@ Human-readable tables by default, ``--json`` for machines; any bad input prints 
 from __future__ import annotations
 
 import json
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -31,6 +30,7 @@ from .cli_output import (
     TERM_HEADERS,
     GiB,
     catalog_option,
+    echo_wrapped,
     fail,
     print_estimate,
     table,
@@ -288,12 +288,12 @@ def simulate(
         return
     typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
                f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
-    typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
+    echo_wrapped(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
     typer.echo(f"Options: {job.options.describe()}")
-    for line in network:  # long sources wrap within the tables' 120 columns
-        typer.echo(textwrap.fill(f"Network: {line}", 120, subsequent_indent="  "))
+    for line in network:
+        echo_wrapped(f"Network: {line}")
     for name, why in _assumed(model, seq, dtype).items():
-        typer.echo(f"Assumed {name}: {why}")
+        echo_wrapped(f"Assumed {name}: {why}")
     print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
 
 
