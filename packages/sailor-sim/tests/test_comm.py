@@ -247,3 +247,19 @@ def test_a_catalog_fabric_is_shared_by_the_gpu_types_own_node():
     assert net.link(end, end).max_bandwidth == pytest.approx(200e9 / 8)
     assert net.link(end, end).max_bandwidth == NetworkModel().link(end, end).max_bandwidth
     assert net.gpus_per_nvlink_domain(get_gpu("GH-96")) == get_gpu("GH-96").gpus_per_node
+
+
+def test_a_ring_edge_between_zones_runs_at_the_providers_ethernet_efficiency():
+    """H200 nodes default to RoCE (0.94) inside a zone; a ring edge between two zones is on
+    the provider's IP network: the cloud Ethernet figure (0.59), whatever the GPU's fabric."""
+    from sailor_sim.network import Endpoint
+
+    net = NetworkModel()
+    a, b = (Z, "H200", 1), ("us-central1-b", "H200", 1)
+    link = net.link(Endpoint(*a), Endpoint(*b))
+    gb = 1e9
+    t = timing.edge_allreduce_time(net, a, b, 2, gb)
+    ethernet = comm.bus_efficiency("cloud Ethernet").value
+    expected = timing.allreduce_time(link, gb, 2, 1, ethernet)
+    assert t == pytest.approx(expected)
+    assert t > timing.allreduce_time(link, gb, 2, 1, comm.bus_efficiency("RoCE").value)

@@ -18,6 +18,11 @@ DP_BUCKET_BYTES = 160 * 1024**2
 40 M parameters (fp32 main grads) per bucket (``bucket_size`` in megatron/core/distributed)."""
 
 
+CROSS_ZONE_KIND = "cloud Ethernet"
+"""The fabric kind of a ring edge between zones (``comm.BUS_EFFICIENCY``): RDMA fabrics end at
+the zone; what crosses zones is the provider's IP network."""
+
+
 def transfers_per_boundary(full_duplex: bool) -> float:
     """Transfer times one 1F1B step spends per stage boundary: 1 where the activation going
     down and the gradient coming up cross the (full-duplex) link at once, as Megatron-LM's
@@ -264,13 +269,19 @@ def edge_allreduce_time(
 ) -> float:
     """Ring all-reduce time if every edge were the a -> b edge: the TP shards of a replica
     reduce in parallel rings (min TP of the two concurrent pairs), on the edge's own curve
-    (a cross-zone edge is slower): its measured ring, else the platform's bus efficiency."""
+    (a cross-zone edge is slower): its measured ring, else its fabric's bus efficiency; an
+    edge between zones leaves the GPU fabric for the provider's network (cloud Ethernet)."""
+    from .comm import bus_efficiency as of_kind
     from .network import Endpoint
 
     (za, ga, ta), (zb, gb, tb) = a, b
     pairs = min(ta, tb)
     link = network.link(Endpoint(za, ga, pairs), Endpoint(zb, gb, pairs))
-    return allreduce_time(link, grad_bytes_unsharded, ranks, pairs, bus_efficiency(ga, gb))
+    if za == zb:
+        efficiency = bus_efficiency(ga, gb)
+    else:
+        efficiency = of_kind(CROSS_ZONE_KIND).value
+    return allreduce_time(link, grad_bytes_unsharded, ranks, pairs, efficiency)
 
 
 def hierarchical_allreduce_time(
