@@ -178,6 +178,18 @@ def _group_validation(gpu, job) -> dict[str, Any]:
     return out
 
 
+def _framework_note(gpu, job) -> str:
+    """Which fitted framework efficiency the estimate's ``framework`` term used (its own
+    style and family, or one borrowed: ``analytic.framework_efficiency``)."""
+    from . import analytic, trust
+
+    style = trust.execution_style(job.options.zero)
+    found = analytic.framework_efficiency(style, analytic.gpu_family(gpu))
+    if found is None:
+        return "; no framework term (no fit)"
+    return f"; framework efficiency {found[0]:.2f} ({found[1]})"
+
+
 def _analytic_entries(source: str, job, plan) -> list[dict[str, Any]]:
     """One provenance entry per GPU type of an analytic estimate: calibrated on published runs
     (its leave-one-source-out error) or not (the error of the uncalibrated model there)."""
@@ -189,7 +201,10 @@ def _analytic_entries(source: str, job, plan) -> list[dict[str, Any]]:
         fit = analytic.calibrated(gpu, job.dtype) if job.dtype != "fp32" else None
         if fit is not None:
             label, validation = "calibrated analytic", _group_validation(gpu, job)
-            detail = f"efficiency calibrated on published runs ({analytic.CALIBRATION_FILE.name})"
+            detail = (
+                f"efficiency calibrated on published runs ({analytic.CALIBRATION_FILE.name})"
+                f"{_framework_note(gpu, job)}"
+            )
         elif job.dtype == "fp32":  # per-GPU fits to Sailor's fp32 profiles, none held out
             label = "uncalibrated analytic"
             validation = {"method": f"none held out: {analytic.efficiency(gpu).source}"}
