@@ -171,11 +171,11 @@ def elementwise_bytes(model: ModelSpec, layer_id: int, mbs: int, seq: int, tp: i
         return tokens * (model.vocab_size // tp) * LOGIT_BYTES_FORWARD
     if kind != "block":
         return 0
-    ffn = model.ffn_hidden_size // tp
+    ffn = model.mlp_width(layer_id) / tp  # MoE: the routed slots' and shared experts' width
     per_token = 4 * h + 6 * h + (5 * ffn if model.gated_mlp else 2 * ffn)
     if model.position == "rotary":
-        per_token += 2 * (h + model.kv_size) // tp
-    return tokens * per_token * e
+        per_token += 2 * (model.q_width + model.kv_size) // tp
+    return int(tokens * per_token * e)
 
 
 def calibrated_times(

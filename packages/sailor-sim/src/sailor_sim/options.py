@@ -316,7 +316,7 @@ def recomputed_forward_fraction(model, mbs: int, seq: int, tp: int, options, fla
     if options.recompute == "full":
         return 1.0
     block = model.forward_flops(1, mbs, seq, tp)
-    core = 4.0 * mbs * seq * seq * model.hidden_size / tp
+    core = model.attention_core_flops(mbs, seq, tp)
     if options.recompute == "selective_op":  # the even-numbered matmuls run again
         redone = sum(inner for _, inner in block_matmuls(model, tp)[1::2])
         matmul = 2.0 * mbs * seq * model.hidden_size * redone / tp
