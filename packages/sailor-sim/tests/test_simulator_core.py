@@ -18,6 +18,7 @@ TERMS = {
     "recompute",
     "tp_comm",
     "zero_comm",
+    "expert_comm",
     "pipeline_bubble",
     "p2p",
     "dp_sync",

@@ -16,7 +16,9 @@ import typer
 from . import inputs
 from .cli_catalog import register as _register_catalog_commands
 from .cli_options import (
+    ExpertParallel,
     Flash,
+    Fp8,
     GradDtype,
     Recompute,
     SequenceParallel,
@@ -159,7 +161,9 @@ def simulate(
     ),
     gbs: int = typer.Option(None, help="Global batch size (default: from the Sailor plan)."),
     seq: int = typer.Option(None, help="Sequence length (default: the model's maximum)."),
-    dtype: str = typer.Option(None, help="fp32 (default), bf16 or fp16."),
+    dtype: str = typer.Option(
+        None, "--dtype", "--precision", help="fp32 (default), bf16, fp16 or fp8 (bf16 + FP8 GEMMs)."
+    ),
     optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     gpu: str = typer.Option(None, help="Homogeneous plan without a file: the GPU type."),
     tp: int = typer.Option(1, help="With --gpu: tensor-parallel degree."),
@@ -185,6 +189,8 @@ def simulate(
     sequence_parallel: SequenceParallel = False,
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
+    fp8: Fp8 = "none",
+    ep: ExpertParallel = 1,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
@@ -195,7 +201,7 @@ def simulate(
             if value is not None:
                 inputs.positive_number(value, f"--{name}")
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep
         )
         sim = _simulator(sailor_root, profiles)
         if gpu is not None:
@@ -243,7 +249,9 @@ def memory(
     dp: int = typer.Option(1, help="Data-parallel replicas (adds the DP communicator)."),
     stage: int = typer.Option(None, help="Only this stage (0-based)."),
     seq: int = typer.Option(None, help="Sequence length (default: the model's maximum)."),
-    dtype: str = typer.Option("fp32"),
+    dtype: str = typer.Option(
+        "fp32", "--dtype", "--precision", help="fp32, bf16, fp16 or fp8 (bf16 + FP8 GEMMs)."
+    ),
     optimizer: str = typer.Option("adam"),
     sailor_root: Annotated[
         Path | None, typer.Option(help="Folder laid out like a Sailor checkout.")
@@ -257,6 +265,8 @@ def memory(
     sequence_parallel: SequenceParallel = False,
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
+    fp8: Fp8 = "none",
+    ep: ExpertParallel = 1,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Will this model fit on this GPU with this TP / PP / microbatch size, and by how much?"""
@@ -266,7 +276,7 @@ def memory(
 
     try:
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep
         )
         job = Job.create(model, 1, seq, dtype, optimizer, options)
         gpu_type = get_gpu(gpu)
@@ -310,7 +320,8 @@ def memory(
     if as_json:
         typer.echo(json.dumps({"model": job.model.name, "gpu_type": gpu_type.name, "stages": rows}))
         return
-    typer.echo(f"{job.model.name} on {gpu_type.name}: TP {tp}, PP {pp}, mbs {mbs}, {dtype}")
+    typer.echo(f"{job.model.name} on {gpu_type.name}: TP {tp}, PP {pp}, mbs {mbs}, {job.dtype}")
+    typer.echo(f"Options: {job.options.describe()}")
     terms = list(rows[0]["breakdown_bytes"])
     table(
         ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB", *terms],

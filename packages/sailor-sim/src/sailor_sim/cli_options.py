@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from .options import GRAD_DTYPES, RECOMPUTE, ZERO, ExecutionOptions
+from .options import FP8_RECIPES, GRAD_DTYPES, RECOMPUTE, ZERO, ExecutionOptions
 
 Zero = Annotated[
     str, typer.Option("--zero", help=f"Optimizer/gradient/parameter sharding: {', '.join(ZERO)}.")
@@ -35,6 +35,18 @@ VirtualStages = Annotated[
 GradDtype = Annotated[
     str, typer.Option("--grad-dtype", help=f"Main-gradient dtype: {', '.join(GRAD_DTYPES)}.")
 ]
+Fp8 = Annotated[
+    str,
+    typer.Option(
+        "--fp8",
+        help=f"FP8 GEMMs in the blocks, per-tensor scaling: {', '.join(FP8_RECIPES)} "
+        "(--precision fp8 = bf16 with 'delayed').",
+    ),
+]
+ExpertParallel = Annotated[
+    int,
+    typer.Option("--ep", help="Expert parallelism: replicas per stage that split the experts."),
+]
 
 
 def execution_options(
@@ -44,6 +56,8 @@ def execution_options(
     sequence_parallel: bool = False,
     virtual_stages: int = 1,
     grad_dtype: str = "fp32",
+    fp8: str = "none",
+    expert_parallel: int = 1,
 ) -> ExecutionOptions:
     """The ``ExecutionOptions`` the flags describe (raises ``ValidationError`` on bad values)."""
     return ExecutionOptions(
@@ -53,4 +67,6 @@ def execution_options(
         zero=zero,
         sequence_parallel=sequence_parallel,
         virtual_stages=virtual_stages,
+        fp8=fp8,
+        expert_parallel=expert_parallel,
     )

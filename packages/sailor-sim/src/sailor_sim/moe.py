@@ -107,3 +107,75 @@ def check_expert_parallel(moe: MoESpec | None, ep: int, model_name: str) -> None
             f"{model_name}; choose a divisor of {moe.num_experts}",
             field="options.expert_parallel",
         )
+
+
+def experts_held_elsewhere(model, first: int, last: int, tp: int, ep: int) -> int:
+    """Parameters of layers first..last (per GPU of a TP group) that expert parallelism puts
+    on the other ``ep - 1`` ranks of the expert group: (1 - 1/ep) of the routed experts."""
+    if ep == 1 or model.moe is None:
+        return 0
+    total = 0
+    for layer_id in range(max(first, 1), min(last, model.num_layers) + 1):
+        if model.is_moe_block(layer_id):
+            total += model.param_terms(layer_id, tp)["mlp_experts"]
+    return total - total // ep
+
+
+ALL_TO_ALLS_PER_MICROBATCH = 4
+"""Dispatch and combine in forward, and their gradients in backward, per MoE layer."""
+
+
+def all_to_all_bytes(model, layer_id: int, mbs: int, seq: int, tp: int, e: int) -> float:
+    """Bytes one GPU sends in one all-to-all of a MoE layer before its share stays local: each
+    of its tokens' hidden state once per routed slot. Under TP the ranks of a group dispatch
+    disjoint 1/tp of the tokens (Megatron-Core's token dispatcher with sequence-split input)."""
+    if not model.is_moe_block(layer_id):
+        return 0.0
+    return mbs * seq / tp * model.moe.routed_slots * model.hidden_size * e
+
+
+def all_to_all_time(nbytes: float, ep: int, local_ranks: int, intra, inter) -> float:
+    """Seconds of one all-to-all of ``nbytes`` per GPU over ``ep`` ranks, routing uniform:
+    (ep - 1) / ep of it leaves the GPU; the part for the ``local_ranks`` - 1 other ranks of the
+    group on this node crosses ``intra`` (NVLink), the rest ``inter`` (the GPU's NIC), both at
+    once (Hwang et al. 2023, "Tutel", arXiv 2206.03382, Sec. 3: 2D hierarchical all-to-all
+    bound by the slower tier). Not overlapped with compute (Megatron-Core default)."""
+    if ep < 2 or nbytes <= 0:
+        return 0.0
+    local = min(local_ranks, ep)
+    within = nbytes * (local - 1) / ep
+    across = nbytes * (ep - local) / ep
+    t_in = within / intra.bandwidth(nbytes / ep) + (local - 1) * intra.latency_s if within else 0
+    t_out = across / inter.bandwidth(nbytes / ep) + inter.latency_s if across else 0.0
+    return max(t_in, t_out)
+
+
+def expert_comm_per_microbatch(
+    model, first: int, last: int, mbs: int, seq: int, tp: int, e: int, ep: int, links
+) -> float:
+    """Seconds of the all-to-alls of layers first..last per microbatch on one GPU; ``links`` =
+    (local ranks of the expert group on one node, intra-node curve, inter-node curve)."""
+    if ep < 2 or model.moe is None:
+        return 0.0
+    local, intra, inter = links
+    total = 0.0
+    for layer_id in range(max(first, 1), min(last, model.num_layers) + 1):
+        nbytes = all_to_all_bytes(model, layer_id, mbs, seq, tp, e)
+        total += ALL_TO_ALLS_PER_MICROBATCH * all_to_all_time(nbytes, ep, local, intra, inter)
+    return total
+
+
+def check_plan_expert_parallel(ep: int, plan) -> None:
+    """Every stage needs a replica count that ``ep`` divides (expert groups of ep replicas)."""
+    if ep == 1:
+        return
+    from .errors import PlanError
+
+    for i, stage in enumerate(plan.stages):
+        if len(stage.replicas) % ep:
+            raise PlanError(
+                f"expert_parallel {ep} does not divide the {len(stage.replicas)} replicas of "
+                f"stage {i}; use a data-parallel degree that is a multiple of {ep} or a smaller "
+                "expert_parallel",
+                field="options.expert_parallel",
+            )

@@ -30,11 +30,13 @@ from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
 from .dtypes import dtype_bytes
 from .errors import PlanError
 from .estimate import Estimate
+from .fp8 import fp8_peak, fp8_time_delta
 from .gpus import get_gpu
 from .job import Job
 from .memory import (
     GRAD_BYTES,
 )
+from .moe import check_plan_expert_parallel, expert_comm_per_microbatch, experts_held_elsewhere
 from .network import Endpoint, NetworkModel
 from .options import (
     check_replica,
@@ -109,6 +111,7 @@ class Simulator(MemoryComponents):
             plan.check(job)
         if plan.stages[0]._samples != job.global_batch_size:
             plan.check(job)
+        check_plan_expert_parallel(job.options.expert_parallel, plan)
 
     # ---- time components -------------------------------------------------------------------
     def stage_time(
@@ -133,15 +136,33 @@ class Simulator(MemoryComponents):
                 link = self.network.intra_node(gpu.name, tp)
                 seq, dtype = job.sequence_length, job.dtype
                 tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
+            forward, backward = t.span(t.forward, first, last), t.span(t.backward, first, last)
+            if job.options.fp8 != "none":
+                forward, backward = self._fp8_time(
+                    job, gpu, first, last, mbs, tp, forward, backward
+                )
             hit = cache[key] = StageTime(
-                t.span(t.forward, first, last),
-                t.span(t.backward, first, last),
+                forward,
+                backward,
                 tp_s,
                 t.span(t.optimizer, first, last),
                 t.entry.source,
                 self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s),
             )
         return hit
+
+    @staticmethod
+    def _fp8_time(job: Job, gpu, first, last, mbs, tp, forward, backward) -> tuple[float, float]:
+        """16-bit seconds of layers first..last with their block GEMMs in FP8 (``fp8.py``);
+        never below the whole range sped up by the peak ratio (a measured profile can be
+        faster than the analytic GEMM share the saving is computed from)."""
+        seq, dtype, recipe = job.sequence_length, job.dtype, job.options.fp8
+        d_fwd = d_bwd = 0.0
+        for layer_id in range(first, last + 1):
+            f, b = fp8_time_delta(job.model, layer_id, gpu, dtype, mbs, seq, tp, recipe)
+            d_fwd, d_bwd = d_fwd + f, d_bwd + b
+        floor = gpu.peak_flops(dtype) / fp8_peak(gpu)
+        return max(forward + d_fwd, forward * floor), max(backward + d_bwd, backward * floor)
 
     def _recompute_s(self, job: Job, t, gpu, first, last, mbs, tp, tp_s) -> float:
         """Forward work done again in backward (``options.recomputed_forward_fraction`` of
@@ -335,13 +356,18 @@ class Simulator(MemoryComponents):
         return timing.dp_egress_usd(self.network, replicas, 1e9)
 
     def unsharded_params(self, job: Job, first: int, last: int) -> int:
-        """Parameters of layers first..last at TP 1 (O(1): prefix sums per model)."""
+        """Parameters of layers first..last at TP 1 (O(1): prefix sums per model) that one
+        replica holds: under expert parallelism 1/ep of the routed experts, whose gradients
+        are reduced over the replicas holding the same experts (counted as the stage's ring,
+        which ep divides)."""
         cache = self.cache.param_prefix
         prefix = cache.get(job.cache_id)
         if prefix is None:
             prefix = [0]
+            ep = job.options.expert_parallel
             for i in range(job.model.num_layer_ids):
-                prefix.append(prefix[-1] + job.model.params(i))
+                held = job.model.params(i) - experts_held_elsewhere(job.model, i, i, 1, ep)
+                prefix.append(prefix[-1] + held)
             cache[job.cache_id] = prefix
         return prefix[last + 1] - prefix[first]
 
@@ -406,6 +432,7 @@ class Simulator(MemoryComponents):
             g, tp, mbs, d = r.gpu_type, r.tp, r.microbatch_size, len(stage.replicas)
             peak, capacity = self._peak(job, first, last, g, tp, mbs, i, p, r.num_microbatches, d)
             t = self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r)
+            t = t._replace(expert_comm_s=self._expert_comm_s(job, first, last, r))
             hit = self.cache.replica_compute[key] = (t, peak, capacity)
         return hit
 
@@ -420,6 +447,24 @@ class Simulator(MemoryComponents):
         per_mb = self.stage_sync(job, stage).per_microbatch_s
         exposed = max(0.0, per_mb - t.forward_s - t.backward_s)
         return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
+
+    def _expert_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
+        """Expert-parallel all-to-alls per microbatch of a replica (``moe.py``): its expert
+        group's ranks on one node talk over NVLink, the others over the GPU's inter-node link
+        in the replica's zone."""
+        ep = job.options.expert_parallel
+        if ep == 1:
+            return 0.0
+        gpu = get_gpu(r.gpu_type)
+        local = max(1, gpu.gpus_per_node // r.tp)
+        intra = self.network.intra_node(gpu.name, min(ep, local) * r.tp)
+        end = Endpoint(r.zone, r.gpu_type, 1)
+        inter = self.network.link(end, end)
+        e, seq = dtype_bytes(job.dtype), job.sequence_length
+        links = (local, intra, inter)
+        return expert_comm_per_microbatch(
+            job.model, first, last, r.microbatch_size, seq, r.tp, e, ep, links
+        )
 
     def _check_replica(self, job: Job, stage: Stage, i: int, p: int, r: Replica) -> None:
         checked = self.cache.replica_ok

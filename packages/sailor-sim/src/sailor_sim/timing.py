@@ -43,13 +43,21 @@ class StageTime(NamedTuple):
     shard_comm_s: float = 0.0
     """ZeRO-3 parameter all-gathers and gradient reduce-scatter per microbatch not hidden
     behind its compute (set per stage by the simulator, 0 in ``stage_time``)."""
+    expert_comm_s: float = 0.0
+    """Expert-parallel all-to-alls (dispatch, combine; forward and backward) per microbatch
+    (set per replica by the simulator, 0 in ``stage_time``; ``moe.py``)."""
 
     @property
     def per_microbatch_s(self) -> float:
         """Everything one microbatch costs this replica (additive over layer ranges; the
         pipeline adds ``MICROBATCH_OVERHEAD_S`` once per stage)."""
         return (
-            self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.shard_comm_s
+            self.forward_s
+            + self.backward_s
+            + self.recompute_s
+            + self.tp_comm_s
+            + self.shard_comm_s
+            + self.expert_comm_s
         )
 
 
@@ -118,6 +126,7 @@ def pipeline_time(
         "recompute": m * b.recompute_s,
         "tp_comm": m * b.tp_comm_s,
         "zero_comm": m * b.shard_comm_s,
+        "expert_comm": m * b.expert_comm_s,
         "pipeline_bubble": (sum(per) - per[k]) / virtual,
         "p2p": (m - 1) * (steps[k] - per[k]) + 2.0 * sum(p2p),
     }
