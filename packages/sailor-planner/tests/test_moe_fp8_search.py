@@ -44,3 +44,21 @@ def test_fp8_jobs_get_plans_without_zero3():
     result = Planner(Simulator()).plan(job, inventory, SearchOptions(search_execution_options=True))
     assert result.best.estimate.fits
     assert result.best.options.fp8 == "delayed" and result.best.options.zero != "zero3"
+
+
+def test_context_parallelism_is_searched_for_long_sequences_only():
+    from sailor_planner.execution import LEAN_CONTEXT_PARALLEL, LONG_SEQUENCE
+
+    short = Job.create("LLaMA-3.1-8B", 16, 8192, "bf16")
+    assert {o.context_parallel for o in lean(short.options, None, 8192)} == {1}
+    long = Job.create("LLaMA-3.1-8B", 8, LONG_SEQUENCE * 4, "bf16")
+    cps = [o.context_parallel for o in lean(long.options, None, long.sequence_length)]
+    assert LEAN_CONTEXT_PARALLEL in cps
+    inventory = Inventory.parse([f"H100-80@{A}=32"])
+    result = Planner(Simulator()).plan(
+        long, inventory, SearchOptions(search_execution_options=True)
+    )
+    best = result.best
+    assert best.estimate.fits and best.options.context_parallel == LEAN_CONTEXT_PARALLEL
+    # the plan's replicas take the global batch cp times over (each sample split cp ways)
+    assert best.plan.samples_per_iteration == 8 * LEAN_CONTEXT_PARALLEL

@@ -19,6 +19,7 @@ TERMS = {
     "tp_comm",
     "zero_comm",
     "expert_comm",
+    "context_comm",
     "pipeline_bubble",
     "p2p",
     "dp_sync",

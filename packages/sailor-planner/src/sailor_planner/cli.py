@@ -14,6 +14,7 @@ import typer
 import sailor_planner
 from sailor_sim import SailorSimError
 from sailor_sim.cli_options import (
+    ContextParallel,
     ExpertParallel,
     Flash,
     Fp8,
@@ -103,6 +104,7 @@ def plan(
     grad_dtype: GradDtype = "fp32",
     fp8: Fp8 = "none",
     ep: ExpertParallel = 1,
+    cp: ContextParallel = 1,
     search_options: Annotated[
         bool,
         typer.Option(
@@ -118,7 +120,7 @@ def plan(
 
     try:
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep, cp
         )
     except SailorSimError as exc:
         fail(exc)

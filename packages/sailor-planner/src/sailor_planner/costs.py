@@ -80,7 +80,9 @@ class CostView:
     def profiled_oom(self, g: str, m: int, t: int) -> bool:
         """The profile marks (g, m, t) 'oom': the simulator refuses it, so the search skips it."""
         job = self.job
-        entry = self.sim.profiles.oom_entry(job.model, g, job.dtype, m, t, job.sequence_length)
+        entry = self.sim.profiles.oom_entry(
+            job.model, g, job.dtype, m, t, job.local_sequence_length
+        )
         return entry is not None
 
     # ---- time -------------------------------------------------------------------------------
@@ -147,7 +149,7 @@ class CostView:
         key = (g, m, t)
         parts = self._mem_parts.get(key)
         if parts is None:
-            job, model, seq = self.job, self.model, self.job.sequence_length
+            job, model, seq = self.job, self.model, self.job.local_sequence_length
             # the profile's table with the activations the job's options stash
             table = self.sim.layer_table(job, g, m, t)
             params_pre = np.array(table.params, dtype=float)
@@ -186,7 +188,7 @@ class CostView:
             static = static + transient  # the transient and the FP8 copies (see _parts)
         if dp:  # the most: interleaving keeps extra microbatches on the first stage
             acts = acts * activation_factor(job.options, 0, p)
-        act_out = self.model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
+        act_out = self.model.activation_out_bytes(0, m, job.local_sequence_length, job.dtype)
         buffer, communicators = position_terms(act_out, t, 2 if dp else 1, i, p)
         peak = peak_bytes(
             framework_overhead(get_gpu(g)),

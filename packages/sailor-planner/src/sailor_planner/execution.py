@@ -10,7 +10,11 @@ constraints is kept, with the options it needs (``RankedPlan.options``). The oth
 Expert parallelism is searched only for mixture-of-experts models (``expert_degrees``: the
 powers of two that divide the experts and every stage's replica count), so dense jobs pay
 nothing for it; it shards the experts' weights, gradients and optimizer states and adds the
-all-to-alls. FP8 jobs never get ZeRO-3 (refused: ``options.check_options``).
+all-to-alls. Context parallelism changes how many replicas a plan needs (each sample is
+split over cp of them), so it is not a variant of a found plan: a job with sequences of at
+least ``LONG_SEQUENCE`` tokens gets one more lean search with ``LEAN_CONTEXT_PARALLEL``, where
+activations per GPU shrink by cp. FP8 jobs never get ZeRO-3 (refused:
+``options.check_options``).
 """
 
 from __future__ import annotations
@@ -79,19 +83,30 @@ def fitted_expert_parallel(job: Job, plan: Plan) -> Job:
     return dataclasses.replace(job, options=options)
 
 
+LONG_SEQUENCE = 32768
+"""Sequences from this length on are searched with context parallelism too: below it a
+sample's activations fit a GPU with recomputation, and ring steps are too short to hide the
+KV exchange behind attention."""
+LEAN_CONTEXT_PARALLEL = 4
+"""The context-parallel degree of that search (a TP-2 replica group of 8 GPUs stays in an
+NVLink node)."""
+
 LEAN_EXPERT_PARALLEL = 8
 """The expert-parallel degree the lean search of a MoE job uses (one 8-GPU node of replicas at
 TP 1): most of the experts' memory off each GPU while the all-to-all can stay on NVLink."""
 
 
-def lean(options: ExecutionOptions, moe=None) -> tuple[ExecutionOptions, ...]:
+def lean(
+    options: ExecutionOptions, moe=None, sequence_length: int = 0
+) -> tuple[ExecutionOptions, ...]:
     """The searched options that need the least memory: full recomputation with ZeRO-1
     (sharded optimizer states and master weights; any pipeline depth) and with ZeRO-3
     (parameters and gradients sharded too; one-stage plans only, pipelined candidates are
     refused). The planner searches under these too, so plans that fit only with them exist.
     A MoE job (``moe``: its ``MoESpec``) also splits its experts over up to
     ``LEAN_EXPERT_PARALLEL`` replicas; plans whose replica counts it does not divide are
-    refused when re-scored. FP8 jobs skip ZeRO-3 (not modelled with FP8 weight caches)."""
+    refused when re-scored. FP8 jobs skip ZeRO-3 (not modelled with FP8 weight caches).
+    Sequences of ``LONG_SEQUENCE`` tokens or more add ZeRO-1 with ``LEAN_CONTEXT_PARALLEL``."""
     ep = options.expert_parallel
     if moe is not None and ep == 1:
         ep = math.gcd(moe.num_experts, LEAN_EXPERT_PARALLEL)
@@ -102,6 +117,10 @@ def lean(options: ExecutionOptions, moe=None) -> tuple[ExecutionOptions, ...]:
                 options, recompute="full", zero="zero3", virtual_stages=1, expert_parallel=ep
             )
         )
+    cp = LEAN_CONTEXT_PARALLEL
+    long = sequence_length >= LONG_SEQUENCE and sequence_length % (2 * cp) == 0
+    if long and options.context_parallel == 1 and options.flash_attention is not False:
+        out.append(dataclasses.replace(out[0], context_parallel=cp))
     return tuple(out)
 
 
@@ -109,6 +128,13 @@ def best_options(sim, job: Job, ranked: RankedPlan, admits: Callable, key: Calla
     """``ranked`` (estimated under ``ranked.options``, None: the job's) re-scored under every
     variant; the best admitted one (ties: the job's own options, which come first)."""
     best, scored = ranked, ranked.options or job.options
+    if (scored.context_parallel, scored.expert_parallel) != (
+        job.options.context_parallel,
+        job.options.expert_parallel,
+    ):  # a lean plan's replicas are laid out for its CP/EP degrees: vary the rest only
+        degrees = {"context_parallel": scored.context_parallel}
+        degrees["expert_parallel"] = scored.expert_parallel
+        job = dataclasses.replace(job, options=dataclasses.replace(job.options, **degrees))
     for options in variants(job, ranked.plan):
         if options == scored:
             continue

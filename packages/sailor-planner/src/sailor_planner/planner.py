@@ -185,7 +185,7 @@ class Planner:
         cannot win under any variant either, so such branches are pruned. Returns the ranked
         plans (their estimates under the lean options) and whether a search was partial."""
         out, partial = [], False
-        for lean_options in lean(job.options, job.model.moe):
+        for lean_options in lean(job.options, job.model.moe, job.sequence_length):
             lean_job = dataclasses.replace(job, options=lean_options)
             if lean_job == job:
                 continue

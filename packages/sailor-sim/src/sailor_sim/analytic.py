@@ -222,6 +222,14 @@ def layer_times(
     return fwd, bwd
 
 
+def attention_flop_s(gpu: GPUType, dtype: str) -> float:
+    """Achieved FLOP/s of the attention core (flash): the GPU's matmul efficiency at its
+    16-bit peak (the calibrated plateau where there is one, else the per-GPU forward fit)."""
+    fit = calibrated(gpu, dtype)
+    eff = fit.e_max if fit else efficiency(gpu).forward
+    return gpu.peak_flops(dtype, allow_tf32=True) * eff
+
+
 def optimizer_time(params: int, gpu: GPUType, dtype: str, optimizer: str) -> float:
     """Seconds of one optimizer step over ``params`` parameters (memory bound)."""
     table = SGD_BYTES_PER_PARAM if optimizer == "sgd" else ADAM_BYTES_PER_PARAM

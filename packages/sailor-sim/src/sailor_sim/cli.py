@@ -16,6 +16,7 @@ import typer
 from . import __version__, inputs
 from .cli_catalog import register as _register_catalog_commands
 from .cli_options import (
+    ContextParallel,
     ExpertParallel,
     Flash,
     Fp8,
@@ -222,6 +223,7 @@ def simulate(
     grad_dtype: GradDtype = "fp32",
     fp8: Fp8 = "none",
     ep: ExpertParallel = 1,
+    cp: ContextParallel = 1,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
@@ -232,7 +234,7 @@ def simulate(
             if value is not None:
                 inputs.positive_number(value, f"--{name}")
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep, cp
         )
         sim = _simulator(sailor_root, profiles)
         if gpu is not None:
@@ -299,6 +301,7 @@ def memory(
     grad_dtype: GradDtype = "fp32",
     fp8: Fp8 = "none",
     ep: ExpertParallel = 1,
+    cp: ContextParallel = 1,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Will this model fit on this GPU with this TP / PP / microbatch size, and by how much?"""
@@ -307,7 +310,7 @@ def memory(
 
     try:
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep, cp
         )
         job = _job(model, 1, seq, dtype, optimizer, options)
         gpu_type = get_gpu(gpu)

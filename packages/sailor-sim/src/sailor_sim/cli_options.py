@@ -43,6 +43,12 @@ Fp8 = Annotated[
         "(--precision fp8 = bf16 with 'delayed').",
     ),
 ]
+ContextParallel = Annotated[
+    int,
+    typer.Option(
+        "--cp", help="Context parallelism: replicas per stage that split each sequence (ring)."
+    ),
+]
 ExpertParallel = Annotated[
     int,
     typer.Option("--ep", help="Expert parallelism: replicas per stage that split the experts."),
@@ -58,6 +64,7 @@ def execution_options(
     grad_dtype: str = "fp32",
     fp8: str = "none",
     expert_parallel: int = 1,
+    context_parallel: int = 1,
 ) -> ExecutionOptions:
     """The ``ExecutionOptions`` the flags describe (raises ``ValidationError`` on bad values)."""
     return ExecutionOptions(
@@ -69,4 +76,5 @@ def execution_options(
         virtual_stages=virtual_stages,
         fp8=fp8,
         expert_parallel=expert_parallel,
+        context_parallel=context_parallel,
     )

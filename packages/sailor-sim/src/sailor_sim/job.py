@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import inputs
+from .context_parallel import check_context_parallel
 from .dtypes import check_dtype
 from .errors import SailorSimError, ValidationError
 from .gpus import get_gpu
@@ -65,9 +66,21 @@ class Job:
             raise ValidationError("must be ExecutionOptions or a dict of them", field="options")
         check_options(self.options, self.dtype)
         check_expert_parallel(self.model.moe, self.options.expert_parallel, self.model.name)
+        check_context_parallel(self.options.context_parallel, self.sequence_length)
         # Equal jobs (up to the global batch, which no cached component depends on) share one
         # small int: the simulator's caches key on it instead of hashing a ModelSpec per lookup.
         self._intern()
+
+    @property
+    def local_sequence_length(self) -> int:
+        """Tokens of a sample one replica processes: the sequence / ``context_parallel``."""
+        return self.sequence_length // self.options.context_parallel
+
+    @property
+    def sample_slots(self) -> int:
+        """Samples the replicas of a stage process per iteration together: the global batch
+        x ``context_parallel`` (each sample is split over cp replicas)."""
+        return self.global_batch_size * self.options.context_parallel
 
     def _fp8_precision(self) -> None:
         """dtype 'fp8' (``--precision fp8``) is bf16 training with FP8 GEMMs, as Transformer
@@ -300,6 +313,7 @@ def _options_from_proto(msg) -> ExecutionOptions:
         p2p_scatter_gather=(msg.p2p_scatter_gather if msg.HasField("p2p_scatter_gather") else True),
         fp8=msg.fp8 or default.fp8,
         expert_parallel=msg.expert_parallel or 1,
+        context_parallel=msg.context_parallel or 1,
     )
 
 

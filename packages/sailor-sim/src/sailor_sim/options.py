@@ -41,6 +41,9 @@ the plan's ``Replica.num_microbatches`` (``Plan.gradient_accumulation_steps``).
 - ``expert_parallel``: the experts of each MoE layer split over this many data-parallel
   replicas of a stage, with all-to-all dispatch and combine (``moe.py``). Needs a MoE model
   and a replica count per stage that it divides.
+- ``context_parallel``: ring attention over groups of this many data-parallel replicas of a
+  stage, each taking seq / cp tokens of the same samples (``context_parallel.py``). Needs
+  flash attention and a sequence length divisible by 2 cp.
 - ``virtual_stages``: interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2): each GPU holds v
   model chunks: the fill/drain bubble divides by v, the p2p traffic multiplies by v.
 """
@@ -87,19 +90,19 @@ class ExecutionOptions:
     scaling recipe)."""
     expert_parallel: int = 1
     """Data-parallel replicas of a stage that split each MoE layer's experts (1 = none)."""
+    context_parallel: int = 1
+    """Data-parallel replicas of a stage that split each sample's sequence (ring attention;
+    1 = none)."""
 
     def __post_init__(self) -> None:
         _one_of("grad_dtype", self.grad_dtype, GRAD_DTYPES)
         _one_of("fp8", self.fp8, FP8_RECIPES)
-        if isinstance(self.expert_parallel, bool) or not isinstance(self.expert_parallel, int):
-            raise ValidationError(
-                f"must be an integer >= 1, got {self.expert_parallel!r}",
-                field="options.expert_parallel",
-            )
-        if self.expert_parallel < 1:
-            raise ValidationError(
-                f"must be >= 1, got {self.expert_parallel}", field="options.expert_parallel"
-            )
+        for name in ("expert_parallel", "context_parallel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(
+                    f"must be an integer >= 1, got {value!r}", field=f"options.{name}"
+                )
         _one_of("recompute", self.recompute, RECOMPUTE)
         _one_of("zero", self.zero, ZERO)
         if self.flash_attention not in (None, True, False):
@@ -208,6 +211,12 @@ def check_options(options: ExecutionOptions, dtype: str) -> None:
             "flash attention runs in bf16/fp16 only; train in bf16 or set flash_attention=false",
             field="options.flash_attention",
         )
+    if options.context_parallel > 1 and options.flash_attention is False:
+        raise ValidationError(
+            "context parallelism (ring attention) runs on flash attention, which keeps no "
+            "(s, s) scores; set flash_attention on or context_parallel=1",
+            field="options.context_parallel",
+        )
     if options.fp8 != "none" and dtype == "fp32":
         raise ValidationError(
             "fp8 GEMMs run inside bf16/fp16 training (dtype is fp32); use --precision fp8 "
@@ -233,6 +242,12 @@ def check_replica(options: ExecutionOptions, gpu, dtype: str, tp: int, num_stage
     from .fp8 import check_fp8
 
     check_fp8(options.fp8, gpu, dtype)
+    if options.context_parallel > 1 and not uses_flash(options, gpu, dtype):
+        raise ValidationError(
+            f"context parallelism needs flash attention, which {gpu.name} does not run in "
+            f"{dtype}; train in bf16/fp16 on Ampere or later, or set context_parallel=1",
+            field="options.context_parallel",
+        )
     if options.sequence_parallel and tp < 2:
         raise ValidationError(
             "sequence parallelism splits activations over TP ranks and needs tp > 1 in every "

@@ -91,7 +91,8 @@ class MemoryComponents:
         key = (job.cache_id, gpu_type, mbs, tp)
         hit = cache.get(key)
         if hit is None:
-            model, gpu, seq, dtype = job.model, get_gpu(gpu_type), job.sequence_length, job.dtype
+            model, gpu, dtype = job.model, get_gpu(gpu_type), job.dtype
+            seq = job.local_sequence_length  # a context-parallel rank's share of each sample
             t = self.profiles.table(model, gpu, dtype, mbs, tp, seq, job.optimizer)
             flash = uses_flash(job.options, gpu, dtype)
             taken_with = profiled_with_flash(t.entry)
@@ -213,7 +214,8 @@ class MemoryComponents:
         key = (job.cache_id, first, last, gpu_type, tp, mbs)
         hit = cache.get(key)
         if hit is None:
-            model, gpu, seq, dtype = job.model, get_gpu(gpu_type), job.sequence_length, job.dtype
+            model, gpu, dtype = job.model, get_gpu(gpu_type), job.dtype
+            seq = job.local_sequence_length  # a context-parallel rank's share of each sample
             t = self.layer_table(job, gpu_type, mbs, tp)
             transient = transient_bytes(model, last, mbs, seq, dtype, tp)
             if job.options.recompute == "full" and first <= model.num_layers and last >= 1:

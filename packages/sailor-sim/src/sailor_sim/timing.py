@@ -46,6 +46,9 @@ class StageTime(NamedTuple):
     expert_comm_s: float = 0.0
     """Expert-parallel all-to-alls (dispatch, combine; forward and backward) per microbatch
     (set per replica by the simulator, 0 in ``stage_time``; ``moe.py``)."""
+    context_comm_s: float = 0.0
+    """Context-parallel KV exchange not hidden behind attention, per microbatch (set per
+    replica by the simulator, 0 in ``stage_time``; ``context_parallel.py``)."""
 
     @property
     def per_microbatch_s(self) -> float:
@@ -58,6 +61,7 @@ class StageTime(NamedTuple):
             + self.tp_comm_s
             + self.shard_comm_s
             + self.expert_comm_s
+            + self.context_comm_s
         )
 
 
@@ -127,6 +131,7 @@ def pipeline_time(
         "tp_comm": m * b.tp_comm_s,
         "zero_comm": m * b.shard_comm_s,
         "expert_comm": m * b.expert_comm_s,
+        "context_comm": m * b.context_comm_s,
         "pipeline_bubble": (sum(per) - per[k]) / virtual,
         "p2p": (m - 1) * (steps[k] - per[k]) + 2.0 * sum(p2p),
     }
