@@ -75,3 +75,19 @@ def test_refusals_name_the_option():
     assert e.value.field == "options.expert_parallel"
     j = job(8)
     assert Job.from_dict(j.to_dict()) == j and Job.from_proto(j.to_proto()) == j
+
+
+def test_model_flops_count_the_activated_parameters():
+    """MFU of a MoE run uses its active parameters: Mixtral's 6N is that of 12.9 B, not 46.7 B."""
+    from sailor_sim.metrics import model_flops_per_token
+
+    model = job().model
+    per_token = model_flops_per_token(model, 4096)
+    attention = 12 * model.num_layers * model.num_heads * model.head_dim * 4096
+    n = (per_token - attention) / 6
+    assert n == pytest.approx(model.active_params() - model.vocab_size * 4096, rel=0.01)
+    dense = Job.create("LLaMA-3.1-8B", 8, 4096, "bf16").model
+    assert (
+        model_flops_per_token(dense, 4096)
+        == 6.0 * dense.matmul_params() + 12 * 32 * 32 * 128 * 4096
+    )
