@@ -25,7 +25,7 @@ from sailor_sim.cli_options import (
     Zero,
     execution_options,
 )
-from sailor_sim.cli_output import version_option
+from sailor_sim.cli_output import catalog_option, version_option
 from sailor_sim.inputs import run_app
 
 from .errors import SailorPlannerError
@@ -41,8 +41,14 @@ def fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
+_CATALOG = catalog_option()
+
+
 @app.callback()
-def group(version: bool = version_option(sailor_planner.__version__)) -> None:
+def group(
+    version: bool = version_option(sailor_planner.__version__),
+    catalog: Path | None = _CATALOG,
+) -> None:
     # A callback keeps `sailor-planner` a command group.
     pass
 
@@ -120,8 +126,9 @@ def plan(
 
     try:
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep, cp
-        )
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype,
+            fp8=fp8, expert_parallel=ep, context_parallel=cp,
+        )  # fmt: skip
     except SailorSimError as exc:
         fail(exc)
 

@@ -35,6 +35,7 @@ from .profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
 from .result import Estimate, ReplicaMemory
 from .runspec import RunSpec
 from .simulator import Simulator, StageTime
+from .user_catalog import load_catalog
 from .zones import ZONE_CATALOG, Zone, default_zone, get_zone, register_zone, relationship
 
 __version__ = "0.1.0"
@@ -66,6 +67,7 @@ __all__ = [
     "ReplicaMemory",
     "RunSpec",
     "Simulator",
+    "load_catalog",
     "specs",
     "StageTime",
     "load_profile_dir",

@@ -18,16 +18,28 @@ from .cli_catalog import register as _register_catalog_commands
 from .cli_options import (
     ContextParallel,
     ExpertParallel,
+    Fabric,
     Flash,
     Fp8,
     GradDtype,
+    P2p,
     Recompute,
     SequenceParallel,
     VirtualStages,
     Zero,
     execution_options,
 )
-from .cli_output import GiB, fail, print_estimate, table, version_option
+from .cli_output import (
+    TERM_HEADERS,
+    GiB,
+    catalog_option,
+    echo_wrapped,
+    fail,
+    print_estimate,
+    table,
+    version_option,
+)
+from .cluster import describe_network
 from .errors import SailorSimError, ValidationError
 from .options import ExecutionOptions, check_replica
 
@@ -38,8 +50,11 @@ app = typer.Typer(
 )
 
 
+_CATALOG = catalog_option()
+
+
 @app.callback()
-def group(version: bool = version_option(__version__)) -> None:
+def group(version: bool = version_option(__version__), catalog: Path | None = _CATALOG) -> None:
     # A callback keeps `sailor-sim` a command group and gives it --version.
     pass
 
@@ -224,7 +239,12 @@ def simulate(
     fp8: Fp8 = "none",
     ep: ExpertParallel = 1,
     cp: ContextParallel = 1,
+    p2p: P2p = "megatron",
+    fabric: Fabric = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the memory breakdown per stage to this PNG.")
+    ] = None,
 ) -> None:
     """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
     from . import metrics
@@ -234,9 +254,14 @@ def simulate(
             if value is not None:
                 inputs.positive_number(value, f"--{name}")
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep, cp
-        )
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, p2p,
+            fp8=fp8, expert_parallel=ep, context_parallel=cp,
+        )  # fmt: skip
         sim = _simulator(sailor_root, profiles)
+        if fabric is not None:
+            from .cluster import resolve
+
+            sim.network.set_cluster(resolve(fabric))
         if gpu is not None:
             if plan_file is not None or sailor_plan is not None:
                 raise ValidationError("give --gpu or a plan file, not both", field="plan")
@@ -253,6 +278,11 @@ def simulate(
         providers = [p for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
         inputs.check_finite(estimate.to_dict(), "estimate")
+        network = describe_network(sim.network, plan)
+        if plot is not None:
+            from .plots import memory_png
+
+            memory_png(estimate, plot, f"{job.model.name} on {plan.num_gpus} GPUs: peak memory")
     except (SailorSimError, OSError) as exc:
         fail(exc)
     if as_json:
@@ -260,6 +290,7 @@ def simulate(
         out["throughput"] = rate.to_dict()
         out["provenance"] = metrics.provenance(estimate.sources, job, plan)
         out["cost_by_provider"] = by_provider
+        out["network"] = network
         out["plan"] = plan.to_dict()
         out["job"] = job.to_dict()
         out["assumed"] = _assumed(model, seq, dtype)
@@ -267,10 +298,12 @@ def simulate(
         return
     typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
                f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
-    typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
+    echo_wrapped(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
     typer.echo(f"Options: {job.options.describe()}")
+    for line in network:
+        echo_wrapped(f"Network: {line}")
     for name, why in _assumed(model, seq, dtype).items():
-        typer.echo(f"Assumed {name}: {why}")
+        echo_wrapped(f"Assumed {name}: {why}")
     print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
 
 
@@ -310,8 +343,9 @@ def memory(
 
     try:
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, fp8, ep, cp
-        )
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype,
+            fp8=fp8, expert_parallel=ep, context_parallel=cp,
+        )  # fmt: skip
         job = _job(model, 1, seq, dtype, optimizer, options)
         gpu_type = get_gpu(gpu)
         job.model.check_tp(tp)
@@ -360,7 +394,15 @@ def memory(
         typer.echo(f"Assumed {name}: {why}")
     terms = list(rows[0]["breakdown_bytes"])
     table(
-        ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB", *terms],
+        [
+            "stage",
+            "layers",
+            "peak GiB",
+            "cap GiB",
+            "fits",
+            "headroom GiB",
+            *(TERM_HEADERS.get(t, t) for t in terms),
+        ],  # fmt: skip
         [
             (
                 r["stage"],

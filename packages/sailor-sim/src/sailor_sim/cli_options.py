@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from .options import FP8_RECIPES, GRAD_DTYPES, RECOMPUTE, ZERO, ExecutionOptions
+from .errors import ValidationError
+from .options import FP8_RECIPES, GRAD_DTYPES, P2P_STYLES, RECOMPUTE, ZERO, ExecutionOptions
 
 Zero = Annotated[
     str, typer.Option("--zero", help=f"Optimizer/gradient/parameter sharding: {', '.join(ZERO)}.")
@@ -54,6 +55,24 @@ ExpertParallel = Annotated[
     typer.Option("--ep", help="Expert parallelism: replicas per stage that split the experts."),
 ]
 
+P2p = Annotated[
+    str,
+    typer.Option(
+        "--p2p",
+        help="Pipeline p2p of the framework: 'megatron' (TP ranks scatter/gather, sends "
+        "overlap receives; our runtime) or 'deepspeed' (whole tensors, blocking in turn).",
+    ),
+]
+
+Fabric = Annotated[
+    str | None,
+    typer.Option(
+        "--fabric",
+        help="The fabric between nodes: a catalog fabric name (e.g. ib-ndr-8x400) or a "
+        "sailor-cluster/1 JSON file (default: the GPU type's cloud instances' fabric).",
+    ),
+]
+
 
 def execution_options(
     zero: str = "none",
@@ -62,12 +81,18 @@ def execution_options(
     sequence_parallel: bool = False,
     virtual_stages: int = 1,
     grad_dtype: str = "fp32",
+    p2p: str = "megatron",
     fp8: str = "none",
     expert_parallel: int = 1,
     context_parallel: int = 1,
 ) -> ExecutionOptions:
     """The ``ExecutionOptions`` the flags describe (raises ``ValidationError`` on bad values)."""
+    if p2p not in P2P_STYLES:
+        raise ValidationError(
+            f"unknown p2p style {p2p!r}; use {' or '.join(P2P_STYLES)}", field="--p2p"
+        )
     return ExecutionOptions(
+        p2p_scatter_gather=P2P_STYLES[p2p],
         grad_dtype=grad_dtype,
         flash_attention=flash,
         recompute=recompute,
