@@ -30,7 +30,6 @@ from .dtypes import dtype_bytes
 from .errors import ValidationError
 from .gpus import TFLOPS, GPUType
 
-RECIPES = ("none", "delayed", "current")
 FP8_WEIGHT_COPIES = 2
 """Cached FP8 copies per linear weight: row-wise and column-wise (transposed), 1 B each."""
 QUANTIZE_BYTES = 3

@@ -56,6 +56,7 @@ from typing import Any
 
 from .dtypes import dtype_bytes
 from .errors import ValidationError
+from .fp8 import check_fp8, fp8_gpus_problem, fp8_stash
 
 RECOMPUTE = ("none", "selective", "full", "selective_op")
 ZERO = ("none", "zero1", "zero2", "zero3", "hybrid")
@@ -247,8 +248,6 @@ def check_replica(options: ExecutionOptions, gpu, dtype: str, tp: int, num_stage
             "tensor cores); set flash_attention=false or use another GPU type",
             field="options.flash_attention",
         )
-    from .fp8 import check_fp8
-
     check_fp8(options.fp8, gpu, dtype)
     if options.context_parallel > 1 and not uses_flash(options, gpu, dtype):
         raise ValidationError(
@@ -286,8 +285,6 @@ def check_options_on(options: ExecutionOptions, dtype: str, gpus) -> None:
             "bf16/fp16); set flash_attention=false or add such GPUs",
             field="options.flash_attention",
         )
-    from .fp8 import fp8_gpus_problem
-
     problem = fp8_gpus_problem(options.fp8, gpus)
     if problem:
         raise ValidationError(problem, field="options.fp8")
@@ -323,8 +320,6 @@ def stash_bytes(model, layer_id: int, mbs: int, seq: int, dtype: str, tp: int, o
     if options.sequence_parallel:
         terms = {k: v // tp if k in _REPLICATED else v for k, v in terms.items()}
     if options.fp8 != "none":
-        from .fp8 import fp8_stash
-
         terms = fp8_stash(model, layer_id, terms, dtype)
     if model.layer_kind(layer_id) != "block":
         return sum(terms.values())
