@@ -61,3 +61,14 @@ def test_gb200_nvl72_is_one_nvlink_domain_of_72():
     set_price("GB200", 0.0, source="test: cost not compared")
     e = Simulator().estimate(job, Plan.uniform(job, "GB200", "us-central1-a", tp=16, dp=2))
     assert e.iteration_time_s > 0 and e.time_breakdown_s["tp_comm"] > 0
+
+
+def test_memory_needs_replicas_for_the_expert_and_context_groups():
+    r = run("memory", "--model", MIXTRAL, "--gpu", "H100", "--seq", "4096", "--ep", "8")
+    assert r.exit_code == 2 and "options.expert_parallel" in r.output
+    ok = run(
+        "memory", "--model", MIXTRAL, "--gpu", "H100", "--seq", "4096", "--ep", "8", "--dp", "8"
+    )
+    assert ok.exit_code == 0, ok.output
+    r = run("memory", "--model", "LLaMA-3.1-8B", "--gpu", "H100", "--seq", "8192", "--cp", "2")
+    assert r.exit_code == 2 and "options.context_parallel" in r.output

@@ -14,7 +14,9 @@ all-to-alls. Context parallelism changes how many replicas a plan needs (each sa
 split over cp of them), so it is not a variant of a found plan: a job with sequences of at
 least ``LONG_SEQUENCE`` tokens gets one more lean search with ``LEAN_CONTEXT_PARALLEL``, where
 activations per GPU shrink by cp. FP8 jobs never get ZeRO-3 (refused:
-``options.check_options``).
+``options.check_options``). The search's own tables (``costs.py``) hold the memory EP saves
+but not the all-to-alls or the KV exchange (they depend on where the replicas are); every
+candidate's re-scoring by the simulator includes them.
 """
 
 from __future__ import annotations

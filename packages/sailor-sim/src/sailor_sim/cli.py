@@ -359,6 +359,13 @@ def memory(
             inputs.integral(value, name)
         if num_microbatches is not None:
             inputs.integral(num_microbatches, "--num-microbatches")
+        for option, degree in (("expert_parallel", ep), ("context_parallel", cp)):
+            if dp % degree:  # their groups are made of the stage's replicas
+                raise ValidationError(
+                    f"{degree} does not divide the {dp} replicas (--dp); use --dp a multiple "
+                    f"of {degree}",
+                    field=f"options.{option}",
+                )
         sizes = even_split(job.model.num_layer_ids, pp)
         if stage is not None and not 0 <= stage < pp:
             raise ValidationError(f"must be in 0..{pp - 1}", field="stage")
