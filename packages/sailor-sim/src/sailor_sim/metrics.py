@@ -39,9 +39,12 @@ class Throughput:
 
 
 def model_flops_per_token(model, seq_len: int) -> float:
-    """Training FLOPs per token, 6N + 12 L H Q T (PaLM, Appendix B)."""
+    """Training FLOPs per token, 6N + 12 L H Q T (PaLM, Appendix B); N counts the weights a
+    token uses, so a mixture-of-experts model counts its top-k routed experts only (the
+    'activated' parameters of MoE reports)."""
     attention = 12 * model.num_layers * model.num_heads * model.head_dim * seq_len
-    return 6.0 * model.matmul_params() + attention
+    unrouted = model.total_params() - model.active_params()
+    return 6.0 * (model.matmul_params() - unrouted) + attention
 
 
 def _peak(gpu_type: str, dtype: str) -> float:

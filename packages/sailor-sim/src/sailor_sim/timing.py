@@ -51,6 +51,12 @@ class StageTime(NamedTuple):
     shard_comm_s: float = 0.0
     """ZeRO-3 parameter all-gathers and gradient reduce-scatter per microbatch not hidden
     behind its compute (set per stage by the simulator, 0 in ``stage_time``)."""
+    expert_comm_s: float = 0.0
+    """Expert-parallel all-to-alls (dispatch, combine; forward and backward) per microbatch
+    (set per replica by the simulator, 0 in ``stage_time``; ``moe.py``)."""
+    context_comm_s: float = 0.0
+    """Context-parallel KV exchange not hidden behind attention, per microbatch (set per
+    replica by the simulator, 0 in ``stage_time``; ``context_parallel.py``)."""
     framework_s: float = 0.0
     """What the training framework adds to an analytic estimate's compute (launches, Python,
     synchronisation: ``analytic.framework_efficiency``); 0 for measured profiles."""
@@ -65,6 +71,8 @@ class StageTime(NamedTuple):
             + self.recompute_s
             + self.tp_comm_s
             + self.shard_comm_s
+            + self.expert_comm_s
+            + self.context_comm_s
             + self.framework_s
         )
 
@@ -145,6 +153,8 @@ def pipeline_time(
         "framework": m * b.framework_s,
         "tp_comm": m * b.tp_comm_s,
         "zero_comm": m * b.shard_comm_s,
+        "expert_comm": m * b.expert_comm_s,
+        "context_comm": m * b.context_comm_s,
         "pipeline_bubble": (sum(per) - per[k]) / virtual,
         "p2p": (m - 1) * (steps[k] - per[k]) + 2.0 * sum(p2p),
     }
