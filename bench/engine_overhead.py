@@ -41,8 +41,8 @@ def _rank_main(args: argparse.Namespace) -> None:
     from sailor_runtime.engine.train import train
 
     rank, world = int(os.environ["RANK"]), args.ranks
-    job, plan = _job_and_plan(args)
     backend = "nccl" if torch.cuda.device_count() >= world else "gloo"
+    job, plan = _job_and_plan(args, _gpu_type(backend))
     times: dict[str, list[float]] = {"engine": [], "ddp": []}
     for trial in range(args.trials):
         metrics = Path(args.out) / f"engine{trial}.jsonl"
@@ -114,12 +114,21 @@ def _ddp(job, rank: int, world: int, backend: str, args, prefix: str) -> list[fl
         dist.destroy_process_group()
 
 
-def _job_and_plan(args):
+def _gpu_type(backend: str) -> str:
+    """The plan's worker type: this machine's GPU (catalog name) on NCCL, else CPU."""
+    if backend != "nccl":
+        return "CPU"
+    from sailor_profiler.devices import local_gpu_type
+
+    return local_gpu_type(0)
+
+
+def _job_and_plan(args, gpu_type: str):
     from sailor_sim.job import Job
     from sailor_sim.plan import Plan, Replica, Stage
 
     job = Job.create(args.model, args.gbs, args.seq)
-    rep = Replica("CPU", "local", 1, args.gbs // args.ranks, 1)
+    rep = Replica(gpu_type, "local", 1, args.gbs // args.ranks, 1)
     last = job.model.num_layer_ids - 1
     return job, Plan((Stage(0, last, (rep,) * args.ranks),)).check(job)
 

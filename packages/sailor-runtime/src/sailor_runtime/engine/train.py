@@ -34,6 +34,7 @@ from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
+from .backend import check_backend
 from .config import EngineError, TrainConfig
 from .data import TextDataset
 from .memprobe import StepPeak, persistent_bytes
@@ -129,10 +130,7 @@ def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainCon
         raise EngineError("steps and checkpoint_every must be >= 0", field="steps")
     if cfg.backend not in ("gloo", "nccl"):
         raise EngineError(f"unknown backend {cfg.backend!r}; use gloo or nccl", field="backend")
-    if cfg.backend == "nccl" and not torch.cuda.is_available():
-        raise EngineError(
-            "nccl needs CUDA devices and none is visible; use gloo on CPU", field="backend"
-        )
+    check_backend(cfg.backend, plan, torch.cuda.device_count())
     if job.optimizer == "sgd":
         raise EngineError(
             "the engine trains with AdamW; use optimizer 'adam' or 'adamw'", field="job.optimizer"
