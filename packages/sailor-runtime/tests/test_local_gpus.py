@@ -50,3 +50,8 @@ def test_gpu_types_checked_against_the_detected_gpus(monkeypatch, args, words):
     monkeypatch.setattr(cli, "_local_gpu", lambda: ("A100-40", 2))
     r = CliRunner().invoke(cli.app, ["run", "--local", *args])
     assert r.exit_code == 2 and words in r.output, r.output
+
+
+def test_controller_backend_flag_is_checked():
+    r = CliRunner().invoke(cli.app, ["controller", "--planner", "127.0.0.1:9", "--backend", "mpi"])
+    assert r.exit_code == 2 and "--backend: 'mpi': use auto, gloo or nccl" in r.output, r.output

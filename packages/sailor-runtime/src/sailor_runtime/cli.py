@@ -231,6 +231,9 @@ def controller(
     seed: int = typer.Option(0),
     lr: float = typer.Option(0.0),
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
+    backend: str = typer.Option(
+        "auto", help="auto (gloo for CPU worker types, nccl for GPUs), gloo or nccl."
+    ),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
     """Run the controller until the job finishes (or fails)."""
@@ -245,13 +248,15 @@ def controller(
     try:
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
+        if backend not in ("auto", "gloo", "nccl"):
+            raise SailorRuntimeError(f"{backend!r}: use auto, gloo or nccl", field="--backend")
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
             planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,
             heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
             debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
-            else "127.0.0.1", seed=seed, lr=lr, token=token,
+            else "127.0.0.1", seed=seed, lr=lr, token=token, backend=backend,
         )  # fmt: skip
         c = Controller(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:
