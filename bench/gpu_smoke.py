@@ -1,12 +1,12 @@
 """GPU smoke run: profile, predict, train, checkpoint, resume, reshard; measured vs predicted.
 
     uv run python bench/gpu_smoke.py [--model tiny-llama] [--gbs 8] [--seq 256] [--steps 6]
-                                     [--pp 1|2] [--device auto|cpu|cuda] [--out DIR]
+                                     [--pp 0|1|2] [--device auto|cpu|cuda] [--out DIR]
 
 One script, one code path on any machine. ``auto``: CUDA when a GPU is visible (ranks on NCCL,
 the catalog type from the device's name), else CPU (ranks on gloo, type ``CPU``): CI runs it
-on CPU in a tiny configuration (tests/test_gpu_smoke.py). With 2+ GPUs ``--pp 2`` trains a
-2-stage pipeline across two GPUs over NCCL (batched p2p).
+on CPU in a tiny configuration (tests/test_gpu_smoke.py). With 2+ GPUs it trains a 2-stage
+pipeline across two GPUs over NCCL (batched p2p) unless ``--pp 1``.
 
 1. Profile the model's layers (``sailor-profiler compute``: embedding, one block, head) at
    bf16 on this device.
@@ -176,15 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gbs", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=0, help="stages; 0: 2 on 2+ GPUs, else 1")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--time-bar", type=float, default=0.5)
     p.add_argument("--memory-bar", type=float, default=0.5)
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
-    if a.steps < 4 or a.pp < 1 or a.gbs < 1 or a.seq < 2:
-        p.error("need --steps >= 4 (half, resumed, 2 timed), --pp >= 1, --gbs >= 1, --seq >= 2")
+    if a.steps < 4 or a.pp < 0 or a.gbs < 1 or a.seq < 2:
+        p.error("need --steps >= 4 (half, resumed, 2 timed), --pp >= 0, --gbs >= 1, --seq >= 2")
     device, backend, gpu_type = pick_device(a.device)
+    if a.pp == 0:  # the 2-rank NCCL pipeline whenever the machine has the GPUs for it
+        a.pp = 2 if device == "cuda" and torch.cuda.device_count() >= 2 else 1
     if device == "cuda" and a.pp > torch.cuda.device_count():
         p.error(f"--pp {a.pp} needs {a.pp} GPUs; {torch.cuda.device_count()} visible")
     root = a.out or Path(tempfile.mkdtemp(prefix="sailor-gpu-smoke-"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from sailor_runtime.controller.assignments import build_assignments
 from sailor_runtime.controller.controller import ControllerConfig
@@ -60,3 +61,15 @@ def test_controller_assigns_the_plans_backend(tmp_path: Path, gpu, backend):
     assert cfg.backend == "auto"
     msgs = build_assignments(cfg, 1, _plan(gpu), {"w": [(0, 0)]}, 1234)
     assert msgs["w"].backend == backend
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_checkpoint_rng_carries_the_cuda_generators(tmp_path: Path):
+    """A resumed CUDA rank draws the same numbers (dropout masks) as the uninterrupted one."""
+    from sailor_runtime.engine import checkpoint as ckpt
+
+    torch.cuda.manual_seed_all(7)
+    torch.save(ckpt.rng_state(), tmp_path / "trainer.pt")
+    first = torch.rand(8, device="cuda")
+    ckpt.restore_rng(tmp_path)
+    assert torch.equal(torch.rand(8, device="cuda"), first)
