@@ -39,22 +39,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
+# torch and the packages are imported where used (``_lib``): a bad argument and the verdict
+# logic answer without seconds of imports.
 
-from sailor_profiler.zoo import build_stage
-from sailor_runtime.engine import checkpoint as ckpt
-from sailor_runtime.engine.launch import launch_local
-from sailor_runtime.engine.options import ExecutionOptions
-from sailor_sim import Simulator, get_gpu
-from sailor_sim.job import Job
-from sailor_sim.metrics import model_flops_per_token, throughput
-from sailor_sim.plan import Plan, Replica, Stage
 
-OPTIONS = ExecutionOptions(precision="bf16", recompute="full", flash_attention=True)
+def _lib():
+    import torch
+
+    from sailor_runtime.engine.options import ExecutionOptions
+
+    return torch, ExecutionOptions(precision="bf16", recompute="full", flash_attention=True)
 
 
 def pick_device(asked: str) -> tuple[str, str, str]:
     """(device for the profiler, backend, catalog GPU type)."""
+    torch, _ = _lib()
     cuda = torch.cuda.is_available()
     if asked == "cuda" and not cuda:
         raise SystemExit("error: --device cuda asked but no CUDA device is visible; use cpu")
@@ -65,15 +64,19 @@ def pick_device(asked: str) -> tuple[str, str, str]:
     return "cuda", "nccl", local_gpu_type(0)
 
 
-def make_plan(job: Job, pp: int, gpu_type: str) -> Plan:
+def make_plan(job, pp: int, gpu_type: str):
     """PP ``pp`` with the layer ids split evenly, one replica of TP 1, one microbatch."""
+    from sailor_sim.plan import Plan, Replica, Stage
+
     n = job.model.num_layer_ids
     cuts = [round(i * n / pp) for i in range(pp + 1)]
     rep = Replica(gpu_type, "local", 1, job.global_batch_size, 1)
     return Plan(tuple(Stage(cuts[i], cuts[i + 1] - 1, (rep,)) for i in range(pp))).check(job)
 
 
-def profile(out: Path, job: Job, device: str, gpu_type: str) -> Simulator:
+def profile(out: Path, job, device: str, gpu_type: str):
+    from sailor_sim import Simulator
+
     cmd = [
         str(Path(sys.executable).parent / "sailor-profiler"),
         "compute",
@@ -88,7 +91,9 @@ def profile(out: Path, job: Job, device: str, gpu_type: str) -> Simulator:
     return Simulator.from_profile_dir(out)
 
 
-def predict(sim: Simulator, job: Job, plan: Plan) -> dict:
+def predict(sim, job, plan) -> dict:
+    from sailor_sim.metrics import throughput
+
     est = sim.estimate(job, plan)
     thr = throughput(job, plan, est)
     mem = est.memory[0]  # stage 0, replica 0: the rank the memory probe reads
@@ -100,8 +105,11 @@ def predict(sim: Simulator, job: Job, plan: Plan) -> dict:
     }
 
 
-def train(root: Path, job: Job, plan: Plan, backend: str, steps: int) -> tuple[list, dict]:
+def train(root: Path, job, plan, backend: str, steps: int) -> tuple[list, dict]:
     """Two launches into one checkpoint folder: to the half, then resumed to the end."""
+    from sailor_runtime.engine.launch import launch_local
+
+    _, options = _lib()
     half = steps // 2
     metrics = root / "resumed.jsonl"
     for name, upto in (("first", half), ("resumed", steps)):
@@ -111,7 +119,7 @@ def train(root: Path, job: Job, plan: Plan, backend: str, steps: int) -> tuple[l
             steps=upto,
             checkpoint_dir=root / "ckpt",
             metrics_path=root / f"{name}.jsonl",
-            options=OPTIONS,
+            options=options,
             backend=backend,
             memory_probe_step=2 if name == "resumed" else 0,
             log_dir=root,
@@ -126,8 +134,12 @@ def train(root: Path, job: Job, plan: Plan, backend: str, steps: int) -> tuple[l
     return rows, probe
 
 
-def reshard_to_cpu(root: Path, job: Job) -> float:
+def reshard_to_cpu(root: Path, job) -> float:
     """The final checkpoint into the whole model on the CPU (fp32); the loss of one batch."""
+    from sailor_profiler.zoo import build_stage
+    from sailor_runtime.engine import checkpoint as ckpt
+
+    torch, _ = _lib()
     path, manifest = ckpt.latest(root / "ckpt")
     layers = ckpt.read_layers(path)
     model = build_stage(job.model, 0, job.model.num_layer_ids - 1, device="cpu", seed=None)
@@ -140,7 +152,10 @@ def reshard_to_cpu(root: Path, job: Job) -> float:
         return float(model(tokens[:, :-1], tokens[:, 1:]))
 
 
-def measured(rows: list, probe: dict, job: Job, plan: Plan) -> dict:
+def measured(rows: list, probe: dict, job, plan) -> dict:
+    from sailor_sim import get_gpu
+    from sailor_sim.metrics import model_flops_per_token
+
     step = statistics.median(r["iteration_time_s"] for r in rows[1:] or rows)
     tokens = job.global_batch_size * job.sequence_length / step
     peak = sum(get_gpu(r.gpu_type).peak_flops("bf16") for s in plan.stages for r in s.replicas)
@@ -184,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.steps < 4 or a.pp < 0 or a.gbs < 1 or a.seq < 2:
         p.error("need --steps >= 4 (half, resumed, 2 timed), --pp >= 0, --gbs >= 1, --seq >= 2")
+    torch, options = _lib()
+    from sailor_sim.job import Job
+
     device, backend, gpu_type = pick_device(a.device)
     if a.pp == 0:  # the 2-rank NCCL pipeline whenever the machine has the GPUs for it
         a.pp = 2 if device == "cuda" and torch.cuda.device_count() >= 2 else 1
@@ -191,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--pp {a.pp} needs {a.pp} GPUs; {torch.cuda.device_count()} visible")
     root = a.out or Path(tempfile.mkdtemp(prefix="sailor-gpu-smoke-"))
     root.mkdir(parents=True, exist_ok=True)
-    job = Job.create(a.model, a.gbs, a.seq, dtype="bf16", options=OPTIONS.simulated())
+    job = Job.create(a.model, a.gbs, a.seq, dtype="bf16", options=options.simulated())
     plan = make_plan(job, a.pp, gpu_type)
     sim = profile(root / "profile", job, device, gpu_type)
     pred = predict(sim, job, plan)
