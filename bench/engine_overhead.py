@@ -141,7 +141,9 @@ def _launch(args: argparse.Namespace) -> dict:
     procs = []
     for rank in range(args.ranks):
         env = {**os.environ, "RANK": str(rank), "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, __file__, "--rank-of", str(store.port), *sys.argv[1:]]
+        # the same arguments; --out as resolved here (the ranks write where the parent reads)
+        cmd = [sys.executable, __file__, *args.argv, "--out", args.out]
+        cmd += ["--rank-of", str(store.port)]
         log = open(Path(args.out) / f"rank{rank}.log", "w")
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
     codes = [p.wait(timeout=1800) for p in procs]
@@ -166,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--rank-of", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.ranks < 1 or args.gbs % args.ranks or args.steps <= WARMUP or args.trials < 1:
         p.error(f"need --gbs divisible by --ranks, --steps > {WARMUP}, --trials >= 1")
     if args.rank_of is not None:  # a rank started by _launch

@@ -14,8 +14,8 @@ SCRIPT = Path(__file__).parents[1] / "bench" / "engine_overhead.py"
 
 def test_both_sides_measured_and_a_missed_bar_exits_1(tmp_path):
     cmd = [sys.executable, str(SCRIPT), "--seq", "32", "--gbs", "4", "--steps", "4"]
-    cmd += ["--trials", "1", "--bar", "0", "--out", str(tmp_path)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    cmd += ["--trials", "1", "--bar", "0"]  # no --out: the ranks write where the parent reads
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     engine = next(x for x in lines if x.startswith("engine"))
