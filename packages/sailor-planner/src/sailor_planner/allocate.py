@@ -223,7 +223,7 @@ class Scorer:
         return peak <= capacity
 
     def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
-        gbs = self.job.global_batch_size
+        gbs = self.job.sample_slots
         d = sum(g.count for g in groups)
         info = [self.group_timing(shape, g.cls, g.pattern, d) for g in groups]
         loads = balance(

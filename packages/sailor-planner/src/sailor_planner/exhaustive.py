@@ -62,7 +62,7 @@ def enumerate_plans(job: Job, inventory: Inventory, options: SearchOptions) -> I
 
     types = [g for g in sorted(zone_of) if get_gpu(g).supports(job.dtype)]
     total = sum(count_of[g] for g in types)
-    mbs_options = [m for m in options.microbatch_sizes if m <= job.global_batch_size]
+    mbs_options = [m for m in options.microbatch_sizes if m <= job.sample_slots]
     for p in range(1, min(n, options.max_pipeline_depth, total) + 1):
         per_type = {}
         for g in types:
@@ -78,7 +78,7 @@ def enumerate_plans(job: Job, inventory: Inventory, options: SearchOptions) -> I
                 if not used:
                     continue
                 pipes = [(g, m, tps) for g, (d, m, tps) in used for _ in range(d)]
-                for loads in _loads(job.global_batch_size, [m for _, m, _ in pipes]):
+                for loads in _loads(job.sample_slots, [m for _, m, _ in pipes]):
                     stages = []
                     for i, (a, b) in enumerate(bounds):
                         reps = tuple(

@@ -43,6 +43,9 @@ class PlanArgs:
     """The job's execution options (the flags --zero, --recompute, ...)."""
     search_options: bool = True
     """Also search recompute / ZeRO / SP for the best plans and report the choice."""
+    fabric: str | None = None
+    """``--fabric``: a catalog fabric name or a sailor-cluster/1 file (``sailor_sim.cluster``)
+    for the links between nodes; None: the GPU types' catalog defaults."""
 
 
 def search(args: PlanArgs) -> PlanResult:
@@ -63,10 +66,19 @@ def search(args: PlanArgs) -> PlanResult:
         pareto_points=args.pareto,
         search_execution_options=args.search_options,
     )
-    planner = planner_for(
-        str(args.profile_dir) if args.profile_dir else None,
-        str(args.sailor_root) if args.sailor_root else None,
-    )
+    profile_dir = str(args.profile_dir) if args.profile_dir else None
+    sailor_root = str(args.sailor_root) if args.sailor_root else None
+    if args.fabric is None:
+        planner = planner_for(profile_dir, sailor_root)
+    else:  # a planner of its own: the shared ones serve requests without this cluster
+        from sailor_sim.cluster import resolve
+
+        from .planner import Planner
+        from .sources import load_simulator
+
+        sim = load_simulator(profile_dir, sailor_root)
+        sim.network.set_cluster(resolve(args.fabric))
+        planner = Planner(sim)
     return planner.plan(job, inventory, options)
 
 
