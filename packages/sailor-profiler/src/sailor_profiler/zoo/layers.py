@@ -24,6 +24,7 @@ from torch import nn
 
 from sailor_sim.model import ModelSpec
 
+from .sequence import gather_into_tp
 from .tp import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -58,12 +59,19 @@ class Norm(nn.Module):
         self.eps = 1e-5
         self.weight = tp.param(spec.hidden_size)
         self.bias = tp.param(spec.hidden_size) if spec.norm_has_bias else None
+        self.sequence_group = None
+        """Sequence parallelism (``sequence``): this rank sees a chunk of the tokens, so the
+        weight's gradient is summed over the group."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if self.sequence_group is not None:
+            weight = copy_to_tp(weight, self.sequence_group)
+            bias = copy_to_tp(bias, self.sequence_group) if bias is not None else None
         if self.rms:
             var = x.pow(2).mean(-1, keepdim=True)
-            return x * torch.rsqrt(var + self.eps) * self.weight
-        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            return x * torch.rsqrt(var + self.eps) * weight
+        return F.layer_norm(x, x.shape[-1:], weight, bias, self.eps)
 
 
 class Embedding(nn.Module):
@@ -109,6 +117,8 @@ class Attention(nn.Module):
         self.rotary = spec.position == "rotary"
         self.p = spec.dropout
         self.group = None
+        self.sequence_group = None
+        """Sequence parallelism: the input is a chunk of the tokens, gathered here."""
         # Execution options, set by ``execution.apply_execution`` (never by a plan's shape):
         self.flash = True
         """Attention through ``F.scaled_dot_product_attention`` (flash/memory-efficient kernels
@@ -118,8 +128,8 @@ class Attention(nn.Module):
         (QK^T, softmax, attention over V) is recomputed in backward instead of stashed."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self._enter(x)
         b, s, _ = x.shape
-        x = copy_to_tp(x, self.group)
         q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -133,6 +143,11 @@ class Attention(nn.Module):
         else:
             ctx = self._core(q, k, v)
         return self.o(ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+
+    def _enter(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sequence_group is not None:
+            return gather_into_tp(x, self.sequence_group)
+        return copy_to_tp(x, self.group)
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         p = self.p if self.training else 0.0
@@ -167,9 +182,14 @@ class MLP(nn.Module):
         self.up = ColumnParallelLinear(h, f, b, *args, enter_region=False)
         self.down = RowParallelLinear(f, h, b, *args)
         self.group = None
+        self.sequence_group = None
+        """Sequence parallelism: the input is a chunk of the tokens, gathered here."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = copy_to_tp(x, self.group)
+        if self.sequence_group is not None:
+            x = gather_into_tp(x, self.sequence_group)
+        else:
+            x = copy_to_tp(x, self.group)
         if self.swiglu:  # Shazeer 2020, "GLU Variants Improve Transformer", Eq. 6
             return self.down(self.act(self.gate(x)) * self.up(x))
         return self.down(F.gelu(self.up(x)))

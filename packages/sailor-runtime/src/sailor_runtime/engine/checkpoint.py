@@ -145,18 +145,20 @@ class _Snapshot(AsyncStager):
 
 
 @torch.no_grad()
-def state_dict(stage_module, opt_state: dict, layout: TPLayout) -> dict:
+def state_dict(stage_module, opt_state: dict, layout: TPLayout, gather=None) -> dict:
     """This rank's share of the checkpoint, copied to CPU (the snapshot: training may change
     the live tensors as soon as this returns): every layer's parameters and AdamW states, keyed
-    by layer id (``key``). ``opt_state``: parameter -> AdamW state of this rank's shard."""
+    by layer id (``key``). ``opt_state``: parameter -> AdamW state of this rank's shard.
+    ``gather``: the TP shard of a tensor sharded further (FSDP's all-gather; collective)."""
+    gather = gather or (lambda t: t)
     out: dict = {}
     for lid in stage_module.layer_ids:
         for name, p in stage_module.layer_params(lid).items():
-            out[key(lid, "params", name)] = layout.as_global(_snapshot(p), p)
+            out[key(lid, "params", name)] = layout.as_global(_snapshot(gather(p)), p)
             st = opt_state.get(p, {})
             for kind in STATE_KINDS:
                 if kind in st:
-                    out[key(lid, kind, name)] = layout.as_global(_snapshot(st[kind]), p)
+                    out[key(lid, kind, name)] = layout.as_global(_snapshot(gather(st[kind])), p)
             if "step" in st:  # once per checkpoint, not on the step path
                 out[key(lid, "opt_step", name)] = torch.tensor(
                     float(st["step"]), dtype=torch.float64
