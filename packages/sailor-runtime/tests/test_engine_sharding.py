@@ -140,15 +140,13 @@ def _three_t4() -> Plan:
     )
 
 
-def test_the_engine_refuses_an_unsupported_plan_before_starting(tmp_path):
-    """The rank refuses at ``check_inputs``, before any process group, with the fix."""
-    from sailor_runtime.engine.train import check_inputs
-
-    cfg = TrainConfig(
-        job=JOB,
-        plan=Plan((Stage(0, 7, (R(1, 2, 2), R(2, 2, 2))),)),
-        steps=1,
-        options=ExecutionOptions(zero="zero3"),
-    )
-    with pytest.raises(EngineError, match="options: zero: zero3 .* use zero1"):
-        check_inputs(cfg.job, cfg.plan, 0, cfg.world_size, cfg)
+def test_the_engine_refuses_an_unsupported_plan_before_starting():
+    """A rank's ``TrainConfig`` refuses the combination, naming the fix, before any process
+    group exists (and so does the file a launcher writes)."""
+    bad = Plan((Stage(0, 7, (R(1, 2, 2), R(2, 2, 2))),))
+    with pytest.raises(EngineError, match="^options: zero: zero3 .* use zero1 on this plan"):
+        TrainConfig(job=JOB, plan=bad, steps=1, options=ExecutionOptions(zero="zero3"))
+    good = TrainConfig(job=JOB, plan=DP2, steps=1, options=ExecutionOptions(zero="zero3"))
+    data = {**good.to_dict(), "plan": bad.to_dict()}
+    with pytest.raises(EngineError, match="^options: zero: zero3"):
+        TrainConfig.from_dict(data)

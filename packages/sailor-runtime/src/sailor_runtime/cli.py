@@ -96,7 +96,16 @@ def run(
         "fp32", help="fp32, or bf16 / fp16 mixed precision (autocast, fp32 master weights)."
     ),
     recompute: str = typer.Option("none", help="Activation recomputation: none, selective, full."),
-    zero: str = typer.Option("none", help="zero1: shard AdamW states across each DP group."),
+    zero: str = typer.Option(
+        "none",
+        help="zero1: shard AdamW states across each DP group; zero2 / zero3 / hybrid: FSDP2 "
+        "(gradients, and for zero3/hybrid parameters, sharded too; one-stage plans).",
+    ),
+    sequence_parallel: bool = typer.Option(
+        False,
+        "--sequence-parallel/--no-sequence-parallel",
+        help="Megatron sequence parallelism in every TP group (plans with tp > 1 only).",
+    ),
     flash_attention: bool = typer.Option(
         True,
         "--flash-attention/--math-attention",
@@ -123,7 +132,7 @@ def run(
     from .engine.options import ExecutionOptions, OptionsError
 
     try:
-        options = ExecutionOptions(precision, recompute, flash_attention, zero)
+        options = ExecutionOptions(precision, recompute, flash_attention, zero, sequence_parallel)
     except OptionsError as exc:
         _fail(exc)
     types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())

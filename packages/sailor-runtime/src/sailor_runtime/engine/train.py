@@ -46,7 +46,7 @@ from .optim import (
     reduce_data_parallel,
     world_sums,
 )
-from .options import FSDP_ZERO, unsupported_reason
+from .options import FSDP_ZERO
 from .pipeline import Link, Microbatches, run_iteration
 from .topology import Topology, build_groups
 from .zero import ShardedAdamW
@@ -129,9 +129,6 @@ def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainCon
         raise EngineError(
             "the engine trains with AdamW; use optimizer 'adam' or 'adamw'", field="job.optimizer"
         )
-    reason = unsupported_reason(cfg.options, job, plan)
-    if reason is not None:
-        raise EngineError(reason, field="options")
     dtype = cfg.dtype or job.dtype
     if dtype not in TORCH_DTYPES:
         raise EngineError(
