@@ -24,7 +24,7 @@ from torch import nn
 
 from sailor_sim.model import ModelSpec
 
-from .sequence import gather_into_tp
+from .sequence import gathered_linears
 from .tp import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -128,11 +128,11 @@ class Attention(nn.Module):
         (QK^T, softmax, attention over V) is recomputed in backward instead of stashed."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self._enter(x)
-        b, s, _ = x.shape
-        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self._project(x)
+        b, s, _ = q.shape
+        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
             q, k = _rotary(q), _rotary(k)
         if self.kv_heads != self.heads:  # grouped-query attention: share each K/V head
@@ -144,10 +144,12 @@ class Attention(nn.Module):
             ctx = self._core(q, k, v)
         return self.o(ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
 
-    def _enter(self, x: torch.Tensor) -> torch.Tensor:
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k, v of the whole sequence (under sequence parallelism ``x`` is a chunk)."""
         if self.sequence_group is not None:
-            return gather_into_tp(x, self.sequence_group)
-        return copy_to_tp(x, self.group)
+            return gathered_linears(x, self.sequence_group, (self.q, self.k, self.v))
+        x = copy_to_tp(x, self.group)
+        return self.q(x), self.k(x), self.v(x)
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         p = self.p if self.training else 0.0
@@ -186,10 +188,13 @@ class MLP(nn.Module):
         """Sequence parallelism: the input is a chunk of the tokens, gathered here."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.sequence_group is not None:
-            x = gather_into_tp(x, self.sequence_group)
-        else:
-            x = copy_to_tp(x, self.group)
+        if self.sequence_group is not None:  # x is a chunk of the sequence
+            if self.swiglu:
+                gate, up = gathered_linears(x, self.sequence_group, (self.gate, self.up))
+                return self.down(self.act(gate) * up)
+            (up,) = gathered_linears(x, self.sequence_group, (self.up,))
+            return self.down(F.gelu(up))
+        x = copy_to_tp(x, self.group)
         if self.swiglu:  # Shazeer 2020, "GLU Variants Improve Transformer", Eq. 6
             return self.down(self.act(self.gate(x)) * self.up(x))
         return self.down(F.gelu(self.up(x)))
@@ -232,9 +237,14 @@ class Head(nn.Module):
         )
         self.tp_rank, self.tp_size, self.group = 0, 1, None
         """Where the vocabulary shard of ``lm_head`` sits (set by ``parallelize``)."""
+        self.sequence_group = None
+        """Sequence parallelism: ``x`` is a chunk of the tokens, gathered for ``lm_head``."""
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(self.norm(x))
+        if self.sequence_group is not None:
+            (logits,) = gathered_linears(self.norm(x), self.sequence_group, (self.lm_head,))
+        else:
+            logits = self.lm_head(self.norm(x))
         return vocab_parallel_cross_entropy(logits, labels, self.tp_rank, self.tp_size, self.group)
 
 

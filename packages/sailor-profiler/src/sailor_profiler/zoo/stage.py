@@ -56,16 +56,14 @@ class StageModule(nn.Module):
         return self.last_layer == self.spec.head_layer_id
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        chunked = False  # sequence parallelism: blocks see this rank's chunk of the tokens
+        chunked = False  # sequence parallelism: blocks and head see this rank's chunk
         for lid, layer in self.layers.items():
+            if self.sequence_group is not None and not chunked and not isinstance(layer, Embedding):
+                x, chunked = split_sequence(x, self.sequence_group), True
             if int(lid) == self.spec.head_layer_id:
                 if labels is None:
                     raise ValueError("the stage holds the head: pass labels")
-                if chunked:
-                    x = gather_sequence(x, self.sequence_group)
                 return layer(x, labels)
-            if self.sequence_group is not None and not chunked and isinstance(layer, Block):
-                x, chunked = split_sequence(x, self.sequence_group), True
             x = layer(x)
         return gather_sequence(x, self.sequence_group) if chunked else x
 
