@@ -7,6 +7,7 @@ tiny-llama (RMSNorm, RoPE, SwiGLU, GQA), global batch 8, sequence 32.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -61,6 +62,7 @@ def runs(tmp_path_factory):
                 "options": options,
                 "metrics": str(root / name / "metrics.jsonl"),
                 "optimizer_impl": "sailor",
+                "memory_probe_step": 2,
             }
         )
     if launch_many(spec, log_dir=root / "logs"):
@@ -93,6 +95,16 @@ def test_fsdp_matches_single_process(runs, reference, name):
         for pname, want in model.layer_params(lid).items():
             got = saved[ckpt.key(lid, "params", pname)]
             torch.testing.assert_close(got, want.detach(), rtol=1e-4, atol=1e-5, msg=pname)
+
+
+@pytest.mark.parametrize("name", ["zero3", "zero2"])
+def test_fsdp_really_shards_weights_gradients_and_states(runs, reference, name):
+    """Rank 0's tensors at the start of step 2 (``memprobe``): half of the model's weights,
+    gradients and AdamW states over the 2 replicas (FSDP pads dim 0 to an even size)."""
+    model_bytes = sum(p.numel() * 4 for p in reference[1].parameters())
+    memory = json.loads((runs / name / "metrics.jsonl.rank0.memory.json").read_text())
+    for term, copies in (("weights", 1), ("gradients", 1), ("optimizer_states", 2)):
+        assert memory[term] == pytest.approx(copies * model_bytes / 2, rel=0.02), term
 
 
 @pytest.mark.parametrize("name", ["sp_mixed", "sp_pipeline"])
