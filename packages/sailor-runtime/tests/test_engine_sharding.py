@@ -17,7 +17,7 @@ import torch
 from sailor_runtime.engine import EngineError, TrainConfig, launch_many, reference_run
 from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine.examples import JOBS, R
-from sailor_runtime.engine.options import ExecutionOptions, unsupported_reason
+from sailor_runtime.engine.options import ExecutionOptions, supports, unsupported_reason
 from sailor_sim.plan import Plan, Replica, Stage
 
 STEPS = 4
@@ -38,12 +38,22 @@ RUNS: dict[str, tuple[Plan, dict, int]] = {
     "hybrid": (HYBRID, {"zero": "hybrid"}, STEPS),
     "sp_mixed": (SP_MIXED, {"sequence_parallel": True}, STEPS),
     "sp_pipeline": (SP_PIPELINE, {"sequence_parallel": True, "recompute": "full"}, STEPS),
+    # torch.optim.AdamW(fused=True) on the DTensor shards (what CUDA ranks run), resumed at 2
+    "zero3_fused_first": (DP2, {"zero": "zero3"}, 2),
+    "zero3_fused": (DP2, {"zero": "zero3"}, STEPS),
+    "zero3_bf16": (DP2, {"zero": "zero3", "precision": "bf16"}, STEPS),
     # ZeRO-3 saves at step 2 (gathered TP shards) and resumes into ZeRO-3, then the same
     # checkpoint format is read by a plan without FSDP.
     "zero3_first": (DP2_TP2, {"zero": "zero3"}, 2),
     "zero3_resumed": (DP2_TP2, {"zero": "zero3"}, STEPS),
 }
-SHARED_CKPT = {"zero3_first": "resume", "zero3_resumed": "resume"}
+SHARED_CKPT = {
+    "zero3_first": "resume",
+    "zero3_resumed": "resume",
+    "zero3_fused_first": "fused",
+    "zero3_fused": "fused",
+}
+FUSED = {"zero3_fused_first", "zero3_fused"}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +71,7 @@ def runs(tmp_path_factory):
                 "checkpoint_every": 2,
                 "options": options,
                 "metrics": str(root / name / "metrics.jsonl"),
-                "optimizer_impl": "sailor",
+                "optimizer_impl": "torch-fused" if name in FUSED else "sailor",
                 "memory_probe_step": 2,
             }
         )
@@ -73,6 +83,11 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference():
     return reference_run(JOB, STEPS)
+
+
+@pytest.fixture(scope="module")
+def reference_bf16():
+    return reference_run(JOB, STEPS, autocast=torch.bfloat16)
 
 
 def _losses(root: Path, name: str) -> torch.Tensor:
@@ -95,6 +110,15 @@ def test_fsdp_matches_single_process(runs, reference, name):
         for pname, want in model.layer_params(lid).items():
             got = saved[ckpt.key(lid, "params", pname)]
             torch.testing.assert_close(got, want.detach(), rtol=1e-4, atol=1e-5, msg=pname)
+
+
+def test_fsdp_with_fused_adamw_resumed_and_bf16(runs, reference, reference_bf16):
+    """torch's fused AdamW on the DTensor shards (the CUDA default), saved at step 2 and
+    resumed with its step counters on the parameters' device; bf16 autocast with fp32 master
+    weights against one process under the same autocast (the bar of test_engine_options)."""
+    fused = torch.cat([_losses(runs, "zero3_fused_first"), _losses(runs, "zero3_fused")])
+    _close(fused, reference[0])
+    _close(_losses(runs, "zero3_bf16"), reference_bf16[0], rtol=2e-3)
 
 
 @pytest.mark.parametrize("name", ["zero3", "zero2"])
@@ -129,6 +153,7 @@ def test_plans_the_engine_cannot_shard_are_named():
     mixed_n = Plan((Stage(0, 7, (R(1, 2, 2), R(1, 4, 1))),))
     assert "microbatch count" in unsupported_reason(zero3, JOB, mixed_n)
     assert unsupported_reason(zero3, JOB, DP2) is None
+    assert supports(zero3, JOB, DP2) and not supports(zero3, JOB, piped)
     hybrid = ExecutionOptions(zero="hybrid")
     assert "do not divide 3" in unsupported_reason(hybrid, JOB, _three_t4())
     sp = ExecutionOptions(sequence_parallel=True)

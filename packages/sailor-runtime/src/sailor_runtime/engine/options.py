@@ -135,6 +135,11 @@ def hybrid_shard_size(plan) -> int:
     return max(1, min(plan.num_pipelines, get_gpu(rep.gpu_type).gpus_per_node // rep.tp))
 
 
+def supports(options: ExecutionOptions, job, plan) -> bool:
+    """Whether the engine runs ``plan`` of ``job`` with ``options``."""
+    return unsupported_reason(options, job, plan) is None
+
+
 def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
     """Why the engine cannot run ``plan`` of ``job`` with ``options`` (one line naming the
     fix), or None when it can. Torch-free: the controller filters the planner's plans by it."""

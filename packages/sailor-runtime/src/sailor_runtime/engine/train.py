@@ -192,7 +192,7 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
 
         gather = fsdp.full
         # Loaded unsharded (the checkpoint holds TP shards), then sharded with its states.
-        loaded = _StateHolder()
+        loaded = _StateHolder(fused=_optimizer_impl(cfg, device) == "torch-fused")
         step, consumed, resumed = _resume(cfg, rank, model, loaded, layout, ckpt_group, scaler)
         names = {p: n for n, p in model.named_parameters()}
         mesh = fsdp.build_mesh(fsdp.shard_layout(topo, cfg.options.zero), device)
@@ -311,18 +311,22 @@ def _fsdp_norm_share(params, slot, mesh):
 
 class _StateHolder:
     """Where a checkpoint's AdamW states land before FSDP shards them (``ckpt.load_into``
-    fills ``state``, keyed by the unsharded parameters)."""
+    fills ``state``, keyed by the unsharded parameters; ``defaults`` tells it whether the
+    step counters belong on the parameters' device, as torch's fused AdamW keeps them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fused: bool) -> None:
         self.state: dict = {}
-        self.defaults: dict = {}
+        self.defaults: dict = {"fused": fused}
+
+
+def _optimizer_impl(cfg: TrainConfig, device: torch.device) -> str:
+    if cfg.optimizer_impl == "auto":
+        return "torch-fused" if device.type == "cuda" else "sailor"
+    return cfg.optimizer_impl
 
 
 def _optimizer(params: list, cfg: TrainConfig, device: torch.device):
-    impl = cfg.optimizer_impl
-    if impl == "auto":
-        impl = "torch-fused" if device.type == "cuda" else "sailor"
-    return make_optimizer(params, cfg.optim, cfg.lr.lr(0), impl)
+    return make_optimizer(params, cfg.optim, cfg.lr.lr(0), _optimizer_impl(cfg, device))
 
 
 def _opt_state(opt) -> dict:
