@@ -191,15 +191,10 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         from . import fsdp  # torch.distributed.fsdp: imported only by the ranks that use it
 
         gather = fsdp.full
-        # Loaded unsharded (the checkpoint holds TP shards), then sharded with its states.
-        loaded = _StateHolder(fused=_optimizer_impl(cfg, device) == "torch-fused")
-        step, consumed, resumed = _resume(cfg, rank, model, loaded, layout, ckpt_group, scaler)
-        names = {p: n for n, p in model.named_parameters()}
-        mesh = fsdp.build_mesh(fsdp.shard_layout(topo, cfg.options.zero), device)
-        fsdp.apply_fsdp(model, mesh, cfg.options.zero)
+        mesh, opt, (step, consumed, resumed) = _shard_with_fsdp(
+            cfg, rank, topo, model, device, layout, ckpt_group, scaler
+        )
         params = list(model.parameters())
-        opt = _optimizer(params, cfg, device)
-        opt.state.update(fsdp.shard_states(loaded.state, names, model))
     else:
         params = list(model.parameters())
         if cfg.options.zero == "zero1" and groups.dp:
@@ -307,6 +302,21 @@ def _fsdp_norm_share(params, slot, mesh):
     from .fsdp import local_norm_sq as fsdp_share
 
     return fsdp_share(params, slot, mesh)
+
+
+def _shard_with_fsdp(cfg, rank, topo, model, device, layout, ckpt_group, scaler):
+    """Resume the unsharded stage (the checkpoint holds TP shards), shard it with FSDP2 and
+    give the optimizer the loaded states cut to the DP shards; (mesh, optimizer, resume)."""
+    from . import fsdp
+
+    loaded = _StateHolder(fused=_optimizer_impl(cfg, device) == "torch-fused")
+    resume = _resume(cfg, rank, model, loaded, layout, ckpt_group, scaler)
+    names = {p: n for n, p in model.named_parameters()}
+    mesh = fsdp.build_mesh(fsdp.shard_layout(topo, cfg.options.zero), device)
+    fsdp.apply_fsdp(model, mesh, cfg.options.zero)
+    opt = _optimizer(list(model.parameters()), cfg, device)
+    opt.state.update(fsdp.shard_states(loaded.state, names, model))
+    return mesh, opt, resume
 
 
 class _StateHolder:
