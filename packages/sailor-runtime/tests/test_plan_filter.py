@@ -5,6 +5,8 @@ and uses the best one ``engine.options.unsupported_reason`` admits."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -81,3 +83,14 @@ def test_restricting_options_ask_for_more_plans(tmp_path):
     bad = dataclasses.replace(_config(tmp_path), execution_options={"zero": "zero9"})
     with pytest.raises(SailorRuntimeError, match="zero: 'zero9' is not run by the engine"):
         engine_filter(bad)
+
+
+def test_sailor_run_refuses_what_local_workers_cannot_plan(tmp_path):
+    """Local workers hold one rank each: sequence parallelism (tp > 1) is refused at once,
+    exit 2 and one line, instead of a run that waits for a plan that cannot come."""
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--sequence-parallel",
+           "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "error: --sequence-parallel: a local run's workers hold one rank each" in proc.stderr
+    assert "Traceback" not in proc.stderr

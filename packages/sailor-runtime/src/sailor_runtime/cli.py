@@ -136,6 +136,11 @@ def run(
         options = ExecutionOptions(precision, recompute, flash_attention, zero, sequence_parallel)
     except OptionsError as exc:
         _fail(exc)
+    if options.sequence_parallel:  # else the planner finds no plan and the run waits
+        _fail(SailorRuntimeError(
+            "a local run's workers hold one rank each, so no plan has the tp > 1 that "
+            "sequence parallelism needs; drop the flag (multi-GPU workers, `sailor worker "
+            "--gpus N`, run it)", field="--sequence-parallel"))  # fmt: skip
     types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
     for t in types:
         if t != "CPU" and _cpu_type(t) is None:
