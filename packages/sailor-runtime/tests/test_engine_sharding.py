@@ -27,6 +27,8 @@ DP2 = Plan((Stage(0, 7, (R(1, 3, 2), R(1, 1, 2))),))
 DP2_TP2 = Plan((Stage(0, 7, (R(2, 2, 2), R(2, 2, 2))),))
 # T4 nodes hold 4 GPUs = 2 replicas of TP 2: hybrid shards over pairs, replicates across them.
 HYBRID = Plan((Stage(0, 7, tuple(Replica("T4", "local", 2, 1, 2) for _ in range(4))),))
+# One-GPU nodes (what `sailor run --local` workers are): hybrid = shard groups of 1, replicated.
+HYBRID_1 = Plan((Stage(0, 7, tuple(Replica("cpu-1t", "local", 1, 4, 1) for _ in range(2))),))
 # Sequence parallelism: TP 2 and TP 4 replicas of one stage; and a two-stage pipeline.
 SP_MIXED = Plan((Stage(0, 7, (R(2, 2, 2), R(4, 4, 1))),))
 SP_PIPELINE = Plan((Stage(0, 3, (R(2, 4, 2),)), Stage(4, 7, (R(2, 4, 2),))))
@@ -36,6 +38,7 @@ RUNS: dict[str, tuple[Plan, dict, int]] = {
     "zero2": (DP2, {"zero": "zero2"}, STEPS),
     "zero3_tp2": (DP2_TP2, {"zero": "zero3"}, STEPS),
     "hybrid": (HYBRID, {"zero": "hybrid"}, STEPS),
+    "hybrid_1": (HYBRID_1, {"zero": "hybrid"}, STEPS),
     "sp_mixed": (SP_MIXED, {"sequence_parallel": True}, STEPS),
     "sp_pipeline": (SP_PIPELINE, {"sequence_parallel": True, "recompute": "full"}, STEPS),
     # torch.optim.AdamW(fused=True) on the DTensor shards (what CUDA ranks run), resumed at 2
@@ -99,7 +102,7 @@ def _close(got: torch.Tensor, want, rtol: float = 1e-5) -> None:
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=rtol, atol=0)
 
 
-@pytest.mark.parametrize("name", ["zero3", "zero2", "zero3_tp2", "hybrid"])
+@pytest.mark.parametrize("name", ["zero3", "zero2", "zero3_tp2", "hybrid", "hybrid_1"])
 def test_fsdp_matches_single_process(runs, reference, name):
     losses, model = reference
     _close(_losses(runs, name), losses)
