@@ -393,9 +393,8 @@ def _save(
     all-gather of a DP-sharded tensor (collective: every replica runs it, replica 0 keeps it)."""
     # ZeRO-1: the owners of the state shards send them to every member first (collective).
     state = opt.gather_state() if isinstance(opt, ShardedAdamW) else opt.state
-    if gather is not None:
-        shard = ckpt.state_dict(model, state, layout, gather)
-        shard = shard if slot.replica == 0 else {}
+    if gather is not None:  # every replica joins the all-gathers, replica 0 keeps them
+        shard = ckpt.state_dict(model, state, layout, gather, keep=slot.replica == 0)
     else:
         shard = ckpt.state_dict(model, state, layout) if slot.replica == 0 else {}
     manifest = trainer = None
