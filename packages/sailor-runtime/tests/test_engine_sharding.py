@@ -40,6 +40,7 @@ RUNS: dict[str, tuple[Plan, dict, int]] = {
     "hybrid": (HYBRID, {"zero": "hybrid"}, STEPS),
     "hybrid_1": (HYBRID_1, {"zero": "hybrid"}, STEPS),
     "sp_mixed": (SP_MIXED, {"sequence_parallel": True}, STEPS),
+    "sp_zero3": (DP2_TP2, {"sequence_parallel": True, "zero": "zero3"}, STEPS),
     "sp_pipeline": (SP_PIPELINE, {"sequence_parallel": True, "recompute": "full"}, STEPS),
     # torch.optim.AdamW(fused=True) on the DTensor shards (what CUDA ranks run), resumed at 2
     "zero3_fused_first": (DP2, {"zero": "zero3"}, 2),
@@ -134,7 +135,7 @@ def test_fsdp_really_shards_weights_gradients_and_states(runs, reference, name):
         assert memory[term] == pytest.approx(copies * model_bytes / 2, rel=0.02), term
 
 
-@pytest.mark.parametrize("name", ["sp_mixed", "sp_pipeline"])
+@pytest.mark.parametrize("name", ["sp_mixed", "sp_pipeline", "sp_zero3"])
 def test_sequence_parallel_matches_single_process(runs, reference, name):
     _close(_losses(runs, name), reference[0])
 

@@ -163,11 +163,6 @@ def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
                 f"{plan.num_pipelines}; use zero3"
             )
     if options.sequence_parallel:
-        if options.zero in FSDP_ZERO:
-            return (
-                "sequence_parallel: not combined with FSDP (zero2/zero3/hybrid) by the engine; "
-                "use zero1 with sequence parallelism"
-            )
         if any(r.tp < 2 for r in replicas):
             return "sequence_parallel: needs tp > 1 in every replica; use false on this plan"
         bad = [r.tp for r in replicas if job.sequence_length % r.tp]
