@@ -8,7 +8,8 @@ Input contract (what the profiler and the pipeline engine feed each layer):
   token cross-entropy (a scalar).
 
 Under tensor parallelism the hidden state is replicated on every rank of the TP group (Megatron
-without sequence parallelism). Families: OPT / GPT-Neo (learned positions, LayerNorm, GELU,
+without sequence parallelism; with it, ``sequence`` gives each rank a chunk of the tokens
+between the TP regions). Families: OPT / GPT-Neo (learned positions, LayerNorm, GELU,
 biases) and LLaMA (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention).
 Dropout (``ModelSpec.dropout``) is applied only in training mode; runs that must be exactly
 reproducible across plans use a spec with dropout 0 (the tiny catalog models) or eval mode.
