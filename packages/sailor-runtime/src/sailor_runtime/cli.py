@@ -108,7 +108,16 @@ def run(
         "fp32", help="fp32, or bf16 / fp16 mixed precision (autocast, fp32 master weights)."
     ),
     recompute: str = typer.Option("none", help="Activation recomputation: none, selective, full."),
-    zero: str = typer.Option("none", help="zero1: shard AdamW states across each DP group."),
+    zero: str = typer.Option(
+        "none",
+        help="zero1: shard AdamW states across each DP group; zero2 / zero3 / hybrid: FSDP2 "
+        "(gradients, and for zero3/hybrid parameters, sharded too; one-stage plans).",
+    ),
+    sequence_parallel: bool = typer.Option(
+        False,
+        "--sequence-parallel/--no-sequence-parallel",
+        help="Megatron sequence parallelism in every TP group (plans with tp > 1 only).",
+    ),
     flash_attention: bool = typer.Option(
         True,
         "--flash-attention/--math-attention",
@@ -135,9 +144,14 @@ def run(
     from .engine.options import ExecutionOptions, OptionsError
 
     try:
-        options = ExecutionOptions(precision, recompute, flash_attention, zero)
+        options = ExecutionOptions(precision, recompute, flash_attention, zero, sequence_parallel)
     except OptionsError as exc:
         _fail(exc)
+    if options.sequence_parallel:  # else the planner finds no plan and the run waits
+        _fail(SailorRuntimeError(
+            "a local run's workers hold one rank each, so no plan has the tp > 1 that "
+            "sequence parallelism needs; drop the flag (multi-GPU workers, `sailor worker "
+            "--gpus N`, run it)", field="--sequence-parallel"))  # fmt: skip
     types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
     asked_gpus = [t for t in types if t != "CPU" and _cpu_type(t) is None]
     local_gpu = _local_gpu() if asked_gpus else None  # (catalog type, count) or None

@@ -31,7 +31,13 @@ import grpc
 from sailor_sim import Job, Plan
 
 from ..engine.backend import BackendError, resolve_backend
-from ..errors import PlacementError, PlannerUnavailableError, RegistrationError
+from ..engine.options import FSDP_ZERO
+from ..errors import (
+    PlacementError,
+    PlannerUnavailableError,
+    RegistrationError,
+    SailorRuntimeError,
+)
 from . import rundir
 from .agents import AgentClients
 from .assignments import build_assignments
@@ -74,6 +80,28 @@ class ControllerConfig:
         return self.run_dir / "checkpoints"
 
 
+PLAN_CANDIDATES = 8
+"""Plans asked of the planner when the run's options rule some plans out (FSDP, sequence
+parallelism): the best one the engine runs is used."""
+
+
+def engine_filter(config: ControllerConfig) -> dict:
+    """The ``PlannerLink`` arguments that keep the plans the engine cannot run with the run's
+    options out (``engine.options.unsupported_reason``). Bad options are refused here, with
+    the field and the fix, before the controller serves anyone."""
+    from ..engine.options import ExecutionOptions, OptionsError, unsupported_reason
+
+    try:
+        options = ExecutionOptions.from_dict(config.execution_options)
+    except OptionsError as exc:
+        raise SailorRuntimeError(str(exc), field="execution_options") from None
+    restricted = options.zero in FSDP_ZERO or options.sequence_parallel
+    return {
+        "unsupported": lambda plan: unsupported_reason(options, config.job, plan),
+        "candidates": PLAN_CANDIDATES if restricted else 1,
+    }
+
+
 @dataclass(frozen=True)
 class Change:
     reason: str
@@ -88,6 +116,7 @@ class Controller:
         import torch.distributed as dist  # late: only the controller process needs torch
 
         self.cfg = config
+        engine_runs = engine_filter(config)  # bad options refused before anything is held
         self.run_lock = rundir.acquire(config.run_dir, config.job, config.seed, config.lr)
         config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.membership = Membership(config.heartbeat_timeout_s)
@@ -127,6 +156,7 @@ class Controller:
             profile_dir=config.profile_dir,
             objective=config.objective,
             wait_s=config.planner_wait_s,
+            **engine_runs,
         )
         self.agents = AgentClients(config.token)
         self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
