@@ -70,6 +70,7 @@ class WorkerAgent:
         self.session = ""
         """RegisterResponse.session: proves heartbeats, leave and assignments are this node's."""
         self.done = threading.Event()
+        self.leaving = threading.Event()
         self._channel = grpc.insecure_channel(controller)
         self._stub = controller_pb2_grpc.ControllerServiceStub(self._channel)
 
@@ -115,6 +116,7 @@ class WorkerAgent:
         )
 
     def leave(self, reason: str = "leaving") -> None:
+        self.leaving.set()  # from here on a `known=false` heartbeat must not re-register
         self.runner.stop(0, grace_s=1.0)
         try:
             self._stub.Leave(
@@ -176,6 +178,8 @@ class WorkerAgent:
             log.info("controller says the run is over")
             self.runner.stop(0, grace_s=5.0)
             self.done.set()
+        elif not reply.known and self.leaving.is_set():
+            log.info("left the run; not registering again")
         elif not reply.known:
             log.warning(
                 "controller does not know %s; stopping ranks, registering again", self.worker_id

@@ -98,9 +98,13 @@ class Controller:
         self.addresses: dict[str, str] = {}
         self.metrics: list[dict] = []
         self.reconfigurations: list[Reconfiguration] = []
+        self.unchanged: list[str] = []
+        """Changes whose re-plan kept the running plan (training went on, no generation)."""
         self.failures = 0
         self.refused_calls = 0
         self._pending: list[Change] = []
+        self._left_sessions: set[str] = set()
+        """Sessions of workers that left gracefully: a leave is final for its session."""
         self._gen_failed = False
         self._probed = False
         self._assigned_at = 0.0
@@ -158,6 +162,13 @@ class Controller:
     ) -> Worker:
         gpus = check_registration(worker_id, address, gpus_msg)
         with self._lock:
+            if session and session in self._left_sessions:
+                raise RegistrationError(
+                    f"{worker_id} left this run; a leave is final for its session. Start a new "
+                    "agent to join again",
+                    field="register.session",
+                    code=grpc.StatusCode.FAILED_PRECONDITION,
+                )
             old = self.membership.get(worker_id) if worker_id else None
             if old is not None and not same_secret(old.session, session):
                 raise RegistrationError(
@@ -174,7 +185,12 @@ class Controller:
         return w
 
     def leave(self, worker_id: str, reason: str, session: str = "") -> None:
-        if self.membership.get(worker_id, session) and self.membership.mark_dead(worker_id):
+        with self._lock:
+            if not self.membership.get(worker_id, session):
+                return
+            self._left_sessions.add(session)  # no re-registration with it, ever
+            if not self.membership.mark_dead(worker_id):
+                return
             self._note(Change(f"{worker_id} left ({reason[:100]})", False, time.monotonic()))
 
     def heartbeat(
@@ -316,6 +332,7 @@ class Controller:
                 self._fail(f"{self.failures} failures exceed --max-failures; last: {rec.reason}")
                 return
         with self._lock:
+            was_running = self.state == ControllerState.RUNNING and not self._gen_failed
             self.state = ControllerState.RECONFIGURING
             self.message = rec.reason
         workers = self.membership.alive()
@@ -330,6 +347,8 @@ class Controller:
             rec.phases["place"] = time.monotonic() - t
         except (PlannerUnavailableError, PlacementError) as exc:
             return self._wait_for_change(f"no runnable plan on {rec.inventory}: {exc}", rec)
+        if not failures and was_running and self._runs_already(planned.plan, placement):
+            return self._keep_running(rec)
         rec.plan_json = planned.plan.to_json(indent=None)
         rec.predicted_iteration_s = planned.predicted_iteration_s
         t = time.monotonic()
@@ -339,6 +358,28 @@ class Controller:
         rec.resumed_from_step = latest_checkpoint_step(self.cfg.checkpoint_dir)
         rec.phases["checkpoint"] = time.monotonic() - t
         self._assign(rec, planned.plan, placement, workers)
+
+    def _runs_already(self, plan: Plan, placement: Placement) -> bool:
+        """True when the running generation already executes ``plan`` with ``placement``: a
+        join or a leave that changes neither must not stop and restart training."""
+        with self._lock:
+            return (
+                self.plan is not None
+                and self.plan.to_json(indent=None) == plan.to_json(indent=None)
+                and self.placement == placement
+            )
+
+    def _keep_running(self, rec: Reconfiguration) -> None:
+        log.info("%s: the plan and placement stay the same; training continues", rec.reason)
+        with self._lock:
+            self.unchanged.append(rec.reason)
+            self.state = ControllerState.RUNNING
+            self.message = f"generation {self.generation}: {self.plan.describe()}"
+            # Heartbeats ignore rank states while re-planning: look again at what they recorded.
+            for w in self.membership.alive():
+                ranks = [_Reported(g, r, *v) for (g, r), v in w.ranks.items()]
+                self._check_rank_failures(w, ranks)
+            self._check_done()
 
     def _wait_for_change(self, message: str, rec: Reconfiguration) -> None:
         log.warning("%s", message)
@@ -356,9 +397,10 @@ class Controller:
 
     def _assign(self, rec: Reconfiguration, plan: Plan, placement: Placement, workers) -> None:
         by_id = {w.worker_id: w for w in workers}
-        with self._lock:
+        with self._lock:  # one step: whoever reads the generation reads its plan
             generation = self.generation + 1
             rundir.save_generation(self.cfg.run_dir, generation)  # before any agent sees it
+            self.plan, self.placement = plan, placement
             self.generation = generation
         sessions = {w.worker_id: w.session for w in workers}
         msgs = build_assignments(
@@ -369,7 +411,6 @@ class Controller:
         bad = [(w, replies[by_id[w].agent_address]) for w in msgs]
         bad = [(w, r) for w, r in bad if isinstance(r, grpc.RpcError)]
         with self._lock:
-            self.plan, self.placement = plan, placement
             self._gen_failed = self._probed = False
             self.reconfigurations.append(rec)
             self.state = ControllerState.RUNNING
@@ -406,6 +447,17 @@ class Controller:
     def last_loss(self) -> float:
         with self._lock:
             return self.metrics[-1]["loss"] if self.metrics else 0.0
+
+
+@dataclass(frozen=True)
+class _Reported:
+    """A rank state as recorded from a heartbeat (the fields of agent_pb2.RankStatus)."""
+
+    generation: int
+    rank: int
+    state: int
+    exit_code: int
+    log_tail: str
 
 
 def _listen(host: str) -> socket.socket:

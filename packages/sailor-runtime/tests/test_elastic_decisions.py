@@ -1,0 +1,148 @@
+"""The controller's re-plan decisions (issue 19 item 5, issue 24 item 5): a real controller, a
+real planner server and real gRPC agent endpoints on 127.0.0.1. The agents here only record
+what the controller asks of them (no rank processes), so every decision is seen exactly."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from sailor_planner.server import create_server
+from sailor_runtime.controller.controller import Controller, ControllerConfig
+from sailor_runtime.controller.service import create_controller_server
+from sailor_runtime.controller.state import ControllerState
+from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
+from sailor_sim import Job, Plan
+
+JOB = Job.create("tiny-gpt", 8, 32)
+
+
+class RecordingAgent(agent_pb2_grpc.WorkerAgentServiceServicer):
+    """An agent endpoint that records Assign/Stop and, at each Assign, what the controller
+    shows at that moment (its generation and plan: what a status call or the printed plan
+    would report while this generation starts)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.calls: list[tuple[str, int]] = []
+        self.seen_at_assign: list[tuple[int, str, int, str]] = []
+        self.assigned = threading.Event()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        agent_pb2_grpc.add_WorkerAgentServiceServicer_to_server(self, server)
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.server = server
+
+    def Assign(self, request, context):
+        sent = Plan.from_proto(request.plan).to_json(indent=None)
+        with self.controller._lock:
+            c = self.controller
+            shown = c.plan.to_json(indent=None) if c.plan else ""
+            self.seen_at_assign.append((c.generation, shown, request.generation, sent))
+        self.calls.append(("assign", request.generation))
+        self.assigned.set()
+        return agent_pb2.AssignResponse(generation=request.generation, ranks_started=1)
+
+    def Stop(self, request, context):
+        self.calls.append(("stop", request.generation))
+        return agent_pb2.StopResponse(ranks_stopped=0)
+
+    def GetStatus(self, request, context):
+        return agent_pb2.AgentStatus(worker_id="recording")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    planner, planner_port = create_server("127.0.0.1:0")
+    cfg = ControllerConfig(
+        job=JOB, steps=50, checkpoint_every=5, run_dir=tmp_path / "run",
+        planner_address=f"127.0.0.1:{planner_port}", min_workers=1, debounce_s=0.2,
+        heartbeat_timeout_s=60.0,
+    )  # fmt: skip
+    c = Controller(cfg)
+    server, port = create_controller_server(c, "127.0.0.1:0")
+    server.start()
+    c.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = controller_pb2_grpc.ControllerServiceStub(channel)
+    agents: list[RecordingAgent] = []
+
+    def join(wid: str, gpu: str = "CPU", session: str = "") -> tuple[RecordingAgent, str]:
+        agent = RecordingAgent(c)
+        agents.append(agent)
+        reply = stub.Register(
+            controller_pb2.RegisterRequest(
+                worker_id=wid, agent_address=f"127.0.0.1:{agent.port}", session=session,
+                gpus=agent_pb2.GpuInfo(gpu_type=gpu, count=1, zone="local"),
+            ),
+            timeout=5,
+        )  # fmt: skip
+        return agent, reply.session
+
+    yield c, stub, join
+    channel.close()
+    c.close()
+    server.stop(0)
+    for a in agents:
+        a.server.stop(0)
+    planner.stop(0)
+
+
+def wait_for(predicate, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_the_plan_shown_is_the_plan_that_runs(cluster):
+    """While a generation is being assigned, the controller already shows its plan (the
+    generation number was once bumped before the plan was updated: the printed plan was the
+    previous one)."""
+    c, _, join = cluster
+    agent, _ = join("w1")
+    assert agent.assigned.wait(60)
+    shown_gen, shown_plan, sent_gen, sent_plan = agent.seen_at_assign[0]
+    assert (shown_gen, shown_plan) == (sent_gen, sent_plan)
+
+
+def test_a_join_that_changes_no_plan_does_not_restart_training(cluster):
+    c, _, join = cluster
+    first, _ = join("w1", "CPU")
+    assert first.assigned.wait(60)
+    wait_for(lambda: c.state == ControllerState.RUNNING)
+    calls_before = list(first.calls)
+    newcomer, _ = join("w2", "cpu-2t")  # slower than w1: the planner keeps PP1 DP1 on w1
+    wait_for(lambda: getattr(c, "unchanged", None) or len(first.calls) > len(calls_before))
+    assert first.calls == calls_before, "the running generation was stopped or reassigned"
+    assert "w2 joined" in c.unchanged[0], c.unchanged
+    assert not newcomer.calls and c.generation == 1 and c.state == ControllerState.RUNNING
+
+
+def test_a_leave_is_final_for_its_session(cluster):
+    c, stub, join = cluster
+    stayer, _ = join("w1")
+    leaver, session = join("w2")
+    wait_for(lambda: c.state == ControllerState.RUNNING)
+    stub.Leave(
+        controller_pb2.LeaveRequest(worker_id="w2", reason="bye", session=session), timeout=5
+    )
+    with pytest.raises(grpc.RpcError) as err:  # what a racing heartbeat loop used to do
+        stub.Register(
+            controller_pb2.RegisterRequest(
+                worker_id="w2", agent_address=f"127.0.0.1:{leaver.port}", session=session,
+                gpus=agent_pb2.GpuInfo(gpu_type="CPU", count=1, zone="local"),
+            ),
+            timeout=5,
+        )  # fmt: skip
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "final" in err.value.details()
+    assigned_before = [call for call in leaver.calls if call[0] == "assign"]
+    time.sleep(1.0)  # debounce + re-plan
+    wait_for(lambda: c.state == ControllerState.RUNNING)
+    assert c.membership.get("w2") is None
+    assert [call for call in leaver.calls if call[0] == "assign"] == assigned_before
