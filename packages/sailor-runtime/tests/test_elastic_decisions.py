@@ -4,19 +4,25 @@ what the controller asks of them (no rank processes), so every decision is seen 
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 import pytest
 
 from sailor_planner.server import create_server
+from sailor_runtime.agent.gpus import NodeGpus
+from sailor_runtime.agent.ranks import RankRunner
+from sailor_runtime.agent.service import AgentServicer, create_agent_server
 from sailor_runtime.controller.controller import Controller, ControllerConfig
 from sailor_runtime.controller.service import create_controller_server
 from sailor_runtime.controller.state import ControllerState
 from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
-from sailor_sim import Job, Plan
+from sailor_runtime.security import TlsFiles, call_metadata
+from sailor_sim import Job, Plan, SailorError
 
 JOB = Job.create("tiny-gpt", 8, 32)
 
@@ -146,3 +152,112 @@ def test_a_leave_is_final_for_its_session(cluster):
     wait_for(lambda: c.state == ControllerState.RUNNING)
     assert c.membership.get("w2") is None
     assert [call for call in leaver.calls if call[0] == "assign"] == assigned_before
+
+
+# ---- issue 24 item 5: the control plane trusts only what it must --------------------------------
+def test_an_agent_takes_orders_only_from_the_controller_it_registered_with(tmp_path):
+    runner = RankRunner(tmp_path / "agent")
+    servicer = AgentServicer("w", NodeGpus("CPU", 1, 0, "local"), runner)
+    server, port = create_agent_server(servicer, "127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = agent_pb2_grpc.WorkerAgentServiceStub(ch)
+            for call in (
+                lambda: stub.Stop(agent_pb2.StopRequest(grace_s=1), timeout=5),
+                lambda: stub.Assign(agent_pb2.Assignment(generation=1), timeout=5),
+            ):
+                with pytest.raises(grpc.RpcError) as info:
+                    call()  # before registration: nothing is accepted
+                assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert "not registered" in info.value.details()
+            servicer.session = "s" * 32  # registered
+            for session in ("", "t" * 32):
+                with pytest.raises(grpc.RpcError) as info:
+                    stub.Stop(agent_pb2.StopRequest(grace_s=1, session=session), timeout=5)
+                assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            reply = stub.Stop(agent_pb2.StopRequest(grace_s=1, session="s" * 32), timeout=5)
+            assert reply.ranks_stopped == 0
+    finally:
+        server.stop(0)
+        runner.shutdown()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_registrations_are_dropped_without_counting_as_failures(cluster):
+    c, stub, join = cluster
+    for i in range(6):  # a token holder registering agents nobody can dial
+        stub.Register(
+            controller_pb2.RegisterRequest(
+                worker_id=f"ghost-{i}", agent_address=f"127.0.0.1:{free_port()}",
+                gpus=agent_pb2.GpuInfo(gpu_type="CPU", count=1, zone="local"),
+            ),
+            timeout=5,
+        )  # fmt: skip
+    real, _ = join("w1")
+    assert real.assigned.wait(60)
+    wait_for(lambda: c.state == ControllerState.RUNNING)
+    time.sleep(0.5)  # a failure re-plan would have been noted by now
+    assert c.failures == 0 and not c._pending
+    assert sorted(c.dropped) == [f"ghost-{i}" for i in range(6)]
+    assert [w.worker_id for w in c.membership.alive()] == ["w1"]
+
+
+def test_an_agent_on_a_wildcard_address_is_dialed_where_it_registered_from(cluster):
+    c, stub, _ = cluster
+    agent = RecordingAgent(c)
+    stub.Register(
+        controller_pb2.RegisterRequest(
+            worker_id="w1", agent_address=f"0.0.0.0:{agent.port}",
+            gpus=agent_pb2.GpuInfo(gpu_type="CPU", count=1, zone="local"),
+        ),
+        timeout=5,
+    )  # fmt: skip
+    assert c.membership.get("w1").agent_address == f"127.0.0.1:{agent.port}"
+    assert agent.assigned.wait(60)
+    agent.server.stop(0)
+
+
+def test_controller_and_agent_speak_tls_with_a_token(tmp_path, make_certificate):
+    made = make_certificate(tmp_path, "127.0.0.1")
+    if made is None:
+        pytest.skip("the openssl command is not installed (it makes the test certificate)")
+    cert, key = made
+    tls = TlsFiles(cert, key, cert)
+    cfg = ControllerConfig(
+        job=JOB, steps=4, checkpoint_every=2, run_dir=tmp_path / "run",
+        planner_address="127.0.0.1:9", min_workers=5, token="tok", tls=tls,
+    )  # fmt: skip
+    c = Controller(cfg)
+    server, port = create_controller_server(c, "127.0.0.1:0", "tok", tls)
+    server.start()
+    request = controller_pb2.RegisterRequest(
+        worker_id="w1", agent_address="127.0.0.1:5000",
+        gpus=agent_pb2.GpuInfo(gpu_type="CPU", count=1, zone="local"),
+    )  # fmt: skip
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as plain:
+            with pytest.raises(grpc.RpcError) as info:  # plain text is not spoken
+                controller_pb2_grpc.ControllerServiceStub(plain).Register(request, timeout=3)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        with tls.channel(f"127.0.0.1:{port}") as secure:
+            stub = controller_pb2_grpc.ControllerServiceStub(secure)
+            with pytest.raises(grpc.RpcError) as info:  # TLS alone is not enough
+                stub.Register(request, timeout=5)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            reply = stub.Register(request, timeout=5, metadata=call_metadata("tok"))
+            assert reply.session
+    finally:
+        c.close()
+        server.stop(0)
+
+
+def test_a_half_given_tls_pair_is_one_line():
+    with pytest.raises(SailorError, match="both --tls-cert and --tls-key"):
+        TlsFiles(cert=Path("cert.pem"))

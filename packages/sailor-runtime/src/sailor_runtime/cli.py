@@ -16,7 +16,7 @@ import typer
 
 import sailor_runtime
 from sailor_sim import Job, get_gpu, inputs
-from sailor_sim.errors import SailorSimError
+from sailor_sim.errors import SailorError, SailorSimError
 
 from .errors import SailorRuntimeError
 
@@ -195,9 +195,22 @@ def controller(
         "sailor-run"
     ),
     profile_dir: str = typer.Option("", help="Profile folder the planner should use."),
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    host: str = typer.Option(
+        "127.0.0.1", help="Address the controller and its rendezvous store listen on."
+    ),
     port: int = typer.Option(0, help="Port (0 = any free one; see --port-file)."),
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
+    store_port: int = typer.Option(0, help="Rendezvous store port (0 = any free one)."),
+    advertise_host: str = typer.Option(
+        "",
+        help="Where ranks reach the store when --host is 0.0.0.0 and the agents should not "
+        "use the host they reached the controller at (the default).",
+    ),
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this PEM chain.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM key of --tls-cert.")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="Dial the agents over TLS, trusting this PEM CA.")
+    ] = None,
     min_workers: int = typer.Option(1, help="Workers to wait for before the first plan."),
     heartbeat_interval: float = typer.Option(1.0),
     heartbeat_timeout: float = typer.Option(5.0),
@@ -220,18 +233,21 @@ def controller(
     try:
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
+        inputs.port(store_port, "--store-port")
+        tls = _tls_files(tls_cert, tls_key, tls_ca)
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
             planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,
             heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
-            debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
-            else "127.0.0.1", seed=seed, lr=lr, token=token,
+            debounce_s=debounce, max_failures=max_failures, store_host=host,
+            store_port=store_port, advertise_host=advertise_host, seed=seed, lr=lr,
+            token=token, tls=tls,
         )  # fmt: skip
         c = Controller(cfg)
-    except (SailorRuntimeError, SailorSimError) as exc:
+        server, bound = create_controller_server(c, f"{host}:{port}", token, tls)
+    except SailorError as exc:
         _fail(exc)
-    server, bound = create_controller_server(c, f"{host}:{port}", token)
     server.start()
     c.start()
     if port_file:
@@ -242,10 +258,12 @@ def controller(
     try:
         while not c.finished and not stop.wait(0.5):
             pass
-        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
     except KeyboardInterrupt:
         pass
     finally:
+        if not c.finished:  # stopped by a signal: the ranks must not train on without us
+            c.shutdown("the controller was stopped")
+        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
         c.close()
         server.stop(grace=0.5)
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
@@ -264,6 +282,17 @@ def worker(
     gpus: int = typer.Option(None, help="GPUs on this node (default 1 when declared)."),
     zone: str = typer.Option("local", help="Zone of this node."),
     host: str = typer.Option("127.0.0.1", help="Address the agent listens on."),
+    port: int = typer.Option(0, help="Port the agent listens on (0 = any free one)."),
+    advertise_host: str = typer.Option(
+        "",
+        help="Where the controller dials this agent (default --host; with --host 0.0.0.0 the "
+        "address the controller sees the registration come from).",
+    ),
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this PEM chain.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM key of --tls-cert.")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="Dial the controller over TLS, trusting this PEM CA.")
+    ] = None,
     worker_id: str = typer.Option(None, help="Unique node name (default host-pid)."),
     workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
     threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
@@ -291,14 +320,17 @@ def worker(
     token = resolve_token(token)
     try:
         check_bind(host, token, "the worker agent")
+        inputs.port(port, "--port")
+        tls = _tls_files(tls_cert, tls_key, tls_ca)
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(
-            controller, node, workdir, host=host, token=token, worker_id=worker_id,
+            controller, node, workdir, host=host, port=port, advertise_host=advertise_host,
+            token=token, tls=tls, worker_id=worker_id,
             threads_per_rank=threads_per_rank, warm=warm, controller_timeout_s=controller_timeout,
             first_core=first_core,
         )  # fmt: skip
         agent.start()
-    except (SailorRuntimeError, SailorSimError) as exc:
+    except SailorError as exc:
         _fail(exc)
     except Exception as exc:  # noqa: BLE001 - e.g. a refused registration (gRPC error)
         details = exc.details() if hasattr(exc, "details") else str(exc)
@@ -311,6 +343,16 @@ def worker(
     finally:
         agent.close()
     sys.exit(1 if agent.lost_controller else 0)
+
+
+def _tls_files(cert: Path | None, key: Path | None, ca: Path | None):
+    """The TLS files of a controller or agent, each checked to be a readable file now."""
+    from .security import TlsFiles
+
+    for path, flag in ((cert, "--tls-cert"), (key, "--tls-key"), (ca, "--tls-ca")):
+        if path is not None:
+            inputs.read_text(path, flag, max_bytes=1 << 20)
+    return TlsFiles(cert, key, ca)
 
 
 def entry() -> None:

@@ -1,10 +1,12 @@
-"""Shared-token authentication for the controller and agent gRPC services.
+"""Token and TLS for the controller and agent gRPC services (both directions).
 
 Everything binds to 127.0.0.1 unless told otherwise. A service that listens on any other
 address must have a token (``--token`` or ``SAILOR_TOKEN``); clients send it as the
 ``x-sailor-token`` metadata entry. A call with a missing or wrong token is refused with
-UNAUTHENTICATED and logged with the method name; the server keeps serving. The check itself is
-sailor-planner's ``access.TokenInterceptor`` (one for every Sailor service).
+UNAUTHENTICATED and logged with the method name; the server keeps serving. The token check and
+the server's TLS credentials are sailor-planner's ``access`` (``TokenInterceptor``,
+``Access.credentials``): one implementation for every Sailor service. With ``TlsFiles`` a
+controller or agent serves TLS (cert + key) and dials its peers over TLS trusting ``ca``.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
-from sailor_planner.access import TOKEN_METADATA_KEY, TokenInterceptor
+from sailor_planner.access import TOKEN_METADATA_KEY, Access, TokenInterceptor
+from sailor_sim import inputs
 
 from .errors import SailorRuntimeError
 
@@ -57,3 +62,44 @@ def interceptors(
 ) -> list[grpc.ServerInterceptor]:
     """The planner's token check (one for every Sailor service; Health stays open)."""
     return [TokenInterceptor(token, on_refused)] if token else []
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of one controller or agent; all None = plain text (loopback or a VPN)."""
+
+    cert: Path | None = None
+    """This service's certificate chain; with ``key`` it serves TLS."""
+    key: Path | None = None
+    ca: Path | None = None
+    """Trust peers (controller, agents) whose certificates this CA signed; dial them over TLS."""
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise SailorRuntimeError("give both --tls-cert and --tls-key, or neither", field="tls")
+
+    def channel(self, address: str) -> grpc.Channel:
+        """A channel to a peer: TLS trusting ``ca`` when given, else plain text."""
+        if self.ca is None:
+            return grpc.insecure_channel(address)
+        ca = inputs.read_text(self.ca, "--tls-ca", max_bytes=1 << 20).encode()
+        return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca))
+
+
+def listen(server: grpc.Server, address: str, token: str | None, tls: TlsFiles) -> int:
+    """Bind ``server`` to ``address`` (TLS when ``tls`` has a cert and key); the bound port."""
+    credentials = Access(token, tls.cert, tls.key).credentials()
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError:  # grpc raises instead of returning 0 on some versions
+        port = 0
+    if port == 0:
+        raise SailorRuntimeError(
+            f"cannot listen on {address}: the port is taken or the address is not this "
+            "machine's; pick another --port or --host",
+            field="host",
+        )
+    return port

@@ -30,7 +30,13 @@ import grpc
 
 from sailor_sim import Job, Plan
 
-from ..errors import PlacementError, PlannerUnavailableError, RegistrationError
+from ..errors import (
+    PlacementError,
+    PlannerUnavailableError,
+    RegistrationError,
+    SailorRuntimeError,
+)
+from ..security import TlsFiles
 from . import rundir
 from .agents import AgentClients
 from .assignments import build_assignments
@@ -41,6 +47,7 @@ from .planning import PlannerLink, describe_inventory, live_inventory
 from .state import ControllerState, Reconfiguration
 
 log = logging.getLogger("sailor.controller")
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,13 @@ class ControllerConfig:
     debounce_s: float = 1.0
     max_failures: int = 5
     store_host: str = "127.0.0.1"
+    """Where the rendezvous store listens: the controller's --host (0.0.0.0 = everywhere)."""
+    store_port: int = 0
+    """0 = any free port."""
+    advertise_host: str = ""
+    """Where ranks dial the store; "" = store_host, and a wildcard store_host makes each
+    agent dial the host it reached the controller at."""
+    tls: TlsFiles = field(default_factory=TlsFiles)
     seed: int = 0
     lr: float = 0.0
     execution_options: dict = field(default_factory=dict)
@@ -99,6 +113,10 @@ class Controller:
         self.metrics: list[dict] = []
         self.reconfigurations: list[Reconfiguration] = []
         self.unchanged: list[str] = []
+        self.dropped: list[str] = []
+        """Registrations dropped because their agent could not be dialed."""
+        self.assigned_ever: set[str] = set()
+        """Workers that were sent an assignment (their agent answered once)."""
         """Changes whose re-plan kept the running plan (training went on, no generation)."""
         self.failures = 0
         self.refused_calls = 0
@@ -111,7 +129,7 @@ class Controller:
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
-        listener = _listen(config.store_host)
+        listener = _listen(config.store_host, config.store_port)
         port = listener.getsockname()[1]
         # The store owns the listening fd from here on: a Python socket object left holding
         # it would close the same fd number again when collected, after the store closed it
@@ -129,7 +147,7 @@ class Controller:
             objective=config.objective,
             wait_s=config.planner_wait_s,
         )
-        self.agents = AgentClients(config.token)
+        self.agents = AgentClients(config.token, config.tls)
         self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -335,7 +353,7 @@ class Controller:
             was_running = self.state == ControllerState.RUNNING and not self._gen_failed
             self.state = ControllerState.RECONFIGURING
             self.message = rec.reason
-        workers = self.membership.alive()
+        workers = self._reachable(self.membership.alive())
         inventory = live_inventory(workers)
         rec.inventory = describe_inventory(inventory)
         try:
@@ -358,6 +376,26 @@ class Controller:
         rec.resumed_from_step = latest_checkpoint_step(self.cfg.checkpoint_dir)
         rec.phases["checkpoint"] = time.monotonic() - t
         self._assign(rec, planned.plan, placement, workers)
+
+    def _reachable(self, workers: list[Worker]) -> list[Worker]:
+        """``workers`` less the newcomers (never assigned) whose agent does not answer: a
+        registration the controller cannot dial is dropped before it is planned onto, and it
+        is no training failure (nothing ran there)."""
+        newcomers = [w for w in workers if w.worker_id not in self.assigned_ever]
+        replies = self.agents.status_all([w.agent_address for w in newcomers])
+        gone = set()
+        for w in newcomers:
+            reply = replies[w.agent_address]
+            if isinstance(reply, grpc.RpcError) and reply.code() in _UNREACHABLE:
+                log.warning(
+                    "dropped %s: its agent at %s does not answer (%s); an agent behind NAT or "
+                    "on 0.0.0.0 needs --advertise-host",
+                    w.worker_id, w.agent_address, reply.code().name,
+                )  # fmt: skip
+                self.membership.mark_dead(w.worker_id)
+                self.dropped.append(w.worker_id)
+                gone.add(w.worker_id)
+        return [w for w in workers if w.worker_id not in gone]
 
     def _runs_already(self, plan: Plan, placement: Placement) -> bool:
         """True when the running generation already executes ``plan`` with ``placement``: a
@@ -390,7 +428,7 @@ class Controller:
         self.reconfigurations.append(rec)
 
     def _stop_old(self, workers: list[Worker]) -> None:
-        replies = self.agents.stop_all([w.agent_address for w in workers], generation=0)
+        replies = self.agents.stop_all({w.agent_address: w.session for w in workers}, 0)
         for w in workers:
             if isinstance(replies[w.agent_address], grpc.RpcError):
                 log.warning("stop on %s failed: %s", w.worker_id, replies[w.agent_address])
@@ -403,6 +441,7 @@ class Controller:
             self.plan, self.placement = plan, placement
             self.generation = generation
         sessions = {w.worker_id: w.session for w in workers}
+        self.assigned_ever.update(placement)
         msgs = build_assignments(
             self.cfg, generation, plan, placement, self.store.port, self.run_secret, sessions
         )
@@ -425,6 +464,11 @@ class Controller:
             log.warning("assign to %s failed: %s", wid, err.details())
             if self.membership.mark_dead(wid):
                 self._note(Change(f"{wid} refused its assignment", True, time.monotonic()))
+
+    def shutdown(self, reason: str) -> None:
+        """End the run now: stop every rank and answer `shutdown` to the agents' heartbeats
+        (a controller stopped by a signal leaves nothing training)."""
+        self._fail(f"{reason} at step {self.step}")
 
     def _fail(self, message: str) -> None:
         log.error("%s", message)
@@ -460,12 +504,20 @@ class _Reported:
     log_tail: str
 
 
-def _listen(host: str) -> socket.socket:
+def _listen(host: str, port: int) -> socket.socket:
     """A listening socket on ``host`` only (the TCPStore would otherwise bind every
-    interface and let any address write rendezvous keys)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    interface whatever --host says)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(address[:2])
+    try:
+        sock.bind(address[:2])
+    except OSError as exc:
+        sock.close()
+        raise SailorRuntimeError(
+            f"the rendezvous store cannot listen on {host}:{port} ({exc.strerror}); pick "
+            "another --store-port",
+            field="--store-port",
+        ) from None
     sock.listen(128)
     return sock

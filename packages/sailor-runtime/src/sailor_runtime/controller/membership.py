@@ -44,6 +44,22 @@ def check_registration(worker_id: str, agent_address: str, gpus_msg) -> NodeGpus
     return NodeGpus.from_proto(gpus_msg)
 
 
+def reachable_address(advertised: str, peer: str) -> str:
+    """The agent address to dial: as advertised, except that a wildcard host (an agent
+    listening on 0.0.0.0 or ::) becomes the address its registration came from
+    (``context.peer()``: ``ipv4:10.0.0.2:41234`` or ``ipv6:[fd00::2]:41234``)."""
+    host, sep, port = advertised.rpartition(":")
+    if not sep or host not in ("0.0.0.0", "::", "[::]"):
+        return advertised
+    kind, _, rest = peer.partition(":")
+    seen = rest.rpartition(":")[0]
+    if kind == "ipv4" and seen:
+        return f"{seen}:{port}"
+    if kind == "ipv6" and seen:
+        return f"{seen}:{port}" if seen.startswith("[") else f"[{seen}]:{port}"
+    return advertised  # a Unix socket or unknown peer: the check below refuses nothing new
+
+
 def same_secret(a: str, b: str) -> bool:
     """Constant-time comparison of two strings of any characters."""
     return hmac.compare_digest(a.encode(), b.encode())
