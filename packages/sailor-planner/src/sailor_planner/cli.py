@@ -22,6 +22,7 @@ from sailor_sim.cli_options import (
     Zero,
     execution_options,
 )
+from sailor_sim.cli_output import version_option
 from sailor_sim.inputs import run_app
 
 from .errors import SailorPlannerError
@@ -38,7 +39,7 @@ def fail(exc: Exception) -> None:
 
 
 @app.callback()
-def group() -> None:
+def group(version: bool = version_option(sailor_planner.__version__)) -> None:
     # A callback keeps `sailor-planner` a command group.
     pass
 

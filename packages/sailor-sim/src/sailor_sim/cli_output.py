@@ -13,6 +13,19 @@ _WIDE = 1000
 """Console width for tables: wide enough that no row wraps (terminals scroll, pipes split)."""
 
 
+def version_option(version: str):
+    """A ``--version`` flag for a command group's callback: prints ``version`` and exits 0."""
+
+    def show(value: bool) -> None:
+        if value:
+            typer.echo(version)
+            raise typer.Exit()
+
+    return typer.Option(
+        False, "--version", callback=show, is_eager=True, help="Print the version and exit."
+    )
+
+
 def fail(exc: Exception) -> None:
     """One clear line on stderr and exit status 2."""
     typer.echo(f"error: {exc}", err=True)
