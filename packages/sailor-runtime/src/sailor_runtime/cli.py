@@ -346,6 +346,26 @@ def worker(
     sys.exit(1 if agent.lost_controller else 0)
 
 
+@app.command("slurm-node")
+def slurm_node(
+    node: str = typer.Option(
+        "", help="Slurm node name (default $SLURMD_NODENAME, else this host's short name)."
+    ),
+) -> None:
+    """Print `--gpu-type T --gpus N` for this Slurm node, from its GRES (deploy/slurm)."""
+    import os
+    import socket
+
+    from .slurm import gres_gpus, node_gres
+
+    name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    try:
+        gpu_type, count = gres_gpus(node_gres(name))
+    except SailorError as exc:
+        _fail(exc)
+    typer.echo(f"--gpu-type {gpu_type} --gpus {count}")
+
+
 def _tls_files(cert: Path | None, key: Path | None, ca: Path | None):
     """The TLS files of a controller or agent, each checked to be a readable file now."""
     from .security import TlsFiles
