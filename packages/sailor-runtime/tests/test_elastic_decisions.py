@@ -261,3 +261,38 @@ def test_controller_and_agent_speak_tls_with_a_token(tmp_path, make_certificate)
 def test_a_half_given_tls_pair_is_one_line():
     with pytest.raises(SailorError, match="both --tls-cert and --tls-key"):
         TlsFiles(cert=Path("cert.pem"))
+
+
+def test_tls_server_name_checks_the_certificate_for_that_name(tmp_path, make_certificate):
+    """Pods and cloud VMs are dialed at addresses no certificate names: --tls-server-name
+    checks the peer's certificate for one fixed name instead (and a wrong name is refused)."""
+    made = make_certificate(tmp_path)  # names: localhost only, not 127.0.0.1
+    if made is None:
+        pytest.skip("the openssl command is not installed (it makes the test certificate)")
+    cert, key = made
+    c = Controller(
+        ControllerConfig(
+            job=JOB,
+            steps=4,
+            checkpoint_every=2,
+            run_dir=tmp_path / "run",
+            planner_address="127.0.0.1:9",
+            min_workers=5,
+        )  # fmt: skip
+    )
+    server, port = create_controller_server(c, "127.0.0.1:0", None, TlsFiles(cert, key))
+    server.start()
+    request = controller_pb2.StatusRequest()
+    try:
+        for name, ok in (("localhost", True), (None, False), ("sailor.internal", False)):
+            with TlsFiles(ca=cert, server_name=name).channel(f"127.0.0.1:{port}") as ch:
+                stub = controller_pb2_grpc.ControllerServiceStub(ch)
+                if ok:
+                    assert stub.GetStatus(request, timeout=5).message
+                else:
+                    with pytest.raises(grpc.RpcError) as info:
+                        stub.GetStatus(request, timeout=3)
+                    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        c.close()
+        server.stop(0)

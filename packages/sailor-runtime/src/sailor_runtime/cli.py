@@ -212,6 +212,9 @@ def controller(
     tls_ca: Annotated[
         Path | None, typer.Option(help="Dial the agents over TLS, trusting this PEM CA.")
     ] = None,
+    tls_server_name: str = typer.Option(
+        "", help="Name the agents' certificate carries (default: the address dialed)."
+    ),
     min_workers: int = typer.Option(1, help="Workers to wait for before the first plan."),
     heartbeat_interval: float = typer.Option(1.0),
     heartbeat_timeout: float = typer.Option(5.0),
@@ -235,7 +238,7 @@ def controller(
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
         inputs.port(store_port, "--store-port")
-        tls = _tls_files(tls_cert, tls_key, tls_ca)
+        tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
@@ -294,6 +297,9 @@ def worker(
     tls_ca: Annotated[
         Path | None, typer.Option(help="Dial the controller over TLS, trusting this PEM CA.")
     ] = None,
+    tls_server_name: str = typer.Option(
+        "", help="Name the controller's certificate carries (default: the address dialed)."
+    ),
     worker_id: str = typer.Option(None, help="Unique node name (default host-pid)."),
     workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
     threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
@@ -322,7 +328,7 @@ def worker(
     try:
         check_bind(host, token, "the worker agent")
         inputs.port(port, "--port")
-        tls = _tls_files(tls_cert, tls_key, tls_ca)
+        tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(
             controller, node, workdir, host=host, port=port, advertise_host=advertise_host,
@@ -366,14 +372,14 @@ def slurm_node(
     typer.echo(f"--gpu-type {gpu_type} --gpus {count}")
 
 
-def _tls_files(cert: Path | None, key: Path | None, ca: Path | None):
+def _tls_files(cert: Path | None, key: Path | None, ca: Path | None, server_name: str):
     """The TLS files of a controller or agent, each checked to be a readable file now."""
     from .security import TlsFiles
 
     for path, flag in ((cert, "--tls-cert"), (key, "--tls-key"), (ca, "--tls-ca")):
         if path is not None:
             inputs.read_text(path, flag, max_bytes=1 << 20)
-    return TlsFiles(cert, key, ca)
+    return TlsFiles(cert, key, ca, server_name or None)
 
 
 def entry() -> None:

@@ -73,6 +73,9 @@ class TlsFiles:
     key: Path | None = None
     ca: Path | None = None
     """Trust peers (controller, agents) whose certificates this CA signed; dial them over TLS."""
+    server_name: str | None = None
+    """Check every peer's certificate for this name instead of the address dialed (pods and
+    cloud VMs whose addresses are not known when the certificate is made)."""
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
@@ -83,7 +86,9 @@ class TlsFiles:
         if self.ca is None:
             return grpc.insecure_channel(address)
         ca = inputs.read_text(self.ca, "--tls-ca", max_bytes=1 << 20).encode()
-        return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca))
+        options = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca)
+        return grpc.secure_channel(address, credentials, options=options)
 
 
 def listen(server: grpc.Server, address: str, token: str | None, tls: TlsFiles) -> int:
