@@ -4,7 +4,10 @@ what the controller asks of them (no rank processes), so every decision is seen 
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent import futures
@@ -32,10 +35,12 @@ class RecordingAgent(agent_pb2_grpc.WorkerAgentServiceServicer):
     shows at that moment (its generation and plan: what a status call or the printed plan
     would report while this generation starts)."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller | None) -> None:
         self.controller = controller
         self.calls: list[tuple[str, int]] = []
         self.seen_at_assign: list[tuple[int, str, int, str]] = []
+        self.stops: list[str] = []
+        """The session each Stop carried."""
         self.assigned = threading.Event()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         agent_pb2_grpc.add_WorkerAgentServiceServicer_to_server(self, server)
@@ -45,7 +50,7 @@ class RecordingAgent(agent_pb2_grpc.WorkerAgentServiceServicer):
 
     def Assign(self, request, context):
         sent = Plan.from_proto(request.plan).to_json(indent=None)
-        with self.controller._lock:
+        with self.controller._lock:  # the tests that plan give their controller
             c = self.controller
             shown = c.plan.to_json(indent=None) if c.plan else ""
             self.seen_at_assign.append((c.generation, shown, request.generation, sent))
@@ -55,6 +60,7 @@ class RecordingAgent(agent_pb2_grpc.WorkerAgentServiceServicer):
 
     def Stop(self, request, context):
         self.calls.append(("stop", request.generation))
+        self.stops.append(request.session)
         return agent_pb2.StopResponse(ranks_stopped=0)
 
     def GetStatus(self, request, context):
@@ -296,3 +302,39 @@ def test_tls_server_name_checks_the_certificate_for_that_name(tmp_path, make_cer
     finally:
         c.close()
         server.stop(0)
+
+
+def test_a_signalled_controller_stops_its_workers_ranks(tmp_path):
+    """SIGTERM to `sailor controller` stops every registered node's ranks (a Stop with the
+    node's session) and tells their heartbeats the run is over; before, the ranks trained on
+    with no controller."""
+    agent = RecordingAgent(controller=None)
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "sailor_runtime.cli", "controller", "--planner", "127.0.0.1:9",
+         "--run-dir", str(tmp_path / "run"), "--port-file", str(tmp_path / "port"),
+         "--heartbeat-interval", "1", "--min-workers", "2", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (tmp_path / "port").exists() and (tmp_path / "port").read_text(), 60)
+        address = f"127.0.0.1:{(tmp_path / 'port').read_text()}"
+        with grpc.insecure_channel(address) as ch:
+            stub = controller_pb2_grpc.ControllerServiceStub(ch)
+            session = stub.Register(
+                controller_pb2.RegisterRequest(
+                    worker_id="w1", agent_address=f"127.0.0.1:{agent.port}",
+                    gpus=agent_pb2.GpuInfo(gpu_type="CPU", count=1, zone="local"),
+                ),
+                timeout=10,
+            ).session  # fmt: skip
+            controller.send_signal(signal.SIGTERM)
+            wait_for(lambda: agent.stops, 10)
+            beat = controller_pb2.HeartbeatRequest(worker_id="w1", session=session)
+            assert stub.Heartbeat(beat, timeout=5).shutdown
+        assert agent.stops == [session]
+        assert controller.wait(30) == 1  # stopped before the run was done
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+            controller.wait()
+        agent.server.stop(0)
