@@ -338,3 +338,30 @@ def test_a_signalled_controller_stops_its_workers_ranks(tmp_path):
             controller.kill()
             controller.wait()
         agent.server.stop(0)
+
+
+@pytest.mark.timeout(300)
+def test_end_to_end_a_useless_join_costs_no_restart_and_no_rerun_step(tmp_path):
+    """`sailor run --local` with real agents and ranks: a cpu-2t node joins a CPU node's run;
+    the best plan stays on the CPU node (issue 19: that join once cost 2.15 s and 14 re-run
+    steps). Every step runs once, in one generation, and the summary says why."""
+    from sailor_runtime.run.local import LocalRun, LocalRunConfig
+
+    STEPS = 80  # noqa: N806 - enough steps that the run outlives the join
+    cfg = LocalRunConfig(
+        run_dir=tmp_path, workers=1, gpu_types=("CPU", "cpu-2t"), steps=STEPS,
+        checkpoint_every=10, add_worker_at_step=3, global_batch_size=8, sequence_length=32,
+        profile=False, progress=False, timeout_s=280, debounce_s=0.3,
+        warm=False,  # the joining agent registers at once (no torch import first)
+    )  # fmt: skip
+    run = LocalRun(cfg)
+    try:
+        s = run.run()
+    finally:
+        run.close()
+    assert s.state == "DONE", s.message
+    assert any(e["event"] == "join" for e in s.events), s.events
+    assert run.controller.unchanged, [r["reason"] for r in s.reconfigurations]
+    assert {m["generation"] for m in s.metrics} == {1}
+    assert sorted(m["step"] for m in s.metrics) == list(range(1, STEPS + 1))
+    assert any("training went on without a restart" in w for w in s.warnings), s.warnings
