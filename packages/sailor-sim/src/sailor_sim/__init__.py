@@ -4,6 +4,7 @@ Model accounting (ModelSpec), GPU / zone / price catalogs, jobs, inventories and
 simulator that predicts iteration time, memory and cost of any heterogeneous plan.
 """
 
+from . import specs
 from .capacity import (
     CapacityEstimate,
     estimate,
@@ -32,7 +33,9 @@ from .prices import EGRESS_PER_GB, price_entry, price_per_gpu_hour, set_price
 from .profile_files import load_profile_dir, save_profile_dir
 from .profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
 from .result import Estimate, ReplicaMemory
+from .runspec import RunSpec
 from .simulator import Simulator, StageTime
+from .user_catalog import load_catalog
 from .zones import ZONE_CATALOG, Zone, default_zone, get_zone, register_zone, relationship
 
 __version__ = "0.1.0"
@@ -62,7 +65,10 @@ __all__ = [
     "ProfileKey",
     "ProfileStore",
     "ReplicaMemory",
+    "RunSpec",
     "Simulator",
+    "load_catalog",
+    "specs",
     "StageTime",
     "load_profile_dir",
     "save_profile_dir",

@@ -24,7 +24,15 @@ from .cli_options import (
     Zero,
     execution_options,
 )
-from .cli_output import GiB, fail, print_estimate, table, version_option
+from .cli_output import (
+    TERM_HEADERS,
+    GiB,
+    catalog_option,
+    fail,
+    print_estimate,
+    table,
+    version_option,
+)
 from .errors import SailorSimError, ValidationError
 from .options import ExecutionOptions, check_replica
 
@@ -35,8 +43,11 @@ app = typer.Typer(
 )
 
 
+_CATALOG = catalog_option()
+
+
 @app.callback()
-def group(version: bool = version_option(__version__)) -> None:
+def group(version: bool = version_option(__version__), catalog: Path | None = _CATALOG) -> None:
     # A callback keeps `sailor-sim` a command group and gives it --version.
     pass
 
@@ -216,6 +227,9 @@ def simulate(
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the memory breakdown per stage to this PNG.")
+    ] = None,
 ) -> None:
     """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
     from . import metrics
@@ -244,6 +258,10 @@ def simulate(
         providers = [p for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
         inputs.check_finite(estimate.to_dict(), "estimate")
+        if plot is not None:
+            from .plots import memory_png
+
+            memory_png(estimate, plot, f"{job.model.name} on {plan.num_gpus} GPUs: peak memory")
     except (SailorSimError, OSError) as exc:
         fail(exc)
     if as_json:
@@ -347,7 +365,15 @@ def memory(
         typer.echo(f"Assumed {name}: {why}")
     terms = list(rows[0]["breakdown_bytes"])
     table(
-        ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB", *terms],
+        [
+            "stage",
+            "layers",
+            "peak GiB",
+            "cap GiB",
+            "fits",
+            "headroom GiB",
+            *(TERM_HEADERS.get(t, t) for t in terms),
+        ],  # fmt: skip
         [
             (
                 r["stage"],
