@@ -365,3 +365,32 @@ def test_end_to_end_a_useless_join_costs_no_restart_and_no_rerun_step(tmp_path):
     assert {m["generation"] for m in s.metrics} == {1}
     assert sorted(m["step"] for m in s.metrics) == list(range(1, STEPS + 1))
     assert any("training went on without a restart" in w for w in s.warnings), s.warnings
+
+
+def test_bad_tls_files_are_one_line_naming_the_file(tmp_path, make_certificate):
+    """Checked at start (issue 24 item 6): before, a garbage certificate surfaced as a bind
+    failure and a key of another certificate as a hang in gRPC's secure server."""
+    from typer.testing import CliRunner
+
+    from sailor_runtime.cli import app
+
+    first = make_certificate(tmp_path)
+    if first is None:
+        pytest.skip("the openssl command is not installed (it makes the test certificates)")
+    other = tmp_path / "other"
+    other.mkdir()
+    _, other_key = make_certificate(other)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    cert, key = first
+    for flags, named in (
+        (["--tls-cert", garbage, "--tls-key", key], str(garbage)),
+        (["--tls-cert", cert, "--tls-key", other_key], str(other_key)),
+        (["--tls-ca", garbage], str(garbage)),
+        (["--tls-cert", cert], "both --tls-cert and --tls-key"),
+    ):
+        args = ["worker", "--controller", "127.0.0.1:9", *map(str, flags)]
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 2, out.output
+        lines = out.output.strip().splitlines()
+        assert len(lines) == 1 and named in lines[0], out.output

@@ -379,7 +379,7 @@ def _tls_files(cert: Path | None, key: Path | None, ca: Path | None, server_name
     for path, flag in ((cert, "--tls-cert"), (key, "--tls-key"), (ca, "--tls-ca")):
         if path is not None:
             inputs.read_text(path, flag, max_bytes=1 << 20)
-    return TlsFiles(cert, key, ca, server_name or None)
+    return TlsFiles(cert, key, ca, server_name or None).check()
 
 
 def entry() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,27 @@ class TlsFiles:
         if (self.cert is None) != (self.key is None):
             raise SailorRuntimeError("give both --tls-cert and --tls-key, or neither", field="tls")
 
+    def check(self) -> TlsFiles:
+        """Refuse now, naming the file, what gRPC would report later as a bind failure or a
+        hang: a certificate or CA that is not PEM, a key that does not match its certificate."""
+        if self.cert is not None and self.key is not None:
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.cert, self.key)
+            except (ssl.SSLError, OSError) as exc:
+                raise SailorRuntimeError(
+                    f"{self.cert} and {self.key} are not a PEM certificate chain and its "
+                    f"private key ({_reason(exc)}); give the pair the certificate was made with",
+                    field="--tls-cert",
+                ) from None
+        if self.ca is not None:
+            try:
+                ssl.create_default_context(cafile=str(self.ca))
+            except (ssl.SSLError, OSError) as exc:
+                raise SailorRuntimeError(
+                    f"{self.ca} is not a PEM CA certificate ({_reason(exc)})", field="--tls-ca"
+                ) from None
+        return self
+
     def channel(self, address: str) -> grpc.Channel:
         """A channel to a peer: TLS trusting ``ca`` when given, else plain text."""
         if self.ca is None:
@@ -91,9 +113,13 @@ class TlsFiles:
         return grpc.secure_channel(address, credentials, options=options)
 
 
+def _reason(exc: Exception) -> str:
+    return getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+
+
 def listen(server: grpc.Server, address: str, token: str | None, tls: TlsFiles) -> int:
     """Bind ``server`` to ``address`` (TLS when ``tls`` has a cert and key); the bound port."""
-    credentials = Access(token, tls.cert, tls.key).credentials()
+    credentials = Access(token, tls.check().cert, tls.key).credentials()
     try:
         if credentials is None:
             port = server.add_insecure_port(address)
