@@ -35,7 +35,7 @@ class RecordingAgent(agent_pb2_grpc.WorkerAgentServiceServicer):
     shows at that moment (its generation and plan: what a status call or the printed plan
     would report while this generation starts)."""
 
-    def __init__(self, controller: Controller | None) -> None:
+    def __init__(self, controller: Controller | None, host: str = "127.0.0.1") -> None:
         self.controller = controller
         self.calls: list[tuple[str, int]] = []
         self.seen_at_assign: list[tuple[int, str, int, str]] = []
@@ -44,7 +44,7 @@ class RecordingAgent(agent_pb2_grpc.WorkerAgentServiceServicer):
         self.assigned = threading.Event()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         agent_pb2_grpc.add_WorkerAgentServiceServicer_to_server(self, server)
-        self.port = server.add_insecure_port("127.0.0.1:0")
+        self.port = server.add_insecure_port(f"{host}:0")
         server.start()
         self.server = server
 
@@ -394,3 +394,38 @@ def test_bad_tls_files_are_one_line_naming_the_file(tmp_path, make_certificate):
         assert out.exit_code == 2, out.output
         lines = out.output.strip().splitlines()
         assert len(lines) == 1 and named in lines[0], out.output
+
+
+def reaches(source: str, port: int) -> bool:
+    """Can a TCP connection from ``source`` (a loopback address) open to 127.0.0.1:port?"""
+    with socket.socket() as s:
+        s.bind((source, 0))
+        s.settimeout(1.0)
+        try:
+            s.connect(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def test_only_the_controller_and_assigned_nodes_reach_the_rendezvous_store(cluster):
+    """torch's TCPStore lets any client list its keys (the run secret's prefix) and write
+    under them; its listening socket takes connections only from loopback, the controller and
+    the nodes it assigned (here 127.0.0.2; 127.0.0.3 is anyone else)."""
+    c, stub, _ = cluster
+    port = c.store.port
+    assert reaches("127.0.0.1", port)
+    assert not reaches("127.0.0.2", port) and not reaches("127.0.0.3", port)
+    agent = RecordingAgent(c, host="127.0.0.2")
+    stub.Register(
+        controller_pb2.RegisterRequest(
+            worker_id="w1", agent_address=f"127.0.0.2:{agent.port}",
+            gpus=agent_pb2.GpuInfo(gpu_type="CPU", count=1, zone="local"),
+        ),
+        timeout=5,
+    )  # fmt: skip
+    try:
+        assert agent.assigned.wait(60)
+        assert reaches("127.0.0.2", port) and not reaches("127.0.0.3", port)
+    finally:
+        agent.server.stop(0)

@@ -3,8 +3,9 @@ addresses on one machine, made and removed here. The controller (and its planner
 namespace's loopback) runs in one, three workers in the others, every call with a token over
 TLS. The controller listens on 0.0.0.0 with fixed ports; the workers listen on 0.0.0.0 too, so
 the controller must dial each where its registration came from and each rank must reach the
-store where its agent reached the controller. One worker's link is cut mid-run: the run
-re-plans onto the two left and finishes from the last checkpoint, nothing lost."""
+store where its agent reached the controller; a fifth namespace on the same network, not a
+worker, cannot open the store. One worker's link is cut mid-run: the run re-plans onto the
+two left and finishes from the last checkpoint, nothing lost."""
 
 from __future__ import annotations
 
@@ -65,6 +66,12 @@ class Hosts:
     def cut(self, i: int) -> None:
         sh("ip", "-n", self.names[0], "link", "set", self.bridge_ports[i], "down")
 
+    def connects(self, i: int, host: str, port: int) -> bool:
+        """Does a TCP connection from host i to host:port open (within 2 s)?"""
+        probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=2)"
+        cmd = ["ip", "netns", "exec", self.names[i], sys.executable, "-c", probe]
+        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+
     def popen(self, i: int, args: list[str], log: Path, **env: str) -> subprocess.Popen:
         cmd = ["ip", "netns", "exec", self.names[i], sys.executable, *args]
         with open(log, "wb") as out:
@@ -114,8 +121,8 @@ def wait_for(predicate, timeout_s: float, what: str, logs: Path) -> None:
 @pytest.mark.timeout(240)
 def test_three_hosts_over_tls_survive_a_cut_link(tmp_path, make_certificate):
     namespaces_or_skip()
-    hosts = Hosts(3)
-    made = make_certificate(tmp_path, *(hosts.ip(i) for i in range(4)), "127.0.0.1")
+    hosts = Hosts(4)  # 1-3 workers, 4 an outsider on the same network
+    made = make_certificate(tmp_path, *(hosts.ip(i) for i in range(5)), "127.0.0.1")
     if made is None:
         pytest.skip("the openssl command is not installed (it makes the test certificate)")
     cert, key = made
@@ -152,6 +159,12 @@ def test_three_hosts_over_tls_survive_a_cut_link(tmp_path, make_certificate):
         for i in (1, 2, 3):  # each agent recorded where its registration came from
             assert f"registered w{i} (1x CPU@local) at {hosts.ip(i)}:{AGENT_PORT}" in log_text
         victim = max(i for i in (1, 2, 3) if (tmp_path / "workers" / f"w{i}" / "gen-1").is_dir())
+        # The outsider reaches the controller's port (token and TLS guard it) but not the
+        # rendezvous store, whose keys torch would let anyone list and write; a node with
+        # ranks does.
+        assert hosts.connects(4, CONTROLLER_IP, CONTROLLER_PORT)
+        assert not hosts.connects(4, CONTROLLER_IP, STORE_PORT)
+        assert hosts.connects(victim, CONTROLLER_IP, STORE_PORT)
         cut_after = latest_checkpoint_step(checkpoints)
         hosts.cut(victim)
         assert controller.wait(150) == 0, (logs / "controller.log").read_text()[-3000:]

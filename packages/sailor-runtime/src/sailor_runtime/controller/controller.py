@@ -45,6 +45,7 @@ from .membership import Membership, Worker, check_registration, same_secret
 from .placement import Placement, place
 from .planning import PlannerLink, describe_inventory, live_inventory
 from .state import ControllerState, Reconfiguration
+from .storeguard import StoreGuard
 
 log = logging.getLogger("sailor.controller")
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -134,12 +135,12 @@ class Controller:
         # The store owns the listening fd from here on: a Python socket object left holding
         # it would close the same fd number again when collected, after the store closed it
         # and the number was reused (seen as EBADF on a new socket and a TCPStore abort).
+        ipv4 = listener.family == socket.AF_INET
+        fd = listener.detach()
+        self.store_guard = StoreGuard(fd, config.store_host, ipv4)
+        self.store_guard.allow([])  # loopback and the controller until nodes are assigned
         self.store = dist.TCPStore(
-            config.store_host,
-            port,
-            is_master=True,
-            wait_for_workers=False,
-            master_listen_fd=listener.detach(),
+            config.store_host, port, is_master=True, wait_for_workers=False, master_listen_fd=fd
         )
         self.planner = PlannerLink(
             config.planner_address,
@@ -162,6 +163,7 @@ class Controller:
             self._thread.join(timeout=10)
         self.planner.close()
         self.agents.close()
+        self.store_guard.close()
         self.run_lock.release()
 
     @property
@@ -176,8 +178,16 @@ class Controller:
 
     # ---- events from the gRPC threads ---------------------------------------------------------
     def register(
-        self, worker_id: str, address: str, gpus_msg, hostname: str, session: str = ""
+        self,
+        worker_id: str,
+        address: str,
+        gpus_msg,
+        hostname: str,
+        session: str = "",
+        seen_from: str = "",
     ) -> Worker:
+        """A node joins (or renews its registration); ``seen_from``: the address its call
+        came from."""
         gpus = check_registration(worker_id, address, gpus_msg)
         with self._lock:
             if session and session in self._left_sessions:
@@ -197,6 +207,7 @@ class Controller:
                     code=grpc.StatusCode.ALREADY_EXISTS,
                 )
             w = self.membership.join(worker_id, address, gpus, hostname, secrets.token_hex(16))
+            w.seen_from = seen_from
             self.addresses[w.worker_id] = address
         what = "re-registered" if old else "joined"
         self._note(Change(f"{w.worker_id} {what} with {gpus.describe()}", False, time.monotonic()))
@@ -442,6 +453,11 @@ class Controller:
             self.generation = generation
         sessions = {w.worker_id: w.session for w in workers}
         self.assigned_ever.update(placement)
+        assigned = [by_id[wid] for wid in placement]
+        self.store_guard.allow(  # its ranks connect from where the node registered or listens
+            [w.seen_from for w in assigned if w.seen_from]
+            + [w.agent_address.rpartition(":")[0] for w in assigned]
+        )
         msgs = build_assignments(
             self.cfg, generation, plan, placement, self.store.port, self.run_secret, sessions
         )

@@ -25,6 +25,8 @@ class Worker:
     last_heartbeat: float
     session: str = ""
     """Nonce issued at registration (RegisterResponse.session)."""
+    seen_from: str = ""
+    """The address its registration came from (the controller's view of the node)."""
     alive: bool = True
     ranks: dict[tuple[int, int], tuple[int, int, str]] = field(default_factory=dict)
     """(generation, rank) -> (state, exit code, log tail) as last reported."""
@@ -58,6 +60,12 @@ def reachable_address(advertised: str, peer: str) -> str:
     if kind == "ipv6" and seen:
         return f"{seen}:{port}" if seen.startswith("[") else f"[{seen}]:{port}"
     return advertised  # a Unix socket or unknown peer: the check below refuses nothing new
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer (``ipv4:10.0.0.2:41234`` -> ``10.0.0.2``); "" if none."""
+    kind, _, rest = peer.partition(":")
+    return rest.rpartition(":")[0].strip("[]") if kind in ("ipv4", "ipv6") else ""
 
 
 def same_secret(a: str, b: str) -> bool:

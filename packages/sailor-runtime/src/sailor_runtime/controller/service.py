@@ -16,7 +16,7 @@ from ..errors import grpc_status
 from ..proto import controller_pb2, controller_pb2_grpc
 from ..security import TlsFiles, interceptors, listen
 from .controller import Controller
-from .membership import reachable_address
+from .membership import peer_host, reachable_address
 
 log = logging.getLogger("sailor.controller")
 MAX_METRICS_PER_HEARTBEAT = 10_000
@@ -38,6 +38,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                 request.gpus,
                 request.hostname,
                 request.session,
+                peer_host(context.peer()),
             )
         except Exception as exc:  # noqa: BLE001 - bad input becomes a clear status
             self._abort(context, "Register", exc)
