@@ -429,3 +429,35 @@ def test_only_the_controller_and_assigned_nodes_reach_the_rendezvous_store(clust
         assert reaches("127.0.0.2", port) and not reaches("127.0.0.3", port)
     finally:
         agent.server.stop(0)
+
+
+def test_an_agent_that_left_does_not_register_again(tmp_path):
+    """The race seen in real runs: a heartbeat in flight while the agent leaves is answered
+    `known=false`, and the agent used to register again 2 ms after its leave."""
+    from sailor_runtime.agent.agent import WorkerAgent
+
+    c = Controller(
+        ControllerConfig(
+            job=JOB,
+            steps=4,
+            checkpoint_every=2,
+            run_dir=tmp_path / "run",
+            planner_address="127.0.0.1:9",
+            min_workers=5,
+        )  # fmt: skip
+    )
+    server, port = create_controller_server(c, "127.0.0.1:0")
+    server.start()
+    agent = WorkerAgent(f"127.0.0.1:{port}", NodeGpus("CPU", 1, 0, "local"), tmp_path / "w",
+                        worker_id="w1", warm=False)  # fmt: skip
+    try:
+        agent.server.start()
+        agent.register()
+        assert c.membership.get("w1") is not None
+        agent.leave("bye")
+        agent.heartbeat_once([])  # the in-flight heartbeat: known=false
+        assert c.membership.get("w1") is None
+    finally:
+        agent.close()
+        c.close()
+        server.stop(0)

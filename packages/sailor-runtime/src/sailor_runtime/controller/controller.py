@@ -114,11 +114,11 @@ class Controller:
         self.metrics: list[dict] = []
         self.reconfigurations: list[Reconfiguration] = []
         self.unchanged: list[str] = []
+        """Changes whose re-plan kept the running plan (training went on, no generation)."""
         self.dropped: list[str] = []
         """Registrations dropped because their agent could not be dialed."""
         self.assigned_ever: set[str] = set()
         """Workers that were sent an assignment (their agent answered once)."""
-        """Changes whose re-plan kept the running plan (training went on, no generation)."""
         self.failures = 0
         self.refused_calls = 0
         self._pending: list[Change] = []
@@ -132,12 +132,12 @@ class Controller:
         self._stop = threading.Event()
         listener = _listen(config.store_host, config.store_port)
         port = listener.getsockname()[1]
+        ipv4 = listener.family == socket.AF_INET
         # The store owns the listening fd from here on: a Python socket object left holding
         # it would close the same fd number again when collected, after the store closed it
         # and the number was reused (seen as EBADF on a new socket and a TCPStore abort).
-        ipv4 = listener.family == socket.AF_INET
         fd = listener.detach()
-        self.store_guard = StoreGuard(fd, config.store_host, ipv4)
+        self.store_guard = StoreGuard(fd, config.store_host, ipv4)  # holds its own dup
         self.store_guard.allow([])  # loopback and the controller until nodes are assigned
         self.store = dist.TCPStore(
             config.store_host, port, is_master=True, wait_for_workers=False, master_listen_fd=fd
@@ -425,8 +425,15 @@ class Controller:
             self.state = ControllerState.RUNNING
             self.message = f"generation {self.generation}: {self.plan.describe()}"
             # Heartbeats ignore rank states while re-planning: look again at what they recorded.
+            from ..proto import agent_pb2
+
             for w in self.membership.alive():
-                ranks = [_Reported(g, r, *v) for (g, r), v in w.ranks.items()]
+                ranks = [
+                    agent_pb2.RankStatus(
+                        generation=g, rank=r, state=state, exit_code=code, log_tail=tail
+                    )
+                    for (g, r), (state, code, tail) in w.ranks.items()
+                ]
                 self._check_rank_failures(w, ranks)
             self._check_done()
 
@@ -507,17 +514,6 @@ class Controller:
     def last_loss(self) -> float:
         with self._lock:
             return self.metrics[-1]["loss"] if self.metrics else 0.0
-
-
-@dataclass(frozen=True)
-class _Reported:
-    """A rank state as recorded from a heartbeat (the fields of agent_pb2.RankStatus)."""
-
-    generation: int
-    rank: int
-    state: int
-    exit_code: int
-    log_tail: str
 
 
 def _listen(host: str, port: int) -> socket.socket:
