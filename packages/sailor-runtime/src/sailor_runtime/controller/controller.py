@@ -4,16 +4,20 @@ Event sources (gRPC threads): Register (join), Leave (graceful), Heartbeat (live
 states, step metrics). One control thread (`_loop`) turns them into re-plans: it expires silent
 workers, probes the agents when a rank fails (a dead node answers nothing, a live one
 answers), waits out a debounce window so that a burst of changes costs one re-plan, and then
-runs `_reconfigure`: plan on the live inventory -> place ranks -> stop the old generation ->
-locate the last checkpoint -> assign the new generation (rendezvous prefix ``gen-N`` in the
-controller's TCPStore). Each phase is timed (state.PHASES).
+runs `_reconfigure`: drop newcomers whose agent cannot be dialed -> plan on the live inventory
+-> place ranks -> (same plan and placement as running: keep training, no new generation) ->
+stop the old generation -> locate the last checkpoint -> assign the new generation (rendezvous
+prefix ``gen-N`` in the controller's TCPStore). Each phase is timed (state.PHASES). The
+generation number and its plan change in one locked step, so what is shown is what runs.
 
 Ownership and trust: the controller locks its run folder (``rundir``: one run, one job, one
 controller at a time) and numbers generations on from the last one recorded there. Its TCPStore
-listens on ``store_host`` only, and rendezvous keys live under ``<run secret>/gen-N``: only the
-agents it assigns learn the address and the prefix. Each registration gets a session nonce; a
-live worker's id cannot be re-registered, heartbeated or removed without it, and every
-Assignment carries it so agents refuse assignments that are not from their controller.
+listens on ``store_host`` only, takes connections only from the assigned nodes (storeguard), and
+rendezvous keys live under ``<run secret>/gen-N``: only the agents it assigns learn the
+address and the prefix. Each registration gets a session nonce; a
+live worker's id cannot be re-registered, heartbeated or removed without it, every Assignment
+and Stop carries it so agents refuse orders that are not from their controller, and a
+graceful leave retires it for good.
 """
 
 from __future__ import annotations
