@@ -18,6 +18,7 @@ import sailor_runtime
 from sailor_sim import Job, get_gpu, inputs
 from sailor_sim.errors import SailorSimError
 
+from . import cli_checks
 from .errors import SailorRuntimeError
 
 app = typer.Typer(no_args_is_help=True, help=sailor_runtime.__doc__)
@@ -118,15 +119,23 @@ def run(
         _fail(SailorRuntimeError(
             "only --local is built in; for several machines start `sailor controller` and "
             "point `sailor worker --controller HOST:PORT` at it", field="--local"))  # fmt: skip
-    if workers < 1 or steps < 1 or checkpoint_every < 1:
-        _fail(SailorRuntimeError("must all be >= 1", field="--workers/--steps/--checkpoint-every"))
+    try:
+        types = cli_checks.check_run(
+            workers=workers, gpu_types=gpu_types, steps=steps,
+            global_batch_size=global_batch_size, seq_len=seq_len,
+            checkpoint_every=checkpoint_every, kill_rank_at_step=kill_rank_at_step,
+            kill_worker_at_step=kill_worker_at_step, add_worker_at_step=add_worker_at_step,
+            heartbeat_timeout=heartbeat_timeout, seed_value=seed, timeout=timeout,
+            time_scale=time_scale,
+        )  # fmt: skip
+    except SailorSimError as exc:
+        _fail(exc)
     from .engine.options import ExecutionOptions, OptionsError
 
     try:
         options = ExecutionOptions(precision, recompute, flash_attention, zero)
     except OptionsError as exc:
         _fail(exc)
-    types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
     for t in types:
         if t != "CPU" and _cpu_type(t) is None:
             _fail(SailorRuntimeError(
@@ -218,8 +227,14 @@ def controller(
     _logging(verbose)
     token = resolve_token(token)
     try:
+        cli_checks.check_controller(
+            planner=planner, steps=steps, checkpoint_every=checkpoint_every,
+            global_batch_size=global_batch_size, seq_len=seq_len, host=host, port=port,
+            min_workers=min_workers, heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout, debounce=debounce, max_failures=max_failures,
+            seed_value=seed, lr=lr,
+        )  # fmt: skip
         check_bind(host, token, "the controller")
-        inputs.port(port, "--port")
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
@@ -290,6 +305,11 @@ def worker(
     _logging(verbose)
     token = resolve_token(token)
     try:
+        cli_checks.check_worker(
+            controller=controller, gpus=gpus, zone=zone, host=host, worker_id=worker_id,
+            threads_per_rank=threads_per_rank, first_core=first_core,
+            controller_timeout=controller_timeout,
+        )  # fmt: skip
         check_bind(host, token, "the worker agent")
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(
