@@ -11,7 +11,7 @@ from . import inputs
 from .dtypes import check_dtype
 from .errors import SailorSimError, ValidationError
 from .gpus import get_gpu
-from .model import ModelSpec, get_model
+from .model import ModelSpec, get_model, model_wire_name
 from .options import ExecutionOptions, check_options
 from .zones import get_zone
 
@@ -122,6 +122,7 @@ class Job:
         from .proto import job_pb2
 
         fields = self.to_dict()
+        fields["model"] = model_wire_name(self.model)  # a spec by content, never a local path
         options = fields.pop("options")
         if options["flash_attention"] is None:
             del options["flash_attention"]  # optional field left unset: the default

@@ -100,6 +100,7 @@ def start_planner(run_dir: Path, timeout_s: float = 120.0) -> PlannerProcess:
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "sailor_planner.cli", "serve", "--host", "127.0.0.1"]
+    cmd += ["--data-root", str(run_dir)]  # the run's profiles; nothing else is read
     popen = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
