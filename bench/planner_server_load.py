@@ -10,7 +10,8 @@ from 100 ms to 600 ms after the last cancel: a cancelled search or replay must h
 
 Bars: RSS stays below 1 GB, every Health answer comes back within 1 s, the server is idle
 (under 50 % of a core; two running searches use 200 %) from 100 ms after the last cancel of
-every round, and afterwards a small Plan is answered. Prints a table; exits 1 when a bar is missed or a measurement is missing.
+every round, and afterwards a small Plan is answered. Prints a table; exits 1 when a bar is
+missed or a measurement is missing.
 """
 
 from __future__ import annotations
