@@ -215,9 +215,18 @@ def controller(
     seed: int = typer.Option(0),
     lr: float = typer.Option(0.0),
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
+    planner_token: str = typer.Option(
+        None, help="Token of the planner server (or $SAILOR_PLANNER_TOKEN; default: --token)."
+    ),
+    planner_ca: Annotated[
+        Path | None,
+        typer.Option(help="PEM CA certificate to trust: the planner server speaks TLS."),
+    ] = None,
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
     """Run the controller until the job finishes (or fails)."""
+    from sailor_planner import access as planner_access
+    from sailor_planner.access import trusted_ca
     from sailor_sim import Job
 
     from .controller.controller import Controller, ControllerConfig
@@ -235,6 +244,8 @@ def controller(
             seed_value=seed, lr=lr,
         )  # fmt: skip
         check_bind(host, token, "the controller")
+        if planner_ca is not None:
+            trusted_ca(planner_ca)  # a bad CA file now, not at the first plan
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
@@ -242,6 +253,7 @@ def controller(
             heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
             debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
             else "127.0.0.1", seed=seed, lr=lr, token=token,
+            planner_token=planner_access.resolve_token(planner_token), planner_ca=planner_ca,
         )  # fmt: skip
         c = Controller(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:

@@ -65,6 +65,10 @@ class ControllerConfig:
     objective: str = "throughput"
     token: str | None = None
     planner_wait_s: float = 300.0
+    planner_token: str | None = None
+    """Token the planner server requires; None = ``token`` (one shared secret)."""
+    planner_ca: Path | None = None
+    """PEM CA to trust for a planner server speaking TLS; None = plaintext."""
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -124,6 +128,8 @@ class Controller:
             profile_dir=config.profile_dir,
             objective=config.objective,
             wait_s=config.planner_wait_s,
+            token=config.planner_token or config.token,
+            ca=config.planner_ca,
         )
         self.agents = AgentClients(config.token)
         self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -49,12 +50,14 @@ class PlannerLink:
         profile_dir: str = "",
         objective: str = "throughput",
         wait_s: float = 300.0,
+        token: str | None = None,
+        ca: Path | None = None,
     ) -> None:
         self.address = address
         self.profile_dir = profile_dir
         self.objective = objective
         self.wait_s = wait_s
-        self._client = PlannerClient(address, timeout_s=wait_s)
+        self._client = PlannerClient(address, timeout_s=wait_s, token=token, ca=ca)
 
     def close(self) -> None:
         self._client.close()
