@@ -57,6 +57,16 @@ def _cpu_type(name: str):
         _fail(exc)
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops `sailor run` as Ctrl-C does (KeyboardInterrupt in the main thread): the
+    run stops its agents (and through them their ranks) and the planner before exiting."""
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 @app.command()
 def run(
     local: bool = typer.Option(False, "--local", help="Run everything on this machine."),
@@ -109,6 +119,12 @@ def run(
         typer.Option(help="Drive joins and leaves from this availability trace (zone local)."),
     ] = None,
     time_scale: float = typer.Option(1.0, help="Trace seconds per wall-clock second."),
+    profile: bool = typer.Option(
+        True,
+        "--profile/--no-profile",
+        help="Measure this machine's layers and links before planning, or plan on the built-in "
+        "analytic profiles (a quick smoke run; its prediction is not this machine's).",
+    ),
 ) -> None:
     """Train a model end to end: planner server, controller and worker agents."""
     from .run.local import LocalRunConfig, run_local
@@ -173,8 +189,10 @@ def run(
         seed=seed,
         timeout_s=timeout,
         execution_options=options.to_dict(),
+        profile=profile,
     )
     typer.echo(f"run folder: {run_dir}", err=True)
+    _stop_on_sigterm()
     if trace is not None:
         from .run.tracecli import run_trace_command
 
@@ -183,6 +201,9 @@ def run(
         summary = run_local(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        typer.echo(f"stopped by a signal; checkpoints so far are in {run_dir}", err=True)
+        raise typer.Exit(130) from None
     typer.echo(render(summary))
     for warning in summary.warnings:
         typer.echo(f"warning: {warning}", err=True)

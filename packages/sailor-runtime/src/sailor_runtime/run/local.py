@@ -358,8 +358,10 @@ class LocalRun:
         )
         return Simulator.from_profile_dir(folder).estimate(self.job, plan).iteration_time_s
 
-    def close(self) -> None:
-        deadline = time.monotonic() + 10
+    def close(self, wait_s: float = 10.0) -> None:
+        """Stop everything this run started; agents get ``wait_s`` to exit on their own once
+        told the run is over (0 when interrupted: they are terminated at once)."""
+        deadline = time.monotonic() + wait_s
         for w in self.workers:  # agents exit on their own once told the run is over
             try:
                 w.popen.wait(max(0.1, deadline - time.monotonic()))
@@ -379,6 +381,9 @@ def _describe_options(options: dict) -> str:
 def run_local(cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:
     run = LocalRun(cfg)
     try:
-        return run.run(on_tick)
-    finally:
-        run.close()
+        summary = run.run(on_tick)
+    except BaseException:  # SIGINT/SIGTERM (KeyboardInterrupt) or a failure: stop all now
+        run.close(wait_s=0.0)
+        raise
+    run.close()
+    return summary
