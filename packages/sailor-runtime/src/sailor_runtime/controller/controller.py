@@ -30,6 +30,7 @@ import grpc
 
 from sailor_sim import Job, Plan
 
+from ..engine import fence
 from ..errors import PlacementError, PlannerUnavailableError, RegistrationError
 from . import rundir
 from .agents import AgentClients
@@ -365,6 +366,7 @@ class Controller:
         with self._lock:
             generation = self.generation + 1
             rundir.save_generation(self.cfg.run_dir, generation)  # before any agent sees it
+            fence.write_fence(self.cfg.checkpoint_dir, generation)  # older ranks stop saving
             self.generation = generation
         sessions = {w.worker_id: w.session for w in workers}
         msgs = build_assignments(

@@ -111,6 +111,9 @@ class TrainConfig:
     store_is_external: bool = False
     """The TCPStore is hosted by someone else (the launcher); else rank 0 hosts it."""
     timeout_s: float = 300.0
+    generation: int = 0
+    """The controller generation these ranks belong to; with a checkpoint directory, a save
+    happens only while the run fence names it (``fence``); 0 = not fenced."""
 
     def __post_init__(self) -> None:
         for name, (kind, ok, rule) in _RULES.items():
@@ -234,6 +237,7 @@ _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "store_prefix": (str, lambda v: v != "", "a non-empty string"),
     "store_is_external": (bool, lambda v: True, "true or false"),
     "timeout_s": (float, lambda v: v > 0, "a number of seconds > 0"),
+    "generation": (int, _nonneg, "an integer >= 0 (0: not fenced)"),
 }
 
 

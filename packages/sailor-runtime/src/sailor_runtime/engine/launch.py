@@ -90,8 +90,10 @@ def start_local(
     store_prefix: str = "sailor",
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
+    generation: int = 0,
 ) -> LocalRun:
-    """Start all ranks (non-blocking); this process hosts their TCPStore."""
+    """Start all ranks (non-blocking); this process hosts their TCPStore. ``generation``:
+    the run fence their saves must match (``fence``; 0 = unfenced)."""
     store = host_store()
     cfg = TrainConfig(
         job=job,
@@ -108,6 +110,7 @@ def start_local(
         master_port=store.port,
         store_prefix=store_prefix,
         store_is_external=True,
+        generation=generation,
     )
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     path = cfg.write(workdir / "train.json")

@@ -204,7 +204,9 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data = TextDataset(job.sequence_length, cfg.seed)
     link = Link(topo, slot, groups.tp)
-    saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group) if cfg.checkpoint_dir else None
+    saver = None
+    if cfg.checkpoint_dir:
+        saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group, generation=cfg.generation)
     offset = sum(r.samples for r in stage_plan.replicas[: slot.replica])
     metrics = (
         open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank else None
