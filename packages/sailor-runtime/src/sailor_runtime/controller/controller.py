@@ -23,7 +23,7 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
@@ -31,7 +31,7 @@ import grpc
 from sailor_sim import Job, Plan
 
 from ..engine import fence
-from ..errors import PlacementError, PlannerUnavailableError, RegistrationError
+from ..errors import NoPlanError, PlacementError, RegistrationError
 from . import rundir
 from .agents import AgentClients
 from .assignments import build_assignments
@@ -42,6 +42,12 @@ from .planning import PlannerLink, describe_inventory, live_inventory
 from .state import ControllerState, Reconfiguration
 
 log = logging.getLogger("sailor.controller")
+
+REPLAN_RETRIES = 3
+"""Re-plans retried after one raised (planner refused or unreachable, run folder unwritable)
+before the run ends FAILED with the reason."""
+REPLAN_BACKOFF_S = 1.0
+"""Wait before the first retry; doubled for each next one (1, 2, 4 s)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,9 @@ class Controller:
         self.metrics: list[dict] = []
         self.reconfigurations: list[Reconfiguration] = []
         self.failures = 0
+        self._replan_errors = 0
+        """Consecutive re-plans that raised (reset by one that assigns or waits for GPUs)."""
+        self._retry_at = 0.0
         self.refused_calls = 0
         self._pending: list[Change] = []
         self._gen_failed = False
@@ -290,8 +299,33 @@ class Controller:
                 self.state = ControllerState.WAITING
                 self.message = f"waiting for {need} workers"
                 return
+            if time.monotonic() < self._retry_at:
+                return
             changes, self._pending = self._pending, []
-        self._reconfigure(changes)
+        try:
+            self._reconfigure(changes)
+        except Exception as exc:  # noqa: BLE001 - a failed re-plan is an event, never silence
+            self._replan_failed(changes, exc)
+        else:
+            self._replan_errors = 0
+
+    def _replan_failed(self, changes: list[Change], exc: Exception) -> None:
+        """Retry the re-plan with back-off (its changes queued again, no longer counted as
+        failures), then FAILED with the reason: never a silent wait until --timeout."""
+        self._replan_errors += 1
+        reason = f"re-plan failed: {exc}" if str(exc) else f"re-plan failed: {exc!r}"
+        if self._replan_errors > REPLAN_RETRIES:
+            self._fail(f"{reason} ({self._replan_errors} attempts)")
+            return
+        delay = REPLAN_BACKOFF_S * 2 ** (self._replan_errors - 1)
+        log.warning("%s; retry %d of %d in %.1f s", reason, self._replan_errors, REPLAN_RETRIES,
+                    delay)  # fmt: skip
+        retried = [replace(c, failure=False) for c in changes]
+        with self._lock:
+            self.state = ControllerState.WAITING
+            self.message = f"{reason}; retrying in {delay:.1f} s"
+            self._pending = retried + self._pending
+            self._retry_at = time.monotonic() + delay
 
     def _probe_agents(self) -> None:
         """After a rank failure: find the nodes that are gone (they answer nothing)."""
@@ -335,7 +369,7 @@ class Controller:
             t = time.monotonic()
             placement = place(planned.plan, workers)
             rec.phases["place"] = time.monotonic() - t
-        except (PlannerUnavailableError, PlacementError) as exc:
+        except (NoPlanError, PlacementError) as exc:  # the GPUs, not an error: wait for more
             return self._wait_for_change(f"no runnable plan on {rec.inventory}: {exc}", rec)
         rec.plan_json = planned.plan.to_json(indent=None)
         rec.predicted_iteration_s = planned.predicted_iteration_s

@@ -18,7 +18,7 @@ from sailor_planner.client import PlannerClient
 from sailor_planner.errors import CallAbortedError
 from sailor_sim import Inventory, Job, Plan
 
-from ..errors import PlannerUnavailableError
+from ..errors import NoPlanError, PlannerUnavailableError
 from .membership import Worker
 
 _WAITED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -80,9 +80,7 @@ class PlannerLink:
         except grpc.RpcError as exc:
             raise self._error(exc) from None
         if not result.plans:
-            raise PlannerUnavailableError(
-                f"no plan fits {describe_inventory(inventory)}", field="planner"
-            )
+            raise NoPlanError(f"no plan fits {describe_inventory(inventory)}", field="planner")
         best = result.best
         return PlannedRun(best.plan.check(job), best.estimate.iteration_time_s)
 
@@ -95,6 +93,8 @@ class PlannerLink:
         return estimate.iteration_time_s
 
     def _error(self, exc: grpc.RpcError) -> PlannerUnavailableError:
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # no feasible plan
+            return NoPlanError(f"planner at {self.address}: {exc.details()}", field="planner")
         if exc.code() in _WAITED:
             return PlannerUnavailableError(
                 f"planner at {self.address} unreachable for {self.wait_s:.0f} s", field="planner"
