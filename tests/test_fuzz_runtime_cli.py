@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,9 +23,18 @@ from sailor_sim import inputs
 
 FUZZ = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+RUN_DIR = tempfile.mkdtemp(prefix="sailor-fuzz-")  # the controller checks it is writable
 BASE = {
     "run": ["run", "--local", "--model", "no-such-model"],
-    "controller": ["controller", "--planner", "127.0.0.1:1", "--model", "no-such-model"],
+    "controller": [
+        "controller",
+        "--planner",
+        "127.0.0.1:1",
+        "--model",
+        "no-such-model",
+        "--run-dir",
+        RUN_DIR,
+    ],
     "worker": ["worker", "--controller", "127.0.0.1:1", "--gpu-type", "no-such-device"],
 }
 LATE_FLAG = {"run": "model", "controller": "model", "worker": "gpu"}
@@ -37,6 +47,7 @@ bad_address = st.text(max_size=40).filter(lambda t: ":" not in t) | st.sampled_f
     ["host:0", "host:70000", ":80", "a b:1", "::1:5", "h:-1", "garbage"]
 )
 bad_id = st.sampled_from(["../../x", "/etc", "-rf", "", "a/b", "x" * 65, "a b", "é"])
+bad_policy = st.text(max_size=12).filter(lambda t: t not in ("stop", "continue"))
 bad_host = st.sampled_from(["a b", "../x", "-x", "a/b", "é", "h;rm", "", "[::1"])
 
 OPTIONS = {
@@ -54,6 +65,7 @@ OPTIONS = {
         "--timeout": bad_seconds,
         "--time-scale": bad_seconds,
         "--gpu-types": st.sampled_from([",,", "cpu-1t,", " ", "../x", "cpu-1t,,cpu-2t"]),
+        "--on-save-error": bad_policy,
     },
     "controller": {
         "--planner": bad_address,
@@ -70,6 +82,8 @@ OPTIONS = {
         "--max-failures": st.integers(max_value=-1),
         "--seed": st.integers(max_value=-1) | st.integers(min_value=2**32),
         "--lr": st.sampled_from(["nan", "inf", "-1e-3"]),
+        "--on-save-error": bad_policy,
+        "--run-dir": st.sampled_from(["/proc/sailor-x", "/dev/null", "/etc/hostname"]),
     },
     "worker": {
         "--controller": bad_address,
@@ -91,7 +105,7 @@ GOOD = {
     "--heartbeat-interval": "0.5", "--debounce": "0", "--max-failures": "0", "--lr": "0.01",
     "--controller": "localhost:50051", "--gpus": "2", "--zone": "us-central1-a",
     "--worker-id": "node-1.a_b", "--threads-per-rank": "2", "--first-core": "0",
-    "--controller-timeout": "1e-3",
+    "--controller-timeout": "1e-3", "--on-save-error": "continue", "--run-dir": RUN_DIR,
 }  # fmt: skip
 
 CASES = [(command, flag) for command, options in OPTIONS.items() for flag in options]

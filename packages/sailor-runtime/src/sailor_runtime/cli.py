@@ -119,6 +119,11 @@ def run(
         typer.Option(help="Drive joins and leaves from this availability trace (zone local)."),
     ] = None,
     time_scale: float = typer.Option(1.0, help="Trace seconds per wall-clock second."),
+    on_save_error: str = typer.Option(
+        "stop",
+        help="A checkpoint that cannot be written (a full disk): 'stop' the run with one line "
+        "(the last checkpoint stays loadable), or 'continue' training without saving.",
+    ),
     profile: bool = typer.Option(
         True,
         "--profile/--no-profile",
@@ -142,7 +147,7 @@ def run(
             checkpoint_every=checkpoint_every, kill_rank_at_step=kill_rank_at_step,
             kill_worker_at_step=kill_worker_at_step, add_worker_at_step=add_worker_at_step,
             heartbeat_timeout=heartbeat_timeout, seed_value=seed, timeout=timeout,
-            time_scale=time_scale,
+            time_scale=time_scale, on_save_error=on_save_error,
         )  # fmt: skip
     except SailorSimError as exc:
         _fail(exc)
@@ -190,6 +195,7 @@ def run(
         timeout_s=timeout,
         execution_options=options.to_dict(),
         profile=profile,
+        on_save_error=on_save_error,
     )
     typer.echo(f"run folder: {run_dir}", err=True)
     _stop_on_sigterm()
@@ -243,6 +249,10 @@ def controller(
         Path | None,
         typer.Option(help="PEM CA certificate to trust: the planner server speaks TLS."),
     ] = None,
+    on_save_error: str = typer.Option(
+        "stop",
+        help="A checkpoint that cannot be written: 'stop' the run, or 'continue' without saving.",
+    ),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
     """Run the controller until the job finishes (or fails)."""
@@ -262,7 +272,7 @@ def controller(
             global_batch_size=global_batch_size, seq_len=seq_len, host=host, port=port,
             min_workers=min_workers, heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout, debounce=debounce, max_failures=max_failures,
-            seed_value=seed, lr=lr,
+            seed_value=seed, lr=lr, on_save_error=on_save_error, run_dir=run_dir,
         )  # fmt: skip
         check_bind(host, token, "the controller")
         if planner_ca is not None:
@@ -275,6 +285,7 @@ def controller(
             debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
             else "127.0.0.1", seed=seed, lr=lr, token=token,
             planner_token=planner_access.resolve_token(planner_token), planner_ca=planner_ca,
+            on_save_error=on_save_error,
         )  # fmt: skip
         c = Controller(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:

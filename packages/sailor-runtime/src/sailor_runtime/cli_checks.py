@@ -12,6 +12,8 @@ from __future__ import annotations
 from sailor_sim import inputs
 from sailor_sim.errors import ValidationError
 
+from .engine.config import ON_SAVE_ERROR
+
 MAX_SEED = 2**32 - 1
 """numpy's seed range, the narrowest of the generators a rank seeds (torch takes 64 bits)."""
 MAX_COUNT = 1 << 31
@@ -51,6 +53,8 @@ def check_controller(
     max_failures: int,
     seed_value: int,
     lr: float,
+    on_save_error: str,
+    run_dir,
 ) -> None:
     """Every option of `sailor controller`."""
     inputs.address(planner, "--planner")
@@ -73,6 +77,8 @@ def check_controller(
     count(max_failures, "--max-failures", minimum=0)
     seed(seed_value)
     inputs.positive_number(lr, "--lr", allow_zero=True)  # 0 = the engine's default
+    save_policy(on_save_error)
+    inputs.output_folder(run_dir, "--run-dir")  # a read-only folder is refused now
 
 
 def check_worker(
@@ -114,6 +120,7 @@ def check_run(
     seed_value: int,
     timeout: float,
     time_scale: float,
+    on_save_error: str,
 ) -> tuple[str, ...]:
     """Every option of `sailor run`; returns the worker types named by ``--gpu-types``."""
     count(workers, "--workers")
@@ -128,7 +135,17 @@ def check_run(
     seed(seed_value)
     seconds(timeout, "--timeout")
     seconds(time_scale, "--time-scale")
+    save_policy(on_save_error)
     return worker_types(gpu_types)
+
+
+def save_policy(value: str) -> str:
+    if value not in ON_SAVE_ERROR:
+        raise ValidationError(
+            f"must be one of {', '.join(ON_SAVE_ERROR)}, got {value[:40]!r}",
+            field="--on-save-error",
+        )
+    return value
 
 
 def worker_types(text: str) -> tuple[str, ...]:

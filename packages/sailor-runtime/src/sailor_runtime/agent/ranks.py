@@ -251,6 +251,7 @@ def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:
         store_prefix=a.store_prefix,
         store_is_external=True,
         generation=a.generation,  # its saves are fenced to this generation
+        on_save_error=a.on_save_error,
     )
 
 

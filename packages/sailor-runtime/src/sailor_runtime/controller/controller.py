@@ -31,6 +31,7 @@ import grpc
 from sailor_sim import Job, Plan
 
 from ..engine import fence
+from ..engine.config import FATAL_EXIT
 from ..errors import NoPlanError, PlacementError, RegistrationError
 from . import rundir
 from .agents import AgentClients
@@ -76,6 +77,9 @@ class ControllerConfig:
     """Token the planner server requires; None = ``token`` (one shared secret)."""
     planner_ca: Path | None = None
     """PEM CA to trust for a planner server speaking TLS; None = plaintext."""
+    on_save_error: str = "stop"
+    """A checkpoint that cannot be written: 'stop' the run (FAILED, with the reason) or
+    'continue' training without saving (engine.savefaults)."""
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -113,6 +117,9 @@ class Controller:
         self._replan_errors = 0
         """Consecutive re-plans that raised (reset by one that assigns or waits for GPUs)."""
         self._retry_at = 0.0
+        self._fatal = ""
+        """Why the run must end now (a rank exited with FATAL_EXIT); set under the lock by a
+        heartbeat, acted on by the control loop."""
         self.refused_calls = 0
         self._pending: list[Change] = []
         self._gen_failed = False
@@ -239,6 +246,9 @@ class Controller:
             if r.generation == self.generation and r.state == agent_pb2.RANK_STATE_FAILED:
                 self._gen_failed = True
                 tail = r.log_tail.strip().splitlines()[-1:] or [""]
+                if r.exit_code == FATAL_EXIT:  # a restart would fail the same way
+                    self._fatal = f"rank {r.rank} on {w.worker_id} stopped the run: {tail[0]}"
+                    return
                 self._note(
                     Change(
                         f"rank {r.rank} on {w.worker_id} exited with status {r.exit_code} "
@@ -285,6 +295,9 @@ class Controller:
                 )
             )
         if self.finished:
+            return
+        if self._fatal:
+            self._fail(self._fatal)
             return
         if self._gen_failed and not self._probed and self.state == ControllerState.RUNNING:
             self._probe_agents()

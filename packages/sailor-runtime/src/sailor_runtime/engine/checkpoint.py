@@ -173,9 +173,20 @@ class AsyncSaver:
         self.root, self.rank, self.group, self.keep = Path(root), rank, group, keep
         self.generation = generation
         """Checked against the run fence before and at the end of every save (``fence``)."""
+        self.last_step = 0
+        """The step of the last save started."""
         self._future = None
         self._finalizer: threading.Thread | None = None
         self.error: BaseException | None = None
+
+    def drain(self) -> BaseException | None:
+        """Wait for the save in flight; return (and forget) the error of any save so far."""
+        try:
+            self.wait()
+        except BaseException:  # noqa: BLE001 - returned, for the ranks to agree on (savefaults)
+            pass
+        error, self.error = self.error, None
+        return error
 
     def wait(self) -> None:
         """Block until the save in flight is on disk (and, on rank 0, finalized)."""
@@ -198,11 +209,14 @@ class AsyncSaver:
         rank's ``state_dict`` (may be empty); ``manifest``/``trainer`` on global rank 0 only
         (the finalizer). Returns once the tensors are copied to CPU."""
         self.wait()
-        fence.check(self.root, self.generation)
+        self.last_step = step
         tmp = self.root / fence.tmp_name(step_dir(self.root, step).name, self.generation)
-        tmp.mkdir(parents=True, exist_ok=True)
-        if trainer is not None:
-            torch.save(trainer, tmp / "trainer.pt")
+        try:  # a full disk here must not take this rank out of the collective save below
+            tmp.mkdir(parents=True, exist_ok=True)
+            if trainer is not None:
+                torch.save(trainer, tmp / "trainer.pt")
+        except OSError as exc:
+            self.error = self.error or exc
         self._future = dcp.async_save(
             shard,
             storage_writer=dcp.FileSystemWriter(tmp),

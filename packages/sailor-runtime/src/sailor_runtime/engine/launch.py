@@ -91,6 +91,7 @@ def start_local(
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
     generation: int = 0,
+    on_save_error: str = "stop",
 ) -> LocalRun:
     """Start all ranks (non-blocking); this process hosts their TCPStore. ``generation``:
     the run fence their saves must match (``fence``; 0 = unfenced)."""
@@ -111,6 +112,7 @@ def start_local(
         store_prefix=store_prefix,
         store_is_external=True,
         generation=generation,
+        on_save_error=on_save_error,
     )
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     path = cfg.write(workdir / "train.json")

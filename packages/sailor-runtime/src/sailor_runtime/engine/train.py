@@ -34,6 +34,7 @@ from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
+from . import savefaults
 from .config import EngineError, TrainConfig
 from .data import TextDataset
 from .memprobe import StepPeak, persistent_bytes
@@ -273,10 +274,25 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
                 metrics.flush()
             if saver and (
                 step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-            ):
-                _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler)
+            ):  # the ranks agree first that the last save worked (or stop, or save no more)
+                saver = savefaults.settle(saver, cfg.on_save_error, device, rank)
+                if saver:
+                    _save(
+                        saver,
+                        model,
+                        opt,
+                        layout,
+                        slot,
+                        rank,
+                        job,
+                        plan,
+                        cfg,
+                        step,
+                        consumed,
+                        scaler,
+                    )
         if saver:
-            saver.wait()
+            savefaults.settle(saver, cfg.on_save_error, device, rank)
         log.info("rank %d: trained to step %d", rank, step)
         dist.barrier()
     finally:

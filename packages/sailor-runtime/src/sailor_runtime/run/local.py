@@ -59,6 +59,8 @@ class LocalRunConfig:
     seed: int = 0
     lr: float = 0.0
     profile: bool = True
+    on_save_error: str = "stop"
+    """A checkpoint that cannot be written: 'stop' the run or 'continue' without saving."""
     progress: bool = True
     timeout_s: float = 900.0
     token: str | None = None
@@ -115,6 +117,7 @@ class LocalRun:
                 lr=cfg.lr,
                 execution_options=cfg.execution_options,
                 token=cfg.token,
+                on_save_error=cfg.on_save_error,
             )
         )
         self.server, port = create_controller_server(self.controller, "127.0.0.1:0", cfg.token)
