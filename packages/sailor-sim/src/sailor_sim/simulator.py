@@ -29,7 +29,6 @@ from .cache import ComponentCache
 from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
 from .dtypes import dtype_bytes
 from .errors import PlanError
-from .estimate import Estimate
 from .gpus import get_gpu
 from .job import Job
 from .memory import (
@@ -47,6 +46,7 @@ from .prices import usd_per_second
 from .profile_files import load_profile_dir
 from .profiles import LINKS_FILE, ProfileStore
 from .replica_memory import MemoryComponents
+from .result import Estimate
 from .timing import StageTime
 
 __all__ = ["Simulator", "StageTime"]
@@ -133,15 +133,34 @@ class Simulator(MemoryComponents):
                 link = self.network.intra_node(gpu.name, tp)
                 seq, dtype = job.sequence_length, job.dtype
                 tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
+            fwd, bwd = t.span(t.forward, first, last), t.span(t.backward, first, last)
+            recompute = self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s)
             hit = cache[key] = StageTime(
-                t.span(t.forward, first, last),
-                t.span(t.backward, first, last),
+                fwd,
+                bwd,
                 tp_s,
                 t.span(t.optimizer, first, last),
                 t.entry.source,
-                self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s),
+                recompute,
+                framework_s=self._framework_s(job, gpu, t.entry, fwd + bwd + recompute),
             )
         return hit
+
+    @staticmethod
+    def _framework_s(job: Job, gpu, entry, compute_s: float) -> float:
+        """The framework's share on top of an analytic estimate's hardware compute time:
+        compute x (1 / framework efficiency - 1), the efficiency fitted per execution style
+        and GPU family on published runs (``analytic.framework_efficiency``). Measured and
+        imported profiles already hold their framework's overhead: 0."""
+        from . import analytic, trust
+
+        if entry.source != "analytic" or analytic.calibrated(gpu, job.dtype) is None:
+            return 0.0
+        style = trust.execution_style(job.options.zero)
+        found = analytic.framework_efficiency(style, analytic.gpu_family(gpu))
+        if found is None:
+            return 0.0
+        return compute_s * (1.0 / found[0] - 1.0)
 
     def _recompute_s(self, job: Job, t, gpu, first, last, mbs, tp, tp_s) -> float:
         """Forward work done again in backward (``options.recomputed_forward_fraction`` of
@@ -268,7 +287,7 @@ class Simulator(MemoryComponents):
         gpu = get_gpu(r.gpu_type)
         link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
         inside = timing.allreduce_time(
-            link, per_mb / r.tp, group, 1, timing.bus_efficiency(gpu.name)
+            link, per_mb / r.tp, group, 1, timing.intra_bus_efficiency(gpu.name)
         )
         across = (
             self.ring_time(job, first, last, kinds, grad / group)
@@ -417,9 +436,65 @@ class Simulator(MemoryComponents):
         if not options.shards_optimizer:
             return t
         group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
-        per_mb = self.stage_sync(job, stage).per_microbatch_s
-        exposed = max(0.0, per_mb - t.forward_s - t.backward_s)
+        exposed = 0.0
+        if options.shards_parameters and len(stage.replicas) > 1:
+            exposed = self._exposed_shard_comm(job, stage, t, r)
         return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
+
+    def _exposed_shard_comm(self, job: Job, stage: Stage, t: StageTime, r: Replica) -> float:
+        """Seconds per microbatch of ZeRO-3 / FSDP traffic not hidden behind compute, layer
+        by layer as FSDP runs it (one unit per layer, prefetch of one unit ahead): forward
+        gathers layer i + 1's parameters while layer i computes, so the first gather is
+        exposed and every later one only beyond its predecessor's forward; backward re-gathers
+        layer i - 1 and reduce-scatters layer i + 1's gradients while layer i computes, and the
+        last reduce-scatter is exposed. A gather (reduce-scatter) is half a ring all-reduce of
+        the same bytes (``_layer_collective_s``). Per-layer compute is the profile's, with the
+        stage's recomputation spread over its layers by forward time."""
+        first, last = stage.first_layer, stage.last_layer
+        table = self.profiles.table(
+            job.model, get_gpu(r.gpu_type), job.dtype, r.microbatch_size, r.tp,
+            job.sequence_length, job.optimizer,
+        )  # fmt: skip
+        layers = range(first, last + 1)
+        fwd = [table.span(table.forward, i, i) for i in layers]
+        share = t.recompute_s / t.forward_s if t.forward_s > 0 else 0.0
+        bwd = [
+            table.span(table.backward, i, i) + share * f for i, f in zip(layers, fwd, strict=True)
+        ]
+        gather = [self._layer_collective_s(job, stage, i, "params") for i in layers]
+        scatter = [self._layer_collective_s(job, stage, i, "grads") for i in layers]
+        exposed = gather[0] + scatter[0]
+        for k in range(len(fwd) - 1):
+            exposed += max(0.0, gather[k + 1] - fwd[k])
+        for k in range(len(bwd)):  # backward runs k = last .. first
+            overlapped = (gather[k - 1] if k > 0 else 0.0) + (
+                scatter[k + 1] if k + 1 < len(bwd) else 0.0
+            )
+            exposed += max(0.0, overlapped - bwd[k])
+        return exposed
+
+    def _layer_collective_s(self, job: Job, stage: Stage, layer: int, what: str) -> float:
+        """One layer's all-gather of its parameters or reduce-scatter of its gradients over the
+        stage's shard group: half a ring all-reduce of the unsharded bytes (volume
+        (n - 1) / n of them, n - 1 steps); hybrid: inside the node over NVLink / PCIe."""
+        params = self.unsharded_params(job, layer, layer)
+        if what == "params":
+            nbytes = dtype_bytes(job.dtype) * params
+        else:
+            nbytes = self.grad_bytes(job, layer, layer)
+        if nbytes == 0:
+            return 0.0
+        if job.options.zero == "hybrid":
+            r = stage.replicas[0]
+            group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
+            gpu = get_gpu(r.gpu_type)
+            link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
+            efficiency = timing.intra_bus_efficiency(gpu.name)
+            return timing.allreduce_time(link, nbytes / r.tp, group, 1, efficiency) / 2
+        kinds = self.cache.ring_kinds.get(stage._sig)
+        if kinds is None:
+            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
+        return self.ring_time(job, layer, layer, kinds, nbytes)[0] / 2
 
     def _check_replica(self, job: Job, stage: Stage, i: int, p: int, r: Replica) -> None:
         checked = self.cache.replica_ok
