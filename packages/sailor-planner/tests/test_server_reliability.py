@@ -126,7 +126,8 @@ def test_a_3_mb_model_name_is_invalid_argument(server):
 
 def test_replan_refuses_a_previous_plan_on_gpus_the_inventory_does_not_hold(server):
     _, address = server()
-    previous = Plan((Stage(0, 25, (Replica("V100-16", "us-central1-b", 1, 1, 256),)),))
+    previous = Plan((Stage(0, 25, (Replica("V100-16", "us-central1-b", 2, 1, 256),)),))
+    # the pool is held, with fewer GPUs than the plan used (a re-plan after a loss): fine
     held = Inventory.of({("A100-40", "us-central1-a"): 8, ("V100-16", "us-central1-b"): 1})
     with PlannerClient(address, timeout_s=60) as client:
         code, details = call_code(client.replan, JOB, SMALL, previous)

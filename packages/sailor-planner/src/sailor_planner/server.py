@@ -129,15 +129,16 @@ def _short(message: str) -> str:
 
 
 def _check_previous(previous: Plan, job: Job, inventory: Inventory) -> None:
-    """The previous plan of a Replan runs on GPUs the inventory holds (it is the warm start
-    and a ranked candidate); after a loss, send Plan, or Replan with a plan that still fits."""
+    """A Replan's previous plan runs on pools the inventory lists. It may use more GPUs of a
+    pool than are left (a re-plan after a loss: the warm start is dropped when it no longer
+    fits), but not a (GPU type, zone) the inventory does not hold at all."""
     _prefixed("previous_plan", lambda: previous.check(job))
-    for (gpu_type, zone), used in previous.gpu_counts().items():
-        held = inventory.count(gpu_type, zone)
-        if held < used:
+    listed = {(p.gpu_type, p.zone) for p in inventory.pools}
+    for gpu_type, zone in previous.gpu_counts():
+        if (gpu_type, zone) not in listed:
             raise RequestError(
-                f"uses {used} {gpu_type} in {zone}, but the inventory holds {held}; a previous "
-                "plan must run on the inventory given (after a loss, send Plan instead)",
+                f"uses {gpu_type} in {zone}, which the inventory does not hold; a previous plan "
+                "must run on the inventory's pools (after losing a whole pool, send Plan)",
                 field="previous_plan",
             )
 
