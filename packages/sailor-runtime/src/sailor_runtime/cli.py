@@ -19,6 +19,7 @@ from sailor_sim import Job, get_gpu, inputs
 from sailor_sim.cli_output import version_option
 from sailor_sim.errors import SailorError, SailorSimError
 
+from . import cli_checks
 from .errors import SailorRuntimeError
 
 app = typer.Typer(no_args_is_help=True, help=sailor_runtime.__doc__)
@@ -66,6 +67,16 @@ def _cpu_type(name: str):
         return cpu_worker_type(name)
     except SailorRuntimeError as exc:
         _fail(exc)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops `sailor run` as Ctrl-C does (KeyboardInterrupt in the main thread): the
+    run stops its agents (and through them their ranks) and the planner before exiting."""
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 @app.command()
@@ -129,6 +140,17 @@ def run(
         typer.Option(help="Drive joins and leaves from this availability trace (zone local)."),
     ] = None,
     time_scale: float = typer.Option(1.0, help="Trace seconds per wall-clock second."),
+    on_save_error: str = typer.Option(
+        "stop",
+        help="A checkpoint that cannot be written (a full disk): 'stop' the run with one line "
+        "(the last checkpoint stays loadable), or 'continue' training without saving.",
+    ),
+    profile: bool = typer.Option(
+        True,
+        "--profile/--no-profile",
+        help="Measure this machine's layers and links before planning, or plan on the built-in "
+        "analytic profiles (a quick smoke run; its prediction is not this machine's).",
+    ),
 ) -> None:
     """Train a model end to end: planner server, controller and worker agents."""
     from .run.local import LocalRunConfig, run_local
@@ -139,8 +161,17 @@ def run(
         _fail(SailorRuntimeError(
             "only --local is built in; for several machines start `sailor controller` and "
             "point `sailor worker --controller HOST:PORT` at it", field="--local"))  # fmt: skip
-    if workers < 1 or steps < 1 or checkpoint_every < 1:
-        _fail(SailorRuntimeError("must all be >= 1", field="--workers/--steps/--checkpoint-every"))
+    try:
+        types = cli_checks.check_run(
+            workers=workers, gpu_types=gpu_types, steps=steps,
+            global_batch_size=global_batch_size, seq_len=seq_len,
+            checkpoint_every=checkpoint_every, kill_rank_at_step=kill_rank_at_step,
+            kill_worker_at_step=kill_worker_at_step, add_worker_at_step=add_worker_at_step,
+            heartbeat_timeout=heartbeat_timeout, seed_value=seed, timeout=timeout,
+            time_scale=time_scale, on_save_error=on_save_error,
+        )  # fmt: skip
+    except SailorSimError as exc:
+        _fail(exc)
     from .engine.options import ExecutionOptions, OptionsError
 
     try:
@@ -152,7 +183,6 @@ def run(
             "a local run's workers hold one rank each, so no plan has the tp > 1 that "
             "sequence parallelism needs; drop the flag (multi-GPU workers, `sailor worker "
             "--gpus N`, run it)", field="--sequence-parallel"))  # fmt: skip
-    types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
     asked_gpus = [t for t in types if t != "CPU" and _cpu_type(t) is None]
     local_gpu = _local_gpu() if asked_gpus else None  # (catalog type, count) or None
     for t in asked_gpus:
@@ -203,8 +233,11 @@ def run(
         seed=seed,
         timeout_s=timeout,
         execution_options=options.to_dict(),
+        profile=profile,
+        on_save_error=on_save_error,
     )
     typer.echo(f"run folder: {run_dir}", err=True)
+    _stop_on_sigterm()
     if trace is not None:
         from .run.tracecli import run_trace_command
 
@@ -213,6 +246,9 @@ def run(
         summary = run_local(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        typer.echo(f"stopped by a signal; checkpoints so far are in {run_dir}", err=True)
+        raise typer.Exit(130) from None
     typer.echo(render(summary))
     for warning in summary.warnings:
         typer.echo(f"warning: {warning}", err=True)
@@ -264,9 +300,22 @@ def controller(
     backend: str = typer.Option(
         "auto", help="auto (gloo for CPU worker types, nccl for GPUs), gloo or nccl."
     ),
+    planner_token: str = typer.Option(
+        None, help="Token of the planner server (or $SAILOR_PLANNER_TOKEN; default: --token)."
+    ),
+    planner_ca: Annotated[
+        Path | None,
+        typer.Option(help="PEM CA certificate to trust: the planner server speaks TLS."),
+    ] = None,
+    on_save_error: str = typer.Option(
+        "stop",
+        help="A checkpoint that cannot be written: 'stop' the run, or 'continue' without saving.",
+    ),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
     """Run the controller until the job finishes (or fails)."""
+    from sailor_planner import access as planner_access
+    from sailor_planner.access import trusted_ca
     from sailor_sim import Job
 
     from .controller.controller import Controller, ControllerConfig
@@ -276,12 +325,21 @@ def controller(
     _logging(verbose)
     token = resolve_token(token)
     try:
+        cli_checks.check_controller(
+            planner=planner, steps=steps, checkpoint_every=checkpoint_every,
+            global_batch_size=global_batch_size, seq_len=seq_len, host=host, port=port,
+            min_workers=min_workers, heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout, debounce=debounce, max_failures=max_failures,
+            seed_value=seed, lr=lr, on_save_error=on_save_error, run_dir=run_dir,
+        )  # fmt: skip
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
         if backend not in ("auto", "gloo", "nccl"):
             raise SailorRuntimeError(f"{backend!r}: use auto, gloo or nccl", field="--backend")
         inputs.port(store_port, "--store-port")
         tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
+        if planner_ca is not None:
+            trusted_ca(planner_ca)  # a bad CA file now, not at the first plan
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
@@ -290,6 +348,8 @@ def controller(
             debounce_s=debounce, max_failures=max_failures, store_host=host,
             store_port=store_port, advertise_host=advertise_host, seed=seed, lr=lr,
             token=token, tls=tls, backend=backend,
+            planner_token=planner_access.resolve_token(planner_token), planner_ca=planner_ca,
+            on_save_error=on_save_error,
         )  # fmt: skip
         c = Controller(cfg)
         server, bound = create_controller_server(c, f"{host}:{port}", token, tls)
@@ -369,6 +429,11 @@ def worker(
     _logging(verbose)
     token = resolve_token(token)
     try:
+        cli_checks.check_worker(
+            controller=controller, gpus=gpus, zone=zone, host=host, worker_id=worker_id,
+            threads_per_rank=threads_per_rank, first_core=first_core,
+            controller_timeout=controller_timeout,
+        )  # fmt: skip
         check_bind(host, token, "the worker agent")
         inputs.port(port, "--port")
         tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sailor_sim import Job, Plan
 from sailor_sim.errors import SailorSimError
 
+from ..engine.config import ON_SAVE_ERROR
 from ..errors import AssignmentError, StaleGenerationError
 from ..topology import Topology
 
@@ -43,6 +44,8 @@ class ValidAssignment:
     lr: float
     execution_options: dict
     """ExecutionOptions.to_dict() of the engine (validated here); {} = defaults."""
+    on_save_error: str = "stop"
+    """'stop' or 'continue' when a checkpoint cannot be written (engine.savefaults)."""
 
 
 def _parse_job_plan(msg) -> tuple[Job, Plan]:
@@ -146,6 +149,12 @@ def validate_assignment(
     if msg.lr < 0 or msg.lr != msg.lr:
         raise AssignmentError(f"must be >= 0, got {msg.lr}", field="assignment.lr")
     options = _parse_options(msg.execution_options)
+    on_save_error = msg.on_save_error or "stop"
+    if on_save_error not in ON_SAVE_ERROR:
+        raise AssignmentError(
+            f"{on_save_error[:40]!r} is not one of {ON_SAVE_ERROR}",
+            field="assignment.on_save_error",
+        )
     return ValidAssignment(
         msg.generation,
         job,
@@ -162,6 +171,7 @@ def validate_assignment(
         backend,
         msg.lr,
         options,
+        on_save_error,
     )
 
 

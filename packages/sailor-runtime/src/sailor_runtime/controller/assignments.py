@@ -46,6 +46,7 @@ def build_assignments(
             lr=cfg.lr,
             session=(sessions or {}).get(worker_id, ""),
             execution_options=json.dumps(cfg.execution_options) if cfg.execution_options else "",
+            on_save_error=cfg.on_save_error,
         )
         for worker_id, slots in placement.items()
     }

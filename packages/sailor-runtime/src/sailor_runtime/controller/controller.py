@@ -27,18 +27,20 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
 
 from sailor_sim import Job, Plan
 
+from ..engine import fence
 from ..engine.backend import BackendError, resolve_backend
+from ..engine.config import FATAL_EXIT
 from ..engine.options import FSDP_ZERO
 from ..errors import (
+    NoPlanError,
     PlacementError,
-    PlannerUnavailableError,
     RegistrationError,
     SailorRuntimeError,
 )
@@ -55,6 +57,12 @@ from .storeguard import StoreGuard
 
 log = logging.getLogger("sailor.controller")
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+REPLAN_RETRIES = 3
+"""Re-plans retried after one raised (planner refused or unreachable, run folder unwritable)
+before the run ends FAILED with the reason."""
+REPLAN_BACKOFF_S = 1.0
+"""Wait before the first retry; doubled for each next one (1, 2, 4 s)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,13 @@ class ControllerConfig:
     objective: str = "throughput"
     token: str | None = None
     planner_wait_s: float = 300.0
+    planner_token: str | None = None
+    """Token the planner server requires; None = ``token`` (one shared secret)."""
+    planner_ca: Path | None = None
+    """PEM CA to trust for a planner server speaking TLS; None = plaintext."""
+    on_save_error: str = "stop"
+    """A checkpoint that cannot be written: 'stop' the run (FAILED, with the reason) or
+    'continue' training without saving (engine.savefaults)."""
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -151,6 +166,12 @@ class Controller:
         self.assigned_ever: set[str] = set()
         """Workers that were sent an assignment (their agent answered once)."""
         self.failures = 0
+        self._replan_errors = 0
+        """Consecutive re-plans that raised (reset by one that assigns or waits for GPUs)."""
+        self._retry_at = 0.0
+        self._fatal = ""
+        """Why the run must end now (a rank exited with FATAL_EXIT); set under the lock by a
+        heartbeat, acted on by the control loop."""
         self.refused_calls = 0
         self._pending: list[Change] = []
         self._left_sessions: set[str] = set()
@@ -179,6 +200,8 @@ class Controller:
             objective=config.objective,
             wait_s=config.planner_wait_s,
             **engine_runs,
+            token=config.planner_token or config.token,
+            ca=config.planner_ca,
         )
         self.agents = AgentClients(config.token, config.tls)
         self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
@@ -300,6 +323,9 @@ class Controller:
             if r.generation == self.generation and r.state == agent_pb2.RANK_STATE_FAILED:
                 self._gen_failed = True
                 tail = r.log_tail.strip().splitlines()[-1:] or [""]
+                if r.exit_code == FATAL_EXIT:  # a restart would fail the same way
+                    self._fatal = f"rank {r.rank} on {w.worker_id} stopped the run: {tail[0]}"
+                    return
                 self._note(
                     Change(
                         f"rank {r.rank} on {w.worker_id} exited with status {r.exit_code} "
@@ -347,6 +373,9 @@ class Controller:
             )
         if self.finished:
             return
+        if self._fatal:
+            self._fail(self._fatal)
+            return
         if self._gen_failed and not self._probed and self.state == ControllerState.RUNNING:
             self._probe_agents()
         with self._lock:
@@ -360,8 +389,33 @@ class Controller:
                 self.state = ControllerState.WAITING
                 self.message = f"waiting for {need} workers"
                 return
+            if time.monotonic() < self._retry_at:
+                return
             changes, self._pending = self._pending, []
-        self._reconfigure(changes)
+        try:
+            self._reconfigure(changes)
+        except Exception as exc:  # noqa: BLE001 - a failed re-plan is an event, never silence
+            self._replan_failed(changes, exc)
+        else:
+            self._replan_errors = 0
+
+    def _replan_failed(self, changes: list[Change], exc: Exception) -> None:
+        """Retry the re-plan with back-off (its changes queued again, no longer counted as
+        failures), then FAILED with the reason: never a silent wait until --timeout."""
+        self._replan_errors += 1
+        reason = f"re-plan failed: {exc}" if str(exc) else f"re-plan failed: {exc!r}"
+        if self._replan_errors > REPLAN_RETRIES:
+            self._fail(f"{reason} ({self._replan_errors} attempts)")
+            return
+        delay = REPLAN_BACKOFF_S * 2 ** (self._replan_errors - 1)
+        log.warning("%s; retry %d of %d in %.1f s", reason, self._replan_errors, REPLAN_RETRIES,
+                    delay)  # fmt: skip
+        retried = [replace(c, failure=False) for c in changes]
+        with self._lock:
+            self.state = ControllerState.WAITING
+            self.message = f"{reason}; retrying in {delay:.1f} s"
+            self._pending = retried + self._pending
+            self._retry_at = time.monotonic() + delay
 
     def _probe_agents(self) -> None:
         """After a rank failure: find the nodes that are gone (they answer nothing)."""
@@ -407,7 +461,7 @@ class Controller:
             placement = place(planned.plan, workers)
             resolve_backend(self.cfg.backend, planned.plan)
             rec.phases["place"] = time.monotonic() - t
-        except (PlannerUnavailableError, PlacementError, BackendError) as exc:
+        except (NoPlanError, PlacementError, BackendError) as exc:  # the GPUs: wait
             return self._wait_for_change(f"no runnable plan on {rec.inventory}: {exc}", rec)
         if not failures and was_running and self._runs_already(planned.plan, placement):
             return self._keep_running(rec)
@@ -490,6 +544,7 @@ class Controller:
             generation = self.generation + 1
             rundir.save_generation(self.cfg.run_dir, generation)  # before any agent sees it
             self.plan, self.placement = plan, placement
+            fence.write_fence(self.cfg.checkpoint_dir, generation)  # older ranks stop saving
             self.generation = generation
         sessions = {w.worker_id: w.session for w in workers}
         self.assigned_ever.update(placement)

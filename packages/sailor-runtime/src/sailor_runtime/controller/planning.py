@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -22,7 +23,7 @@ from sailor_planner.client import PlannerClient
 from sailor_planner.errors import CallAbortedError
 from sailor_sim import Inventory, Job, Plan
 
-from ..errors import PlannerUnavailableError
+from ..errors import NoPlanError, PlannerUnavailableError
 from .membership import Worker
 
 _WAITED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -56,6 +57,8 @@ class PlannerLink:
         wait_s: float = 300.0,
         unsupported: Callable[[Plan], str | None] = lambda plan: None,
         candidates: int = 1,
+        token: str | None = None,
+        ca: Path | None = None,
     ) -> None:
         self.address = address
         self.unsupported = unsupported
@@ -64,7 +67,7 @@ class PlannerLink:
         self.profile_dir = profile_dir
         self.objective = objective
         self.wait_s = wait_s
-        self._client = PlannerClient(address, timeout_s=wait_s)
+        self._client = PlannerClient(address, timeout_s=wait_s, token=token, ca=ca)
 
     def close(self) -> None:
         self._client.close()
@@ -88,9 +91,7 @@ class PlannerLink:
         except grpc.RpcError as exc:
             raise self._error(exc) from None
         if not result.plans:
-            raise PlannerUnavailableError(
-                f"no plan fits {describe_inventory(inventory)}", field="planner"
-            )
+            raise NoPlanError(f"no plan fits {describe_inventory(inventory)}", field="planner")
         return self._first_runnable(job, result.plans)
 
     def _first_runnable(self, job: Job, plans) -> PlannedRun:
@@ -101,7 +102,7 @@ class PlannerLink:
             if reason is None:
                 return PlannedRun(ranked.plan.check(job), ranked.estimate.iteration_time_s)
             reasons.append(reason)
-        raise PlannerUnavailableError(
+        raise NoPlanError(
             f"none of the planner's {len(plans)} best plans runs on the engine ({reasons[0]})",
             field="options",
         )
@@ -115,6 +116,8 @@ class PlannerLink:
         return estimate.iteration_time_s
 
     def _error(self, exc: grpc.RpcError) -> PlannerUnavailableError:
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # no feasible plan
+            return NoPlanError(f"planner at {self.address}: {exc.details()}", field="planner")
         if exc.code() in _WAITED:
             return PlannerUnavailableError(
                 f"planner at {self.address} unreachable for {self.wait_s:.0f} s", field="planner"

@@ -36,6 +36,13 @@ RANK_ENV = "RANK"
 """The rank of a process started with a TrainConfig file (as torchrun sets it)."""
 
 
+ON_SAVE_ERROR = ("stop", "continue")
+"""What the ranks do when a checkpoint cannot be written (``savefaults``)."""
+FATAL_EXIT = 3
+"""Exit status of a rank that stopped on a condition a restart cannot fix (a checkpoint that
+cannot be written): the controller ends the run FAILED instead of re-planning."""
+
+
 class EngineError(ValueError):
     """Bad engine input (names the field and the fix)."""
 
@@ -111,6 +118,12 @@ class TrainConfig:
     store_is_external: bool = False
     """The TCPStore is hosted by someone else (the launcher); else rank 0 hosts it."""
     timeout_s: float = 300.0
+    generation: int = 0
+    """The controller generation these ranks belong to; with a checkpoint directory, a save
+    happens only while the run fence names it (``fence``); 0 = not fenced."""
+    on_save_error: str = "stop"
+    """A checkpoint that cannot be written (a full disk): 'stop' every rank with one line and
+    exit status 3, or 'continue' training without saving (``savefaults``)."""
 
     def __post_init__(self) -> None:
         for name, (kind, ok, rule) in _RULES.items():
@@ -237,6 +250,8 @@ _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "store_prefix": (str, lambda v: v != "", "a non-empty string"),
     "store_is_external": (bool, lambda v: True, "true or false"),
     "timeout_s": (float, lambda v: v > 0, "a number of seconds > 0"),
+    "generation": (int, _nonneg, "an integer >= 0 (0: not fenced)"),
+    "on_save_error": (str, lambda v: v in ON_SAVE_ERROR, f"one of {ON_SAVE_ERROR}"),
 }
 
 

@@ -92,9 +92,12 @@ def start_local(
     store_prefix: str = "sailor",
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
+    generation: int = 0,
+    on_save_error: str = "stop",
 ) -> LocalRun:
     """Start all ranks (non-blocking); this process hosts their TCPStore. ``nccl``: rank r
-    on CUDA device r of this machine (``LOCAL_RANK``)."""
+    on CUDA device r of this machine (``LOCAL_RANK``). ``generation``: the run fence their
+    saves must match (``fence``; 0 = unfenced)."""
     store = host_store()
     cfg = TrainConfig(
         job=job,
@@ -113,6 +116,8 @@ def start_local(
         master_port=store.port,
         store_prefix=store_prefix,
         store_is_external=True,
+        generation=generation,
+        on_save_error=on_save_error,
     )
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     path = cfg.write(workdir / "train.json")

@@ -34,6 +34,7 @@ from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
+from . import savefaults
 from .backend import check_backend
 from .config import EngineError, TrainConfig
 from .data import TextDataset
@@ -224,7 +225,9 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data = TextDataset(job.sequence_length, cfg.seed)
     link = Link(topo, slot, groups.tp)
-    saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group) if cfg.checkpoint_dir else None
+    saver = None
+    if cfg.checkpoint_dir:
+        saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group, generation=cfg.generation)
     offset = sum(r.samples for r in stage_plan.replicas[: slot.replica])
     metrics = (
         open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank else None
@@ -293,13 +296,15 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
                 metrics.flush()
             if saver and (
                 step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-            ):
-                _save(
-                    saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler,
-                    gather=gather,
-                )  # fmt: skip
+            ):  # the ranks agree first that the last save worked (or stop, or save no more)
+                saver = savefaults.settle(saver, cfg.on_save_error, device, rank)
+                if saver:
+                    _save(
+                        saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed,
+                        scaler, gather=gather,
+                    )  # fmt: skip
         if saver:
-            saver.wait()
+            savefaults.settle(saver, cfg.on_save_error, device, rank)
         log.info("rank %d: trained to step %d", rank, step)
         dist.barrier()
     finally:
