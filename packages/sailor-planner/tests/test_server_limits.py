@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sailor_planner.access import TOKEN_METADATA_KEY, Access
 from sailor_planner.client import PlannerClient
 from sailor_planner.limits import ServerLimits
+from sailor_planner.paths import DataRoots
 from sailor_planner.proto import planner_pb2_grpc
 from sailor_planner.server import create_server
 from sailor_planner.sources import cached_planners
@@ -129,7 +130,7 @@ def test_the_candidate_budget_ends_the_search_partial():
 def test_spellings_of_one_profile_folder_share_one_planner(tmp_path):
     (tmp_path / "adir").mkdir()
     spellings = ["adir"] + [f"adir{'/.' * k}" for k in range(1, 60)] + ["adir/../adir"]
-    server, port = create_server("127.0.0.1:0")
+    server, port = create_server("127.0.0.1:0", roots=DataRoots.of([tmp_path]))
     try:
         with PlannerClient(f"127.0.0.1:{port}", timeout_s=60) as client:
             before = None

@@ -1,9 +1,18 @@
-"""Who may talk to the planner server: loopback by default; beyond it a shared token, and TLS.
+"""Who may talk to a Sailor gRPC service: loopback by default; beyond it a shared token, and TLS.
 
-A server bound to any address other than loopback must have a token (``--token`` or
-``SAILOR_PLANNER_TOKEN``); clients send it as the ``x-sailor-token`` metadata entry (the same
-entry the runtime's controller and agents use). Health checks stay open so probes work. TLS is
-on when a certificate and key file are given.
+The one implementation for every Sailor service (the planner server here; the runtime's
+controller and agents through ``sailor_runtime.security``):
+
+- ``TokenInterceptor``: the server side of the shared token (``x-sailor-token`` metadata);
+  Health stays open so probes work.
+- ``server_credentials(cert, key)``: TLS credentials from PEM files, validated at start (a
+  garbage file or a key that does not match its certificate is an error naming the file, not
+  a bind failure or a hang inside gRPC).
+- ``client_channel(target, token, ca)``: a channel that presents the token on every call and,
+  with a CA file, speaks TLS and trusts that CA.
+
+A planner server bound to any address other than loopback must have a token (``--token`` or
+``SAILOR_PLANNER_TOKEN``).
 """
 
 from __future__ import annotations
@@ -12,7 +21,8 @@ import hmac
 import ipaddress
 import logging
 import os
-from collections.abc import Callable
+import ssl
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,9 +56,7 @@ class Access:
     def credentials(self) -> grpc.ServerCredentials | None:
         if self.tls_cert is None or self.tls_key is None:
             return None
-        cert = inputs.read_text(self.tls_cert, "tls_cert", max_bytes=1 << 20).encode()
-        key = inputs.read_text(self.tls_key, "tls_key", max_bytes=1 << 20).encode()
-        return grpc.ssl_server_credentials([(key, cert)])
+        return server_credentials(self.tls_cert, self.tls_key)
 
     def interceptors(self) -> list[grpc.ServerInterceptor]:
         return [TokenInterceptor(self.token)] if self.token else []
@@ -110,3 +118,93 @@ class TokenInterceptor(grpc.ServerInterceptor):
         if self._on_refused:
             self._on_refused(method)
         return _deny(method)
+
+
+# ---- TLS: files checked before gRPC sees them ---------------------------------------------------
+MAX_PEM_BYTES = 1 << 20
+
+
+def _pem(path: str | os.PathLike, field: str) -> bytes:
+    text = inputs.read_text(path, field, max_bytes=MAX_PEM_BYTES, error=RequestError)
+    if "-----BEGIN " not in text:
+        raise RequestError(f"{path} is not a PEM file (no -----BEGIN line)", field=field)
+    return text.encode()
+
+
+def server_credentials(cert: str | os.PathLike, key: str | os.PathLike) -> grpc.ServerCredentials:
+    """TLS server credentials from a PEM certificate chain and its private key. Both are
+    loaded by OpenSSL first (Python's ``ssl``), so a garbage file, an encrypted key or a key of
+    another certificate is a RequestError naming the file."""
+    cert_pem, key_pem = _pem(cert, "--tls-cert"), _pem(key, "--tls-key")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, keyfile=key, password=_no_password)
+    except ssl.SSLError as exc:
+        raise RequestError(_tls_problem(exc, cert, key), field="tls") from None
+    except OSError as exc:
+        raise RequestError(f"cannot read {cert} or {key} ({exc.strerror})", field="tls") from None
+    return grpc.ssl_server_credentials([(key_pem, cert_pem)])
+
+
+def _no_password() -> bytes:
+    raise RequestError("is encrypted; give an unencrypted PEM key", field="--tls-key")
+
+
+def _tls_problem(exc: ssl.SSLError, cert, key) -> str:
+    reason = (exc.reason or str(exc)).upper()
+    if "KEY_VALUES_MISMATCH" in reason or "X509_CHECK_PRIVATE_KEY" in reason:
+        return f"the key {key} does not match the certificate {cert}"
+    if "PEM" in reason or "X509" in reason or "CERT" in reason:
+        return f"{cert} is not a valid PEM certificate ({exc.reason})"
+    return f"{key} is not a valid PEM private key for {cert} ({exc.reason})"
+
+
+def trusted_ca(ca: str | os.PathLike) -> bytes:
+    """The PEM bundle of the CA a client trusts, checked to hold certificates."""
+    pem = _pem(ca, "--ca")
+    try:
+        ssl.create_default_context(cadata=pem.decode())
+    except ssl.SSLError as exc:
+        raise RequestError(
+            f"{ca} holds no valid CA certificate ({exc.reason})", field="--ca"
+        ) from None
+    return pem
+
+
+# ---- the client side: token on every call, TLS with a CA ---------------------------------------
+class _TokenClientInterceptor(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+):
+    """Adds the ``x-sailor-token`` metadata entry to every call."""
+
+    def __init__(self, token: str) -> None:
+        self._entry = (TOKEN_METADATA_KEY, token)
+
+    def _with_token(self, details):
+        metadata = [*(details.metadata or ()), self._entry]
+        return details._replace(metadata=metadata)
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        return continuation(self._with_token(client_call_details), request)
+
+
+def client_channel(
+    target: str,
+    token: str | None = None,
+    ca: str | os.PathLike | None = None,
+    options: Sequence[tuple[str, object]] = (),
+) -> grpc.Channel:
+    """A channel to ``target`` that sends ``token`` with every call and, with ``ca`` (a PEM
+    file), speaks TLS trusting that CA; without ``ca``, plaintext (loopback)."""
+    if ca is None:
+        channel = grpc.insecure_channel(target, options=list(options))
+    else:
+        credentials = grpc.ssl_channel_credentials(root_certificates=trusted_ca(ca))
+        channel = grpc.secure_channel(target, credentials, options=list(options))
+    if token:
+        channel = grpc.intercept_channel(channel, _TokenClientInterceptor(token))
+    return channel

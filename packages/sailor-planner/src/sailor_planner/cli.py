@@ -172,13 +172,23 @@ def serve(
     ] = None,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate.")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key.")] = None,
+    data_root: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--data-root",
+            help="A folder whose profile folders and model configs requests may name "
+            "(repeatable); without one, the server reads no path a client sends.",
+        ),
+    ] = None,
 ) -> None:
     """Serve sailor.v1.PlannerService (plus health and reflection) over gRPC."""
     from .access import Access, resolve_token
+    from .paths import DataRoots
     from .server import serve as run
 
     try:
-        run(host, port, workers, Access(resolve_token(token), tls_cert, tls_key))
+        access = Access(resolve_token(token), tls_cert, tls_key)
+        run(host, port, workers, access, DataRoots.of(data_root))
     except (SailorPlannerError, SailorSimError, OSError) as exc:
         fail(exc)
 

@@ -9,15 +9,15 @@ which is down give up early (the controller does when a newer membership change 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
 from sailor_sim import Inventory, Job, Plan
 
+from .access import client_channel
 from .errors import CallAbortedError
 from .proto import planner_pb2, planner_pb2_grpc
 
@@ -69,12 +69,21 @@ def _ranked(items) -> tuple[ClientRankedPlan, ...]:
 
 
 class PlannerClient:
-    """``PlannerClient("127.0.0.1:PORT").plan(job, inventory, objective="cost")``."""
+    """``PlannerClient("127.0.0.1:PORT").plan(job, inventory, objective="cost")``; ``token``
+    is sent with every call (a server started with ``--token``), ``ca`` (a PEM file) turns on
+    TLS trusting that CA (a server started with ``--tls-cert``)."""
 
-    def __init__(self, address: str, timeout_s: float | None = 60.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float | None = 60.0,
+        *,
+        token: str | None = None,
+        ca: str | os.PathLike | None = None,
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address, options=channel_options())
+        self._channel = client_channel(address, token, ca, channel_options())
         self._stub = planner_pb2_grpc.PlannerServiceStub(self._channel)
 
     def call(

@@ -17,6 +17,7 @@ charges for the plan phase every time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sailor_sim import Inventory, Job, Plan
@@ -59,8 +60,16 @@ def same_plan(a: RankedPlan | None, b: RankedPlan | None) -> bool:
 class PlanCache:
     """Plans per (family, inventory), with the search time of their first search."""
 
-    def __init__(self, planner, job: Job, options: SearchOptions) -> None:
+    def __init__(
+        self,
+        planner,
+        job: Job,
+        options: SearchOptions,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
         self.planner, self.job, self.options = planner, job, options
+        self.should_stop = should_stop
+        """Passed to every search: True (the caller went away) ends it at once."""
         self._plans: dict[tuple[str, Inventory], tuple[RankedPlan | None, float]] = {}
 
     def best(
@@ -91,7 +100,11 @@ class PlanCache:
             return None, 0.0
         try:
             result = self.planner.plan(
-                self.job, inventory, self.options, previous=previous.plan if previous else None
+                self.job,
+                inventory,
+                self.options,
+                previous=previous.plan if previous else None,
+                should_stop=self.should_stop,
             )
         except NoFeasiblePlanError:
             return None, 0.0

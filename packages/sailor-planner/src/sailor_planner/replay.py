@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from sailor_sim import Job, price_per_gpu_hour
 
+from .errors import RequestCancelledError
 from .policies import (
     EVERY_CHANGE,
     WEIGHS_SWITCH,
@@ -272,13 +273,23 @@ def _lost_gpus_without_notice(state: TraceState, plan: RankedPlan | None) -> boo
     return any((g, z) in used for g, z, _ in state.preempted)
 
 
-def replay_events(planner, request: ReplayRequest) -> Iterator[EventResult]:
-    """One ``EventResult`` per (policy, state), policy by policy, in trace order."""
-    cache = PlanCache(planner, request.job, request.options)
+def replay_events(
+    planner, request: ReplayRequest, should_stop: Callable[[], bool] | None = None
+) -> Iterator[EventResult]:
+    """One ``EventResult`` per (policy, state), policy by policy, in trace order.
+    ``should_stop`` is asked before every state and inside every search: True (the caller
+    cancelled, its deadline passed, the server stops) ends the replay with
+    RequestCancelledError, dropping its plan cache."""
+    cache = PlanCache(planner, request.job, request.options, should_stop)
     for name in request.policies:
         policy, run = Policy(name, cache), _Run(request.job, request.reconfig)
         previous_inventory = None
         for index, state in enumerate(request.trace.states):
+            if should_stop is not None and should_stop():
+                raise RequestCancelledError(
+                    "the caller cancelled the replay or its deadline passed; replay stopped",
+                    field="request",
+                )
             yield _step(policy, run, state, index, previous_inventory, request.started)
             previous_inventory = state.inventory
 

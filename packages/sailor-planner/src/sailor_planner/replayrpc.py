@@ -9,7 +9,7 @@ the server sends ``EventResult``/``PolicySummary``, ``PlannerClient.replay`` rea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 
 from sailor_sim import Job
@@ -50,11 +50,14 @@ def from_proto(message: planner_pb2.ReplayEvent) -> EventResult | PolicySummary:
     return PolicySummary(**values)
 
 
-def stream(planner, request: ReplayRequest) -> Iterator[planner_pb2.ReplayEvent]:
-    """ReplayEvent messages: each policy's steps as computed, then its summary."""
+def stream(
+    planner, request: ReplayRequest, should_stop: Callable[[], bool] | None = None
+) -> Iterator[planner_pb2.ReplayEvent]:
+    """ReplayEvent messages: each policy's steps as computed, then its summary (``should_stop``:
+    see ``replay_events``)."""
     job, duration = request.job, request.trace.duration_s
     events: list[EventResult] = []
-    for event in replay_events(planner, request):
+    for event in replay_events(planner, request, should_stop):
         if events and event.policy != events[-1].policy:
             yield summary_to_proto(summarize(events[-1].policy, job, events, duration))
             events = []

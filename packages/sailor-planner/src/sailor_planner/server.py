@@ -14,6 +14,8 @@ needs a token (``access``).
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from concurrent import futures
 
 import grpc
@@ -31,6 +33,7 @@ from .errors import (
     WorkLimitError,
 )
 from .limits import SearchSlots, ServerLimits
+from .paths import DataRoots
 from .proto import planner_pb2, planner_pb2_grpc
 from .request import Constraints, SearchOptions
 from .sources import planner_for
@@ -41,6 +44,9 @@ MAX_TOP_K = 100
 # Part of the client's deadline kept for re-scoring, serializing and the trip back.
 DEADLINE_MARGIN_S = 0.15
 DEADLINE_SHARE = 0.7
+MAX_MESSAGE_CHARS = 1000
+"""Longest status message sent: a message echoing a 3 MB field would exceed the metadata
+limit and reach the client as a transport error instead of the status."""
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +122,32 @@ def _inventory(msg) -> Inventory:
     return inventory
 
 
+def _short(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 14] + " ...(shortened)"
+
+
+def _check_previous(previous: Plan, job: Job, inventory: Inventory) -> None:
+    """A Replan's previous plan runs on pools the inventory lists. It may use more GPUs of a
+    pool than are left (a re-plan after a loss: the warm start is dropped when it no longer
+    fits), but not a (GPU type, zone) the inventory does not hold at all."""
+    _prefixed("previous_plan", lambda: previous.check(job))
+    listed = {(p.gpu_type, p.zone) for p in inventory.pools}
+    for gpu_type, zone in previous.gpu_counts():
+        if (gpu_type, zone) not in listed:
+            raise RequestError(
+                f"uses {gpu_type} in {zone}, which the inventory does not hold; a previous plan "
+                "must run on the inventory's pools (after losing a whole pool, send Plan)",
+                field="previous_plan",
+            )
+
+
 class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
-    def __init__(self, limits: ServerLimits | None = None) -> None:
+    def __init__(self, limits: ServerLimits | None = None, roots: DataRoots | None = None) -> None:
         self.limits = limits or ServerLimits()
         self.slots = SearchSlots(self.limits)
+        self.roots = roots or DataRoots()
 
     def _guard(self, context, handler):
         try:
@@ -128,9 +156,10 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
             code = _status_for(exc)
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("planner request failed")
-            context.abort(code, str(exc) or type(exc).__name__)
+            context.abort(code, _short(str(exc) or type(exc).__name__))
 
     def _plan(self, req, context, previous: Plan | None = None):
+        req = self.roots.request(req)
         job = _job(req.job)
         inventory = _inventory(req.inventory)
         self.limits.check_inventory(inventory)
@@ -138,7 +167,7 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
             "profiles", lambda: planner_for(req.profile_dir or None, req.sailor_root or None)
         )
         if previous is not None:
-            _prefixed("previous_plan", lambda: previous.check(job))
+            _check_previous(previous, job, inventory)
         gone = lambda: not context.is_active()  # noqa: E731 (cancelled, or deadline passed)
         with self.slots.slot(gone):
             options = _options(req, context, self.limits)  # the deadline left after queueing
@@ -161,11 +190,12 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
 
     def Simulate(self, request, context):  # noqa: N802
         def run():
-            job = _job(request.job)
-            plan = _prefixed("plan", lambda: Plan.from_proto(request.plan).check(job))
+            req = self.roots.request(request)
+            job = _job(req.job)
+            plan = _prefixed("plan", lambda: Plan.from_proto(req.plan).check(job))
             sim = _prefixed(
                 "profiles",
-                lambda: planner_for(request.profile_dir or None, request.sailor_root or None).sim,
+                lambda: planner_for(req.profile_dir or None, req.sailor_root or None).sim,
             )
             estimate = _prefixed("plan", lambda: sim.estimate(job, plan))
             return planner_pb2.SimulateResponse(estimate=estimate.to_proto())
@@ -173,12 +203,29 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
         return self._guard(context, run)
 
     def Replay(self, request, context):  # noqa: N802
+        """Admitted like Plan: every state's inventory within the limits, one search slot for
+        the whole stream (queued or RESOURCE_EXHAUSTED as a search), and stopped at the next
+        poll once the caller cancels, its deadline passes or the server stops."""
         from . import replayrpc  # the replay (polars) loads only when asked for
 
-        planner, replay = self._guard(context, lambda: replayrpc.prepare(request, _prefixed))
-        events = replayrpc.stream(planner, replay)
-        while (message := self._guard(context, lambda: next(events, None))) is not None:
-            yield message
+        planner, replay = self._guard(context, lambda: self._prepare_replay(request))
+        gone = lambda: not context.is_active()  # noqa: E731
+        slot = self.slots.slot(gone)
+        self._guard(context, slot.__enter__)
+        try:
+            events = replayrpc.stream(planner, replay, gone)
+            while (message := self._guard(context, lambda: next(events, None))) is not None:
+                yield message
+        finally:
+            slot.__exit__(None, None, None)
+
+    def _prepare_replay(self, request):
+        from . import replayrpc
+
+        planner, replay = replayrpc.prepare(self.roots.request(request), _prefixed)
+        for state in replay.trace.states:
+            self.limits.check_inventory(state.inventory)
+        return planner, replay
 
 
 def create_server(
@@ -187,9 +234,11 @@ def create_server(
     *,
     limits: ServerLimits | None = None,
     access: Access | None = None,
+    roots: DataRoots | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build and start a server on ``address``; returns (server, bound port).
-    ``max_workers`` = searches at once (the ``--workers`` of ``serve``)."""
+    ``max_workers`` = searches at once (the ``--workers`` of ``serve``); ``roots``: the
+    folders whose files requests may name (default: none)."""
     limits = limits or ServerLimits()
     if max_workers is not None:
         inputs.integral(max_workers, "workers")
@@ -199,7 +248,7 @@ def create_server(
         futures.ThreadPoolExecutor(max_workers=limits.threads),
         interceptors=access.interceptors(),
     )
-    service = PlannerService(limits)
+    service = PlannerService(limits, roots)
     planner_pb2_grpc.add_PlannerServiceServicer_to_server(service, server)
     server.planner_service = service  # its slots' load, for tests and the load bench
     health_servicer = health.HealthServicer()
@@ -223,21 +272,29 @@ def create_server(
     return server, port
 
 
+STOP_GRACE_S = 0.5
+"""Seconds running calls get after SIGINT/SIGTERM; then they are cancelled, and a search or a
+replay ends at its next poll of the call (every few ms), so the process exits within a second."""
+
+
 def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     max_workers: int = 2,
     access: Access | None = None,
+    roots: DataRoots | None = None,
 ) -> None:
-    """Run the planner server until interrupted (or stopped)."""
+    """Run the planner server until SIGINT or SIGTERM."""
     access = access or Access()
     port = inputs.port(port, "port")
     inputs.integral(max_workers, "workers")
     check_bind(host, access)
-    server, bound = create_server(f"{host}:{port}", max_workers, access=access)
+    server, bound = create_server(f"{host}:{port}", max_workers, access=access, roots=roots)
     scheme = "TLS" if access.tls_cert else "plaintext"
     print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound} ({scheme})", flush=True)
-    try:
-        server.wait_for_termination()
-    except KeyboardInterrupt:
-        server.stop(grace=1.0)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    server.stop(grace=STOP_GRACE_S).wait()

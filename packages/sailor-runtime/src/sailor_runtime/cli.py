@@ -17,8 +17,9 @@ import typer
 import sailor_runtime
 from sailor_sim import Job, get_gpu, inputs
 from sailor_sim.cli_output import version_option
-from sailor_sim.errors import SailorSimError
+from sailor_sim.errors import SailorError, SailorSimError
 
+from . import cli_checks
 from .datacli import data_app
 from .errors import SailorRuntimeError
 
@@ -68,6 +69,16 @@ def _cpu_type(name: str):
         return cpu_worker_type(name)
     except SailorRuntimeError as exc:
         _fail(exc)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops `sailor run` as Ctrl-C does (KeyboardInterrupt in the main thread): the
+    run stops its agents (and through them their ranks) and the planner before exiting."""
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 @app.command()
@@ -135,7 +146,16 @@ def run(
         "fp32", help="fp32, or bf16 / fp16 mixed precision (autocast, fp32 master weights)."
     ),
     recompute: str = typer.Option("none", help="Activation recomputation: none, selective, full."),
-    zero: str = typer.Option("none", help="zero1: shard AdamW states across each DP group."),
+    zero: str = typer.Option(
+        "none",
+        help="zero1: shard AdamW states across each DP group; zero2 / zero3 / hybrid: FSDP2 "
+        "(gradients, and for zero3/hybrid parameters, sharded too; one-stage plans).",
+    ),
+    sequence_parallel: bool = typer.Option(
+        False,
+        "--sequence-parallel/--no-sequence-parallel",
+        help="Megatron sequence parallelism in every TP group (plans with tp > 1 only).",
+    ),
     flash_attention: bool = typer.Option(
         True,
         "--flash-attention/--math-attention",
@@ -147,6 +167,17 @@ def run(
         typer.Option(help="Drive joins and leaves from this availability trace (zone local)."),
     ] = None,
     time_scale: float = typer.Option(1.0, help="Trace seconds per wall-clock second."),
+    on_save_error: str = typer.Option(
+        "stop",
+        help="A checkpoint that cannot be written (a full disk): 'stop' the run with one line "
+        "(the last checkpoint stays loadable), or 'continue' training without saving.",
+    ),
+    profile: bool = typer.Option(
+        True,
+        "--profile/--no-profile",
+        help="Measure this machine's layers and links before planning, or plan on the built-in "
+        "analytic profiles (a quick smoke run; its prediction is not this machine's).",
+    ),
 ) -> None:
     """Train a model end to end: planner server, controller and worker agents."""
     from .run.local import LocalRunConfig, run_local
@@ -157,15 +188,28 @@ def run(
         _fail(SailorRuntimeError(
             "only --local is built in; for several machines start `sailor controller` and "
             "point `sailor worker --controller HOST:PORT` at it", field="--local"))  # fmt: skip
-    if workers < 1 or steps < 1 or checkpoint_every < 1:
-        _fail(SailorRuntimeError("must all be >= 1", field="--workers/--steps/--checkpoint-every"))
+    try:
+        types = cli_checks.check_run(
+            workers=workers, gpu_types=gpu_types, steps=steps,
+            global_batch_size=global_batch_size, seq_len=seq_len,
+            checkpoint_every=checkpoint_every, kill_rank_at_step=kill_rank_at_step,
+            kill_worker_at_step=kill_worker_at_step, add_worker_at_step=add_worker_at_step,
+            heartbeat_timeout=heartbeat_timeout, seed_value=seed, timeout=timeout,
+            time_scale=time_scale, on_save_error=on_save_error,
+        )  # fmt: skip
+    except SailorSimError as exc:
+        _fail(exc)
     from .engine.options import ExecutionOptions, OptionsError
 
     try:
-        options = ExecutionOptions(precision, recompute, flash_attention, zero)
+        options = ExecutionOptions(precision, recompute, flash_attention, zero, sequence_parallel)
     except OptionsError as exc:
         _fail(exc)
-    types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
+    if options.sequence_parallel:  # else the planner finds no plan and the run waits
+        _fail(SailorRuntimeError(
+            "a local run's workers hold one rank each, so no plan has the tp > 1 that "
+            "sequence parallelism needs; drop the flag (multi-GPU workers, `sailor worker "
+            "--gpus N`, run it)", field="--sequence-parallel"))  # fmt: skip
     asked_gpus = [t for t in types if t != "CPU" and _cpu_type(t) is None]
     local_gpu = _local_gpu() if asked_gpus else None  # (catalog type, count) or None
     for t in asked_gpus:
@@ -234,8 +278,11 @@ def run(
         timeout_s=timeout,
         execution_options=options.to_dict(),
         training=training,
+        profile=profile,
+        on_save_error=on_save_error,
     )
     typer.echo(f"run folder: {run_dir}", err=True)
+    _stop_on_sigterm()
     if trace is not None:
         from .run.tracecli import run_trace_command
 
@@ -244,6 +291,9 @@ def run(
         summary = run_local(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        typer.echo(f"stopped by a signal; checkpoints so far are in {run_dir}", err=True)
+        raise typer.Exit(130) from None
     typer.echo(render(summary))
     for warning in summary.warnings:
         typer.echo(f"warning: {warning}", err=True)
@@ -265,9 +315,25 @@ def controller(
         "sailor-run"
     ),
     profile_dir: str = typer.Option("", help="Profile folder the planner should use."),
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    host: str = typer.Option(
+        "127.0.0.1", help="Address the controller and its rendezvous store listen on."
+    ),
     port: int = typer.Option(0, help="Port (0 = any free one; see --port-file)."),
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
+    store_port: int = typer.Option(0, help="Rendezvous store port (0 = any free one)."),
+    advertise_host: str = typer.Option(
+        "",
+        help="Where ranks reach the store when --host is 0.0.0.0 and the agents should not "
+        "use the host they reached the controller at (the default).",
+    ),
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this PEM chain.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM key of --tls-cert.")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="Dial the agents over TLS, trusting this PEM CA.")
+    ] = None,
+    tls_server_name: str = typer.Option(
+        "", help="Name the agents' certificate carries (default: the address dialed)."
+    ),
     min_workers: int = typer.Option(1, help="Workers to wait for before the first plan."),
     heartbeat_interval: float = typer.Option(1.0),
     heartbeat_timeout: float = typer.Option(5.0),
@@ -288,9 +354,22 @@ def controller(
     backend: str = typer.Option(
         "auto", help="auto (gloo for CPU worker types, nccl for GPUs), gloo or nccl."
     ),
+    planner_token: str = typer.Option(
+        None, help="Token of the planner server (or $SAILOR_PLANNER_TOKEN; default: --token)."
+    ),
+    planner_ca: Annotated[
+        Path | None,
+        typer.Option(help="PEM CA certificate to trust: the planner server speaks TLS."),
+    ] = None,
+    on_save_error: str = typer.Option(
+        "stop",
+        help="A checkpoint that cannot be written: 'stop' the run, or 'continue' without saving.",
+    ),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
     """Run the controller until the job finishes (or fails)."""
+    from sailor_planner import access as planner_access
+    from sailor_planner.access import trusted_ca
     from sailor_sim import Job
 
     from .controller.controller import Controller, ControllerConfig
@@ -300,10 +379,21 @@ def controller(
     _logging(verbose)
     token = resolve_token(token)
     try:
+        cli_checks.check_controller(
+            planner=planner, steps=steps, checkpoint_every=checkpoint_every,
+            global_batch_size=global_batch_size, seq_len=seq_len, host=host, port=port,
+            min_workers=min_workers, heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout, debounce=debounce, max_failures=max_failures,
+            seed_value=seed, lr=lr, on_save_error=on_save_error, run_dir=run_dir,
+        )  # fmt: skip
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
         if backend not in ("auto", "gloo", "nccl"):
             raise SailorRuntimeError(f"{backend!r}: use auto, gloo or nccl", field="--backend")
+        inputs.port(store_port, "--store-port")
+        tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
+        if planner_ca is not None:
+            trusted_ca(planner_ca)  # a bad CA file now, not at the first plan
         job = Job.create(model, global_batch_size, seq_len)
         from .run.recipeopts import build_recipe, training_json
 
@@ -313,14 +403,16 @@ def controller(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
             planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,
             heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
-            debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
-            else "127.0.0.1", seed=recipe.seed, lr=recipe.schedule.max_lr, token=token,
-            backend=backend, training=training,
+            debounce_s=debounce, max_failures=max_failures, store_host=host,
+            store_port=store_port, advertise_host=advertise_host, seed=recipe.seed,
+            lr=recipe.schedule.max_lr, token=token, tls=tls, backend=backend,
+            planner_token=planner_access.resolve_token(planner_token), planner_ca=planner_ca,
+            on_save_error=on_save_error, training=training,
         )  # fmt: skip
         c = Controller(cfg)
-    except (SailorRuntimeError, SailorSimError) as exc:
+        server, bound = create_controller_server(c, f"{host}:{port}", token, tls)
+    except SailorError as exc:
         _fail(exc)
-    server, bound = create_controller_server(c, f"{host}:{port}", token)
     server.start()
     c.start()
     if port_file:
@@ -331,10 +423,12 @@ def controller(
     try:
         while not c.finished and not stop.wait(0.5):
             pass
-        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
     except KeyboardInterrupt:
         pass
     finally:
+        if not c.finished:  # stopped by a signal: the ranks must not train on without us
+            c.shutdown("the controller was stopped")
+        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
         c.close()
         server.stop(grace=0.5)
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
@@ -353,6 +447,20 @@ def worker(
     gpus: int = typer.Option(None, help="GPUs on this node (default 1 when declared)."),
     zone: str = typer.Option("local", help="Zone of this node."),
     host: str = typer.Option("127.0.0.1", help="Address the agent listens on."),
+    port: int = typer.Option(0, help="Port the agent listens on (0 = any free one)."),
+    advertise_host: str = typer.Option(
+        "",
+        help="Where the controller dials this agent (default --host; with --host 0.0.0.0 the "
+        "address the controller sees the registration come from).",
+    ),
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this PEM chain.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM key of --tls-cert.")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="Dial the controller over TLS, trusting this PEM CA.")
+    ] = None,
+    tls_server_name: str = typer.Option(
+        "", help="Name the controller's certificate carries (default: the address dialed)."
+    ),
     worker_id: str = typer.Option(None, help="Unique node name (default host-pid)."),
     workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
     threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
@@ -379,15 +487,23 @@ def worker(
     _logging(verbose)
     token = resolve_token(token)
     try:
+        cli_checks.check_worker(
+            controller=controller, gpus=gpus, zone=zone, host=host, worker_id=worker_id,
+            threads_per_rank=threads_per_rank, first_core=first_core,
+            controller_timeout=controller_timeout,
+        )  # fmt: skip
         check_bind(host, token, "the worker agent")
+        inputs.port(port, "--port")
+        tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(
-            controller, node, workdir, host=host, token=token, worker_id=worker_id,
+            controller, node, workdir, host=host, port=port, advertise_host=advertise_host,
+            token=token, tls=tls, worker_id=worker_id,
             threads_per_rank=threads_per_rank, warm=warm, controller_timeout_s=controller_timeout,
             first_core=first_core,
         )  # fmt: skip
         agent.start()
-    except (SailorRuntimeError, SailorSimError) as exc:
+    except SailorError as exc:
         _fail(exc)
     except Exception as exc:  # noqa: BLE001 - e.g. a refused registration (gRPC error)
         details = exc.details() if hasattr(exc, "details") else str(exc)
@@ -400,6 +516,36 @@ def worker(
     finally:
         agent.close()
     sys.exit(1 if agent.lost_controller else 0)
+
+
+@app.command("slurm-node")
+def slurm_node(
+    node: str = typer.Option(
+        "", help="Slurm node name (default $SLURMD_NODENAME, else this host's short name)."
+    ),
+) -> None:
+    """Print `--gpu-type T --gpus N` for this Slurm node, from its GRES (deploy/slurm)."""
+    import os
+    import socket
+
+    from .slurm import gres_gpus, node_gres
+
+    name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    try:
+        gpu_type, count = gres_gpus(node_gres(name))
+    except SailorError as exc:
+        _fail(exc)
+    typer.echo(f"--gpu-type {gpu_type} --gpus {count}")
+
+
+def _tls_files(cert: Path | None, key: Path | None, ca: Path | None, server_name: str):
+    """The TLS files of a controller or agent, each checked to be a readable file now."""
+    from .security import TlsFiles
+
+    for path, flag in ((cert, "--tls-cert"), (key, "--tls-key"), (ca, "--tls-ca")):
+        if path is not None:
+            inputs.read_text(path, flag, max_bytes=1 << 20)
+    return TlsFiles(cert, key, ca, server_name or None).check()
 
 
 def entry() -> None:

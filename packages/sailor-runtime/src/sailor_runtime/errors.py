@@ -46,9 +46,15 @@ class PlacementError(SailorRuntimeError):
 
 
 class PlannerUnavailableError(SailorRuntimeError):
-    """The planner server could not be reached or found no plan."""
+    """The planner server could not be reached, or refused the request."""
 
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class NoPlanError(PlannerUnavailableError):
+    """The planner answered, and no plan fits the live GPUs: wait for a change, not an error."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 def grpc_status(exc: BaseException) -> grpc.StatusCode:

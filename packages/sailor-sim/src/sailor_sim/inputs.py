@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -65,6 +66,49 @@ def integral(value: Any, field: str, *, minimum: int | None = 1, maximum: int = 
 def port(value: Any, field: str = "port") -> int:
     """A TCP port, 0..65535 (0 = pick a free one); grpc would wrap 70000 to 4464 silently."""
     return integral(value, field, minimum=0, maximum=65535)
+
+
+# ---- names and addresses ----------------------------------------------------------------------
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,252}))$")
+
+
+def safe_id(value: Any, field: str) -> str:
+    """A name that is also safe as one path component and a log word: 1-64 letters, digits,
+    '.', '_' or '-', starting with a letter or digit (so never '..', '/x' or '-x')."""
+    if not isinstance(value, str) or not _SAFE_ID.match(value):
+        raise ValidationError(
+            f"must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, "
+            f"got {str(value)[:80]!r}",
+            field=field,
+        )
+    return value
+
+
+def host(value: Any, field: str) -> str:
+    """A host name or IP address (IPv6 in brackets or bare) to bind or connect to."""
+    text = value.strip() if isinstance(value, str) else ""
+    if ":" in text and not text.startswith("["):
+        text = f"[{text}]"  # a bare IPv6 address
+    if not _HOST.match(text):
+        raise ValidationError(f"{str(value)[:80]!r} is not a host name or IP address", field=field)
+    return text
+
+
+def address(value: Any, field: str) -> tuple[str, int]:
+    """(host, port) of ``HOST:PORT`` (``[v6]:PORT`` for IPv6), port 1..65535."""
+    text = value.strip() if isinstance(value, str) else ""
+    where, sep, port_text = text.rpartition(":")
+    if not sep or not where or not port_text.isdigit() or len(port_text) > 5:
+        raise ValidationError(
+            f"{str(value)[:80]!r} is not HOST:PORT (e.g. 127.0.0.1:50051)", field=field
+        )
+    number = int(port_text)
+    if not 0 < number < 65536:
+        raise ValidationError(f"port {number} is not in 1..65535", field=field)
+    if where.count(":") and not where.startswith("["):
+        raise ValidationError(f"write an IPv6 address as [ADDR]:PORT, got {value!r}", field=field)
+    return host(where, field), number
 
 
 def check_finite(data: Any, field: str) -> Any:

@@ -13,7 +13,7 @@ from .context_parallel import check_context_parallel
 from .dtypes import check_dtype
 from .errors import SailorSimError, ValidationError
 from .gpus import get_gpu
-from .model import ModelSpec, get_model
+from .model import ModelSpec, get_model, model_wire_name
 from .moe import check_expert_parallel
 from .options import ExecutionOptions, check_options
 from .zones import get_zone
@@ -154,6 +154,7 @@ class Job:
         from .proto import job_pb2
 
         fields = self.to_dict()
+        fields["model"] = model_wire_name(self.model)  # a spec by content, never a local path
         options = fields.pop("options")
         if options["flash_attention"] is None:
             del options["flash_attention"]  # optional field left unset: the default

@@ -30,6 +30,8 @@ term per stored tensor (see ``stash_terms``).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -536,16 +538,69 @@ def register_model(spec: ModelSpec, aliases: tuple[str, ...] = ()) -> ModelSpec:
     return spec
 
 
+def catalog_model(name: str) -> ModelSpec | None:
+    """The catalog model of that name or alias (case-insensitive), else None."""
+    return MODEL_CATALOG.get(name) or MODEL_CATALOG.get(MODEL_ALIASES.get(name.lower(), ""))
+
+
+def model_wire_name(spec: ModelSpec) -> str:
+    """What a Job sends as its model: the catalog name, or else the spec's fields as a JSON
+    object, so a server builds the model from the content and never reads a client's path."""
+    if catalog_model(spec.name) == spec:
+        return spec.name
+    return json.dumps(dataclasses.asdict(spec), sort_keys=True)
+
+
+MAX_SPEC_BYTES = 64 * 1024
+"""Largest model given as JSON content (a spec is a few hundred bytes)."""
+
+
+_NESTED_SPECS = ("moe", "mla")
+"""ModelSpec fields that are specs of their own (objects of scalars on the wire)."""
+
+
+def model_from_json(text: str) -> ModelSpec:
+    """A ModelSpec from the JSON object of its fields (``model_wire_name``); unknown fields,
+    wrong types and bad values are refused naming the field."""
+    from . import inputs
+
+    if len(text) > MAX_SPEC_BYTES:
+        raise ValidationError(
+            f"a model given as JSON has {len(text)} characters, more than {MAX_SPEC_BYTES}",
+            field="model",
+        )
+    data = inputs.parse_json(text, "model", "the model's JSON content")
+    if not isinstance(data, dict):
+        raise ValidationError("JSON content must be an object of ModelSpec fields", field="model")
+    known = {f.name: f for f in dataclasses.fields(ModelSpec)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValidationError(f"unknown ModelSpec field {unknown[0][:60]!r}", field="model")
+    for key, value in data.items():
+        nested = key in _NESTED_SPECS and isinstance(value, dict)
+        if isinstance(value, dict | list) and not nested:
+            raise ValidationError("must be a number, a string, a bool or null", field=key)
+        if nested and any(isinstance(v, dict | list) for v in value.values()):
+            raise ValidationError("must hold numbers, strings, bools or nulls", field=key)
+    try:
+        return ModelSpec(**data)
+    except TypeError as exc:  # a missing field, or a string where a number belongs
+        raise ValidationError(f"is not a valid ModelSpec ({exc!s:.120})", field="model") from None
+
+
 def get_model(name: str | ModelSpec) -> ModelSpec:
-    """A model by catalog name or alias (case-insensitive), or a Hugging Face ``config.json``
-    (a path ending in .json, or a folder holding one; read with ``read_hf_config``)."""
+    """A model by catalog name or alias (case-insensitive), the JSON object of a spec's fields
+    (``model_wire_name``), or a Hugging Face ``config.json`` (a path ending in .json, or a
+    folder holding one; read with ``read_hf_config``)."""
     if isinstance(name, ModelSpec):
         return name
     if not isinstance(name, str):
         raise UnknownNameError(f"must be a model name, got {name!r:.60}", field="model")
-    spec = MODEL_CATALOG.get(name) or MODEL_CATALOG.get(MODEL_ALIASES.get(name.lower(), ""))
+    spec = catalog_model(name)
     if spec is not None:
         return spec
+    if name.lstrip().startswith("{"):
+        return model_from_json(name)
     from .hf_config import looks_like_config_path
 
     if looks_like_config_path(name):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from sailor_sim import Job, Plan
 from sailor_sim.errors import SailorSimError
 
+from ..engine.config import ON_SAVE_ERROR
 from ..errors import AssignmentError, StaleGenerationError
 from ..topology import Topology
 
@@ -45,6 +46,8 @@ class ValidAssignment:
     """ExecutionOptions.to_dict() of the engine (validated here); {} = defaults."""
     training: dict = field(default_factory=dict)
     """The recipe and data (``engine.config.TRAINING_KEYS``, validated here); {} = defaults."""
+    on_save_error: str = "stop"
+    """'stop' or 'continue' when a checkpoint cannot be written (engine.savefaults)."""
 
 
 def _parse_job_plan(msg) -> tuple[Job, Plan]:
@@ -98,10 +101,22 @@ def _check_ranks(msg, plan: Plan, gpu_type: str, zone: str, num_devices: int):
     return tuple(pairs)
 
 
+WILDCARDS = ("0.0.0.0", "::", "[::]")
+"""Listen-on-every-interface addresses: where a server listens, never where to dial it."""
+
+
 def validate_assignment(
-    msg, *, gpu_type: str, zone: str, num_devices: int, current_generation: int
+    msg,
+    *,
+    gpu_type: str,
+    zone: str,
+    num_devices: int,
+    current_generation: int,
+    controller_host: str = "127.0.0.1",
 ) -> ValidAssignment:
-    """Check ``msg`` (an agent_pb2.Assignment) against this node; raise AssignmentError."""
+    """Check ``msg`` (an agent_pb2.Assignment) against this node; raise AssignmentError.
+    A wildcard store address (a controller on 0.0.0.0 without --advertise-host) becomes
+    ``controller_host``: the store is reached where this node reached the controller."""
     if not 1 <= msg.generation <= MAX_GENERATION:
         raise AssignmentError(
             f"must be in 1..2^63-1, got {msg.generation}", field="assignment.generation"
@@ -137,13 +152,19 @@ def validate_assignment(
         raise AssignmentError(f"must be >= 0, got {msg.lr}", field="assignment.lr")
     options = _parse_options(msg.execution_options)
     training = _parse_training(msg.training)
+    on_save_error = msg.on_save_error or "stop"
+    if on_save_error not in ON_SAVE_ERROR:
+        raise AssignmentError(
+            f"{on_save_error[:40]!r} is not one of {ON_SAVE_ERROR}",
+            field="assignment.on_save_error",
+        )
     return ValidAssignment(
         msg.generation,
         job,
         plan,
         msg.world_size,
         ranks,
-        msg.master_addr,
+        controller_host if msg.master_addr in WILDCARDS else msg.master_addr,
         msg.master_port,
         msg.store_prefix,
         msg.checkpoint_dir,
@@ -154,6 +175,7 @@ def validate_assignment(
         msg.lr,
         options,
         training,
+        on_save_error,
     )
 
 

@@ -252,6 +252,8 @@ def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:
         master_port=a.master_port,
         store_prefix=a.store_prefix,
         store_is_external=True,
+        generation=a.generation,  # its saves are fenced to this generation
+        on_save_error=a.on_save_error,
     )
     # The recipe and data, when the controller sent them, replace the defaults above.
     return TrainConfig(**{**base, **training_overrides(a.training)})

@@ -35,7 +35,7 @@ def build_assignments(
             plan=plan_msg,
             world_size=plan.num_gpus,
             ranks=[agent_pb2.RankSlot(rank=r, local_device=d) for r, d in slots],
-            master_addr=cfg.store_host,
+            master_addr=cfg.advertise_host or cfg.store_host,
             master_port=store_port,
             store_prefix=store_prefix(generation, run_secret),
             checkpoint_dir=str(cfg.checkpoint_dir.resolve()),
@@ -47,6 +47,7 @@ def build_assignments(
             session=(sessions or {}).get(worker_id, ""),
             execution_options=json.dumps(cfg.execution_options) if cfg.execution_options else "",
             training=json.dumps(cfg.training) if cfg.training else "",
+            on_save_error=cfg.on_save_error,
         )
         for worker_id, slots in placement.items()
     }

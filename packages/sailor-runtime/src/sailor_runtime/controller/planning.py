@@ -4,12 +4,18 @@ It speaks through ``sailor_planner.client.PlannerClient`` (the one planner clien
 for the planner to be ready and gRPC's retry policy resends those that fail UNAVAILABLE, so a
 planner restart mid-run only delays a re-plan, up to ``wait_s``. The wait ends early when
 ``should_abort()`` turns true (a newer membership change).
+
+The planner ranks plans by the simulator, which models execution options on plans the engine
+cannot run them on (ZeRO-3 across replicas of different TP degree, ...): ``unsupported``
+(``engine.options.unsupported_reason`` for the run's options) filters the planner's best
+``candidates`` plans, and the first the engine runs is the one used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -17,7 +23,7 @@ from sailor_planner.client import PlannerClient
 from sailor_planner.errors import CallAbortedError
 from sailor_sim import Inventory, Job, Plan
 
-from ..errors import PlannerUnavailableError
+from ..errors import NoPlanError, PlannerUnavailableError
 from .membership import Worker
 
 _WAITED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -49,12 +55,19 @@ class PlannerLink:
         profile_dir: str = "",
         objective: str = "throughput",
         wait_s: float = 300.0,
+        unsupported: Callable[[Plan], str | None] = lambda plan: None,
+        candidates: int = 1,
+        token: str | None = None,
+        ca: Path | None = None,
     ) -> None:
         self.address = address
+        self.unsupported = unsupported
+        self.candidates = candidates
+        """Plans asked for per search (more when the options rule some plans out)."""
         self.profile_dir = profile_dir
         self.objective = objective
         self.wait_s = wait_s
-        self._client = PlannerClient(address, timeout_s=wait_s)
+        self._client = PlannerClient(address, timeout_s=wait_s, token=token, ca=ca)
 
     def close(self) -> None:
         self._client.close()
@@ -70,6 +83,7 @@ class PlannerLink:
                 inventory,
                 objective=self.objective,
                 profile_dir=self.profile_dir,
+                top_k=self.candidates,
                 abort=should_abort,
             )
         except CallAbortedError:
@@ -77,11 +91,21 @@ class PlannerLink:
         except grpc.RpcError as exc:
             raise self._error(exc) from None
         if not result.plans:
-            raise PlannerUnavailableError(
-                f"no plan fits {describe_inventory(inventory)}", field="planner"
-            )
-        best = result.best
-        return PlannedRun(best.plan.check(job), best.estimate.iteration_time_s)
+            raise NoPlanError(f"no plan fits {describe_inventory(inventory)}", field="planner")
+        return self._first_runnable(job, result.plans)
+
+    def _first_runnable(self, job: Job, plans) -> PlannedRun:
+        """The best of the planner's plans that the engine runs with the run's options."""
+        reasons = []
+        for ranked in plans:
+            reason = self.unsupported(ranked.plan)
+            if reason is None:
+                return PlannedRun(ranked.plan.check(job), ranked.estimate.iteration_time_s)
+            reasons.append(reason)
+        raise NoPlanError(
+            f"none of the planner's {len(plans)} best plans runs on the engine ({reasons[0]})",
+            field="options",
+        )
 
     def simulate(self, job: Job, plan: Plan) -> float:
         """The simulator's iteration time for ``plan`` (seconds)."""
@@ -92,6 +116,8 @@ class PlannerLink:
         return estimate.iteration_time_s
 
     def _error(self, exc: grpc.RpcError) -> PlannerUnavailableError:
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # no feasible plan
+            return NoPlanError(f"planner at {self.address}: {exc.details()}", field="planner")
         if exc.code() in _WAITED:
             return PlannerUnavailableError(
                 f"planner at {self.address} unreachable for {self.wait_s:.0f} s", field="planner"

@@ -66,9 +66,16 @@ def acquire(run_dir: Path, job: Job, seed: int, lr: float) -> RunLock:
     folder belongs to another job."""
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is a file; give a folder", field="run_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:  # a read-only folder is refused here, before anything trains into it
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        _probe_writable(run_dir)
+    except OSError as exc:
+        raise RunDirError(
+            f"cannot write in {run_dir} ({exc.strerror}); checkpoints need a writable folder",
+            field="run_dir",
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -103,6 +110,14 @@ def acquire(run_dir: Path, job: Job, seed: int, lr: float) -> RunLock:
     os.pwrite(fd, json.dumps(record).encode(), 0)
     os.fsync(fd)
     return RunLock(path, run_id, fingerprint, bool(previous), fd)
+
+
+def _probe_writable(run_dir: Path) -> None:
+    """Create and remove a file (an existing lock file opens even on a read-only mount)."""
+    probe = run_dir / f".probe-{os.getpid()}"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _describe(job: Job, seed: int, lr: float) -> str:

@@ -52,7 +52,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from sailor_profiler.zoo import full_shape, get_split
 
-from . import integrity
+from . import fence, integrity
 
 FORMAT = "sailor-ckpt-v2-dcp"
 STATE_KINDS = ("exp_avg", "exp_avg_sq")
@@ -145,19 +145,30 @@ class _Snapshot(AsyncStager):
 
 
 @torch.no_grad()
-def state_dict(stage_module, opt_state: dict, layout: TPLayout) -> dict:
+def state_dict(
+    stage_module, opt_state: dict, layout: TPLayout, gather=None, keep: bool = True
+) -> dict:
     """This rank's share of the checkpoint, copied to CPU (the snapshot: training may change
     the live tensors as soon as this returns): every layer's parameters and AdamW states, keyed
-    by layer id (``key``). ``opt_state``: parameter -> AdamW state of this rank's shard."""
+    by layer id (``key``). ``opt_state``: parameter -> AdamW state of this rank's shard.
+    ``gather``: the TP shard of a tensor sharded further (FSDP's all-gather; collective), run
+    by every member; ``keep=False``: a member that writes nothing joins the gathers only."""
+    gather = gather or (lambda t: t)
     out: dict = {}
+
+    def put(k: str, t: torch.Tensor, p: torch.Tensor) -> None:
+        whole = gather(t)
+        if keep:
+            out[k] = layout.as_global(_snapshot(whole), p)
+
     for lid in stage_module.layer_ids:
         for name, p in stage_module.layer_params(lid).items():
-            out[key(lid, "params", name)] = layout.as_global(_snapshot(p), p)
+            put(key(lid, "params", name), p, p)
             st = opt_state.get(p, {})
             for kind in STATE_KINDS:
                 if kind in st:
-                    out[key(lid, kind, name)] = layout.as_global(_snapshot(st[kind]), p)
-            if "step" in st:  # once per checkpoint, not on the step path
+                    put(key(lid, kind, name), st[kind], p)
+            if keep and "step" in st:  # once per checkpoint, not on the step path
                 out[key(lid, "opt_step", name)] = torch.tensor(
                     float(st["step"]), dtype=torch.float64
                 )
@@ -167,11 +178,26 @@ def state_dict(stage_module, opt_state: dict, layout: TPLayout) -> dict:
 class AsyncSaver:
     """``dcp.async_save`` plus the manifest; one save in flight at a time."""
 
-    def __init__(self, root: str | Path, rank: int, group, keep: int = 3) -> None:
+    def __init__(
+        self, root: str | Path, rank: int, group, keep: int = 3, generation: int = 0
+    ) -> None:
         self.root, self.rank, self.group, self.keep = Path(root), rank, group, keep
+        self.generation = generation
+        """Checked against the run fence before and at the end of every save (``fence``)."""
+        self.last_step = 0
+        """The step of the last save started."""
         self._future = None
         self._finalizer: threading.Thread | None = None
         self.error: BaseException | None = None
+
+    def drain(self) -> BaseException | None:
+        """Wait for the save in flight; return (and forget) the error of any save so far."""
+        try:
+            self.wait()
+        except BaseException:  # noqa: BLE001 - returned, for the ranks to agree on (savefaults)
+            pass
+        error, self.error = self.error, None
+        return error
 
     def wait(self) -> None:
         """Block until the save in flight is on disk (and, on rank 0, finalized)."""
@@ -184,6 +210,8 @@ class AsyncSaver:
                 future.result()
             except BaseException as exc:
                 self.error = self.error or exc
+        if isinstance(self.error, fence.SupersededError):
+            raise self.error
         if self.error is not None:
             raise RuntimeError(f"checkpoint write failed: {self.error}") from self.error
 
@@ -192,10 +220,14 @@ class AsyncSaver:
         rank's ``state_dict`` (may be empty); ``manifest``/``trainer`` on global rank 0 only
         (the finalizer). Returns once the tensors are copied to CPU."""
         self.wait()
-        tmp = self.root / f"{step_dir(self.root, step).name}.tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        if trainer is not None:
-            torch.save(trainer, tmp / "trainer.pt")
+        self.last_step = step
+        tmp = self.root / fence.tmp_name(step_dir(self.root, step).name, self.generation)
+        try:  # a full disk here must not take this rank out of the collective save below
+            tmp.mkdir(parents=True, exist_ok=True)
+            if trainer is not None:
+                torch.save(trainer, tmp / "trainer.pt")
+        except OSError as exc:
+            self.error = self.error or exc
         self._future = dcp.async_save(
             shard,
             storage_writer=dcp.FileSystemWriter(tmp),
@@ -225,6 +257,7 @@ class AsyncSaver:
             manifest = dict(manifest, files=files)
             _fsync_write(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
             final = step_dir(self.root, step)
+            fence.check(self.root, self.generation)  # a newer generation owns the folder now?
             if final.exists():  # an older save of the same step (a rerun): replace it
                 shutil.rmtree(final)
             os.rename(tmp, final)

@@ -26,7 +26,7 @@ from sailor_sim.plan import Plan
 from sailor_sim.recipe import LRSchedule, OptimConfig
 
 from ..topology import Topology
-from .options import ExecutionOptions, OptionsError
+from .options import ExecutionOptions, OptionsError, unsupported_reason
 
 BACKENDS = ("gloo", "nccl")
 SCHEDULES = ("1f1b", "gpipe")
@@ -34,6 +34,13 @@ DTYPES = ("fp32", "fp64", "bf16", "fp16")
 OPTIMIZER_IMPLS = ("auto", "sailor", "torch-fused")
 RANK_ENV = "RANK"
 """The rank of a process started with a TrainConfig file (as torchrun sets it)."""
+
+
+ON_SAVE_ERROR = ("stop", "continue")
+"""What the ranks do when a checkpoint cannot be written (``savefaults``)."""
+FATAL_EXIT = 3
+"""Exit status of a rank that stopped on a condition a restart cannot fix (a checkpoint that
+cannot be written): the controller ends the run FAILED instead of re-planning."""
 
 
 class EngineError(ValueError):
@@ -92,12 +99,21 @@ class TrainConfig:
     sample_log_path: str | None = None
     """Append, per step and replica, the sample ids the replica trained (JSON lines, written by
     TP rank 0 of the replica's first stage; an audit of the exactly-once order)."""
+    generation: int = 0
+    """The controller generation these ranks belong to; with a checkpoint directory, a save
+    happens only while the run fence names it (``fence``); 0 = not fenced."""
+    on_save_error: str = "stop"
+    """A checkpoint that cannot be written (a full disk): 'stop' every rank with one line and
+    exit status 3, or 'continue' training without saving (``savefaults``)."""
 
     def __post_init__(self) -> None:
         for name, (kind, ok, rule) in _RULES.items():
             value = getattr(self, name)
             if not _is(value, kind) or not ok(value):
                 raise EngineError(f"must be {rule}, got {value!r}", field=name)
+        reason = unsupported_reason(self.options, self.job, self.plan)
+        if reason is not None:  # the plan this option cannot run on, before any rank starts
+            raise EngineError(reason, field="options")
 
     @property
     def world_size(self) -> int:
@@ -244,6 +260,8 @@ _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "eval_every": (int, _nonneg, "an integer >= 0 (0: never)"),
     "eval_batches": (int, lambda v: v >= 1, "an integer >= 1"),
     "sample_log_path": ("str?", _optional_str, "a file path or null"),
+    "generation": (int, _nonneg, "an integer >= 0 (0: not fenced)"),
+    "on_save_error": (str, lambda v: v in ON_SAVE_ERROR, f"one of {ON_SAVE_ERROR}"),
 }
 
 

@@ -93,9 +93,12 @@ def start_local(
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
     training: dict | None = None,
+    generation: int = 0,
+    on_save_error: str = "stop",
 ) -> LocalRun:
     """Start all ranks (non-blocking); this process hosts their TCPStore. ``nccl``: rank r
-    on CUDA device r of this machine (``LOCAL_RANK``). ``training``: more TrainConfig keys
+    on CUDA device r of this machine (``LOCAL_RANK``). ``generation``: the run fence their
+    saves must match (``fence``; 0 = unfenced). ``training``: more TrainConfig keys
     (``config.TRAINING_KEYS``: data, recipe), replacing the ones above."""
     store = host_store()
     cfg = TrainConfig(
@@ -115,6 +118,8 @@ def start_local(
         master_port=store.port,
         store_prefix=store_prefix,
         store_is_external=True,
+        generation=generation,
+        on_save_error=on_save_error,
     )
     if training:
         cfg = replace(cfg, **training_overrides(training))

@@ -28,11 +28,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from sailor_profiler.zoo import apply_execution, build_stage
+from sailor_profiler.zoo import apply_execution, build_stage, enable_sequence_parallel
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
+from . import savefaults
 from .backend import check_backend
 from .config import EngineError, TrainConfig
 from .data import TextDataset
@@ -47,6 +48,7 @@ from .optim import (
     reduce_data_parallel,
     world_sums,
 )
+from .options import FSDP_ZERO
 from .pipeline import Link, Microbatches, run_iteration
 from .stepmetrics import StepMeter
 from .tied import head_copy, sync_tied_gradients, syncs_tied_copies
@@ -183,39 +185,56 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         cfg.seed,
     )
     apply_execution(model, cfg.options.recompute, cfg.options.flash_attention)
-    params = list(model.parameters())
-    impl = cfg.optimizer_impl
-    if impl == "auto":  # one fused kernel on CUDA, ZeRO-1 included
-        impl = "torch-fused" if device.type == "cuda" else "sailor"
-    if cfg.options.zero == "zero1" and groups.dp:
-        opt = ShardedAdamW(
-            params,
-            topo,
-            slot,
-            groups,
-            cfg.lr.lr(0),
-            cfg.optim.betas,
-            cfg.optim.eps,
-            0.0,  # decoupled weight decay is applied by apply_update, per group
-            fused=impl == "torch-fused",
-        )
-    else:
-        opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0), impl)
+    if cfg.options.sequence_parallel:
+        enable_sequence_parallel(model, groups.tp)
     scaler = LossScaler(enabled=autocast == torch.float16)
     log.info("rank %d: stage %s built (%s)", rank, slot, cfg.options.describe())
     # DCP's collectives get a gloo group of their own (created on every rank, in one order).
     ckpt_group = ckpt.checkpoint_group(cfg.timeout_s) if cfg.checkpoint_dir else None
     layout = ckpt.TPLayout(groups.tp)
+    mesh = gather = None
+    if cfg.options.zero in FSDP_ZERO:
+        from . import fsdp  # torch.distributed.fsdp: imported only by the ranks that use it
+
+        gather = fsdp.full
+        mesh, opt, (step, consumed, resumed) = _shard_with_fsdp(
+            cfg, rank, topo, model, device, layout, ckpt_group, scaler
+        )
+        params = list(model.parameters())
+    else:
+        params = list(model.parameters())
+        if cfg.options.zero == "zero1" and groups.dp:
+            opt = ShardedAdamW(
+                params,
+                topo,
+                slot,
+                groups,
+                cfg.lr.lr(0),
+                cfg.optim.betas,
+                cfg.optim.eps,
+                0.0,  # decoupled weight decay is applied by apply_update, per group
+                fused=_optimizer_impl(cfg, device) == "torch-fused",
+            )
+        else:
+            opt = _optimizer(params, cfg, device)
+        step, consumed, resumed = _resume(cfg, rank, model, opt, layout, ckpt_group, scaler)
     decayed = decayed_params(model, cfg.optim.no_decay)
     tied = syncs_tied_copies(model, plan)
+    if tied and mesh is not None:
+        raise EngineError(
+            "a tied embedding over several pipeline stages cannot be sharded with FSDP yet; "
+            "use zero none/zero1, or one stage",
+            field="options.zero",
+        )
     # The head's copy of a tied matrix is the same parameter: its gradient counts once.
     norm_params = [p for p in params if p is not (head_copy(model) if tied else None)]
-    step, consumed, resumed = _resume(cfg, rank, model, opt, layout, ckpt_group, scaler)
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data, val = _datasets(job, cfg)
     meter = StepMeter(job, plan, autocast, device)
     link = Link(topo, slot, groups.tp)
-    saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group) if cfg.checkpoint_dir else None
+    saver = None
+    if cfg.checkpoint_dir:
+        saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group, generation=cfg.generation)
     offset = sum(r.samples for r in stage_plan.replicas[: slot.replica])
     metrics = (
         open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank else None
@@ -243,13 +262,15 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             loss_sum = run_iteration(
                 model, link, batch, job.global_batch_size, cfg.schedule, autocast, scaler.scale
             )
-            reduce_data_parallel(params, topo, slot, groups)
-            if tied:
-                sync_tied_gradients(model, slot)
+            if mesh is None:  # FSDP reduce-scattered every microbatch's gradients already
+                reduce_data_parallel(params, topo, slot, groups)
+                if tied:
+                    sync_tied_gradients(model, slot)
+                share = local_norm_sq(norm_params, slot)
+            else:
+                share = _fsdp_norm_share(params, slot, mesh)
             is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
-            norm_sq, loss = world_sums(
-                [local_norm_sq(norm_params, slot), loss_sum if is_loss_rank else None], device
-            )
+            norm_sq, loss = world_sums([share, loss_sum if is_loss_rank else None], device)
             lr = cfg.lr.lr(step)
             norm, loss = norm_sq**0.5 / scaler.scale, loss / scaler.scale
             if scaler.update(norm):
@@ -276,10 +297,15 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
                 metrics.flush()
             if saver and (
                 step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-            ):
-                _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler)
+            ):  # the ranks agree first that the last save worked (or stop, or save no more)
+                saver = savefaults.settle(saver, cfg.on_save_error, device, rank)
+                if saver:
+                    _save(
+                        saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed,
+                        scaler, gather=gather,
+                    )  # fmt: skip
         if saver:
-            saver.wait()
+            savefaults.settle(saver, cfg.on_save_error, device, rank)
         log.info("rank %d: trained to step %d", rank, step)
         dist.barrier()
     finally:
@@ -343,6 +369,47 @@ def _log_samples(path: str, run: str, step: int, replica: int, ids: list[int]) -
         f.write(json.dumps(line) + "\n")
 
 
+def _fsdp_norm_share(params, slot, mesh):
+    from .fsdp import local_norm_sq as fsdp_share
+
+    return fsdp_share(params, slot, mesh)
+
+
+def _shard_with_fsdp(cfg, rank, topo, model, device, layout, ckpt_group, scaler):
+    """Resume the unsharded stage (the checkpoint holds TP shards), shard it with FSDP2 and
+    give the optimizer the loaded states cut to the DP shards; (mesh, optimizer, resume)."""
+    from . import fsdp
+
+    loaded = _StateHolder(fused=_optimizer_impl(cfg, device) == "torch-fused")
+    resume = _resume(cfg, rank, model, loaded, layout, ckpt_group, scaler)
+    names = {p: n for n, p in model.named_parameters()}
+    mesh = fsdp.build_mesh(fsdp.shard_layout(topo, cfg.options.zero), device)
+    fsdp.apply_fsdp(model, mesh, cfg.options.zero)
+    opt = _optimizer(list(model.parameters()), cfg, device)
+    opt.state.update(fsdp.shard_states(loaded.state, names, model))
+    return mesh, opt, resume
+
+
+class _StateHolder:
+    """Where a checkpoint's AdamW states land before FSDP shards them (``ckpt.load_into``
+    fills ``state``, keyed by the unsharded parameters; ``defaults`` tells it whether the
+    step counters belong on the parameters' device, as torch's fused AdamW keeps them)."""
+
+    def __init__(self, fused: bool) -> None:
+        self.state: dict = {}
+        self.defaults: dict = {"fused": fused}
+
+
+def _optimizer_impl(cfg: TrainConfig, device: torch.device) -> str:
+    if cfg.optimizer_impl == "auto":
+        return "torch-fused" if device.type == "cuda" else "sailor"
+    return cfg.optimizer_impl
+
+
+def _optimizer(params: list, cfg: TrainConfig, device: torch.device):
+    return make_optimizer(params, cfg.optim, cfg.lr.lr(0), _optimizer_impl(cfg, device))
+
+
 def _opt_state(opt) -> dict:
     if isinstance(opt, ShardedAdamW):
         return {**opt.state, **{id(u): u.state for u in opt.owned()}}
@@ -389,12 +456,18 @@ def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Mi
     return Microbatches(rep.microbatch_size, rep.num_microbatches, seq, inputs, labels)
 
 
-def _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler):
+def _save(
+    saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler, gather=None
+):
     """Collective over the world: every rank joins DCP's save; replica 0 of each stage brings
-    its layers (each TP rank its own shards), the other replicas nothing."""
+    its layers (each TP rank its own shards), the other replicas nothing. ``gather``: FSDP's
+    all-gather of a DP-sharded tensor (collective: every replica runs it, replica 0 keeps it)."""
     # ZeRO-1: the owners of the state shards send them to every member first (collective).
     state = opt.gather_state() if isinstance(opt, ShardedAdamW) else opt.state
-    shard = ckpt.state_dict(model, state, layout) if slot.replica == 0 else {}
+    if gather is not None:  # every replica joins the all-gathers, replica 0 keeps them
+        shard = ckpt.state_dict(model, state, layout, gather, keep=slot.replica == 0)
+    else:
+        shard = ckpt.state_dict(model, state, layout) if slot.replica == 0 else {}
     manifest = trainer = None
     if rank == 0:
         manifest = {

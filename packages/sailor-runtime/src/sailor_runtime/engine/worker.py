@@ -13,7 +13,8 @@ to ``metrics_path``.
 
 ``backend: nccl`` runs one CUDA device per rank (``LOCAL_RANK``, else rank modulo the device
 count); gloo runs on CPU. Exit status: 0 done, 2 bad input (one line ``error: FIELD: ...`` on
-stderr, before any process group exists).
+stderr, before any process group exists), 3 a checkpoint that could not be written with
+``on_save_error`` stop (one line; ``savefaults``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         train(cfg.job, cfg.plan, rank, cfg.world_size, cfg)
     except (EngineError, SailorSimError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        from .savefaults import FATAL_EXIT, CheckpointWriteError
+
+        return FATAL_EXIT if isinstance(exc, CheckpointWriteError) else 2
     return 0
 
 

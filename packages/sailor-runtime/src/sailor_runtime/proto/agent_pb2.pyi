@@ -43,7 +43,7 @@ class RankSlot(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., local_device: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("generation", "job", "plan", "world_size", "ranks", "master_addr", "master_port", "store_prefix", "checkpoint_dir", "steps", "checkpoint_every", "seed", "backend", "lr", "session", "execution_options", "training")
+    __slots__ = ("generation", "job", "plan", "world_size", "ranks", "master_addr", "master_port", "store_prefix", "checkpoint_dir", "steps", "checkpoint_every", "seed", "backend", "lr", "session", "execution_options", "on_save_error", "training")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class Assignment(_message.Message):
     LR_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    ON_SAVE_ERROR_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
     generation: int
     job: _job_pb2.Job
@@ -77,8 +78,9 @@ class Assignment(_message.Message):
     lr: float
     session: str
     execution_options: str
+    on_save_error: str
     training: str
-    def __init__(self, generation: _Optional[int] = ..., job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankSlot, _Mapping]]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., steps: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., seed: _Optional[int] = ..., backend: _Optional[str] = ..., lr: _Optional[float] = ..., session: _Optional[str] = ..., execution_options: _Optional[str] = ..., training: _Optional[str] = ...) -> None: ...
+    def __init__(self, generation: _Optional[int] = ..., job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankSlot, _Mapping]]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., steps: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., seed: _Optional[int] = ..., backend: _Optional[str] = ..., lr: _Optional[float] = ..., session: _Optional[str] = ..., execution_options: _Optional[str] = ..., on_save_error: _Optional[str] = ..., training: _Optional[str] = ...) -> None: ...
 
 class AssignResponse(_message.Message):
     __slots__ = ("generation", "ranks_started")
@@ -89,12 +91,14 @@ class AssignResponse(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., ranks_started: _Optional[int] = ...) -> None: ...
 
 class StopRequest(_message.Message):
-    __slots__ = ("generation", "grace_s")
+    __slots__ = ("generation", "grace_s", "session")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     GRACE_S_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     generation: int
     grace_s: float
-    def __init__(self, generation: _Optional[int] = ..., grace_s: _Optional[float] = ...) -> None: ...
+    session: str
+    def __init__(self, generation: _Optional[int] = ..., grace_s: _Optional[float] = ..., session: _Optional[str] = ...) -> None: ...
 
 class StopResponse(_message.Message):
     __slots__ = ("ranks_stopped",)

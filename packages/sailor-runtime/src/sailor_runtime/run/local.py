@@ -67,6 +67,8 @@ class LocalRunConfig:
     seed: int = 0
     lr: float = 0.0
     profile: bool = True
+    on_save_error: str = "stop"
+    """A checkpoint that cannot be written: 'stop' the run or 'continue' without saving."""
     progress: bool = True
     timeout_s: float = 900.0
     token: str | None = None
@@ -126,6 +128,7 @@ class LocalRun:
                 execution_options=cfg.execution_options,
                 training=_with_sample_log(cfg.training, cfg.run_dir),
                 token=cfg.token,
+                on_save_error=cfg.on_save_error,
             )
         )
         self.server, port = create_controller_server(self.controller, "127.0.0.1:0", cfg.token)
@@ -332,6 +335,9 @@ class LocalRun:
         name = joins[-1]["worker"]
         if any(name in r.reason for r in self.controller.reconfigurations):
             return []
+        if any(name in reason for reason in self.controller.unchanged):
+            return [f"{name} joined at step {joins[-1]['step']}; the best plan did not use it, so "
+                    "training went on without a restart"]  # fmt: skip
         return [f"{name} joined at step {joins[-1]['step']} but the run ended before a re-plan "
                 "could use it"]  # fmt: skip
 
@@ -388,8 +394,10 @@ class LocalRun:
         )
         return Simulator.from_profile_dir(folder).estimate(self.job, plan).iteration_time_s
 
-    def close(self) -> None:
-        deadline = time.monotonic() + 10
+    def close(self, wait_s: float = 10.0) -> None:
+        """Stop everything this run started; agents get ``wait_s`` to exit on their own once
+        told the run is over (0 when interrupted: they are terminated at once)."""
+        deadline = time.monotonic() + wait_s
         for w in self.workers:  # agents exit on their own once told the run is over
             try:
                 w.popen.wait(max(0.1, deadline - time.monotonic()))
@@ -417,6 +425,9 @@ def _describe_options(options: dict) -> str:
 def run_local(cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:
     run = LocalRun(cfg)
     try:
-        return run.run(on_tick)
-    finally:
-        run.close()
+        summary = run.run(on_tick)
+    except BaseException:  # SIGINT/SIGTERM (KeyboardInterrupt) or a failure: stop all now
+        run.close(wait_s=0.0)
+        raise
+    run.close()
+    return summary

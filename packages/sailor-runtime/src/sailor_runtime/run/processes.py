@@ -7,12 +7,12 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SailorRuntimeError
+from . import owned
 
 
 @dataclass
@@ -63,13 +63,13 @@ def start_worker(
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
-    cmd = [
-        sys.executable, "-m", "sailor_runtime.cli", "worker",
+    cmd = owned.command(
+        "sailor_runtime.cli", "worker",
         "--controller", controller, "--gpu-type", gpu_type, "--gpus", str(gpus),
         "--zone", zone, "--worker-id", name, "--workdir", str(run_dir / "workers"),
         "--threads-per-rank", str(threads_per_rank), "--warm" if warm else "--cold",
         "--first-core", str(first_core),
-    ]  # fmt: skip
+    )  # fmt: skip
     env = dict(os.environ)
     if cuda_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_devices
@@ -104,7 +104,10 @@ def start_planner(run_dir: Path, timeout_s: float = 120.0) -> PlannerProcess:
     """Start the planner server on 127.0.0.1 (a free port) and wait for its address."""
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "sailor_planner.cli", "serve", "--host", "127.0.0.1"]
+    # --data-root: the run's profiles are the only files the planner may read for a client.
+    cmd = owned.command(
+        "sailor_planner.cli", "serve", "--host", "127.0.0.1", "--data-root", str(run_dir)
+    )
     popen = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

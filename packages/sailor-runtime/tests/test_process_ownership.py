@@ -1,0 +1,131 @@
+"""Nothing is left running (issue 24, item 3): a real `sailor run --local` (planner server, two
+worker agents, their zygotes and ranks: real processes) gets SIGTERM, SIGINT or SIGKILL, first
+on one agent, then on `sailor run` itself; every process below the one signalled must be gone.
+
+Survivors are counted from a snapshot of the process tree taken just before each signal, so a
+process that outlives its parent (reparented to init) is still counted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ENTRY = "from sailor_runtime.cli import entry; entry()"
+GONE_WITHIN_S = 20.0
+"""An agent's own SIGTERM path tells the (possibly dead) controller it leaves: up to 5 s, plus
+rank shutdown; SIGKILL relies on the death signal alone and is immediate."""
+
+
+def children_of() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def descendants(pid: int) -> set[int]:
+    tree, out, todo = children_of(), set(), [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def survivors(pids: set[int], within_s: float) -> set[int]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        left = {p for p in pids if alive(p)}
+        if not left:
+            return set()
+        time.sleep(0.1)
+    return {p for p in pids if alive(p)}
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "?"
+
+
+def wait_for_ranks(run: subprocess.Popen, agents: int, timeout_s: float = 240.0) -> list[int]:
+    """The worker agents' PIDs once each runs a zygote and a rank (two levels below it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert run.poll() is None, "sailor run ended early"
+        tree = children_of()
+        found = [p for p in descendants(run.pid) if "sailor_runtime.cli worker" in cmdline(p)]
+        ready = [a for a in found if any(tree.get(z) for z in tree.get(a, []))]
+        if len(ready) >= agents:
+            return sorted(ready)
+        time.sleep(0.5)
+    raise AssertionError("the ranks did not start")
+
+
+CASES = [
+    # (signals to agents, one by one; then the signal to `sailor run`)
+    ((signal.SIGTERM, signal.SIGINT), signal.SIGTERM),
+    ((signal.SIGKILL,), signal.SIGKILL),
+]
+"""Each signal reaches an agent, and SIGTERM and SIGKILL reach `sailor run` (its SIGINT takes
+the same KeyboardInterrupt path as SIGTERM). Two runs, not six: each costs a minute of start-up
+on the shared 2-core machine."""
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("to_agents, to_run", CASES)
+def test_signals_to_agents_and_to_sailor_run_leave_nothing_behind(tmp_path, to_agents, to_run):
+    workers = len(to_agents) + 1  # one agent is left for the signal to `sailor run`
+    args = ["run", "--local", "--workers", str(workers), "--steps", "100000", "--no-profile"]
+    args += ["--gpu-types", "cpu-1t", "--heartbeat-timeout", "3", "--run-dir", str(tmp_path)]
+    run = subprocess.Popen(
+        [sys.executable, "-c", ENTRY, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # the cleanup below can reach whatever would be left
+    )
+    try:
+        agents = wait_for_ranks(run, workers)
+        for agent, signum in zip(agents, to_agents, strict=False):
+            below_agent = descendants(agent)
+            assert len(below_agent) >= 2  # its zygote and at least one rank
+            os.kill(agent, signum)
+            left = survivors(below_agent | {agent}, GONE_WITHIN_S)
+            assert not left, (signal.Signals(signum).name, [cmdline(p) for p in left])
+
+        everything = descendants(run.pid)
+        assert len(everything) >= 3  # the planner server, an agent, its zygote (and ranks)
+        os.kill(run.pid, to_run)
+        run.wait(timeout=60)
+        left = survivors(everything, GONE_WITHIN_S)
+        assert not left, (signal.Signals(to_run).name, [cmdline(p) for p in left])
+    finally:
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        run.wait()
