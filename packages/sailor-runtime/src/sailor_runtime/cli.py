@@ -194,7 +194,8 @@ def run(
             global_batch_size=global_batch_size, seq_len=seq_len,
             checkpoint_every=checkpoint_every, kill_rank_at_step=kill_rank_at_step,
             kill_worker_at_step=kill_worker_at_step, add_worker_at_step=add_worker_at_step,
-            heartbeat_timeout=heartbeat_timeout, seed_value=seed, timeout=timeout,
+            heartbeat_timeout=heartbeat_timeout, timeout=timeout,
+            seed_value=0 if seed is None else seed,  # None: the recipe's (default 0)
             time_scale=time_scale, on_save_error=on_save_error,
         )  # fmt: skip
     except SailorSimError as exc:
