@@ -30,11 +30,13 @@ from .searchstate import (
     Memo,
     counts_of,
     distinct_configs,
+    fastest_zone,
     has_type,
     ladder,
     layout_of,
     min_price,
     region_groups,
+    zone_orders,
 )
 from .templates import (
     ClassShape,
@@ -92,9 +94,11 @@ class Search:
         self.free = {(p.gpu_type, p.zone): p.count for p in inventory.pools}
         self.types = [g for g in inventory.gpu_types if self.cv.supports(g) and self.cv.tp_of(g)]
         self.groups = region_groups(inventory, options.allow_cross_region_data_parallel)
-        self.ref_zone = {g: next(z for (t, z) in sorted(self.free) if t == g) for g in self.types}
+        # Stage tables (splits and bounds) use each type's fastest zone: its bounds stay sound.
+        self.ref_zone = {g: fastest_zone(self.cv.sim, g, self.free) for g in self.types}
+        self.orders = zone_orders(self.groups, self.free, self.cv.sim, self.types)
         self.total = sum(self.free.values())
-        self.bnd = Bounder(self.job, scorer, options, min(z for (_, z) in self.free))
+        self.bnd = Bounder(self.job, scorer, options, self.free)
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Found:
@@ -325,13 +329,19 @@ class Search:
 
     def _evaluate_placements(self, shape: Shape, layout, counts) -> Scored | None:
         best = None
-        placements = [place(shape, layout, counts, self.free)]
-        if shape.depth > 1 and any(len(grp) > 1 for grp in layout):
-            placements.append(place(shape, layout, counts, self.free, stage_major=True))
+        placements, seen = [], set()
+        for order in self.orders:  # zones of a region in each order that may matter
+            zones = tuple(order[grp] for grp in layout)
+            placements.append(place(shape, zones, counts, self.free))
+            if shape.depth > 1 and any(len(grp) > 1 for grp in layout):
+                placements.append(place(shape, zones, counts, self.free, stage_major=True))
         for groups in placements:
             if groups is None:
                 self.stats.infeasible += 1
                 continue
+            if groups in seen:
+                continue
+            seen.add(groups)
             s = self.scorer.score(shape, groups, layout)
             self.stats.candidates_evaluated += 1
             if s is None or not self.found.add(s):
