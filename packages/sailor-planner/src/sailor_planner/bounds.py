@@ -99,6 +99,10 @@ class Bounder:
                 [(kinds[0][0], sync_replicas)] if len(kinds) == 1 else [(k, 1) for k, _ in kinds]
             )
         sync = self._fastest_ring(shape, tuple(sorted(kinds)))
+        if self.job.options.shards_optimizer:
+            # ZeRO moves other volumes (ZeRO-3 none at the end) and steps a shard of the
+            # optimizer: 0 for both keeps the bound sound.
+            sync = opt = 0.0
         t = max((gbs + spread) / rate, longest) + sync + opt
         return 1.0 / t, usd * t, usd * 3600.0
 

@@ -19,6 +19,9 @@ import math
 import time
 from collections.abc import Callable
 
+from sailor_sim import SailorSimError, get_gpu
+from sailor_sim.options import check_replica
+
 from .allocate import Scored, Scorer, place
 from .bounds import Bounder
 from .errors import RequestCancelledError, WorkLimitError
@@ -250,6 +253,9 @@ class Search:
                 self._poll()
                 if (sum(t) if isinstance(t, tuple) else p * t) > self.total:
                     continue
+                if not self._runs(g, p, t):  # e.g. ZeRO-3 with pipelining, SP with tp 1
+                    self.stats.pruned += 1
+                    continue
                 tab = self._tables(g, p, m, t)
                 if tab is None:
                     self.stats.pruned += 1
@@ -271,6 +277,18 @@ class Search:
                     out.append((shape, m / (neck * cls.gpus), neck, t))
         out.sort(key=lambda x: -x[1])
         return out
+
+    def _runs(self, g: str, p: int, t) -> bool:
+        """Whether the job's execution options can run a depth-``p`` pipeline of type ``g``
+        at TP spec ``t`` (``options.check_replica``, the simulator's own refusal): shapes it
+        refuses are never scored, so they cannot crowd out or prune plans that run."""
+        gpu = get_gpu(g)
+        for tp in t if isinstance(t, tuple) else (t,):
+            try:
+                check_replica(self.job.options, gpu, self.job.dtype, tp, p)
+            except SailorSimError:
+                return False
+        return True
 
     def _mixed_shapes(self, p: int, singles: dict) -> list[Shape]:
         shapes = []

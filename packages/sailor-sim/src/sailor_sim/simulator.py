@@ -252,7 +252,25 @@ class Simulator(MemoryComponents):
         kinds = self.cache.ring_kinds.get(stage._sig)
         if kinds is None:
             kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
-        first, last, zero = stage.first_layer, stage.last_layer, job.options.zero
+        r = stage.replicas[0]
+        return self.ring_sync(
+            job,
+            stage.first_layer,
+            stage.last_layer,
+            kinds,
+            self._max_microbatches(stage),
+            r.gpu_type,
+            r.tp,
+        )
+
+    def ring_sync(
+        self, job: Job, first: int, last: int, kinds, max_microbatches: int, gpu_type: str, tp: int
+    ) -> DataParallelSync:
+        """``stage_sync`` of layers first..last over a ring given as ``timing.ring_kinds``
+        runs, whose replicas run at most ``max_microbatches`` (ZeRO-3 pays its egress per
+        microbatch) and the first of which is ``gpu_type`` at ``tp`` (hybrid shards inside
+        its nodes). The planner scores candidates with it without building stages."""
+        zero = job.options.zero
         grad = self.grad_bytes(job, first, last)
         weights = dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)
         if zero == "none":
@@ -262,17 +280,15 @@ class Simulator(MemoryComponents):
         per_mb = (2 * weights + grad) / 2
         if zero == "zero3":
             seconds, usd = self.ring_time(job, first, last, kinds, per_mb)
-            return DataParallelSync(0.0, usd * self._max_microbatches(stage), seconds)
-        r = stage.replicas[0]  # hybrid: shard inside a node, replicate across nodes
-        group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
-        gpu = get_gpu(r.gpu_type)
+            return DataParallelSync(0.0, usd * max_microbatches, seconds)
+        replicas = sum(count for _, count in kinds)  # hybrid: shard in a node, replicate across
+        group = self.shard_group(job, gpu_type, tp, replicas)
+        gpu = get_gpu(gpu_type)
         link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
-        inside = timing.allreduce_time(
-            link, per_mb / r.tp, group, 1, timing.bus_efficiency(gpu.name)
-        )
+        inside = timing.allreduce_time(link, per_mb / tp, group, 1, timing.bus_efficiency(gpu.name))
         across = (
             self.ring_time(job, first, last, kinds, grad / group)
-            if group < len(stage.replicas)
+            if group < replicas
             else (0.0, 0.0)
         )
         return DataParallelSync(across[0], across[1], inside)
@@ -416,9 +432,18 @@ class Simulator(MemoryComponents):
         options = job.options
         if not options.shards_optimizer:
             return t
-        group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
         per_mb = self.stage_sync(job, stage).per_microbatch_s
-        exposed = max(0.0, per_mb - t.forward_s - t.backward_s)
+        return self.sharded_time(job, t, r.gpu_type, r.tp, len(stage.replicas), per_mb)
+
+    def sharded_time(
+        self, job: Job, t: StageTime, gpu_type: str, tp: int, replicas: int, per_mb_s: float
+    ) -> StageTime:
+        """``_sharded_time`` of a replica of ``gpu_type`` at ``tp`` in a stage of ``replicas``
+        whose ZeRO traffic per microbatch takes ``per_mb_s`` (``ring_sync``)."""
+        if not job.options.shards_optimizer:
+            return t
+        group = self.shard_group(job, gpu_type, tp, replicas)
+        exposed = max(0.0, per_mb_s - t.forward_s - t.backward_s)
         return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
 
     def _check_replica(self, job: Job, stage: Stage, i: int, p: int, r: Replica) -> None:
