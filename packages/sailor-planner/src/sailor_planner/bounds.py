@@ -99,16 +99,17 @@ class Bounder:
                 [(kinds[0][0], sync_replicas)] if len(kinds) == 1 else [(k, 1) for k, _ in kinds]
             )
         sync = self._fastest_ring(shape, tuple(sorted(kinds)))
-        if self.job.options.shards_optimizer:
-            # ZeRO moves other volumes (ZeRO-3 none at the end) and steps a shard of the
-            # optimizer: 0 for both keeps the bound sound.
-            sync = opt = 0.0
+        if self.job.options.zero == "hybrid":  # its volume falls as replicas are added
+            sync = 0.0
+        if self.job.options.shards_optimizer:  # a shard over at most every replica
+            opt /= max(1, sum(counts))
         t = max((gbs + spread) / rate, longest) + sync + opt
         return 1.0 / t, usd * t, usd * 3600.0
 
     def _fastest_ring(self, shape: Shape, kinds: tuple) -> float:
-        """Seconds of stage 0's all-reduce over ``kinds`` ((GPU, TP), replicas) in the zone
-        where it is fastest."""
+        """Seconds of stage 0's data-parallel sync (``Simulator.ring_sync``: the all-reduce,
+        or ZeRO's volumes; ZeRO-3's is per microbatch, inside the stage times, so 0 here)
+        over ``kinds`` ((GPU, TP), replicas) in the zone where it is fastest."""
         key = (shape.bounds[0], kinds)
         hit = self._sync.get(key)
         if hit is None:
@@ -116,7 +117,9 @@ class Bounder:
             zones = set.intersection(*(self.zones_of.get(g, set()) for g in types))
             zones = zones or set.union(*(self.zones_of.get(g, set()) for g in types))
             hit = self._sync[key] = min(
-                self.scorer.ring(shape, 0, tuple(sorted(((z, *k), n) for k, n in kinds)))[0]
+                self.scorer.sync(
+                    shape, 0, tuple(sorted(((z, *k), n) for k, n in kinds)), 1, kinds[0][0]
+                ).seconds
                 for z in sorted(zones)
             )
         return hit

@@ -85,7 +85,15 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
         data["command_time_s"] = time.perf_counter() - start
         print(json.dumps(data), file=out.file)
     else:
-        out.print(plans_table(result))
+        out.print(plans_table(result.plans))
+        if result.pareto:
+            out.print(
+                f"throughput-vs-cost frontier ({len(result.pareto)} points, cheapest first; "
+                "no point beaten on both by another or by a ranked plan):",
+                markup=False,
+                highlight=False,
+            )
+            out.print(plans_table(result.pareto))
         out.print(search_summary(result), markup=False, highlight=False)
     return 0
 
@@ -108,14 +116,22 @@ def _inventory(gpus: list[str], inventory_file: Path | None) -> Inventory:
     return inventory
 
 
-def plans_table(result: PlanResult) -> Table:
-    """The ranked plans as a rich table."""
+def zones_used(plan) -> str:
+    """GPUs the plan takes per pool, e.g. 'A100-40@us-central1-b=64': two plans that differ
+    only in their zones print differently."""
+    counts = plan.gpu_counts()
+    return " ".join(f"{g}@{z}={n}" for (g, z), n in sorted(counts.items()))
+
+
+def plans_table(plans) -> Table:
+    """Ranked plans (or frontier points) as a rich table."""
     table = Table(box=None, header_style="bold")
     for name in ("#", "iter/s", "s/iter", "$/iter", "$/hour", "GPUs"):
         table.add_column(name, justify="right")
+    table.add_column("zones", overflow="fold")
     table.add_column("plan", overflow="fold")
     table.add_column("options", overflow="fold")
-    for i, ranked in enumerate(result.plans, 1):
+    for i, ranked in enumerate(plans, 1):
         e, p = ranked.estimate, ranked.plan
         chosen = ranked.options.describe() if ranked.options is not None else "defaults"
         table.add_row(
@@ -125,6 +141,7 @@ def plans_table(result: PlanResult) -> Table:
             f"{e.cost_per_iteration_usd:.4f}",
             f"{e.cost_per_hour_usd:.2f}",
             str(p.num_gpus),
+            zones_used(p),
             p.describe(),
             chosen,
         )

@@ -17,6 +17,7 @@ charges for the plan phase every time.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from sailor_sim import Inventory, Job, Plan
@@ -60,6 +61,9 @@ class PlanCache:
     """Plans per (family, inventory), with the search time of their first search."""
 
     def __init__(self, planner, job: Job, options: SearchOptions) -> None:
+        # The replay trains every plan under the job's own execution options, as the runtime
+        # runs them (it does not adopt a RankedPlan's options), so it never searches options.
+        options = dataclasses.replace(options, search_execution_options=False)
         self.planner, self.job, self.options = planner, job, options
         self._plans: dict[tuple[str, Inventory], tuple[RankedPlan | None, float]] = {}
 

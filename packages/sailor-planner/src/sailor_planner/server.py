@@ -91,6 +91,10 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
     deadline = None
     if remaining is not None:
         deadline = max(0.01, (remaining - DEADLINE_MARGIN_S) * DEADLINE_SHARE)
+    # Unset = SearchOptions' own default (on), the CLI's and PlannerClient's too.
+    chosen = {}
+    if req.HasField("search_execution_options"):
+        chosen["search_execution_options"] = req.search_execution_options
     return SearchOptions(
         objective=_OBJECTIVES[req.objective],
         constraints=constraints,
@@ -99,7 +103,7 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
         deadline_s=deadline,
         pareto_points=min(req.pareto_points, MAX_TOP_K),
         max_candidates=limits.max_candidates,
-        search_execution_options=req.search_execution_options,
+        **chosen,
     )
 
 

@@ -70,6 +70,7 @@ class PlannerLink:
                 inventory,
                 objective=self.objective,
                 profile_dir=self.profile_dir,
+                search_execution_options=False,  # the runtime runs the job's own options
                 abort=should_abort,
             )
         except CallAbortedError:
