@@ -67,6 +67,20 @@ def test_sim_installs_and_imports_without_torch(tmp_path: Path) -> None:
     providers = {row["provider"]: row for row in out["cost_by_provider"]}
     assert providers["gcp"]["usd_per_hour"] > 0 and providers["aws"]["usd_per_hour"] > 0
 
+    # The README's Python example runs as written in the same torch-free venv.
+    example = tmp_path / "readme_example.py"
+    example.write_text(readme_python_example())
+    ran = run(python, str(example))
+    assert ran.returncode == 0, ran.stderr
+    assert "fits: True" in ran.stdout and "tokens/s/GPU" in ran.stdout
+
+
+def readme_python_example() -> str:
+    """The ```python block under the README's "Capacity planning from Python" heading."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Capacity planning from Python", 1)[1]
+    return section.split("```python", 1)[1].split("```", 1)[0]
+
 
 LLAMA_31_8B_CONFIG = {  # meta-llama/Llama-3.1-8B config.json (the fields the reader uses)
     "architectures": ["LlamaForCausalLM"],

@@ -67,7 +67,8 @@ def test_llama_config_on_8_h100_answers_fit_speed_mfu_and_cost(tmp_path):
     # the table says the same, with units
     table = run("simulate", "--model", str(config), *LLAMA_ON_8_H100, "--dtype", "bf16")
     assert table.exit_code == 0, table.output
-    for text in ("tokens/s", "MFU", "GiB per GPU", "aws", "gcp", "provenance", "peak GiB"):
+    wanted = ("tokens/s", "MFU", "GiB per GPU", "aws", "gcp", "provenance", "memory per GPU, GiB")
+    for text in wanted:
         assert text in table.output, text
 
 
@@ -184,3 +185,17 @@ def test_provenance_says_whether_the_analytic_efficiency_is_calibrated():
         analytic.set_calibration(saved)
     (imported,) = provenance(["imported:sailor"])
     assert "leave-one-out" in imported["trust"]
+
+
+def test_every_table_fits_120_columns(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_LLAMA_31_8B))
+    for args in (
+        ("simulate", "--model", str(config), *LLAMA_ON_8_H100, "--dtype", "bf16"),
+        ("demo",),
+        ("memory", "--model", "LLaMA-3-8B", "--gpu", "A100-80", "--pp", "4"),
+    ):
+        r = run(*args)
+        assert r.exit_code == 0, r.output
+        widest = max(len(line) for line in r.output.splitlines())
+        assert widest <= 120, f"{args[0]}: {widest} columns"

@@ -22,6 +22,7 @@ from sailor_sim.cli_options import (
     Zero,
     execution_options,
 )
+from sailor_sim.cli_output import catalog_option, version_option
 from sailor_sim.inputs import run_app
 
 from .errors import SailorPlannerError
@@ -37,8 +38,14 @@ def fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
+_CATALOG = catalog_option()
+
+
 @app.callback()
-def group() -> None:
+def group(
+    version: bool = version_option(sailor_planner.__version__),
+    catalog: Path | None = _CATALOG,
+) -> None:
     # A callback keeps `sailor-planner` a command group.
     pass
 

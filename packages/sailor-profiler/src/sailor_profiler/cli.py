@@ -14,6 +14,7 @@ import typer
 
 import sailor_profiler
 from sailor_sim import inputs
+from sailor_sim.cli_output import version_option
 from sailor_sim.errors import SailorSimError
 
 from .errors import SailorProfilerError, SweepError
@@ -75,7 +76,7 @@ def parse_bytes(text: str, field: str) -> int:
 
 
 @app.callback()
-def main() -> None:
+def main(version: bool = version_option(sailor_profiler.__version__)) -> None:
     # A callback keeps `sailor-profiler` a command group.
     pass
 

@@ -16,6 +16,7 @@ import typer
 
 import sailor_runtime
 from sailor_sim import Job, get_gpu, inputs
+from sailor_sim.cli_output import version_option
 from sailor_sim.errors import SailorSimError
 
 from .errors import SailorRuntimeError
@@ -24,7 +25,7 @@ app = typer.Typer(no_args_is_help=True, help=sailor_runtime.__doc__)
 
 
 @app.callback()
-def main() -> None:
+def main(version: bool = version_option(sailor_runtime.__version__)) -> None:
     # A callback keeps `sailor` a command group.
     pass
 

@@ -4,6 +4,14 @@ Model accounting (ModelSpec), GPU / zone / price catalogs, jobs, inventories and
 simulator that predicts iteration time, memory and cost of any heterogeneous plan.
 """
 
+from . import specs
+from .capacity import (
+    CapacityEstimate,
+    estimate,
+    gpus_for_tokens,
+    largest_microbatch,
+    largest_sequence,
+)
 from .dtypes import DTYPES, dtype_bytes
 from .errors import (
     PlanError,
@@ -13,7 +21,6 @@ from .errors import (
     UnknownNameError,
     ValidationError,
 )
-from .estimate import Estimate, ReplicaMemory
 from .gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
 from .instances import Fabric, Offer, fabric_for, offer_in
 from .job import GpuPool, Inventory, Job
@@ -25,12 +32,20 @@ from .plan import Plan, Replica, Stage, even_split
 from .prices import EGRESS_PER_GB, price_entry, price_per_gpu_hour, set_price
 from .profile_files import load_profile_dir, save_profile_dir
 from .profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
+from .result import Estimate, ReplicaMemory
+from .runspec import RunSpec
 from .simulator import Simulator, StageTime
+from .user_catalog import load_catalog
 from .zones import ZONE_CATALOG, Zone, default_zone, get_zone, register_zone, relationship
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CapacityEstimate",
+    "estimate",
+    "gpus_for_tokens",
+    "largest_microbatch",
+    "largest_sequence",
     "DTYPES",
     "Endpoint",
     "Fabric",
@@ -50,7 +65,10 @@ __all__ = [
     "ProfileKey",
     "ProfileStore",
     "ReplicaMemory",
+    "RunSpec",
     "Simulator",
+    "load_catalog",
+    "specs",
     "StageTime",
     "load_profile_dir",
     "save_profile_dir",

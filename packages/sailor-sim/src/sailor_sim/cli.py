@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from . import inputs
+from . import __version__, inputs
 from .cli_catalog import register as _register_catalog_commands
 from .cli_options import (
     Flash,
@@ -24,7 +24,15 @@ from .cli_options import (
     Zero,
     execution_options,
 )
-from .cli_output import GiB, fail, print_estimate, table
+from .cli_output import (
+    TERM_HEADERS,
+    GiB,
+    catalog_option,
+    fail,
+    print_estimate,
+    table,
+    version_option,
+)
 from .errors import SailorSimError, ValidationError
 from .options import ExecutionOptions, check_replica
 
@@ -33,6 +41,43 @@ app = typer.Typer(
     help="Predict iteration time, memory and cost of plans.",
     pretty_exceptions_enable=False,
 )
+
+
+_CATALOG = catalog_option()
+
+
+@app.callback()
+def group(version: bool = version_option(__version__), catalog: Path | None = _CATALOG) -> None:
+    # A callback keeps `sailor-sim` a command group and gives it --version.
+    pass
+
+
+_DTYPE_HELP = "fp32, bf16 or fp16 (default: the config.json's torch_dtype, else fp32)."
+_SEQ_HELP = "Sequence length (default: the model's maximum, at most 8192)."
+
+
+def _job(model, gbs, seq, dtype, optimizer, options):
+    """The CLI's Job: defaults a user would pick (``capacity.make_job``), stated by
+    ``_assumed`` in the output."""
+    from .capacity import make_job
+
+    return make_job(model, gbs, seq, dtype, optimizer or "adam", options)[0]
+
+
+def _assumed(model, seq, dtype) -> dict[str, str]:
+    """What the output must say it assumed: the defaults taken for flags not given."""
+    from .capacity import default_dtype, default_sequence
+    from .model import get_model
+
+    if model is None:
+        return {}
+    out = {}
+    if dtype is None:
+        value, why = default_dtype(model)
+        out["dtype"] = f"{value} ({why})"
+    if seq is None:
+        out["seq"] = default_sequence(get_model(model))[1]
+    return out
 
 
 def _simulator(sailor_root: Path | None, profiles: Path | None):
@@ -75,10 +120,7 @@ def _load_plan_and_job(
         record = read_sailor_plan(sailor_plan)
         if model is None:
             raise ValidationError("--model is required with --sailor-plan", field="model")
-        job = Job.create(
-            model, gbs or record.global_batch_size, seq, dtype or "fp32", optimizer or "adam",
-            options,
-        )  # fmt: skip
+        job = _job(model, gbs or record.global_batch_size, seq, dtype, optimizer, options)
         return job, record.plan
     data = inputs.load_json(plan_file, "plan")
     if "plan" in data:
@@ -93,7 +135,7 @@ def _load_plan_and_job(
     else:
         if model is None or gbs is None:
             raise ValidationError("the plan file has no 'job'; pass --model and --gbs", field="job")
-        job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam", options)
+        job = _job(model, gbs, seq, dtype, optimizer, options)
     return job, plan
 
 
@@ -127,12 +169,11 @@ class Homogeneous:
 
 
 def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optimizer, options):
-    from .job import Job
     from .quickplan import homogeneous_plan, parse_split
 
     if model is None or gbs is None:
         raise ValidationError("--gpu needs --model and --gbs", field="model")
-    job = Job.create(model, gbs, seq, dtype or "fp32", optimizer or "adam", options)
+    job = _job(model, gbs, seq, dtype, optimizer, options)
     plan = homogeneous_plan(
         sim, job, h.gpu, h.placement(), tp=h.tp, pp=h.pp, dp=h.dp, mbs=h.mbs,
         split=parse_split(h.split),
@@ -158,8 +199,8 @@ def simulate(
         None, help="Catalog model name, or the path of a Hugging Face config.json."
     ),
     gbs: int = typer.Option(None, help="Global batch size (default: from the Sailor plan)."),
-    seq: int = typer.Option(None, help="Sequence length (default: the model's maximum)."),
-    dtype: str = typer.Option(None, help="fp32 (default), bf16 or fp16."),
+    seq: int = typer.Option(None, help=_SEQ_HELP),
+    dtype: str = typer.Option(None, help=_DTYPE_HELP),
     optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     gpu: str = typer.Option(None, help="Homogeneous plan without a file: the GPU type."),
     tp: int = typer.Option(1, help="With --gpu: tensor-parallel degree."),
@@ -223,12 +264,15 @@ def simulate(
         out["cost_by_provider"] = by_provider
         out["plan"] = plan.to_dict()
         out["job"] = job.to_dict()
+        out["assumed"] = _assumed(model, seq, dtype)
         typer.echo(json.dumps(out))
         return
     typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
                f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
     typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
     typer.echo(f"Options: {job.options.describe()}")
+    for name, why in _assumed(model, seq, dtype).items():
+        typer.echo(f"Assumed {name}: {why}")
     print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
 
 
@@ -242,9 +286,9 @@ def memory(
     num_microbatches: int = typer.Option(None, help="Microbatches per iteration (default: pp)."),
     dp: int = typer.Option(1, help="Data-parallel replicas (adds the DP communicator)."),
     stage: int = typer.Option(None, help="Only this stage (0-based)."),
-    seq: int = typer.Option(None, help="Sequence length (default: the model's maximum)."),
-    dtype: str = typer.Option("fp32"),
-    optimizer: str = typer.Option("adam"),
+    seq: int = typer.Option(None, help=_SEQ_HELP),
+    dtype: str = typer.Option(None, help=_DTYPE_HELP),
+    optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     sailor_root: Annotated[
         Path | None, typer.Option(help="Folder laid out like a Sailor checkout.")
     ] = None,
@@ -261,14 +305,13 @@ def memory(
 ) -> None:
     """Will this model fit on this GPU with this TP / PP / microbatch size, and by how much?"""
     from .gpus import get_gpu
-    from .job import Job
     from .plan import even_split
 
     try:
         options = execution_options(
             zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
         )
-        job = Job.create(model, 1, seq, dtype, optimizer, options)
+        job = _job(model, 1, seq, dtype, optimizer, options)
         gpu_type = get_gpu(gpu)
         job.model.check_tp(tp)
         check_replica(job.options, gpu_type, job.dtype, tp, pp)
@@ -310,10 +353,20 @@ def memory(
     if as_json:
         typer.echo(json.dumps({"model": job.model.name, "gpu_type": gpu_type.name, "stages": rows}))
         return
-    typer.echo(f"{job.model.name} on {gpu_type.name}: TP {tp}, PP {pp}, mbs {mbs}, {dtype}")
+    typer.echo(f"{job.model.name} on {gpu_type.name}: TP {tp}, PP {pp}, mbs {mbs}, {job.dtype}")
+    for name, why in _assumed(model, seq, dtype).items():
+        typer.echo(f"Assumed {name}: {why}")
     terms = list(rows[0]["breakdown_bytes"])
     table(
-        ["stage", "layers", "peak GiB", "cap GiB", "fits", "headroom GiB", *terms],
+        [
+            "stage",
+            "layers",
+            "peak GiB",
+            "cap GiB",
+            "fits",
+            "headroom GiB",
+            *(TERM_HEADERS.get(t, t) for t in terms),
+        ],  # fmt: skip
         [
             (
                 r["stage"],

@@ -9,8 +9,54 @@ from rich.console import Console
 from rich.table import Table
 
 GiB = 1024**3
-_WIDE = 1000
-"""Console width for tables: wide enough that no row wraps (terminals scroll, pipes split)."""
+WIDTH = 120
+"""Every table fits this many columns: long cells wrap inside their column."""
+TERM_HEADERS = {
+    "optimizer_states": "optim",
+    "activations": "activ",
+    "gradients": "grads",
+    "comm_buffers": "comm",
+    "framework": "framewk",
+    "transient": "transient",
+    "weights": "weights",
+}
+"""Short memory-term headers, so a stage's whole breakdown fits one 120-column row."""
+
+
+def version_option(version: str):
+    """A ``--version`` flag for a command group's callback: prints ``version`` and exits 0."""
+
+    def show(value: bool) -> None:
+        if value:
+            typer.echo(version)
+            raise typer.Exit()
+
+    return typer.Option(
+        False, "--version", callback=show, is_eager=True, help="Print the version and exit."
+    )
+
+
+def catalog_option():
+    """``--catalog FILE`` for a command group's callback: a cluster's own GPUs and prices
+    (``user_catalog``), registered before the command runs."""
+
+    def load(path):
+        if path is not None:
+            from .errors import SailorSimError
+            from .user_catalog import load_catalog
+
+            try:
+                load_catalog(path)
+            except SailorSimError as exc:
+                fail(exc)
+        return path
+
+    return typer.Option(
+        None,
+        "--catalog",
+        callback=load,
+        help="JSON/TOML file of GPU types and prices to add (format sailor-catalog/1).",
+    )
 
 
 def fail(exc: Exception) -> None:
@@ -73,8 +119,9 @@ def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
     for m in e.memory:  # one row per distinct (stage, GPU type, zone, peak)
         seen.setdefault((m.stage, m.gpu_type, m.zone, m.peak_bytes), m)
     terms = list(next(iter(e.memory)).breakdown_bytes)
+    typer.echo("memory per GPU, GiB:")
     table(
-        ["stage", "gpu", "zone", "peak GiB", "cap GiB", "fits", *(f"{t} GiB" for t in terms)],
+        ["stage", "gpu", "zone", "peak", "cap", "fits", *(TERM_HEADERS.get(t, t) for t in terms)],
         [
             (
                 m.stage,
@@ -91,10 +138,11 @@ def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
 
 
 def table(header, rows) -> None:
-    """A plain rich table (no box, never wrapped: piped output stays one row per line)."""
+    """A plain rich table (no box) at most ``WIDTH`` columns wide: a cell too long for its
+    column wraps within it (long provenance sentences), numbers never do."""
     grid = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for h in header:
-        grid.add_column(str(h), no_wrap=True, overflow="ignore")
+        grid.add_column(str(h), overflow="fold")
     for r in rows:
         grid.add_row(*(str(c) for c in r))
-    Console(width=_WIDE).print(grid, crop=False, soft_wrap=True)
+    Console(width=WIDTH).print(grid, crop=True)

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 from . import timing
-from .estimate import Estimate, ReplicaMemory
 from .job import Job
 from .plan import Plan, Replica, Stage
+from .result import Estimate, ReplicaMemory
 from .timing import StageTime
 
 

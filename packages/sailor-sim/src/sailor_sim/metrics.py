@@ -89,18 +89,31 @@ def cost_by_provider(plan, providers=None, regions=None) -> list[dict[str, Any]]
         zone = default_zone(provider, (regions or {}).get(provider))
         row: dict[str, Any] = {"provider": provider, "region": get_zone(zone).region}
         try:
-            on_demand = spot = 0.0
+            on_demand, spot = 0.0, _spot_usd_per_hour(plan, zone)
             sources = []
             for gpu_type, count in gpus_by_type(plan).items():
                 price, source = price_entry(gpu_type, zone)
                 on_demand += count * price
-                spot += count * price_entry(gpu_type, zone, spot=True)[0]
                 sources.append(source)
             row.update(usd_per_hour=on_demand, spot_usd_per_hour=spot, sources=sources)
         except UnknownNameError as exc:
             row.update(usd_per_hour=None, spot_usd_per_hour=None, missing=str(exc))
         rows.append(row)
     return rows
+
+
+def _spot_usd_per_hour(plan, zone: str) -> float | None:
+    """Spot $/hour of the plan's GPUs in ``zone``; None when one of them has no spot price
+    (a GPU priced on demand only, e.g. from a user catalog)."""
+    from .errors import UnknownNameError
+    from .prices import price_entry
+
+    try:
+        return sum(
+            count * price_entry(g, zone, spot=True)[0] for g, count in gpus_by_type(plan).items()
+        )
+    except UnknownNameError:
+        return None
 
 
 # What each profile source means, and the validation error measured for it (bench/ scripts).

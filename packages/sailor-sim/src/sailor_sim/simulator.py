@@ -29,7 +29,6 @@ from .cache import ComponentCache
 from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
 from .dtypes import dtype_bytes
 from .errors import PlanError
-from .estimate import Estimate
 from .gpus import get_gpu
 from .job import Job
 from .memory import (
@@ -47,6 +46,7 @@ from .prices import usd_per_second
 from .profile_files import load_profile_dir
 from .profiles import LINKS_FILE, ProfileStore
 from .replica_memory import MemoryComponents
+from .result import Estimate
 from .timing import StageTime
 
 __all__ = ["Simulator", "StageTime"]

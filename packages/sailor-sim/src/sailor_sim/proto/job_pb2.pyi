@@ -55,3 +55,25 @@ class Inventory(_message.Message):
     POOLS_FIELD_NUMBER: _ClassVar[int]
     pools: _containers.RepeatedCompositeFieldContainer[GpuPool]
     def __init__(self, pools: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ...) -> None: ...
+
+class RunSpec(_message.Message):
+    __slots__ = ("model", "global_batch_size", "seq_len", "precision", "optimizer", "options", "steps", "checkpoint_every", "seed")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    global_batch_size: int
+    seq_len: int
+    precision: str
+    optimizer: str
+    options: ExecutionOptions
+    steps: int
+    checkpoint_every: int
+    seed: int
+    def __init__(self, model: _Optional[str] = ..., global_batch_size: _Optional[int] = ..., seq_len: _Optional[int] = ..., precision: _Optional[str] = ..., optimizer: _Optional[str] = ..., options: _Optional[_Union[ExecutionOptions, _Mapping]] = ..., steps: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,261 @@
+"""The capacity-planning API: one call answers "will this model, with these options, fit on
+these GPUs, at what tokens/s, MFU and $/hour?".
+
+```python
+import sailor_sim
+e = sailor_sim.estimate("LLaMA-3-8B", "H100-80", dp=8, gbs=64, seq=8192, dtype="bf16",
+                        options={"zero": "zero3", "recompute": "selective"})
+print(e.fits, e.tokens_per_s_per_gpu, e.mfu, e.cost_per_hour_usd["gcp"])
+```
+
+Solve-for helpers answer the inverse questions: the largest microbatch or sequence that fits,
+and how long (and how many GPUs) a token budget takes. Every answer carries the assumptions it
+made (``assumed``: defaults the caller did not give) and the trust of its numbers
+(``provenance``: the validation error of the profile source behind it).
+
+Defaults a user would pick, stated in ``assumed``: the dtype is the config.json's
+``torch_dtype`` (fp32 for catalog models, which have none), the sequence length is the
+model's maximum capped at ``DEFAULT_MAX_SEQUENCE`` (a long-context model's 131072 positions
+are a capability, not what it is trained at).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ValidationError
+from .job import Job
+from .model import ModelSpec, get_model
+from .options import ExecutionOptions
+
+DEFAULT_MAX_SEQUENCE = 8192
+"""Sequence length default cap: LLaMA-3's pre-training length (Llama 3 report, Sec. 3.4)."""
+PROVIDERS = ("gcp", "aws", "azure")
+_HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+@dataclass(frozen=True)
+class CapacityEstimate:
+    """One plan's predicted speed, memory and cost, with the assumptions behind it."""
+
+    model: str
+    gpu: str
+    num_gpus: int
+    plan: str
+    """The plan in one line (``Plan.describe``)."""
+    fits: bool
+    iteration_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    """Achieved model TFLOP/s per GPU (6N + 12LHQT per token, PaLM App. B)."""
+    mfu: float
+    peak_memory_bytes: int
+    memory_capacity_bytes: int
+    memory_breakdown_bytes: dict[str, int]
+    """The fullest GPU's memory by term (weights, grads, optimizer, activations, ...)."""
+    time_breakdown_s: dict[str, float]
+    cost_per_hour_usd: dict[str, float | None]
+    """On-demand $/hour of the plan's GPUs per provider (None: the provider lacks the GPU)."""
+    spot_cost_per_hour_usd: dict[str, float | None]
+    provenance: list[dict[str, Any]]
+    assumed: dict[str, str] = field(default_factory=dict)
+    """Defaults chosen for the caller: field -> what and why."""
+    job: Job | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "job"}
+        out["job"] = self.job.to_dict() if self.job is not None else None
+        return out
+
+    def hours_for_tokens(self, tokens: float) -> float:
+        """Wall-clock hours to train on ``tokens`` tokens at this throughput."""
+        _positive(tokens, "tokens")
+        return tokens / self.tokens_per_s / 3600.0
+
+
+def default_dtype(model: str | ModelSpec) -> tuple[str, str]:
+    """(dtype, reason): a config.json's ``torch_dtype``, else fp32."""
+    if isinstance(model, str) and (model.endswith(".json") or Path(model).is_dir()):
+        file = Path(model).expanduser()
+        file = file / "config.json" if file.is_dir() else file
+        try:
+            raw = json.loads(file.read_text()).get("torch_dtype")
+        except (OSError, ValueError, AttributeError):
+            raw = None
+        if raw in _HF_DTYPES:
+            return _HF_DTYPES[raw], f"torch_dtype {raw!r} of {file.name}"
+    return "fp32", "no torch_dtype in the model definition"
+
+
+def default_sequence(spec: ModelSpec) -> tuple[int, str]:
+    """(sequence length, reason): the model's maximum, capped at DEFAULT_MAX_SEQUENCE."""
+    if spec.max_seq_len <= DEFAULT_MAX_SEQUENCE:
+        return spec.max_seq_len, f"the model's maximum ({spec.max_seq_len})"
+    return DEFAULT_MAX_SEQUENCE, (
+        f"{DEFAULT_MAX_SEQUENCE}, not the model's maximum {spec.max_seq_len} (a training "
+        "length, not the context capability; pass seq to change)"
+    )
+
+
+def make_job(
+    model: str | ModelSpec,
+    gbs: int,
+    seq: int | None = None,
+    dtype: str | None = None,
+    optimizer: str = "adamw",
+    options: ExecutionOptions | Mapping[str, Any] | None = None,
+) -> tuple[Job, dict[str, str]]:
+    """A Job with user-sensible defaults, and the defaults it chose (``assumed``)."""
+    spec = get_model(model)
+    assumed: dict[str, str] = {}
+    if dtype is None:
+        dtype, why = default_dtype(model)
+        assumed["dtype"] = f"{dtype} ({why})"
+    if seq is None:
+        seq, why = default_sequence(spec)
+        assumed["seq"] = why
+    if not isinstance(options, ExecutionOptions):
+        options = ExecutionOptions.from_dict(dict(options or {}))
+    return Job.create(spec, gbs, seq, dtype, optimizer, options), assumed
+
+
+def estimate(
+    model: str | ModelSpec,
+    gpu: str,
+    *,
+    gbs: int,
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+    mbs: int = 1,
+    seq: int | None = None,
+    dtype: str | None = None,
+    optimizer: str = "adamw",
+    options: ExecutionOptions | Mapping[str, Any] | None = None,
+    zone: str | None = None,
+    simulator=None,
+) -> CapacityEstimate:
+    """Predict a homogeneous plan (``pp`` stages x ``dp`` replicas of ``tp`` GPUs of ``gpu``,
+    layers split evenly) for ``model`` (catalog name or config.json path). Raises a
+    ``SailorSimError`` subclass naming the bad argument."""
+    from .metrics import cost_by_provider, provenance, throughput
+    from .quickplan import homogeneous_plan
+    from .simulator import Simulator
+    from .zones import default_zone
+
+    job, assumed = make_job(model, gbs, seq, dtype, optimizer, options)
+    sim = simulator if simulator is not None else _default_simulator()
+    if zone is None:
+        zone = default_zone("gcp")
+        assumed["zone"] = f"{zone} (gcp's default; fabric and $ follow the zone)"
+    plan = homogeneous_plan(sim, job, gpu, zone, tp=tp, pp=pp, dp=dp, mbs=mbs)
+    est = sim.estimate(job, plan)
+    rate = throughput(job, plan, est)
+    fullest = max(est.memory, key=lambda m: m.peak_bytes)
+    by_provider = {r["provider"]: r for r in cost_by_provider(plan, list(PROVIDERS))}
+    assert isinstance(sim, Simulator)
+    return CapacityEstimate(
+        model=job.model.name,
+        gpu=gpu,
+        num_gpus=plan.num_gpus,
+        plan=plan.describe(),
+        fits=est.fits,
+        iteration_time_s=est.iteration_time_s,
+        tokens_per_s=rate.tokens_per_s,
+        tokens_per_s_per_gpu=rate.tokens_per_s_per_gpu,
+        tflops_per_gpu=rate.model_tflops_per_gpu,
+        mfu=rate.mfu,
+        peak_memory_bytes=est.peak_memory_bytes,
+        memory_capacity_bytes=fullest.capacity_bytes,
+        memory_breakdown_bytes=dict(fullest.breakdown_bytes),
+        time_breakdown_s=dict(est.time_breakdown_s),
+        cost_per_hour_usd={p: r.get("usd_per_hour") for p, r in by_provider.items()},
+        spot_cost_per_hour_usd={p: r.get("spot_usd_per_hour") for p, r in by_provider.items()},
+        provenance=provenance(est.sources, job, plan),
+        assumed=assumed,
+        job=job,
+    )
+
+
+def largest_microbatch(model, gpu: str, *, limit: int = 1024, **kwargs) -> CapacityEstimate:
+    """The estimate at the largest microbatch size (<= ``limit``, dividing the per-replica
+    batch) that fits in memory; ``ValidationError`` when even 1 does not fit."""
+    kwargs.pop("mbs", None)
+    per_replica = kwargs["gbs"] // kwargs.get("dp", 1)
+    sizes = [m for m in range(1, min(limit, per_replica) + 1) if per_replica % m == 0]
+    return _largest(lambda m: estimate(model, gpu, mbs=m, **kwargs), sizes, "microbatch size")
+
+
+def largest_sequence(model, gpu: str, *, step: int = 256, **kwargs) -> CapacityEstimate:
+    """The estimate at the longest sequence (a multiple of ``step`` up to the model's maximum)
+    that fits; ``ValidationError`` when even ``step`` does not fit."""
+    kwargs.pop("seq", None)
+    top = get_model(model).max_seq_len
+    lengths = list(range(step, top + 1, step)) or [top]
+    return _largest(lambda s: estimate(model, gpu, seq=s, **kwargs), lengths, "sequence length")
+
+
+def gpus_for_tokens(
+    model, gpu: str, *, tokens: float, days: float, max_dp: int = 4096, **kwargs
+) -> CapacityEstimate:
+    """The estimate at the fewest data-parallel replicas (``dp``; the global batch is kept)
+    that train ``tokens`` tokens within ``days`` days and fit; ``ValidationError`` if none
+    up to ``max_dp`` does."""
+    _positive(tokens, "tokens")
+    _positive(days, "days")
+    kwargs.pop("dp", None)
+    gbs, mbs = kwargs["gbs"], kwargs.get("mbs", 1)
+    for dp in range(1, max_dp + 1):
+        if gbs % (dp * mbs):
+            continue
+        e = estimate(model, gpu, dp=dp, **kwargs)
+        if e.fits and e.hours_for_tokens(tokens) <= days * 24:
+            return e
+    raise ValidationError(
+        f"no dp <= {max_dp} dividing gbs {gbs} trains {tokens:.3g} tokens in {days} days; "
+        "raise gbs, max_dp or days",
+        field="days",
+    )
+
+
+def _largest(run, candidates: list[int], what: str) -> CapacityEstimate:
+    # Memory grows with both knobs, so the fitting ones are a prefix: binary search it.
+    lo, hi, best = 0, len(candidates) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        e = run(candidates[mid])
+        if e.fits:
+            best, lo = e, mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        raise ValidationError(
+            f"no {what} fits (tried down to {candidates[0]}); use more GPUs, tp/pp, ZeRO or "
+            "recomputation",
+            field=what.replace(" ", "_"),
+        )
+    return best
+
+
+def _positive(value: float, name: str) -> None:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ValidationError(f"must be a positive finite number, got {value!r}", field=name)
+
+
+_SIMULATOR = None
+
+
+def _default_simulator():
+    """One built-in-catalog simulator per process (its caches pay off across calls)."""
+    global _SIMULATOR
+    if _SIMULATOR is None:
+        from .simulator import Simulator
+
+        _SIMULATOR = Simulator()
+    return _SIMULATOR

@@ -1,0 +1,84 @@
+"""The capacity-planning API (``sailor_sim.estimate`` and the solve-for helpers)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import sailor_sim
+from sailor_sim import SailorSimError
+from sailor_sim.capacity import DEFAULT_MAX_SEQUENCE
+
+FSDP = {"zero": "zero3", "recompute": "selective"}
+
+
+def test_estimate_is_callable_and_consistent_with_the_simulator() -> None:
+    e = sailor_sim.estimate("LLaMA-3-8B", "H100-80", dp=8, gbs=64, seq=8192, dtype="bf16",
+                            options=FSDP)  # fmt: skip
+    assert e.num_gpus == 8 and e.fits
+    job = e.job
+    assert job is not None and job.options.zero == "zero3"
+    samples_per_s = job.global_batch_size / e.iteration_time_s
+    assert e.tokens_per_s == pytest.approx(samples_per_s * 8192)
+    assert e.tokens_per_s_per_gpu == pytest.approx(e.tokens_per_s / 8)
+    assert 0 < e.mfu < 1 and e.tflops_per_gpu > 0
+    assert sum(e.memory_breakdown_bytes.values()) == e.peak_memory_bytes
+    assert sum(e.time_breakdown_s.values()) == pytest.approx(e.iteration_time_s)
+    assert set(e.cost_per_hour_usd) == {"gcp", "aws", "azure"}
+    assert e.cost_per_hour_usd["gcp"] > 0
+    assert e.provenance and "trust" in e.provenance[0]
+    json.dumps(e.to_dict())  # plain data all the way down
+
+
+def test_defaults_come_from_the_config_and_are_stated(tmp_path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "hidden_size": 512, "intermediate_size": 1536, "num_attention_heads": 8,
+        "num_hidden_layers": 4, "num_key_value_heads": 8, "vocab_size": 32000,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+    }))  # fmt: skip
+    e = sailor_sim.estimate(str(config), "A100-80", gbs=8)
+    assert e.job.dtype == "bf16" and "torch_dtype" in e.assumed["dtype"]
+    assert e.job.sequence_length == DEFAULT_MAX_SEQUENCE and "131072" in e.assumed["seq"]
+    given = sailor_sim.estimate(str(config), "A100-80", gbs=8, seq=1024, dtype="fp32")
+    assert "dtype" not in given.assumed and "seq" not in given.assumed
+
+
+def test_largest_microbatch_is_the_boundary_of_fitting() -> None:
+    kwargs = dict(
+        gbs=256, seq=2048, dtype="bf16", dp=8, options={"zero": "zero3", "recompute": "full"}
+    )
+    best = sailor_sim.largest_microbatch("LLaMA-3-8B", "A100-40", **kwargs)
+    mbs = int(best.plan.split("mbs")[1].split("]")[0])
+    assert best.fits
+    assert not sailor_sim.estimate("LLaMA-3-8B", "A100-40", mbs=2 * mbs, **kwargs).fits
+
+
+def test_largest_sequence_and_gpus_for_tokens() -> None:
+    s = sailor_sim.largest_sequence("LLaMA-3-8B", "A100-40", gbs=64, dp=8, dtype="bf16",
+                                    options={"zero": "zero3"}, step=1024)  # fmt: skip
+    assert s.fits and s.job.sequence_length % 1024 == 0
+    g = sailor_sim.gpus_for_tokens("LLaMA-3-8B", "H100-80", gbs=512, seq=8192, dtype="bf16",
+                                   tokens=1e11, days=30, options={"zero": "zero3"})  # fmt: skip
+    assert g.fits and g.hours_for_tokens(1e11) <= 30 * 24
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(model="no-such-model", gpu="H100-80", gbs=8),
+        dict(model="LLaMA-3-8B", gpu="H1000", gbs=8),
+        dict(model="LLaMA-3-8B", gpu="H100-80", gbs=8, options={"zero": "zero9"}),
+        dict(model="LLaMA-3-8B", gpu="H100-80", gbs=0),
+    ],
+)
+def test_bad_input_is_a_typed_error(kwargs) -> None:
+    with pytest.raises(SailorSimError):
+        sailor_sim.estimate(**kwargs)
+
+
+def test_no_solution_is_a_typed_error() -> None:
+    with pytest.raises(SailorSimError, match="microbatch"):
+        sailor_sim.largest_microbatch("LLaMA-3.1-70B", "V100-16", gbs=8, dtype="fp16")
