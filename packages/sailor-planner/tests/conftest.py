@@ -34,3 +34,9 @@ def sailor_planner() -> Planner:
     from sailor_planner.sources import planner_for
 
     return planner_for(None, str(SAILOR_ROOT))
+
+
+@pytest.fixture(scope="session")
+def sailor_root(sailor_planner) -> Path:
+    """The original Sailor checkout (skips like ``sailor_planner`` when absent)."""
+    return SAILOR_ROOT

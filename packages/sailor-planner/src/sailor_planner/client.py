@@ -135,6 +135,7 @@ class PlannerClient:
         sailor_root: str = "",
         pareto_points: int = 0,
         search_execution_options: bool | None = None,
+        profiled_only: bool = False,
     ):
         """The wire ``PlanRequest`` (0 / "" / None = unset: the server's default, which is
         SearchOptions' default, as on the CLI). An unknown objective raises RequestError."""
@@ -147,6 +148,7 @@ class PlannerClient:
             job=job.to_proto(),
             inventory=inventory.to_proto(),
             search_execution_options=search_execution_options,
+            profiled_only=profiled_only,
             objective=_OBJECTIVE[objective],
             max_cost_per_iteration=max_cost_per_iteration,
             max_cost_per_hour=max_cost_per_hour,

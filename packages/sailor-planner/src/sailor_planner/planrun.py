@@ -43,6 +43,8 @@ class PlanArgs:
     """The job's execution options (the flags --zero, --recompute, ...)."""
     search_options: bool = True
     """Also search recompute / ZeRO / SP for the best plans and report the choice."""
+    profiled_only: bool = False
+    """Refuse configurations the profiles do not cover (see ``provenance``)."""
 
 
 def search(args: PlanArgs) -> PlanResult:
@@ -62,6 +64,7 @@ def search(args: PlanArgs) -> PlanResult:
         deadline_s=args.deadline,
         pareto_points=args.pareto,
         search_execution_options=args.search_options,
+        profiled_only=args.profiled_only,
     )
     planner = planner_for(
         str(args.profile_dir) if args.profile_dir else None,
@@ -131,6 +134,7 @@ def plans_table(plans) -> Table:
     table.add_column("zones", overflow="fold")
     table.add_column("plan", overflow="fold")
     table.add_column("options", overflow="fold")
+    table.add_column("profiles", overflow="fold")
     for i, ranked in enumerate(plans, 1):
         e, p = ranked.estimate, ranked.plan
         chosen = ranked.options.describe() if ranked.options is not None else "defaults"
@@ -144,6 +148,7 @@ def plans_table(plans) -> Table:
             zones_used(p),
             p.describe(),
             chosen,
+            "; ".join(ranked.extrapolated).replace("interpolated:", "EXTRAPOLATED ") or "measured",
         )
     return table
 

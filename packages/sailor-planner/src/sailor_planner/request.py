@@ -90,6 +90,10 @@ class SearchOptions:
     max_candidates: int | None = None
     """Most allocations scored; beyond, the search returns its best so far (partial), or
     WorkLimitError when it has none. None = no limit (the server always sets one)."""
+    profiled_only: bool = False
+    """Refuse (GPU type, microbatch size, TP) configurations the profiles do not cover, i.e.
+    that the simulator extrapolates by roofline scaling (``provenance``); off: such plans are
+    allowed and flagged (``RankedPlan.extrapolated``)."""
     search_execution_options: bool = True
     """Also choose recomputation, ZeRO sharding and sequence parallelism for the best plans
     (``execution.best_options``); each ``RankedPlan.options`` says which. On by default, the

@@ -19,10 +19,19 @@ class RankedPlan:
     """The ``sailor_sim.ExecutionOptions`` the estimate assumes: the job's own, or those the
     planner chose (``SearchOptions.search_execution_options``); None only when built by hand."""
 
+    @property
+    def extrapolated(self) -> tuple[str, ...]:
+        """Profile sources of the estimate scaled beyond the measured range (e.g. microbatch
+        16 where the profiles stop at 8); empty when every figure rests on measured data."""
+        from .provenance import extrapolated
+
+        return extrapolated(self.estimate.sources)
+
     def to_dict(self) -> dict[str, Any]:
         out = {"plan": self.plan.to_dict(), "estimate": self.estimate.to_dict()}
         if self.options is not None:
             out["options"] = self.options.to_dict()
+        out["extrapolated"] = list(self.extrapolated)
         return out
 
     def to_proto(self):

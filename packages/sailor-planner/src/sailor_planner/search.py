@@ -26,6 +26,7 @@ from .allocate import Scored, Scorer, place
 from .bounds import Bounder
 from .errors import RequestCancelledError, WorkLimitError
 from .partition import Bounds
+from .provenance import beyond_profiles
 from .request import SearchOptions
 from .result import SearchStats
 from .searchstate import (
@@ -235,7 +236,7 @@ class Search:
         """(shape, samples/s per GPU, bottleneck, TP spec) of type g alone at depth p, best
         first (memoized: only the GPU total, capped where it stops mattering, enters the key)."""
         cap = min(self.total, p * max(self.cv.tp_of(g)))
-        key = (g, p, self.ref_zone[g], self.opt.microbatch_sizes)
+        key = (g, p, self.ref_zone[g], self.opt.microbatch_sizes, self.opt.profiled_only)
         key += (self.opt.exact_partition_limit, cap)
         hit = self.memo.singles.get(key)
         if hit is None:
@@ -254,6 +255,9 @@ class Search:
                 if (sum(t) if isinstance(t, tuple) else p * t) > self.total:
                     continue
                 if not self._runs(g, p, t):  # e.g. ZeRO-3 with pipelining, SP with tp 1
+                    self.stats.pruned += 1
+                    continue
+                if self.opt.profiled_only and self._beyond_profiles(g, m, t):
                     self.stats.pruned += 1
                     continue
                 tab = self._tables(g, p, m, t)
@@ -289,6 +293,12 @@ class Search:
             except SailorSimError:
                 return False
         return True
+
+    def _beyond_profiles(self, g: str, m: int, t) -> bool:
+        return any(
+            beyond_profiles(self.cv.sim, self.job, g, m, tp)
+            for tp in (t if isinstance(t, tuple) else (t,))
+        )
 
     def _mixed_shapes(self, p: int, singles: dict) -> list[Shape]:
         shapes = []

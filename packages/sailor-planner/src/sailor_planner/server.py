@@ -103,6 +103,7 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
         deadline_s=deadline,
         pareto_points=min(req.pareto_points, MAX_TOP_K),
         max_candidates=limits.max_candidates,
+        profiled_only=req.profiled_only,
         **chosen,
     )
 
