@@ -1,8 +1,10 @@
 """Plans beyond the measured profiles are flagged, or refused on request (issue 22)."""
 
 import json
+import sys
 
 import pytest
+from rich.console import Console
 
 from sailor_planner.errors import NoFeasiblePlanError
 from sailor_planner.planrun import PlanArgs, run_plan
@@ -40,7 +42,8 @@ def test_cli_prints_the_profiles_column(sailor_root, capsys) -> None:
     gpus = ("A100-40@us-central1-a=32",)
     args = PlanArgs("OPT-350M", 1024, 2048, gpus=gpus, sailor_root=sailor_root)
     args = PlanArgs(**{**args.__dict__, "profiled_only": True})
-    assert run_plan(args) == 0
+    wide = Console(file=sys.stdout, width=400)
+    assert run_plan(args, out=wide) == 0
     assert "measured" in capsys.readouterr().out  # the profiles column
     assert run_plan(PlanArgs(**{**args.__dict__, "as_json": True})) == 0
     data = json.loads(capsys.readouterr().out)
