@@ -89,6 +89,8 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
         print(json.dumps(data), file=out.file)
     else:
         out.print(plans_table(result.plans))
+        for line in extrapolation_notes(result.plans):
+            out.print(line, markup=False, highlight=False)
         if result.pareto:
             out.print(
                 f"throughput-vs-cost frontier ({len(result.pareto)} points, cheapest first; "
@@ -134,7 +136,6 @@ def plans_table(plans) -> Table:
     table.add_column("zones", overflow="fold")
     table.add_column("plan", overflow="fold")
     table.add_column("options", overflow="fold")
-    table.add_column("profiles", overflow="fold")
     for i, ranked in enumerate(plans, 1):
         e, p = ranked.estimate, ranked.plan
         chosen = ranked.options.describe() if ranked.options is not None else "defaults"
@@ -146,11 +147,21 @@ def plans_table(plans) -> Table:
             f"{e.cost_per_hour_usd:.2f}",
             str(p.num_gpus),
             zones_used(p),
-            p.describe(),
+            p.describe() + (" *" if ranked.extrapolated else ""),
             chosen,
-            "; ".join(ranked.extrapolated).replace("interpolated:", "EXTRAPOLATED ") or "measured",
         )
     return table
+
+
+def extrapolation_notes(plans) -> list[str]:
+    """One line per ranked plan (marked * in the table) whose estimate rests on profiles
+    scaled beyond the measured range."""
+    return [
+        f"* plan #{i}: profiles extrapolated beyond the measured range: "
+        f"{'; '.join(r.extrapolated)} (--profiled-only refuses such plans)"
+        for i, r in enumerate(plans, 1)
+        if r.extrapolated
+    ]
 
 
 def search_summary(result: PlanResult) -> str:
