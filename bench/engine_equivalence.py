@@ -44,21 +44,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no plan fits on {limit} CUDA devices: nothing measured")
         return 1
     root = Path(tempfile.mkdtemp(prefix="sailor-bench-engine-"))
-    runs = [{"job": JOBS[m].to_dict(), "plan": plan.to_dict(), "steps": a.steps,
-             "schedule": sched, "dtype": a.dtype, "backend": a.backend,
-             "metrics": str(root / f"{name}.jsonl")} for name, (m, plan, sched) in chosen.items()]
+    runs = [
+        {
+            "job": JOBS[m].to_dict(),
+            "plan": plan.to_dict(),
+            "steps": a.steps,
+            "schedule": sched,
+            "dtype": a.dtype,
+            "backend": a.backend,
+            "metrics": str(root / f"{name}.jsonl"),
+        }
+        for name, (m, plan, sched) in chosen.items()
+    ]
     if launch_many(runs, log_dir=root / "logs"):
         print((root / "logs" / "ranks.log").read_text()[-4000:])
         return 1
     dtype = torch.float64 if a.dtype == "fp64" else torch.float32
     device = "cuda" if a.backend == "nccl" else "cpu"
-    refs = {m: reference_run(job, a.steps, dtype=dtype, device=device)[0]
-            for m, job in JOBS.items()}
+    refs = {
+        m: reference_run(job, a.steps, dtype=dtype, device=device)[0] for m, job in JOBS.items()
+    }
     bar = LOSS_RTOL[a.dtype]
-    print(f"backend {a.backend}, dtype {a.dtype}, {a.steps} steps, global batch 8, seq 32; "
-          f"bar: max rel dloss <= {bar:.0e}")
-    print(f"{'plan':28} {'model':10} {'ranks':>5} {'max rel dloss':>13} {'final loss':>10} "
-          f"{'iter s':>7} {'samples/s':>9}  result")
+    print(
+        f"backend {a.backend}, dtype {a.dtype}, {a.steps} steps, global batch 8, seq 32; "
+        f"bar: max rel dloss <= {bar:.0e}"
+    )
+    print(
+        f"{'plan':28} {'model':10} {'ranks':>5} {'max rel dloss':>13} {'final loss':>10} "
+        f"{'iter s':>7} {'samples/s':>9}  result"
+    )
     failed = False
     for name, (m, plan, _) in chosen.items():
         df = pl.read_ndjson(root / f"{name}.jsonl").sort("step")
@@ -70,9 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         tail = df.filter(pl.col("step") > 1)
         ok = rel <= bar
         failed |= not ok
-        print(f"{name:28} {JOBS[m].model.name:10} {Topology(plan).world_size:>5} {rel:>13.2e} "
-              f"{df['loss'][-1]:>10.4f} {tail['iteration_time_s'].mean():>7.3f} "
-              f"{tail['samples_per_s'].mean():>9.1f}  {'ok' if ok else 'MISSED'}")
+        print(
+            f"{name:28} {JOBS[m].model.name:10} {Topology(plan).world_size:>5} {rel:>13.2e} "
+            f"{df['loss'][-1]:>10.4f} {tail['iteration_time_s'].mean():>7.3f} "
+            f"{tail['samples_per_s'].mean():>9.1f}  {'ok' if ok else 'MISSED'}"
+        )
     return 1 if failed else 0
 
 

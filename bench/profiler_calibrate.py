@@ -34,9 +34,12 @@ def errors(entries, eff=None) -> dict[str, float]:
         if eff is not None:
             analytic.COMPUTE_EFFICIENCY[gpu.name] = eff
         try:
-            est = [analytic.layer_times(model, i, gpu, e.key.dtype, e.key.microbatch_size,
-                                        e.sequence_length, e.key.tp)
-                   for i in range(model.num_layer_ids)]
+            est = [
+                analytic.layer_times(
+                    model, i, gpu, e.key.dtype, e.key.microbatch_size, e.sequence_length, e.key.tp
+                )
+                for i in range(model.num_layer_ids)
+            ]
         finally:
             if saved is not None:
                 analytic.COMPUTE_EFFICIENCY[gpu.name] = saved
@@ -45,8 +48,11 @@ def errors(entries, eff=None) -> dict[str, float]:
             bwd.append(abs(b / layer.backward_s - 1))
         measured = sum(x.forward_s + x.backward_s for x in e.layers)
         total.append(abs(sum(f + b for f, b in est) / measured - 1))
-    return {"forward": statistics.median(fwd), "backward": statistics.median(bwd),
-            "entry total": statistics.median(total)}
+    return {
+        "forward": statistics.median(fwd),
+        "backward": statistics.median(bwd),
+        "entry total": statistics.median(total),
+    }
 
 
 def fit_efficiency(entries) -> analytic.Efficiency:
@@ -62,8 +68,11 @@ def fit_efficiency(entries) -> analytic.Efficiency:
                 busy = measured - analytic.KERNEL_OVERHEAD_S
                 if busy > 0:
                     out.append(mult * flops / (peak * busy))
-    return analytic.Efficiency(statistics.median(fwd), statistics.median(bwd),
-                               f"fit to sailor-profiler measurements ({len(fwd)} blocks)")
+    return analytic.Efficiency(
+        statistics.median(fwd),
+        statistics.median(bwd),
+        f"fit to sailor-profiler measurements ({len(fwd)} blocks)",
+    )
 
 
 def main() -> int:
@@ -75,11 +84,27 @@ def main() -> int:
         if folder is None:
             folder = Path(tmp)
             exe = Path(sys.executable).parent / "sailor-profiler"
-            subprocess.run([str(exe), "compute", "--model", "tiny-gpt", "--mbs", "1,2,4",
-                            "--out", tmp, "--json", "--no-plot"], check=True,
-                           capture_output=True)
-        entries = [e for e in Simulator.from_profile_dir(folder).profiles.entries()
-                   if e.source == "measured"]
+            subprocess.run(
+                [
+                    str(exe),
+                    "compute",
+                    "--model",
+                    "tiny-gpt",
+                    "--mbs",
+                    "1,2,4",
+                    "--out",
+                    tmp,
+                    "--json",
+                    "--no-plot",
+                ],
+                check=True,
+                capture_output=True,
+            )
+        entries = [
+            e
+            for e in Simulator.from_profile_dir(folder).profiles.entries()
+            if e.source == "measured"
+        ]
     if not entries:
         print("no measured entries in the profile folder", file=sys.stderr)
         return 1
@@ -88,13 +113,17 @@ def main() -> int:
         eff = fit_efficiency(mine)
         before, after = errors(mine), errors(mine, eff)
         old = analytic.efficiency(get_gpu(gpu))
-        print(f"{gpu}: {len(mine)} measured entries; efficiency fwd/bwd "
-              f"{old.forward:.3g}/{old.backward:.3g} -> {eff.forward:.3g}/{eff.backward:.3g}")
+        print(
+            f"{gpu}: {len(mine)} measured entries; efficiency fwd/bwd "
+            f"{old.forward:.3g}/{old.backward:.3g} -> {eff.forward:.3g}/{eff.backward:.3g}"
+        )
         print(f"{'median |error|':<16} {'before':>8} {'after':>8}")
         for what in before:
             print(f"{what:<16} {before[what]:>8.0%} {after[what]:>8.0%}")
-        print(f'catalog line: "{gpu}": Efficiency({eff.forward:.3g}, {eff.backward:.3g}, '
-              f'"{eff.source}"),')
+        print(
+            f'catalog line: "{gpu}": Efficiency({eff.forward:.3g}, {eff.backward:.3g}, '
+            f'"{eff.source}"),'
+        )
     return 0
 
 

@@ -34,22 +34,29 @@ def main() -> int:
     args = parser.parse_args()
     device = parse_device(args.device)
     mbs_values = tuple(int(m) for m in args.mbs.split(","))
-    print(f"{'model':<12} {'mbs':>4} {'full s':>9} {'sum s':>9} {'sum/full':>9} "
-          f"{'K-blocks s':>10} {'K/all':>7}")
+    print(
+        f"{'model':<12} {'mbs':>4} {'full s':>9} {'sum s':>9} {'sum/full':>9} "
+        f"{'K-blocks s':>10} {'K/all':>7}"
+    )
     failed = False
     for model in args.models.split(","):
         cfg = ComputeConfig(model, device, mbs=mbs_values, warmup=2, reps=args.reps)
         every = profile_rank(cfg)
-        few = profile_rank(ComputeConfig(model, device, mbs=mbs_values, warmup=2,
-                                         reps=args.reps, blocks=args.blocks))
+        few = profile_rank(
+            ComputeConfig(
+                model, device, mbs=mbs_values, warmup=2, reps=args.reps, blocks=args.blocks
+            )
+        )
         for mbs in mbs_values:
             full = full_model_seconds(cfg, mbs).median
             total, extrapolated = layer_sum(every, mbs), layer_sum(few, mbs)
             r_full, r_few = total / full, extrapolated / total
             bad = not all(1 / TOLERANCE <= r <= TOLERANCE for r in (r_full, r_few))
             failed |= bad
-            print(f"{model:<12} {mbs:>4} {full:>9.4f} {total:>9.4f} {r_full:>9.2f} "
-                  f"{extrapolated:>10.4f} {r_few:>7.2f}{'  <- outside bar' if bad else ''}")
+            print(
+                f"{model:<12} {mbs:>4} {full:>9.4f} {total:>9.4f} {r_full:>9.2f} "
+                f"{extrapolated:>10.4f} {r_few:>7.2f}{'  <- outside bar' if bad else ''}"
+            )
     print(f"bar: every ratio within [{1 / TOLERANCE:.2f}, {TOLERANCE:.2f}]")
     return 1 if failed else 0
 

@@ -40,7 +40,6 @@ TARGET_MEAN, TARGET_MAX = 0.05, 0.10
 SAILOR_ORIGINAL = {"time_mean": 0.089, "time_max": 0.16, "mem_mean": 0.059, "mem_max": 0.09}
 
 
-
 METRIC_ROWS = tuple(
     (key, label, TARGET_MEAN if key.endswith("mean") else TARGET_MAX)
     for key, label in (
@@ -51,6 +50,7 @@ METRIC_ROWS = tuple(
     )
 )
 """(summary key, table label, bar) of each row the bench prints."""
+
 
 def reference_root() -> Path:
     env = os.environ.get("SAILOR_REFERENCE")

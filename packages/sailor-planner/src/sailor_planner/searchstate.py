@@ -136,26 +136,30 @@ def fastest_zone(sim, g: str, free: dict) -> str:
 
 def zone_orders(groups, free: dict, sim, types) -> list[dict]:
     """Orders in which placement fills the zones of each region group, as maps from a default
-    group (largest first, ``region_groups``) to the same zones reordered: the default, and for
-    each GPU type and each zone that differs from the group's first for that type (GPUs of the
-    type, price, same-zone link curve), that zone first. Zones alike in all of these are
-    interchangeable, so an inventory of identical zones scores one placement; zones that differ
-    (the Sailor fits give us-central1-a and -b different links) are each tried first instead of
-    by name."""
+    group (largest first, ``region_groups``) to the same zones reordered: the default, and per
+    GPU type its own best zones first: more GPUs of the type, then cheaper, then a faster
+    same-zone link (geometric mean over the probe sizes; ties keep the default order). Zones
+    alike in all of these keep the default order, so an inventory of interchangeable zones
+    scores one placement; at most 1 + types orders are scored (the Sailor fits give
+    us-central1-b the faster A100 link and -a the faster V100 link, and equal-sized zones were
+    ordered by name)."""
     out = [{grp: grp for grp in groups}]
     for g in types:
+        quality = {z: _zone_quality(sim, g, z, free) for grp in groups for z in grp}
+        order = {}
         for grp in groups:
-            seen = set()
-            for z in grp:
-                sig = (free.get((g, z), 0), _zone_price(g, z), _zone_link(sim, g, z))
-                if sig in seen or not sig[0]:
-                    continue
-                seen.add(sig)
-                order = dict(out[0])
-                order[grp] = (z, *(y for y in grp if y != z))
-                if order not in out:
-                    out.append(order)
+            pos = {z: i for i, z in enumerate(grp)}
+            order[grp] = tuple(sorted(grp, key=lambda z, pos=pos: (quality[z], pos[z])))
+        if order not in out:
+            out.append(order)
     return out
+
+
+def _zone_quality(sim, g: str, z: str, free: dict) -> tuple:
+    """Sort key of zone ``z`` for type ``g``: more GPUs, cheaper, faster link first."""
+    link = _zone_link(sim, g, z)[:-1]
+    mean = math.exp(sum(math.log(max(b, 1e-9)) for b in link) / len(link))
+    return (-free.get((g, z), 0), _zone_price(g, z), -round(mean, 3))
 
 
 def has_type(free: dict, g: str, group) -> bool:
