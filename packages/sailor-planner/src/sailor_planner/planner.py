@@ -23,6 +23,7 @@ from .execution import best_options, lean
 from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search import Memo, Search
+from .templates import surely_fits
 
 LEAN_SLOWDOWN = 0.7
 """A lower bound of (plan's time under its best variant) / (its time under the lean options):
@@ -189,6 +190,7 @@ class Planner:
         plans (their estimates under the lean options), whether a search was partial, and
         (lean job, its candidates) per search for the frontier."""
         out, partial, searched = [], False, []
+        base_cv = self._state(job)[0]
         for lean_options in lean(job.options):
             lean_job = dataclasses.replace(job, options=lean_options)
             if lean_job == job:
@@ -198,7 +200,18 @@ class Planner:
                 partial = True
                 break
             cv, scorer, memo = self._state(lean_job)
-            search = Search(cv, scorer, memo, inventory, budget, incumbent, should_stop)
+            # Shapes whose every plan fits under the job's own options were searched by the
+            # first search: the lean one is for the plans that fit only with its options.
+            search = Search(
+                cv,
+                scorer,
+                memo,
+                inventory,
+                budget,
+                incumbent,
+                should_stop,
+                covered=lambda shape, base=base_cv: surely_fits(base, shape),
+            )
             found = search.run()
             stats.absorb(search.stats)
             ranked = self._rank(lean_job, found, options, stats, None)

@@ -78,11 +78,14 @@ class Search:
         options: SearchOptions,
         incumbent: tuple[float, float] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        covered: Callable[[Shape], bool] | None = None,
     ):
         """``incumbent``: (iterations/s, $/iteration) of a plan already known to be feasible
         (the previous plan on a re-plan); with top_k = 1 nothing worse is scored.
         ``should_stop``: asked every POLL_S inside every loop; True (the caller went away)
-        ends the search with RequestCancelledError and drops everything it built."""
+        ends the search with RequestCancelledError and drops everything it built.
+        ``covered``: shapes another search already explored (skipped here)."""
+        self.covered = covered
         self.should_stop = should_stop
         self._next_poll = 0.0
         self.cv, self.scorer, self.memo = cv, scorer, memo
@@ -121,6 +124,9 @@ class Search:
             shapes += self._mixed_shapes(p, singles)
             for shape in shapes:
                 self._poll()
+                if self.covered is not None and self.covered(shape):
+                    self.stats.pruned += 1
+                    continue
                 lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
                 for layout in self._layouts(p, shape):
                     max_d = self._max_pipelines(shape, layout)
