@@ -64,9 +64,10 @@ def test_planner_estimate_equals_sailor_sim_simulate(tmp_path, extra) -> None:
         str(BIN / "sailor-sim"), "simulate", str(plan_file), "--sailor-root", str(SAILOR_ROOT),
         "--json",
     )  # fmt: skip
-    # simulate --json is Estimate.to_dict() plus throughput, provenance, cost_by_provider, plan
+    # simulate --json is Estimate.to_dict() plus throughput, provenance, cost_by_provider, plan,
+    # the network it assumed and the defaults it took
     assert {k: simulated[k] for k in planned["estimate"]} == planned["estimate"]
     assert set(simulated) - set(planned["estimate"]) <= {
-        "throughput", "provenance", "cost_by_provider", "plan", "job"
+        "throughput", "provenance", "cost_by_provider", "plan", "job", "network", "assumed"
     }  # fmt: skip
     assert planned["estimate"]["fits"]

@@ -4,28 +4,59 @@ from __future__ import annotations
 
 import json
 
-from sailor_sim import Job, Plan, Simulator, analytic, metrics
+from sailor_sim import ExecutionOptions, Job, Plan, Simulator, analytic, metrics
 from sailor_sim.cli import app
 
 A = "us-central1-a"
 
 
 def _provenance(gpu: str, dtype: str, **options):
-    job = Job.create("OPT-350M", 8, 2048, dtype, "adamw", **options)
+    job = Job.create("OPT-350M", 8, 2048, dtype, "adamw", ExecutionOptions(**options))
     plan = Plan.uniform(job, gpu, A, dp=4, microbatch_size=1)
     estimate = Simulator().estimate(job, plan)
     return metrics.provenance(estimate.sources, job, plan)
 
 
-def test_calibrated_analytic_carries_the_committed_leave_one_source_out_error() -> None:
-    stored = analytic.calibration_validation()["leave_one_source_out"]
+def test_calibrated_analytic_carries_its_groups_leave_one_source_out_error() -> None:
+    """An H100 bf16 estimate without sharding quotes the widest Hopper bf16 group with runs
+    (the published Hopper runs are all FSDP), not the table's overall figure."""
+    groups = analytic.calibration_validation()["leave_one_source_out_by_group"]
     (entry,) = _provenance("H100-80", "bf16")
     assert entry["provenance"] == "calibrated analytic"
     assert entry["gpu_type"] == "H100-80"
+    assert entry["validation"]["group"] == "hopper/bf16/*"
+    stored = groups["hopper/bf16/*"]
     assert entry["validation"]["throughput_mean"] == stored["throughput_mean"]
     assert entry["validation"]["throughput_max"] == stored["throughput_max"]
     assert "leave-one-source-out" in entry["validation"]["method"]
     assert f"{stored['throughput_mean']:.1%}" in entry["trust"]
+
+
+def test_trust_differs_by_family_precision_and_style() -> None:
+    """Issue 21 item 6: an A100 fp16 Megatron-style estimate and an H100 bf16 FSDP estimate
+    quote their own groups' errors, each from the committed leave-one-source-out table."""
+    groups = analytic.calibration_validation()["leave_one_source_out_by_group"]
+    (megatron,) = _provenance("A100-80", "fp16")
+    (fsdp,) = _provenance("H100-80", "bf16", zero="zero3")
+    assert megatron["validation"]["group"] == "ampere/fp16/megatron"
+    assert fsdp["validation"]["group"] == "hopper/bf16/fsdp"
+    for entry in (megatron, fsdp):
+        group = groups[entry["validation"]["group"]]
+        assert entry["validation"]["throughput_mean"] == group["throughput_mean"]
+        assert f"{group['rows']} published runs" in entry["trust"]
+    assert megatron["trust"] != fsdp["trust"]
+
+
+def test_trust_lookup_widens_to_the_nearest_group_with_runs() -> None:
+    from sailor_sim import trust
+
+    groups = {"ampere/*/*": {"rows": 3}, "*/*/*": {"rows": 9}, "ampere/fp16/fsdp": {"rows": 0}}
+    assert trust.lookup(groups, "ampere", "fp16", "fsdp")[0] == "ampere/*/*"
+    assert trust.lookup(groups, "hopper", "bf16", "fsdp")[0] == "*/*/*"
+    assert trust.lookup({}, "hopper", "bf16", "fsdp") is None
+    summary = trust.summarize([(["a", "*"], 0.1, None), (["b", "*"], -0.3, 0.05)])
+    assert summary["*"]["throughput_mean"] == 0.2 and summary["*"]["throughput_max"] == 0.3
+    assert summary["b"]["memory_mean"] == 0.05 and "memory_mean" not in summary["a"]
 
 
 def test_an_uncalibrated_family_says_so_with_the_uncalibrated_error() -> None:

@@ -16,6 +16,7 @@ A, B = "us-central1-a", "us-central1-b"
 TERMS = {
     "compute",
     "recompute",
+    "framework",
     "tp_comm",
     "zero_comm",
     "pipeline_bubble",

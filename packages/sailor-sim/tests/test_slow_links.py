@@ -47,9 +47,10 @@ def test_p2p_over_a_shared_1gbit_nic_scales_as_one_over_tp(pp):
         e = sim.estimate(j, plan)
         assert e.iteration_time_s == sum(e.time_breakdown_s.values())
         m = r.num_microbatches
-        # 1F1B: at most 2 transfers per boundary per direction per step, M + 1 steps
+        # 1F1B, full duplex: the activation down and the gradient up cross a boundary at
+        # once: >= 1 transfer per step, at most 2 per stage (middle), M + 1 steps
         assert e.time_breakdown_s["p2p"] <= 2 * 2 * (m + 1) * t
-        assert e.time_breakdown_s["p2p"] >= 2 * (m - 1) * t
+        assert e.time_breakdown_s["p2p"] >= (m - 1) * t
     assert max(scaled) / min(scaled) < 1.15  # p2p x tp is constant: 1 / tp
 
 
@@ -91,7 +92,8 @@ def test_data_parallel_inside_one_node_uses_nvlink():
     plan = Plan.uniform(j, "A100-40", Z, pp=1, dp=dp, tp=1, microbatch_size=1)
     grad = sim.grad_bytes(j, 0, j.model.head_layer_id)
     t = sim.dp_sync_time(j, 0, j.model.head_layer_id, plan.stages[0].replicas)
-    ideal = 2 * (dp - 1) / dp * grad / (gpu.intra_node_bandwidth * timing.bus_efficiency("A100-40"))
+    eff = timing.intra_bus_efficiency("A100-40")
+    ideal = 2 * (dp - 1) / dp * grad / (gpu.intra_node_bandwidth * eff)
     assert ideal <= t <= 1.2 * ideal + 0.01
     flat = 2 * (dp - 1) / dp * grad / 1.45e9  # the inter-node default
     assert t < flat / 10

@@ -239,19 +239,22 @@ class Scorer:
             hit = self._sync_cache[key] = self.sim.ring_sync(self.job, a, b, kinds, max_mb, *first)
         return hit
 
-    def _sharded(self, shape: Shape, group: Group, info: tuple, d: int, per_mb: tuple) -> tuple:
+    def _sharded(self, shape: Shape, group: Group, info: tuple, kinds: list, firsts) -> tuple:
         """``info`` (``group_timing``) with ZeRO's effect on every stage time
-        (``Simulator.sharded_time``: the optimizer steps its shard, exposed shard traffic) and
-        the bottleneck and fill recomputed; unchanged without ZeRO."""
+        (``Simulator.sharded_time``: the optimizer steps its shard, exposed shard traffic over
+        each stage's ring ``kinds``) and the bottleneck and fill recomputed; unchanged without
+        ZeRO."""
         if not self.job.options.shards_optimizer:
             return info
-        key = (shape, group.cls, group.pattern, d, per_mb)
+        key = (shape, group.cls, group.pattern, tuple(kinds), tuple(firsts))
         hit = self._group_cache.get(key)
         if hit is None:
             cls = shape.classes[group.cls]
             times = [
-                self.sim.sharded_time(self.job, t, cls.gpu, tp, d, s)
-                for t, tp, s in zip(info[0], cls.tps, per_mb, strict=True)
+                self.sim.sharded_time(self.job, a, b, t, cls.gpu, tp, cls.mbs, k, lead)
+                for t, (a, b), tp, k, lead in zip(
+                    info[0], shape.bounds, cls.tps, kinds, firsts, strict=True
+                )
             ]
             one = pipeline_time(times, info[1], 1).total_s
             two = pipeline_time(times, info[1], 2).total_s
@@ -273,11 +276,8 @@ class Scorer:
             kinds.append(tuple(sorted(runs.items())))
         lead = shape.classes[groups[0].cls]
         firsts = [(lead.gpu, lead.tps[i]) for i in range(p)]
-        per_mb = tuple(
-            self.sync(shape, i, kinds[i], 1, firsts[i]).per_microbatch_s for i in range(p)
-        )
         info = [
-            self._sharded(shape, g, self.group_timing(shape, g.cls, g.pattern, d), d, per_mb)
+            self._sharded(shape, g, self.group_timing(shape, g.cls, g.pattern, d), kinds, firsts)
             for g in groups
         ]
         loads = balance(

@@ -98,20 +98,76 @@ class MatmulEfficiency:
         return self.e_max * min(1.0, flops / self.knee_flops)
 
 
+_MAMF = (
+    "Maximum Achievable Matmul FLOPS, bf16, best shape (stas00/ml-engineering "
+    "compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table')"
+)
+HARDWARE_MATMUL_EFFICIENCY: dict[str, tuple[float, str]] = {
+    "ampere": (271.2 / 312, f"A100 SXM 271.2 of 312 TFLOP/s: {_MAMF}"),
+    "hopper": (794.5 / 989, f"H100 SXM 794.5 of 989 TFLOP/s: {_MAMF}"),
+}
+"""GPU family -> the fraction of its dense tensor-core peak a large matmul reaches on the
+hardware alone (a published GEMM benchmark, no framework in it): the calibrated matmul
+efficiency. What training frameworks lose on top is ``FRAMEWORK_EFFICIENCY``. fp16 runs on the
+same tensor cores at the same peak: the bf16 figure."""
+
+
 def load_calibration(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], MatmulEfficiency]:
-    """(family, dtype) -> fitted efficiency, from the calibration file (empty if absent)."""
+    """(family, dtype) -> matmul efficiency for the families the calibration file covers:
+    the hardware's (``HARDWARE_MATMUL_EFFICIENCY``), or the file's own e_max where it gives
+    one (older files fitted it); empty without the file."""
     if not path.exists():
         return {}
     doc = json.loads(path.read_text())
-    source = f"{path.name}: fit on {doc['fit_data']}"
+    out = {}
+    for key, v in doc["efficiency"].items():
+        fam, dtype = key.split("/")
+        e_max, source = HARDWARE_MATMUL_EFFICIENCY.get(fam, (v.get("e_max"), path.name))
+        if e_max is not None:
+            out[(fam, dtype)] = MatmulEfficiency(e_max, v.get("knee_flops", 1.0), source)
+    return out
+
+
+def load_framework_efficiency(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], float]:
+    """(execution style, family) -> fitted framework efficiency (``framework_efficiency``)."""
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
     return {
-        (fam, dtype): MatmulEfficiency(v["e_max"], v["knee_flops"], source)
-        for key, v in doc["efficiency"].items()
-        for fam, dtype in [key.split("/")]
+        tuple(key.split("/")): float(value)
+        for key, value in doc.get("framework_efficiency", {}).items()
     }
 
 
 CALIBRATION: dict[tuple[str, str], MatmulEfficiency] = load_calibration()
+FRAMEWORK_EFFICIENCY: dict[tuple[str, str], float] = load_framework_efficiency()
+"""(style, family) -> the fraction of the hardware's compute speed a training framework of
+that execution style reaches (``trust.execution_style``: 'megatron' or 'fsdp'): kernel launch
+and Python overhead, synchronisation, memory-bound kernels the layer model does not count.
+Fitted by ``bench/sim_published.py --fit`` on published runs; the simulator charges the rest as
+the named ``framework`` term of every analytic estimate (``framework_efficiency``)."""
+
+
+def framework_efficiency(style: str, family: str | None) -> tuple[float, str] | None:
+    """(efficiency, which fit) for a style and GPU family: its own fit; else the style's
+    fits on other families (frameworks transfer: their overhead is software); else the
+    family's other style; None without any fit."""
+    table = FRAMEWORK_EFFICIENCY
+    if (style, family) in table:
+        return table[(style, family)], f"{style}/{family}"
+    same_style = [v for (s, _), v in table.items() if s == style]
+    if same_style:
+        return sum(same_style) / len(same_style), f"{style}/* (no {style} runs on {family})"
+    same_family = [v for (_, f), v in table.items() if f == family]
+    if same_family:
+        return sum(same_family) / len(same_family), f"*/{family} (no {style} runs)"
+    return None
+
+
+def set_framework_efficiency(table: dict[tuple[str, str], float]) -> None:
+    """Replace the fitted framework efficiencies (bench/sim_published.py's fit)."""
+    FRAMEWORK_EFFICIENCY.clear()
+    FRAMEWORK_EFFICIENCY.update(table)
 
 
 def calibration_validation(path: Path = CALIBRATION_FILE) -> dict:

@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from .options import GRAD_DTYPES, RECOMPUTE, ZERO, ExecutionOptions
+from .errors import ValidationError
+from .options import GRAD_DTYPES, P2P_STYLES, RECOMPUTE, ZERO, ExecutionOptions
 
 Zero = Annotated[
     str, typer.Option("--zero", help=f"Optimizer/gradient/parameter sharding: {', '.join(ZERO)}.")
@@ -36,6 +37,24 @@ GradDtype = Annotated[
     str, typer.Option("--grad-dtype", help=f"Main-gradient dtype: {', '.join(GRAD_DTYPES)}.")
 ]
 
+P2p = Annotated[
+    str,
+    typer.Option(
+        "--p2p",
+        help="Pipeline p2p of the framework: 'megatron' (TP ranks scatter/gather, sends "
+        "overlap receives; our runtime) or 'deepspeed' (whole tensors, blocking in turn).",
+    ),
+]
+
+Fabric = Annotated[
+    str | None,
+    typer.Option(
+        "--fabric",
+        help="The fabric between nodes: a catalog fabric name (e.g. ib-ndr-8x400) or a "
+        "sailor-cluster/1 JSON file (default: the GPU type's cloud instances' fabric).",
+    ),
+]
+
 
 def execution_options(
     zero: str = "none",
@@ -44,9 +63,15 @@ def execution_options(
     sequence_parallel: bool = False,
     virtual_stages: int = 1,
     grad_dtype: str = "fp32",
+    p2p: str = "megatron",
 ) -> ExecutionOptions:
     """The ``ExecutionOptions`` the flags describe (raises ``ValidationError`` on bad values)."""
+    if p2p not in P2P_STYLES:
+        raise ValidationError(
+            f"unknown p2p style {p2p!r}; use {' or '.join(P2P_STYLES)}", field="--p2p"
+        )
     return ExecutionOptions(
+        p2p_scatter_gather=P2P_STYLES[p2p],
         grad_dtype=grad_dtype,
         flash_attention=flash,
         recompute=recompute,

@@ -59,6 +59,13 @@ def catalog_option():
     )
 
 
+def echo_wrapped(text: str) -> None:
+    """One labelled line, wrapped at ``WIDTH`` with the continuation indented."""
+    import textwrap
+
+    typer.echo(textwrap.fill(text, WIDTH, subsequent_indent="    ", break_on_hyphens=False))
+
+
 def fail(exc: Exception) -> None:
     """One clear line on stderr and exit status 2."""
     typer.echo(f"error: {exc}", err=True)

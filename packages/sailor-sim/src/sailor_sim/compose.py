@@ -115,6 +115,8 @@ class CriticalPipeline(NamedTuple):
     p2p_s: list[float]
     num_microbatches: int
     virtual_stages: int
+    full_duplex: bool
+    """Sends overlap receives on a boundary (``timing.transfers_per_boundary``)."""
 
 
 def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> StageSummary:
@@ -185,6 +187,7 @@ def critical_pipeline(
     and this runs for every distinct pipeline of every plan the planner scores."""
     best, best_total, best_path, egress = None, -1.0, (), 0.0
     known, virtual = parts.p2p_known(job), job.options.virtual_stages
+    duplex = job.options.p2p_full_duplex
     bounds = [s.last_layer for s in plan.stages]
     widths = [len(s.replicas) for s in plan.stages]  # replicas sharing the sending nodes
     choices = [sm.choices for sm in summaries]
@@ -204,11 +207,11 @@ def critical_pipeline(
             src, after, sent_by = dst, bound, d
         m = src.num_microbatches  # the same in every stage of a pipeline
         egress += count * m * usd
-        total = timing.pipeline_total(per_mb, p2p_s, m, virtual)
+        total = timing.pipeline_total(per_mb, p2p_s, m, virtual, duplex)
         if best is None or total > best_total:  # (the first even when NaN: overflowed input)
             best, best_total, best_path = (p2p_s, m), total, path
     times = [sm.infos[k].stage_time for sm, k in zip(summaries, best_path, strict=True)]
-    return CriticalPipeline(times, *best, virtual), egress
+    return CriticalPipeline(times, *best, virtual, duplex), egress
 
 
 class PlanTotals(NamedTuple):
@@ -247,7 +250,9 @@ def time_terms(critical: CriticalPipeline, totals: PlanTotals, step_sync_s: floa
     """The iteration's named terms (``timing.iteration_terms``); the tail of stage i overlaps
     the drain (backward + p2p) of the critical pipeline's stages before it."""
     c = critical
-    pipe = timing.pipeline_time(c.stage_times, c.p2p_s, c.num_microbatches, c.virtual_stages)
+    pipe = timing.pipeline_time(
+        c.stage_times, c.p2p_s, c.num_microbatches, c.virtual_stages, c.full_duplex
+    )
     drain = []
     for t, p2p in zip(critical.stage_times, critical.p2p_s, strict=False):
         drain.append(t.backward_s + t.recompute_s + p2p)

@@ -158,6 +158,26 @@ def _calibrated_validation(which: str) -> dict[str, Any]:
     return out
 
 
+def _group_validation(gpu, job) -> dict[str, Any]:
+    """The leave-one-source-out error of the published runs most like this estimate (its GPU
+    family, precision and execution style, widened until a group has runs: ``trust``)."""
+    from . import analytic, trust
+
+    groups = analytic.calibration_validation().get("leave_one_source_out_by_group", {})
+    style = trust.execution_style(job.options.zero)
+    found = trust.lookup(groups, analytic.gpu_family(gpu), job.dtype, style)
+    if found is None:
+        return _calibrated_validation("leave_one_source_out")
+    key, summary = found
+    out: dict[str, Any] = {k: v for k, v in summary.items() if k.endswith(("_mean", "_max"))}
+    out["group"] = key
+    out["method"] = (
+        f"leave-one-source-out on the {summary['rows']} published runs of group {key} "
+        f"(family/precision/style; bench/sim_published.py, {analytic.CALIBRATION_FILE.name})"
+    )
+    return out
+
+
 def _analytic_entries(source: str, job, plan) -> list[dict[str, Any]]:
     """One provenance entry per GPU type of an analytic estimate: calibrated on published runs
     (its leave-one-source-out error) or not (the error of the uncalibrated model there)."""
@@ -168,10 +188,7 @@ def _analytic_entries(source: str, job, plan) -> list[dict[str, Any]]:
         gpu = get_gpu(gpu_type)
         fit = analytic.calibrated(gpu, job.dtype) if job.dtype != "fp32" else None
         if fit is not None:
-            label, validation = (
-                "calibrated analytic",
-                _calibrated_validation("leave_one_source_out"),
-            )
+            label, validation = "calibrated analytic", _group_validation(gpu, job)
             detail = f"efficiency calibrated on published runs ({analytic.CALIBRATION_FILE.name})"
         elif job.dtype == "fp32":  # per-GPU fits to Sailor's fp32 profiles, none held out
             label = "uncalibrated analytic"

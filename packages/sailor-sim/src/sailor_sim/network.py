@@ -72,13 +72,18 @@ class LinkCurve:
     bytes/s (NCCL tests' definition, 2 (n - 1) / n * m / t) ..."""
     ring_hop_latency_s: float | None = None
     """... and latency per ring step. None: the ring is derived from the p2p curve at the
-    platform's bus efficiency (``timing.ALLREDUCE_BUS_EFFICIENCY``) and the p2p latency."""
+    fabric's bus efficiency (``bus_efficiency``, else the GPU types' default fabric's,
+    ``comm``) and the p2p latency."""
+    bus_efficiency: float | None = None
+    """Ring bus bandwidth / p2p bandwidth of this link's fabric (``comm.BUS_EFFICIENCY``);
+    None: not known from the link (measured p2p curves, seed defaults)."""
 
     def ring_bandwidth(self, chunk_bytes: float, default_efficiency: float) -> float:
         """Bus bytes/s of a ring all-reduce whose steps move ``chunk_bytes``."""
         if self.ring_bus_bandwidth is not None:
             return self.ring_bus_bandwidth * self.scale
-        return self.bandwidth(chunk_bytes) * default_efficiency
+        efficiency = default_efficiency if self.bus_efficiency is None else self.bus_efficiency
+        return self.bandwidth(chunk_bytes) * efficiency
 
     @property
     def ring_latency_s(self) -> float:
@@ -138,6 +143,9 @@ class NetworkModel:
         """Same-zone inter-node fits per (GPU type, count), e.g. Sailor's network_coeffs."""
         self.intra: dict[tuple[str, int], LinkCurve] = {}
         self._cache: dict[tuple, LinkCurve] = {}
+        self.cluster = None
+        """A ``cluster.Cluster`` (``--fabric``): the fabric between nodes of one zone, instead
+        of the catalog default of the GPU type's instances; set with ``set_cluster``."""
         self.version = 0
         """Bumped on every change (the simulator drops its cached numbers then)."""
 
@@ -155,6 +163,17 @@ class NetworkModel:
         self.intra[(gpu_type, count)] = curve
         self._cache.clear()
         self.version += 1
+
+    def set_cluster(self, cluster) -> None:
+        self.cluster = cluster
+        self._cache.clear()
+        self.version += 1
+
+    def gpus_per_nvlink_domain(self, gpu) -> int:
+        """GPUs of ``gpu`` one NVLink / PCIe domain joins: the node, or the cluster's domain."""
+        if self.cluster is None:
+            return gpu.gpus_per_node
+        return max(1, min(gpu.gpus_per_node, self.cluster.nvlink_domain))
 
     def forget_resolved(self) -> None:
         """Drop resolved curves (defaults read GPU specs and zones): a catalog changed."""
@@ -192,6 +211,12 @@ class NetworkModel:
             if measured_count == count:
                 return curve
             return _scaled(curve, count / measured_count, f"count-scaled from {measured_count}")
+        if rel == SAME_ZONE and self.cluster is not None:
+            c = self.cluster
+            return LinkCurve(
+                c.bandwidth_per_gpu * count, c.latency_s, c.describe(),
+                bus_efficiency=c.bus_efficiency,
+            )  # fmt: skip
         if rel == SAME_ZONE:
             fabric = same_zone_fabric(src, dst)
             if fabric is not None:
@@ -238,7 +263,9 @@ def same_zone_fabric(src: Endpoint, dst: Endpoint) -> LinkCurve | None:
     from .zones import get_zone
 
     provider = get_zone(src.zone).provider
-    per_gpu, latency, names = [], 0.0, []
+    from .comm import bus_efficiency
+
+    per_gpu, latency, names, kinds = [], 0.0, [], []
     for end in (src, dst):
         fabric = fabric_for(end.gpu_type, provider)
         if fabric is None:
@@ -246,8 +273,12 @@ def same_zone_fabric(src: Endpoint, dst: Endpoint) -> LinkCurve | None:
         per_gpu.append(fabric.bandwidth_per_gpu(get_gpu(end.gpu_type).gpus_per_node))
         latency = max(latency, fabric.latency_s)
         names.append(fabric.name)
+        kinds.append(fabric.kind)
     label = " / ".join(dict.fromkeys(names))
-    return LinkCurve(min(per_gpu) * src.count, latency, f"default fabric {label}")
+    efficiency = min(bus_efficiency(k).value for k in kinds)
+    return LinkCurve(
+        min(per_gpu) * src.count, latency, f"default fabric {label}", bus_efficiency=efficiency
+    )
 
 
 def _scaled(curve: LinkCurve, factor: float, note: str) -> LinkCurve:

@@ -72,9 +72,17 @@ class ExecutionOptions:
     virtual_stages: int = 1
     """Model chunks per GPU under interleaved 1F1B (1 = plain 1F1B)."""
     p2p_scatter_gather: bool = True
-    """TP ranks split a stage-boundary tensor and the receiver all-gathers it (Megatron-LM's
-    default); False: every TP rank sends the whole tensor (Megatron-DeepSpeed, as in the
-    original Sailor's GH200 runs)."""
+    """The framework's pipeline p2p. True (Megatron-LM's default, our runtime): TP ranks split
+    a stage-boundary tensor, the receiver all-gathers it, and sends overlap receives (batched
+    isend/irecv on full-duplex links). False (DeepSpeed's PipelineEngine, under
+    Megatron-DeepSpeed as in the original Sailor's GH200 runs): every TP rank sends the whole
+    tensor, with blocking sends and receives one after the other (``p2p_full_duplex``).
+    The CLIs take it as ``--p2p megatron|deepspeed`` (``P2P_STYLES``)."""
+
+    @property
+    def p2p_full_duplex(self) -> bool:
+        """Whether a boundary's activation and gradient cross at once (``timing.stage_steps``)."""
+        return self.p2p_scatter_gather
 
     def __post_init__(self) -> None:
         _one_of("grad_dtype", self.grad_dtype, GRAD_DTYPES)
@@ -336,6 +344,10 @@ def activation_factor(options, stage_index: int, num_stages: int) -> float:
         return 1.0
     return 1.0 + (num_stages - 1 - stage_index) / (num_stages * v)
 
+
+P2P_STYLES = {"megatron": True, "deepspeed": False}
+"""``--p2p`` name -> ``p2p_scatter_gather``: how a framework's pipeline moves stage-boundary
+tensors (see ``ExecutionOptions.p2p_scatter_gather``)."""
 
 ORIGINAL_SAILOR_RUNS = ExecutionOptions(p2p_scatter_gather=False)
 """How the original Sailor's validation runs executed (Megatron-DeepSpeed, fp32): every TP

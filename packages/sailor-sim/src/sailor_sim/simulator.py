@@ -133,15 +133,34 @@ class Simulator(MemoryComponents):
                 link = self.network.intra_node(gpu.name, tp)
                 seq, dtype = job.sequence_length, job.dtype
                 tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
+            fwd, bwd = t.span(t.forward, first, last), t.span(t.backward, first, last)
+            recompute = self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s)
             hit = cache[key] = StageTime(
-                t.span(t.forward, first, last),
-                t.span(t.backward, first, last),
+                fwd,
+                bwd,
                 tp_s,
                 t.span(t.optimizer, first, last),
                 t.entry.source,
-                self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s),
+                recompute,
+                framework_s=self._framework_s(job, gpu, t.entry, fwd + bwd + recompute),
             )
         return hit
+
+    @staticmethod
+    def _framework_s(job: Job, gpu, entry, compute_s: float) -> float:
+        """The framework's share on top of an analytic estimate's hardware compute time:
+        compute x (1 / framework efficiency - 1), the efficiency fitted per execution style
+        and GPU family on published runs (``analytic.framework_efficiency``). Measured and
+        imported profiles already hold their framework's overhead: 0."""
+        from . import analytic, trust
+
+        if entry.source != "analytic" or analytic.calibrated(gpu, job.dtype) is None:
+            return 0.0
+        style = trust.execution_style(job.options.zero)
+        found = analytic.framework_efficiency(style, analytic.gpu_family(gpu))
+        if found is None:
+            return 0.0
+        return compute_s * (1.0 / found[0] - 1.0)
 
     def _recompute_s(self, job: Job, t, gpu, first, last, mbs, tp, tp_s) -> float:
         """Forward work done again in backward (``options.recomputed_forward_fraction`` of
@@ -249,15 +268,12 @@ class Simulator(MemoryComponents):
         return hit
 
     def _stage_sync(self, job: Job, stage: Stage) -> DataParallelSync:
-        kinds = self.cache.ring_kinds.get(stage._sig)
-        if kinds is None:
-            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
         r = stage.replicas[0]
         return self.ring_sync(
             job,
             stage.first_layer,
             stage.last_layer,
-            kinds,
+            self._ring_kinds(stage),
             self._max_microbatches(stage),
             r.gpu_type,
             r.tp,
@@ -285,7 +301,9 @@ class Simulator(MemoryComponents):
         group = self.shard_group(job, gpu_type, tp, replicas)
         gpu = get_gpu(gpu_type)
         link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
-        inside = timing.allreduce_time(link, per_mb / tp, group, 1, timing.bus_efficiency(gpu.name))
+        inside = timing.allreduce_time(
+            link, per_mb / tp, group, 1, timing.intra_bus_efficiency(gpu.name)
+        )
         across = (
             self.ring_time(job, first, last, kinds, grad / group)
             if group < replicas
@@ -427,24 +445,98 @@ class Simulator(MemoryComponents):
 
     def _sharded_time(self, job: Job, stage: Stage, t: StageTime, r: Replica) -> StageTime:
         """A replica's time under ZeRO: each rank steps only its shard of the optimizer
-        states; ZeRO-3 traffic per microbatch is hidden behind its forward and backward
-        (prefetch) up to their length, the rest is exposed (``shard_comm_s``)."""
-        options = job.options
-        if not options.shards_optimizer:
-            return t
-        per_mb = self.stage_sync(job, stage).per_microbatch_s
-        return self.sharded_time(job, t, r.gpu_type, r.tp, len(stage.replicas), per_mb)
-
-    def sharded_time(
-        self, job: Job, t: StageTime, gpu_type: str, tp: int, replicas: int, per_mb_s: float
-    ) -> StageTime:
-        """``_sharded_time`` of a replica of ``gpu_type`` at ``tp`` in a stage of ``replicas``
-        whose ZeRO traffic per microbatch takes ``per_mb_s`` (``ring_sync``)."""
+        states; ZeRO-3 / FSDP traffic runs layer by layer behind compute and what is not
+        hidden is exposed (``shard_comm_s``, ``_exposed_shard_comm``)."""
         if not job.options.shards_optimizer:
             return t
+        r0 = stage.replicas[0]
+        return self.sharded_time(
+            job, stage.first_layer, stage.last_layer, t, r.gpu_type, r.tp, r.microbatch_size,
+            self._ring_kinds(stage), (r0.gpu_type, r0.tp),
+        )  # fmt: skip
+
+    def _ring_kinds(self, stage: Stage):
+        kinds = self.cache.ring_kinds.get(stage._sig)
+        if kinds is None:
+            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
+        return kinds
+
+    def sharded_time(
+        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
+        kinds, lead: tuple[str, int],
+    ) -> StageTime:  # fmt: skip
+        """``_sharded_time`` of a replica (``gpu_type``, ``tp``, ``mbs``) of layers first..last
+        in a stage whose replicas form the ring ``kinds`` (``timing.ring_kinds`` runs) and whose
+        first replica is ``lead`` = (GPU type, TP): the planner scores candidates with it
+        without building stages."""
+        if not job.options.shards_optimizer:
+            return t
+        replicas = sum(count for _, count in kinds)
         group = self.shard_group(job, gpu_type, tp, replicas)
-        exposed = max(0.0, per_mb_s - t.forward_s - t.backward_s)
+        exposed = 0.0
+        if job.options.shards_parameters and replicas > 1:
+            exposed = self._exposed_shard_comm(job, first, last, t, gpu_type, tp, mbs, kinds, lead)
         return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
+
+    def _exposed_shard_comm(
+        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
+        kinds, lead: tuple[str, int],
+    ) -> float:  # fmt: skip
+        """Seconds per microbatch of ZeRO-3 / FSDP traffic not hidden behind compute, layer
+        by layer as FSDP runs it (one unit per layer, prefetch of one unit ahead): forward
+        gathers layer i + 1's parameters while layer i computes, so the first gather is
+        exposed and every later one only beyond its predecessor's forward; backward re-gathers
+        layer i - 1 and reduce-scatters layer i + 1's gradients while layer i computes, and the
+        last reduce-scatter is exposed. A gather (reduce-scatter) is half a ring all-reduce of
+        the same bytes (``_layer_collective_s``). Per-layer compute is the profile's, with the
+        stage's recomputation spread over its layers by forward time."""
+        table = self.profiles.table(
+            job.model, get_gpu(gpu_type), job.dtype, mbs, tp, job.sequence_length, job.optimizer
+        )
+        layers = range(first, last + 1)
+        fwd = [table.span(table.forward, i, i) for i in layers]
+        share = t.recompute_s / t.forward_s if t.forward_s > 0 else 0.0
+        bwd = [
+            table.span(table.backward, i, i) + share * f for i, f in zip(layers, fwd, strict=True)
+        ]
+        gather = [self._ring_layer_collective_s(job, kinds, lead, i, "params") for i in layers]
+        scatter = [self._ring_layer_collective_s(job, kinds, lead, i, "grads") for i in layers]
+        exposed = gather[0] + scatter[0]
+        for k in range(len(fwd) - 1):
+            exposed += max(0.0, gather[k + 1] - fwd[k])
+        for k in range(len(bwd)):  # backward runs k = last .. first
+            overlapped = (gather[k - 1] if k > 0 else 0.0) + (
+                scatter[k + 1] if k + 1 < len(bwd) else 0.0
+            )
+            exposed += max(0.0, overlapped - bwd[k])
+        return exposed
+
+    def _layer_collective_s(self, job: Job, stage: Stage, layer: int, what: str) -> float:
+        """``_ring_layer_collective_s`` over ``stage``'s ring."""
+        r0 = stage.replicas[0]
+        kinds, lead = self._ring_kinds(stage), (r0.gpu_type, r0.tp)
+        return self._ring_layer_collective_s(job, kinds, lead, layer, what)
+
+    def _ring_layer_collective_s(self, job: Job, kinds, lead, layer: int, what: str) -> float:
+        """One layer's all-gather of its parameters or reduce-scatter of its gradients over the
+        stage's shard group: half a ring all-reduce of the unsharded bytes (volume
+        (n - 1) / n of them, n - 1 steps); hybrid: inside the node over NVLink / PCIe."""
+        params = self.unsharded_params(job, layer, layer)
+        if what == "params":
+            nbytes = dtype_bytes(job.dtype) * params
+        else:
+            nbytes = self.grad_bytes(job, layer, layer)
+        if nbytes == 0:
+            return 0.0
+        if job.options.zero == "hybrid":
+            lead_gpu, lead_tp = lead
+            replicas = sum(count for _, count in kinds)
+            group = self.shard_group(job, lead_gpu, lead_tp, replicas)
+            gpu = get_gpu(lead_gpu)
+            link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
+            efficiency = timing.intra_bus_efficiency(gpu.name)
+            return timing.allreduce_time(link, nbytes / lead_tp, group, 1, efficiency) / 2
+        return self.ring_time(job, layer, layer, kinds, nbytes)[0] / 2
 
     def _check_replica(self, job: Job, stage: Stage, i: int, p: int, r: Replica) -> None:
         checked = self.cache.replica_ok

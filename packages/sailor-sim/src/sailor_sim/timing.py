@@ -16,15 +16,18 @@ from .zones import relationship
 DP_BUCKET_BYTES = 160 * 1024**2
 """Gradient bucket of one all-reduce call: Megatron-LM's DistributedDataParallel default of
 40 M parameters (fp32 main grads) per bucket (``bucket_size`` in megatron/core/distributed)."""
-ALLREDUCE_BUS_EFFICIENCY: dict[str, tuple[float, str]] = {
-    # platform -> (achieved fraction of the link's p2p bandwidth in a cross-node ring, source)
-    "superchip": (0.4, "GH200 + Slingshot-11 (libfabric NCCL plugin): single-stage D=16/32 runs"),
-    "sxm": (0.5, "NCCL tests ring bus bandwidth vs p2p on InfiniBand / GCP GPUDirect-TCPX"),
-    "pcie": (0.5, "as sxm; PCIe hosts share the NIC through the CPU"),
-    "cpu": (0.5, "gloo ring on TCP"),
-}
-"""Ring all-reduce reaches less than the p2p curve: 4 rings (one per TP rank) share a node's
-NICs with reduction kernels in between, and every step waits for the slowest peer."""
+
+
+def transfers_per_boundary(full_duplex: bool) -> float:
+    """Transfer times one 1F1B step spends per stage boundary: 1 where the activation going
+    down and the gradient coming up cross the (full-duplex) link at once, as Megatron-LM's
+    batched ``send_forward_recv_backward`` and our runtime's isend + recv issue them; 2 where
+    the framework sends and receives one after the other (DeepSpeed's PipelineEngine executes
+    SendActivation and RecvGrad as separate blocking instructions, deepspeed/runtime/pipe/
+    engine.py), as in the original Sailor's GH200 runs (``options.p2p_scatter_gather`` False)."""
+    return 1.0 if full_duplex else 2.0
+
+
 MICROBATCH_OVERHEAD_S = 0.0
 """Per-microbatch, per-stage schedule overhead (Python, p2p handshakes) not in the profile."""
 
@@ -43,13 +46,21 @@ class StageTime(NamedTuple):
     shard_comm_s: float = 0.0
     """ZeRO-3 parameter all-gathers and gradient reduce-scatter per microbatch not hidden
     behind its compute (set per stage by the simulator, 0 in ``stage_time``)."""
+    framework_s: float = 0.0
+    """What the training framework adds to an analytic estimate's compute (launches, Python,
+    synchronisation: ``analytic.framework_efficiency``); 0 for measured profiles."""
 
     @property
     def per_microbatch_s(self) -> float:
         """Everything one microbatch costs this replica (additive over layer ranges; the
         pipeline adds ``MICROBATCH_OVERHEAD_S`` once per stage)."""
         return (
-            self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.shard_comm_s
+            self.forward_s
+            + self.backward_s
+            + self.recompute_s
+            + self.tp_comm_s
+            + self.shard_comm_s
+            + self.framework_s
         )
 
 
@@ -61,20 +72,30 @@ class PipelineTime(NamedTuple):
     bottleneck_stage: int
 
 
-def stage_steps(per_microbatch: list[float], p2p: list[float], virtual: int = 1) -> list[float]:
+def stage_steps(
+    per_microbatch: list[float], p2p: list[float], virtual: int = 1, full_duplex: bool = True
+) -> list[float]:
     """Steady-state 1F1B step of every stage: its compute per microbatch plus its blocking
     transfers. Each step a stage sends and receives an activation and a gradient on each of its
-    boundaries (Megatron's send_forward_recv_backward / send_backward_recv_forward), which
-    serialize on the GPU's NIC: 2 transfers per boundary, 2 for the end stages, 4 for middle;
-    with ``virtual`` model chunks per GPU (interleaved 1F1B) every transfer happens v times."""
+    boundaries (Megatron's batched send_forward_recv_backward / send_backward_recv_forward).
+    Links are full duplex (NVLink, InfiniBand, Ethernet NICs send and receive at line rate at
+    once), so on one boundary the activation going down and the gradient coming up overlap:
+    one transfer time per boundary, 1 for the end stages, 2 for middle ones (the NIC's egress
+    carries one tensor to each neighbour); twice that for frameworks whose sends and receives
+    block one after the other (``transfers_per_boundary``). With ``virtual`` model chunks per
+    GPU (interleaved 1F1B) every transfer happens v times."""
     received = [0.0, *p2p]  # boundary before stage i (none before the first)
     sent = [*p2p, 0.0]  # boundary after stage i (none after the last)
-    v2 = 2.0 * virtual
+    v2 = transfers_per_boundary(full_duplex) * virtual
     return [c + v2 * (a + b) for c, a, b in zip(per_microbatch, received, sent, strict=True)]
 
 
 def pipeline_total(
-    per_microbatch: list[float], p2p: list[float], num_microbatches: int, virtual: int = 1
+    per_microbatch: list[float],
+    p2p: list[float],
+    num_microbatches: int,
+    virtual: int = 1,
+    full_duplex: bool = True,
 ) -> float:
     """1F1B seconds of one pipeline from its stages' per-microbatch seconds
     (``StageTime.per_microbatch_s + MICROBATCH_OVERHEAD_S``) and its boundaries' p2p seconds:
@@ -83,7 +104,7 @@ def pipeline_total(
     boundary both ways). ``pipeline_time`` splits the same total into named terms."""
     # stage_steps' formula in one pass without lists: this runs for every distinct pipeline
     # of every plan the planner scores.
-    v2, last = 2.0 * virtual, len(p2p)
+    v2, last = transfers_per_boundary(full_duplex) * virtual, len(p2p)
     steady = own = -1.0
     received = total = sent_sum = 0.0
     for i, c in enumerate(per_microbatch):
@@ -98,7 +119,7 @@ def pipeline_total(
 
 
 def pipeline_time(
-    stage_times, p2p: list[float], num_microbatches: int, virtual: int = 1
+    stage_times, p2p: list[float], num_microbatches: int, virtual: int = 1, full_duplex=True
 ) -> PipelineTime:
     """1F1B time of one pipeline (Narayanan et al. 2021, Sec. 2.2), as named terms.
 
@@ -110,12 +131,13 @@ def pipeline_time(
     """
     m = num_microbatches
     per = [t.per_microbatch_s + MICROBATCH_OVERHEAD_S for t in stage_times]
-    steps = stage_steps(per, p2p, virtual)
+    steps = stage_steps(per, p2p, virtual, full_duplex)
     k = steps.index(max(steps))  # the bottleneck: the first stage with the longest step
     b = stage_times[k]
     breakdown = {
         "compute": m * (b.forward_s + b.backward_s + MICROBATCH_OVERHEAD_S),
         "recompute": m * b.recompute_s,
+        "framework": m * b.framework_s,
         "tp_comm": m * b.tp_comm_s,
         "zero_comm": m * b.shard_comm_s,
         "pipeline_bubble": (sum(per) - per[k]) / virtual,
@@ -183,11 +205,12 @@ def allgather_time(link: LinkCurve, nbytes: float, ranks: int) -> float:
 
 
 def allreduce_time(
-    link: LinkCurve, nbytes: float, ranks: int, parallel_rings: int = 1, efficiency: float = 0.5
+    link: LinkCurve, nbytes: float, ranks: int, parallel_rings: int, efficiency: float
 ) -> float:
     """Ring all-reduce of ``nbytes`` over ``ranks`` (Patarasuk & Yuan 2009): 2(n-1)/n of the data
     crosses every link, in 2(n-1) latency-bound steps per bucket. A link with a measured ring
-    gives its bus bandwidth and step latency; otherwise its p2p curve at ``efficiency``."""
+    gives its bus bandwidth and step latency; a link of a known fabric its p2p curve at that
+    fabric's bus efficiency; otherwise its p2p curve at ``efficiency`` (``comm``)."""
     if ranks < 2 or nbytes <= 0:
         return 0.0
     buckets = max(1, math.ceil(nbytes / parallel_rings / DP_BUCKET_BYTES))
@@ -206,7 +229,7 @@ def step_sync_time(link: LinkCurve, ranks: int) -> float:
     (global-norm clipping: Megatron-LM's ``clip_grad_norm_fp32`` all-reduces the norm over the
     model-parallel world, our engine's ``world_sums`` over the whole world). Latency-bound:
     a ring of 2(n-1) steps (``allreduce_time``) over the plan's slowest-latency link."""
-    return allreduce_time(link, STEP_SYNC_BYTES, ranks)
+    return allreduce_time(link, STEP_SYNC_BYTES, ranks, 1, 1.0)  # latency-bound: no bytes
 
 
 RingKind = tuple[str, str, int]
@@ -262,14 +285,16 @@ def hierarchical_allreduce_time(
 
     zone, gpu_type, tp = kind
     gpu = get_gpu(gpu_type)
-    per_node = max(1, min(replicas, gpu.gpus_per_node // tp))
+    per_node = max(1, min(replicas, network.gpus_per_nvlink_domain(gpu) // tp))
     nodes = -(-replicas // per_node)
-    eff = bus_efficiency(gpu_type)
     intra = network.intra_node(gpu_type, per_node * tp)
-    seconds = allreduce_time(intra, grad_bytes_unsharded / tp, per_node, 1, eff)
+    seconds = allreduce_time(
+        intra, grad_bytes_unsharded / tp, per_node, 1, intra_bus_efficiency(gpu_type)
+    )
     if nodes > 1:  # every GPU's 1 / (r tp) shard, all GPUs of a node at once through its NICs
         nics = min(per_node * tp, nics_per_node(gpu))
         link = network.link(Endpoint(zone, gpu_type, nics), Endpoint(zone, gpu_type, nics))
+        eff = bus_efficiency(gpu_type)
         seconds += allreduce_time(link, grad_bytes_unsharded, nodes, per_node * tp, eff)
     return seconds
 
@@ -285,14 +310,25 @@ def edge_egress_usd(
 
 
 def bus_efficiency(gpu_type_a: str, gpu_type_b: str | None = None) -> float:
-    """``ALLREDUCE_BUS_EFFICIENCY`` of a ring edge between two GPU types (the lower one)."""
+    """Ring bus efficiency (``comm.BUS_EFFICIENCY``) of the default fabric between nodes of
+    two GPU types (the lower one), for links that carry no fabric of their own."""
+    from .comm import bus_efficiency as of_kind
+    from .comm import default_inter_node_kind
     from .gpus import get_gpu
 
     def one(gpu_type: str) -> float:
-        platform = get_gpu(gpu_type).platform
-        return ALLREDUCE_BUS_EFFICIENCY.get(platform, ALLREDUCE_BUS_EFFICIENCY["sxm"])[0]
+        return of_kind(default_inter_node_kind(get_gpu(gpu_type))).value
 
     return min(one(gpu_type_a), one(gpu_type_b or gpu_type_a))
+
+
+def intra_bus_efficiency(gpu_type: str) -> float:
+    """Ring bus efficiency of the link between GPUs of one node (NVLink / PCIe)."""
+    from .comm import bus_efficiency as of_kind
+    from .comm import intra_node_kind
+    from .gpus import get_gpu
+
+    return of_kind(intra_node_kind(get_gpu(gpu_type))).value
 
 
 def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) -> float:
@@ -363,6 +399,7 @@ __all__ = [
     "StageTime",
     "allreduce_time",
     "bus_efficiency",
+    "intra_bus_efficiency",
     "dp_egress_usd",
     "edge_allreduce_time",
     "edge_egress_usd",
@@ -377,6 +414,7 @@ __all__ = [
     "pipeline_time",
     "iteration_terms",
     "stage_steps",
+    "transfers_per_boundary",
     "relationship",
     "ring_kinds",
     "step_sync_time",
