@@ -44,3 +44,14 @@ def test_off_disables_it(sailor_root, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     sources.load_simulator(None, str(sailor_root))
     assert not list(tmp_path.rglob("*.pickle"))
+
+
+def test_changed_simulator_code_is_a_new_entry(sailor_root, tmp_path, monkeypatch) -> None:
+    """A pickle written by other sailor-sim code (a class that since gained an attribute)
+    failed later with AttributeError: the key now includes the code's files."""
+    monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path))
+    sources.load_simulator(None, str(sailor_root))
+    real = sources.simulator_code()
+    monkeypatch.setattr(sources, "simulator_code", lambda: (*real, "edited"))
+    sources.load_simulator(None, str(sailor_root))
+    assert len(list(tmp_path.glob("sailor-root-*.pickle"))) == 2

@@ -47,21 +47,28 @@ def _cache_folder() -> Path | None:
     return base if raw else base / "sailor-planner"
 
 
+def simulator_code() -> tuple:
+    """What identifies the code that parsed and pickled a cache entry: sailor-sim's version and
+    the (name, size, mtime) of its source files, so an edited or upgraded simulator (whose
+    classes may have gained attributes) never reads an old pickle."""
+    import sailor_sim
+
+    return (sailor_sim.__version__, tuple(_fingerprint(Path(sailor_sim.__file__).parent)))
+
+
 def _cached_sailor_root(simulator_cls, sailor_root: str):
     """``Simulator.from_sailor_root``, its parsed profiles and network kept on disk keyed by
-    the content of the checkout (``source_key``: names, sizes and times of its files) and the
-    sailor-sim version: parsing the original JSON takes ~0.3 s CPU of every command, reading
+    the content of the checkout (names, sizes and times of its files) and the sailor-sim code
+    (``simulator_code``): parsing the original JSON takes ~0.3 s CPU of every command, reading
     the cache ~0.02 s. Any problem with the cache falls back to parsing (and never fails)."""
     import hashlib
     import pickle
-
-    import sailor_sim
 
     folder = _cache_folder()
     if folder is None:
         return simulator_cls.from_sailor_root(sailor_root)
     root = Path(sailor_root).resolve()  # (source_key's hash() is salted per process)
-    ident = repr((str(root), _fingerprint(root), sailor_sim.__version__, simulator_cls.__name__))
+    ident = repr((str(root), _fingerprint(root), simulator_code(), simulator_cls.__name__))
     path = folder / f"sailor-root-{hashlib.sha256(ident.encode()).hexdigest()[:24]}.pickle"
     try:
         if path.is_file() and path.stat().st_uid == os.getuid():  # only our own file
