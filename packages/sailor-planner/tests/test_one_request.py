@@ -61,3 +61,24 @@ def test_client_refuses_a_misspelled_objective() -> None:
     """'cots' went out as OBJECTIVE_UNSPECIFIED, i.e. throughput, silently."""
     with pytest.raises(RequestError, match="unknown objective 'cots'"):
         PlannerClient.request(JOB, Inventory.parse(list(GPUS)), objective="cots")
+
+
+def test_the_wire_carries_what_the_cli_prints(address) -> None:
+    """The wire estimate had no tokens/s, MFU, provenance or cost per provider."""
+    import dataclasses
+
+    from sailor_sim import metrics
+    from sailor_sim.simulator import Simulator
+
+    with PlannerClient(address, timeout_s=120) as client:
+        best = client.plan(JOB, Inventory.parse(list(GPUS))).best
+    job = dataclasses.replace(JOB, options=best.options)
+    estimate = Simulator().estimate(job, best.plan)
+    rate = metrics.throughput(job, best.plan, estimate)
+    m = best.metrics
+    assert m.tokens_per_s == pytest.approx(rate.tokens_per_s, rel=1e-12)
+    assert m.mfu == pytest.approx(rate.mfu, rel=1e-12) and 0 < m.mfu < 1
+    assert [p.source for p in m.provenance] == list(estimate.sources)
+    providers = metrics.cost_by_provider(best.plan)
+    assert [c.provider for c in m.cost_by_provider] == [c["provider"] for c in providers]
+    assert any(c.usd_per_hour > 0 for c in m.cost_by_provider)

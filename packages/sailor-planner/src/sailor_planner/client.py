@@ -53,6 +53,8 @@ class ClientRankedPlan:
     options: ExecutionOptions | None = None
     """The execution options the estimate assumes (``RankedPlan.options``): run the plan with
     them, or ask with ``search_execution_options=False`` to keep the job's."""
+    metrics: Any = None
+    """The wire ``sailor.v1.PlanMetrics``: tokens/s, MFU, provenance, cost per provider."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ def _ranked(items) -> tuple[ClientRankedPlan, ...]:
             Plan.from_proto(r.plan),
             r.estimate,
             options_from_proto(r.options) if r.HasField("options") else None,
+            r.metrics if r.HasField("metrics") else None,
         )
         for r in items
     )

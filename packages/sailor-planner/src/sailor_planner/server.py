@@ -148,7 +148,7 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
         with self.slots.slot(gone):
             options = _options(req, context, self.limits)  # the deadline left after queueing
             result = planner.plan(job, inventory, options, previous=previous, should_stop=gone)
-        return result.to_proto()
+        return result.to_proto(job)
 
     def Plan(self, request, context):  # noqa: N802 (gRPC method name)
         return self._guard(context, lambda: self._plan(request, context))
