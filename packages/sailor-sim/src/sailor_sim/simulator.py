@@ -528,6 +528,14 @@ class Simulator(MemoryComponents):
             nbytes = self.grad_bytes(job, layer, layer)
         if nbytes == 0:
             return 0.0
+        key = (job.cache_id, nbytes, what, kinds, lead)
+        hit = self.cache.shard_collective.get(key)
+        if hit is None:
+            hit = self._collective_s(job, kinds, lead, layer, nbytes)
+            self.cache.shard_collective[key] = hit
+        return hit
+
+    def _collective_s(self, job: Job, kinds, lead, layer: int, nbytes: float) -> float:
         if job.options.zero == "hybrid":
             lead_gpu, lead_tp = lead
             replicas = sum(count for _, count in kinds)
