@@ -96,7 +96,9 @@ def test_concurrent_requests(address) -> None:
         (lambda r: r.job.ClearField("model"), "job.model"),
         (lambda r: setattr(r.job, "model", "GPT-9"), "job.model"),
         (lambda r: setattr(r.job, "global_batch_size", 0), "job.global_batch_size"),
-        (lambda r: setattr(r.job, "dtype", "fp8"), "job.dtype"),
+        (lambda r: setattr(r.job, "dtype", "fp4"), "job.dtype"),
+        # fp8 is bf16 with FP8 GEMMs: refused here because the inventory has no FP8 GPUs
+        (lambda r: setattr(r.job, "dtype", "fp8"), "options.fp8"),
         (lambda r: setattr(r.inventory.pools[0], "gpu_type", "Z80"), "inventory.gpu_type"),
         (lambda r: setattr(r.inventory.pools[0], "zone", "mars-1a"), "inventory.zone"),
         (lambda r: r.inventory.ClearField("pools"), "inventory.pools"),

@@ -75,3 +75,25 @@ def test_zoo_counts_and_runs_config_models(tmp_path, family):
     loss = stage.layers[str(spec.head_layer_id)](x, tokens)
     loss.backward()
     assert torch.isfinite(loss)
+
+
+def test_zoo_refuses_architectures_it_does_not_build(tmp_path):
+    """A mixture-of-experts config is simulated, but the zoo has no expert layers: building it
+    must fail naming the feature, not train a dense model of other counts."""
+    from sailor_sim import ValidationError
+
+    moe = {
+        **BASE,
+        "model_type": "mixtral",
+        "intermediate_size": 128,
+        "num_key_value_heads": 4,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": 64,
+        "vocab_size": 256,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(moe))
+    with pytest.raises(ValidationError, match="does not build moe") as e:
+        build_stage(get_model(str(path)), 0, 1, 0, 1, seed=0)
+    assert e.value.field == "model"

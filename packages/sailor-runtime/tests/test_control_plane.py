@@ -30,9 +30,10 @@ JOB = Job.create("tiny-gpt", 8, 32)
 
 
 def hetero_plan() -> Plan:
-    """2 stages x 2 replicas; replica 1 of stage 0 has TP 2."""
-    cpu, t4 = Replica("CPU", "local", 1, 1, 4), Replica("T4", "local", 1, 1, 4)
-    cpu2 = Replica("CPU", "local", 2, 1, 4)
+    """2 stages x 2 replicas; replica 1 of stage 0 has TP 2. GPU types only: a plan mixing CPU
+    workers and GPUs is refused (engine.backend)."""
+    cpu, t4 = Replica("V100-16", "local", 1, 1, 4), Replica("T4", "local", 1, 1, 4)
+    cpu2 = Replica("V100-16", "local", 2, 1, 4)
     return Plan((Stage(0, 3, (cpu, cpu2)), Stage(4, 7, (t4, t4)))).check(JOB)
 
 
@@ -48,7 +49,7 @@ def test_rank_layout_is_stage_major():
 
 
 def test_placement_keeps_tp_groups_on_one_node_and_matches_types():
-    workers = [worker("a", "CPU", 1, 0), worker("b", "CPU", 2, 1), worker("c", "T4", 2, 2)]
+    workers = [worker("a", "V100-16", 1, 0), worker("b", "V100-16", 2, 1), worker("c", "T4", 2, 2)]
     placement = place(hetero_plan(), workers)
     assert sorted(r for r, _ in placement["b"]) == [1, 2]  # the TP-2 replica
     assert sorted(r for r, _ in placement["a"]) == [0]
@@ -57,8 +58,8 @@ def test_placement_keeps_tp_groups_on_one_node_and_matches_types():
 
 
 def test_placement_refuses_what_the_nodes_cannot_host():
-    with pytest.raises(PlacementError, match="free CPU@local GPUs"):
-        place(hetero_plan(), [worker("a", "CPU", 1, 0), worker("b", "CPU", 1, 1),
+    with pytest.raises(PlacementError, match="free V100-16@local GPUs"):
+        place(hetero_plan(), [worker("a", "V100-16", 1, 0), worker("b", "V100-16", 1, 1),
                               worker("c", "T4", 2, 2)])  # fmt: skip
 
 

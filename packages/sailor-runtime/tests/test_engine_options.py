@@ -43,8 +43,11 @@ RUNS: dict[str, tuple[Plan, dict, int]] = {
     "fused": (PLAN, {}, STEPS),
     "fused_first": (PLAN, {}, 4),
     "fused_resumed": (PLAN, {}, STEPS),
+    # ZeRO-1 on the CUDA path: the owners' units in torch's fused kernel; saves at 4, resumes
+    "zero1_fused_first": (PLAN, {"zero": "zero1"}, 4),
+    "zero1_fused_resumed": (PLAN, {"zero": "zero1"}, STEPS),
 }
-FUSED = {"fused", "fused_first", "fused_resumed"}
+FUSED = {"fused", "fused_first", "fused_resumed", "zero1_fused_first", "zero1_fused_resumed"}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +60,8 @@ def runs(tmp_path_factory):
             "zero1_resumed": "zero1_resume",
             "fused_first": "fused_resume",
             "fused_resumed": "fused_resume",
+            "zero1_fused_first": "zero1_fused_resume",
+            "zero1_fused_resumed": "zero1_fused_resume",
         }
         ckpt_dir = root / shared.get(name, name) / "ckpt"
         (root / name).mkdir(parents=True, exist_ok=True)
@@ -161,6 +166,14 @@ def test_fused_torch_adamw_the_cuda_path(runs, reference):
     _close(_losses(runs, "fused"), reference["fp32"][0], rtol=1e-5)
     resumed = torch.cat([_losses(runs, "fused_first"), _losses(runs, "fused_resumed")])
     assert torch.equal(resumed, _losses(runs, "fused"))
+
+
+def test_zero1_on_the_fused_kernel_equals_fused_without_zero(runs):
+    """ZeRO-1 with torch's fused AdamW (what CUDA ranks run; was our per-tensor Python loop):
+    the owners run the same kernel on their units, so the losses equal the fused run without
+    ZeRO bit for bit, through a save at step 4 and a resume of the sharded states."""
+    got = torch.cat([_losses(runs, "zero1_fused_first"), _losses(runs, "zero1_fused_resumed")])
+    assert torch.equal(got, _losses(runs, "fused"))
 
 
 def test_unsupported_options_are_refused_with_the_fix():

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sailor_sim import Job, Plan, Simulator, comm, timing
+from sailor_sim import Job, Plan, Simulator, comm, get_gpu, timing
 from sailor_sim.cli import app
 from sailor_sim.cluster import Cluster, load_cluster
 from sailor_sim.errors import SailorError
@@ -118,7 +118,7 @@ def test_fabric_option_changes_the_network_and_prints_it(tmp_path):
     assert ib["breakdown"]["dp_sync"] < default["breakdown"]["dp_sync"] / 5
     table = runner.invoke(app, [*args[:-1], "--fabric", "ib-hdr-8x200"])
     assert table.exit_code == 0 and "Network: A100-80" in table.output
-    assert "InfiniBand HDR" in table.output
+    assert "InfiniBand HDR" in " ".join(table.output.split())
 
 
 @pytest.mark.parametrize(
@@ -185,3 +185,81 @@ def test_zero3_gathers_overlap_layer_by_layer_and_the_first_is_exposed():
 def test_zero3_exposed_traffic_grows_on_a_slower_fabric():
     """The same plan on EFA (0.59 bus efficiency) exposes more than on InfiniBand (0.94)."""
     assert _zero3("AWS EFA")[3].shard_comm_s > _zero3("InfiniBand HDR")[3].shard_comm_s
+
+
+def test_collective_volumes_follow_nccl_tests_bus_bandwidth():
+    """nccl-tests' bus bandwidth: all-reduce moves 2(n-1)/n of the buffer per rank, all-gather
+    and reduce-scatter (n-1)/n, all-to-all (n-1)/n of each rank's buffer."""
+    gb, bw = 1e9, 100e9
+    assert comm.allreduce_s(gb, 8, bw, 0.0) == pytest.approx(2 * 7 / 8 * gb / bw)
+    assert comm.allgather_s(gb, 8, bw, 0.0) == pytest.approx(comm.allreduce_s(gb, 8, bw, 0) / 2)
+    assert comm.reduce_scatter_s(gb, 8, bw, 0.0) == comm.allgather_s(gb, 8, bw, 0.0)
+    assert comm.alltoall_s(gb, 8, bw, 1e-5) == pytest.approx(7 / 8 * gb / bw + 1e-5)
+    assert comm.allreduce_s(gb, 1, bw, 1.0) == 0.0
+
+
+def test_large_groups_pay_tree_latency_not_a_rings():
+    """A ring of n takes 2(n-1) steps; NCCL's double binary tree 2 log2(n): with 1024 ranks
+    the latency term is 20 steps, not 2046 (the simulator's all-reduce of a tiny buffer)."""
+    assert comm.latency_steps(4) == 4  # 2 (n - 1) = 6 > 2 log2 4 = 4
+    assert comm.latency_steps(2) == 2
+    assert comm.latency_steps(1024) == 20 and comm.latency_steps(1024, 1) == 10
+    link_latency = 1e-5
+    t = comm.allreduce_s(16, 1024, 1e9, link_latency)
+    assert t == pytest.approx(20 * link_latency, rel=1e-3)
+
+
+def _bench(name: str):
+    """A bench script of the repository as a module (it reads the reference data only in
+    main(), so importing it is cheap)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sim_validation_uses_the_rule_the_cli_builds():
+    """One rule: the GH200 bench's job options are exactly what `--p2p deepspeed` builds."""
+    from sailor_sim.cli_options import execution_options
+
+    bench = _bench("sim_validation")
+
+    class Rec:
+        global_batch_size = 8
+
+    assert bench.validation_job(Rec()).options == execution_options(p2p=bench.P2P)
+    assert bench.P2P in P2P_STYLES
+
+
+def test_a_catalog_fabric_is_shared_by_the_gpu_types_own_node():
+    """A catalog fabric is quoted per node: GH200 nodes hold 4 GPUs, so Slingshot's
+    4 x 200 Gb/s give each GPU 200 Gb/s (not 800 / 8), the same as the catalog default."""
+    from sailor_sim.cluster import from_catalog
+    from sailor_sim.network import Endpoint
+
+    net = NetworkModel()
+    net.set_cluster(from_catalog("slingshot-4x200"))
+    end = Endpoint(Z, "GH-96", 1)
+    assert net.link(end, end).max_bandwidth == pytest.approx(200e9 / 8)
+    assert net.link(end, end).max_bandwidth == NetworkModel().link(end, end).max_bandwidth
+    assert net.gpus_per_nvlink_domain(get_gpu("GH-96")) == get_gpu("GH-96").gpus_per_node
+
+
+def test_a_ring_edge_between_zones_runs_at_the_providers_ethernet_efficiency():
+    """H200 nodes default to RoCE (0.94) inside a zone; a ring edge between two zones is on
+    the provider's IP network: the cloud Ethernet figure (0.59), whatever the GPU's fabric."""
+    from sailor_sim.network import Endpoint
+
+    net = NetworkModel()
+    a, b = (Z, "H200", 1), ("us-central1-b", "H200", 1)
+    link = net.link(Endpoint(*a), Endpoint(*b))
+    gb = 1e9
+    t = timing.edge_allreduce_time(net, a, b, 2, gb)
+    ethernet = comm.bus_efficiency("cloud Ethernet").value
+    expected = timing.allreduce_time(link, gb, 2, 1, ethernet)
+    assert t == pytest.approx(expected)
+    assert t > timing.allreduce_time(link, gb, 2, 1, comm.bus_efficiency("RoCE").value)

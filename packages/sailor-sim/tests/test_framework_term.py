@@ -56,3 +56,14 @@ def test_measured_profiles_carry_no_framework_term():
     job = Job.create("OPT-350M", 8, 2048, "fp32")
     plan = Plan.uniform(job, "A100-40", Z, dp=2, microbatch_size=1)
     assert Simulator().estimate(job, plan).time_breakdown_s["framework"] == 0.0
+
+
+def test_trust_names_the_framework_fit_it_used():
+    from sailor_sim import metrics
+
+    job = Job.create("LLaMA-2-7B", 16, 4096, "bf16", "adamw", ExecutionOptions(zero="zero3"))
+    plan = Plan.uniform(job, "H100-80", Z, dp=2, microbatch_size=1)
+    estimate = Simulator().estimate(job, plan)
+    (entry,) = metrics.provenance(estimate.sources, job, plan)
+    f = analytic.FRAMEWORK_EFFICIENCY[("fsdp", "hopper")]
+    assert f"framework efficiency {f:.2f} (fsdp/hopper)" in entry["trust"]

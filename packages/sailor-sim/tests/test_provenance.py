@@ -18,14 +18,15 @@ def _provenance(gpu: str, dtype: str, **options):
 
 
 def test_calibrated_analytic_carries_its_groups_leave_one_source_out_error() -> None:
-    """An H100 bf16 estimate without sharding quotes the widest Hopper bf16 group with runs
-    (the published Hopper runs are all FSDP), not the table's overall figure."""
+    """An H100 bf16 estimate without sharding quotes the Hopper bf16 Megatron-style runs'
+    error (NeMo's GPT-3 175B rows), not the table's overall figure."""
     groups = analytic.calibration_validation()["leave_one_source_out_by_group"]
     (entry,) = _provenance("H100-80", "bf16")
     assert entry["provenance"] == "calibrated analytic"
     assert entry["gpu_type"] == "H100-80"
-    assert entry["validation"]["group"] == "hopper/bf16/*"
-    stored = groups["hopper/bf16/*"]
+    assert entry["validation"]["group"] == "hopper/bf16/megatron"
+    stored = groups["hopper/bf16/megatron"]
+    assert stored != groups["*/*/*"]
     assert entry["validation"]["throughput_mean"] == stored["throughput_mean"]
     assert entry["validation"]["throughput_max"] == stored["throughput_max"]
     assert "leave-one-source-out" in entry["validation"]["method"]

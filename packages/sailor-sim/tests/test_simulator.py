@@ -362,7 +362,10 @@ def test_a_measured_ring_prices_data_parallel_and_step_sync(tmp_path):
 
     job = Job.create("tiny-gpt", 16, 64)
     plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 4, 1),) * 4),)).check(job)
-    replicas, n, steps = plan.stages[0].replicas, 4, 2 * (4 - 1)
+    from sailor_sim import comm
+
+    # latency steps: the ring's 2(n-1) or a tree's 2 log2 n, the fewer (comm.latency_steps)
+    replicas, n, steps = plan.stages[0].replicas, 4, comm.latency_steps(4)
     p2p = _cpu_links(tmp_path / "p2p")
     ring = _cpu_links(tmp_path / "ring", ring_bus_bandwidth=5e8, ring_hop_latency_s=2e-3)
     volume = 2 * (n - 1) / n * p2p.grad_bytes(job, 0, 7)

@@ -19,6 +19,8 @@ TERMS = {
     "framework",
     "tp_comm",
     "zero_comm",
+    "expert_comm",
+    "context_comm",
     "pipeline_bubble",
     "p2p",
     "dp_sync",

@@ -262,7 +262,7 @@ class Scorer:
         return hit
 
     def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
-        gbs = self.job.global_batch_size
+        gbs = self.job.sample_slots
         d = sum(g.count for g in groups)
         p = shape.depth
         # Each stage's ring: runs of (zone, GPU, TP) replicas, as timing.ring_kinds makes them.

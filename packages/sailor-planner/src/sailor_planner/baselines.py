@@ -69,7 +69,7 @@ def _replica_slots(pools: list[tuple[str, str, int]], tp: int) -> list[tuple[str
 
 
 def _uniform(job, slots, p: int, d: int, tp: int, mbs: int) -> Plan:
-    micro = job.global_batch_size // (d * mbs)
+    micro = job.sample_slots // (d * mbs)
     bounds = even_bounds(job.model.num_layer_ids, p)
     stages = []
     for i, (a, b) in enumerate(bounds):
@@ -96,9 +96,9 @@ def best_single_type(sim, job: Job, inventory: Inventory, options: SearchOptions
             slots = _replica_slots(sorted(pools, key=lambda x: -x[2]), tp)
             for p in range(1, min(n, options.max_pipeline_depth, total // tp) + 1):
                 for mbs in options.microbatch_sizes:
-                    if job.global_batch_size % mbs:
+                    if job.sample_slots % mbs:
                         continue
-                    for d in _divisors_pow2(job.global_batch_size // mbs):
+                    for d in _divisors_pow2(job.sample_slots // mbs):
                         if p * d > len(slots):
                             break
                         best.offer(_uniform(job, slots, p, d, tp, mbs))
@@ -127,7 +127,7 @@ def uniform_all(sim, job: Job, inventory: Inventory, options: SearchOptions) -> 
             for mbs in options.microbatch_sizes:
                 # As many pipelines as the GPUs allow while replicas share the batch equally.
                 d = len(slots) // p
-                while d >= 1 and job.global_batch_size % (d * mbs):
+                while d >= 1 and job.sample_slots % (d * mbs):
                     d -= 1
                 if d >= 1:
                     best.offer(_uniform(job, slots, p, d, tp, mbs))

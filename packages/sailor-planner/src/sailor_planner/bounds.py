@@ -57,7 +57,7 @@ class Bounder:
     def _cost_floor(self, shape: Shape, lbs, max_d) -> float:
         """Lower bound on $/iteration of any allocation: every sample at the cheapest class's
         steady-state price, plus one fill and one stage-0 all-reduce of two replicas."""
-        gbs = self.job.global_batch_size
+        gbs = self.job.sample_slots
         per_sample = min(
             cls.gpus * min_price(cls.gpu) / 3600.0 * b / cls.mbs
             for cls, (b, _f, _o), d in zip(shape.classes, lbs, max_d, strict=True)
@@ -79,7 +79,7 @@ class Bounder:
         with more pipelines than in ``counts``) the bound holds for every allocation between the
         two: T only falls and the all-reduce and the bill only grow as pipelines are added.
         """
-        gbs = self.job.global_batch_size
+        gbs = self.job.sample_slots
         fewest = counts if fewest is None else fewest
         rate = spread = usd = 0.0
         longest = opt = 0.0

@@ -14,7 +14,11 @@ import typer
 import sailor_planner
 from sailor_sim import SailorSimError
 from sailor_sim.cli_options import (
+    ContextParallel,
+    ExpertParallel,
+    Fabric,
     Flash,
+    Fp8,
     GradDtype,
     Recompute,
     SequenceParallel,
@@ -61,7 +65,10 @@ def plan(
     model: Annotated[str, typer.Option("--model", help="Catalog model, e.g. OPT-350M.")],
     gbs: Annotated[int, typer.Option("--gbs", help="Global batch size (samples per iteration).")],
     seq_len: Annotated[int | None, typer.Option("--seq-len", help="Tokens per sample.")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
+    dtype: Annotated[
+        str,
+        typer.Option("--dtype", "--precision", help="fp32, bf16, fp16 or fp8 (bf16 + FP8 GEMMs)."),
+    ] = "fp32",
     gpus: Annotated[
         list[str] | None, typer.Option("--gpus", help="TYPE@ZONE=COUNT, repeatable.")
     ] = None,
@@ -102,6 +109,10 @@ def plan(
     sequence_parallel: SequenceParallel = False,
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
+    fabric: Fabric = None,
+    fp8: Fp8 = "none",
+    ep: ExpertParallel = 1,
+    cp: ContextParallel = 1,
     search_options: Annotated[
         bool,
         typer.Option(
@@ -125,8 +136,9 @@ def plan(
 
     try:
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
-        )
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype,
+            fp8=fp8, expert_parallel=ep, context_parallel=cp,
+        )  # fmt: skip
     except SailorSimError as exc:
         fail(exc)
 
@@ -152,6 +164,7 @@ def plan(
             options,
             search_options,
             profiled_only,
+            fabric=fabric,
         )
     )
     if code:

@@ -80,7 +80,9 @@ class CostView:
     def profiled_oom(self, g: str, m: int, t: int) -> bool:
         """The profile marks (g, m, t) 'oom': the simulator refuses it, so the search skips it."""
         job = self.job
-        entry = self.sim.profiles.oom_entry(job.model, g, job.dtype, m, t, job.sequence_length)
+        entry = self.sim.profiles.oom_entry(
+            job.model, g, job.dtype, m, t, job.local_sequence_length
+        )
         return entry is not None
 
     # ---- time -------------------------------------------------------------------------------
@@ -142,11 +144,12 @@ class CostView:
     # ---- memory -----------------------------------------------------------------------------
     def _parts(self, g: str, m: int, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """[a, b] static bytes (weights, gradients, optimizer states) plus the transient of a
-        range ending at b, [a, b] stashed activation bytes per microbatch, [b] transient."""
+        range ending at b, [a, b] stashed activation bytes per microbatch, [a, b] the bytes
+        beyond the model states (transient and cached FP8 weight copies)."""
         key = (g, m, t)
         parts = self._mem_parts.get(key)
         if parts is None:
-            job, model, seq = self.job, self.model, self.job.sequence_length
+            job, model, seq = self.job, self.model, self.job.local_sequence_length
             # the profile's table with the activations the job's options stash
             table = self.sim.layer_table(job, g, m, t)
             params_pre = np.array(table.params, dtype=float)
@@ -163,8 +166,11 @@ class CostView:
             # static + transient are both position-independent: added once here, and
             # peak_bytes (linear in them) is then given transient 0.
             grad = GRAD_BYTES[job.dtype] if job.options.grad_dtype == "fp32" else 2
-            static = static_bytes(params, job.dtype, job.optimizer, grad) + transient[None, :]
-            parts = (static, acts, transient, params, grad)
+            # persistent beyond the model states: cached FP8 weight copies (0 without FP8)
+            fp8_pre = np.array(self.sim.fp8_copy_prefix(job, t), dtype=float)
+            extra = fp8_pre[None, 1:] - fp8_pre[:-1, None] + transient[None, :]
+            static = static_bytes(params, job.dtype, job.optimizer, grad) + extra
+            parts = (static, acts, extra, params, grad)
             self._mem_parts[key] = parts
         return parts
 
@@ -179,10 +185,10 @@ class CostView:
             # whatever the inventory, so the table stays valid across re-plans
             shards = sharding(job.options.zero, UNBOUNDED_SHARDS)
             static = static_bytes(params, job.dtype, job.optimizer, grad, shards)
-            static = static + transient[None, :]
+            static = static + transient  # the transient and the FP8 copies (see _parts)
         if dp:  # the most: interleaving keeps extra microbatches on the first stage
             acts = acts * activation_factor(job.options, 0, p)
-        act_out = self.model.activation_out_bytes(0, m, job.sequence_length, job.dtype)
+        act_out = self.model.activation_out_bytes(0, m, job.local_sequence_length, job.dtype)
         buffer, communicators = position_terms(act_out, t, 2 if dp else 1, i, p)
         peak = peak_bytes(
             framework_overhead(get_gpu(g)),

@@ -64,7 +64,7 @@ def enumerate_plans(
         pools.setdefault(pool.gpu_type, []).append((pool.zone, pool.count))
     types = [g for g in sorted(pools) if get_gpu(g).supports(job.dtype)]
     total = sum(c for g in types for _, c in pools[g])
-    gbs = job.global_batch_size
+    gbs = job.sample_slots  # microbatch slots of one iteration (the global batch)
     mbs_options = [m for m in options.microbatch_sizes if m <= gbs]
     for p in range(1, min(n, options.max_pipeline_depth, total) + 1):
         per_type = {

@@ -19,7 +19,7 @@ from sailor_sim.options import check_options_on
 from .allocate import Scorer, build_plan
 from .costs import CostView
 from .errors import NoFeasiblePlanError
-from .execution import best_options, lean
+from .execution import best_options, fitted_expert_parallel, lean
 from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search import Memo, Search
@@ -101,7 +101,7 @@ class Planner:
             ranked = self._choose_options(job, ranked + lean, options)
             partial = partial or lean_partial
         else:  # every ranked plan says which options its estimate assumes
-            ranked = [RankedPlan(r.plan, r.estimate, job.options) for r in ranked]
+            ranked = [RankedPlan(r.plan, r.estimate, r.options or job.options) for r in ranked]
         pareto = self._pareto(job, searched, options, stats, ranked)
         stats.elapsed_s = time.perf_counter() - start
         if not ranked:
@@ -122,11 +122,12 @@ class Planner:
     # ---- re-scoring ------------------------------------------------------------------------
     def _estimate(self, job: Job, plan: Plan, stats) -> RankedPlan | None:
         stats.rescored += 1
+        fitted = fitted_expert_parallel(job, plan)
         try:
-            est = self.sim.estimate(job, plan)
+            est = self.sim.estimate(fitted, plan)
         except SailorSimError:
             return None
-        return RankedPlan(plan, est)
+        return RankedPlan(plan, est, None if fitted is job else fitted.options)
 
     def _admits(self, options: SearchOptions, r: RankedPlan) -> bool:
         e = r.estimate
@@ -191,7 +192,7 @@ class Planner:
         (lean job, its candidates) per search for the frontier."""
         out, partial, searched = [], False, []
         base_cv = self._state(job)[0]
-        for lean_options in lean(job.options):
+        for lean_options in lean(job.options, job.model.moe, job.sequence_length):
             lean_job = dataclasses.replace(job, options=lean_options)
             if lean_job == job:
                 continue
@@ -215,7 +216,7 @@ class Planner:
             found = search.run()
             stats.absorb(search.stats)
             ranked = self._rank(lean_job, found, options, stats, None)
-            out += [RankedPlan(r.plan, r.estimate, lean_options) for r in ranked]
+            out += [RankedPlan(r.plan, r.estimate, r.options or lean_options) for r in ranked]
             searched.append((lean_job, found))
             partial = partial or search.partial
         return out, partial, searched

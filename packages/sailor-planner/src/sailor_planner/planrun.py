@@ -45,6 +45,9 @@ class PlanArgs:
     """Also search recompute / ZeRO / SP for the best plans and report the choice."""
     profiled_only: bool = False
     """Refuse configurations the profiles do not cover (see ``provenance``)."""
+    fabric: str | None = None
+    """``--fabric``: a catalog fabric name or a sailor-cluster/1 file (``sailor_sim.cluster``)
+    for the links between nodes; None: the GPU types' catalog defaults."""
 
 
 def search(args: PlanArgs) -> PlanResult:
@@ -66,10 +69,19 @@ def search(args: PlanArgs) -> PlanResult:
         search_execution_options=args.search_options,
         profiled_only=args.profiled_only,
     )
-    planner = planner_for(
-        str(args.profile_dir) if args.profile_dir else None,
-        str(args.sailor_root) if args.sailor_root else None,
-    )
+    profile_dir = str(args.profile_dir) if args.profile_dir else None
+    sailor_root = str(args.sailor_root) if args.sailor_root else None
+    if args.fabric is None:
+        planner = planner_for(profile_dir, sailor_root)
+    else:  # a planner of its own: the shared ones serve requests without this cluster
+        from sailor_sim.cluster import resolve
+
+        from .planner import Planner
+        from .sources import load_simulator
+
+        sim = load_simulator(profile_dir, sailor_root)
+        sim.network.set_cluster(resolve(args.fabric))
+        planner = Planner(sim)
     return planner.plan(job, inventory, options)
 
 

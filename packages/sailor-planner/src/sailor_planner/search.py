@@ -254,7 +254,7 @@ class Search:
     def _single_shapes_uncached(self, g: str, p: int) -> list[tuple]:
         out = []
         for m in self.opt.microbatch_sizes:
-            if m > self.job.global_batch_size:
+            if m > self.job.sample_slots:
                 continue
             for t in self._tp_specs(g, p):
                 self._poll()
@@ -405,7 +405,7 @@ class Search:
             cap = min(
                 sum(self.free.get((cls.gpu, z), 0) for z in grp) // k for grp, k in need.items()
             )
-            out.append(min(cap, self.job.global_batch_size // cls.mbs))
+            out.append(min(cap, self.job.sample_slots // cls.mbs))
         return out
 
     def _beaten(self, key: float) -> bool:

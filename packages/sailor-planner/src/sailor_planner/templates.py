@@ -67,7 +67,7 @@ def stage_tables(
     tuple with exactly one degree per stage.
     """
     job = cv.job
-    mm = max(1, job.global_batch_size // m)
+    mm = max(1, job.sample_slots // m)
     if isinstance(t, tuple):
         if any(cv.profiled_oom(g, m, d) for d in t):
             return None

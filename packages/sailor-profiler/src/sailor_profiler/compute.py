@@ -222,9 +222,9 @@ def profile_rank(
     torch.manual_seed(0)
     results = []
     for lid in layer_ids_to_profile(spec.num_layers, cfg.blocks):
-        layer = build_stage(
-            spec, lid, lid, tp_rank, tp, group, _param_dtype(cfg), device
-        ).layers[str(lid)]
+        layer = build_stage(spec, lid, lid, tp_rank, tp, group, _param_dtype(cfg), device).layers[
+            str(lid)
+        ]
         layer.train()
         opt_cache: dict[str, Stat] = {}
         for mbs in cfg.mbs:

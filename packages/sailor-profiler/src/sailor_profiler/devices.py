@@ -100,3 +100,64 @@ def check_tp_fits(device: DeviceSpec, tp: int) -> None:
             "use a smaller TP or a lower cuda:N",
             field="tp",
         )
+
+
+# The device name as nvidia-smi, torch.cuda.get_device_name or rocm-smi print it -> catalog
+# GPU type. Most specific first; \b keeps L4 from matching L40/L40S and A10 from A100.
+_GPU_NAME_RULES: tuple[tuple[str, str], ...] = (
+    (r"\bGH200\b", "GH-96"),  # Grace Hopper: not an H200 (an H100 die with 96 GB)
+    (r"\bH200\b", "H200"),
+    (r"\bH100\b.*\bPCIE\b", "H100-PCIe"),
+    (r"\bH100\b", "H100-80"),
+    (r"\bB200\b", "B200"),
+    (r"\bA100\b", "A100"),  # 40 or 80 GB: decided by the memory
+    (r"\bL40S\b", "L40S"),
+    (r"\bL4\b", "L4"),
+    (r"\bA10G?\b", "A10G"),
+    (r"\bT4\b", "T4"),
+    (r"\bV100\b", "V100-16"),
+    (r"\bMI300X\b", "MI300X"),
+    (r"\bRTX 3090\b", "RTX-3090"),
+    (r"\bRTX 2080 TI\b", "RTX-2080"),
+    (r"\bTITAN RTX\b", "Titan-RTX"),
+)
+MEMORY_TOLERANCE = 0.15
+"""Reported memory vs the catalog's: drivers report 0-7 % less or more than the nominal size
+(H200: 140.4 GiB reported, 141 GB = 131.3 GiB nominal); a variant with other memory (V100 32 GB,
+GH200 144 GB, H100 NVL 94 GB) is another GPU and is refused rather than filed as this one."""
+
+
+def catalog_gpu_type(device_name: str, memory_bytes: int) -> str:
+    """The catalog GPU type of a detected device (see ``_GPU_NAME_RULES``); ``DeviceError``
+    when the name or its memory matches no catalog GPU."""
+    import re
+
+    from sailor_sim import get_gpu
+
+    name = " ".join(device_name.upper().replace("-", " ").split())
+    catalog = next((c for pattern, c in _GPU_NAME_RULES if re.search(pattern, name)), None)
+    if catalog is None:
+        raise DeviceError(
+            f"detected GPU {device_name!r} is not in the GPU catalog; pass its type "
+            "(--gpu-type) or add it to sailor-sim's data/gpus.json",
+            field="gpu_type",
+        )
+    if catalog == "A100":
+        catalog = "A100-80" if memory_bytes > 60 * 2**30 else "A100-40"
+    nominal = get_gpu(catalog).memory_bytes
+    if memory_bytes and abs(memory_bytes - nominal) > MEMORY_TOLERANCE * nominal:
+        raise DeviceError(
+            f"detected GPU {device_name!r} has {memory_bytes / 2**30:.1f} GiB but the catalog's "
+            f"{catalog} has {nominal / 2**30:.1f} GiB: another variant; pass its type "
+            "(--gpu-type) or add it to sailor-sim's data/gpus.json",
+            field="gpu_type",
+        )
+    return catalog
+
+
+def local_gpu_type(index: int = 0) -> str:
+    """The catalog type of this machine's CUDA/ROCm device ``index`` (torch's name and memory)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    return catalog_gpu_type(props.name, props.total_memory)

@@ -48,6 +48,17 @@ def version() -> None:
     typer.echo(sailor_runtime.__version__)
 
 
+def _local_gpu() -> tuple[str, int] | None:
+    """This machine's CUDA GPUs as (catalog type, count) (nvidia-smi), or None."""
+    from .agent.gpus import detect_cuda
+
+    try:
+        found = detect_cuda()
+    except SailorRuntimeError:  # a GPU the catalog lacks: only CPU types are usable here
+        return None
+    return (found[0], found[1]) if found else None
+
+
 def _cpu_type(name: str):
     from .agent.cputypes import cpu_worker_type
 
@@ -128,11 +139,24 @@ def run(
     except OptionsError as exc:
         _fail(exc)
     types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
-    for t in types:
-        if t != "CPU" and _cpu_type(t) is None:
+    asked_gpus = [t for t in types if t != "CPU" and _cpu_type(t) is None]
+    local_gpu = _local_gpu() if asked_gpus else None  # (catalog type, count) or None
+    for t in asked_gpus:
+        if local_gpu is None or t.lower() != local_gpu[0].lower():
+            seen = f"this machine's GPUs are {local_gpu[1]}x {local_gpu[0]}" if local_gpu else (
+                "this machine has no CUDA GPU")  # fmt: skip
             _fail(SailorRuntimeError(
-                f"{t} is not a CPU worker type, and a local run's workers are CPU processes; "
-                "use cpu-1t, cpu-2t, ... (N threads on N cores)", field="--gpu-types"))  # fmt: skip
+                f"{t} is neither a CPU worker type nor this machine's GPU ({seen}); use "
+                "cpu-1t, cpu-2t, ... (N threads on N cores) or the detected GPU type",
+                field="--gpu-types"))  # fmt: skip
+    if asked_gpus and len(asked_gpus) != len(types):
+        _fail(SailorRuntimeError(
+            "mixes CPU worker types and GPUs; NCCL cannot reach CPU ranks: use one kind",
+            field="--gpu-types"))  # fmt: skip
+    if asked_gpus and workers + bool(add_worker_at_step) > local_gpu[1]:
+        _fail(SailorRuntimeError(
+            f"{workers + bool(add_worker_at_step)} GPU workers need as many GPUs; this "
+            f"machine has {local_gpu[1]}", field="--workers"))  # fmt: skip
     try:  # fail now, not after the workers were refused and the run waited for them
         for t in types:
             get_gpu(t)
@@ -207,6 +231,9 @@ def controller(
     seed: int = typer.Option(0),
     lr: float = typer.Option(0.0),
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
+    backend: str = typer.Option(
+        "auto", help="auto (gloo for CPU worker types, nccl for GPUs), gloo or nccl."
+    ),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
     """Run the controller until the job finishes (or fails)."""
@@ -221,13 +248,15 @@ def controller(
     try:
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
+        if backend not in ("auto", "gloo", "nccl"):
+            raise SailorRuntimeError(f"{backend!r}: use auto, gloo or nccl", field="--backend")
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
             planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,
             heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
             debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
-            else "127.0.0.1", seed=seed, lr=lr, token=token,
+            else "127.0.0.1", seed=seed, lr=lr, token=token, backend=backend,
         )  # fmt: skip
         c = Controller(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:

@@ -227,11 +227,11 @@ def elementwise_bytes(model: ModelSpec, layer_id: int, mbs: int, seq: int, tp: i
         return tokens * (model.vocab_size // tp) * LOGIT_BYTES_FORWARD
     if kind != "block":
         return 0
-    ffn = model.ffn_hidden_size // tp
+    ffn = model.mlp_width(layer_id) / tp  # MoE: the routed slots' and shared experts' width
     per_token = 4 * h + 6 * h + (5 * ffn if model.gated_mlp else 2 * ffn)
     if model.position == "rotary":
-        per_token += 2 * (h + model.kv_size) // tp
-    return tokens * per_token * e
+        per_token += 2 * (model.q_width + model.kv_size) // tp
+    return int(tokens * per_token * e)
 
 
 def calibrated_times(
@@ -276,6 +276,14 @@ def layer_times(
     fwd = max(fwd_compute, mem_s) + KERNEL_OVERHEAD_S
     bwd = max(bwd_compute, 2 * mem_s) + KERNEL_OVERHEAD_S
     return fwd, bwd
+
+
+def attention_flop_s(gpu: GPUType, dtype: str) -> float:
+    """Achieved FLOP/s of the attention core (flash): the GPU's matmul efficiency at its
+    16-bit peak (the calibrated plateau where there is one, else the per-GPU forward fit)."""
+    fit = calibrated(gpu, dtype)
+    eff = fit.e_max if fit else efficiency(gpu).forward
+    return gpu.peak_flops(dtype, allow_tf32=True) * eff
 
 
 def optimizer_time(params: int, gpu: GPUType, dtype: str, optimizer: str) -> float:

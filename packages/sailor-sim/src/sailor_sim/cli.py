@@ -16,8 +16,11 @@ import typer
 from . import __version__, inputs
 from .cli_catalog import register as _register_catalog_commands
 from .cli_options import (
+    ContextParallel,
+    ExpertParallel,
     Fabric,
     Flash,
+    Fp8,
     GradDtype,
     P2p,
     Recompute,
@@ -56,7 +59,10 @@ def group(version: bool = version_option(__version__), catalog: Path | None = _C
     pass
 
 
-_DTYPE_HELP = "fp32, bf16 or fp16 (default: the config.json's torch_dtype, else fp32)."
+_DTYPE_HELP = (
+    "fp32, bf16, fp16 or fp8 (bf16 with FP8 GEMMs) (default: the config.json's torch_dtype, "
+    "else fp32)."
+)
 _SEQ_HELP = "Sequence length (default: the model's maximum, at most 8192)."
 
 
@@ -204,7 +210,7 @@ def simulate(
     ),
     gbs: int = typer.Option(None, help="Global batch size (default: from the Sailor plan)."),
     seq: int = typer.Option(None, help=_SEQ_HELP),
-    dtype: str = typer.Option(None, help=_DTYPE_HELP),
+    dtype: str = typer.Option(None, "--dtype", "--precision", help=_DTYPE_HELP),
     optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     gpu: str = typer.Option(None, help="Homogeneous plan without a file: the GPU type."),
     tp: int = typer.Option(1, help="With --gpu: tensor-parallel degree."),
@@ -230,6 +236,9 @@ def simulate(
     sequence_parallel: SequenceParallel = False,
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
+    fp8: Fp8 = "none",
+    ep: ExpertParallel = 1,
+    cp: ContextParallel = 1,
     p2p: P2p = "megatron",
     fabric: Fabric = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -245,8 +254,9 @@ def simulate(
             if value is not None:
                 inputs.positive_number(value, f"--{name}")
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, p2p
-        )
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, p2p,
+            fp8=fp8, expert_parallel=ep, context_parallel=cp,
+        )  # fmt: skip
         sim = _simulator(sailor_root, profiles)
         if fabric is not None:
             from .cluster import resolve
@@ -308,7 +318,7 @@ def memory(
     dp: int = typer.Option(1, help="Data-parallel replicas (adds the DP communicator)."),
     stage: int = typer.Option(None, help="Only this stage (0-based)."),
     seq: int = typer.Option(None, help=_SEQ_HELP),
-    dtype: str = typer.Option(None, help=_DTYPE_HELP),
+    dtype: str = typer.Option(None, "--dtype", "--precision", help=_DTYPE_HELP),
     optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     sailor_root: Annotated[
         Path | None, typer.Option(help="Folder laid out like a Sailor checkout.")
@@ -322,6 +332,9 @@ def memory(
     sequence_parallel: SequenceParallel = False,
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
+    fp8: Fp8 = "none",
+    ep: ExpertParallel = 1,
+    cp: ContextParallel = 1,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Will this model fit on this GPU with this TP / PP / microbatch size, and by how much?"""
@@ -330,8 +343,9 @@ def memory(
 
     try:
         options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype
-        )
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype,
+            fp8=fp8, expert_parallel=ep, context_parallel=cp,
+        )  # fmt: skip
         job = _job(model, 1, seq, dtype, optimizer, options)
         gpu_type = get_gpu(gpu)
         job.model.check_tp(tp)
@@ -345,6 +359,13 @@ def memory(
             inputs.integral(value, name)
         if num_microbatches is not None:
             inputs.integral(num_microbatches, "--num-microbatches")
+        for option, degree in (("expert_parallel", ep), ("context_parallel", cp)):
+            if dp % degree:  # their groups are made of the stage's replicas
+                raise ValidationError(
+                    f"{degree} does not divide the {dp} replicas (--dp); use --dp a multiple "
+                    f"of {degree}",
+                    field=f"options.{option}",
+                )
         sizes = even_split(job.model.num_layer_ids, pp)
         if stage is not None and not 0 <= stage < pp:
             raise ValidationError(f"must be in 0..{pp - 1}", field="stage")
@@ -375,6 +396,7 @@ def memory(
         typer.echo(json.dumps({"model": job.model.name, "gpu_type": gpu_type.name, "stages": rows}))
         return
     typer.echo(f"{job.model.name} on {gpu_type.name}: TP {tp}, PP {pp}, mbs {mbs}, {job.dtype}")
+    typer.echo(f"Options: {job.options.describe()}")
     for name, why in _assumed(model, seq, dtype).items():
         typer.echo(f"Assumed {name}: {why}")
     terms = list(rows[0]["breakdown_bytes"])

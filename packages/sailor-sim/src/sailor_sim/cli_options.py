@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from .errors import ValidationError
-from .options import GRAD_DTYPES, P2P_STYLES, RECOMPUTE, ZERO, ExecutionOptions
+from .options import FP8_RECIPES, GRAD_DTYPES, P2P_STYLES, RECOMPUTE, ZERO, ExecutionOptions
 
 Zero = Annotated[
     str, typer.Option("--zero", help=f"Optimizer/gradient/parameter sharding: {', '.join(ZERO)}.")
@@ -35,6 +35,24 @@ VirtualStages = Annotated[
 ]
 GradDtype = Annotated[
     str, typer.Option("--grad-dtype", help=f"Main-gradient dtype: {', '.join(GRAD_DTYPES)}.")
+]
+Fp8 = Annotated[
+    str,
+    typer.Option(
+        "--fp8",
+        help=f"FP8 GEMMs in the blocks, per-tensor scaling: {', '.join(FP8_RECIPES)} "
+        "(--precision fp8 = bf16 with 'delayed').",
+    ),
+]
+ContextParallel = Annotated[
+    int,
+    typer.Option(
+        "--cp", help="Context parallelism: replicas per stage that split each sequence (ring)."
+    ),
+]
+ExpertParallel = Annotated[
+    int,
+    typer.Option("--ep", help="Expert parallelism: replicas per stage that split the experts."),
 ]
 
 P2p = Annotated[
@@ -64,6 +82,9 @@ def execution_options(
     virtual_stages: int = 1,
     grad_dtype: str = "fp32",
     p2p: str = "megatron",
+    fp8: str = "none",
+    expert_parallel: int = 1,
+    context_parallel: int = 1,
 ) -> ExecutionOptions:
     """The ``ExecutionOptions`` the flags describe (raises ``ValidationError`` on bad values)."""
     if p2p not in P2P_STYLES:
@@ -78,4 +99,7 @@ def execution_options(
         zero=zero,
         sequence_parallel=sequence_parallel,
         virtual_stages=virtual_stages,
+        fp8=fp8,
+        expert_parallel=expert_parallel,
+        context_parallel=context_parallel,
     )

@@ -19,6 +19,7 @@ TERM_HEADERS = {
     "framework": "framewk",
     "transient": "transient",
     "weights": "weights",
+    "fp8_weight_copies": "fp8 w",
 }
 """Short memory-term headers, so a stage's whole breakdown fits one 120-column row."""
 

@@ -50,31 +50,36 @@ class Cluster:
     fabric: str
     nics_per_node: int
     nic_gbps: float
-    gpus_per_node: int
-    nvlink_domain: int
+    gpus_per_node: int | None
+    """None: as many as the GPU type's nodes hold (a catalog fabric is quoted per node)."""
+    nvlink_domain: int | None
+    """None: the whole node."""
     deployment: str
     latency_s: float
     source: str
 
-    @property
-    def bandwidth_per_gpu(self) -> float:
-        """Bytes/s per direction each GPU gets when every GPU of a node sends at once."""
-        return self.nics_per_node * self.nic_gbps / 8 * 1e9 / self.gpus_per_node
+    def bandwidth_per_gpu(self, gpus_of_type: int) -> float:
+        """Bytes/s per direction each GPU gets when every GPU of a node sends at once; nodes of
+        ``gpus_of_type`` GPUs where the cluster does not say."""
+        gpus = self.gpus_per_node or gpus_of_type
+        return self.nics_per_node * self.nic_gbps / 8 * 1e9 / gpus
 
     @property
     def bus_efficiency(self) -> float:
         return bus_efficiency(self.fabric).value
 
     def describe(self) -> str:
+        node = f"{self.gpus_per_node}-GPU node" if self.gpus_per_node else "node"
+        domain = f", NVLink domain {self.nvlink_domain}" if self.nvlink_domain else ""
         return (
-            f"{self.fabric} {self.nics_per_node} x {self.nic_gbps:g} Gb/s per "
-            f"{self.gpus_per_node}-GPU node, NVLink domain {self.nvlink_domain}, "
+            f"{self.fabric} {self.nics_per_node} x {self.nic_gbps:g} Gb/s per {node}{domain}, "
             f"{self.deployment} ({self.source})"
         )
 
 
 def from_catalog(name: str) -> Cluster:
-    """A cluster of a catalog fabric (``data/instances.json``); one NIC per GPU of 8."""
+    """A cluster of a catalog fabric (``data/instances.json``, quoted per node: the GPU
+    type's nodes share it)."""
     from .instances import FABRICS as fabrics
 
     if name not in fabrics:
@@ -86,7 +91,7 @@ def from_catalog(name: str) -> Cluster:
     f = fabrics[name]
     gbps = f.bandwidth_per_node * 8 / 1e9
     return Cluster(
-        f.kind, 1, gbps, 8, 8, "cloud" if "cloud" in f.kind or "AWS" in f.kind else "on-prem",
+        f.kind, 1, gbps, None, None, "cloud" if "cloud" in f.kind or "AWS" in f.kind else "on-prem",
         f.latency_s, f"catalog fabric {name}: {f.source}",
     )  # fmt: skip
 
@@ -159,9 +164,8 @@ def describe_network(network, plan) -> list[str]:
         eff = inter.bus_efficiency
         eff = default_efficiency(gpu_type) if eff is None else eff
         lines.append(
-            f"{gpu_type} in {zone}: intra-node {intra_node_kind(gpu)} "
-            f"{intra.max_bandwidth / 1e9:.0f} GB/s ({intra.source}); between nodes "
-            f"{inter.max_bandwidth * 8 / 1e9:.0f} Gb/s per GPU, ring bus efficiency {eff:.2f} "
-            f"({inter.source})"
+            f"{gpu_type} in {zone}: {intra_node_kind(gpu)} {intra.max_bandwidth / 1e9:.0f} GB/s "
+            f"inside a node; between nodes {inter.max_bandwidth * 8 / 1e9:.0f} Gb/s per GPU, "
+            f"ring bus efficiency {eff:.2f} ({inter.source})"
         )
     return lines

@@ -14,6 +14,7 @@ stated assumption, not a measurement, and the per-estimate trust says which one 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .errors import UnknownNameError
@@ -57,7 +58,12 @@ BUS_EFFICIENCY: dict[str, BusEfficiency] = {
         "fitted on the original Sailor's 15 GH200 runs (libfabric NCCL plugin); "
         "bench/sim_validation.py refits it leave-one-out (0.3-0.4)",
     ),
-    "TCP loopback": BusEfficiency(0.59, "gloo on one host: assumed equal to cloud Ethernet"),
+    "TCP loopback": BusEfficiency(
+        0.3,
+        "gloo on CPU ranks of one host, measured by this project's sailor-profiler network "
+        "runs: 0.2-0.4 of the p2p bandwidth (packages/sailor-profiler/README.md, links.json); "
+        "the midpoint. Profiled links carry their measured ring instead",
+    ),
 }
 """Fabric kind -> ring bus efficiency (the kinds of ``data/instances.json`` fabrics)."""
 
@@ -92,3 +98,50 @@ def default_inter_node_kind(gpu) -> str:
         return DEFAULT_INTER_NODE_KIND[gpu.platform]
     fabric = fabric_for(gpu.name)
     return fabric.kind if fabric is not None else "cloud Ethernet"
+
+
+# ---- collectives ---------------------------------------------------------------------------
+# Times of one collective from the bytes it moves, the bus bandwidth the fabric sustains
+# (line rate x BUS_EFFICIENCY) and the latency of one step. Volumes per rank as nccl-tests
+# defines bus bandwidth (doc/PERFORMANCE.md): all-reduce 2(n-1)/n of the buffer, all-gather and
+# reduce-scatter (n-1)/n of the gathered buffer, all-to-all (n-1)/n of each rank's buffer.
+
+
+def latency_steps(ranks: int, steps_per_rank: int = 2) -> int:
+    """Latency-bound steps of an all-reduce (``steps_per_rank`` 2) or a gather/scatter (1) over
+    ``ranks``: a ring takes steps_per_rank x (n - 1); NCCL's double binary trees (NCCL 2.4,
+    NVIDIA developer blog 'Massively Scale Your Deep Learning Training with NCCL 2.4') take
+    steps_per_rank x ceil(log2 n) at the same bus bandwidth, and NCCL picks the faster, so
+    large groups are not charged a ring's latency."""
+    if ranks < 2:
+        return 0
+    return steps_per_rank * min(ranks - 1, math.ceil(math.log2(ranks)))
+
+
+def allreduce_s(nbytes: float, ranks: int, bus_bandwidth: float, step_latency_s: float) -> float:
+    """One all-reduce of ``nbytes``: 2(n-1)/n of them at the bus bandwidth, plus its steps."""
+    if ranks < 2 or nbytes <= 0:
+        return 0.0
+    volume = 2.0 * (ranks - 1) / ranks * nbytes
+    return volume / bus_bandwidth + latency_steps(ranks) * step_latency_s
+
+
+def allgather_s(nbytes: float, ranks: int, bus_bandwidth: float, step_latency_s: float) -> float:
+    """One all-gather (or reduce-scatter) whose gathered buffer is ``nbytes``: half an
+    all-reduce's volume and steps."""
+    if ranks < 2 or nbytes <= 0:
+        return 0.0
+    volume = (ranks - 1) / ranks * nbytes
+    return volume / bus_bandwidth + latency_steps(ranks, 1) * step_latency_s
+
+
+reduce_scatter_s = allgather_s
+
+
+def alltoall_s(nbytes: float, ranks: int, bus_bandwidth: float, step_latency_s: float) -> float:
+    """One all-to-all where every rank holds ``nbytes`` and keeps 1/n of them: (n-1)/n leave
+    it at the bus bandwidth; the n - 1 sends run at once (NCCL groups the p2p calls), so one
+    step's latency."""
+    if ranks < 2 or nbytes <= 0:
+        return 0.0
+    return (ranks - 1) / ranks * nbytes / bus_bandwidth + step_latency_s

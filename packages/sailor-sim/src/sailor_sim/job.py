@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import inputs
+from .context_parallel import check_context_parallel
 from .dtypes import check_dtype
 from .errors import SailorSimError, ValidationError
 from .gpus import get_gpu
 from .model import ModelSpec, get_model
+from .moe import check_expert_parallel
 from .options import ExecutionOptions, check_options
 from .zones import get_zone
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
+FP8_PRECISION = "fp8"
+"""The precision name that means bf16 training with FP8 GEMMs (``ExecutionOptions.fp8``)."""
 _JOB_IDS: dict[tuple, int] = {}
 _NEXT_JOB_ID = itertools.count()
 """Interned ``Job.cache_id`` per distinct (model, sequence, dtype, optimizer, options)."""
@@ -35,6 +40,7 @@ class Job:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", get_model(self.model))
+        self._fp8_precision()
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
         for name in ("global_batch_size", "sequence_length"):  # integral, not truncated
             value = getattr(self, name)
@@ -59,9 +65,35 @@ class Job:
         if not isinstance(self.options, ExecutionOptions):
             raise ValidationError("must be ExecutionOptions or a dict of them", field="options")
         check_options(self.options, self.dtype)
+        check_expert_parallel(self.model.moe, self.options.expert_parallel, self.model.name)
+        check_context_parallel(self.options.context_parallel, self.sequence_length)
         # Equal jobs (up to the global batch, which no cached component depends on) share one
         # small int: the simulator's caches key on it instead of hashing a ModelSpec per lookup.
         self._intern()
+
+    @property
+    def local_sequence_length(self) -> int:
+        """Tokens of a sample one replica processes: the sequence / ``context_parallel``."""
+        return self.sequence_length // self.options.context_parallel
+
+    @property
+    def sample_slots(self) -> int:
+        """Samples the replicas of a stage process per iteration together: the global batch
+        x ``context_parallel`` (each sample is split over cp replicas)."""
+        return self.global_batch_size * self.options.context_parallel
+
+    def _fp8_precision(self) -> None:
+        """dtype 'fp8' (``--precision fp8``) is bf16 training with FP8 GEMMs, as Transformer
+        Engine runs it: dtype bf16, ``options.fp8`` 'delayed' unless a recipe is set."""
+        if not (isinstance(self.dtype, str) and self.dtype.lower() == FP8_PRECISION):
+            return
+        object.__setattr__(self, "dtype", "bf16")
+        options = self.options
+        if isinstance(options, Mapping) or options is None:
+            options = ExecutionOptions.from_dict(options)
+        if isinstance(options, ExecutionOptions) and options.fp8 == "none":
+            options = dataclasses.replace(options, fp8="delayed")
+        object.__setattr__(self, "options", options)
 
     def _intern(self) -> None:
         what = (self.model, self.sequence_length, self.dtype, self.optimizer, self.options)
@@ -279,6 +311,9 @@ def _options_from_proto(msg) -> ExecutionOptions:
         sequence_parallel=msg.sequence_parallel,
         virtual_stages=msg.virtual_stages or 1,
         p2p_scatter_gather=(msg.p2p_scatter_gather if msg.HasField("p2p_scatter_gather") else True),
+        fp8=msg.fp8 or default.fp8,
+        expert_parallel=msg.expert_parallel or 1,
+        context_parallel=msg.context_parallel or 1,
     )
 
 

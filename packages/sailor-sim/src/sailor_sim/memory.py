@@ -142,11 +142,14 @@ def memory_terms(
     communicators: int,
     grad_bytes: int | None = None,
     shards: tuple[int, int, int] = (1, 1, 1),
+    extra: dict[str, int] | None = None,
 ) -> dict[str, int]:
-    """Named bytes of one GPU; their sum is the peak."""
+    """Named bytes of one GPU; their sum is the peak. ``extra``: further persistent tensors by
+    name (e.g. ``fp8_weight_copies``), counted like the model states."""
     over = framework_overhead(gpu)
     terms = {
         **model_state_terms(params, dtype, optimizer, grad_bytes, shards),
+        **(extra or {}),
         "activations": activation_per_microbatch * in_flight_microbatches,
         "transient": transient,
         "comm_buffers": p2p_buffer + communicators * over.nccl_per_communicator,

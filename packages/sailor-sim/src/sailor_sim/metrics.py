@@ -39,9 +39,12 @@ class Throughput:
 
 
 def model_flops_per_token(model, seq_len: int) -> float:
-    """Training FLOPs per token, 6N + 12 L H Q T (PaLM, Appendix B)."""
+    """Training FLOPs per token, 6N + 12 L H Q T (PaLM, Appendix B); N counts the weights a
+    token uses, so a mixture-of-experts model counts its top-k routed experts only (the
+    'activated' parameters of MoE reports)."""
     attention = 12 * model.num_layers * model.num_heads * model.head_dim * seq_len
-    return 6.0 * model.matmul_params() + attention
+    unrouted = model.total_params() - model.active_params()
+    return 6.0 * (model.matmul_params() - unrouted) + attention
 
 
 def _peak(gpu_type: str, dtype: str) -> float:
@@ -128,8 +131,8 @@ for their GPU family and dtype are labelled 'uncalibrated analytic')."""
 IMPORTED_VALIDATION: dict[str, Any] = {
     "method": "leave-one-out over the 15 GH200 OPT-350 fp32 runs of the original Sailor "
     "(bench/sim_validation.py)",
-    "throughput_mean": 0.0324,
-    "throughput_max": 0.0843,
+    "throughput_mean": 0.0311,
+    "throughput_max": 0.0766,
     "memory_mean": 0.0495,
     "memory_max": 0.0950,
 }
@@ -178,6 +181,18 @@ def _group_validation(gpu, job) -> dict[str, Any]:
     return out
 
 
+def _framework_note(gpu, job) -> str:
+    """Which fitted framework efficiency the estimate's ``framework`` term used (its own
+    style and family, or one borrowed: ``analytic.framework_efficiency``)."""
+    from . import analytic, trust
+
+    style = trust.execution_style(job.options.zero)
+    found = analytic.framework_efficiency(style, analytic.gpu_family(gpu))
+    if found is None:
+        return "; no framework term (no fit)"
+    return f"; framework efficiency {found[0]:.2f} ({found[1]})"
+
+
 def _analytic_entries(source: str, job, plan) -> list[dict[str, Any]]:
     """One provenance entry per GPU type of an analytic estimate: calibrated on published runs
     (its leave-one-source-out error) or not (the error of the uncalibrated model there)."""
@@ -189,7 +204,10 @@ def _analytic_entries(source: str, job, plan) -> list[dict[str, Any]]:
         fit = analytic.calibrated(gpu, job.dtype) if job.dtype != "fp32" else None
         if fit is not None:
             label, validation = "calibrated analytic", _group_validation(gpu, job)
-            detail = f"efficiency calibrated on published runs ({analytic.CALIBRATION_FILE.name})"
+            detail = (
+                f"efficiency calibrated on published runs ({analytic.CALIBRATION_FILE.name})"
+                f"{_framework_note(gpu, job)}"
+            )
         elif job.dtype == "fp32":  # per-GPU fits to Sailor's fp32 profiles, none held out
             label = "uncalibrated analytic"
             validation = {"method": f"none held out: {analytic.efficiency(gpu).source}"}

@@ -15,6 +15,14 @@ equals the published count.
 The built-in catalog is ``data/models.json`` (one entry per model, with its source); any
 decoder-only model can also be read from a Hugging Face ``config.json`` (``hf_config.py``).
 
+Beyond the GPT/LLaMA block, a spec may carry: an explicit ``attention_head_dim`` (Gemma,
+Qwen3: heads x head_dim != hidden), per-head q/k RMSNorms (``qk_norm``, Qwen3), Gemma-2's
+norms after attention and MLP (``sandwich_norm``), BLOOM's norm after the embedding
+(``embedding_norm``), a squared-ReLU MLP (``mlp='relu2'``, Nemotron-4: So et al. 2021,
+"Primer", arXiv 2109.08668), latent attention (``mla``, ``mla.py``) and mixture-of-experts
+blocks (``moe``, ``moe.py``). For MoE the per-layer counts hold every expert; expert
+parallelism divides them in the memory model (``moe.py``).
+
 Activation memory follows Korthikanti et al., "Reducing Activation Recomputation in Large
 Transformer Models" (2022), Sec. 4.1, without sequence parallelism or recomputation, one named
 term per stored tensor (see ``stash_terms``).
@@ -28,6 +36,8 @@ from functools import lru_cache
 from .catalog_data import model_entries
 from .dtypes import check_dtype, dtype_bytes
 from .errors import UnknownNameError, ValidationError
+from .mla import MLASpec
+from .moe import MoESpec
 
 # Labels only: the architecture is in the fields (position, norm, mlp, bias, ...).
 FAMILIES = (
@@ -41,10 +51,18 @@ FAMILIES = (
     "gpt2",
     "gpt",
     "mpt",
+    "mixtral",
+    "qwen3",
+    "qwen2-moe",
+    "qwen3-moe",
+    "deepseek",
+    "gemma2",
+    "bloom",
+    "nemotron",
 )
 POSITIONS = ("learned", "rotary", "alibi")
 NORMS = ("layernorm", "rmsnorm")
-MLPS = ("gelu", "swiglu", "geglu")
+MLPS = ("gelu", "swiglu", "geglu", "relu2")
 # Bytes of the int64 token ids a stage 0 keeps per token (for the embedding backward).
 _TOKEN_ID_BYTES = 8
 
@@ -70,7 +88,8 @@ class ModelSpec:
     norm: str = "layernorm"
     """'layernorm' (weight + bias unless ``norm_bias`` is False) or 'rmsnorm' (weight only)."""
     mlp: str = "gelu"
-    """'gelu' (up, down), 'swiglu' or 'geglu' (gate, up, down; Shazeer 2020)."""
+    """'gelu' (up, down), 'relu2' (up, down, squared ReLU), 'swiglu' or 'geglu' (gate, up,
+    down; Shazeer 2020)."""
     bias: bool = True
     """Linear layers carry biases (OPT, GPT-Neo) or not (LLaMA)."""
     dropout: float = 0.0
@@ -90,8 +109,25 @@ class ModelSpec:
     """LayerNorm carries a bias; None = True for 'layernorm' (MPT: False). RMSNorm never does."""
     num_position_embeddings: int | None = None
     """Rows of a learned position table; None = ``max_seq_len`` (OPT keeps 2 more rows)."""
+    attention_head_dim: int | None = None
+    """Width of one attention head; None = hidden_size / num_heads (Gemma-7B: 256 x 16 heads
+    on a 3072 hidden state)."""
+    qk_norm: bool = False
+    """RMSNorm (weight of head_dim) on each head's query and key (Qwen3)."""
+    sandwich_norm: bool = False
+    """Norms also after attention and after the MLP, 4 per block (Gemma-2)."""
+    embedding_norm: bool = False
+    """A norm on the embedding output in layer 0 (BLOOM ``word_embeddings_layernorm``)."""
+    moe: MoESpec | None = None
+    """Mixture-of-experts blocks (``moe.py``); None = dense."""
+    mla: MLASpec | None = None
+    """Multi-head latent attention (``mla.py``); None = multi-head/grouped-query attention."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.moe, dict):
+            object.__setattr__(self, "moe", MoESpec(**self.moe))
+        if isinstance(self.mla, dict):
+            object.__setattr__(self, "mla", MLASpec(**self.mla))
         if self.family not in FAMILIES:
             raise ValidationError(
                 f"unknown family {self.family!r}; use one of {FAMILIES}", field="family"
@@ -100,7 +136,7 @@ class ModelSpec:
         for field in (*sizes, "vocab_size", "max_seq_len"):
             if getattr(self, field) <= 0:
                 raise ValidationError(f"must be positive, got {getattr(self, field)}", field=field)
-        if self.hidden_size % self.num_heads:
+        if self.hidden_size % self.num_heads and self.attention_head_dim is None and not self.mla:
             raise ValidationError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}",
                 field="num_heads",
@@ -140,7 +176,49 @@ class ModelSpec:
     # ---- shape helpers ---------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.attention_head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries (and of the attention output): num_heads * head_dim."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.mla.qk_head_dim if self.mla else self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def simulated_only_features(self) -> tuple[str, ...]:
+        """Architecture features the simulator accounts for but the runtime's model zoo does
+        not build (it refuses such a spec rather than train a different model)."""
+        features = {
+            "moe": self.moe is not None,
+            "mla": self.mla is not None,
+            "attention_head_dim": self.attention_head_dim is not None,
+            "qk_norm": self.qk_norm,
+            "sandwich_norm": self.sandwich_norm,
+            "embedding_norm": self.embedding_norm,
+            "mlp=relu2": self.mlp == "relu2",
+        }
+        return tuple(name for name, present in features.items() if present)
+
+    def is_moe_block(self, layer_id: int) -> bool:
+        return (
+            self.moe is not None
+            and self.layer_kind(layer_id) == "block"
+            and (self.moe.is_moe_block(layer_id))
+        )
+
+    def mlp_width(self, layer_id: int) -> float:
+        """Intermediate width a token passes through in this block's MLP: the dense FFN, or
+        the routed slots x expert width plus the shared experts."""
+        if not self.is_moe_block(layer_id):
+            return self.ffn_hidden_size
+        return self.moe.routed_slots * self.moe.expert_ffn + self.moe.shared_ffn
 
     @property
     def kv_size(self) -> int:
@@ -210,6 +288,7 @@ class ModelSpec:
             ("num_kv_heads", self.num_kv_heads),
             ("ffn_hidden_size", self.ffn_hidden_size),
             ("vocab_size", self.vocab_size),
+            *((("moe.expert_ffn", self.moe.expert_ffn),) if self.moe else ()),
         ):
             if size % tp:
                 return f"TP degree {tp} does not divide {what} {size} of {self.name}"
@@ -232,25 +311,82 @@ class ModelSpec:
             terms = {"word_embeddings": self.vocab_size * h // tp}
             if self.position_rows:
                 terms["position_embeddings"] = self.position_rows * h
+            if self.embedding_norm:
+                terms["embedding_norm"] = self._norm_params()
             return terms
         if kind == "head":
             return {"final_norm": self._norm_params(), "lm_head": self.vocab_size * h // tp}
-        qkv_out = h + 2 * self.kv_size
-        mlp_mats = 3 if self.gated_mlp else 2
-        terms = {
-            "attention_norm": self._norm_params(),
-            "attention_qkv": qkv_out * h // tp,
-            "attention_out": h * h // tp,
-            "mlp_norm": self._norm_params(),
-            "mlp": mlp_mats * h * self.ffn_hidden_size // tp,
-        }
+        norms = 4 if self.sandwich_norm else 2
+        terms = {"attention_norm": self._norm_params(), **self._attention_terms(tp)}
+        terms["mlp_norm"] = (norms - 1) * self._norm_params()
+        return terms | self._mlp_terms(layer_id, tp)
+
+    def _attention_terms(self, tp: int) -> dict[str, int]:
+        h = self.hidden_size
+        if self.mla:
+            return self.mla.param_terms(h, self.num_heads, tp)
+        qkv_out = self.q_width + 2 * self.kv_size
+        terms = {"attention_qkv": qkv_out * h // tp, "attention_out": self.q_width * h // tp}
+        if self.qk_norm:  # one head_dim weight each for q and k, shared by the heads
+            terms["attention_qk_norm"] = 2 * self.head_dim
         if self.qkv_has_bias:
             terms["attention_qkv_bias"] = qkv_out // tp
         if self.bias:
-            up_biases = self.ffn_hidden_size * (mlp_mats - 1)
             terms["attention_out_bias"] = h  # row-parallel bias: replicated
-            terms["mlp_bias"] = up_biases // tp + h
         return terms
+
+    def _mlp_terms(self, layer_id: int, tp: int) -> dict[str, int]:
+        h, mlp_mats = self.hidden_size, 3 if self.gated_mlp else 2
+        if not self.is_moe_block(layer_id):
+            terms = {"mlp": mlp_mats * h * self.ffn_hidden_size // tp}
+            if self.bias:
+                terms["mlp_bias"] = self.ffn_hidden_size * (mlp_mats - 1) // tp + h
+            return terms
+        moe = self.moe
+        terms = {
+            "mlp_router": moe.num_experts * h,  # replicated: every rank routes its tokens
+            "mlp_experts": moe.num_experts * mlp_mats * h * moe.expert_ffn // tp,
+        }
+        if moe.router_bias:
+            terms["mlp_router_bias"] = moe.num_experts
+        if moe.shared_ffn:
+            terms["mlp_shared_experts"] = mlp_mats * h * moe.shared_ffn // tp
+        if moe.shared_expert_gate:
+            terms["mlp_shared_gate"] = h
+        return terms
+
+    def active_matmul_params(self, layer_id: int, tp: int = 1) -> float:
+        """Weights one token multiplies with in this layer (per GPU of a TP group): every
+        matrix of a dense block; the router, top_k (or the capacity's) experts and the shared
+        ones of a MoE block. The FLOPs per token are twice this."""
+        kind = self.layer_kind(layer_id)
+        if kind == "embedding":
+            return 0.0
+        if kind == "head":
+            return self.vocab_size * self.hidden_size / tp
+        terms = self.param_terms(layer_id, tp)
+        attention = (
+            sum(
+                v for k, v in terms.items() if k in ("attention_qkv", "attention_q", "attention_kv")
+            )
+            + terms["attention_out"]
+        )
+        if not self.is_moe_block(layer_id):
+            return float(attention + terms["mlp"])
+        experts = terms["mlp_experts"] * self.moe.routed_slots / self.moe.num_experts
+        shared = terms.get("mlp_shared_experts", 0) + terms.get("mlp_shared_gate", 0)
+        return attention + terms["mlp_router"] + experts + shared
+
+    def active_params(self) -> int:
+        """Parameters one token uses (the 'activated' count of MoE papers): ``total_params``
+        with each MoE block's unrouted experts left out (dropless top_k)."""
+        unused = 0
+        if self.moe:
+            mats = 3 if self.gated_mlp else 2
+            idle = (self.moe.num_experts - self.moe.top_k) * mats * self.hidden_size
+            blocks = sum(self.is_moe_block(i) for i in range(1, self.num_layers + 1))
+            unused = blocks * idle * self.moe.expert_ffn
+        return self.total_params() - unused
 
     def params(self, layer_id: int, tp: int = 1) -> int:
         """Parameter count of one layer per GPU of a TP group."""
@@ -311,7 +447,9 @@ class ModelSpec:
                 "lm_head_input": sbh * e,
                 "logits": s * b * self.vocab_size // tp * max(e, 4),
             }
-        a, kv = self.num_heads, self.kv_size
+        a, kv, q = self.num_heads, self.kv_size, self.q_width
+        if self.mla:  # per-head q/k of qk_head_dim, values of v_head_dim, every head
+            q, kv = a * self.mla.qk_head_dim, a * self.mla.v_head_dim
         if flash_attention:  # only the log-sum-exp per row survives (Dao et al. 2022)
             scores = {"softmax_lse": a * s * b // tp * 4}
         else:
@@ -320,21 +458,28 @@ class ModelSpec:
             if attn_p > 0:  # the mask, and the dropped probabilities the context bmm keeps
                 scores["softmax_dropout_mask"] = a * s * s * b // tp
                 scores["softmax_dropout_output"] = a * s * s * b // tp * e
-        ffn_t = self.ffn_hidden_size // tp
+        ffn_t = self.mlp_width(layer_id) / tp
         mlp_stored = 3 if self.gated_mlp else 2  # gate, up, act-out | act-in, act-out
-        return {
+        terms = {
             "attention_norm_input": sbh * e,
             "qkv_input": sbh * e,
-            "query_key": s * b * (h + kv) // tp * e,
+            "query_key": s * b * (q + kv) // tp * e,
             **scores,
             "value": s * b * kv // tp * e,
-            "attention_out_input": sbh // tp * e,
+            "attention_out_input": s * b * q // tp * e,
             "attention_dropout_mask": sbh * mask,
             "mlp_norm_input": sbh * e,
             "mlp_input": sbh * e,
-            "mlp_hidden": s * b * ffn_t * mlp_stored * e,
+            "mlp_hidden": int(s * b * ffn_t * mlp_stored * e),
             "mlp_dropout_mask": sbh * mask,
         }
+        if self.is_moe_block(layer_id):
+            # The router's fp32 probabilities and each routed copy of the hidden state that
+            # the dispatch permutes to the experts (kept for the experts' weight gradients).
+            slots = self.moe.routed_slots
+            terms["moe_router_probs"] = s * b * self.moe.num_experts * 4
+            terms["moe_dispatched_input"] = int(s * b * slots * h * e)
+        return terms
 
     def activation_stash_bytes(
         self,
@@ -368,10 +513,15 @@ class ModelSpec:
             return 0.0
         if kind == "head":
             return 2.0 * tokens * h * self.vocab_size / tp
-        weights = self.param_terms(layer_id, tp)
-        matmul = weights["attention_qkv"] + weights["attention_out"] + weights["mlp"]
-        attention = 2 * 2 * tokens * seq_len * h / tp  # QK^T and softmax @ V
-        return 2.0 * tokens * matmul + attention
+        return 2.0 * tokens * self.active_matmul_params(layer_id, tp) + self.attention_core_flops(
+            microbatch_size, seq_len, tp
+        )
+
+    def attention_core_flops(self, microbatch_size: int, seq_len: int, tp: int = 1) -> float:
+        """Forward FLOPs of QK^T and softmax @ V of one block per GPU of a TP group (no causal
+        discount, as Narayanan et al. count): 2 b s^2 a (d_qk + d_v) / tp."""
+        per_head = self.qk_head_dim + self.v_head_dim
+        return 2.0 * microbatch_size * seq_len * seq_len * self.num_heads * per_head / tp
 
 
 MODEL_CATALOG: dict[str, ModelSpec] = {}

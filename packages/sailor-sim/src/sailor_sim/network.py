@@ -171,7 +171,7 @@ class NetworkModel:
 
     def gpus_per_nvlink_domain(self, gpu) -> int:
         """GPUs of ``gpu`` one NVLink / PCIe domain joins: the node, or the cluster's domain."""
-        if self.cluster is None:
+        if self.cluster is None or self.cluster.nvlink_domain is None:
             return gpu.gpus_per_node
         return max(1, min(gpu.gpus_per_node, self.cluster.nvlink_domain))
 
@@ -214,7 +214,8 @@ class NetworkModel:
         if rel == SAME_ZONE and self.cluster is not None:
             c = self.cluster
             return LinkCurve(
-                c.bandwidth_per_gpu * count, c.latency_s, c.describe(),
+                c.bandwidth_per_gpu(get_gpu(src.gpu_type).gpus_per_node) * count,
+                c.latency_s, c.describe(),
                 bus_efficiency=c.bus_efficiency,
             )  # fmt: skip
         if rel == SAME_ZONE:

@@ -35,6 +35,15 @@ the plan's ``Replica.num_microbatches`` (``Plan.gradient_accumulation_steps``).
 - ``p2p_scatter_gather``: Narayanan et al. 2021 Sec. 4.1: with TP, each TP rank sends 1/tp
   of a stage-boundary activation and the receiver all-gathers it over its intra-node link
   (time: the inter-node part / tp; memory: none). Off for frameworks that send it whole.
+- ``fp8``: the transformer blocks' GEMMs in FP8 with per-tensor 'delayed' or 'current'
+  scaling (Transformer Engine recipes) inside bf16/fp16 training; terms and sources in
+  ``fp8.py``. Refused in fp32, on GPUs without FP8 tensor cores, and with sharded parameters.
+- ``expert_parallel``: the experts of each MoE layer split over this many data-parallel
+  replicas of a stage, with all-to-all dispatch and combine (``moe.py``). Needs a MoE model
+  and a replica count per stage that it divides.
+- ``context_parallel``: ring attention over groups of this many data-parallel replicas of a
+  stage, each taking seq / cp tokens of the same samples (``context_parallel.py``). Needs
+  flash attention and a sequence length divisible by 2 cp.
 - ``virtual_stages``: interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2): each GPU holds v
   model chunks: the fill/drain bubble divides by v, the p2p traffic multiplies by v.
 """
@@ -47,10 +56,12 @@ from typing import Any
 
 from .dtypes import dtype_bytes
 from .errors import ValidationError
+from .fp8 import check_fp8, fp8_gpus_problem, fp8_stash
 
 RECOMPUTE = ("none", "selective", "full", "selective_op")
 ZERO = ("none", "zero1", "zero2", "zero3", "hybrid")
 GRAD_DTYPES = ("fp32", "bf16")
+FP8_RECIPES = ("none", "delayed", "current")
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,14 @@ class ExecutionOptions:
     Megatron-DeepSpeed as in the original Sailor's GH200 runs): every TP rank sends the whole
     tensor, with blocking sends and receives one after the other (``p2p_full_duplex``).
     The CLIs take it as ``--p2p megatron|deepspeed`` (``P2P_STYLES``)."""
+    fp8: str = "none"
+    """FP8 GEMMs in the transformer blocks: 'none', 'delayed' or 'current' (per-tensor
+    scaling recipe)."""
+    expert_parallel: int = 1
+    """Data-parallel replicas of a stage that split each MoE layer's experts (1 = none)."""
+    context_parallel: int = 1
+    """Data-parallel replicas of a stage that split each sample's sequence (ring attention;
+    1 = none)."""
 
     @property
     def p2p_full_duplex(self) -> bool:
@@ -86,6 +105,13 @@ class ExecutionOptions:
 
     def __post_init__(self) -> None:
         _one_of("grad_dtype", self.grad_dtype, GRAD_DTYPES)
+        _one_of("fp8", self.fp8, FP8_RECIPES)
+        for name in ("expert_parallel", "context_parallel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(
+                    f"must be an integer >= 1, got {value!r}", field=f"options.{name}"
+                )
         _one_of("recompute", self.recompute, RECOMPUTE)
         _one_of("zero", self.zero, ZERO)
         if self.flash_attention not in (None, True, False):
@@ -194,6 +220,24 @@ def check_options(options: ExecutionOptions, dtype: str) -> None:
             "flash attention runs in bf16/fp16 only; train in bf16 or set flash_attention=false",
             field="options.flash_attention",
         )
+    if options.context_parallel > 1 and options.flash_attention is False:
+        raise ValidationError(
+            "context parallelism (ring attention) runs on flash attention, which keeps no "
+            "(s, s) scores; set flash_attention on or context_parallel=1",
+            field="options.context_parallel",
+        )
+    if options.fp8 != "none" and dtype == "fp32":
+        raise ValidationError(
+            "fp8 GEMMs run inside bf16/fp16 training (dtype is fp32); use --precision fp8 "
+            "(bf16 with FP8 GEMMs) or fp8='none'",
+            field="options.fp8",
+        )
+    if options.fp8 != "none" and options.shards_parameters:
+        raise ValidationError(
+            f"fp8 with {options.zero} (sharded parameters) is not modelled: the cached FP8 "
+            "weight copies would be gathered per layer; use zero1/zero2 or fp8='none'",
+            field="options.fp8",
+        )
 
 
 def check_replica(options: ExecutionOptions, gpu, dtype: str, tp: int, num_stages: int) -> None:
@@ -203,6 +247,13 @@ def check_replica(options: ExecutionOptions, gpu, dtype: str, tp: int, num_stage
             f"flash attention is not supported on {gpu.name} (needs Ampere or later: bf16 "
             "tensor cores); set flash_attention=false or use another GPU type",
             field="options.flash_attention",
+        )
+    check_fp8(options.fp8, gpu, dtype)
+    if options.context_parallel > 1 and not uses_flash(options, gpu, dtype):
+        raise ValidationError(
+            f"context parallelism needs flash attention, which {gpu.name} does not run in "
+            f"{dtype}; train in bf16/fp16 on Ampere or later, or set context_parallel=1",
+            field="options.context_parallel",
         )
     if options.sequence_parallel and tp < 2:
         raise ValidationError(
@@ -234,6 +285,9 @@ def check_options_on(options: ExecutionOptions, dtype: str, gpus) -> None:
             "bf16/fp16); set flash_attention=false or add such GPUs",
             field="options.flash_attention",
         )
+    problem = fp8_gpus_problem(options.fp8, gpus)
+    if problem:
+        raise ValidationError(problem, field="options.fp8")
     if options.sequence_parallel and not any(g.gpus_per_node >= 2 for g in gpus):
         raise ValidationError(
             f"sequence parallelism needs tp > 1, and nodes of {names} have one GPU; "
@@ -265,6 +319,8 @@ def stash_bytes(model, layer_id: int, mbs: int, seq: int, dtype: str, tp: int, o
     terms = model.stash_terms(layer_id, mbs, seq, dtype, tp, flash)
     if options.sequence_parallel:
         terms = {k: v // tp if k in _REPLICATED else v for k, v in terms.items()}
+    if options.fp8 != "none":
+        terms = fp8_stash(model, layer_id, terms, dtype)
     if model.layer_kind(layer_id) != "block":
         return sum(terms.values())
     if options.recompute == "full":  # only the block's input survives (SP: its 1/tp shard)
@@ -324,7 +380,7 @@ def recomputed_forward_fraction(model, mbs: int, seq: int, tp: int, options, fla
     if options.recompute == "full":
         return 1.0
     block = model.forward_flops(1, mbs, seq, tp)
-    core = 4.0 * mbs * seq * seq * model.hidden_size / tp
+    core = model.attention_core_flops(mbs, seq, tp)
     if options.recompute == "selective_op":  # the even-numbered matmuls run again
         redone = sum(inner for _, inner in block_matmuls(model, tp)[1::2])
         matmul = 2.0 * mbs * seq * model.hidden_size * redone / tp

@@ -246,12 +246,15 @@ class Plan:
                         f"{r.gpu_type} cannot train in {job.dtype}",
                         field=f"plan.stages[{i}].replicas[{j}].gpu_type",
                     )
-        if self.samples_per_iteration != job.global_batch_size:
+        if self.samples_per_iteration != job.sample_slots:
             per = [r.samples for r in self.stages[0].replicas]
+            cp = job.options.context_parallel
+            want = f"the global batch is {job.global_batch_size}" + (
+                f" x context_parallel {cp}" if cp > 1 else ""
+            )
             raise PlanError(
                 f"replicas process {per} samples (sum {self.samples_per_iteration}) per iteration, "
-                f"but the global batch is {job.global_batch_size}; "
-                "adjust microbatch sizes or counts",
+                f"but {want}; adjust microbatch sizes or counts",
                 field="plan.stages.replicas.num_microbatches",
             )
         return self
@@ -384,9 +387,10 @@ class Plan:
 
         ``layer_split`` gives the number of layer ids per stage (default: as even as possible).
         """
-        if dp < 1 or job.global_batch_size % (dp * microbatch_size):
+        if dp < 1 or job.sample_slots % (dp * microbatch_size):
             raise PlanError(
-                f"global batch {job.global_batch_size} is not divisible by dp {dp} x "
+                f"global batch {job.global_batch_size} (x context_parallel "
+                f"{job.options.context_parallel}) is not divisible by dp {dp} x "
                 f"microbatch size {microbatch_size}",
                 field="dp",
             )
@@ -397,7 +401,7 @@ class Plan:
                 "non-empty stages",
                 field="layer_split",
             )
-        num_micro = job.global_batch_size // (dp * microbatch_size)
+        num_micro = job.sample_slots // (dp * microbatch_size)
         replica = Replica(gpu_type, zone, tp, microbatch_size, num_micro)
         stages, first = [], 0
         for size in sizes:

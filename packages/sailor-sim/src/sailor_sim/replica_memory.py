@@ -16,6 +16,7 @@ import dataclasses
 from typing import NamedTuple
 
 from .dtypes import dtype_bytes
+from .fp8 import FP8_WEIGHT_COPIES, fp8_weight_copy_bytes
 from .gpus import get_gpu
 from .job import Job
 from .memory import (
@@ -30,6 +31,7 @@ from .memory import (
     static_bytes,
     transient_bytes,
 )
+from .moe import experts_held_elsewhere
 from .options import (
     ExecutionOptions,
     activation_factor,
@@ -57,7 +59,9 @@ class RangeMemory(NamedTuple):
     """(first, last, tp): where ZeRO-3's largest gathered layer is looked up."""
     grad_bytes: int
     static: int
-    """weights + gradients + optimizer states, unsharded."""
+    """weights + gradients + optimizer states, unsharded (+ ``fp8_weights``)."""
+    fp8_weights: int = 0
+    """Cached FP8 copies of the linear weights (``fp8.fp8_weight_copy_bytes``)."""
 
 
 def _rescaled(measured: int, base: int, now: int, whole: bool) -> int:
@@ -81,12 +85,14 @@ class MemoryComponents:
     def layer_table(self, job: Job, gpu_type: str, mbs: int, tp: int):
         """The profile's ``LayerTable`` with each layer's stashed activations scaled to the
         job's options (``options.stash_bytes`` / the stash the profile was taken with), so a
-        measured profile keeps its measured ratio between layers."""
+        measured profile keeps its measured ratio between layers, and the parameters one GPU
+        holds under expert parallelism (1/ep of the routed experts)."""
         cache = self.cache.layer_table
         key = (job.cache_id, gpu_type, mbs, tp)
         hit = cache.get(key)
         if hit is None:
-            model, gpu, seq, dtype = job.model, get_gpu(gpu_type), job.sequence_length, job.dtype
+            model, gpu, dtype = job.model, get_gpu(gpu_type), job.dtype
+            seq = job.local_sequence_length  # a context-parallel rank's share of each sample
             t = self.profiles.table(model, gpu, dtype, mbs, tp, seq, job.optimizer)
             flash = uses_flash(job.options, gpu, dtype)
             taken_with = profiled_with_flash(t.entry)
@@ -101,7 +107,37 @@ class MemoryComponents:
                 now = stash_bytes(model, i, mbs, seq, dtype, tp, job.options, flash)
                 total += _rescaled(measured, base, now, whole)
                 acts.append(total)
-            hit = cache[key] = dataclasses.replace(t, activation=tuple(acts))
+            hit = cache[key] = dataclasses.replace(
+                t, activation=tuple(acts), params=self._held_params(job, t.params, tp)
+            )
+        return hit
+
+    @staticmethod
+    def _held_params(job: Job, prefix: tuple, tp: int) -> tuple:
+        """Parameter prefix sums with the experts other ranks of an expert group hold taken
+        out (``moe.experts_held_elsewhere``); unchanged without expert parallelism."""
+        ep = job.options.expert_parallel
+        if ep == 1:
+            return prefix
+        held, total = [0], 0
+        for i in range(job.model.num_layer_ids):
+            total += prefix[i + 1] - prefix[i] - experts_held_elsewhere(job.model, i, i, tp, ep)
+            held.append(total)
+        return tuple(held)
+
+    def fp8_copy_prefix(self, job: Job, tp: int) -> tuple[int, ...]:
+        """Prefix sums over layer ids of the cached FP8 weight copies on one GPU of a TP group
+        (``fp8.fp8_weight_copy_bytes`` of the weights it holds); all 0 without FP8."""
+        key = (job.cache_id, "fp8", tp)
+        hit = self.cache.layer_table.get(key)
+        if hit is None:
+            model, ep, total, prefix = job.model, job.options.expert_parallel, 0, [0]
+            for i in range(model.num_layer_ids):
+                if job.options.fp8 != "none":
+                    total += fp8_weight_copy_bytes(model, i, i, tp)
+                    total -= FP8_WEIGHT_COPIES * experts_held_elsewhere(model, i, i, tp, ep)
+                prefix.append(total)
+            hit = self.cache.layer_table[key] = tuple(prefix)
         return hit
 
     def replica_memory(
@@ -136,6 +172,7 @@ class MemoryComponents:
             communicators=communicators,
             grad_bytes=r.grad_bytes,
             shards=shards,
+            extra={"fp8_weight_copies": r.fp8_weights} if r.fp8_weights else None,
         )
 
     def replica_peak(
@@ -164,6 +201,7 @@ class MemoryComponents:
         if job.options.zero != "none":
             shards, transient = self._sharded(job, r, gpu_type, tp, dp)
             static = static_bytes(r.params, job.dtype, job.optimizer, r.grad_bytes, shards)
+            static += r.fp8_weights
         buffer, communicators = position_terms(r.act_out, tp, dp, i, p)
         act = self._activation(job, r, i, p)
         peak = peak_bytes(
@@ -176,14 +214,17 @@ class MemoryComponents:
         key = (job.cache_id, first, last, gpu_type, tp, mbs)
         hit = cache.get(key)
         if hit is None:
-            model, gpu, seq, dtype = job.model, get_gpu(gpu_type), job.sequence_length, job.dtype
+            model, gpu, dtype = job.model, get_gpu(gpu_type), job.dtype
+            seq = job.local_sequence_length  # a context-parallel rank's share of each sample
             t = self.layer_table(job, gpu_type, mbs, tp)
             transient = transient_bytes(model, last, mbs, seq, dtype, tp)
             if job.options.recompute == "full" and first <= model.num_layers and last >= 1:
                 flash = uses_flash(job.options, gpu, dtype)
                 transient += recompute_transient(model, last, mbs, seq, dtype, tp, flash)
-            params = t.span(t.params, first, last)
+            params = t.span(t.params, first, last)  # held: 1/ep of the experts (layer_table)
             grad = GRAD_BYTES[dtype] if job.options.grad_dtype == "fp32" else 2
+            fp8_prefix = self.fp8_copy_prefix(job, tp)
+            fp8_weights = fp8_prefix[last + 1] - fp8_prefix[first]
             hit = cache[key] = RangeMemory(
                 params,
                 t.span(t.activation, first, last),
@@ -193,7 +234,8 @@ class MemoryComponents:
                 gpu.memory_bytes,
                 (first, last, tp),
                 grad,
-                static_bytes(params, dtype, job.optimizer, grad),
+                static_bytes(params, dtype, job.optimizer, grad) + fp8_weights,
+                fp8_weights,
             )
         return hit
 

@@ -25,15 +25,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import timing
+from .analytic import attention_flop_s
 from .cache import ComponentCache
 from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
+from .context_parallel import (
+    attention_extra_flops,
+    check_plan_context_parallel,
+    kv_exchange_exposed,
+)
 from .dtypes import dtype_bytes
 from .errors import PlanError
+from .fp8 import fp8_peak, fp8_time_delta
 from .gpus import get_gpu
 from .job import Job
 from .memory import (
     GRAD_BYTES,
 )
+from .moe import check_plan_expert_parallel, expert_comm_per_microbatch, experts_held_elsewhere
 from .network import Endpoint, NetworkModel
 from .options import (
     check_replica,
@@ -107,8 +115,10 @@ class Simulator(MemoryComponents):
         (``replica_info``), so cached replicas are not re-validated on every plan."""
         if plan.stages[-1].last_layer != job.model.head_layer_id:
             plan.check(job)
-        if plan.stages[0]._samples != job.global_batch_size:
+        if plan.stages[0]._samples != job.sample_slots:
             plan.check(job)
+        check_plan_expert_parallel(job.options.expert_parallel, plan)
+        check_plan_context_parallel(job.options.context_parallel, plan)
 
     # ---- time components -------------------------------------------------------------------
     def stage_time(
@@ -125,15 +135,21 @@ class Simulator(MemoryComponents):
         hit = cache.get(key)
         if hit is None:
             gpu = get_gpu(gpu_type)
+            # A context-parallel rank processes seq / cp tokens of each sample.
             t = self.profiles.table(
-                job.model, gpu, job.dtype, mbs, tp, job.sequence_length, job.optimizer
+                job.model, gpu, job.dtype, mbs, tp, job.local_sequence_length, job.optimizer
             )
             tp_s = 0.0
             if tp > 1 and not t.entry.includes_tp_comm:
                 link = self.network.intra_node(gpu.name, tp)
-                seq, dtype = job.sequence_length, job.dtype
+                seq, dtype = job.local_sequence_length, job.dtype
                 tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
             fwd, bwd = t.span(t.forward, first, last), t.span(t.backward, first, last)
+            if job.options.context_parallel > 1:
+                extra = self._cp_attention_s(job, gpu, first, last, mbs, tp)
+                fwd, bwd = fwd + extra, bwd + 2 * extra
+            if job.options.fp8 != "none":
+                fwd, bwd = self._fp8_time(job, gpu, first, last, mbs, tp, fwd, bwd)
             recompute = self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s)
             hit = cache[key] = StageTime(
                 fwd,
@@ -145,6 +161,30 @@ class Simulator(MemoryComponents):
                 framework_s=self._framework_s(job, gpu, t.entry, fwd + bwd + recompute),
             )
         return hit
+
+    @staticmethod
+    def _cp_attention_s(job: Job, gpu, first, last, mbs, tp) -> float:
+        """Forward seconds a context-parallel rank's queries spend attending to the keys of
+        the other ranks' chunks (``context_parallel.attention_extra_flops``), at the attention
+        core's achieved FLOP/s; backward does twice the work."""
+        blocks = max(0, min(last, job.model.num_layers) - max(first, 1) + 1)
+        flops = attention_extra_flops(
+            job.model, mbs, job.sequence_length, tp, job.options.context_parallel
+        )
+        return blocks * flops / attention_flop_s(gpu, job.dtype)
+
+    @staticmethod
+    def _fp8_time(job: Job, gpu, first, last, mbs, tp, forward, backward) -> tuple[float, float]:
+        """16-bit seconds of layers first..last with their block GEMMs in FP8 (``fp8.py``);
+        never below the whole range sped up by the peak ratio (a measured profile can be
+        faster than the analytic GEMM share the saving is computed from)."""
+        seq, dtype, recipe = job.local_sequence_length, job.dtype, job.options.fp8
+        d_fwd = d_bwd = 0.0
+        for layer_id in range(first, last + 1):
+            f, b = fp8_time_delta(job.model, layer_id, gpu, dtype, mbs, seq, tp, recipe)
+            d_fwd, d_bwd = d_fwd + f, d_bwd + b
+        floor = gpu.peak_flops(dtype) / fp8_peak(gpu)
+        return max(forward + d_fwd, forward * floor), max(backward + d_bwd, backward * floor)
 
     @staticmethod
     def _framework_s(job: Job, gpu, entry, compute_s: float) -> float:
@@ -171,11 +211,14 @@ class Simulator(MemoryComponents):
             return 0.0
         # Flash's extra QK^T in backward is in a measured profile's backward already.
         flash = uses_flash(job.options, gpu, job.dtype) and not profiled_with_flash(t.entry)
-        seq = job.sequence_length
+        seq = job.local_sequence_length
         share = recomputed_forward_fraction(job.model, mbs, seq, tp, job.options, flash)
         extra = share * t.span(t.forward, a, b)
         if job.options.recompute == "full":
             extra += 0.5 * tp_s
+        if job.options.context_parallel > 1:  # the attention over the other ranks' keys
+            cp_s = self._cp_attention_s(job, gpu, first, last, mbs, tp)
+            extra += cp_s if job.options.recompute == "full" else 0.5 * cp_s if flash else 0.0
         return extra
 
     def p2p_time(
@@ -213,7 +256,7 @@ class Simulator(MemoryComponents):
         return hit
 
     def _p2p(self, job: Job, boundary_layer: int, src: Replica, dst: Replica, d: int) -> P2P:
-        seq, dtype = job.sequence_length, job.dtype
+        seq, dtype = job.local_sequence_length, job.dtype
         nbytes = job.model.activation_out_bytes(boundary_layer, src.microbatch_size, seq, dtype)
         g_src, g_dst = get_gpu(src.gpu_type), get_gpu(dst.gpu_type)
         pairs = min(src.tp, dst.tp)
@@ -369,13 +412,18 @@ class Simulator(MemoryComponents):
         return timing.dp_egress_usd(self.network, replicas, 1e9)
 
     def unsharded_params(self, job: Job, first: int, last: int) -> int:
-        """Parameters of layers first..last at TP 1 (O(1): prefix sums per model)."""
+        """Parameters of layers first..last at TP 1 (O(1): prefix sums per model) that one
+        replica holds: under expert parallelism 1/ep of the routed experts, whose gradients
+        are reduced over the replicas holding the same experts (counted as the stage's ring,
+        which ep divides)."""
         cache = self.cache.param_prefix
         prefix = cache.get(job.cache_id)
         if prefix is None:
             prefix = [0]
+            ep = job.options.expert_parallel
             for i in range(job.model.num_layer_ids):
-                prefix.append(prefix[-1] + job.model.params(i))
+                held = job.model.params(i) - experts_held_elsewhere(job.model, i, i, 1, ep)
+                prefix.append(prefix[-1] + held)
             cache[job.cache_id] = prefix
         return prefix[last + 1] - prefix[first]
 
@@ -440,6 +488,10 @@ class Simulator(MemoryComponents):
             g, tp, mbs, d = r.gpu_type, r.tp, r.microbatch_size, len(stage.replicas)
             peak, capacity = self._peak(job, first, last, g, tp, mbs, i, p, r.num_microbatches, d)
             t = self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r)
+            t = t._replace(
+                expert_comm_s=self._expert_comm_s(job, first, last, r),
+                context_comm_s=self._context_comm_s(job, first, last, r),
+            )
             hit = self.cache.replica_compute[key] = (t, peak, capacity)
         return hit
 
@@ -477,6 +529,44 @@ class Simulator(MemoryComponents):
         if job.options.shards_parameters and replicas > 1:
             exposed = self._exposed_shard_comm(job, first, last, t, gpu_type, tp, mbs, kinds, lead)
         return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
+
+    def _expert_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
+        """Expert-parallel all-to-alls per microbatch of a replica (``moe.py``): its expert
+        group's ranks on one node talk over NVLink, the others over the GPU's inter-node link
+        in the replica's zone."""
+        ep = job.options.expert_parallel
+        if ep == 1:
+            return 0.0
+        gpu = get_gpu(r.gpu_type)
+        local = max(1, gpu.gpus_per_node // r.tp)
+        intra = self.network.intra_node(gpu.name, min(ep, local) * r.tp)
+        end = Endpoint(r.zone, r.gpu_type, 1)
+        inter = self.network.link(end, end)
+        e, seq = dtype_bytes(job.dtype), job.local_sequence_length
+        links = (local, intra, inter)
+        return expert_comm_per_microbatch(
+            job.model, first, last, r.microbatch_size, seq, r.tp, e, ep, links
+        )
+
+    def _context_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
+        """Exposed ring KV exchange per microbatch of a context-parallel replica
+        (``context_parallel.kv_exchange_exposed``): over NVLink when its CP group's
+        tp x cp GPUs fit in a node, else over the GPU's inter-node link in its zone."""
+        cp = job.options.context_parallel
+        if cp == 1:
+            return 0.0
+        gpu = get_gpu(r.gpu_type)
+        if r.tp * cp <= gpu.gpus_per_node:
+            link = self.network.intra_node(gpu.name, r.tp * cp)
+        else:
+            end = Endpoint(r.zone, r.gpu_type, 1)
+            link = self.network.link(end, end)
+        blocks = max(0, min(last, job.model.num_layers) - max(first, 1) + 1)
+        e = dtype_bytes(job.dtype)
+        core = attention_flop_s(gpu, job.dtype)
+        return kv_exchange_exposed(
+            job.model, blocks, r.microbatch_size, job.sequence_length, r.tp, cp, e, link, core
+        )
 
     def _exposed_shard_comm(
         self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,

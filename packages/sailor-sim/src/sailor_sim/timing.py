@@ -18,6 +18,11 @@ DP_BUCKET_BYTES = 160 * 1024**2
 40 M parameters (fp32 main grads) per bucket (``bucket_size`` in megatron/core/distributed)."""
 
 
+CROSS_ZONE_KIND = "cloud Ethernet"
+"""The fabric kind of a ring edge between zones (``comm.BUS_EFFICIENCY``): RDMA fabrics end at
+the zone; what crosses zones is the provider's IP network."""
+
+
 def transfers_per_boundary(full_duplex: bool) -> float:
     """Transfer times one 1F1B step spends per stage boundary: 1 where the activation going
     down and the gradient coming up cross the (full-duplex) link at once, as Megatron-LM's
@@ -46,6 +51,12 @@ class StageTime(NamedTuple):
     shard_comm_s: float = 0.0
     """ZeRO-3 parameter all-gathers and gradient reduce-scatter per microbatch not hidden
     behind its compute (set per stage by the simulator, 0 in ``stage_time``)."""
+    expert_comm_s: float = 0.0
+    """Expert-parallel all-to-alls (dispatch, combine; forward and backward) per microbatch
+    (set per replica by the simulator, 0 in ``stage_time``; ``moe.py``)."""
+    context_comm_s: float = 0.0
+    """Context-parallel KV exchange not hidden behind attention, per microbatch (set per
+    replica by the simulator, 0 in ``stage_time``; ``context_parallel.py``)."""
     framework_s: float = 0.0
     """What the training framework adds to an analytic estimate's compute (launches, Python,
     synchronisation: ``analytic.framework_efficiency``); 0 for measured profiles."""
@@ -60,6 +71,8 @@ class StageTime(NamedTuple):
             + self.recompute_s
             + self.tp_comm_s
             + self.shard_comm_s
+            + self.expert_comm_s
+            + self.context_comm_s
             + self.framework_s
         )
 
@@ -140,6 +153,8 @@ def pipeline_time(
         "framework": m * b.framework_s,
         "tp_comm": m * b.tp_comm_s,
         "zero_comm": m * b.shard_comm_s,
+        "expert_comm": m * b.expert_comm_s,
+        "context_comm": m * b.context_comm_s,
         "pipeline_bubble": (sum(per) - per[k]) / virtual,
         "p2p": (m - 1) * (steps[k] - per[k]) + 2.0 * sum(p2p),
     }
@@ -207,17 +222,19 @@ def allgather_time(link: LinkCurve, nbytes: float, ranks: int) -> float:
 def allreduce_time(
     link: LinkCurve, nbytes: float, ranks: int, parallel_rings: int, efficiency: float
 ) -> float:
-    """Ring all-reduce of ``nbytes`` over ``ranks`` (Patarasuk & Yuan 2009): 2(n-1)/n of the data
-    crosses every link, in 2(n-1) latency-bound steps per bucket. A link with a measured ring
-    gives its bus bandwidth and step latency; a link of a known fabric its p2p curve at that
-    fabric's bus efficiency; otherwise its p2p curve at ``efficiency`` (``comm``)."""
+    """All-reduce of ``nbytes`` over ``ranks`` in Megatron-sized buckets (``comm.allreduce_s``
+    per bucket: 2(n-1)/n of the data crosses every link; ring or tree latency, whichever is
+    shorter). A link with a measured ring gives its bus bandwidth and step latency; a link of
+    a known fabric its p2p curve at that fabric's bus efficiency; otherwise its p2p curve at
+    ``efficiency`` (``comm``)."""
+    from .comm import allreduce_s
+
     if ranks < 2 or nbytes <= 0:
         return 0.0
     buckets = max(1, math.ceil(nbytes / parallel_rings / DP_BUCKET_BYTES))
     chunk = nbytes / parallel_rings / buckets / ranks
-    volume = 2.0 * (ranks - 1) / ranks * nbytes
     bw = link.ring_bandwidth(chunk, efficiency)
-    return volume / bw + buckets * 2 * (ranks - 1) * link.ring_latency_s
+    return buckets * allreduce_s(nbytes / buckets, ranks, bw, link.ring_latency_s)
 
 
 STEP_SYNC_BYTES = 16
@@ -262,13 +279,19 @@ def edge_allreduce_time(
 ) -> float:
     """Ring all-reduce time if every edge were the a -> b edge: the TP shards of a replica
     reduce in parallel rings (min TP of the two concurrent pairs), on the edge's own curve
-    (a cross-zone edge is slower): its measured ring, else the platform's bus efficiency."""
+    (a cross-zone edge is slower): its measured ring, else its fabric's bus efficiency; an
+    edge between zones leaves the GPU fabric for the provider's network (cloud Ethernet)."""
+    from .comm import bus_efficiency as of_kind
     from .network import Endpoint
 
     (za, ga, ta), (zb, gb, tb) = a, b
     pairs = min(ta, tb)
     link = network.link(Endpoint(za, ga, pairs), Endpoint(zb, gb, pairs))
-    return allreduce_time(link, grad_bytes_unsharded, ranks, pairs, bus_efficiency(ga, gb))
+    if za == zb:
+        efficiency = bus_efficiency(ga, gb)
+    else:
+        efficiency = of_kind(CROSS_ZONE_KIND).value
+    return allreduce_time(link, grad_bytes_unsharded, ranks, pairs, efficiency)
 
 
 def hierarchical_allreduce_time(

@@ -15,6 +15,7 @@ import zlib
 import torch
 from torch import nn
 
+from sailor_sim.errors import ValidationError
 from sailor_sim.model import ModelSpec, get_model
 
 from .layers import Block, Embedding, Head, ParamFactory, init_std
@@ -34,6 +35,13 @@ class StageModule(nn.Module):
         self, spec: ModelSpec, first_layer: int, last_layer: int, factory: ParamFactory
     ) -> None:
         super().__init__()
+        missing = ", ".join(spec.simulated_only_features)
+        if missing:
+            raise ValidationError(
+                f"{spec.name}: the model zoo does not build {missing} yet (the simulator and "
+                "planner do); profile or train a dense model",
+                field="model",
+            )
         spec.check_layer_id(first_layer, "first_layer")
         spec.check_layer_id(last_layer, "last_layer")
         if last_layer < first_layer:

@@ -61,31 +61,22 @@ class NodeGpus:
         return f"{self.count}x {self.gpu_type}@{self.zone}"
 
 
-# nvidia-smi names -> catalog names; the catalog's aliases handle the rest.
 def _catalog_name(smi_name: str, memory_mib: int) -> str:
-    name = smi_name.upper()
-    for key, catalog in (
-        ("H200", "H200"),
-        ("GH200", "GH-96"),
-        ("H100", "H100-80"),
-        ("L4", "L4"),
-        ("T4", "T4"),
-        ("V100", "V100-16"),
-        ("3090", "RTX-3090"),
-        ("2080", "RTX-2080"),
-        ("TITAN RTX", "Titan-RTX"),
-    ):
-        if key in name:
-            return catalog
-    if "A100" in name:
-        return "A100-80" if memory_mib > 50_000 else "A100-40"
-    raise RegistrationError(
-        f"detected GPU {smi_name!r} is not in the catalog; pass --gpu-type", field="gpu_type"
-    )
+    """nvidia-smi's name -> catalog type (``sailor_profiler.devices.catalog_gpu_type``: GH200
+    is not an H200, L40S is not an L4, a 32 GB V100 is not the catalog's 16 GB one)."""
+    from sailor_profiler.devices import catalog_gpu_type
+    from sailor_profiler.errors import DeviceError
+
+    try:
+        return catalog_gpu_type(smi_name, memory_mib * 2**20)
+    except DeviceError as exc:
+        raise RegistrationError(str(exc), field="gpu_type") from None
 
 
 def detect_cuda() -> tuple[str, int, int] | None:
-    """(catalog type, count, memory bytes) of this node's CUDA GPUs, or None without any."""
+    """(catalog type, count, memory bytes) of this node's CUDA GPUs, or None without any.
+    nvidia-smi first (no CUDA context); else torch's view (ROCm builds, containers without
+    nvidia-smi)."""
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
@@ -95,12 +86,21 @@ def detect_cuda() -> tuple[str, int, int] | None:
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return None
+        return _detect_torch()
     rows = [line.rsplit(",", 1) for line in out.strip().splitlines() if line.strip()]
     if not rows:
         return None
     name, mem = rows[0][0].strip(), int(float(rows[0][1]))
     return _catalog_name(name, mem), len(rows), 0
+
+
+def _detect_torch() -> tuple[str, int, int] | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return _catalog_name(props.name, props.total_memory // 2**20), torch.cuda.device_count(), 0
 
 
 def node_gpus(gpu_type: str | None, count: int | None, zone: str) -> NodeGpus:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..engine.config import RANK_ENV, LRSchedule, TrainConfig
 from ..engine.options import ExecutionOptions
+from ..errors import SailorRuntimeError
 from ..topology import Topology
 from .assignment import ValidAssignment
 from .zygote import AGENT_PID_ENV, ForkedRank, Zygote, ZygoteError, start_cold
@@ -153,7 +154,8 @@ class RankRunner:
         started = []
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
-            env = {**self.rank_env, RANK_ENV: str(rank), "CUDA_VISIBLE_DEVICES": str(device)}
+            visible = cuda_visible(device, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            env = {**self.rank_env, RANK_ENV: str(rank), "CUDA_VISIBLE_DEVICES": visible}
             popen = self._launch([str(path)], env, log_path, cfg.preload_modules())
             metrics = Path(cfg.metrics_path) if rank == metrics_rank else None
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
@@ -258,3 +260,19 @@ def _signal(popen: subprocess.Popen, sig: int) -> None:
         popen.send_signal(sig)
     except ProcessLookupError:
         pass
+
+
+def cuda_visible(device: int, inherited: str | None) -> str:
+    """The CUDA_VISIBLE_DEVICES of the rank on the node's ``device``-th GPU. The agent itself
+    may see only some GPUs (Slurm's GRES, ``sailor run --local`` giving each worker its own, a
+    container runtime): its device k is then the k-th entry of its own list, not GPU k."""
+    if not inherited or not inherited.strip():
+        return str(device)
+    entries = [e.strip() for e in inherited.split(",") if e.strip()]
+    if device >= len(entries):
+        raise SailorRuntimeError(
+            f"device {device} is not among this agent's CUDA_VISIBLE_DEVICES={inherited!r}; "
+            "register with --gpus at most the number of visible GPUs",
+            field="assignment.ranks",
+        )
+    return entries[device]

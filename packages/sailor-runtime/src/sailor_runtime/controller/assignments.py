@@ -6,6 +6,7 @@ import json
 
 from sailor_sim import Plan
 
+from ..engine.backend import resolve_backend
 from ..proto import agent_pb2
 from .placement import Placement
 
@@ -41,7 +42,7 @@ def build_assignments(
             steps=cfg.steps,
             checkpoint_every=cfg.checkpoint_every,
             seed=cfg.seed,
-            backend=cfg.backend,
+            backend=resolve_backend(cfg.backend, plan),
             lr=cfg.lr,
             session=(sessions or {}).get(worker_id, ""),
             execution_options=json.dumps(cfg.execution_options) if cfg.execution_options else "",

@@ -30,6 +30,7 @@ import grpc
 
 from sailor_sim import Job, Plan
 
+from ..engine.backend import BackendError, resolve_backend
 from ..errors import PlacementError, PlannerUnavailableError, RegistrationError
 from . import rundir
 from .agents import AgentClients
@@ -61,7 +62,9 @@ class ControllerConfig:
     lr: float = 0.0
     execution_options: dict = field(default_factory=dict)
     """The engine's ExecutionOptions.to_dict() (precision, recompute, ZeRO, ...); {} = defaults."""
-    backend: str = "gloo"
+    backend: str = "auto"
+    """``auto``: each plan's backend (``engine.backend``: gloo for CPU worker types, NCCL for
+    GPUs); a plan mixing both is refused and the controller waits for another inventory."""
     objective: str = "throughput"
     token: str | None = None
     planner_wait_s: float = 300.0
@@ -327,8 +330,9 @@ class Controller:
             rec.phases["plan"] = time.monotonic() - t
             t = time.monotonic()
             placement = place(planned.plan, workers)
+            resolve_backend(self.cfg.backend, planned.plan)
             rec.phases["place"] = time.monotonic() - t
-        except (PlannerUnavailableError, PlacementError) as exc:
+        except (PlannerUnavailableError, PlacementError, BackendError) as exc:
             return self._wait_for_change(f"no runnable plan on {rec.inventory}: {exc}", rec)
         rec.plan_json = planned.plan.to_json(indent=None)
         rec.predicted_iteration_s = planned.predicted_iteration_s

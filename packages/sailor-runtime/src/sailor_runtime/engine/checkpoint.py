@@ -387,7 +387,11 @@ def read_layers(path: Path) -> dict[int, dict[str, dict[str, torch.Tensor]]]:
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+    """CPU, Python and (on CUDA ranks) every visible GPU's generator."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def restore_rng(path: Path) -> dict:
@@ -395,4 +399,8 @@ def restore_rng(path: Path) -> dict:
     state = torch.load(path / "trainer.pt", weights_only=False)
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
+    if state.get("cuda") and torch.cuda.is_available():
+        # a node with fewer GPUs restores the generators it has
+        for index, gen in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(gen, index)
     return state

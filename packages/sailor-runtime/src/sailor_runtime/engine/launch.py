@@ -87,11 +87,14 @@ def start_local(
     schedule: str = "1f1b",
     dtype: str | None = None,
     options: ExecutionOptions | None = None,
+    backend: str = "gloo",
+    memory_probe_step: int = 0,
     store_prefix: str = "sailor",
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
 ) -> LocalRun:
-    """Start all ranks (non-blocking); this process hosts their TCPStore."""
+    """Start all ranks (non-blocking); this process hosts their TCPStore. ``nccl``: rank r
+    on CUDA device r of this machine (``LOCAL_RANK``)."""
     store = host_store()
     cfg = TrainConfig(
         job=job,
@@ -105,6 +108,8 @@ def start_local(
         schedule=schedule,
         dtype=dtype,
         options=options or ExecutionOptions(),
+        backend=backend,
+        memory_probe_step=memory_probe_step,
         master_port=store.port,
         store_prefix=store_prefix,
         store_is_external=True,
@@ -114,7 +119,7 @@ def start_local(
     procs = []
     for rank in range(cfg.world_size):
         out = open(Path(log_dir or workdir) / f"rank{rank}.log", "w")
-        rank_env = {**_env(1), **(env or {}), RANK_ENV: str(rank)}
+        rank_env = {**_env(1), **(env or {}), RANK_ENV: str(rank), "LOCAL_RANK": str(rank)}
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "sailor_runtime.engine.worker", str(path)],

@@ -34,6 +34,7 @@ from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from . import checkpoint as ckpt
+from .backend import check_backend
 from .config import EngineError, TrainConfig
 from .data import TextDataset
 from .memprobe import StepPeak, persistent_bytes
@@ -80,7 +81,7 @@ def _device(backend: str, rank: int) -> torch.device:
 
 
 def init_distributed(rank: int, world_size: int, cfg: TrainConfig) -> None:
-    _device(cfg.backend, rank)  # before the process group, so NCCL binds the right device
+    device = _device(cfg.backend, rank)  # before the process group: NCCL binds this device
     timeout = timedelta(seconds=cfg.timeout_s)
     store = dist.TCPStore(
         cfg.master_addr,
@@ -97,6 +98,15 @@ def init_distributed(rank: int, world_size: int, cfg: TrainConfig) -> None:
         world_size=world_size,
         timeout=timeout,
     )
+    # The first operation on an NCCL communicator must involve every rank of it; the
+    # pipeline's batched p2p (batch_isend_irecv) may not be that first operation.
+    dist.all_reduce(torch.zeros(1, device=device))
+
+
+def use_tf32(device: torch.device, param_dtype: torch.dtype, autocast) -> bool:
+    """fp32 asked on CUDA: matmuls and convolutions on TF32 tensor cores (what the simulator's
+    fp32 peak assumes on Ampere and later, and what torchtitan and Megatron enable)."""
+    return device.type == "cuda" and param_dtype == torch.float32 and autocast is None
 
 
 def _peak_memory(device: torch.device) -> int:
@@ -120,10 +130,7 @@ def check_inputs(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainCon
         raise EngineError("steps and checkpoint_every must be >= 0", field="steps")
     if cfg.backend not in ("gloo", "nccl"):
         raise EngineError(f"unknown backend {cfg.backend!r}; use gloo or nccl", field="backend")
-    if cfg.backend == "nccl" and not torch.cuda.is_available():
-        raise EngineError(
-            "nccl needs CUDA devices and none is visible; use gloo on CPU", field="backend"
-        )
+    check_backend(cfg.backend, plan, torch.cuda.device_count())
     if job.optimizer == "sgd":
         raise EngineError(
             "the engine trains with AdamW; use optimizer 'adam' or 'adamw'", field="job.optimizer"
@@ -166,6 +173,8 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     stage_plan = plan.stages[slot.stage]
     rep = stage_plan.replicas[slot.replica]
     param_dtype, autocast = precision(job, cfg)
+    if use_tf32(device, param_dtype, autocast):
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     model = build_stage(
         job.model,
         stage_plan.first_layer,
@@ -179,6 +188,9 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     )
     apply_execution(model, cfg.options.recompute, cfg.options.flash_attention)
     params = list(model.parameters())
+    impl = cfg.optimizer_impl
+    if impl == "auto":  # one fused kernel on CUDA, ZeRO-1 included
+        impl = "torch-fused" if device.type == "cuda" else "sailor"
     if cfg.options.zero == "zero1" and groups.dp:
         opt = ShardedAdamW(
             params,
@@ -189,11 +201,9 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             cfg.optim.betas,
             cfg.optim.eps,
             cfg.optim.weight_decay,
+            fused=impl == "torch-fused",
         )
     else:
-        impl = cfg.optimizer_impl
-        if impl == "auto":
-            impl = "torch-fused" if device.type == "cuda" else "sailor"
         opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0), impl)
     scaler = LossScaler(enabled=autocast == torch.float16)
     log.info("rank %d: stage %s built (%s)", rank, slot, cfg.options.describe())

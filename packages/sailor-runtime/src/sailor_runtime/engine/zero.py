@@ -11,7 +11,10 @@ rank in several groups (a replica of lower TP degree) owns units in each. Replic
 locally, as without ZeRO.
 
 The update of a unit is the same elementwise AdamW on the same numbers as without ZeRO, so the
-weights are the same (tests compare the two runs).
+weights are the same (tests compare the two runs). ``fused=True`` (CUDA ranks; chosen with the
+optimizer implementation) runs torch's fused AdamW kernel over every owned unit and replicated
+parameter at once instead of our per-tensor Python loop; its step counters live on the device.
+Every collective here runs on the parameters' device (NCCL refuses CPU tensors).
 """
 
 from __future__ import annotations
@@ -71,8 +74,10 @@ class ShardedAdamW(AdamW):
         betas=(0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.01,
+        fused: bool = False,
     ) -> None:
         params = list(params)
+        self.fused = fused
         sharded = [p for p in params if get_split(p) is not None]
         super().__init__([p for p in params if get_split(p) is None], lr, betas, eps, weight_decay)
         self.all_params, self.sharded = params, sharded
@@ -90,38 +95,96 @@ class ShardedAdamW(AdamW):
 
     @torch.no_grad()
     def step(self) -> None:
-        super().step()  # replicated parameters
         g = self.param_groups[0]
-        (beta1, beta2), lr = g["betas"], g["lr"]
-        for u in self.owned():
-            if not u.state:
-                u.state = self._fresh_state(u)
-            _adamw_one(
-                u.view(u.param),
-                u.view(u.param.grad),
-                u.state,
-                lr,
-                beta1,
-                beta2,
-                g["eps"],
-                g["weight_decay"],
-            )
+        if self.fused:
+            self._fused_step(g)
+        else:
+            super().step()  # replicated parameters
+            (beta1, beta2), lr = g["betas"], g["lr"]
+            for u in self.owned():
+                _adamw_one(
+                    u.view(u.param),
+                    u.view(u.param.grad),
+                    self._unit_state(u),
+                    lr,
+                    beta1,
+                    beta2,
+                    g["eps"],
+                    g["weight_decay"],
+                )
         for p in self.sharded:  # full states loaded from a checkpoint: sliced, now dropped
             self.state.pop(p, None)
         self._broadcast(lambda u: [u.view(u.param)])
 
+    def _unit_state(self, u: _Unit) -> dict:
+        if not u.state:
+            u.state = self._fresh_state(u)
+        return u.state
+
+    def _fused_step(self, g: dict) -> None:
+        """One ``torch.optim.adamw.adamw(fused=True)`` call over the replicated parameters and
+        the owned units (a unit that is a strided view goes through a contiguous copy)."""
+        from torch.optim.adamw import adamw  # imports TorchDynamo: only on this path
+
+        targets, grads, states = [], [], []
+        for p in self.param_groups[0]["params"]:
+            if p.grad is not None:
+                targets.append(p)
+                grads.append(p.grad)
+                states.append(self._replicated_state(p))
+        units = self.owned()
+        views = [u.view(u.param.detach()) for u in units]
+        for u, v in zip(units, views, strict=True):
+            targets.append(v if v.is_contiguous() else v.contiguous())
+            grads.append(u.view(u.param.grad).contiguous())
+            states.append(self._unit_state(u))
+        if not targets:
+            return
+        beta1, beta2 = g["betas"]
+        adamw(
+            targets,
+            grads,
+            [st["exp_avg"] for st in states],
+            [st["exp_avg_sq"] for st in states],
+            [],
+            [st["step"] for st in states],
+            fused=True,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=g["lr"],
+            weight_decay=g["weight_decay"],
+            eps=g["eps"],
+            maximize=False,
+        )
+        for v, t in zip(views, targets[len(targets) - len(views) :], strict=True):
+            if t is not v:
+                v.copy_(t)
+
+    def _replicated_state(self, p: torch.Tensor) -> dict:
+        st = self.state.get(p)
+        if not st:
+            st = self.state[p] = {
+                "step": torch.tensor(0.0),
+                "exp_avg": torch.zeros_like(p),
+                "exp_avg_sq": torch.zeros_like(p),
+            }
+        st["step"] = st["step"].to(p.device)  # fused: the counter lives with the tensor
+        return st
+
     def _fresh_state(self, u: _Unit) -> dict:
         """Zero states, or this unit's slice of a loaded checkpoint's full states."""
         full = self.state.get(u.param)
+        device = u.param.device if self.fused else torch.device("cpu")
         if full is None:
             v = u.view(u.param)
             return {
-                "step": torch.tensor(0.0),
+                "step": torch.tensor(0.0, device=device),
                 "exp_avg": torch.zeros_like(v),
                 "exp_avg_sq": torch.zeros_like(v),
             }
         return {
-            "step": full["step"].clone(),
+            "step": full["step"].to(device, copy=True),
             "exp_avg": u.view(full["exp_avg"]).clone(),
             "exp_avg_sq": u.view(full["exp_avg_sq"]).clone(),
         }
@@ -176,7 +239,8 @@ class ShardedAdamW(AdamW):
             return [u.view(st["exp_avg"]), u.view(st["exp_avg_sq"])]
 
         self._broadcast(views)
-        step_t = torch.tensor([step], dtype=torch.float64)
+        # on the parameters' device: NCCL refuses CPU tensors
+        step_t = torch.tensor([step], dtype=torch.float64, device=self.all_params[0].device)
         for part in self.parts:
             dist.all_reduce(step_t, op=dist.ReduceOp.MAX, group=part.group)
         for part in self.parts:

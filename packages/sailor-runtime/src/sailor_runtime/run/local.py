@@ -28,6 +28,7 @@ from ..agent.cputypes import cpu_worker_type
 from ..controller.controller import Controller, ControllerConfig
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
+from ..engine.backend import is_cpu_type
 from ..engine.options import ExecutionOptions
 from .processes import LocalWorker, start_planner, start_worker
 from .profile import CpuShare, contention, machine_profile, rank_pids, sample_runnable
@@ -134,6 +135,7 @@ class LocalRun:
 
     def add_worker(self) -> LocalWorker:
         i = len(self.workers)
+        gpu = not is_cpu_type(self.cfg.gpu_type_of(i))  # one GPU of this machine per worker
         w = start_worker(
             f"worker-{i}",
             self.address,
@@ -143,6 +145,9 @@ class LocalRun:
             token=self.cfg.token,
             warm=self.cfg.warm,
             first_core=self._next_core,
+            cuda_devices=str(sum(not is_cpu_type(x.gpu_type) for x in self.workers))
+            if gpu
+            else None,
         )
         kind = cpu_worker_type(self.cfg.gpu_type_of(i))
         self._next_core += kind.threads if kind else 1

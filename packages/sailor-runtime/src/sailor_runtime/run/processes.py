@@ -56,7 +56,10 @@ def start_worker(
     threads_per_rank: int = 1,
     warm: bool = True,
     first_core: int = 0,
+    cuda_devices: str | None = None,
 ) -> LocalWorker:
+    """``cuda_devices``: the worker's CUDA_VISIBLE_DEVICES (its GPUs of this machine); its
+    agent gives each rank the entry of its local device."""
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
@@ -68,6 +71,8 @@ def start_worker(
         "--first-core", str(first_core),
     ]  # fmt: skip
     env = dict(os.environ)
+    if cuda_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_devices
     if token:
         env["SAILOR_TOKEN"] = token
     with open(log_path, "wb") as log:

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from ..agent.cputypes import CpuWorkerType, cpu_worker_type
+from ..engine.backend import is_cpu_type
 from ..errors import SailorRuntimeError
 
 MICROBATCH_SIZES = "1,2,4,8,16"
@@ -64,14 +65,17 @@ def measure_compute(run_dir: Path, job, gpu_type: str) -> dict:
     """The compute profile of ``job`` on ``gpu_type`` as it runs here (a CPU worker type's
     threads and cores), cached in the run folder."""
     worker = cpu_worker_type(gpu_type)
-    compute = run_dir / "profiling" / f"compute-{gpu_type if worker else 'CPU'}"
+    gpu = not is_cpu_type(gpu_type)  # a GPU of this machine (sailor run --local on GPUs)
+    label = gpu_type if worker or gpu else "CPU"
+    compute = run_dir / "profiling" / f"compute-{label}"
     if not list(compute.glob("*.json")):
         print(f"profiling {job.model.name} on {gpu_type} ...", file=sys.stderr, flush=True)
         _run(_profiler(
-            "compute", "--model", job.model.name, "--out", str(compute), "--device", "cpu",
+            "compute", "--model", job.model.name, "--out", str(compute),
+            "--device", "cuda" if gpu else "cpu",
             "--dtype", job.dtype, "--mbs", MICROBATCH_SIZES, "--tp", "1,2",
             "--seq", str(job.sequence_length), "--blocks", "1", "--warmup", "1", "--reps", "5",
-            "--optimizer", job.optimizer, "--gpu-type", gpu_type if worker else "CPU",
+            "--optimizer", job.optimizer, "--gpu-type", label,
             "--no-plot", "--json",
         ), "compute", worker)  # fmt: skip
     return json.loads(sorted(compute.glob("*.json"))[0].read_text())
@@ -172,7 +176,8 @@ def machine_profile(
         measured = measure_compute(run_dir, job, gpu_type)
         stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", job.model.name).strip("_")  # as the sim does
         name = f"{stem}__{gpu_type}__{job.dtype}__s{job.sequence_length}.json"
-        (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, factor)))
+        stretch = factor if is_cpu_type(gpu_type) else 1.0  # GPUs do not share the cores
+        (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, stretch)))
     (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types)))
     (folder / "README.txt").write_text(
         "Measured on this machine, each CPU worker type with its threads and cores; layer and "

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13sailor/v1/job.proto\x12\tsailor.v1\"\x98\x01\n\x03Job\x12\r\n\x05model\x18\x01 \x01(\t\x12\x19\n\x11global_batch_size\x18\x02 \x01(\r\x12\x17\n\x0fsequence_length\x18\x03 \x01(\r\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x11\n\toptimizer\x18\x05 \x01(\t\x12,\n\x07options\x18\x06 \x01(\x0b\x32\x1b.sailor.v1.ExecutionOptions\"\xe4\x01\n\x10\x45xecutionOptions\x12\x12\n\ngrad_dtype\x18\x01 \x01(\t\x12\x1c\n\x0f\x66lash_attention\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x11\n\trecompute\x18\x03 \x01(\t\x12\x0c\n\x04zero\x18\x04 \x01(\t\x12\x19\n\x11sequence_parallel\x18\x05 \x01(\x08\x12\x16\n\x0evirtual_stages\x18\x06 \x01(\r\x12\x1f\n\x12p2p_scatter_gather\x18\x07 \x01(\x08H\x01\x88\x01\x01\x42\x12\n\x10_flash_attentionB\x15\n\x13_p2p_scatter_gather\"8\n\x07GpuPool\x12\x10\n\x08gpu_type\x18\x01 \x01(\t\x12\x0c\n\x04zone\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\r\".\n\tInventory\x12!\n\x05pools\x18\x01 \x03(\x0b\x32\x12.sailor.v1.GpuPool\"\xf3\x01\n\x07RunSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x19\n\x11global_batch_size\x18\x02 \x01(\r\x12\x14\n\x07seq_len\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x16\n\tprecision\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x11\n\toptimizer\x18\x05 \x01(\t\x12,\n\x07options\x18\x06 \x01(\x0b\x32\x1b.sailor.v1.ExecutionOptions\x12\r\n\x05steps\x18\x07 \x01(\x04\x12\x18\n\x10\x63heckpoint_every\x18\x08 \x01(\x04\x12\x0c\n\x04seed\x18\t \x01(\x04\x42\n\n\x08_seq_lenB\x0c\n\n_precisionb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13sailor/v1/job.proto\x12\tsailor.v1\"\x98\x01\n\x03Job\x12\r\n\x05model\x18\x01 \x01(\t\x12\x19\n\x11global_batch_size\x18\x02 \x01(\r\x12\x17\n\x0fsequence_length\x18\x03 \x01(\r\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x11\n\toptimizer\x18\x05 \x01(\t\x12,\n\x07options\x18\x06 \x01(\x0b\x32\x1b.sailor.v1.ExecutionOptions\"\xa4\x02\n\x10\x45xecutionOptions\x12\x12\n\ngrad_dtype\x18\x01 \x01(\t\x12\x1c\n\x0f\x66lash_attention\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x11\n\trecompute\x18\x03 \x01(\t\x12\x0c\n\x04zero\x18\x04 \x01(\t\x12\x19\n\x11sequence_parallel\x18\x05 \x01(\x08\x12\x16\n\x0evirtual_stages\x18\x06 \x01(\r\x12\x1f\n\x12p2p_scatter_gather\x18\x07 \x01(\x08H\x01\x88\x01\x01\x12\x0b\n\x03\x66p8\x18\x08 \x01(\t\x12\x17\n\x0f\x65xpert_parallel\x18\t \x01(\r\x12\x18\n\x10\x63ontext_parallel\x18\n \x01(\rB\x12\n\x10_flash_attentionB\x15\n\x13_p2p_scatter_gather\"8\n\x07GpuPool\x12\x10\n\x08gpu_type\x18\x01 \x01(\t\x12\x0c\n\x04zone\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\r\".\n\tInventory\x12!\n\x05pools\x18\x01 \x03(\x0b\x32\x12.sailor.v1.GpuPool\"\xf3\x01\n\x07RunSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x19\n\x11global_batch_size\x18\x02 \x01(\r\x12\x14\n\x07seq_len\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x16\n\tprecision\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x11\n\toptimizer\x18\x05 \x01(\t\x12,\n\x07options\x18\x06 \x01(\x0b\x32\x1b.sailor.v1.ExecutionOptions\x12\r\n\x05steps\x18\x07 \x01(\x04\x12\x18\n\x10\x63heckpoint_every\x18\x08 \x01(\x04\x12\x0c\n\x04seed\x18\t \x01(\x04\x42\n\n\x08_seq_lenB\x0c\n\n_precisionb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOB']._serialized_start=35
   _globals['_JOB']._serialized_end=187
   _globals['_EXECUTIONOPTIONS']._serialized_start=190
-  _globals['_EXECUTIONOPTIONS']._serialized_end=418
-  _globals['_GPUPOOL']._serialized_start=420
-  _globals['_GPUPOOL']._serialized_end=476
-  _globals['_INVENTORY']._serialized_start=478
-  _globals['_INVENTORY']._serialized_end=524
-  _globals['_RUNSPEC']._serialized_start=527
-  _globals['_RUNSPEC']._serialized_end=770
+  _globals['_EXECUTIONOPTIONS']._serialized_end=482
+  _globals['_GPUPOOL']._serialized_start=484
+  _globals['_GPUPOOL']._serialized_end=540
+  _globals['_INVENTORY']._serialized_start=542
+  _globals['_INVENTORY']._serialized_end=588
+  _globals['_RUNSPEC']._serialized_start=591
+  _globals['_RUNSPEC']._serialized_end=834
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,57 @@
+"""GPU workers on one machine: `sailor run --local` accepts this machine's GPU type (and only
+it), and an agent that sees only some GPUs gives each rank the right one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from sailor_runtime import cli
+from sailor_runtime.agent.ranks import cuda_visible
+from sailor_runtime.errors import SailorRuntimeError
+
+
+def test_rank_device_indexes_the_agents_own_visible_gpus():
+    assert cuda_visible(1, None) == "1"
+    assert cuda_visible(0, "") == "0"
+    # Slurm gave this agent GPUs 4 and 6: its device 1 is GPU 6, not GPU 1
+    assert cuda_visible(1, "4,6") == "6"
+    assert cuda_visible(0, "GPU-3f2a,GPU-99b1") == "GPU-3f2a"
+    with pytest.raises(SailorRuntimeError, match="not among this agent's"):
+        cuda_visible(2, "4,6")
+
+
+def test_gpu_type_without_gpus_is_refused_in_one_line():
+    if cli._local_gpu() is not None:
+        pytest.skip("this machine has GPUs")
+    r = subprocess.run(
+        [sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--gpu-types", "A100-40"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "no CUDA GPU" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--gpu-types", "A100-40,cpu-1t"], "mixes CPU worker types and GPUs"),
+        (["--gpu-types", "A100-40", "--workers", "3"], "3 GPU workers need as many GPUs"),
+        (["--gpu-types", "H100-80"], "this machine's GPUs are 2x A100-40"),
+    ],
+)
+def test_gpu_types_checked_against_the_detected_gpus(monkeypatch, args, words):
+    """The detection is replaced (no GPU here); the checks that follow it are the real ones."""
+    monkeypatch.setattr(cli, "_local_gpu", lambda: ("A100-40", 2))
+    r = CliRunner().invoke(cli.app, ["run", "--local", *args])
+    assert r.exit_code == 2 and words in r.output, r.output
+
+
+def test_controller_backend_flag_is_checked():
+    r = CliRunner().invoke(cli.app, ["controller", "--planner", "127.0.0.1:9", "--backend", "mpi"])
+    assert r.exit_code == 2 and "--backend: 'mpi': use auto, gloo or nccl" in r.output, r.output

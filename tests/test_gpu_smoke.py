@@ -1,0 +1,55 @@
+"""bench/gpu_smoke.py on CPU: the same script and code path a GPU machine runs (here gloo ranks,
+type CPU), in a tiny configuration; and its verdict logic on made-up figures."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[1] / "bench" / "gpu_smoke.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_smoke", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_smoke_runs_end_to_end_on_cpu(tmp_path):
+    """Profile, predict, train with a checkpoint and a resume, reshard to CPU, report. The step
+    time bar is wide here (8 engineers share 2 cores while CI runs); memory keeps its bar."""
+    out = tmp_path / "smoke"
+    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--gbs", "4", "--seq", "32"]
+    cmd += ["--steps", "4", "--time-bar", "20", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for figure in ("step_time_s", "tokens_per_s", "mfu", "memory_bytes"):
+        assert figure in done.stdout
+    assert "resharded to CPU" in done.stdout and "gloo" in done.stdout
+    # the prediction exists before the first training step was written
+    assert (out / "prediction.json").stat().st_mtime < (out / "first.jsonl").stat().st_mtime
+    steps = [json.loads(x)["step"] for x in (out / "resumed.jsonl").read_text().splitlines()]
+    assert steps == [3, 4]
+
+
+def test_verdict_names_misses_and_missing_figures():
+    smoke = _module()
+    pred = {"step_time_s": 1.0, "tokens_per_s": 10.0, "mfu": 0.5, "memory_bytes": 100}
+    assert smoke.report(pred, dict(pred), {"step_time_s": 0.1}) == []
+    slow = dict(pred, step_time_s=1.5)
+    assert smoke.report(pred, slow, {"step_time_s": 0.1}) == [
+        "step_time_s: gap 50.0% over the bar 10%"
+    ]
+    missing = smoke.report(pred, {k: v for k, v in pred.items() if k != "memory_bytes"}, {})
+    assert missing and missing[0].startswith("memory_bytes: missing")
+
+
+def test_bad_arguments_exit_2_with_one_line():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--steps", "2"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "--steps >= 4" in done.stderr.strip().splitlines()[-1]
