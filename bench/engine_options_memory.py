@@ -36,6 +36,7 @@ JOB = Job.create("tiny-llama", 8, 128)
 ONE = Plan((Stage(0, 7, (R(1, 8, 1),)),))
 ACCUM = Plan((Stage(0, 7, (R(1, 2, 4),)),))
 DP2 = Plan((Stage(0, 7, (R(1, 4, 1), R(1, 4, 1))),))
+TP2 = Plan((Stage(0, 7, (R(2, 8, 1),)),))
 
 # name -> (plan, options, baseline case, what the option is)
 CASES: dict[str, tuple[Plan, dict, str | None, str]] = {
@@ -58,6 +59,10 @@ CASES: dict[str, tuple[Plan, dict, str | None, str]] = {
     "grad_accumulation": (ACCUM, {}, "base", "4 x mbs 2 instead of 1 x mbs 8"),
     "dp2": (DP2, {}, None, "2 replicas x mbs 4"),
     "zero1": (DP2, {"zero": "zero1"}, "dp2", "ZeRO-1 over the 2 replicas"),
+    "zero2": (DP2, {"zero": "zero2"}, "dp2", "ZeRO-2 (FSDP2, no reshard after forward)"),
+    "zero3": (DP2, {"zero": "zero3"}, "dp2", "ZeRO-3 (FSDP2 fully_shard)"),
+    "tp2": (TP2, {}, None, "1 replica of TP 2 x mbs 8"),
+    "sequence_parallel": (TP2, {"sequence_parallel": True}, "tp2", "sequence parallel in TP 2"),
 }
 
 

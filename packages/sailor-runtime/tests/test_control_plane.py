@@ -221,6 +221,7 @@ def test_silent_worker_is_declared_failed_within_the_timeout(controller):
 def test_agent_refuses_malformed_assignments_over_grpc(tmp_path):
     runner = RankRunner(tmp_path / "agent")
     servicer = AgentServicer("c", NodeGpus("T4", 2, 0, "local"), runner)
+    servicer.session = "sess"  # registered: it takes the orders that carry its session
     server, port = create_agent_server(servicer, "127.0.0.1:0", token="tok")
     server.start()
     try:
@@ -228,11 +229,13 @@ def test_agent_refuses_malformed_assignments_over_grpc(tmp_path):
             stub = agent_pb2_grpc.WorkerAgentServiceStub(ch)
             md = ((TOKEN_METADATA_KEY, "tok"),)
             with pytest.raises(grpc.RpcError) as info:
-                stub.Assign(_assignment(tmp_path, world_size=2), metadata=md, timeout=5)
+                msg = _assignment(tmp_path, world_size=2, session="sess")
+                stub.Assign(msg, metadata=md, timeout=5)
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "world_size" in info.value.details()
             with pytest.raises(grpc.RpcError) as info:
-                stub.Assign(agent_pb2.Assignment(generation=1), metadata=md, timeout=5)
+                msg = agent_pb2.Assignment(generation=1, session="sess")
+                stub.Assign(msg, metadata=md, timeout=5)
             assert "assignment.job" in info.value.details()
             with pytest.raises(grpc.RpcError) as info:
                 stub.Assign(_assignment(tmp_path), timeout=5)  # no token

@@ -17,7 +17,7 @@ import typer
 import sailor_runtime
 from sailor_sim import Job, get_gpu, inputs
 from sailor_sim.cli_output import version_option
-from sailor_sim.errors import SailorSimError
+from sailor_sim.errors import SailorError, SailorSimError
 
 from .errors import SailorRuntimeError
 
@@ -108,7 +108,16 @@ def run(
         "fp32", help="fp32, or bf16 / fp16 mixed precision (autocast, fp32 master weights)."
     ),
     recompute: str = typer.Option("none", help="Activation recomputation: none, selective, full."),
-    zero: str = typer.Option("none", help="zero1: shard AdamW states across each DP group."),
+    zero: str = typer.Option(
+        "none",
+        help="zero1: shard AdamW states across each DP group; zero2 / zero3 / hybrid: FSDP2 "
+        "(gradients, and for zero3/hybrid parameters, sharded too; one-stage plans).",
+    ),
+    sequence_parallel: bool = typer.Option(
+        False,
+        "--sequence-parallel/--no-sequence-parallel",
+        help="Megatron sequence parallelism in every TP group (plans with tp > 1 only).",
+    ),
     flash_attention: bool = typer.Option(
         True,
         "--flash-attention/--math-attention",
@@ -135,9 +144,14 @@ def run(
     from .engine.options import ExecutionOptions, OptionsError
 
     try:
-        options = ExecutionOptions(precision, recompute, flash_attention, zero)
+        options = ExecutionOptions(precision, recompute, flash_attention, zero, sequence_parallel)
     except OptionsError as exc:
         _fail(exc)
+    if options.sequence_parallel:  # else the planner finds no plan and the run waits
+        _fail(SailorRuntimeError(
+            "a local run's workers hold one rank each, so no plan has the tp > 1 that "
+            "sequence parallelism needs; drop the flag (multi-GPU workers, `sailor worker "
+            "--gpus N`, run it)", field="--sequence-parallel"))  # fmt: skip
     types = tuple(t.strip() for t in gpu_types.split(",") if t.strip())
     asked_gpus = [t for t in types if t != "CPU" and _cpu_type(t) is None]
     local_gpu = _local_gpu() if asked_gpus else None  # (catalog type, count) or None
@@ -220,9 +234,25 @@ def controller(
         "sailor-run"
     ),
     profile_dir: str = typer.Option("", help="Profile folder the planner should use."),
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    host: str = typer.Option(
+        "127.0.0.1", help="Address the controller and its rendezvous store listen on."
+    ),
     port: int = typer.Option(0, help="Port (0 = any free one; see --port-file)."),
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
+    store_port: int = typer.Option(0, help="Rendezvous store port (0 = any free one)."),
+    advertise_host: str = typer.Option(
+        "",
+        help="Where ranks reach the store when --host is 0.0.0.0 and the agents should not "
+        "use the host they reached the controller at (the default).",
+    ),
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this PEM chain.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM key of --tls-cert.")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="Dial the agents over TLS, trusting this PEM CA.")
+    ] = None,
+    tls_server_name: str = typer.Option(
+        "", help="Name the agents' certificate carries (default: the address dialed)."
+    ),
     min_workers: int = typer.Option(1, help="Workers to wait for before the first plan."),
     heartbeat_interval: float = typer.Option(1.0),
     heartbeat_timeout: float = typer.Option(5.0),
@@ -250,18 +280,21 @@ def controller(
         inputs.port(port, "--port")
         if backend not in ("auto", "gloo", "nccl"):
             raise SailorRuntimeError(f"{backend!r}: use auto, gloo or nccl", field="--backend")
+        inputs.port(store_port, "--store-port")
+        tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         job = Job.create(model, global_batch_size, seq_len)
         cfg = ControllerConfig(
             job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
             planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,
             heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
-            debounce_s=debounce, max_failures=max_failures, store_host=host if host != "0.0.0.0"
-            else "127.0.0.1", seed=seed, lr=lr, token=token, backend=backend,
+            debounce_s=debounce, max_failures=max_failures, store_host=host,
+            store_port=store_port, advertise_host=advertise_host, seed=seed, lr=lr,
+            token=token, tls=tls, backend=backend,
         )  # fmt: skip
         c = Controller(cfg)
-    except (SailorRuntimeError, SailorSimError) as exc:
+        server, bound = create_controller_server(c, f"{host}:{port}", token, tls)
+    except SailorError as exc:
         _fail(exc)
-    server, bound = create_controller_server(c, f"{host}:{port}", token)
     server.start()
     c.start()
     if port_file:
@@ -272,10 +305,12 @@ def controller(
     try:
         while not c.finished and not stop.wait(0.5):
             pass
-        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
     except KeyboardInterrupt:
         pass
     finally:
+        if not c.finished:  # stopped by a signal: the ranks must not train on without us
+            c.shutdown("the controller was stopped")
+        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
         c.close()
         server.stop(grace=0.5)
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
@@ -294,6 +329,20 @@ def worker(
     gpus: int = typer.Option(None, help="GPUs on this node (default 1 when declared)."),
     zone: str = typer.Option("local", help="Zone of this node."),
     host: str = typer.Option("127.0.0.1", help="Address the agent listens on."),
+    port: int = typer.Option(0, help="Port the agent listens on (0 = any free one)."),
+    advertise_host: str = typer.Option(
+        "",
+        help="Where the controller dials this agent (default --host; with --host 0.0.0.0 the "
+        "address the controller sees the registration come from).",
+    ),
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this PEM chain.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM key of --tls-cert.")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="Dial the controller over TLS, trusting this PEM CA.")
+    ] = None,
+    tls_server_name: str = typer.Option(
+        "", help="Name the controller's certificate carries (default: the address dialed)."
+    ),
     worker_id: str = typer.Option(None, help="Unique node name (default host-pid)."),
     workdir: Annotated[Path, typer.Option(help="Rank logs and metrics.")] = Path("sailor-worker"),
     threads_per_rank: int = typer.Option(1, help="OMP threads per rank process."),
@@ -321,14 +370,17 @@ def worker(
     token = resolve_token(token)
     try:
         check_bind(host, token, "the worker agent")
+        inputs.port(port, "--port")
+        tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(
-            controller, node, workdir, host=host, token=token, worker_id=worker_id,
+            controller, node, workdir, host=host, port=port, advertise_host=advertise_host,
+            token=token, tls=tls, worker_id=worker_id,
             threads_per_rank=threads_per_rank, warm=warm, controller_timeout_s=controller_timeout,
             first_core=first_core,
         )  # fmt: skip
         agent.start()
-    except (SailorRuntimeError, SailorSimError) as exc:
+    except SailorError as exc:
         _fail(exc)
     except Exception as exc:  # noqa: BLE001 - e.g. a refused registration (gRPC error)
         details = exc.details() if hasattr(exc, "details") else str(exc)
@@ -341,6 +393,36 @@ def worker(
     finally:
         agent.close()
     sys.exit(1 if agent.lost_controller else 0)
+
+
+@app.command("slurm-node")
+def slurm_node(
+    node: str = typer.Option(
+        "", help="Slurm node name (default $SLURMD_NODENAME, else this host's short name)."
+    ),
+) -> None:
+    """Print `--gpu-type T --gpus N` for this Slurm node, from its GRES (deploy/slurm)."""
+    import os
+    import socket
+
+    from .slurm import gres_gpus, node_gres
+
+    name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    try:
+        gpu_type, count = gres_gpus(node_gres(name))
+    except SailorError as exc:
+        _fail(exc)
+    typer.echo(f"--gpu-type {gpu_type} --gpus {count}")
+
+
+def _tls_files(cert: Path | None, key: Path | None, ca: Path | None, server_name: str):
+    """The TLS files of a controller or agent, each checked to be a readable file now."""
+    from .security import TlsFiles
+
+    for path, flag in ((cert, "--tls-cert"), (key, "--tls-key"), (ca, "--tls-ca")):
+        if path is not None:
+            inputs.read_text(path, flag, max_bytes=1 << 20)
+    return TlsFiles(cert, key, ca, server_name or None).check()
 
 
 def entry() -> None:

@@ -8,6 +8,7 @@ Owner: sailor-profiler (the runtime imports it). Main entry: ``build_stage``.
 from .execution import RECOMPUTE, apply_execution
 from .layers import Block, Embedding, Head, math_attention
 from .parallelize import materialize, parallelize
+from .sequence import enable_sequence_parallel
 from .stage import (
     StageModule,
     build_stage,
@@ -41,6 +42,7 @@ __all__ = [
     "apply_execution",
     "build_stage",
     "copy_to_tp",
+    "enable_sequence_parallel",
     "example_input",
     "full_shape",
     "get_split",

@@ -8,7 +8,8 @@ Input contract (what the profiler and the pipeline engine feed each layer):
   token cross-entropy (a scalar).
 
 Under tensor parallelism the hidden state is replicated on every rank of the TP group (Megatron
-without sequence parallelism). Families: OPT / GPT-Neo (learned positions, LayerNorm, GELU,
+without sequence parallelism; with it, ``sequence`` gives each rank a chunk of the tokens
+between the TP regions). Families: OPT / GPT-Neo (learned positions, LayerNorm, GELU,
 biases) and LLaMA (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention).
 Dropout (``ModelSpec.dropout``) is applied only in training mode; runs that must be exactly
 reproducible across plans use a spec with dropout 0 (the tiny catalog models) or eval mode.
@@ -24,6 +25,7 @@ from torch import nn
 
 from sailor_sim.model import ModelSpec
 
+from .sequence import gathered_linears
 from .tp import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -58,12 +60,19 @@ class Norm(nn.Module):
         self.eps = 1e-5
         self.weight = tp.param(spec.hidden_size)
         self.bias = tp.param(spec.hidden_size) if spec.norm_has_bias else None
+        self.sequence_group = None
+        """Sequence parallelism (``sequence``): this rank sees a chunk of the tokens, so the
+        weight's gradient is summed over the group."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if self.sequence_group is not None:
+            weight = copy_to_tp(weight, self.sequence_group)
+            bias = copy_to_tp(bias, self.sequence_group) if bias is not None else None
         if self.rms:
             var = x.pow(2).mean(-1, keepdim=True)
-            return x * torch.rsqrt(var + self.eps) * self.weight
-        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            return x * torch.rsqrt(var + self.eps) * weight
+        return F.layer_norm(x, x.shape[-1:], weight, bias, self.eps)
 
 
 class Embedding(nn.Module):
@@ -109,6 +118,8 @@ class Attention(nn.Module):
         self.rotary = spec.position == "rotary"
         self.p = spec.dropout
         self.group = None
+        self.sequence_group = None
+        """Sequence parallelism: the input is a chunk of the tokens, gathered here."""
         # Execution options, set by ``execution.apply_execution`` (never by a plan's shape):
         self.flash = True
         """Attention through ``F.scaled_dot_product_attention`` (flash/memory-efficient kernels
@@ -118,11 +129,11 @@ class Attention(nn.Module):
         (QK^T, softmax, attention over V) is recomputed in backward instead of stashed."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
-        x = copy_to_tp(x, self.group)
-        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self._project(x)
+        b, s, _ = q.shape
+        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
             q, k = _rotary(q), _rotary(k)
         if self.kv_heads != self.heads:  # grouped-query attention: share each K/V head
@@ -133,6 +144,13 @@ class Attention(nn.Module):
         else:
             ctx = self._core(q, k, v)
         return self.o(ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k, v of the whole sequence (under sequence parallelism ``x`` is a chunk)."""
+        if self.sequence_group is not None:
+            return gathered_linears(x, self.sequence_group, (self.q, self.k, self.v))
+        x = copy_to_tp(x, self.group)
+        return self.q(x), self.k(x), self.v(x)
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         p = self.p if self.training else 0.0
@@ -167,8 +185,16 @@ class MLP(nn.Module):
         self.up = ColumnParallelLinear(h, f, b, *args, enter_region=False)
         self.down = RowParallelLinear(f, h, b, *args)
         self.group = None
+        self.sequence_group = None
+        """Sequence parallelism: the input is a chunk of the tokens, gathered here."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sequence_group is not None:  # x is a chunk of the sequence
+            if self.swiglu:
+                gate, up = gathered_linears(x, self.sequence_group, (self.gate, self.up))
+                return self.down(self.act(gate) * up)
+            (up,) = gathered_linears(x, self.sequence_group, (self.up,))
+            return self.down(F.gelu(up))
         x = copy_to_tp(x, self.group)
         if self.swiglu:  # Shazeer 2020, "GLU Variants Improve Transformer", Eq. 6
             return self.down(self.act(self.gate(x)) * self.up(x))
@@ -212,9 +238,14 @@ class Head(nn.Module):
         )
         self.tp_rank, self.tp_size, self.group = 0, 1, None
         """Where the vocabulary shard of ``lm_head`` sits (set by ``parallelize``)."""
+        self.sequence_group = None
+        """Sequence parallelism: ``x`` is a chunk of the tokens, gathered for ``lm_head``."""
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(self.norm(x))
+        if self.sequence_group is not None:
+            (logits,) = gathered_linears(self.norm(x), self.sequence_group, (self.lm_head,))
+        else:
+            logits = self.lm_head(self.norm(x))
         return vocab_parallel_cross_entropy(logits, labels, self.tp_rank, self.tp_size, self.group)
 
 

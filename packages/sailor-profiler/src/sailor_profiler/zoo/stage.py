@@ -20,6 +20,7 @@ from sailor_sim.model import ModelSpec, get_model
 
 from .layers import Block, Embedding, Head, ParamFactory, init_std
 from .parallelize import materialize, parallelize
+from .sequence import gather_sequence, split_sequence
 from .tp import get_split
 
 
@@ -48,6 +49,8 @@ class StageModule(nn.Module):
             raise ValueError(f"last_layer {last_layer} < first_layer {first_layer}")
         self.spec, self.first_layer, self.last_layer = spec, first_layer, last_layer
         self.tp_rank, self.tp_size = 0, 1
+        self.sequence_group = None
+        """The TP group when sequence parallelism is on (``sequence``), else None."""
         self.layers = nn.ModuleDict(
             {str(i): make_layer(spec, i, factory) for i in range(first_layer, last_layer + 1)}
         )
@@ -61,13 +64,16 @@ class StageModule(nn.Module):
         return self.last_layer == self.spec.head_layer_id
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        chunked = False  # sequence parallelism: blocks and head see this rank's chunk
         for lid, layer in self.layers.items():
+            if self.sequence_group is not None and not chunked and not isinstance(layer, Embedding):
+                x, chunked = split_sequence(x, self.sequence_group), True
             if int(lid) == self.spec.head_layer_id:
                 if labels is None:
                     raise ValueError("the stage holds the head: pass labels")
                 return layer(x, labels)
             x = layer(x)
-        return x
+        return gather_sequence(x, self.sequence_group) if chunked else x
 
     def layer_params(self, layer_id: int) -> dict[str, nn.Parameter]:
         """Parameters of one layer, by name within the layer."""

@@ -147,6 +147,9 @@ class RowParallelLinear(nn.Module):
     def __init__(self, in_f, out_f, bias, dtype, device):
         super().__init__()
         self.group = None
+        self.sequence_group = None
+        """Sequence parallelism (``sequence``): reduce-scatter the partial sums along the
+        sequence instead of all-reducing them; the bias is added to this rank's chunk."""
         self.weight = _new_param((out_f, in_f), (1, 1), dtype, device)
         self.bias = _new_param((out_f,), None, dtype, device) if bias else None
 
@@ -156,6 +159,12 @@ class RowParallelLinear(nn.Module):
         self.group = group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sequence_group is not None:
+            from .sequence import reduce_scatter_from_tp
+
+            y = reduce_scatter_from_tp(F.linear(x, self.weight), self.sequence_group)
+            bias = copy_to_tp(self.bias, self.sequence_group) if self.bias is not None else None
+            return y + bias if bias is not None else y
         y = reduce_from_tp(F.linear(x, self.weight), self.group)
         return y + self.bias if self.bias is not None else y
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 
 from ..proto import controller_pb2, controller_pb2_grpc
-from ..security import call_metadata
+from ..security import TlsFiles, call_metadata
 from .cputypes import cpu_worker_type
 from .gpus import NodeGpus
 from .ranks import RankRunner
@@ -36,7 +36,10 @@ class WorkerAgent:
         workdir: Path,
         *,
         host: str = "127.0.0.1",
+        port: int = 0,
+        advertise_host: str | None = None,
         token: str | None = None,
+        tls: TlsFiles | None = None,
         worker_id: str | None = None,
         threads_per_rank: int = 1,
         first_core: int = 0,
@@ -59,8 +62,12 @@ class WorkerAgent:
             warm=warm,
         )
         self.servicer = AgentServicer(self.worker_id, gpus, self.runner)
-        self.server, self.port = create_agent_server(self.servicer, f"{host}:0", token)
-        self.address = f"{host}:{self.port}"
+        self.servicer.controller_host = controller.rsplit(":", 1)[0].strip("[]")
+        tls = tls or TlsFiles()
+        self.server, self.port = create_agent_server(self.servicer, f"{host}:{port}", token, tls)
+        self.address = f"{advertise_host or host}:{self.port}"
+        """Where the controller dials this agent. A wildcard host (0.0.0.0) is replaced by the
+        controller with the address it sees the registration come from."""
         self.register_timeout_s = register_timeout_s
         self.controller_timeout_s = controller_timeout_s
         """Give up (stop the ranks, exit non-zero) after this long without the controller."""
@@ -70,7 +77,8 @@ class WorkerAgent:
         self.session = ""
         """RegisterResponse.session: proves heartbeats, leave and assignments are this node's."""
         self.done = threading.Event()
-        self._channel = grpc.insecure_channel(controller)
+        self.leaving = threading.Event()
+        self._channel = tls.channel(controller)
         self._stub = controller_pb2_grpc.ControllerServiceStub(self._channel)
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -115,6 +123,7 @@ class WorkerAgent:
         )
 
     def leave(self, reason: str = "leaving") -> None:
+        self.leaving.set()  # from here on a `known=false` heartbeat must not re-register
         self.runner.stop(0, grace_s=1.0)
         try:
             self._stub.Leave(
@@ -176,6 +185,8 @@ class WorkerAgent:
             log.info("controller says the run is over")
             self.runner.stop(0, grace_s=5.0)
             self.done.set()
+        elif not reply.known and self.leaving.is_set():
+            log.info("left the run; not registering again")
         elif not reply.known:
             log.warning(
                 "controller does not know %s; stopping ranks, registering again", self.worker_id

@@ -96,10 +96,22 @@ def _check_ranks(msg, plan: Plan, gpu_type: str, zone: str, num_devices: int):
     return tuple(pairs)
 
 
+WILDCARDS = ("0.0.0.0", "::", "[::]")
+"""Listen-on-every-interface addresses: where a server listens, never where to dial it."""
+
+
 def validate_assignment(
-    msg, *, gpu_type: str, zone: str, num_devices: int, current_generation: int
+    msg,
+    *,
+    gpu_type: str,
+    zone: str,
+    num_devices: int,
+    current_generation: int,
+    controller_host: str = "127.0.0.1",
 ) -> ValidAssignment:
-    """Check ``msg`` (an agent_pb2.Assignment) against this node; raise AssignmentError."""
+    """Check ``msg`` (an agent_pb2.Assignment) against this node; raise AssignmentError.
+    A wildcard store address (a controller on 0.0.0.0 without --advertise-host) becomes
+    ``controller_host``: the store is reached where this node reached the controller."""
     if not 1 <= msg.generation <= MAX_GENERATION:
         raise AssignmentError(
             f"must be in 1..2^63-1, got {msg.generation}", field="assignment.generation"
@@ -140,7 +152,7 @@ def validate_assignment(
         plan,
         msg.world_size,
         ranks,
-        msg.master_addr,
+        controller_host if msg.master_addr in WILDCARDS else msg.master_addr,
         msg.master_port,
         msg.store_prefix,
         msg.checkpoint_dir,

@@ -8,20 +8,21 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from ..proto import agent_pb2, agent_pb2_grpc
-from ..security import call_metadata
+from ..security import TlsFiles, call_metadata
 
 
 class AgentClients:
     """One channel per agent address, reused across generations."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, tls: TlsFiles | None = None) -> None:
         self.metadata = call_metadata(token)
+        self.tls = tls or TlsFiles()
         self._channels: dict[str, grpc.Channel] = {}
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-call")
 
     def stub(self, address: str) -> agent_pb2_grpc.WorkerAgentServiceStub:
         if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address)
+            self._channels[address] = self.tls.channel(address)
         return agent_pb2_grpc.WorkerAgentServiceStub(self._channels[address])
 
     def fan_out(
@@ -38,14 +39,15 @@ class AgentClients:
         futures = {a: self._pool.submit(one, a, fn) for a, fn in calls.items()}
         return {a: f.result() for a, f in futures.items()}
 
-    def stop_all(self, addresses: list[str], generation: int, timeout_s: float = 10.0):
-        request = agent_pb2.StopRequest(generation=generation, grace_s=1.0)
-        return self.fan_out(
-            {
-                a: (lambda s: s.Stop(request, timeout=timeout_s, metadata=self.metadata))
-                for a in addresses
-            }
-        )
+    def stop_all(self, sessions: dict[str, str], generation: int, timeout_s: float = 10.0):
+        """Stop ``generation`` (0 = any) on each agent address; ``sessions``: address -> the
+        session the agent was issued (an agent refuses a Stop without it)."""
+
+        def stop(session: str):
+            request = agent_pb2.StopRequest(generation=generation, grace_s=1.0, session=session)
+            return lambda s: s.Stop(request, timeout=timeout_s, metadata=self.metadata)
+
+        return self.fan_out({a: stop(session) for a, session in sessions.items()})
 
     def status_all(self, addresses: list[str], timeout_s: float = 1.5):
         request = agent_pb2.AgentStatusRequest()

@@ -35,7 +35,7 @@ def build_assignments(
             plan=plan_msg,
             world_size=plan.num_gpus,
             ranks=[agent_pb2.RankSlot(rank=r, local_device=d) for r, d in slots],
-            master_addr=cfg.store_host,
+            master_addr=cfg.advertise_host or cfg.store_host,
             master_port=store_port,
             store_prefix=store_prefix(generation, run_secret),
             checkpoint_dir=str(cfg.checkpoint_dir.resolve()),

@@ -4,16 +4,20 @@ Event sources (gRPC threads): Register (join), Leave (graceful), Heartbeat (live
 states, step metrics). One control thread (`_loop`) turns them into re-plans: it expires silent
 workers, probes the agents when a rank fails (a dead node answers nothing, a live one
 answers), waits out a debounce window so that a burst of changes costs one re-plan, and then
-runs `_reconfigure`: plan on the live inventory -> place ranks -> stop the old generation ->
-locate the last checkpoint -> assign the new generation (rendezvous prefix ``gen-N`` in the
-controller's TCPStore). Each phase is timed (state.PHASES).
+runs `_reconfigure`: drop newcomers whose agent cannot be dialed -> plan on the live inventory
+-> place ranks -> (same plan and placement as running: keep training, no new generation) ->
+stop the old generation -> locate the last checkpoint -> assign the new generation (rendezvous
+prefix ``gen-N`` in the controller's TCPStore). Each phase is timed (state.PHASES). The
+generation number and its plan change in one locked step, so what is shown is what runs.
 
 Ownership and trust: the controller locks its run folder (``rundir``: one run, one job, one
 controller at a time) and numbers generations on from the last one recorded there. Its TCPStore
-listens on ``store_host`` only, and rendezvous keys live under ``<run secret>/gen-N``: only the
-agents it assigns learn the address and the prefix. Each registration gets a session nonce; a
-live worker's id cannot be re-registered, heartbeated or removed without it, and every
-Assignment carries it so agents refuse assignments that are not from their controller.
+listens on ``store_host`` only, takes connections only from the assigned nodes (storeguard), and
+rendezvous keys live under ``<run secret>/gen-N``: only the agents it assigns learn the
+address and the prefix. Each registration gets a session nonce; a
+live worker's id cannot be re-registered, heartbeated or removed without it, every Assignment
+and Stop carries it so agents refuse orders that are not from their controller, and a
+graceful leave retires it for good.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ import grpc
 from sailor_sim import Job, Plan
 
 from ..engine.backend import BackendError, resolve_backend
-from ..errors import PlacementError, PlannerUnavailableError, RegistrationError
+from ..engine.options import FSDP_ZERO
+from ..errors import (
+    PlacementError,
+    PlannerUnavailableError,
+    RegistrationError,
+    SailorRuntimeError,
+)
+from ..security import TlsFiles
 from . import rundir
 from .agents import AgentClients
 from .assignments import build_assignments
@@ -40,8 +51,10 @@ from .membership import Membership, Worker, check_registration, same_secret
 from .placement import Placement, place
 from .planning import PlannerLink, describe_inventory, live_inventory
 from .state import ControllerState, Reconfiguration
+from .storeguard import StoreGuard
 
 log = logging.getLogger("sailor.controller")
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,13 @@ class ControllerConfig:
     debounce_s: float = 1.0
     max_failures: int = 5
     store_host: str = "127.0.0.1"
+    """Where the rendezvous store listens: the controller's --host (0.0.0.0 = everywhere)."""
+    store_port: int = 0
+    """0 = any free port."""
+    advertise_host: str = ""
+    """Where ranks dial the store; "" = store_host, and a wildcard store_host makes each
+    agent dial the host it reached the controller at."""
+    tls: TlsFiles = field(default_factory=TlsFiles)
     seed: int = 0
     lr: float = 0.0
     execution_options: dict = field(default_factory=dict)
@@ -74,6 +94,28 @@ class ControllerConfig:
         return self.run_dir / "checkpoints"
 
 
+PLAN_CANDIDATES = 8
+"""Plans asked of the planner when the run's options rule some plans out (FSDP, sequence
+parallelism): the best one the engine runs is used."""
+
+
+def engine_filter(config: ControllerConfig) -> dict:
+    """The ``PlannerLink`` arguments that keep the plans the engine cannot run with the run's
+    options out (``engine.options.unsupported_reason``). Bad options are refused here, with
+    the field and the fix, before the controller serves anyone."""
+    from ..engine.options import ExecutionOptions, OptionsError, unsupported_reason
+
+    try:
+        options = ExecutionOptions.from_dict(config.execution_options)
+    except OptionsError as exc:
+        raise SailorRuntimeError(str(exc), field="execution_options") from None
+    restricted = options.zero in FSDP_ZERO or options.sequence_parallel
+    return {
+        "unsupported": lambda plan: unsupported_reason(options, config.job, plan),
+        "candidates": PLAN_CANDIDATES if restricted else 1,
+    }
+
+
 @dataclass(frozen=True)
 class Change:
     reason: str
@@ -88,6 +130,7 @@ class Controller:
         import torch.distributed as dist  # late: only the controller process needs torch
 
         self.cfg = config
+        engine_runs = engine_filter(config)  # bad options refused before anything is held
         self.run_lock = rundir.acquire(config.run_dir, config.job, config.seed, config.lr)
         config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.membership = Membership(config.heartbeat_timeout_s)
@@ -101,34 +144,43 @@ class Controller:
         self.addresses: dict[str, str] = {}
         self.metrics: list[dict] = []
         self.reconfigurations: list[Reconfiguration] = []
+        self.unchanged: list[str] = []
+        """Changes whose re-plan kept the running plan (training went on, no generation)."""
+        self.dropped: list[str] = []
+        """Registrations dropped because their agent could not be dialed."""
+        self.assigned_ever: set[str] = set()
+        """Workers that were sent an assignment (their agent answered once)."""
         self.failures = 0
         self.refused_calls = 0
         self._pending: list[Change] = []
+        self._left_sessions: set[str] = set()
+        """Sessions of workers that left gracefully: a leave is final for its session."""
         self._gen_failed = False
         self._probed = False
         self._assigned_at = 0.0
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
-        listener = _listen(config.store_host)
+        listener = _listen(config.store_host, config.store_port)
         port = listener.getsockname()[1]
+        ipv4 = listener.family == socket.AF_INET
         # The store owns the listening fd from here on: a Python socket object left holding
         # it would close the same fd number again when collected, after the store closed it
         # and the number was reused (seen as EBADF on a new socket and a TCPStore abort).
+        fd = listener.detach()
+        self.store_guard = StoreGuard(fd, config.store_host, ipv4)  # holds its own dup
+        self.store_guard.allow([])  # loopback and the controller until nodes are assigned
         self.store = dist.TCPStore(
-            config.store_host,
-            port,
-            is_master=True,
-            wait_for_workers=False,
-            master_listen_fd=listener.detach(),
+            config.store_host, port, is_master=True, wait_for_workers=False, master_listen_fd=fd
         )
         self.planner = PlannerLink(
             config.planner_address,
             profile_dir=config.profile_dir,
             objective=config.objective,
             wait_s=config.planner_wait_s,
+            **engine_runs,
         )
-        self.agents = AgentClients(config.token)
+        self.agents = AgentClients(config.token, config.tls)
         self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -143,6 +195,7 @@ class Controller:
             self._thread.join(timeout=10)
         self.planner.close()
         self.agents.close()
+        self.store_guard.close()
         self.run_lock.release()
 
     @property
@@ -157,10 +210,25 @@ class Controller:
 
     # ---- events from the gRPC threads ---------------------------------------------------------
     def register(
-        self, worker_id: str, address: str, gpus_msg, hostname: str, session: str = ""
+        self,
+        worker_id: str,
+        address: str,
+        gpus_msg,
+        hostname: str,
+        session: str = "",
+        seen_from: str = "",
     ) -> Worker:
+        """A node joins (or renews its registration); ``seen_from``: the address its call
+        came from."""
         gpus = check_registration(worker_id, address, gpus_msg)
         with self._lock:
+            if session and session in self._left_sessions:
+                raise RegistrationError(
+                    f"{worker_id} left this run; a leave is final for its session. Start a new "
+                    "agent to join again",
+                    field="register.session",
+                    code=grpc.StatusCode.FAILED_PRECONDITION,
+                )
             old = self.membership.get(worker_id) if worker_id else None
             if old is not None and not same_secret(old.session, session):
                 raise RegistrationError(
@@ -171,13 +239,19 @@ class Controller:
                     code=grpc.StatusCode.ALREADY_EXISTS,
                 )
             w = self.membership.join(worker_id, address, gpus, hostname, secrets.token_hex(16))
+            w.seen_from = seen_from
             self.addresses[w.worker_id] = address
         what = "re-registered" if old else "joined"
         self._note(Change(f"{w.worker_id} {what} with {gpus.describe()}", False, time.monotonic()))
         return w
 
     def leave(self, worker_id: str, reason: str, session: str = "") -> None:
-        if self.membership.get(worker_id, session) and self.membership.mark_dead(worker_id):
+        with self._lock:
+            if not self.membership.get(worker_id, session):
+                return
+            self._left_sessions.add(session)  # no re-registration with it, ever
+            if not self.membership.mark_dead(worker_id):
+                return
             self._note(Change(f"{worker_id} left ({reason[:100]})", False, time.monotonic()))
 
     def heartbeat(
@@ -319,9 +393,10 @@ class Controller:
                 self._fail(f"{self.failures} failures exceed --max-failures; last: {rec.reason}")
                 return
         with self._lock:
+            was_running = self.state == ControllerState.RUNNING and not self._gen_failed
             self.state = ControllerState.RECONFIGURING
             self.message = rec.reason
-        workers = self.membership.alive()
+        workers = self._reachable(self.membership.alive())
         inventory = live_inventory(workers)
         rec.inventory = describe_inventory(inventory)
         try:
@@ -334,6 +409,8 @@ class Controller:
             rec.phases["place"] = time.monotonic() - t
         except (PlannerUnavailableError, PlacementError, BackendError) as exc:
             return self._wait_for_change(f"no runnable plan on {rec.inventory}: {exc}", rec)
+        if not failures and was_running and self._runs_already(planned.plan, placement):
+            return self._keep_running(rec)
         rec.plan_json = planned.plan.to_json(indent=None)
         rec.predicted_iteration_s = planned.predicted_iteration_s
         t = time.monotonic()
@@ -344,6 +421,55 @@ class Controller:
         rec.phases["checkpoint"] = time.monotonic() - t
         self._assign(rec, planned.plan, placement, workers)
 
+    def _reachable(self, workers: list[Worker]) -> list[Worker]:
+        """``workers`` less the newcomers (never assigned) whose agent does not answer: a
+        registration the controller cannot dial is dropped before it is planned onto, and it
+        is no training failure (nothing ran there)."""
+        newcomers = [w for w in workers if w.worker_id not in self.assigned_ever]
+        replies = self.agents.status_all([w.agent_address for w in newcomers])
+        gone = set()
+        for w in newcomers:
+            reply = replies[w.agent_address]
+            if isinstance(reply, grpc.RpcError) and reply.code() in _UNREACHABLE:
+                log.warning(
+                    "dropped %s: its agent at %s does not answer (%s); an agent behind NAT or "
+                    "on 0.0.0.0 needs --advertise-host",
+                    w.worker_id, w.agent_address, reply.code().name,
+                )  # fmt: skip
+                self.membership.mark_dead(w.worker_id)
+                self.dropped.append(w.worker_id)
+                gone.add(w.worker_id)
+        return [w for w in workers if w.worker_id not in gone]
+
+    def _runs_already(self, plan: Plan, placement: Placement) -> bool:
+        """True when the running generation already executes ``plan`` with ``placement``: a
+        join or a leave that changes neither must not stop and restart training."""
+        with self._lock:
+            return (
+                self.plan is not None
+                and self.plan.to_json(indent=None) == plan.to_json(indent=None)
+                and self.placement == placement
+            )
+
+    def _keep_running(self, rec: Reconfiguration) -> None:
+        log.info("%s: the plan and placement stay the same; training continues", rec.reason)
+        with self._lock:
+            self.unchanged.append(rec.reason)
+            self.state = ControllerState.RUNNING
+            self.message = f"generation {self.generation}: {self.plan.describe()}"
+            # Heartbeats ignore rank states while re-planning: look again at what they recorded.
+            from ..proto import agent_pb2
+
+            for w in self.membership.alive():
+                ranks = [
+                    agent_pb2.RankStatus(
+                        generation=g, rank=r, state=state, exit_code=code, log_tail=tail
+                    )
+                    for (g, r), (state, code, tail) in w.ranks.items()
+                ]
+                self._check_rank_failures(w, ranks)
+            self._check_done()
+
     def _wait_for_change(self, message: str, rec: Reconfiguration) -> None:
         log.warning("%s", message)
         with self._lock:
@@ -353,18 +479,25 @@ class Controller:
         self.reconfigurations.append(rec)
 
     def _stop_old(self, workers: list[Worker]) -> None:
-        replies = self.agents.stop_all([w.agent_address for w in workers], generation=0)
+        replies = self.agents.stop_all({w.agent_address: w.session for w in workers}, 0)
         for w in workers:
             if isinstance(replies[w.agent_address], grpc.RpcError):
                 log.warning("stop on %s failed: %s", w.worker_id, replies[w.agent_address])
 
     def _assign(self, rec: Reconfiguration, plan: Plan, placement: Placement, workers) -> None:
         by_id = {w.worker_id: w for w in workers}
-        with self._lock:
+        with self._lock:  # one step: whoever reads the generation reads its plan
             generation = self.generation + 1
             rundir.save_generation(self.cfg.run_dir, generation)  # before any agent sees it
+            self.plan, self.placement = plan, placement
             self.generation = generation
         sessions = {w.worker_id: w.session for w in workers}
+        self.assigned_ever.update(placement)
+        assigned = [by_id[wid] for wid in placement]
+        self.store_guard.allow(  # its ranks connect from where the node registered or listens
+            [w.seen_from for w in assigned if w.seen_from]
+            + [w.agent_address.rpartition(":")[0] for w in assigned]
+        )
         msgs = build_assignments(
             self.cfg, generation, plan, placement, self.store.port, self.run_secret, sessions
         )
@@ -373,7 +506,6 @@ class Controller:
         bad = [(w, replies[by_id[w].agent_address]) for w in msgs]
         bad = [(w, r) for w, r in bad if isinstance(r, grpc.RpcError)]
         with self._lock:
-            self.plan, self.placement = plan, placement
             self._gen_failed = self._probed = False
             self.reconfigurations.append(rec)
             self.state = ControllerState.RUNNING
@@ -388,6 +520,11 @@ class Controller:
             log.warning("assign to %s failed: %s", wid, err.details())
             if self.membership.mark_dead(wid):
                 self._note(Change(f"{wid} refused its assignment", True, time.monotonic()))
+
+    def shutdown(self, reason: str) -> None:
+        """End the run now: stop every rank and answer `shutdown` to the agents' heartbeats
+        (a controller stopped by a signal leaves nothing training)."""
+        self._fail(f"{reason} at step {self.step}")
 
     def _fail(self, message: str) -> None:
         log.error("%s", message)
@@ -412,12 +549,20 @@ class Controller:
             return self.metrics[-1]["loss"] if self.metrics else 0.0
 
 
-def _listen(host: str) -> socket.socket:
+def _listen(host: str, port: int) -> socket.socket:
     """A listening socket on ``host`` only (the TCPStore would otherwise bind every
-    interface and let any address write rendezvous keys)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    interface whatever --host says)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(address[:2])
+    try:
+        sock.bind(address[:2])
+    except OSError as exc:
+        sock.close()
+        raise SailorRuntimeError(
+            f"the rendezvous store cannot listen on {host}:{port} ({exc.strerror}); pick "
+            "another --store-port",
+            field="--store-port",
+        ) from None
     sock.listen(128)
     return sock

@@ -25,6 +25,8 @@ class Worker:
     last_heartbeat: float
     session: str = ""
     """Nonce issued at registration (RegisterResponse.session)."""
+    seen_from: str = ""
+    """The address its registration came from (the controller's view of the node)."""
     alive: bool = True
     ranks: dict[tuple[int, int], tuple[int, int, str]] = field(default_factory=dict)
     """(generation, rank) -> (state, exit code, log tail) as last reported."""
@@ -42,6 +44,28 @@ def check_registration(worker_id: str, agent_address: str, gpus_msg) -> NodeGpus
             field="register.agent_address",
         )
     return NodeGpus.from_proto(gpus_msg)
+
+
+def reachable_address(advertised: str, peer: str) -> str:
+    """The agent address to dial: as advertised, except that a wildcard host (an agent
+    listening on 0.0.0.0 or ::) becomes the address its registration came from
+    (``context.peer()``: ``ipv4:10.0.0.2:41234`` or ``ipv6:[fd00::2]:41234``)."""
+    host, sep, port = advertised.rpartition(":")
+    if not sep or host not in ("0.0.0.0", "::", "[::]"):
+        return advertised
+    kind, _, rest = peer.partition(":")
+    seen = rest.rpartition(":")[0]
+    if kind == "ipv4" and seen:
+        return f"{seen}:{port}"
+    if kind == "ipv6" and seen:
+        return f"{seen}:{port}" if seen.startswith("[") else f"[{seen}]:{port}"
+    return advertised  # a Unix socket or unknown peer: the check below refuses nothing new
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer (``ipv4:10.0.0.2:41234`` -> ``10.0.0.2``); "" if none."""
+    kind, _, rest = peer.partition(":")
+    return rest.rpartition(":")[0].strip("[]") if kind in ("ipv4", "ipv6") else ""
 
 
 def same_secret(a: str, b: str) -> bool:

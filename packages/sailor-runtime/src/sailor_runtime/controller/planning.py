@@ -4,6 +4,11 @@ It speaks through ``sailor_planner.client.PlannerClient`` (the one planner clien
 for the planner to be ready and gRPC's retry policy resends those that fail UNAVAILABLE, so a
 planner restart mid-run only delays a re-plan, up to ``wait_s``. The wait ends early when
 ``should_abort()`` turns true (a newer membership change).
+
+The planner ranks plans by the simulator, which models execution options on plans the engine
+cannot run them on (ZeRO-3 across replicas of different TP degree, ...): ``unsupported``
+(``engine.options.unsupported_reason`` for the run's options) filters the planner's best
+``candidates`` plans, and the first the engine runs is the one used.
 """
 
 from __future__ import annotations
@@ -49,8 +54,13 @@ class PlannerLink:
         profile_dir: str = "",
         objective: str = "throughput",
         wait_s: float = 300.0,
+        unsupported: Callable[[Plan], str | None] = lambda plan: None,
+        candidates: int = 1,
     ) -> None:
         self.address = address
+        self.unsupported = unsupported
+        self.candidates = candidates
+        """Plans asked for per search (more when the options rule some plans out)."""
         self.profile_dir = profile_dir
         self.objective = objective
         self.wait_s = wait_s
@@ -71,6 +81,7 @@ class PlannerLink:
                 objective=self.objective,
                 profile_dir=self.profile_dir,
                 search_execution_options=False,  # the runtime runs the job's own options
+                top_k=self.candidates,
                 abort=should_abort,
             )
         except CallAbortedError:
@@ -81,8 +92,20 @@ class PlannerLink:
             raise PlannerUnavailableError(
                 f"no plan fits {describe_inventory(inventory)}", field="planner"
             )
-        best = result.best
-        return PlannedRun(best.plan.check(job), best.estimate.iteration_time_s)
+        return self._first_runnable(job, result.plans)
+
+    def _first_runnable(self, job: Job, plans) -> PlannedRun:
+        """The best of the planner's plans that the engine runs with the run's options."""
+        reasons = []
+        for ranked in plans:
+            reason = self.unsupported(ranked.plan)
+            if reason is None:
+                return PlannedRun(ranked.plan.check(job), ranked.estimate.iteration_time_s)
+            reasons.append(reason)
+        raise PlannerUnavailableError(
+            f"none of the planner's {len(plans)} best plans runs on the engine ({reasons[0]})",
+            field="options",
+        )
 
     def simulate(self, job: Job, plan: Plan) -> float:
         """The simulator's iteration time for ``plan`` (seconds)."""

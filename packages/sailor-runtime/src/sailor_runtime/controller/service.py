@@ -14,8 +14,9 @@ import grpc
 
 from ..errors import grpc_status
 from ..proto import controller_pb2, controller_pb2_grpc
-from ..security import interceptors
+from ..security import TlsFiles, interceptors, listen
 from .controller import Controller
+from .membership import peer_host, reachable_address
 
 log = logging.getLogger("sailor.controller")
 MAX_METRICS_PER_HEARTBEAT = 10_000
@@ -33,10 +34,11 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         try:
             w = self.c.register(
                 request.worker_id,
-                request.agent_address,
+                reachable_address(request.agent_address, context.peer()),
                 request.gpus,
                 request.hostname,
                 request.session,
+                peer_host(context.peer()),
             )
         except Exception as exc:  # noqa: BLE001 - bad input becomes a clear status
             self._abort(context, "Register", exc)
@@ -112,7 +114,10 @@ def status_proto(c: Controller) -> controller_pb2.ControllerStatus:
 
 
 def create_controller_server(
-    controller: Controller, address: str = "127.0.0.1:0", token: str | None = None
+    controller: Controller,
+    address: str = "127.0.0.1:0",
+    token: str | None = None,
+    tls: TlsFiles | None = None,
 ) -> tuple[grpc.Server, int]:
     """A not-yet-started server for ``controller`` on ``address``; returns (server, port)."""
 
@@ -125,5 +130,4 @@ def create_controller_server(
     controller_pb2_grpc.add_ControllerServiceServicer_to_server(
         ControllerServicer(controller), server
     )
-    port = server.add_insecure_port(address)
-    return server, port
+    return server, listen(server, address, token, tls or TlsFiles())

@@ -145,19 +145,30 @@ class _Snapshot(AsyncStager):
 
 
 @torch.no_grad()
-def state_dict(stage_module, opt_state: dict, layout: TPLayout) -> dict:
+def state_dict(
+    stage_module, opt_state: dict, layout: TPLayout, gather=None, keep: bool = True
+) -> dict:
     """This rank's share of the checkpoint, copied to CPU (the snapshot: training may change
     the live tensors as soon as this returns): every layer's parameters and AdamW states, keyed
-    by layer id (``key``). ``opt_state``: parameter -> AdamW state of this rank's shard."""
+    by layer id (``key``). ``opt_state``: parameter -> AdamW state of this rank's shard.
+    ``gather``: the TP shard of a tensor sharded further (FSDP's all-gather; collective), run
+    by every member; ``keep=False``: a member that writes nothing joins the gathers only."""
+    gather = gather or (lambda t: t)
     out: dict = {}
+
+    def put(k: str, t: torch.Tensor, p: torch.Tensor) -> None:
+        whole = gather(t)
+        if keep:
+            out[k] = layout.as_global(_snapshot(whole), p)
+
     for lid in stage_module.layer_ids:
         for name, p in stage_module.layer_params(lid).items():
-            out[key(lid, "params", name)] = layout.as_global(_snapshot(p), p)
+            put(key(lid, "params", name), p, p)
             st = opt_state.get(p, {})
             for kind in STATE_KINDS:
                 if kind in st:
-                    out[key(lid, kind, name)] = layout.as_global(_snapshot(st[kind]), p)
-            if "step" in st:  # once per checkpoint, not on the step path
+                    put(key(lid, kind, name), st[kind], p)
+            if keep and "step" in st:  # once per checkpoint, not on the step path
                 out[key(lid, "opt_step", name)] = torch.tensor(
                     float(st["step"]), dtype=torch.float64
                 )

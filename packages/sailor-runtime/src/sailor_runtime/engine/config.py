@@ -26,7 +26,7 @@ from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
 from ..topology import Topology
-from .options import ExecutionOptions, OptionsError
+from .options import ExecutionOptions, OptionsError, unsupported_reason
 
 BACKENDS = ("gloo", "nccl")
 SCHEDULES = ("1f1b", "gpipe")
@@ -117,6 +117,9 @@ class TrainConfig:
             value = getattr(self, name)
             if not _is(value, kind) or not ok(value):
                 raise EngineError(f"must be {rule}, got {value!r}", field=name)
+        reason = unsupported_reason(self.options, self.job, self.plan)
+        if reason is not None:  # the plan this option cannot run on, before any rank starts
+            raise EngineError(reason, field="options")
 
     @property
     def world_size(self) -> int:

@@ -20,6 +20,8 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     for t in tensors:
         if t is None or t.device.type == "meta":
             continue
+        if hasattr(t, "to_local"):  # an FSDP DTensor: its local shard holds the memory
+            t = t.to_local()
         st = t.untyped_storage()
         seen[st.data_ptr()] = st.nbytes()
     return sum(seen.values())

@@ -11,12 +11,20 @@ Same names and meanings as the simulator's execution options (sailor_sim job/pla
   ``full`` (each block keeps only its input) (Korthikanti et al. 2022, Sec. 4-5).
 - ``flash_attention``: attention through ``F.scaled_dot_product_attention`` (flash or
   memory-efficient kernels where the device has them) instead of the explicit math.
-- ``zero``: ``none``, or ``zero1`` = AdamW states sharded across each data-parallel group
-  (Rajbhandari et al. 2020, ZeRO, Sec. 5.1, P_os). ``zero2``, ``zero3`` and ``hybrid`` (the
-  simulator models them) are refused: the engine accumulates full
-  gradients over the microbatches and reduces them after the last one, so sharding gradients
-  after the fact would not lower the peak (see the engine README).
-- ``sequence_parallel``: refused (the zoo keeps the hidden state replicated in a TP group).
+- ``zero``: ``none``; ``zero1`` = AdamW states sharded across each data-parallel group
+  (Rajbhandari et al. 2020, ZeRO, Sec. 5.1, P_os; ``zero.ShardedAdamW``, any plan);
+  ``zero2`` / ``zero3`` / ``hybrid`` through FSDP2 ``fully_shard`` (``fsdp``): gradients (and
+  for zero3/hybrid parameters) sharded too, reduce-scattered every microbatch. Those three run
+  on the plans ``unsupported_reason`` admits (one stage, replicas of one TP degree and one
+  microbatch count).
+- ``sequence_parallel``: Megatron sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2):
+  norms, dropout and residual adds of each block hold 1/tp of the sequence; all-gather /
+  reduce-scatter at the TP boundaries (``sailor_profiler.zoo.sequence``). Needs tp > 1 in
+  every replica and a sequence length divisible by it.
+
+``unsupported_reason(options, job, plan)`` is the one place that says which plans the engine
+runs with which options: the engine refuses the rest before any process group exists, the
+controller filters the planner's plans by it.
 
 Gradient accumulation is not an option here: it is the plan's ``num_microbatches`` per replica
 (gradients of all microbatches accumulate in ``.grad`` and are reduced once per step).
@@ -30,8 +38,11 @@ from typing import Any
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = ("none", "selective", "full")
-ZERO = ("none", "zero1")
-"""What the engine runs of the simulator's ``ExecutionOptions.zero`` values."""
+ZERO = ("none", "zero1", "zero2", "zero3", "hybrid")
+"""The simulator's ``ExecutionOptions.zero`` values, all run by the engine (see
+``unsupported_reason`` for the plans each needs)."""
+FSDP_ZERO = ("zero2", "zero3", "hybrid")
+"""Run through FSDP2 (``engine.fsdp``); ZeRO-1 is ``engine.zero``."""
 
 
 class OptionsError(ValueError):
@@ -51,9 +62,9 @@ class ExecutionOptions:
     flash_attention: bool = True
     """SDPA (flash where available) instead of the explicit attention math."""
     zero: str = "none"
-    """'none' or 'zero1' (optimizer states sharded across each DP group)."""
+    """none | zero1 (AdamW states sharded) | zero2 | zero3 | hybrid (FSDP2)."""
     sequence_parallel: bool = False
-    """Not supported by the engine (refused)."""
+    """Megatron sequence parallelism in every TP group (needs tp > 1)."""
 
     def __post_init__(self) -> None:
         if self.precision is not None and self.precision not in PRECISIONS:
@@ -69,9 +80,9 @@ class ExecutionOptions:
                 f"{self.zero!r} is not run by the engine; use one of {ZERO}",
                 field="zero",
             )
-        if self.sequence_parallel:
+        if not isinstance(self.sequence_parallel, bool):
             raise OptionsError(
-                "sequence parallelism is not supported by the engine; use false",
+                f"must be true or false, got {self.sequence_parallel!r}",
                 field="sequence_parallel",
             )
 
@@ -98,6 +109,7 @@ class ExecutionOptions:
         return SimOptions(
             recompute=self.recompute,
             zero=self.zero,
+            sequence_parallel=self.sequence_parallel,
             flash_attention=None if self.flash_attention else False,
         )
 
@@ -108,5 +120,55 @@ class ExecutionOptions:
             "sdpa" if self.flash_attention else "math attention",
         ]
         if self.zero != "none":
-            parts.append(f"ZeRO-{self.zero[-1]}")
+            parts.append("hybrid shard" if self.zero == "hybrid" else f"ZeRO-{self.zero[-1]}")
+        if self.sequence_parallel:
+            parts.append("sequence parallel")
         return ", ".join(parts)
+
+
+def hybrid_shard_size(plan) -> int:
+    """Replicas per hybrid-shard group: those that fit one node of the first replica's GPU
+    type (``gpus_per_node // tp``), as the simulator's ``shard_group`` counts them."""
+    from sailor_sim.gpus import get_gpu
+
+    rep = plan.stages[0].replicas[0]
+    return max(1, min(plan.num_pipelines, get_gpu(rep.gpu_type).gpus_per_node // rep.tp))
+
+
+def supports(options: ExecutionOptions, job, plan) -> bool:
+    """Whether the engine runs ``plan`` of ``job`` with ``options``."""
+    return unsupported_reason(options, job, plan) is None
+
+
+def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
+    """Why the engine cannot run ``plan`` of ``job`` with ``options`` (one line naming the
+    fix), or None when it can. Torch-free: the controller filters the planner's plans by it."""
+    replicas = [r for s in plan.stages for r in s.replicas]
+    if options.zero in FSDP_ZERO:
+        if plan.num_stages > 1:
+            return (
+                f"zero: {options.zero} (FSDP) runs on one-stage plans, this one has "
+                f"{plan.num_stages} stages; use zero1 with pipelining"
+            )
+        if len({r.tp for r in replicas}) > 1 or len({r.num_microbatches for r in replicas}) > 1:
+            return (
+                f"zero: {options.zero} (FSDP) needs every replica with the same TP degree and "
+                "microbatch count (one all-gather per microbatch in each shard group); "
+                "use zero1 on this plan"
+            )
+        shard = hybrid_shard_size(plan)
+        if options.zero == "hybrid" and plan.num_pipelines % shard:
+            return (
+                f"zero: hybrid shards over groups of {shard} replicas, which do not divide "
+                f"{plan.num_pipelines}; use zero3"
+            )
+    if options.sequence_parallel:
+        if any(r.tp < 2 for r in replicas):
+            return "sequence_parallel: needs tp > 1 in every replica; use false on this plan"
+        bad = [r.tp for r in replicas if job.sequence_length % r.tp]
+        if bad:
+            return (
+                f"sequence_parallel: sequence length {job.sequence_length} is not divisible "
+                f"by tp {bad[0]}; use false or another sequence length"
+            )
+    return None

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from sailor_profiler.zoo import apply_execution, build_stage
+from sailor_profiler.zoo import apply_execution, build_stage, enable_sequence_parallel
 from sailor_sim.job import Job
 from sailor_sim.plan import Plan
 
@@ -47,6 +47,7 @@ from .optim import (
     reduce_data_parallel,
     world_sums,
 )
+from .options import FSDP_ZERO
 from .pipeline import Link, Microbatches, run_iteration
 from .topology import Topology, build_groups
 from .zero import ShardedAdamW
@@ -187,30 +188,39 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         cfg.seed,
     )
     apply_execution(model, cfg.options.recompute, cfg.options.flash_attention)
-    params = list(model.parameters())
-    impl = cfg.optimizer_impl
-    if impl == "auto":  # one fused kernel on CUDA, ZeRO-1 included
-        impl = "torch-fused" if device.type == "cuda" else "sailor"
-    if cfg.options.zero == "zero1" and groups.dp:
-        opt = ShardedAdamW(
-            params,
-            topo,
-            slot,
-            groups,
-            cfg.lr.lr(0),
-            cfg.optim.betas,
-            cfg.optim.eps,
-            cfg.optim.weight_decay,
-            fused=impl == "torch-fused",
-        )
-    else:
-        opt = make_optimizer(params, cfg.optim, cfg.lr.lr(0), impl)
+    if cfg.options.sequence_parallel:
+        enable_sequence_parallel(model, groups.tp)
     scaler = LossScaler(enabled=autocast == torch.float16)
     log.info("rank %d: stage %s built (%s)", rank, slot, cfg.options.describe())
     # DCP's collectives get a gloo group of their own (created on every rank, in one order).
     ckpt_group = ckpt.checkpoint_group(cfg.timeout_s) if cfg.checkpoint_dir else None
     layout = ckpt.TPLayout(groups.tp)
-    step, consumed, resumed = _resume(cfg, rank, model, opt, layout, ckpt_group, scaler)
+    mesh = gather = None
+    if cfg.options.zero in FSDP_ZERO:
+        from . import fsdp  # torch.distributed.fsdp: imported only by the ranks that use it
+
+        gather = fsdp.full
+        mesh, opt, (step, consumed, resumed) = _shard_with_fsdp(
+            cfg, rank, topo, model, device, layout, ckpt_group, scaler
+        )
+        params = list(model.parameters())
+    else:
+        params = list(model.parameters())
+        if cfg.options.zero == "zero1" and groups.dp:
+            opt = ShardedAdamW(
+                params,
+                topo,
+                slot,
+                groups,
+                cfg.lr.lr(0),
+                cfg.optim.betas,
+                cfg.optim.eps,
+                cfg.optim.weight_decay,
+                fused=_optimizer_impl(cfg, device) == "torch-fused",
+            )
+        else:
+            opt = _optimizer(params, cfg, device)
+        step, consumed, resumed = _resume(cfg, rank, model, opt, layout, ckpt_group, scaler)
     log.info("rank %d: starting at step %d (resumed from %s)", rank, step, resumed)
     data = TextDataset(job.sequence_length, cfg.seed)
     link = Link(topo, slot, groups.tp)
@@ -241,11 +251,13 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             loss_sum = run_iteration(
                 model, link, batch, job.global_batch_size, cfg.schedule, autocast, scaler.scale
             )
-            reduce_data_parallel(params, topo, slot, groups)
+            if mesh is None:  # FSDP reduce-scattered every microbatch's gradients already
+                reduce_data_parallel(params, topo, slot, groups)
+                share = local_norm_sq(params, slot)
+            else:
+                share = _fsdp_norm_share(params, slot, mesh)
             is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
-            norm_sq, loss = world_sums(
-                [local_norm_sq(params, slot), loss_sum if is_loss_rank else None], device
-            )
+            norm_sq, loss = world_sums([share, loss_sum if is_loss_rank else None], device)
             lr = cfg.lr.lr(step)
             norm, loss = norm_sq**0.5 / scaler.scale, loss / scaler.scale
             if scaler.update(norm):
@@ -282,7 +294,10 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
             if saver and (
                 step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
             ):
-                _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler)
+                _save(
+                    saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler,
+                    gather=gather,
+                )  # fmt: skip
         if saver:
             saver.wait()
         log.info("rank %d: trained to step %d", rank, step)
@@ -291,6 +306,47 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         if metrics is not None:
             metrics.close()
     return TrainResult(losses, step, resumed)
+
+
+def _fsdp_norm_share(params, slot, mesh):
+    from .fsdp import local_norm_sq as fsdp_share
+
+    return fsdp_share(params, slot, mesh)
+
+
+def _shard_with_fsdp(cfg, rank, topo, model, device, layout, ckpt_group, scaler):
+    """Resume the unsharded stage (the checkpoint holds TP shards), shard it with FSDP2 and
+    give the optimizer the loaded states cut to the DP shards; (mesh, optimizer, resume)."""
+    from . import fsdp
+
+    loaded = _StateHolder(fused=_optimizer_impl(cfg, device) == "torch-fused")
+    resume = _resume(cfg, rank, model, loaded, layout, ckpt_group, scaler)
+    names = {p: n for n, p in model.named_parameters()}
+    mesh = fsdp.build_mesh(fsdp.shard_layout(topo, cfg.options.zero), device)
+    fsdp.apply_fsdp(model, mesh, cfg.options.zero)
+    opt = _optimizer(list(model.parameters()), cfg, device)
+    opt.state.update(fsdp.shard_states(loaded.state, names, model))
+    return mesh, opt, resume
+
+
+class _StateHolder:
+    """Where a checkpoint's AdamW states land before FSDP shards them (``ckpt.load_into``
+    fills ``state``, keyed by the unsharded parameters; ``defaults`` tells it whether the
+    step counters belong on the parameters' device, as torch's fused AdamW keeps them)."""
+
+    def __init__(self, fused: bool) -> None:
+        self.state: dict = {}
+        self.defaults: dict = {"fused": fused}
+
+
+def _optimizer_impl(cfg: TrainConfig, device: torch.device) -> str:
+    if cfg.optimizer_impl == "auto":
+        return "torch-fused" if device.type == "cuda" else "sailor"
+    return cfg.optimizer_impl
+
+
+def _optimizer(params: list, cfg: TrainConfig, device: torch.device):
+    return make_optimizer(params, cfg.optim, cfg.lr.lr(0), _optimizer_impl(cfg, device))
 
 
 def _opt_state(opt) -> dict:
@@ -339,12 +395,18 @@ def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Mi
     return Microbatches(rep.microbatch_size, rep.num_microbatches, seq, inputs, labels)
 
 
-def _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler):
+def _save(
+    saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler, gather=None
+):
     """Collective over the world: every rank joins DCP's save; replica 0 of each stage brings
-    its layers (each TP rank its own shards), the other replicas nothing."""
+    its layers (each TP rank its own shards), the other replicas nothing. ``gather``: FSDP's
+    all-gather of a DP-sharded tensor (collective: every replica runs it, replica 0 keeps it)."""
     # ZeRO-1: the owners of the state shards send them to every member first (collective).
     state = opt.gather_state() if isinstance(opt, ShardedAdamW) else opt.state
-    shard = ckpt.state_dict(model, state, layout) if slot.replica == 0 else {}
+    if gather is not None:  # every replica joins the all-gathers, replica 0 keeps them
+        shard = ckpt.state_dict(model, state, layout, gather, keep=slot.replica == 0)
+    else:
+        shard = ckpt.state_dict(model, state, layout) if slot.replica == 0 else {}
     manifest = trainer = None
     if rank == 0:
         manifest = {

@@ -87,12 +87,14 @@ class AssignResponse(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., ranks_started: _Optional[int] = ...) -> None: ...
 
 class StopRequest(_message.Message):
-    __slots__ = ("generation", "grace_s")
+    __slots__ = ("generation", "grace_s", "session")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     GRACE_S_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     generation: int
     grace_s: float
-    def __init__(self, generation: _Optional[int] = ..., grace_s: _Optional[float] = ...) -> None: ...
+    session: str
+    def __init__(self, generation: _Optional[int] = ..., grace_s: _Optional[float] = ..., session: _Optional[str] = ...) -> None: ...
 
 class StopResponse(_message.Message):
     __slots__ = ("ranks_stopped",)

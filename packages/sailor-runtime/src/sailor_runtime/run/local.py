@@ -307,6 +307,9 @@ class LocalRun:
         name = joins[-1]["worker"]
         if any(name in r.reason for r in self.controller.reconfigurations):
             return []
+        if any(name in reason for reason in self.controller.unchanged):
+            return [f"{name} joined at step {joins[-1]['step']}; the best plan did not use it, so "
+                    "training went on without a restart"]  # fmt: skip
         return [f"{name} joined at step {joins[-1]['step']} but the run ended before a re-plan "
                 "could use it"]  # fmt: skip
 

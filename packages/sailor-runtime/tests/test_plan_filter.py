@@ -1,0 +1,96 @@
+"""The controller keeps the plans the engine cannot run with the run's options out: its
+planner link asks a real planner server (gRPC on 127.0.0.1, ephemeral port) for several plans
+and uses the best one ``engine.options.unsupported_reason`` admits."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from sailor_planner.server import create_server
+from sailor_runtime.controller.controller import PLAN_CANDIDATES, ControllerConfig, engine_filter
+from sailor_runtime.controller.planning import PlannerLink
+from sailor_runtime.engine.options import ExecutionOptions
+from sailor_runtime.errors import PlannerUnavailableError, SailorRuntimeError
+from sailor_sim import Inventory, Job
+
+JOB = Job.create("tiny-llama", 8, 32)
+INVENTORY = Inventory.parse(["CPU@local=4"])
+
+
+@pytest.fixture(scope="module")
+def address():
+    server, port = create_server("127.0.0.1:0")
+    yield f"127.0.0.1:{port}"
+    server.stop(grace=None)
+
+
+def _config(tmp_path, **options) -> ControllerConfig:
+    return ControllerConfig(
+        job=JOB,
+        steps=1,
+        checkpoint_every=1,
+        run_dir=tmp_path,
+        planner_address="127.0.0.1:9",
+        execution_options=ExecutionOptions(**options).to_dict(),
+    )
+
+
+def test_the_best_plan_the_engine_runs_is_chosen(address, tmp_path):
+    """The planner's first plan is ruled out: the link returns the next one it ranked."""
+    unrestricted = PlannerLink(address, candidates=PLAN_CANDIDATES)
+    try:
+        ranked = unrestricted._client.plan(JOB, INVENTORY, top_k=PLAN_CANDIDATES).plans
+    finally:
+        unrestricted.close()
+    assert len(ranked) >= 2, "the planner found one plan only; the test needs two"
+    best = ranked[0].plan
+    link = PlannerLink(
+        address,
+        candidates=PLAN_CANDIDATES,
+        unsupported=lambda plan: "the best is refused" if plan == best else None,
+    )
+    try:
+        chosen = link.plan(JOB, INVENTORY)
+    finally:
+        link.close()
+    assert chosen.plan == ranked[1].plan
+    assert chosen.predicted_iteration_s == ranked[1].estimate.iteration_time_s
+
+
+def test_no_runnable_plan_is_a_clear_line(address, tmp_path):
+    """Sequence parallelism splits the sequence over the TP ranks: with 31 tokens no plan the
+    planner finds (TP 2 and 4) runs, and the re-plan says why instead of starting ranks."""
+    options = ExecutionOptions(sequence_parallel=True)
+    job = Job.create("tiny-llama", 8, 31, options=options.simulated())
+    cfg = dataclasses.replace(_config(tmp_path, sequence_parallel=True), job=job)
+    link = PlannerLink(address, **engine_filter(cfg))
+    try:
+        with pytest.raises(PlannerUnavailableError) as info:
+            link.plan(job, INVENTORY)
+    finally:
+        link.close()
+    assert "none of the planner's" in str(info.value)
+    assert "sequence length 31 is not divisible by tp" in str(info.value)
+
+
+def test_restricting_options_ask_for_more_plans(tmp_path):
+    assert engine_filter(_config(tmp_path))["candidates"] == 1
+    assert engine_filter(_config(tmp_path, zero="zero3"))["candidates"] == PLAN_CANDIDATES
+    bad = dataclasses.replace(_config(tmp_path), execution_options={"zero": "zero9"})
+    with pytest.raises(SailorRuntimeError, match="zero: 'zero9' is not run by the engine"):
+        engine_filter(bad)
+
+
+def test_sailor_run_refuses_what_local_workers_cannot_plan(tmp_path):
+    """Local workers hold one rank each: sequence parallelism (tp > 1) is refused at once,
+    exit 2 and one line, instead of a run that waits for a plan that cannot come."""
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--sequence-parallel",
+           "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "error: --sequence-parallel: a local run's workers hold one rank each" in proc.stderr
+    assert "Traceback" not in proc.stderr
