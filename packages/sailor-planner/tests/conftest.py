@@ -1,5 +1,8 @@
 """Shared fixtures: one simulator and planner (built-in catalog profiles) per test session."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from sailor_planner.planner import Planner
@@ -14,3 +17,26 @@ def sim() -> Simulator:
 @pytest.fixture(scope="session")
 def planner(sim) -> Planner:
     return Planner(sim)
+
+
+REFERENCE = Path(
+    os.environ.get("SAILOR_REFERENCE", Path(__file__).resolve().parents[4] / "shared" / "reference")
+)
+SAILOR_ROOT = REFERENCE / "sailor-artifacts"
+
+
+@pytest.fixture(scope="session")
+def sailor_planner() -> Planner:
+    """The planner on the original Sailor profiles and network fits (read from
+    ../shared/reference, never copied), shared with the CLI's source cache."""
+    if not SAILOR_ROOT.is_dir():
+        pytest.skip(f"original Sailor artifacts not found at {SAILOR_ROOT} (set SAILOR_REFERENCE)")
+    from sailor_planner.sources import planner_for
+
+    return planner_for(None, str(SAILOR_ROOT))
+
+
+@pytest.fixture(scope="session")
+def sailor_root(sailor_planner) -> Path:
+    """The original Sailor checkout (skips like ``sailor_planner`` when absent)."""
+    return SAILOR_ROOT

@@ -154,3 +154,18 @@ def test_console_script_errors_are_one_line() -> None:
     out = run("plan", "--gbs", "8", "--gpus", "A100-40@us-central1-a=1")
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "--model" in out.stderr
+
+
+def test_pareto_prints_a_table_and_ranked_rows_name_their_zones() -> None:
+    """--pareto printed nothing without --json, and two ranked plans that differ only in their
+    zones printed identical rows."""
+    args = ["plan", "--model", "OPT-350M", "--gbs", "512", "--seq-len", "2048", "--top", "2"]
+    args += ["--gpus", "A100-40@us-central1-a=16", "--gpus", "A100-40@us-west1-b=16"]
+    args += ["--gpus", "V100-16@us-central1-a=32", "--pareto", "4", "--fixed-options"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    text = out.stdout
+    assert "frontier" in text
+    head, frontier = text.split("frontier", 1)
+    assert "zones" in head and "@us-" in head
+    assert frontier.count("$/iter") == 1 and "@us-" in frontier

@@ -32,7 +32,7 @@ def test_variants_respect_the_plans_limits():
 
 def test_chosen_options_are_the_best_the_simulator_finds():
     sim = Simulator()
-    plain = Planner(sim).plan(JOB, INVENTORY, SearchOptions())
+    plain = Planner(sim).plan(JOB, INVENTORY, SearchOptions(search_execution_options=False))
     chosen = Planner(sim).plan(JOB, INVENTORY, SearchOptions(search_execution_options=True))
     best = chosen.best
     assert best.options is not None
@@ -88,7 +88,7 @@ def test_plans_that_fit_only_with_recompute_or_sharding_are_found_and_reported()
     inventory = Inventory.parse(["L4@us-central1-a=8"])
     sim = Simulator()
     with pytest.raises(NoFeasiblePlanError):
-        Planner(sim).plan(job, inventory, SearchOptions())
+        Planner(sim).plan(job, inventory, SearchOptions(search_execution_options=False))
     found = Planner(sim).plan(job, inventory, SearchOptions(search_execution_options=True))
     best = found.best
     assert best.options is not None and best.options != job.options

@@ -1,5 +1,7 @@
 """The planner against exhaustive enumeration, its constraints, and the simulator's verdict."""
 
+import dataclasses
+
 import pytest
 
 from sailor_planner.errors import NoFeasiblePlanError
@@ -36,7 +38,12 @@ def _figures(estimate) -> tuple[float, float]:
 def test_optimal_against_exhaustive_enumeration(sim, pools, objective, constraints) -> None:
     job = Job.create(*SMALL_JOB)
     inventory = Inventory.parse(pools)
-    options = SearchOptions(objective=objective, constraints=constraints, microbatch_sizes=MBS)
+    options = SearchOptions(
+        objective=objective,
+        constraints=constraints,
+        microbatch_sizes=MBS,
+        search_execution_options=False,
+    )
     best, scored = exhaustive_best(sim, job, inventory, options)
     assert scored > 100  # a real enumeration, not a trivial one
     if best is None:
@@ -54,9 +61,10 @@ def test_reported_estimate_is_the_simulators(sim, planner) -> None:
         ["A100-40@us-central1-a=16", "V100-16@us-central1-a=16", "V100-16@us-central1-b=8"]
     )
     result = planner.plan(job, inventory, SearchOptions(top_k=3, pareto_points=6))
-    assert len(result.plans) == 3 and len(result.pareto) >= 2
-    for ranked in list(result.plans) + list(result.pareto):
-        assert ranked.estimate.to_dict() == sim.estimate(job, ranked.plan).to_dict()
+    assert len(result.plans) == 3 and result.pareto  # one point: the ZeRO-3 plan beats all
+    for ranked in list(result.plans) + list(result.pareto):  # under the options it names
+        chosen = dataclasses.replace(job, options=ranked.options)
+        assert ranked.estimate.to_dict() == sim.estimate(chosen, ranked.plan).to_dict()
         assert ranked.estimate.fits
         used = ranked.plan.gpu_counts()
         assert all(n <= inventory.count(g, z) for (g, z), n in used.items())
@@ -152,7 +160,11 @@ def test_pareto_frontier_trades_cost_for_throughput(planner) -> None:
     inventory = Inventory.parse(
         ["A100-40@us-central1-a=16", "A100-40@us-west1-b=16", "V100-16@us-central1-a=32"]
     )
-    result = planner.plan(job, inventory, SearchOptions(pareto_points=8))
+    # The job's own options: with the option search, ZeRO-3 makes one plan both the cheapest
+    # and the fastest here (test_pareto_points_are_never_dominated).
+    result = planner.plan(
+        job, inventory, SearchOptions(pareto_points=8, search_execution_options=False)
+    )
     points = [
         (r.estimate.cost_per_iteration_usd, r.estimate.throughput_iters_per_s)
         for r in result.pareto
@@ -204,3 +216,29 @@ def test_no_gpu_type_supports_the_dtype(planner) -> None:
     with pytest.raises(NoFeasiblePlanError) as err:
         planner.plan(job, Inventory.parse(["V100-16@us-central1-a=8"]))
     assert err.value.field == "inventory" and "bf16" in str(err.value)
+
+
+@pytest.mark.parametrize("search_options", [True, False])
+def test_pareto_points_are_never_dominated(planner, search_options) -> None:
+    """Every frontier point was dominated by the top-ranked plan: the frontier came from the
+    job's-options search, the ranking from the option search."""
+    job = Job.create("OPT-350M", 512, 2048)
+    inventory = Inventory.parse(
+        ["A100-40@us-central1-a=16", "A100-40@us-west1-b=16", "V100-16@us-central1-a=32"]
+    )
+    options = SearchOptions(top_k=3, pareto_points=8, search_execution_options=search_options)
+    result = planner.plan(job, inventory, options)
+    assert result.pareto
+    for point in result.pareto:
+        p = point.estimate
+        for other in list(result.plans) + list(result.pareto):
+            o = other.estimate
+            dominates = (
+                o.throughput_iters_per_s >= p.throughput_iters_per_s
+                and o.cost_per_iteration_usd <= p.cost_per_iteration_usd
+                and (
+                    o.throughput_iters_per_s > p.throughput_iters_per_s * (1 + 1e-9)
+                    or o.cost_per_iteration_usd < p.cost_per_iteration_usd * (1 - 1e-9)
+                )
+            )
+            assert not dominates, (point.plan.describe(), other.plan.describe())

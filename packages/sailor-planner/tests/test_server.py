@@ -1,5 +1,6 @@
 """A real gRPC server on 127.0.0.1:0: Plan, Simulate, Replan, health, reflection, errors."""
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,8 +39,9 @@ def test_plan_returns_ranked_plans_with_the_simulators_estimates(client) -> None
     assert len(result.plans) == 2 and not result.partial
     assert result.stats.candidates_evaluated > 0
     sim = Simulator()
-    for ranked in result.plans:
-        assert ranked.estimate == sim.estimate(JOB, ranked.plan).to_proto()
+    for ranked in result.plans:  # under the options the planner chose for it
+        job = dataclasses.replace(JOB, options=ranked.options)
+        assert ranked.estimate == sim.estimate(job, ranked.plan).to_proto()
     assert (
         result.plans[0].estimate.throughput_iters_per_s
         >= result.plans[1].estimate.throughput_iters_per_s

@@ -34,11 +34,12 @@ def test_workers_follow_the_trace_and_the_replay_predicts_the_run(tmp_path):
     result = run_trace(cfg, trace, time_scale=4.0)
     assert result.trace_wall_s == pytest.approx(75.0)
     assert result.changes == 2
-    # The leave and the join each started a generation (the controller restarts at every
-    # change), as the replay's every-change policy predicts; the trace starts once the first
-    # generation trains.
+    # The replay's every-change policy charges a restart at the leave and at the join; the
+    # controller restarts only where the plan or its placement changes (a leaving worker the
+    # plan did not use, or a join the planner does not use, costs no restart), so the run has
+    # at least one and at most the predicted number of new generations.
     assert result.predicted_reconfigurations == 2
-    assert result.reconfigurations >= 2
+    assert 1 <= result.reconfigurations <= result.predicted_reconfigurations
     assert result.boot_s > 0 and result.stretch >= 1.0
     # The calibration measured the phases the replay charges, before the trace started.
     cal = result.calibration

@@ -144,6 +144,7 @@ class Scorer:
         self.job = cv.job
         self._group_cache: dict[tuple, tuple] = {}
         self._ring_cache: dict[tuple, tuple[float, float]] = {}
+        self._sync_cache: dict[tuple, tuple] = {}
         self._replicas: dict[tuple, Replica] = {}
         self._fits: dict[tuple, bool] = {}
 
@@ -222,10 +223,63 @@ class Scorer:
         peak, capacity = self.sim.replica_peak(self.job, a, b, g, tp, mbs, i, p, m, d)
         return peak <= capacity
 
+    def sync(self, shape: Shape, stage: int, kinds: tuple, max_mb: int, first) -> tuple:
+        """``Simulator.ring_sync`` of one stage (seconds, egress $, ZeRO traffic per
+        microbatch) over ``kinds`` runs; ``first`` = (GPU, TP) of the stage's first replica."""
+        zero = self.job.options.zero
+        key = (
+            shape.bounds[stage],
+            kinds,
+            max_mb if zero == "zero3" else 0,  # only ZeRO-3 pays egress per microbatch
+            first if zero == "hybrid" else None,
+        )
+        hit = self._sync_cache.get(key)
+        if hit is None:
+            a, b = shape.bounds[stage]
+            hit = self._sync_cache[key] = self.sim.ring_sync(self.job, a, b, kinds, max_mb, *first)
+        return hit
+
+    def _sharded(self, shape: Shape, group: Group, info: tuple, kinds: list, firsts) -> tuple:
+        """``info`` (``group_timing``) with ZeRO's effect on every stage time
+        (``Simulator.sharded_time``: the optimizer steps its shard, exposed shard traffic over
+        each stage's ring ``kinds``) and the bottleneck and fill recomputed; unchanged without
+        ZeRO."""
+        if not self.job.options.shards_optimizer:
+            return info
+        key = (shape, group.cls, group.pattern, tuple(kinds), tuple(firsts))
+        hit = self._group_cache.get(key)
+        if hit is None:
+            cls = shape.classes[group.cls]
+            times = [
+                self.sim.sharded_time(self.job, a, b, t, cls.gpu, tp, cls.mbs, k, lead)
+                for t, (a, b), tp, k, lead in zip(
+                    info[0], shape.bounds, cls.tps, kinds, firsts, strict=True
+                )
+            ]
+            one = pipeline_time(times, info[1], 1).total_s
+            two = pipeline_time(times, info[1], 2).total_s
+            hit = self._group_cache[key] = (times, info[1], two - one, 2 * one - two, *info[4:])
+        return hit
+
     def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
         gbs = self.job.sample_slots
         d = sum(g.count for g in groups)
-        info = [self.group_timing(shape, g.cls, g.pattern, d) for g in groups]
+        p = shape.depth
+        # Each stage's ring: runs of (zone, GPU, TP) replicas, as timing.ring_kinds makes them.
+        kinds = []
+        for i in range(p):
+            runs: dict[tuple, int] = {}
+            for g in groups:
+                cls = shape.classes[g.cls]
+                k = (g.pattern[i], cls.gpu, cls.tps[i])
+                runs[k] = runs.get(k, 0) + g.count
+            kinds.append(tuple(sorted(runs.items())))
+        lead = shape.classes[groups[0].cls]
+        firsts = [(lead.gpu, lead.tps[i]) for i in range(p)]
+        info = [
+            self._sharded(shape, g, self.group_timing(shape, g.cls, g.pattern, d), kinds, firsts)
+            for g in groups
+        ]
         loads = balance(
             gbs,
             [g.count for g in groups],
@@ -238,26 +292,18 @@ class Scorer:
         # The critical pipeline and its 1F1B time, exactly as the simulator computes it.
         crit_total, crit = -1.0, None
         for x, load in zip(info, loads, strict=True):
-            m = load.base + (1 if load.extra else 0)
-            pt = pipeline_time(x[0], x[1], m)
+            pt = pipeline_time(x[0], x[1], load.top)
             if pt.total_s > crit_total:
                 crit_total, crit = pt.total_s, x
         if not self.fits(shape, groups, loads):
             return None
-        p = shape.depth
+        max_mb = max(load.top for load in loads)
         syncs, opts, egress = [], [], 0.0
         for i in range(p):
-            kinds: dict[tuple, int] = {}
-            opt = 0.0
-            for g, x in zip(groups, info, strict=True):
-                cls = shape.classes[g.cls]
-                k = (g.pattern[i], cls.gpu, cls.tps[i])
-                kinds[k] = kinds.get(k, 0) + g.count
-                opt = max(opt, x[0][i].optimizer_s)
-            sync, eg = self.ring(shape, i, tuple(sorted(kinds.items())))
-            egress += eg
-            syncs.append(sync)
-            opts.append(opt)
+            sync = self.sync(shape, i, kinds[i], max_mb, firsts[i])
+            egress += sync.egress_usd
+            syncs.append(sync.seconds)
+            opts.append(max(x[0][i].optimizer_s for x in info))
         drain = [crit[0][i].backward_s + crit[1][i] for i in range(p - 1)]
         tail = exposed_tail(syncs, opts, drain)[0]
         gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)

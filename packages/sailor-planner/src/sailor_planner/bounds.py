@@ -13,12 +13,18 @@ from .templates import Shape
 
 
 class Bounder:
-    def __init__(self, job, scorer, options, zone: str) -> None:
+    def __init__(self, job, scorer, options, free: dict) -> None:
         self.job = job
         self.scorer = scorer
         self.opt = options
-        self.zone = zone
-        """Zone every bound places its rings in (any zone: same-zone links are the fastest)."""
+        self.zones_of: dict[str, set[str]] = {}
+        """Zones holding each GPU type: a bound's ring takes the fastest zone that holds all
+        its types (zones differ in link speed, e.g. the Sailor fits of us-central1-a and -b;
+        same-zone links are the fastest)."""
+        for (g, z), n in free.items():
+            if n > 0:
+                self.zones_of.setdefault(g, set()).add(z)
+        self._sync: dict[tuple, float] = {}
 
     def node_key(self, shape: Shape, lbs, max_d) -> float | None:
         """A bound over every allocation of a (shape, layout), or None if none can meet the
@@ -85,16 +91,38 @@ class Bounder:
                 usd += d0 * cls.gpus * min_price(cls.gpu) / 3600.0
                 longest = max(longest, b + f)
                 opt = max(opt, o)
-                kinds.append(((self.zone, cls.gpu, cls.tps[0]), d0))
+                kinds.append(((cls.gpu, cls.tps[0]), d0))
         if rate <= 0:
             return 0.0, math.inf, math.inf
         if sync_replicas is not None:  # the cheapest ring over any number of replicas
             kinds = (
                 [(kinds[0][0], sync_replicas)] if len(kinds) == 1 else [(k, 1) for k, _ in kinds]
             )
-        sync, _ = self.scorer.ring(shape, 0, tuple(sorted(kinds)))
+        sync = self._fastest_ring(shape, tuple(sorted(kinds)))
+        if self.job.options.zero == "hybrid":  # its volume falls as replicas are added
+            sync = 0.0
+        if self.job.options.shards_optimizer:  # a shard over at most every replica
+            opt /= max(1, sum(counts))
         t = max((gbs + spread) / rate, longest) + sync + opt
         return 1.0 / t, usd * t, usd * 3600.0
+
+    def _fastest_ring(self, shape: Shape, kinds: tuple) -> float:
+        """Seconds of stage 0's data-parallel sync (``Simulator.ring_sync``: the all-reduce,
+        or ZeRO's volumes; ZeRO-3's is per microbatch, inside the stage times, so 0 here)
+        over ``kinds`` ((GPU, TP), replicas) in the zone where it is fastest."""
+        key = (shape.bounds[0], kinds)
+        hit = self._sync.get(key)
+        if hit is None:
+            types = [g for (g, _tp), _n in kinds]
+            zones = set.intersection(*(self.zones_of.get(g, set()) for g in types))
+            zones = zones or set.union(*(self.zones_of.get(g, set()) for g in types))
+            hit = self._sync[key] = min(
+                self.scorer.sync(
+                    shape, 0, tuple(sorted(((z, *k), n) for k, n in kinds)), 1, kinds[0][0]
+                ).seconds
+                for z in sorted(zones)
+            )
+        return hit
 
     def meets(self, thr: float, cost: float, hourly: float) -> bool:
         c = self.opt.constraints

@@ -121,6 +121,14 @@ def plan(
             "report the choice (--fixed-options: the job's options only).",
         ),
     ] = True,
+    profiled_only: Annotated[
+        bool,
+        typer.Option(
+            "--profiled-only",
+            help="Refuse microbatch sizes / TP degrees beyond the measured profiles (by default "
+            "they are allowed and flagged in the 'profiles' column and JSON 'extrapolated').",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Find the best plans for a job on an inventory."""
@@ -155,6 +163,7 @@ def plan(
             as_json,
             options,
             search_options,
+            profiled_only,
             fabric=fabric,
         )
     )

@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sailor_sim import Inventory, Job, Plan
+from sailor_sim import ExecutionOptions, Inventory, Job, Plan
+from sailor_sim.job import _options_from_proto as options_from_proto
 
 from .access import client_channel
-from .errors import CallAbortedError
+from .errors import CallAbortedError, RequestError
 from .proto import planner_pb2, planner_pb2_grpc
 
 if TYPE_CHECKING:  # the replay (polars) loads only when a replay is asked for
@@ -49,6 +50,11 @@ class ClientRankedPlan:
     plan: Plan
     estimate: Any
     """The wire ``sailor.v1.Estimate`` message."""
+    options: ExecutionOptions | None = None
+    """The execution options the estimate assumes (``RankedPlan.options``): run the plan with
+    them, or ask with ``search_execution_options=False`` to keep the job's."""
+    metrics: Any = None
+    """The wire ``sailor.v1.PlanMetrics``: tokens/s, MFU, provenance, cost per provider."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,15 @@ class ClientPlanResult:
 
 
 def _ranked(items) -> tuple[ClientRankedPlan, ...]:
-    return tuple(ClientRankedPlan(Plan.from_proto(r.plan), r.estimate) for r in items)
+    return tuple(
+        ClientRankedPlan(
+            Plan.from_proto(r.plan),
+            r.estimate,
+            options_from_proto(r.options) if r.HasField("options") else None,
+            r.metrics if r.HasField("metrics") else None,
+        )
+        for r in items
+    )
 
 
 class PlannerClient:
@@ -132,12 +146,22 @@ class PlannerClient:
         profile_dir: str = "",
         sailor_root: str = "",
         pareto_points: int = 0,
+        search_execution_options: bool | None = None,
+        profiled_only: bool = False,
     ):
-        """The wire ``PlanRequest`` (0 / "" = unset)."""
+        """The wire ``PlanRequest`` (0 / "" / None = unset: the server's default, which is
+        SearchOptions' default, as on the CLI). An unknown objective raises RequestError."""
+        if objective not in _OBJECTIVE:
+            raise RequestError(
+                f"unknown objective {objective!r}; use one of {', '.join(_OBJECTIVE)}",
+                field="objective",
+            )
         return planner_pb2.PlanRequest(
             job=job.to_proto(),
             inventory=inventory.to_proto(),
-            objective=_OBJECTIVE.get(objective, planner_pb2.OBJECTIVE_UNSPECIFIED),
+            search_execution_options=search_execution_options,
+            profiled_only=profiled_only,
+            objective=_OBJECTIVE[objective],
             max_cost_per_iteration=max_cost_per_iteration,
             max_cost_per_hour=max_cost_per_hour,
             min_throughput=min_throughput,

@@ -3,10 +3,11 @@
 The space (the same the planner searches): any pipeline depth P; any contiguous split of the
 layer ids into P stages; per GPU type, any number of pipelines, one microbatch size and any TP
 degree per stage (within a node, dividing the model); any number of microbatches per pipeline
-that adds up to the global batch. Every pipeline runs on one GPU type; each GPU type must sit in
-one zone (placement is then unique). Every plan is scored with ``Simulator.estimate``; the best
-that fits and respects the constraints wins. Used by the tests to check that the planner is
-optimal on small instances, and by the bench.
+that adds up to the global batch. Every pipeline runs on one GPU type, inside one zone; a type
+in several zones has any number of pipelines in each (the planner also places a pipeline
+across the zones of a region: its space is a superset). Every plan is scored with
+``Simulator.estimate``; the best that fits and respects the constraints wins. Used by the tests
+to check that the planner is optimal on small instances, and by the bench.
 """
 
 from __future__ import annotations
@@ -46,47 +47,66 @@ def _loads(total: int, pipes: list[int]) -> Iterator[tuple[int, ...]]:
             yield (count, *tail)
 
 
-def enumerate_plans(job: Job, inventory: Inventory, options: SearchOptions) -> Iterator[Plan]:
-    model = job.model
-    n = model.num_layer_ids
-    zone_of: dict[str, str] = {}
-    count_of: dict[str, int] = {}
-    for pool in inventory.pools:
-        if pool.gpu_type in zone_of:
-            raise RequestError(
-                f"{pool.gpu_type} sits in several zones; the enumerator needs one zone per type",
-                field="inventory",
-            )
-        zone_of[pool.gpu_type], count_of[pool.gpu_type] = pool.zone, pool.count
+def enumerate_plans(
+    job: Job, inventory: Inventory, options: SearchOptions, uniform_tp: bool = False
+) -> Iterator[Plan]:
+    """Every plan of the space. A GPU type in several zones keeps one (microbatch size, TP per
+    stage) for all its pipelines (one class, as the planner) and any number of pipelines in
+    each zone, each pipeline inside one zone (the planner may also split a pipeline across the
+    zones of a region: a superset). ``uniform_tp``: one TP degree for all stages of a pipeline
+    (a sub-space, for instances too large otherwise)."""
     from sailor_sim import get_gpu
 
-    types = [g for g in sorted(zone_of) if get_gpu(g).supports(job.dtype)]
-    total = sum(count_of[g] for g in types)
-    mbs_options = [m for m in options.microbatch_sizes if m <= job.sample_slots]
+    model = job.model
+    n = model.num_layer_ids
+    pools: dict[str, list[tuple[str, int]]] = {}
+    for pool in inventory.pools:
+        pools.setdefault(pool.gpu_type, []).append((pool.zone, pool.count))
+    types = [g for g in sorted(pools) if get_gpu(g).supports(job.dtype)]
+    total = sum(c for g in types for _, c in pools[g])
+    gbs = job.sample_slots  # microbatch slots of one iteration (the global batch)
+    mbs_options = [m for m in options.microbatch_sizes if m <= gbs]
     for p in range(1, min(n, options.max_pipeline_depth, total) + 1):
-        per_type = {}
-        for g in types:
-            degrees = model.tp_degrees(get_gpu(g).gpus_per_node)
-            choices = [None]
-            for tps in itertools.product(degrees, repeat=p):
-                for d in range(1, count_of[g] // sum(tps) + 1):
-                    choices += [(d, m, tps) for m in mbs_options]
-            per_type[g] = choices
+        per_type = {
+            g: _class_choices(model, g, pools[g], p, mbs_options, gbs, uniform_tp) for g in types
+        }
         for bounds in _splits(n, p):
             for combo in itertools.product(*(per_type[g] for g in types)):
-                used = [(g, c) for g, c in zip(types, combo, strict=True) if c is not None]
-                if not used:
+                pipes = [
+                    (g, zone, m, tps)
+                    for g, c in zip(types, combo, strict=True)
+                    if c is not None
+                    for (m, tps, ds) in (c,)
+                    for (zone, _), d in zip(pools[g], ds, strict=True)
+                    for _ in range(d)
+                ]
+                if not pipes or sum(m for _, _, m, _ in pipes) > gbs:
                     continue
-                pipes = [(g, m, tps) for g, (d, m, tps) in used for _ in range(d)]
-                for loads in _loads(job.sample_slots, [m for _, m, _ in pipes]):
+                for loads in _loads(gbs, [m for _, _, m, _ in pipes]):
                     stages = []
                     for i, (a, b) in enumerate(bounds):
                         reps = tuple(
-                            Replica(g, zone_of[g], tps[i], m, count)
-                            for (g, m, tps), count in zip(pipes, loads, strict=True)
+                            Replica(g, zone, tps[i], m, count)
+                            for (g, zone, m, tps), count in zip(pipes, loads, strict=True)
                         )
                         stages.append(Stage(a, b, reps))
                     yield Plan(tuple(stages))
+
+
+def _class_choices(model, g: str, pools, p: int, mbs_options, gbs: int, uniform: bool) -> list:
+    """None (type unused) or (microbatch size, TP per stage, pipelines per pool) of type g;
+    at most gbs / mbs pipelines (each runs one microbatch at least)."""
+    from sailor_sim import get_gpu
+
+    degrees = model.tp_degrees(get_gpu(g).gpus_per_node)
+    tp_specs = [(t,) * p for t in degrees] if uniform else itertools.product(degrees, repeat=p)
+    out: list = [None]
+    for tps in tp_specs:
+        width = sum(tps)
+        for m in mbs_options:
+            ranges = [range(min(count // width, gbs // m) + 1) for _, count in pools]
+            out += [(m, tps, ds) for ds in itertools.product(*ranges) if 0 < sum(ds) <= gbs // m]
+    return out
 
 
 def exhaustive_best(

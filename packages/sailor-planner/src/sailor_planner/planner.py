@@ -16,13 +16,14 @@ from collections.abc import Callable
 from sailor_sim import Inventory, Job, Plan, SailorSimError, get_gpu
 from sailor_sim.options import check_options_on
 
-from .allocate import Scored, Scorer, build_plan
+from .allocate import Scorer, build_plan
 from .costs import CostView
 from .errors import NoFeasiblePlanError
 from .execution import best_options, fitted_expert_parallel, lean
 from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search import Memo, Search
+from .templates import surely_fits
 
 LEAN_SLOWDOWN = 0.7
 """A lower bound of (plan's time under its best variant) / (its time under the lean options):
@@ -82,6 +83,7 @@ class Planner:
         stats = search.stats
         ranked = self._rank(job, found, options, stats, seed)
         partial = search.partial
+        searched = [(job, found)]  # (job under some options, its candidates) for the frontier
         if options.search_execution_options:
             best = ranked[0].estimate if ranked else None
             bound = None
@@ -90,14 +92,17 @@ class Planner:
                     best.throughput_iters_per_s * LEAN_SLOWDOWN,
                     best.cost_per_iteration_usd / LEAN_SLOWDOWN,
                 )
-            lean, lean_partial = self._lean_search(
-                job, inventory, options, stats, should_stop, bound
-            )
+            lean, lean_partial = [], _remaining(options, start, stats) is None
+            if not lean_partial:
+                lean, lean_partial, more = self._lean_search(
+                    job, inventory, options, start, stats, should_stop, bound
+                )
+                searched += more
             ranked = self._choose_options(job, ranked + lean, options)
             partial = partial or lean_partial
         else:  # every ranked plan says which options its estimate assumes
             ranked = [RankedPlan(r.plan, r.estimate, r.options or job.options) for r in ranked]
-        pareto = self._pareto(job, found, options, stats)
+        pareto = self._pareto(job, searched, options, stats, ranked)
         stats.elapsed_s = time.perf_counter() - start
         if not ranked:
             c = options.constraints
@@ -176,27 +181,45 @@ class Planner:
         out.sort(key=lambda r: self._key(options, r))
         return out[: options.top_k]
 
-    def _lean_search(self, job, inventory, options, stats, should_stop, incumbent):
+    def _lean_search(self, job, inventory, options, start, stats, should_stop, incumbent):
         """The search again under the job's leanest options (``execution.lean``: ZeRO-1 for
         any plan, ZeRO-3 for one-stage plans, both with full recomputation): plans that fit
         in memory only with recomputation or sharding (LLaMA-8B in bf16 on 8 GPUs without
         ZeRO) are invisible to a search with the job's own options. Its incumbent is the
         first search's best relaxed by ``LEAN_SLOWDOWN``: a lean plan that cannot reach it
         cannot win under any variant either, so such branches are pruned. Returns the ranked
-        plans (their estimates under the lean options) and whether a search was partial."""
-        out, partial = [], False
+        plans (their estimates under the lean options), whether a search was partial, and
+        (lean job, its candidates) per search for the frontier."""
+        out, partial, searched = [], False, []
+        base_cv = self._state(job)[0]
         for lean_options in lean(job.options, job.model.moe, job.sequence_length):
             lean_job = dataclasses.replace(job, options=lean_options)
             if lean_job == job:
                 continue
+            budget = _remaining(options, start, stats)
+            if budget is None:
+                partial = True
+                break
             cv, scorer, memo = self._state(lean_job)
-            search = Search(cv, scorer, memo, inventory, options, incumbent, should_stop)
+            # Shapes whose every plan fits under the job's own options were searched by the
+            # first search: the lean one is for the plans that fit only with its options.
+            search = Search(
+                cv,
+                scorer,
+                memo,
+                inventory,
+                budget,
+                incumbent,
+                should_stop,
+                covered=lambda shape, base=base_cv: surely_fits(base, shape),
+            )
             found = search.run()
             stats.absorb(search.stats)
             ranked = self._rank(lean_job, found, options, stats, None)
             out += [RankedPlan(r.plan, r.estimate, r.options or lean_options) for r in ranked]
+            searched.append((lean_job, found))
             partial = partial or search.partial
-        return out, partial
+        return out, partial, searched
 
     def _choose_options(self, job, ranked, options) -> list[RankedPlan]:
         """Each ranked plan under its best recomputation / sharding / SP, re-ranked (one entry
@@ -219,29 +242,77 @@ class Planner:
         chosen.sort(key=lambda r: self._key(options, r))
         return chosen[: options.top_k]
 
-    def _pareto(self, job, found, options, stats) -> list[RankedPlan]:
-        """Throughput-vs-$/iteration frontier of every scored candidate (constraints ignored),
-        at most ``pareto_points`` of it, re-scored with the simulator."""
-        if options.pareto_points <= 0 or not found.scored:
+    def _pareto(self, job, searched, options, stats, ranked) -> list[RankedPlan]:
+        """Throughput-vs-$/iteration frontier (constraints ignored) of every scored candidate
+        and the ranked plans (under their chosen options), re-scored with the simulator, at
+        most ``pareto_points`` of it spread evenly, cheapest first: no point is dominated by
+        another or by a ranked plan."""
+        if options.pareto_points <= 0:
             return []
-        frontier: list[Scored] = []
-        best_thr = -1.0
-        for s in sorted(found.scored, key=lambda s: (s.cost_per_iteration, -s.throughput)):
-            if s.throughput > best_thr * (1 + 1e-9):
-                frontier.append(s)
-                best_thr = s.throughput
-        if len(frontier) > options.pareto_points:
-            k = options.pareto_points
-            # k points spread evenly over the frontier, both ends included (one: the fastest).
-            spread = (len(frontier) - 1) / (k - 1) if k > 1 else 0
-            idx = sorted({round(i * spread) for i in range(k)}) if k > 1 else [len(frontier) - 1]
-            frontier = [frontier[i] for i in idx]
-        out = []
-        for s in frontier:
-            r = self._estimate(job, build_plan(s), stats)
-            if r is not None and r.estimate.fits:
-                out.append(r)
-        return out
+        k = options.pareto_points
+        points = []
+        for searched_job, found in searched:
+            frontier = _non_dominated(found.scored, lambda s: (s.cost_per_iteration, s.throughput))
+            for s in _spread(frontier, k):
+                r = self._estimate(searched_job, build_plan(s), stats)
+                if r is not None:
+                    points.append(RankedPlan(r.plan, r.estimate, searched_job.options))
+        if options.search_execution_options:  # each point at its fastest options, as ranked
+            points = [
+                best_options(
+                    self.sim,
+                    job,
+                    r,
+                    lambda c: c.estimate.fits,
+                    lambda c: (
+                        -c.estimate.throughput_iters_per_s,
+                        c.estimate.cost_per_iteration_usd,
+                    ),
+                )
+                for r in points
+            ]
+        points = [r for r in points if r.estimate.fits] + list(ranked)
+        points = _non_dominated(
+            points, lambda r: (r.estimate.cost_per_iteration_usd, r.estimate.throughput_iters_per_s)
+        )
+        return _spread(points, k)
+
+
+def _spread(points: list, k: int) -> list:
+    """At most ``k`` of ``points`` spread evenly, both ends kept (one: the last, fastest)."""
+    if len(points) <= k:
+        return points
+    if k == 1:
+        return [points[-1]]
+    step = (len(points) - 1) / (k - 1)
+    return [points[i] for i in sorted({round(i * step) for i in range(k)})]
+
+
+def _non_dominated(items, figures) -> list:
+    """Items no other beats on both ($/iteration, iterations/s) = ``figures(item)``, cheapest
+    first (ties: the faster one only)."""
+    out, best_thr = [], -1.0
+    for item in sorted(items, key=lambda x: (figures(x)[0], -figures(x)[1])):
+        if figures(item)[1] > best_thr * (1 + 1e-9):
+            out.append(item)
+            best_thr = figures(item)[1]
+    return out
+
+
+def _remaining(options: SearchOptions, start: float, stats) -> SearchOptions | None:
+    """``options`` with what is left of its deadline (since ``start``) and of its candidate
+    budget (``stats`` so far): one plan() call keeps them across its searches. None when
+    either is spent."""
+    left, budget = options.deadline_s, options.max_candidates
+    if left is not None:
+        left -= time.perf_counter() - start
+        if left <= 0:
+            return None
+    if budget is not None:
+        budget -= stats.candidates_evaluated
+        if budget <= 0:
+            return None
+    return dataclasses.replace(options, deadline_s=left, max_candidates=budget)
 
 
 def _fits_inventory(plan: Plan, inventory: Inventory) -> bool:

@@ -43,6 +43,8 @@ class PlanArgs:
     """The job's execution options (the flags --zero, --recompute, ...)."""
     search_options: bool = True
     """Also search recompute / ZeRO / SP for the best plans and report the choice."""
+    profiled_only: bool = False
+    """Refuse configurations the profiles do not cover (see ``provenance``)."""
     fabric: str | None = None
     """``--fabric``: a catalog fabric name or a sailor-cluster/1 file (``sailor_sim.cluster``)
     for the links between nodes; None: the GPU types' catalog defaults."""
@@ -65,6 +67,7 @@ def search(args: PlanArgs) -> PlanResult:
         deadline_s=args.deadline,
         pareto_points=args.pareto,
         search_execution_options=args.search_options,
+        profiled_only=args.profiled_only,
     )
     profile_dir = str(args.profile_dir) if args.profile_dir else None
     sailor_root = str(args.sailor_root) if args.sailor_root else None
@@ -97,7 +100,17 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
         data["command_time_s"] = time.perf_counter() - start
         print(json.dumps(data), file=out.file)
     else:
-        out.print(plans_table(result))
+        out.print(plans_table(result.plans))
+        for line in extrapolation_notes(result.plans):
+            out.print(line, markup=False, highlight=False)
+        if result.pareto:
+            out.print(
+                f"throughput-vs-cost frontier ({len(result.pareto)} points, cheapest first; "
+                "no point beaten on both by another or by a ranked plan):",
+                markup=False,
+                highlight=False,
+            )
+            out.print(plans_table(result.pareto))
         out.print(search_summary(result), markup=False, highlight=False)
     return 0
 
@@ -120,14 +133,22 @@ def _inventory(gpus: list[str], inventory_file: Path | None) -> Inventory:
     return inventory
 
 
-def plans_table(result: PlanResult) -> Table:
-    """The ranked plans as a rich table."""
+def zones_used(plan) -> str:
+    """GPUs the plan takes per pool, e.g. 'A100-40@us-central1-b=64': two plans that differ
+    only in their zones print differently."""
+    counts = plan.gpu_counts()
+    return " ".join(f"{g}@{z}={n}" for (g, z), n in sorted(counts.items()))
+
+
+def plans_table(plans) -> Table:
+    """Ranked plans (or frontier points) as a rich table."""
     table = Table(box=None, header_style="bold")
     for name in ("#", "iter/s", "s/iter", "$/iter", "$/hour", "GPUs"):
         table.add_column(name, justify="right")
+    table.add_column("zones", overflow="fold")
     table.add_column("plan", overflow="fold")
     table.add_column("options", overflow="fold")
-    for i, ranked in enumerate(result.plans, 1):
+    for i, ranked in enumerate(plans, 1):
         e, p = ranked.estimate, ranked.plan
         chosen = ranked.options.describe() if ranked.options is not None else "defaults"
         table.add_row(
@@ -137,10 +158,22 @@ def plans_table(result: PlanResult) -> Table:
             f"{e.cost_per_iteration_usd:.4f}",
             f"{e.cost_per_hour_usd:.2f}",
             str(p.num_gpus),
-            p.describe(),
+            zones_used(p),
+            p.describe() + (" *" if ranked.extrapolated else ""),
             chosen,
         )
     return table
+
+
+def extrapolation_notes(plans) -> list[str]:
+    """One line per ranked plan (marked * in the table) whose estimate rests on profiles
+    scaled beyond the measured range."""
+    return [
+        f"* plan #{i}: profiles extrapolated beyond the measured range: "
+        f"{'; '.join(r.extrapolated)} (--profiled-only refuses such plans)"
+        for i, r in enumerate(plans, 1)
+        if r.extrapolated
+    ]
 
 
 def search_summary(result: PlanResult) -> str:

@@ -17,6 +17,7 @@ charges for the plan phase every time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -67,6 +68,9 @@ class PlanCache:
         options: SearchOptions,
         should_stop: Callable[[], bool] | None = None,
     ) -> None:
+        # The replay trains every plan under the job's own execution options, as the runtime
+        # runs them (it does not adopt a RankedPlan's options), so it never searches options.
+        options = dataclasses.replace(options, search_execution_options=False)
         self.planner, self.job, self.options = planner, job, options
         self.should_stop = should_stop
         """Passed to every search: True (the caller went away) ends it at once."""

@@ -90,9 +90,16 @@ class SearchOptions:
     max_candidates: int | None = None
     """Most allocations scored; beyond, the search returns its best so far (partial), or
     WorkLimitError when it has none. None = no limit (the server always sets one)."""
-    search_execution_options: bool = False
+    profiled_only: bool = False
+    """Refuse (GPU type, microbatch size, TP) configurations the profiles do not cover, i.e.
+    that the simulator extrapolates by roofline scaling (``provenance``); off: such plans are
+    allowed and flagged (``RankedPlan.extrapolated``)."""
+    search_execution_options: bool = True
     """Also choose recomputation, ZeRO sharding and sequence parallelism for the best plans
-    (``execution.best_options``); each ``RankedPlan.options`` says which."""
+    (``execution.best_options``); each ``RankedPlan.options`` says which. On by default, the
+    one default of the CLI (``--search-options``), the gRPC PlanRequest (unset = on) and
+    ``PlannerClient``; False keeps the job's options (what a runtime that runs the job's own
+    options must ask for)."""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

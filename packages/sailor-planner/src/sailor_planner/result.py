@@ -19,18 +19,31 @@ class RankedPlan:
     """The ``sailor_sim.ExecutionOptions`` the estimate assumes: the job's own, or those the
     planner chose (``SearchOptions.search_execution_options``); None only when built by hand."""
 
+    @property
+    def extrapolated(self) -> tuple[str, ...]:
+        """Profile sources of the estimate scaled beyond the measured range (e.g. microbatch
+        16 where the profiles stop at 8); empty when every figure rests on measured data."""
+        from .provenance import extrapolated
+
+        return extrapolated(self.estimate.sources)
+
     def to_dict(self) -> dict[str, Any]:
         out = {"plan": self.plan.to_dict(), "estimate": self.estimate.to_dict()}
         if self.options is not None:
             out["options"] = self.options.to_dict()
+        out["extrapolated"] = list(self.extrapolated)
         return out
 
-    def to_proto(self):
+    def to_proto(self, job=None):
+        """The wire RankedPlan; with ``job`` also its metrics (tokens/s, MFU, provenance,
+        cost per provider), as ``sailor-sim simulate`` prints them."""
         from sailor_sim.proto import job_pb2
 
         from .proto import planner_pb2
 
         msg = planner_pb2.RankedPlan(plan=self.plan.to_proto(), estimate=self.estimate.to_proto())
+        if job is not None:
+            msg.metrics.CopyFrom(plan_metrics(job, self))
         if self.options is not None:
             fields = self.options.to_dict()
             if fields["flash_attention"] is None:
@@ -122,13 +135,45 @@ class PlanResult:
             "pareto": [p.to_dict() for p in self.pareto],
         }
 
-    def to_proto(self):
+    def to_proto(self, job=None):
         from .proto import planner_pb2
 
         return planner_pb2.PlanResponse(
-            plans=[p.to_proto() for p in self.plans],
+            plans=[p.to_proto(job) for p in self.plans],
             search_time_s=self.search_time_s,
             partial=self.partial,
             stats=self.stats.to_proto(),
-            pareto=[p.to_proto() for p in self.pareto],
+            pareto=[p.to_proto(job) for p in self.pareto],
         )
+
+
+def plan_metrics(job, ranked: RankedPlan):
+    """``sailor.v1.PlanMetrics`` of a ranked plan: ``sailor_sim.metrics``' throughput,
+    provenance and cost per provider, under the options its estimate assumes."""
+    import dataclasses
+
+    from sailor_sim import metrics
+
+    from .proto import planner_pb2
+
+    if ranked.options is not None:
+        job = dataclasses.replace(job, options=ranked.options)
+    rate = metrics.throughput(job, ranked.plan, ranked.estimate)
+    trust = metrics.provenance(ranked.estimate.sources, job, ranked.plan)
+    costs = metrics.cost_by_provider(ranked.plan)
+    return planner_pb2.PlanMetrics(
+        tokens_per_s=rate.tokens_per_s,
+        tokens_per_s_per_gpu=rate.tokens_per_s_per_gpu,
+        mfu=rate.mfu,
+        provenance=[planner_pb2.SourceTrust(source=p["source"], trust=p["trust"]) for p in trust],
+        cost_by_provider=[
+            planner_pb2.ProviderCost(
+                provider=c["provider"],
+                region=c["region"],
+                usd_per_hour=c["usd_per_hour"] or 0.0,
+                spot_usd_per_hour=c["spot_usd_per_hour"] or 0.0,
+                missing=c.get("missing", ""),
+            )
+            for c in costs
+        ],
+    )

@@ -19,10 +19,14 @@ import math
 import time
 from collections.abc import Callable
 
+from sailor_sim import SailorSimError, get_gpu
+from sailor_sim.options import check_replica
+
 from .allocate import Scored, Scorer, place
 from .bounds import Bounder
 from .errors import RequestCancelledError, WorkLimitError
 from .partition import Bounds
+from .provenance import beyond_profiles
 from .request import SearchOptions
 from .result import SearchStats
 from .searchstate import (
@@ -30,11 +34,13 @@ from .searchstate import (
     Memo,
     counts_of,
     distinct_configs,
+    fastest_zone,
     has_type,
     ladder,
     layout_of,
     min_price,
     region_groups,
+    zone_orders,
 )
 from .templates import (
     ClassShape,
@@ -72,11 +78,14 @@ class Search:
         options: SearchOptions,
         incumbent: tuple[float, float] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        covered: Callable[[Shape], bool] | None = None,
     ):
         """``incumbent``: (iterations/s, $/iteration) of a plan already known to be feasible
         (the previous plan on a re-plan); with top_k = 1 nothing worse is scored.
         ``should_stop``: asked every POLL_S inside every loop; True (the caller went away)
-        ends the search with RequestCancelledError and drops everything it built."""
+        ends the search with RequestCancelledError and drops everything it built.
+        ``covered``: shapes another search already explored (skipped here)."""
+        self.covered = covered
         self.should_stop = should_stop
         self._next_poll = 0.0
         self.cv, self.scorer, self.memo = cv, scorer, memo
@@ -92,9 +101,11 @@ class Search:
         self.free = {(p.gpu_type, p.zone): p.count for p in inventory.pools}
         self.types = [g for g in inventory.gpu_types if self.cv.supports(g) and self.cv.tp_of(g)]
         self.groups = region_groups(inventory, options.allow_cross_region_data_parallel)
-        self.ref_zone = {g: next(z for (t, z) in sorted(self.free) if t == g) for g in self.types}
+        # Stage tables (splits and bounds) use each type's fastest zone: its bounds stay sound.
+        self.ref_zone = {g: fastest_zone(self.cv.sim, g, self.free) for g in self.types}
+        self.orders = zone_orders(self.groups, self.free, self.cv.sim, self.types)
         self.total = sum(self.free.values())
-        self.bnd = Bounder(self.job, scorer, options, min(z for (_, z) in self.free))
+        self.bnd = Bounder(self.job, scorer, options, self.free)
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Found:
@@ -113,6 +124,9 @@ class Search:
             shapes += self._mixed_shapes(p, singles)
             for shape in shapes:
                 self._poll()
+                if self.covered is not None and self.covered(shape):
+                    self.stats.pruned += 1
+                    continue
                 lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
                 for layout in self._layouts(p, shape):
                     max_d = self._max_pipelines(shape, layout)
@@ -228,7 +242,7 @@ class Search:
         """(shape, samples/s per GPU, bottleneck, TP spec) of type g alone at depth p, best
         first (memoized: only the GPU total, capped where it stops mattering, enters the key)."""
         cap = min(self.total, p * max(self.cv.tp_of(g)))
-        key = (g, p, self.ref_zone[g], self.opt.microbatch_sizes)
+        key = (g, p, self.ref_zone[g], self.opt.microbatch_sizes, self.opt.profiled_only)
         key += (self.opt.exact_partition_limit, cap)
         hit = self.memo.singles.get(key)
         if hit is None:
@@ -245,6 +259,12 @@ class Search:
             for t in self._tp_specs(g, p):
                 self._poll()
                 if (sum(t) if isinstance(t, tuple) else p * t) > self.total:
+                    continue
+                if not self._runs(g, p, t):  # e.g. ZeRO-3 with pipelining, SP with tp 1
+                    self.stats.pruned += 1
+                    continue
+                if self.opt.profiled_only and self._beyond_profiles(g, m, t):
+                    self.stats.pruned += 1
                     continue
                 tab = self._tables(g, p, m, t)
                 if tab is None:
@@ -267,6 +287,24 @@ class Search:
                     out.append((shape, m / (neck * cls.gpus), neck, t))
         out.sort(key=lambda x: -x[1])
         return out
+
+    def _runs(self, g: str, p: int, t) -> bool:
+        """Whether the job's execution options can run a depth-``p`` pipeline of type ``g``
+        at TP spec ``t`` (``options.check_replica``, the simulator's own refusal): shapes it
+        refuses are never scored, so they cannot crowd out or prune plans that run."""
+        gpu = get_gpu(g)
+        for tp in t if isinstance(t, tuple) else (t,):
+            try:
+                check_replica(self.job.options, gpu, self.job.dtype, tp, p)
+            except SailorSimError:
+                return False
+        return True
+
+    def _beyond_profiles(self, g: str, m: int, t) -> bool:
+        return any(
+            beyond_profiles(self.cv.sim, self.job, g, m, tp)
+            for tp in (t if isinstance(t, tuple) else (t,))
+        )
 
     def _mixed_shapes(self, p: int, singles: dict) -> list[Shape]:
         shapes = []
@@ -325,13 +363,19 @@ class Search:
 
     def _evaluate_placements(self, shape: Shape, layout, counts) -> Scored | None:
         best = None
-        placements = [place(shape, layout, counts, self.free)]
-        if shape.depth > 1 and any(len(grp) > 1 for grp in layout):
-            placements.append(place(shape, layout, counts, self.free, stage_major=True))
+        placements, seen = [], set()
+        for order in self.orders:  # zones of a region in each order that may matter
+            zones = tuple(order[grp] for grp in layout)
+            placements.append(place(shape, zones, counts, self.free))
+            if shape.depth > 1 and any(len(grp) > 1 for grp in layout):
+                placements.append(place(shape, zones, counts, self.free, stage_major=True))
         for groups in placements:
             if groups is None:
                 self.stats.infeasible += 1
                 continue
+            if groups in seen:
+                continue
+            seen.add(groups)
             s = self.scorer.score(shape, groups, layout)
             self.stats.candidates_evaluated += 1
             if s is None or not self.found.add(s):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 from dataclasses import dataclass, field
 
 from .allocate import Scored
@@ -97,6 +98,68 @@ def region_groups(inventory, cross_region: bool) -> list[tuple[str, ...]]:
         by_region.setdefault("*" if cross_region else get_zone(z).region, []).append(z)
     groups = [tuple(sorted(zs, key=lambda z: (-cap[z], z))) for zs in by_region.values()]
     return sorted(groups, key=lambda grp: (-sum(cap[z] for z in grp), grp))
+
+
+LINK_PROBE_BYTES = (1e5, 1e6, 1e7, 1e8, 1e9)
+"""Message sizes at which zones' same-zone links are compared: curves of two zones may cross
+(the Sailor fits: us-central1-b's A100 link is faster at 1 MB and 100 MB, -a's at 64 MB), so
+no single size orders them."""
+
+
+def _zone_link(sim, g: str, z: str) -> tuple[float, ...]:
+    """Same-zone link of type ``g`` in zone ``z``: bytes/s at each probe size, and latency."""
+    from sailor_sim.network import Endpoint
+
+    curve = sim.network.link(Endpoint(z, g, 1), Endpoint(z, g, 1))
+    return (*(round(curve.bandwidth(b), 3) for b in LINK_PROBE_BYTES), curve.latency_s)
+
+
+def _zone_price(g: str, z: str) -> float:
+    from sailor_sim.prices import price_per_gpu_hour
+
+    try:
+        return price_per_gpu_hour(g, z)
+    except Exception:  # an unpriced zone sorts last; the scorer reports the error itself
+        return math.inf
+
+
+def fastest_zone(sim, g: str, free: dict) -> str:
+    """The zone holding type ``g`` with the fastest same-zone link at every probe size (the
+    first by name among incomparable ones): where the stage tables of ``g`` are built."""
+    zones = sorted(z for (t, z), n in free.items() if t == g and n > 0)
+    links = {z: _zone_link(sim, g, z)[:-1] for z in zones}
+    for z in zones:
+        if all(all(a >= b for a, b in zip(links[z], links[y], strict=True)) for y in zones):
+            return z
+    return zones[0]
+
+
+def zone_orders(groups, free: dict, sim, types) -> list[dict]:
+    """Orders in which placement fills the zones of each region group, as maps from a default
+    group (largest first, ``region_groups``) to the same zones reordered: the default, and per
+    GPU type its own best zones first: more GPUs of the type, then cheaper, then a faster
+    same-zone link (geometric mean over the probe sizes; ties keep the default order). Zones
+    alike in all of these keep the default order, so an inventory of interchangeable zones
+    scores one placement; at most 1 + types orders are scored (the Sailor fits give
+    us-central1-b the faster A100 link and -a the faster V100 link, and equal-sized zones were
+    ordered by name)."""
+    out = [{grp: grp for grp in groups}]
+    for g in types:
+        quality = {z: _zone_quality(sim, g, z, free) for grp in groups for z in grp}
+        order = {}
+        for grp in groups:
+            pos = {z: i for i, z in enumerate(grp)}
+            order[grp] = tuple(sorted(grp, key=lambda z, pos=pos: (quality[z], pos[z])))
+        if order not in out:
+            out.append(order)
+    return out
+
+
+def _zone_quality(sim, g: str, z: str, free: dict) -> tuple:
+    """Sort key of zone ``z`` for type ``g``: more GPUs, cheaper, faster link first."""
+    link = _zone_link(sim, g, z)[:-1]
+    mean = math.exp(sum(math.log(max(b, 1e-9)) for b in link) / len(link))
+    return (-free.get((g, z), 0), _zone_price(g, z), -round(mean, 3))
 
 
 def has_type(free: dict, g: str, group) -> bool:

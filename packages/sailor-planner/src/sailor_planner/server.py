@@ -97,6 +97,10 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
     deadline = None
     if remaining is not None:
         deadline = max(0.01, (remaining - DEADLINE_MARGIN_S) * DEADLINE_SHARE)
+    # Unset = SearchOptions' own default (on), the CLI's and PlannerClient's too.
+    chosen = {}
+    if req.HasField("search_execution_options"):
+        chosen["search_execution_options"] = req.search_execution_options
     return SearchOptions(
         objective=_OBJECTIVES[req.objective],
         constraints=constraints,
@@ -105,7 +109,8 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
         deadline_s=deadline,
         pareto_points=min(req.pareto_points, MAX_TOP_K),
         max_candidates=limits.max_candidates,
-        search_execution_options=req.search_execution_options,
+        profiled_only=req.profiled_only,
+        **chosen,
     )
 
 
@@ -172,7 +177,7 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
         with self.slots.slot(gone):
             options = _options(req, context, self.limits)  # the deadline left after queueing
             result = planner.plan(job, inventory, options, previous=previous, should_stop=gone)
-        return result.to_proto()
+        return result.to_proto(job)
 
     def Plan(self, request, context):  # noqa: N802 (gRPC method name)
         return self._guard(context, lambda: self._plan(request, context))

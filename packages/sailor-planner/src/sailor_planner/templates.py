@@ -128,6 +128,25 @@ def _p2p_same_zone(cv: CostView, g: str, m: int, degrees: list[int], zone: str) 
     return out
 
 
+def surely_fits(cv: CostView, shape: Shape) -> bool:
+    """Whether every plan of ``shape`` fits under ``cv``'s job options: each stage range, at
+    its TP, fits with the most microbatches in flight and a DP communicator (``fit_matrix``
+    sure). Under ZeRO memory depends on the data parallelism: never sure."""
+    if cv.job.options.shards_optimizer:
+        return False
+    p = shape.depth
+    for cls in shape.classes:
+        mm = max(1, cv.job.global_batch_size // cls.mbs)
+        for i, ((a, b), tp) in enumerate(zip(shape.bounds, cls.tps, strict=True)):
+            neighbours = (i > 0) + (i < p - 1)
+            fits = cv.fit_matrix(
+                cls.gpu, cls.mbs, tp, min(p - i, mm), neighbours, cv.capacity(cls.gpu)
+            )
+            if not fits[a, b]:
+                return False
+    return True
+
+
 def by_position(tables: StageTables, p: int) -> list:
     """``best_splits`` wants index k = stages from here to the end (k = p - i)."""
     out = [None] * (p + 1)

@@ -45,6 +45,9 @@ class ComponentCache:
         """stage replica signature -> ``timing.ring_kinds`` of its replicas."""
         self.ring_edge: dict[tuple, tuple[float, float]] = {}
         """(gradient bytes, ring edge, ranks) -> (all-reduce seconds, egress $)."""
+        self.shard_collective: dict[tuple, float] = {}
+        """(job, bytes, params or grads, ring kinds, lead replica) -> one layer's ZeRO-3
+        gather / reduce-scatter seconds (layers of equal size share it)."""
         self.step_sync: dict[tuple, float] = {}
         """(endpoint kinds, ranks) -> seconds."""
         self.param_prefix: dict[int, list[int]] = {}

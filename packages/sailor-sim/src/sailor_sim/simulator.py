@@ -311,10 +311,25 @@ class Simulator(MemoryComponents):
         return hit
 
     def _stage_sync(self, job: Job, stage: Stage) -> DataParallelSync:
-        kinds = self.cache.ring_kinds.get(stage._sig)
-        if kinds is None:
-            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
-        first, last, zero = stage.first_layer, stage.last_layer, job.options.zero
+        r = stage.replicas[0]
+        return self.ring_sync(
+            job,
+            stage.first_layer,
+            stage.last_layer,
+            self._ring_kinds(stage),
+            self._max_microbatches(stage),
+            r.gpu_type,
+            r.tp,
+        )
+
+    def ring_sync(
+        self, job: Job, first: int, last: int, kinds, max_microbatches: int, gpu_type: str, tp: int
+    ) -> DataParallelSync:
+        """``stage_sync`` of layers first..last over a ring given as ``timing.ring_kinds``
+        runs, whose replicas run at most ``max_microbatches`` (ZeRO-3 pays its egress per
+        microbatch) and the first of which is ``gpu_type`` at ``tp`` (hybrid shards inside
+        its nodes). The planner scores candidates with it without building stages."""
+        zero = job.options.zero
         grad = self.grad_bytes(job, first, last)
         weights = dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)
         if zero == "none":
@@ -324,17 +339,17 @@ class Simulator(MemoryComponents):
         per_mb = (2 * weights + grad) / 2
         if zero == "zero3":
             seconds, usd = self.ring_time(job, first, last, kinds, per_mb)
-            return DataParallelSync(0.0, usd * self._max_microbatches(stage), seconds)
-        r = stage.replicas[0]  # hybrid: shard inside a node, replicate across nodes
-        group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
-        gpu = get_gpu(r.gpu_type)
+            return DataParallelSync(0.0, usd * max_microbatches, seconds)
+        replicas = sum(count for _, count in kinds)  # hybrid: shard in a node, replicate across
+        group = self.shard_group(job, gpu_type, tp, replicas)
+        gpu = get_gpu(gpu_type)
         link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
         inside = timing.allreduce_time(
-            link, per_mb / r.tp, group, 1, timing.intra_bus_efficiency(gpu.name)
+            link, per_mb / tp, group, 1, timing.intra_bus_efficiency(gpu.name)
         )
         across = (
             self.ring_time(job, first, last, kinds, grad / group)
-            if group < len(stage.replicas)
+            if group < replicas
             else (0.0, 0.0)
         )
         return DataParallelSync(across[0], across[1], inside)
@@ -482,15 +497,37 @@ class Simulator(MemoryComponents):
 
     def _sharded_time(self, job: Job, stage: Stage, t: StageTime, r: Replica) -> StageTime:
         """A replica's time under ZeRO: each rank steps only its shard of the optimizer
-        states; ZeRO-3 traffic per microbatch is hidden behind its forward and backward
-        (prefetch) up to their length, the rest is exposed (``shard_comm_s``)."""
-        options = job.options
-        if not options.shards_optimizer:
+        states; ZeRO-3 / FSDP traffic runs layer by layer behind compute and what is not
+        hidden is exposed (``shard_comm_s``, ``_exposed_shard_comm``)."""
+        if not job.options.shards_optimizer:
             return t
-        group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
+        r0 = stage.replicas[0]
+        return self.sharded_time(
+            job, stage.first_layer, stage.last_layer, t, r.gpu_type, r.tp, r.microbatch_size,
+            self._ring_kinds(stage), (r0.gpu_type, r0.tp),
+        )  # fmt: skip
+
+    def _ring_kinds(self, stage: Stage):
+        kinds = self.cache.ring_kinds.get(stage._sig)
+        if kinds is None:
+            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
+        return kinds
+
+    def sharded_time(
+        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
+        kinds, lead: tuple[str, int],
+    ) -> StageTime:  # fmt: skip
+        """``_sharded_time`` of a replica (``gpu_type``, ``tp``, ``mbs``) of layers first..last
+        in a stage whose replicas form the ring ``kinds`` (``timing.ring_kinds`` runs) and whose
+        first replica is ``lead`` = (GPU type, TP): the planner scores candidates with it
+        without building stages."""
+        if not job.options.shards_optimizer:
+            return t
+        replicas = sum(count for _, count in kinds)
+        group = self.shard_group(job, gpu_type, tp, replicas)
         exposed = 0.0
-        if options.shards_parameters and len(stage.replicas) > 1:
-            exposed = self._exposed_shard_comm(job, stage, t, r)
+        if job.options.shards_parameters and replicas > 1:
+            exposed = self._exposed_shard_comm(job, first, last, t, gpu_type, tp, mbs, kinds, lead)
         return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
 
     def _expert_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
@@ -531,7 +568,10 @@ class Simulator(MemoryComponents):
             job.model, blocks, r.microbatch_size, job.sequence_length, r.tp, cp, e, link, core
         )
 
-    def _exposed_shard_comm(self, job: Job, stage: Stage, t: StageTime, r: Replica) -> float:
+    def _exposed_shard_comm(
+        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
+        kinds, lead: tuple[str, int],
+    ) -> float:  # fmt: skip
         """Seconds per microbatch of ZeRO-3 / FSDP traffic not hidden behind compute, layer
         by layer as FSDP runs it (one unit per layer, prefetch of one unit ahead): forward
         gathers layer i + 1's parameters while layer i computes, so the first gather is
@@ -540,19 +580,17 @@ class Simulator(MemoryComponents):
         last reduce-scatter is exposed. A gather (reduce-scatter) is half a ring all-reduce of
         the same bytes (``_layer_collective_s``). Per-layer compute is the profile's, with the
         stage's recomputation spread over its layers by forward time."""
-        first, last = stage.first_layer, stage.last_layer
         table = self.profiles.table(
-            job.model, get_gpu(r.gpu_type), job.dtype, r.microbatch_size, r.tp,
-            job.sequence_length, job.optimizer,
-        )  # fmt: skip
+            job.model, get_gpu(gpu_type), job.dtype, mbs, tp, job.sequence_length, job.optimizer
+        )
         layers = range(first, last + 1)
         fwd = [table.span(table.forward, i, i) for i in layers]
         share = t.recompute_s / t.forward_s if t.forward_s > 0 else 0.0
         bwd = [
             table.span(table.backward, i, i) + share * f for i, f in zip(layers, fwd, strict=True)
         ]
-        gather = [self._layer_collective_s(job, stage, i, "params") for i in layers]
-        scatter = [self._layer_collective_s(job, stage, i, "grads") for i in layers]
+        gather = [self._ring_layer_collective_s(job, kinds, lead, i, "params") for i in layers]
+        scatter = [self._ring_layer_collective_s(job, kinds, lead, i, "grads") for i in layers]
         exposed = gather[0] + scatter[0]
         for k in range(len(fwd) - 1):
             exposed += max(0.0, gather[k + 1] - fwd[k])
@@ -564,6 +602,12 @@ class Simulator(MemoryComponents):
         return exposed
 
     def _layer_collective_s(self, job: Job, stage: Stage, layer: int, what: str) -> float:
+        """``_ring_layer_collective_s`` over ``stage``'s ring."""
+        r0 = stage.replicas[0]
+        kinds, lead = self._ring_kinds(stage), (r0.gpu_type, r0.tp)
+        return self._ring_layer_collective_s(job, kinds, lead, layer, what)
+
+    def _ring_layer_collective_s(self, job: Job, kinds, lead, layer: int, what: str) -> float:
         """One layer's all-gather of its parameters or reduce-scatter of its gradients over the
         stage's shard group: half a ring all-reduce of the unsharded bytes (volume
         (n - 1) / n of them, n - 1 steps); hybrid: inside the node over NVLink / PCIe."""
@@ -574,16 +618,22 @@ class Simulator(MemoryComponents):
             nbytes = self.grad_bytes(job, layer, layer)
         if nbytes == 0:
             return 0.0
+        key = (job.cache_id, nbytes, what, kinds, lead)
+        hit = self.cache.shard_collective.get(key)
+        if hit is None:
+            hit = self._collective_s(job, kinds, lead, layer, nbytes)
+            self.cache.shard_collective[key] = hit
+        return hit
+
+    def _collective_s(self, job: Job, kinds, lead, layer: int, nbytes: float) -> float:
         if job.options.zero == "hybrid":
-            r = stage.replicas[0]
-            group = self.shard_group(job, r.gpu_type, r.tp, len(stage.replicas))
-            gpu = get_gpu(r.gpu_type)
+            lead_gpu, lead_tp = lead
+            replicas = sum(count for _, count in kinds)
+            group = self.shard_group(job, lead_gpu, lead_tp, replicas)
+            gpu = get_gpu(lead_gpu)
             link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
             efficiency = timing.intra_bus_efficiency(gpu.name)
-            return timing.allreduce_time(link, nbytes / r.tp, group, 1, efficiency) / 2
-        kinds = self.cache.ring_kinds.get(stage._sig)
-        if kinds is None:
-            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
+            return timing.allreduce_time(link, nbytes / lead_tp, group, 1, efficiency) / 2
         return self.ring_time(job, layer, layer, kinds, nbytes)[0] / 2
 
     def _check_replica(self, job: Job, stage: Stage, i: int, p: int, r: Replica) -> None:

@@ -20,7 +20,7 @@ OBJECTIVE_THROUGHPUT: Objective
 OBJECTIVE_COST: Objective
 
 class PlanRequest(_message.Message):
-    __slots__ = ("job", "inventory", "objective", "max_cost_per_iteration", "max_cost_per_hour", "min_throughput", "top_k", "allow_cross_region_data_parallel", "profile_dir", "sailor_root", "pareto_points", "search_execution_options")
+    __slots__ = ("job", "inventory", "objective", "max_cost_per_iteration", "max_cost_per_hour", "min_throughput", "top_k", "allow_cross_region_data_parallel", "profile_dir", "sailor_root", "pareto_points", "search_execution_options", "profiled_only")
     JOB_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class PlanRequest(_message.Message):
     SAILOR_ROOT_FIELD_NUMBER: _ClassVar[int]
     PARETO_POINTS_FIELD_NUMBER: _ClassVar[int]
     SEARCH_EXECUTION_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    PROFILED_ONLY_FIELD_NUMBER: _ClassVar[int]
     job: _job_pb2.Job
     inventory: _job_pb2.Inventory
     objective: Objective
@@ -45,17 +46,56 @@ class PlanRequest(_message.Message):
     sailor_root: str
     pareto_points: int
     search_execution_options: bool
-    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., inventory: _Optional[_Union[_job_pb2.Inventory, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., max_cost_per_iteration: _Optional[float] = ..., max_cost_per_hour: _Optional[float] = ..., min_throughput: _Optional[float] = ..., top_k: _Optional[int] = ..., allow_cross_region_data_parallel: _Optional[bool] = ..., profile_dir: _Optional[str] = ..., sailor_root: _Optional[str] = ..., pareto_points: _Optional[int] = ..., search_execution_options: _Optional[bool] = ...) -> None: ...
+    profiled_only: bool
+    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., inventory: _Optional[_Union[_job_pb2.Inventory, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., max_cost_per_iteration: _Optional[float] = ..., max_cost_per_hour: _Optional[float] = ..., min_throughput: _Optional[float] = ..., top_k: _Optional[int] = ..., allow_cross_region_data_parallel: _Optional[bool] = ..., profile_dir: _Optional[str] = ..., sailor_root: _Optional[str] = ..., pareto_points: _Optional[int] = ..., search_execution_options: _Optional[bool] = ..., profiled_only: _Optional[bool] = ...) -> None: ...
 
 class RankedPlan(_message.Message):
-    __slots__ = ("plan", "estimate", "options")
+    __slots__ = ("plan", "estimate", "options", "metrics")
     PLAN_FIELD_NUMBER: _ClassVar[int]
     ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     plan: _plan_pb2.Plan
     estimate: _estimate_pb2.Estimate
     options: _job_pb2.ExecutionOptions
-    def __init__(self, plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., estimate: _Optional[_Union[_estimate_pb2.Estimate, _Mapping]] = ..., options: _Optional[_Union[_job_pb2.ExecutionOptions, _Mapping]] = ...) -> None: ...
+    metrics: PlanMetrics
+    def __init__(self, plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., estimate: _Optional[_Union[_estimate_pb2.Estimate, _Mapping]] = ..., options: _Optional[_Union[_job_pb2.ExecutionOptions, _Mapping]] = ..., metrics: _Optional[_Union[PlanMetrics, _Mapping]] = ...) -> None: ...
+
+class PlanMetrics(_message.Message):
+    __slots__ = ("tokens_per_s", "tokens_per_s_per_gpu", "mfu", "provenance", "cost_by_provider")
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_PER_GPU_FIELD_NUMBER: _ClassVar[int]
+    MFU_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
+    COST_BY_PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    provenance: _containers.RepeatedCompositeFieldContainer[SourceTrust]
+    cost_by_provider: _containers.RepeatedCompositeFieldContainer[ProviderCost]
+    def __init__(self, tokens_per_s: _Optional[float] = ..., tokens_per_s_per_gpu: _Optional[float] = ..., mfu: _Optional[float] = ..., provenance: _Optional[_Iterable[_Union[SourceTrust, _Mapping]]] = ..., cost_by_provider: _Optional[_Iterable[_Union[ProviderCost, _Mapping]]] = ...) -> None: ...
+
+class SourceTrust(_message.Message):
+    __slots__ = ("source", "trust")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TRUST_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    trust: str
+    def __init__(self, source: _Optional[str] = ..., trust: _Optional[str] = ...) -> None: ...
+
+class ProviderCost(_message.Message):
+    __slots__ = ("provider", "region", "usd_per_hour", "spot_usd_per_hour", "missing")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    USD_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    SPOT_USD_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    region: str
+    usd_per_hour: float
+    spot_usd_per_hour: float
+    missing: str
+    def __init__(self, provider: _Optional[str] = ..., region: _Optional[str] = ..., usd_per_hour: _Optional[float] = ..., spot_usd_per_hour: _Optional[float] = ..., missing: _Optional[str] = ...) -> None: ...
 
 class SearchStats(_message.Message):
     __slots__ = ("candidates_evaluated", "pruned", "infeasible", "evaluations_per_s", "rescored", "memo_hits")

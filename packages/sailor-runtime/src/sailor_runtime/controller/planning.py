@@ -83,6 +83,7 @@ class PlannerLink:
                 inventory,
                 objective=self.objective,
                 profile_dir=self.profile_dir,
+                search_execution_options=False,  # the runtime runs the job's own options
                 top_k=self.candidates,
                 abort=should_abort,
             )

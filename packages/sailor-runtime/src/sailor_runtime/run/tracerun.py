@@ -158,7 +158,9 @@ def predict(run: LocalRun, trace: AvailabilityTrace, cal: Calibration) -> Predic
         run.cfg.run_dir, run.job, run.gpu_types, cal.stretch, "profile-replay", run.cfg.workers
     )
     planner = planner_for(folder, None)
-    first = planner.plan(run.job, trace.states[0].inventory, SearchOptions())
+    # The job's own options, as the run trains (and as the replay below plans).
+    options = SearchOptions(search_execution_options=False)
+    first = planner.plan(run.job, trace.states[0].inventory, options)
     iteration_s = first.best.estimate.iteration_time_s
     model = reconfig_model(run, cal, iteration_s)
     request = ReplayRequest(run.job, trace, reconfig=model, policies=(EVERY_CHANGE,), started=True)
