@@ -13,6 +13,20 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "resolve_token": "access",
+    "Access": "access",
+    "AvailabilityTrace": "trace",
+    "CallAbortedError": "errors",
+    "EVERY_CHANGE": "policies",
+    "ReconfigModel": "reconfig",
+    "ReplayRequest": "replayrequest",
+    "TOKEN_METADATA_KEY": "access",
+    "TokenInterceptor": "access",
+    "TraceState": "trace",
+    "planner_for": "sources",
+    "read_trace": "trace",
+    "replay": "replay",
+    "trusted_ca": "access",
     "Planner": "planner",
     "SearchOptions": "request",
     "Constraints": "request",

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sailor_sim import Plan, Replica, Stage
-from sailor_sim.prices import usd_per_second
-from sailor_sim.timing import exposed_tail, pipeline_time
+from sailor_sim import Plan, Replica, Stage, exposed_tail, pipeline_time, usd_per_second
 
 from .balance import ClassLoad, balance
 from .costs import CostView

@@ -12,8 +12,7 @@ from typing import Annotated
 import typer
 
 import sailor_planner
-from sailor_sim import SailorSimError
-from sailor_sim.cli_options import (
+from sailor_sim import (
     ContextParallel,
     ExpertParallel,
     Fabric,
@@ -21,13 +20,15 @@ from sailor_sim.cli_options import (
     Fp8,
     GradDtype,
     Recompute,
+    SailorSimError,
     SequenceParallel,
     VirtualStages,
     Zero,
+    catalog_option,
     execution_options,
+    run_app,
+    version_option,
 )
-from sailor_sim.cli_output import catalog_option, version_option
-from sailor_sim.inputs import run_app
 
 from .errors import SailorPlannerError
 from .replaycli import replay_command

@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sailor_sim import ExecutionOptions, Inventory, Job, Plan
-from sailor_sim.job import _options_from_proto as options_from_proto
+from sailor_sim import ExecutionOptions, Inventory, Job, Plan, options_from_proto
 
 from .access import client_channel
 from .errors import CallAbortedError, RequestError

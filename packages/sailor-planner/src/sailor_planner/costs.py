@@ -26,20 +26,21 @@ from functools import lru_cache
 
 import numpy as np
 
-from sailor_sim import Job, get_gpu
-from sailor_sim.memory import (
+from sailor_sim import (
     GRAD_BYTES,
+    Job,
+    activation_factor,
     framework_overhead,
+    get_gpu,
     peak_bytes,
     position_terms,
+    recompute_transient,
     sharding,
     static_bytes,
     transient_bytes,
+    uses_flash,
 )
-from sailor_sim.memory import (
-    in_flight as microbatches_in_flight,
-)
-from sailor_sim.options import activation_factor, recompute_transient, uses_flash
+from sailor_sim import in_flight as microbatches_in_flight
 
 INF = math.inf
 UNBOUNDED_SHARDS = 2**30

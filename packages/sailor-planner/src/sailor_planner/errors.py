@@ -7,7 +7,7 @@ to INVALID_ARGUMENT / FAILED_PRECONDITION in one place (``server._status_for``).
 
 from __future__ import annotations
 
-from sailor_sim.errors import SailorError
+from sailor_sim import SailorError
 
 
 class SailorPlannerError(SailorError):

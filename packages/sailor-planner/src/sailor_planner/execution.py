@@ -26,8 +26,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator
 
-from sailor_sim import Job, Plan, SailorSimError
-from sailor_sim.options import ExecutionOptions
+from sailor_sim import ExecutionOptions, Job, Plan, SailorSimError
 
 from .result import RankedPlan
 

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sailor_sim.model import catalog_model
+from sailor_sim import catalog_model
 
 from .errors import RequestError
 

@@ -13,8 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from sailor_sim import Inventory, Job, Plan, SailorSimError, get_gpu
-from sailor_sim.options import check_options_on
+from sailor_sim import Inventory, Job, Plan, SailorSimError, check_options_on, get_gpu
 
 from .allocate import Scorer, build_plan
 from .costs import CostView

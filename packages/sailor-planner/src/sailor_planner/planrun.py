@@ -74,13 +74,13 @@ def search(args: PlanArgs) -> PlanResult:
     if args.fabric is None:
         planner = planner_for(profile_dir, sailor_root)
     else:  # a planner of its own: the shared ones serve requests without this cluster
-        from sailor_sim.cluster import resolve
+        from sailor_sim import resolve_cluster
 
         from .planner import Planner
         from .sources import load_simulator
 
         sim = load_simulator(profile_dir, sailor_root)
-        sim.network.set_cluster(resolve(args.fabric))
+        sim.network.set_cluster(resolve_cluster(args.fabric))
         planner = Planner(sim)
     return planner.plan(job, inventory, options)
 

@@ -152,15 +152,15 @@ def plan_metrics(job, ranked: RankedPlan):
     provenance and cost per provider, under the options its estimate assumes."""
     import dataclasses
 
-    from sailor_sim import metrics
+    from sailor_sim import cost_by_provider, provenance, throughput
 
     from .proto import planner_pb2
 
     if ranked.options is not None:
         job = dataclasses.replace(job, options=ranked.options)
-    rate = metrics.throughput(job, ranked.plan, ranked.estimate)
-    trust = metrics.provenance(ranked.estimate.sources, job, ranked.plan)
-    costs = metrics.cost_by_provider(ranked.plan)
+    rate = throughput(job, ranked.plan, ranked.estimate)
+    trust = provenance(ranked.estimate.sources, job, ranked.plan)
+    costs = cost_by_provider(ranked.plan)
     return planner_pb2.PlanMetrics(
         tokens_per_s=rate.tokens_per_s,
         tokens_per_s_per_gpu=rate.tokens_per_s_per_gpu,

@@ -19,8 +19,7 @@ import math
 import time
 from collections.abc import Callable
 
-from sailor_sim import SailorSimError, get_gpu
-from sailor_sim.options import check_replica
+from sailor_sim import SailorSimError, check_replica, get_gpu
 
 from .allocate import Scored, Scorer, place
 from .bounds import Bounder

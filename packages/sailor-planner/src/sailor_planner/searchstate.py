@@ -108,14 +108,14 @@ no single size orders them."""
 
 def _zone_link(sim, g: str, z: str) -> tuple[float, ...]:
     """Same-zone link of type ``g`` in zone ``z``: bytes/s at each probe size, and latency."""
-    from sailor_sim.network import Endpoint
+    from sailor_sim import Endpoint
 
     curve = sim.network.link(Endpoint(z, g, 1), Endpoint(z, g, 1))
     return (*(round(curve.bandwidth(b), 3) for b in LINK_PROBE_BYTES), curve.latency_s)
 
 
 def _zone_price(g: str, z: str) -> float:
-    from sailor_sim.prices import price_per_gpu_hour
+    from sailor_sim import price_per_gpu_hour
 
     try:
         return price_per_gpu_hour(g, z)
@@ -168,7 +168,7 @@ def has_type(free: dict, g: str, group) -> bool:
 
 @functools.cache
 def min_price(g: str) -> float:
-    from sailor_sim.prices import PRICE_CATALOG
+    from sailor_sim import PRICE_CATALOG
 
     return min(v[0] for v in PRICE_CATALOG[g].values())
 

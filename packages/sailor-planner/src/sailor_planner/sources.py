@@ -18,7 +18,7 @@ _PLANNERS: dict[tuple, object] = {}
 
 def load_simulator(profile_dir: str | None = None, sailor_root: str | None = None):
     """A ``sailor_sim.simulator.Simulator`` for the given profile source."""
-    from sailor_sim.simulator import Simulator
+    from sailor_sim import Simulator
 
     if profile_dir and sailor_root:
         raise RequestError(
@@ -91,9 +91,9 @@ def _cached_sailor_root(simulator_cls, sailor_root: str):
 def _from_profile_dir(simulator_cls, profile_dir: str):
     if hasattr(simulator_cls, "from_profile_dir"):
         return simulator_cls.from_profile_dir(profile_dir)
-    from sailor_sim import profiles
+    from sailor_sim import ProfileStore
 
-    return simulator_cls(profiles=profiles.ProfileStore.load(profile_dir))
+    return simulator_cls(profiles=ProfileStore.load(profile_dir))
 
 
 MAX_PLANNERS = 8

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sailor_sim.plan import Replica
+from sailor_sim import Replica
 
 from .costs import INF, CostView
 from .partition import Bounds, best_splits, even_bounds

@@ -13,9 +13,7 @@ from typing import Annotated
 import typer
 
 import sailor_profiler
-from sailor_sim import inputs
-from sailor_sim.cli_output import version_option
-from sailor_sim.errors import SailorSimError
+from sailor_sim import SailorSimError, inputs, version_option
 
 from .errors import SailorProfilerError, SweepError
 

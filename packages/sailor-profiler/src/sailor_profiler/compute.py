@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from sailor_sim.model import get_model
+from sailor_sim import get_model
 
 from .devices import DeviceSpec
 from .launch import threads_per_rank

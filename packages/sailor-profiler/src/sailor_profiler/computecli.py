@@ -10,9 +10,7 @@ import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from sailor_sim.dtypes import check_dtype
-from sailor_sim.job import OPTIMIZERS
-from sailor_sim.model import get_model
+from sailor_sim import OPTIMIZERS, check_dtype, get_model
 
 from .compute import ComputeConfig
 from .devices import parse_device

@@ -6,7 +6,7 @@ Every error names the offending field (``field``) and says how to fix it. The CL
 
 from __future__ import annotations
 
-from sailor_sim.errors import SailorError
+from sailor_sim import SailorError
 
 
 class SailorProfilerError(SailorError):

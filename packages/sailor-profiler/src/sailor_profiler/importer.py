@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sailor_sim.network import link_to_dict
-from sailor_sim.original import load_sailor_network, load_sailor_profiles
+from sailor_sim import link_to_dict, load_sailor_network, load_sailor_profiles
 
 from .store import ProfileFolder, record_for_entry, write_folder
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sailor_sim.errors import SailorSimError
-from sailor_sim.network import load_network_file
-from sailor_sim.profiles import ProfileStore
+from sailor_sim import ProfileStore, SailorSimError, load_network_file
 
 from .errors import ProfileFolderError
 from .store import NETWORK_FILE, ProfileFolder, Record, entry_key, read_folder, write_folder

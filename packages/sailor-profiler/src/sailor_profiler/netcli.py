@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sailor_sim.zones import get_zone
+from sailor_sim import get_zone
 
 from .computecli import check_out_dir
 from .devices import check_tp_fits, parse_device

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from sailor_sim.job import OPTIMIZERS
+from sailor_sim import OPTIMIZERS
 
 from .zoo.optim import AdamW
 

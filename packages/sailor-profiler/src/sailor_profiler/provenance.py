@@ -13,7 +13,7 @@ import re
 import socket
 import subprocess
 
-from sailor_sim.gpus import get_gpu
+from sailor_sim import get_gpu
 
 from .devices import DeviceSpec
 from .errors import DeviceError

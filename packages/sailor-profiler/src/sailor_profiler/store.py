@@ -23,9 +23,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sailor_sim.errors import SailorSimError
-from sailor_sim.profile_files import read_profile_file, save_profile_dir
-from sailor_sim.profiles import ProfileEntry, ProfileKey, ProfileStore
+from sailor_sim import (
+    ProfileEntry,
+    ProfileKey,
+    ProfileStore,
+    SailorSimError,
+    read_profile_file,
+    save_profile_dir,
+)
 
 from .errors import ProfileFolderError
 

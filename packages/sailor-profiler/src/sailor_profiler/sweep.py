@@ -11,8 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sailor_sim.model import get_model
-from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim import LayerProfile, ProfileEntry, ProfileKey, get_model
 
 from .compute import ComputeConfig, LayerResult, compute_worker, merge_ranks, profile_rank
 from .devices import check_tp_fits

@@ -15,9 +15,7 @@ from typing import Annotated
 import typer
 
 import sailor_runtime
-from sailor_sim import Job, get_gpu, inputs
-from sailor_sim.cli_output import version_option
-from sailor_sim.errors import SailorError, SailorSimError
+from sailor_sim import Job, SailorError, SailorSimError, get_gpu, inputs, version_option
 
 from . import cli_checks
 from .datacli import data_app
@@ -369,8 +367,8 @@ def controller(
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
     """Run the controller until the job finishes (or fails)."""
-    from sailor_planner import access as planner_access
-    from sailor_planner.access import trusted_ca
+    from sailor_planner import resolve_token as resolve_planner_token
+    from sailor_planner import trusted_ca
     from sailor_sim import Job
 
     from .controller.controller import Controller, ControllerConfig
@@ -407,7 +405,7 @@ def controller(
             debounce_s=debounce, max_failures=max_failures, store_host=host,
             store_port=store_port, advertise_host=advertise_host, seed=recipe.seed,
             lr=recipe.schedule.max_lr, token=token, tls=tls, backend=backend,
-            planner_token=planner_access.resolve_token(planner_token), planner_ca=planner_ca,
+            planner_token=resolve_planner_token(planner_token), planner_ca=planner_ca,
             on_save_error=on_save_error, training=training,
         )  # fmt: skip
         c = Controller(cfg)

@@ -9,8 +9,7 @@ property-based test (tests/test_fuzz_runtime_cli.py) drives them and the command
 
 from __future__ import annotations
 
-from sailor_sim import inputs
-from sailor_sim.errors import ValidationError
+from sailor_sim import ValidationError, inputs
 
 from .engine.config import ON_SAVE_ERROR
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sailor_sim.errors import SailorError
+from sailor_sim import SailorError
 
 from .data.prepare import PrepareConfig
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from sailor_sim.errors import SailorError
+from sailor_sim import SailorError
 
 
 class SailorRuntimeError(SailorError):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 
-from sailor_planner.access import TOKEN_METADATA_KEY, Access, TokenInterceptor
+from sailor_planner import TOKEN_METADATA_KEY, Access, TokenInterceptor
 from sailor_sim import inputs
 
 from .errors import SailorRuntimeError

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sailor_sim.plan import Plan, Replica
+from sailor_sim import Plan, Replica
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Model accounting (ModelSpec), GPU / zone / price catalogs, jobs, inventories and
 simulator that predicts iteration time, memory and cost of any heterogeneous plan.
 """
 
-from . import specs
+from . import inputs, specs
 from .capacity import (
     CapacityEstimate,
     estimate,
@@ -66,6 +66,7 @@ __all__ = [
     "ProfileStore",
     "ReplicaMemory",
     "RunSpec",
+    "inputs",
     "Simulator",
     "load_catalog",
     "specs",
@@ -105,3 +106,65 @@ __all__ = [
     "set_price",
     "__version__",
 ]
+
+# The package face beyond the names imported above, imported on first use.
+_FACE = {
+    "cost_by_provider": "metrics",
+    "provenance": "metrics",
+    "throughput": "metrics",
+    "ContextParallel": "cli_options",
+    "ExpertParallel": "cli_options",
+    "Flash": "cli_options",
+    "Fp8": "cli_options",
+    "GRAD_BYTES": "memory",
+    "GradDtype": "cli_options",
+    "LRSchedule": "recipe",
+    "OPTIMIZERS": "job",
+    "OptimConfig": "recipe",
+    "PRICE_CATALOG": "prices",
+    "Recipe": "recipe",
+    "Recompute": "cli_options",
+    "SequenceParallel": "cli_options",
+    "VirtualStages": "cli_options",
+    "Zero": "cli_options",
+    "options_from_proto": "job",
+    "activation_factor": "options",
+    "catalog_model": "model",
+    "catalog_option": "cli_output",
+    "check_dtype": "dtypes",
+    "check_options_on": "options",
+    "check_replica": "options",
+    "execution_options": "cli_options",
+    "exposed_tail": "timing",
+    "framework_overhead": "memory",
+    "in_flight": "memory",
+    "link_to_dict": "network",
+    "load_network_file": "network",
+    "load_sailor_network": "original",
+    "load_sailor_profiles": "original",
+    "model_flops_per_token": "metrics",
+    "peak_bytes": "memory",
+    "pipeline_time": "timing",
+    "plan_peak_flops": "metrics",
+    "position_terms": "memory",
+    "read_profile_file": "profile_files",
+    "recompute_transient": "options",
+    "resolve_cluster": "cluster",
+    "run_app": "inputs",
+    "sharding": "memory",
+    "static_bytes": "memory",
+    "transient_bytes": "memory",
+    "usd_per_second": "prices",
+    "uses_flash": "options",
+    "version_option": "cli_output",
+}
+__all__ += list(_FACE)
+
+
+def __getattr__(name: str):
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sailor_sim' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __name__), name)

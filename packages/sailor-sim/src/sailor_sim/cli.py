@@ -259,9 +259,9 @@ def simulate(
         )  # fmt: skip
         sim = _simulator(sailor_root, profiles)
         if fabric is not None:
-            from .cluster import resolve
+            from .cluster import resolve_cluster
 
-            sim.network.set_cluster(resolve(fabric))
+            sim.network.set_cluster(resolve_cluster(fabric))
         if gpu is not None:
             if plan_file is not None or sailor_plan is not None:
                 raise ValidationError("give --gpu or a plan file, not both", field="plan")

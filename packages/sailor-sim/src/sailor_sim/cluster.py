@@ -140,7 +140,7 @@ def _positive(value, field: str) -> float:
     return float(value)
 
 
-def resolve(spec: str) -> Cluster:
+def resolve_cluster(spec: str) -> Cluster:
     """``--fabric``: a cluster file if ``spec`` names a file, else a catalog fabric name."""
     if Path(spec).is_file() or spec.endswith(".json"):
         return load_cluster(spec)

@@ -170,7 +170,7 @@ class Job:
             msg.sequence_length or None,
             msg.dtype or "fp32",
             msg.optimizer or "adam",
-            _options_from_proto(msg.options),
+            options_from_proto(msg.options),
         )
 
 
@@ -301,7 +301,7 @@ class Inventory:
         return cls(tuple(GpuPool(p.gpu_type, p.zone, p.count) for p in msg.pools))
 
 
-def _options_from_proto(msg) -> ExecutionOptions:
+def options_from_proto(msg) -> ExecutionOptions:
     """Empty strings and 0 are the proto's unset: the defaults."""
     default = ExecutionOptions()
     return ExecutionOptions(

@@ -8,10 +8,10 @@ Owner: sailor-profiler (the runtime imports it). Main entry: ``build_stage``.
 from .execution import RECOMPUTE, apply_execution
 from .layers import Block, Embedding, Head, math_attention
 from .parallelize import materialize, parallelize
-from .sequence import enable_sequence_parallel
 from .stage import (
     StageModule,
     build_stage,
+    enable_sequence_parallel,
     example_input,
     full_shape,
     init_parameters,

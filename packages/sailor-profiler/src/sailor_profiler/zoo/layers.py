@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sailor_sim.model import ModelSpec
+from sailor_sim import ModelSpec
 
 from .sequence import gathered_linears
 from .tp import (

@@ -47,7 +47,7 @@ class AdamW:
                         "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                         "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
                     }
-                _adamw_one(p, p.grad, st, lr, beta1, beta2, group["eps"], group["weight_decay"])
+                adamw_one(p, p.grad, st, lr, beta1, beta2, group["eps"], group["weight_decay"])
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         for p in self.param_groups[0]["params"]:
@@ -58,7 +58,7 @@ class AdamW:
                     p.grad.zero_()
 
 
-def _adamw_one(p, grad, st, lr, beta1, beta2, eps, weight_decay) -> None:
+def adamw_one(p, grad, st, lr, beta1, beta2, eps, weight_decay) -> None:
     st["step"] += 1
     step = float(st["step"])
     p.mul_(1 - lr * weight_decay)

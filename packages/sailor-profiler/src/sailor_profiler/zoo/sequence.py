@@ -31,9 +31,13 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 
-from .tp import _active
+
+def _active(group) -> bool:
+    # tp.py has the same two lines; tp imports this module (RowParallelLinear's reduce-scatter),
+    # so importing them back would make a cycle.
+    return group is not None and dist.get_world_size(group) > 1
+
 
 SEQ_DIM = 1
 
@@ -148,20 +152,3 @@ def gather_sequence(x: torch.Tensor, group) -> torch.Tensor:
 
 def reduce_scatter_from_tp(x: torch.Tensor, group) -> torch.Tensor:
     return _ReduceScatterFromTP.apply(x, group) if _active(group) else x
-
-
-def enable_sequence_parallel(stage: nn.Module, group) -> nn.Module:
-    """Switch a parallelized stage's blocks and head to sequence parallelism over ``group``
-    (its TP group; None or one rank: nothing changes). Returns ``stage``."""
-    from .layers import MLP, Attention, Block, Head, Norm
-    from .tp import RowParallelLinear
-
-    if not _active(group):
-        return stage
-    stage.sequence_group = group
-    for layer in stage.modules():
-        if isinstance(layer, Block | Head):
-            for module in layer.modules():
-                if isinstance(module, Attention | MLP | RowParallelLinear | Norm | Head):
-                    module.sequence_group = group
-    return stage

@@ -15,13 +15,12 @@ import zlib
 import torch
 from torch import nn
 
-from sailor_sim.errors import ValidationError
-from sailor_sim.model import ModelSpec, get_model
+from sailor_sim import ModelSpec, ValidationError, get_model
 
-from .layers import Block, Embedding, Head, ParamFactory, init_std
+from .layers import MLP, Attention, Block, Embedding, Head, Norm, ParamFactory, init_std
 from .parallelize import materialize, parallelize
 from .sequence import gather_sequence, split_sequence
-from .tp import get_split
+from .tp import RowParallelLinear, _active, get_split
 
 
 class StageModule(nn.Module):
@@ -209,3 +208,17 @@ def layer_forward_backward(layer: nn.Module, inputs: tuple[torch.Tensor, ...]) -
     out = layer(*inputs)
     out.backward(None if out.dim() == 0 else torch.ones_like(out))
     return out.detach()
+
+
+def enable_sequence_parallel(stage: nn.Module, group) -> nn.Module:
+    """Switch a parallelized stage's blocks and head to sequence parallelism over ``group``
+    (its TP group; None or one rank: nothing changes). Returns ``stage``."""
+    if not _active(group):
+        return stage
+    stage.sequence_group = group
+    for layer in stage.modules():
+        if isinstance(layer, Block | Head):
+            for module in layer.modules():
+                if isinstance(module, Attention | MLP | RowParallelLinear | Norm | Head):
+                    module.sequence_group = group
+    return stage

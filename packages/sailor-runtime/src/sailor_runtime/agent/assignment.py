@@ -10,8 +10,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from sailor_sim import Job, Plan
-from sailor_sim.errors import SailorSimError
+from sailor_sim import Job, Plan, SailorSimError
 
 from ..engine.config import ON_SAVE_ERROR
 from ..errors import AssignmentError, StaleGenerationError

@@ -5,8 +5,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from sailor_sim import get_gpu, get_zone
-from sailor_sim.errors import SailorSimError
+from sailor_sim import SailorSimError, get_gpu, get_zone
 
 from ..errors import RegistrationError
 
@@ -64,8 +63,7 @@ class NodeGpus:
 def _catalog_name(smi_name: str, memory_mib: int) -> str:
     """nvidia-smi's name -> catalog type (``sailor_profiler.devices.catalog_gpu_type``: GH200
     is not an H200, L40S is not an L4, a 32 GB V100 is not the catalog's 16 GB one)."""
-    from sailor_profiler.devices import catalog_gpu_type
-    from sailor_profiler.errors import DeviceError
+    from sailor_profiler import DeviceError, catalog_gpu_type
 
     try:
         return catalog_gpu_type(smi_name, memory_mib * 2**20)

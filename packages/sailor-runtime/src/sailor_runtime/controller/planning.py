@@ -19,8 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from sailor_planner.client import PlannerClient
-from sailor_planner.errors import CallAbortedError
+from sailor_planner import CallAbortedError, PlannerClient
 from sailor_sim import Inventory, Job, Plan
 
 from ..errors import NoPlanError, PlannerUnavailableError

@@ -8,8 +8,7 @@ therefore refused with one line, at planning time by the controller and again by
 
 from __future__ import annotations
 
-from sailor_sim import get_gpu
-from sailor_sim.plan import Plan
+from sailor_sim import Plan, get_gpu
 
 from .config import EngineError
 

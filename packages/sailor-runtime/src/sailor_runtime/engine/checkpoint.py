@@ -50,7 +50,7 @@ from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from sailor_profiler.zoo import full_shape, get_split
+from sailor_profiler import full_shape, get_split
 
 from . import fence, integrity
 

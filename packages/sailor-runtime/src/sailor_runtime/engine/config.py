@@ -20,10 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from sailor_sim.errors import SailorSimError
-from sailor_sim.job import Job
-from sailor_sim.plan import Plan
-from sailor_sim.recipe import LRSchedule, OptimConfig
+from sailor_sim import Job, LRSchedule, OptimConfig, Plan, SailorError, SailorSimError
 
 from ..topology import Topology
 from .options import ExecutionOptions, OptionsError, unsupported_reason
@@ -43,12 +40,8 @@ FATAL_EXIT = 3
 cannot be written): the controller ends the run FAILED instead of re-planning."""
 
 
-class EngineError(ValueError):
+class EngineError(SailorError):
     """Bad engine input (names the field and the fix)."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
 
 
 @dataclass(frozen=True)

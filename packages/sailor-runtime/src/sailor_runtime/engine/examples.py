@@ -7,8 +7,7 @@ replicas of a stage, replicas with different microbatch sizes, and both schedule
 
 from __future__ import annotations
 
-from sailor_sim.job import Job
-from sailor_sim.plan import Plan, Replica, Stage
+from sailor_sim import Job, Plan, Replica, Stage
 
 
 def R(tp: int, mbs: int, n: int) -> Replica:

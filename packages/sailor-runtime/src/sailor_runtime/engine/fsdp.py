@@ -34,8 +34,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from sailor_profiler.zoo import get_split
-from sailor_profiler.zoo.tp import set_split
+from sailor_profiler import get_split, set_split
 
 from .options import hybrid_shard_size
 from .topology import Slot, Topology

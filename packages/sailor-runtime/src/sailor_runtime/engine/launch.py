@@ -22,8 +22,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from sailor_sim.job import Job
-from sailor_sim.plan import Plan
+from sailor_sim import Job, Plan
 
 from .config import RANK_ENV, EngineError, LRSchedule, TrainConfig, training_overrides
 from .options import ExecutionOptions

@@ -22,9 +22,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from sailor_profiler.zoo import get_split
-from sailor_profiler.zoo.optim import AdamW
-from sailor_profiler.zoo.stage import TIED_HEAD_NAME
+from sailor_profiler import TIED_HEAD_NAME, AdamW, get_split
 
 from .config import OPTIMIZER_IMPLS, LRSchedule, OptimConfig  # noqa: F401 - torch-free home
 from .topology import Groups, Slot, Topology

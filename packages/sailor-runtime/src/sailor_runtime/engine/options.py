@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sailor_sim import SailorError
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = ("none", "selective", "full")
 ZERO = ("none", "zero1", "zero2", "zero3", "hybrid")
@@ -45,12 +47,11 @@ FSDP_ZERO = ("zero2", "zero3", "hybrid")
 """Run through FSDP2 (``engine.fsdp``); ZeRO-1 is ``engine.zero``."""
 
 
-class OptionsError(ValueError):
+class OptionsError(SailorError):
     """A bad execution option (names the field and the fix)."""
 
     def __init__(self, message: str, *, field: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
+        super().__init__(message, field=field)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class ExecutionOptions:
 def hybrid_shard_size(plan) -> int:
     """Replicas per hybrid-shard group: those that fit one node of the first replica's GPU
     type (``gpus_per_node // tp``), as the simulator's ``shard_group`` counts them."""
-    from sailor_sim.gpus import get_gpu
+    from sailor_sim import get_gpu
 
     rep = plan.stages[0].replicas[0]
     return max(1, min(plan.num_pipelines, get_gpu(rep.gpu_type).gpus_per_node // rep.tp))

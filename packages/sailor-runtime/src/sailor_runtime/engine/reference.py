@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from sailor_profiler.zoo import apply_execution, build_stage
-from sailor_sim.job import Job
+from sailor_profiler import apply_execution, build_stage
+from sailor_sim import Job
 
 from .data import TextDataset
 from .optim import LRSchedule, OptimConfig, decay_group

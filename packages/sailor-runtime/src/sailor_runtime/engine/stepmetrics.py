@@ -12,9 +12,7 @@ import resource
 
 import torch
 
-from sailor_sim.job import Job
-from sailor_sim.metrics import model_flops_per_token, plan_peak_flops
-from sailor_sim.plan import Plan
+from sailor_sim import Job, Plan, model_flops_per_token, plan_peak_flops
 
 _AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from sailor_profiler.zoo.stage import TIED_EMBEDDING, TIED_HEAD_NAME
-from sailor_sim.plan import Plan
+from sailor_profiler import TIED_EMBEDDING, TIED_HEAD_NAME
+from sailor_sim import Plan
 
 from .topology import Slot
 

@@ -28,9 +28,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from sailor_profiler.zoo import apply_execution, build_stage, enable_sequence_parallel
-from sailor_sim.job import Job
-from sailor_sim.plan import Plan
+from sailor_profiler import apply_execution, build_stage, enable_sequence_parallel
+from sailor_sim import Job, Plan
 
 from . import checkpoint as ckpt
 from . import savefaults

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from sailor_sim.errors import SailorSimError
+from sailor_sim import SailorSimError
 
 from .config import EngineError, TrainConfig, rank_from_env
 

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from sailor_profiler.zoo import get_split
-from sailor_profiler.zoo.optim import AdamW, _adamw_one
+from sailor_profiler import AdamW, adamw_one, get_split
 
 from .topology import Groups, Slot, Topology
 
@@ -102,7 +101,7 @@ class ShardedAdamW(AdamW):
             super().step()  # replicated parameters
             (beta1, beta2), lr = g["betas"], g["lr"]
             for u in self.owned():
-                _adamw_one(
+                adamw_one(
                     u.view(u.param),
                     u.view(u.param.grad),
                     self._unit_state(u),

@@ -381,7 +381,7 @@ class LocalRun:
         """After the run: the simulator's iteration time for ``plan`` with this machine's profile
         stretched by the CPU share its ranks were measured to get while training (run.profile).
         It uses the run's own measurement, so it explains the error; it predicts nothing."""
-        from sailor_sim.simulator import Simulator
+        from sailor_sim import Simulator
 
         self.slowdown = self.cpu_share.slowdown
         folder = machine_profile(

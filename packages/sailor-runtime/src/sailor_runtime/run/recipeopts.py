@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sailor_sim.recipe import Recipe
+from sailor_sim import Recipe
 
 from ..data import DataError
 

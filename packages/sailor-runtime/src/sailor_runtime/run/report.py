@@ -31,7 +31,7 @@ class RankMemory:
 
 
 def simulator(profile_dir: str):
-    from sailor_sim.simulator import Simulator
+    from sailor_sim import Simulator
 
     return Simulator.from_profile_dir(profile_dir)
 

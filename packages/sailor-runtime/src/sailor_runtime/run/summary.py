@@ -95,7 +95,7 @@ def throughput_figures(
     ``measured_iteration_time``), and the simulator's MFU: the same formula (model FLOPs per
     token, PaLM App. B, over the plan's dense peak; ``sailor_sim.metrics``) at the iteration
     time the planner predicted before training."""
-    from sailor_sim.metrics import model_flops_per_token, plan_peak_flops
+    from sailor_sim import model_flops_per_token, plan_peak_flops
 
     rows = [m for m in metrics if m["generation"] == generation and m.get("tokens_per_s")]
     steady = rows[skip:] if len(rows) > skip + 2 else rows

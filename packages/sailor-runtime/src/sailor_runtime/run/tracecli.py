@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from sailor_planner.errors import SailorPlannerError
-from sailor_sim.errors import SailorSimError
+from sailor_planner import SailorPlannerError
+from sailor_sim import SailorSimError
 
 from ..errors import SailorRuntimeError
 from .local import LocalRunConfig
@@ -18,7 +18,7 @@ def run_trace_command(
     cfg: LocalRunConfig, trace_path: Path, time_scale: float, json_out: Path | None
 ) -> int:
     """Exit status: 0 done, 2 bad input (one line on stderr)."""
-    from sailor_planner.trace import read_trace
+    from sailor_planner import read_trace
 
     from .tracerun import run_trace
 

@@ -23,13 +23,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from sailor_planner.policies import EVERY_CHANGE
-from sailor_planner.reconfig import ReconfigModel
-from sailor_planner.replay import replay
-from sailor_planner.replayrequest import ReplayRequest
-from sailor_planner.request import SearchOptions
-from sailor_planner.sources import planner_for
-from sailor_planner.trace import AvailabilityTrace, TraceState
+from sailor_planner import (
+    EVERY_CHANGE,
+    AvailabilityTrace,
+    ReconfigModel,
+    ReplayRequest,
+    SearchOptions,
+    TraceState,
+    planner_for,
+    replay,
+)
 
 from ..controller.state import ControllerState
 from ..errors import SailorRuntimeError
@@ -282,8 +285,11 @@ def _median_step_s(run: LocalRun, after_step: int) -> float:
     return times[len(times) // 2] if times else 0.0
 
 
-class _TraceEnded(Exception):
-    """Raised from the tick hook once the trace's time is over."""
+class _TraceEnded(SailorRuntimeError):
+    """Raised from the tick hook once the trace's time is over (control flow, caught below)."""
+
+    def __init__(self) -> None:
+        super().__init__("the availability trace ended")
 
 
 def run_trace(cfg: LocalRunConfig, trace: AvailabilityTrace, time_scale: float) -> TraceRunResult:
