@@ -6,7 +6,7 @@ import csv
 import os
 from pathlib import Path
 
-from sailor_sim.simulator import Simulator
+from sailor_sim.simulate.simulator import Simulator
 
 REPO = Path(__file__).resolve().parent.parent
 

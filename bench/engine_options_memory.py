@@ -29,8 +29,8 @@ from sailor_runtime.engine import launch_many
 from sailor_runtime.engine.examples import R
 from sailor_runtime.engine.options import ExecutionOptions
 from sailor_sim import Simulator
-from sailor_sim.job import Job
-from sailor_sim.plan import Plan, Stage
+from sailor_sim.spec.job import Job
+from sailor_sim.spec.plan import Plan, Stage
 
 JOB = Job.create("tiny-llama", 8, 128)
 ONE = Plan((Stage(0, 7, (R(1, 8, 1),)),))

@@ -124,8 +124,8 @@ def _gpu_type(backend: str) -> str:
 
 
 def _job_and_plan(args, gpu_type: str):
-    from sailor_sim.job import Job
-    from sailor_sim.plan import Plan, Replica, Stage
+    from sailor_sim.spec.job import Job
+    from sailor_sim.spec.plan import Plan, Replica, Stage
 
     job = Job.create(args.model, args.gbs, args.seq)
     rep = Replica(gpu_type, "local", 1, args.gbs // args.ranks, 1)

@@ -11,7 +11,8 @@ pipeline across two GPUs over NCCL (batched p2p) unless ``--pp 1``.
 1. Profile the model's layers (``sailor-profiler compute``: embedding, one block, head) at
    bf16 on this device.
 2. Predict with the simulator on that profile: iteration time, tokens/s, MFU (model FLOPs
-   6N + 12LHQT over the catalog's dense bf16 peak, ``sailor_sim.metrics``) and the rank's peak
+   6N + 12LHQT over the catalog's dense bf16 peak, ``sailor_sim.simulate.metrics``) and the rank's
+   peak
    tensor memory (the simulator's memory terms without its framework term), written to
    ``prediction.json`` before any training starts.
 3. Train ``--steps`` steps of the plan (PP ``--pp``, DP 1, TP 1) with bf16 autocast, SDPA and
@@ -66,7 +67,7 @@ def pick_device(asked: str) -> tuple[str, str, str]:
 
 def make_plan(job, pp: int, gpu_type: str):
     """PP ``pp`` with the layer ids split evenly, one replica of TP 1, one microbatch."""
-    from sailor_sim.plan import Plan, Replica, Stage
+    from sailor_sim.spec.plan import Plan, Replica, Stage
 
     n = job.model.num_layer_ids
     cuts = [round(i * n / pp) for i in range(pp + 1)]
@@ -92,7 +93,7 @@ def profile(out: Path, job, device: str, gpu_type: str):
 
 
 def predict(sim, job, plan) -> dict:
-    from sailor_sim.metrics import throughput
+    from sailor_sim.simulate.metrics import throughput
 
     est = sim.estimate(job, plan)
     thr = throughput(job, plan, est)
@@ -154,7 +155,7 @@ def reshard_to_cpu(root: Path, job) -> float:
 
 def measured(rows: list, probe: dict, job, plan) -> dict:
     from sailor_sim import get_gpu
-    from sailor_sim.metrics import model_flops_per_token
+    from sailor_sim.simulate.metrics import model_flops_per_token
 
     step = statistics.median(r["iteration_time_s"] for r in rows[1:] or rows)
     tokens = job.global_batch_size * job.sequence_length / step
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.steps < 4 or a.pp < 0 or a.gbs < 1 or a.seq < 2:
         p.error("need --steps >= 4 (half, resumed, 2 timed), --pp >= 0, --gbs >= 1, --seq >= 2")
     torch, options = _lib()
-    from sailor_sim.job import Job
+    from sailor_sim.spec.job import Job
 
     device, backend, gpu_type = pick_device(a.device)
     if a.pp == 0:  # the 2-rank NCCL pipeline whenever the machine has the GPUs for it

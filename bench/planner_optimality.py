@@ -40,12 +40,12 @@ from dataclasses import dataclass
 from _planner_common import sailor_root
 
 from sailor_planner.errors import NoFeasiblePlanError
-from sailor_planner.execution import RECOMPUTE, ZERO_ONE_STAGE
-from sailor_planner.exhaustive import enumerate_plans
 from sailor_planner.planner import Planner
 from sailor_planner.request import Constraints, SearchOptions
+from sailor_planner.search.execution import RECOMPUTE, ZERO_ONE_STAGE
+from sailor_planner.search.exhaustive import enumerate_plans
 from sailor_sim import Inventory, Job, SailorSimError
-from sailor_sim.simulator import Simulator
+from sailor_sim.simulate.simulator import Simulator
 
 
 @dataclass(frozen=True)

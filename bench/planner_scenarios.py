@@ -18,9 +18,9 @@ import time
 
 from _planner_common import ae_constraint, fmt_row, simulator, trace_rows
 
-from sailor_planner.baselines import best_single_type, uniform_all
 from sailor_planner.planner import Planner
 from sailor_planner.request import Constraints, SearchOptions
+from sailor_planner.search.baselines import best_single_type, uniform_all
 from sailor_sim import Inventory, Job
 
 FALLBACK = {  # used only when the reference traces are absent

@@ -26,11 +26,11 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sailor_planner.client import PlannerClient
 from sailor_planner.proto import planner_pb2_grpc
-from sailor_planner.replayrpc import request_for
+from sailor_planner.replay.rpc import request_for
+from sailor_planner.service.client import PlannerClient
 from sailor_sim import Inventory, Job
-from sailor_sim.prices import zones_offering
+from sailor_sim.catalog.prices import zones_offering
 
 CLIENTS = 32
 CANCEL_AFTER_S = 1.0

@@ -1,7 +1,8 @@
 """Check and calibrate the simulator's analytic (roofline) layer times against measured profiles.
 
 For every measured profile entry (source 'measured') in a profile folder: per layer, the
-analytic forward / backward seconds (``sailor_sim.analytic.layer_times``) against the measured
+analytic forward / backward seconds (``sailor_sim.profiles.analytic.layer_times``) against the
+measured
 ones. Prints the error before; fits the GPU type's compute efficiency (the achieved fraction of
 peak in ``analytic.COMPUTE_EFFICIENCY``) as the median over compute-bound layers of
 FLOPs / (peak * (measured - kernel overhead)); prints the error after and the line to put in
@@ -21,8 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sailor_sim import analytic, get_gpu, get_model
-from sailor_sim.simulator import Simulator
+from sailor_sim import get_gpu, get_model
+from sailor_sim.profiles import analytic
+from sailor_sim.simulate.simulator import Simulator
 
 
 def errors(entries, eff=None) -> dict[str, float]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
-from sailor_sim.network import Endpoint, load_network_file
+from sailor_sim.simulate.network import Endpoint, load_network_file
 
 FIT_BAR = 0.25
 """Relative RMS error of each op's alpha-beta fit (source: the 25 % local-run prediction bar)."""

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from sailor_sim import Job, Plan
-from sailor_sim.simulator import Simulator
+from sailor_sim.simulate.simulator import Simulator
 
 BAR_S = 60.0
 COMMAND = ["compute", "--model", "tiny-gpt", "--device", "cpu", "--mbs", "1,2,4", "--tp", "1,2"]

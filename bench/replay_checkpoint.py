@@ -4,7 +4,8 @@ A 30-day spot trace (32 A100-40 in us-central1-a at 1.10 $/GPU-hour; preemptions
 Poisson process, mean 3 h apart, each replaced at once so the plan restarts unchanged: the
 setting of Young's model) is replayed with the `sailor` policy at checkpoint intervals from 1/8x
 to 8x Daly's optimum. The prediction is made first, from the trace and the reconfiguration model
-alone: waste(tau) = delta/tau + (tau/2 + R)/M (Young 1974; sailor_planner/spot.py), with M the
+alone: waste(tau) = delta/tau + (tau/2 + R)/M (Young 1974; sailor_planner/replay/spot.py), with M
+the
 trace's mean time between preemptions, delta the checkpoint save and R the reconfiguration model's
 restart with detection (the planner's search time is fixed at PLAN_S for a deterministic R).
 Then each replay measures its waste (1 - samples / (samples/s x duration)) and $/1M tokens.
@@ -23,12 +24,12 @@ import random
 import sys
 import time
 
-from sailor_planner.reconfig import ReconfigModel
-from sailor_planner.replay import replay
-from sailor_planner.replayrequest import ReplayRequest
+from sailor_planner.replay.reconfig import ReconfigModel
+from sailor_planner.replay.request import ReplayRequest
+from sailor_planner.replay.run import replay
+from sailor_planner.replay.spot import daly_interval, waste_fraction, young_interval
+from sailor_planner.replay.trace import trace_from_rows
 from sailor_planner.sources import planner_for
-from sailor_planner.spot import daly_interval, waste_fraction, young_interval
-from sailor_planner.trace import trace_from_rows
 from sailor_sim import Job
 
 PLAN_S = 0.1

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sailor_planner.trace import read_trace
+from sailor_planner.replay.trace import read_trace
 from sailor_runtime.run.local import LocalRunConfig
 from sailor_runtime.run.tracerun import run_trace
 

@@ -24,10 +24,10 @@ from importlib import resources
 from pathlib import Path
 
 from sailor_sim import Job, Plan, Simulator
+from sailor_sim.catalog.prices import set_price
 from sailor_sim.errors import SailorSimError
-from sailor_sim.network import Endpoint, LinkCurve, NetworkModel
-from sailor_sim.options import ExecutionOptions
-from sailor_sim.prices import set_price
+from sailor_sim.simulate.network import Endpoint, LinkCurve, NetworkModel
+from sailor_sim.spec.options import ExecutionOptions
 
 WORST_BAR = 0.35
 ZONE = "us-central1-a"

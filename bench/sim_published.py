@@ -29,13 +29,15 @@ import math
 import sys
 from dataclasses import dataclass
 
-from sailor_sim import Job, Plan, Simulator, analytic, comm, fabric_for, published, trust
-from sailor_sim.cluster import Cluster
+from sailor_sim import Job, Plan, Simulator, fabric_for
+from sailor_sim.catalog.cluster import Cluster
+from sailor_sim.catalog.gpus import GPU_CATALOG, register_gpu
+from sailor_sim.catalog.prices import set_price
 from sailor_sim.errors import SailorSimError
-from sailor_sim.gpus import GPU_CATALOG, register_gpu
-from sailor_sim.memory import framework_overhead
-from sailor_sim.network import DEFAULT_INTER_NODE_LATENCY_S, NetworkModel
-from sailor_sim.prices import set_price
+from sailor_sim.profiles import analytic, published, trust
+from sailor_sim.simulate import comm
+from sailor_sim.simulate.memory import framework_overhead
+from sailor_sim.simulate.network import DEFAULT_INTER_NODE_LATENCY_S, NetworkModel
 
 TARGET_THROUGHPUT, TARGET_WORST, TARGET_FAMILY, TARGET_MEMORY = 0.12, 0.35, 0.15, 0.10
 MIN_SOURCES = 8
@@ -319,7 +321,7 @@ def check_table(runs) -> list[str]:
 
 def by_group(preds: list[Prediction]) -> dict:
     """Leave-one-source-out errors per (GPU family, precision, execution style) group and its
-    widenings (``sailor_sim.trust``): what each estimate quotes as its trust."""
+    widenings (``sailor_sim.profiles.trust``): what each estimate quotes as its trust."""
     rows = []
     for p in preds:
         r = p.run

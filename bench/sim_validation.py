@@ -2,7 +2,7 @@
 
 Reads ``<reference>/sailor-artifacts`` (env SAILOR_REFERENCE, else ../shared/reference next to
 the repository), simulates every ``validation/clariden/OPT-350/**/plan_config_*.json`` with the
-imported Sailor profiles (denoised across microbatch sizes, ``sailor_sim.profile_denoise``;
+imported Sailor profiles (denoised across microbatch sizes, ``sailor_sim.profiles.denoise``;
 ``--raw`` uses them as imported) and network fits, and prints predicted vs measured iteration
 time and peak memory (``max_mem``: nvidia-smi, CUDA context and allocator cache included) per
 point and in summary, next to the original Sailor simulator's published error.
@@ -26,9 +26,10 @@ import os
 import sys
 from pathlib import Path
 
-from sailor_sim import Job, Simulator, comm, read_sailor_plan
-from sailor_sim.memory import FRAMEWORK_OVERHEAD
-from sailor_sim.options import P2P_STYLES, ExecutionOptions
+from sailor_sim import Job, Simulator, read_sailor_plan
+from sailor_sim.simulate import comm
+from sailor_sim.simulate.memory import FRAMEWORK_OVERHEAD
+from sailor_sim.spec.options import P2P_STYLES, ExecutionOptions
 
 GiB = 1024**3
 EFFICIENCY_GRID = [round(0.2 + 0.05 * i, 2) for i in range(13)]

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 GROUPS = {
-    "sailor_sim": "sailor_sim.cli",
+    "sailor_sim": "sailor_sim.cli.app",
     "sailor_planner": "sailor_planner.cli",
     "sailor_profiler": "sailor_profiler.cli",
     "sailor_runtime": "sailor_runtime.cli",

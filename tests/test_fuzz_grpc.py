@@ -20,10 +20,10 @@ from google.protobuf.descriptor import FieldDescriptor as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sailor_planner.client import PlannerClient
-from sailor_planner.limits import ServerLimits
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
-from sailor_planner.server import create_server
+from sailor_planner.service.client import PlannerClient
+from sailor_planner.service.limits import ServerLimits
+from sailor_planner.service.server import create_server
 from sailor_runtime.agent.assignment import validate_assignment
 from sailor_runtime.agent.gpus import NodeGpus
 from sailor_runtime.agent.ranks import RankRunner

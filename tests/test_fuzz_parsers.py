@@ -23,13 +23,13 @@ from hypothesis import strategies as st
 from sailor_profiler.cli import parse_bytes, parse_int_list
 from sailor_profiler.errors import SailorProfilerError
 from sailor_sim import Inventory, Job, Plan, SailorSimError, inputs
-from sailor_sim.examples import example_job, example_plan
-from sailor_sim.hf_config import fields_from_hf_dict
-from sailor_sim.model import ModelSpec
-from sailor_sim.network import load_network_file
+from sailor_sim.model.hf_config import fields_from_hf_dict
+from sailor_sim.model.spec import ModelSpec
 from sailor_sim.original import read_sailor_plan
-from sailor_sim.profile_files import parse_profile_dict, profile_file_dict
-from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim.profiles.files import parse_profile_dict, profile_file_dict
+from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim.simulate.network import load_network_file
+from sailor_sim.spec.examples import example_job, example_plan
 
 EXAMPLES = int(os.environ.get("SAILOR_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
@@ -241,7 +241,7 @@ def test_profiler_list_and_size_parsers(text):
 
 def run_sailor_sim(args: list[str]) -> tuple[int, str]:
     """The sailor-sim CLI in this process (the console script's own entry, run_app)."""
-    from sailor_sim.cli import app
+    from sailor_sim.cli.app import app
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

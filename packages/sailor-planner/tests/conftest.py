@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sailor_planner.planner import Planner
-from sailor_sim.simulator import Simulator
+from sailor_sim.simulate.simulator import Simulator
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from sailor_planner.cli import app
 from sailor_sim import Job, Plan
-from sailor_sim.simulator import Simulator
+from sailor_sim.simulate.simulator import Simulator
 
 SCRIPT = str(Path(sys.executable).parent / "sailor-planner")
 

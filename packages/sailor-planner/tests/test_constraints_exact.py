@@ -2,10 +2,10 @@
 
 import pytest
 
-from sailor_planner.allocate import build_plan
 from sailor_planner.planner import Planner
 from sailor_planner.request import Constraints, SearchOptions
-from sailor_planner.search import Search
+from sailor_planner.search.allocate import build_plan
+from sailor_planner.search.branch_bound import Search
 from sailor_sim import ExecutionOptions, Inventory, Job
 
 LLAMA_ZERO3 = Job.create("LLaMA-3-8B", 512, 8192, "bf16", options=ExecutionOptions(zero="zero3"))

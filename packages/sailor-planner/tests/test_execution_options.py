@@ -8,13 +8,13 @@ import grpc
 import pytest
 
 from sailor_planner.errors import NoFeasiblePlanError
-from sailor_planner.execution import variants
 from sailor_planner.planner import Planner
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
 from sailor_planner.request import SearchOptions
-from sailor_planner.server import create_server
+from sailor_planner.search.execution import variants
+from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job, Plan, Simulator
-from sailor_sim.options import ExecutionOptions
+from sailor_sim.spec.options import ExecutionOptions
 
 JOB = Job.create("OPT-350M", 256, 2048, "bf16")
 INVENTORY = Inventory.parse(["A100-40@us-central1-a=16"])

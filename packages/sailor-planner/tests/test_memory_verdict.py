@@ -6,13 +6,13 @@ import itertools
 
 import pytest
 
-from sailor_planner.allocate import Group, Scored, build_plan
-from sailor_planner.balance import ClassLoad
-from sailor_planner.partition import even_bounds
 from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
-from sailor_planner.search import Search
-from sailor_planner.templates import ClassShape, Shape
+from sailor_planner.search.allocate import Group, Scored, build_plan
+from sailor_planner.search.balance import ClassLoad
+from sailor_planner.search.branch_bound import Search
+from sailor_planner.search.partition import even_bounds
+from sailor_planner.search.templates import ClassShape, Shape
 from sailor_sim import Inventory, Job
 
 ZONE = "us-central1-a"
@@ -87,7 +87,7 @@ def test_profiled_oom_configurations_are_skipped() -> None:
     """A (GPU, mbs, TP) the profiler marked 'oom' is refused by the simulator; the planner
     plans around it instead of failing."""
     from sailor_sim import ProfileStore, Simulator
-    from sailor_sim.profiles import ProfileEntry, ProfileKey
+    from sailor_sim.profiles.store import ProfileEntry, ProfileKey
 
     job = Job.create("OPT-350M", 256, 2048)
     inventory = Inventory.parse(["A100-40@us-central1-a=16"])

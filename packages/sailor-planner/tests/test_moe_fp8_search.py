@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sailor_planner.execution import expert_degrees, lean, variants
 from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
+from sailor_planner.search.execution import expert_degrees, lean, variants
 from sailor_sim import Inventory, Job, Plan, Simulator
 
 A = "us-central1-a"
@@ -47,7 +47,7 @@ def test_fp8_jobs_get_plans_without_zero3():
 
 
 def test_context_parallelism_is_searched_for_long_sequences_only():
-    from sailor_planner.execution import LEAN_CONTEXT_PARALLEL, LONG_SEQUENCE
+    from sailor_planner.search.execution import LEAN_CONTEXT_PARALLEL, LONG_SEQUENCE
 
     short = Job.create("LLaMA-3.1-8B", 16, 8192, "bf16")
     assert {o.context_parallel for o in lean(short.options, None, 8192)} == {1}

@@ -5,11 +5,11 @@ import json
 import grpc
 import pytest
 
-from sailor_planner.client import PlannerClient
 from sailor_planner.errors import RequestError
 from sailor_planner.planrun import PlanArgs, run_plan
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
-from sailor_planner.server import create_server
+from sailor_planner.service.client import PlannerClient
+from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job
 
 JOB = Job.create("OPT-350M", 256, 2048)
@@ -67,8 +67,8 @@ def test_the_wire_carries_what_the_cli_prints(address) -> None:
     """The wire estimate had no tokens/s, MFU, provenance or cost per provider."""
     import dataclasses
 
-    from sailor_sim import metrics
-    from sailor_sim.simulator import Simulator
+    from sailor_sim.simulate import metrics
+    from sailor_sim.simulate.simulator import Simulator
 
     with PlannerClient(address, timeout_s=120) as client:
         best = client.plan(JOB, Inventory.parse(list(GPUS))).best

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from sailor_planner.balance import balance
-from sailor_planner.partition import _dp, _enumerate, best_splits, even_bounds, num_splits
+from sailor_planner.search.balance import balance
+from sailor_planner.search.partition import _dp, _enumerate, best_splits, even_bounds, num_splits
 
 
 def _matrices(rng, n: int, p: int) -> list:

@@ -4,7 +4,7 @@ import pytest
 
 from sailor_planner import sources
 from sailor_sim import Job, Plan
-from sailor_sim.simulator import Simulator
+from sailor_sim.simulate.simulator import Simulator
 
 JOB = Job.create("OPT-350M", 256, 2048)
 

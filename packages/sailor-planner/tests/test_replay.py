@@ -9,12 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from sailor_planner.cli import app
-from sailor_planner.policies import pays_off
-from sailor_planner.reconfig import ReconfigModel
-from sailor_planner.replay import replay
-from sailor_planner.replayrequest import ReplayRequest
+from sailor_planner.replay.policies import pays_off
+from sailor_planner.replay.reconfig import ReconfigModel
+from sailor_planner.replay.request import ReplayRequest
+from sailor_planner.replay.run import replay
+from sailor_planner.replay.trace import read_trace
 from sailor_planner.request import SearchOptions
-from sailor_planner.trace import read_trace
 from sailor_sim import Job, price_per_gpu_hour
 
 JOB = Job.create("OPT-350M", 256, 2048)

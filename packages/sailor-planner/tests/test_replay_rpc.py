@@ -7,17 +7,17 @@ from dataclasses import fields, replace
 import grpc
 import pytest
 
-from sailor_planner.client import PlannerClient
 from sailor_planner.errors import RequestError
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
-from sailor_planner.reconfig import ReconfigModel
-from sailor_planner.replay import EventResult, PolicySummary, replay
-from sailor_planner.replayrequest import ReplayRequest, trace_from_wire, trace_rows
-from sailor_planner.replayrpc import request_for
+from sailor_planner.replay.reconfig import ReconfigModel
+from sailor_planner.replay.request import ReplayRequest, trace_from_wire, trace_rows
+from sailor_planner.replay.rpc import request_for
+from sailor_planner.replay.run import EventResult, PolicySummary, replay
+from sailor_planner.replay.trace import trace_from_rows
 from sailor_planner.request import Constraints, SearchOptions
-from sailor_planner.server import create_server
+from sailor_planner.service.client import PlannerClient
+from sailor_planner.service.server import create_server
 from sailor_planner.sources import planner_for
-from sailor_planner.trace import trace_from_rows
 from sailor_sim import Job
 
 JOB = Job.create("OPT-350M", 256, 2048)

@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 
 from sailor_planner.errors import NoFeasiblePlanError
-from sailor_planner.exhaustive import exhaustive_best
 from sailor_planner.planner import Planner
 from sailor_planner.request import Constraints, SearchOptions
+from sailor_planner.search.exhaustive import exhaustive_best
 from sailor_sim import Inventory, Job
 
 SMALL_JOB = ("OPT-350M", 16, 1024)
@@ -179,8 +179,8 @@ def test_pareto_frontier_trades_cost_for_throughput(planner) -> None:
 def test_search_scores_equal_the_simulators_estimates(sim) -> None:
     """The branch and bound ranks with the simulator's own components: every candidate it
     scored has exactly the iteration time and cost ``Simulator.estimate`` gives its plan."""
-    from sailor_planner.allocate import build_plan
-    from sailor_planner.search import Search
+    from sailor_planner.search.allocate import build_plan
+    from sailor_planner.search.branch_bound import Search
 
     planner = Planner(sim)
     job = Job.create("OPT-350M", 1024, 2048)

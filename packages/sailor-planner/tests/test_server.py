@@ -10,12 +10,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from sailor_planner.client import PlannerClient
 from sailor_planner.errors import CallAbortedError
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
-from sailor_planner.server import SERVICE_NAME, create_server
+from sailor_planner.service.client import PlannerClient
+from sailor_planner.service.server import SERVICE_NAME, create_server
 from sailor_sim import Inventory, Job, Plan
-from sailor_sim.simulator import Simulator
+from sailor_sim.simulate.simulator import Simulator
 
 JOB = Job.create("OPT-350M", 256, 2048)
 INVENTORY = Inventory.parse(["A100-40@us-central1-a=16", "V100-16@us-central1-b=16"])

@@ -13,15 +13,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sailor_planner.access import TOKEN_METADATA_KEY, Access
-from sailor_planner.client import PlannerClient
-from sailor_planner.limits import ServerLimits
-from sailor_planner.paths import DataRoots
 from sailor_planner.proto import planner_pb2_grpc
-from sailor_planner.server import create_server
+from sailor_planner.service.access import TOKEN_METADATA_KEY, Access
+from sailor_planner.service.client import PlannerClient
+from sailor_planner.service.limits import ServerLimits
+from sailor_planner.service.paths import DataRoots
+from sailor_planner.service.server import create_server
 from sailor_planner.sources import cached_planners
 from sailor_sim import Inventory, Job, Plan, Replica, Stage
-from sailor_sim.prices import zones_offering
+from sailor_sim.catalog.prices import zones_offering
 
 JOB = Job.create("OPT-350M", 1024, 2048)
 SMALL = Inventory.parse(["A100-40@us-central1-a=8"])

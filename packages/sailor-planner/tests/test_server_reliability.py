@@ -22,14 +22,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sailor_planner.client import PlannerClient
-from sailor_planner.limits import ServerLimits
-from sailor_planner.paths import DataRoots
 from sailor_planner.proto import planner_pb2_grpc
-from sailor_planner.replayrpc import request_for
-from sailor_planner.server import create_server
+from sailor_planner.replay.rpc import request_for
+from sailor_planner.service.client import PlannerClient
+from sailor_planner.service.limits import ServerLimits
+from sailor_planner.service.paths import DataRoots
+from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job, Plan, Replica, Stage
-from sailor_sim.prices import zones_offering
+from sailor_sim.catalog.prices import zones_offering
 
 REPO = Path(__file__).resolve().parents[3]
 JOB = Job.create("OPT-350M", 256, 2048)

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from sailor_planner.cli import app
 from sailor_planner.errors import RequestError
-from sailor_planner.spot import advise, daly_interval, waste_fraction, young_interval
+from sailor_planner.replay.spot import advise, daly_interval, waste_fraction, young_interval
 
 SPOT = Path(__file__).resolve().parents[1] / "examples" / "traces" / "spot.csv"
 

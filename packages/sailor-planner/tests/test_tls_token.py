@@ -13,10 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sailor_planner.access import Access, client_channel, server_credentials
-from sailor_planner.client import PlannerClient
 from sailor_planner.errors import RequestError
-from sailor_planner.server import create_server
+from sailor_planner.service.access import Access, client_channel, server_credentials
+from sailor_planner.service.client import PlannerClient
+from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job
 
 JOB = Job.create("OPT-350M", 256, 2048)

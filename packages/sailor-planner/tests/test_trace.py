@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sailor_planner.trace import TraceError, read_sailor_trace, read_trace, write_trace
+from sailor_planner.replay.trace import TraceError, read_sailor_trace, read_trace, write_trace
 
 REFERENCE = Path(
     os.environ.get("SAILOR_REFERENCE", Path(__file__).resolve().parents[4] / "shared" / "reference")

@@ -7,7 +7,7 @@ import pytest
 
 from sailor_profiler.devices import catalog_gpu_type
 from sailor_profiler.errors import DeviceError
-from sailor_sim.gpus import GPU_CATALOG
+from sailor_sim.catalog.gpus import GPU_CATALOG
 
 MiB = 2**20
 
@@ -18,6 +18,7 @@ DETECTED = [
     ("NVIDIA H200", 143771, "H200"),
     ("NVIDIA GH200 480GB", 97871, "GH-96"),
     ("NVIDIA B200", 183359, "B200"),
+    ("NVIDIA GB200", 189471, "GB200"),
     ("NVIDIA A100-SXM4-80GB", 81920, "A100-80"),
     ("NVIDIA A100 80GB PCIe", 81920, "A100-80"),
     ("NVIDIA A100-SXM4-40GB", 40960, "A100-40"),

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from sailor_profiler.cli import app
 from sailor_sim import Job, Plan, get_model
-from sailor_sim.profile_files import read_profile_file
-from sailor_sim.simulator import Simulator
+from sailor_sim.profiles.files import read_profile_file
+from sailor_sim.simulate.simulator import Simulator
 
 MODEL = "tiny-gpt"
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from sailor_profiler.cli import app
 from sailor_profiler.store import Record, read_folder, update_folder
 from sailor_sim import Job, Plan, ProfileError, get_model
-from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
-from sailor_sim.simulator import Simulator
+from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim.simulate.simulator import Simulator
 
 _DEFAULT_REFERENCE = Path(__file__).resolve().parents[3].parent / "shared" / "reference"
 REFERENCE = Path(os.environ.get("SAILOR_REFERENCE", _DEFAULT_REFERENCE))

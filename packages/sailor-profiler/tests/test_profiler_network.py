@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from sailor_profiler.cli import app
 from sailor_profiler.netfit import fit_latency_bandwidth
 from sailor_profiler.network import message_sizes
-from sailor_sim.network import Endpoint, load_network_file
-from sailor_sim.simulator import Simulator
+from sailor_sim.simulate.network import Endpoint, load_network_file
+from sailor_sim.simulate.simulator import Simulator
 
 
 def test_fit_recovers_latency_and_bandwidth():

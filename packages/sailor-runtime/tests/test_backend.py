@@ -17,7 +17,7 @@ from sailor_runtime.engine.backend import (
     resolve_backend,
 )
 from sailor_sim import Job
-from sailor_sim.plan import Plan, Replica, Stage
+from sailor_sim.spec.plan import Plan, Replica, Stage
 
 JOB = Job.create("tiny-gpt", 8, 32)
 

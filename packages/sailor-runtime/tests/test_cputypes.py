@@ -10,7 +10,7 @@ import pytest
 
 from sailor_runtime.agent.cputypes import cpu_worker_type, usable_cpus
 from sailor_runtime.errors import SailorRuntimeError
-from sailor_sim.gpus import get_gpu
+from sailor_sim.catalog.gpus import get_gpu
 
 
 def test_names_map_to_threads_and_cores():

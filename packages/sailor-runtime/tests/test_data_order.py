@@ -17,8 +17,8 @@ from sailor_runtime.data.audit import trained_sample_ids
 from sailor_runtime.data.prepare import PrepareConfig, prepare
 from sailor_runtime.data.shards import TokenShards
 from sailor_runtime.engine.launch import launch_local, start_local
-from sailor_sim.job import Job
-from sailor_sim.plan import Plan, Replica, Stage
+from sailor_sim.spec.job import Job
+from sailor_sim.spec.plan import Plan, Replica, Stage
 
 GBS, SEQ = 8, 16
 

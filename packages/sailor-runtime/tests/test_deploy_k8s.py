@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sailor_sim import get_gpu
-from sailor_sim.zones import get_zone
+from sailor_sim.catalog.zones import get_zone
 
 K8S = Path(__file__).resolve().parents[3] / "deploy" / "k8s"
 VERSION = "1.30.0"

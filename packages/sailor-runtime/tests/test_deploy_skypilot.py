@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sailor_sim import get_gpu
-from sailor_sim.zones import get_zone
+from sailor_sim.catalog.zones import get_zone
 
 sky = pytest.importorskip("sky", reason="the skypilot package (a dev dependency) is absent")
 SKY = Path(__file__).resolve().parents[3] / "deploy" / "skypilot"

@@ -94,7 +94,7 @@ def _hostile_input(run: LocalRun) -> list[str]:
 
 @pytest.mark.timeout(400)
 def test_join_planner_restart_and_hostile_input_during_a_run(tmp_path):
-    from sailor_planner.server import create_server
+    from sailor_planner.service.server import create_server
 
     planner, planner_port = create_server("127.0.0.1:0")
     # Enough steps (32 x 128 tokens each) that training still runs when the new node is up and

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sailor_planner.server import create_server
+from sailor_planner.service.server import create_server
 from sailor_runtime.agent.gpus import NodeGpus
 from sailor_runtime.agent.ranks import RankRunner
 from sailor_runtime.agent.service import AgentServicer, create_agent_server

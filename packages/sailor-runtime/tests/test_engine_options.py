@@ -17,7 +17,7 @@ import torch
 from sailor_runtime.engine import ExecutionOptions, OptionsError, launch_many, reference_run
 from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine.examples import JOBS, R
-from sailor_sim.plan import Plan, Stage
+from sailor_sim.spec.plan import Plan, Stage
 
 STEPS = 8
 JOB = JOBS["llama"]

@@ -14,7 +14,7 @@ from sailor_runtime.engine import reference_run
 from sailor_runtime.engine.examples import JOBS, PLANS
 from sailor_runtime.engine.launch import launch_local
 from sailor_runtime.engine.optim import decay_group
-from sailor_sim.recipe import LRSchedule, OptimConfig
+from sailor_sim.spec.recipe import LRSchedule, OptimConfig
 
 STEPS = 6
 LR = LRSchedule(max_lr=3e-3, min_lr=3e-4, warmup_steps=2, decay_steps=STEPS, kind="linear")

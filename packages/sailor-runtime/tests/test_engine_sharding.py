@@ -18,7 +18,7 @@ from sailor_runtime.engine import EngineError, TrainConfig, launch_many, referen
 from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine.examples import JOBS, R
 from sailor_runtime.engine.options import ExecutionOptions, supports, unsupported_reason
-from sailor_sim.plan import Plan, Replica, Stage
+from sailor_sim.spec.plan import Plan, Replica, Stage
 
 STEPS = 4
 JOB = JOBS["llama"]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from sailor_planner.server import create_server
+from sailor_planner.service.server import create_server
 from sailor_runtime.controller.controller import PLAN_CANDIDATES, ControllerConfig, engine_filter
 from sailor_runtime.controller.planning import PlannerLink
 from sailor_runtime.engine.options import ExecutionOptions

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sailor_planner.access import Access
-from sailor_planner.server import create_server
+from sailor_planner.service.access import Access
+from sailor_planner.service.server import create_server
 from sailor_runtime.controller.controller import Controller, ControllerConfig
 from sailor_runtime.errors import PlannerUnavailableError
 from sailor_sim import Inventory, Job

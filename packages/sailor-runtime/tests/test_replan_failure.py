@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sailor_planner.access import Access
-from sailor_planner.server import create_server
+from sailor_planner.service.access import Access
+from sailor_planner.service.server import create_server
 from sailor_runtime.controller import controller as controller_module
 from sailor_runtime.controller.controller import Controller, ControllerConfig
 from sailor_runtime.controller.service import create_controller_server

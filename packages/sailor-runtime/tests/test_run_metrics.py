@@ -9,9 +9,9 @@ import pytest
 
 from sailor_runtime.controller.metricslog import MetricsLog, engine_fields, read_metrics
 from sailor_runtime.run.summary import RunSummary, eval_losses, render, throughput_figures
-from sailor_sim.job import Job
-from sailor_sim.metrics import throughput
-from sailor_sim.plan import Plan, Replica, Stage
+from sailor_sim.simulate.metrics import throughput
+from sailor_sim.spec.job import Job
+from sailor_sim.spec.plan import Plan, Replica, Stage
 
 
 def _rec(step, gen=1, **extra):
@@ -46,7 +46,8 @@ def test_summary_figures_come_from_the_records():
     t = throughput_figures(metrics, 2, job, plan, predicted_s=0.25, skip=2)
     # generation 2 is steps 5-10; without its first 2 steps: 7-10, median 8.5
     assert t["tokens_per_s"] == 1008.5 and t["mfu"] == pytest.approx(0.085)
-    # The simulator's MFU is the one sailor_sim.metrics gives an estimate of that iteration time.
+    # The simulator's MFU is the one sailor_sim.simulate.metrics gives an estimate of that
+    # iteration time.
     sim = throughput(job, plan, SimpleNamespace(samples_per_s=8 / 0.25))
     assert t["simulated_mfu"] == pytest.approx(sim.mfu)
     evals = eval_losses(metrics)

@@ -12,10 +12,10 @@ import torch
 from sailor_profiler.zoo import build_stage
 from sailor_runtime.engine import reference_run
 from sailor_runtime.engine.launch import launch_local
-from sailor_sim.job import Job
-from sailor_sim.model import MODEL_CATALOG, get_model
-from sailor_sim.plan import Plan, Replica, Stage
-from sailor_sim.recipe import OptimConfig
+from sailor_sim.model.spec import MODEL_CATALOG, get_model
+from sailor_sim.spec.job import Job
+from sailor_sim.spec.plan import Plan, Replica, Stage
+from sailor_sim.spec.recipe import OptimConfig
 
 TIED_GPT = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64,
             "vocab_size": 256, "tie_word_embeddings": True}  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sailor_planner.trace import read_trace
+from sailor_planner.replay.trace import read_trace
 from sailor_runtime.cli import app
 from sailor_runtime.run.local import LocalRunConfig
 from sailor_runtime.run.tracerun import run_trace

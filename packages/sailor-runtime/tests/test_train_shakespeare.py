@@ -24,7 +24,7 @@ from sailor_runtime.data import BUNDLED_CORPUS
 from sailor_runtime.data.prepare import PrepareConfig, prepare
 from sailor_runtime.data.stats import unigram_cross_entropy
 from sailor_runtime.run.summary import eval_losses
-from sailor_sim.job import Job
+from sailor_sim.spec.job import Job
 
 MODEL = Path(__file__).parents[3] / "examples" / "shakespeare-gpt" / "config.json"
 STEPS, GBS, SEQ = 200, 8, 32

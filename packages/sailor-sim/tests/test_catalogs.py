@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sailor_sim import GPU_CATALOG, Job, Plan, ValidationError, get_gpu
-from sailor_sim.catalog_data import check_keys
+from sailor_sim.catalog.readers import check_keys
 
 NEW_GPUS = ("H100-80", "H100-PCIe", "GH-96", "H200", "B200", "L4", "L40S", "A10G", "V100-16")
 
@@ -45,7 +45,7 @@ def test_strict_reader_names_missing_and_unknown_keys():
 
 # ---- zones, providers, prices, fabrics ---------------------------------------------------------
 def test_zones_map_to_provider_and_region():
-    from sailor_sim.zones import default_zone, get_zone, relationship
+    from sailor_sim.catalog.zones import default_zone, get_zone, relationship
 
     assert get_zone("us-east-1a").provider == "aws" and get_zone("us-east-1a").region == "us-east-1"
     assert get_zone("eastus-2").provider == "azure" and get_zone("us-central1-a").provider == "gcp"
@@ -58,7 +58,7 @@ def test_zones_map_to_provider_and_region():
 
 
 def test_prices_differ_by_provider_and_keep_the_sailor_figures():
-    from sailor_sim.prices import price_entry, price_per_gpu_hour
+    from sailor_sim.catalog.prices import price_entry, price_per_gpu_hour
 
     # the original Sailor evaluation prices stay (GCP zones and zones outside the clouds);
     # A100-40 is GCP's a2-highgpu-8g list price / 8, which the Sailor paper rounds to 3.673
@@ -80,7 +80,7 @@ def test_prices_differ_by_provider_and_keep_the_sailor_figures():
 
 
 def test_set_price_catch_all_applies_everywhere():
-    from sailor_sim.prices import PRICE_CATALOG, price_per_gpu_hour, set_price
+    from sailor_sim.catalog.prices import PRICE_CATALOG, price_per_gpu_hour, set_price
 
     saved = dict(PRICE_CATALOG["L40S"])
     try:
@@ -93,7 +93,7 @@ def test_set_price_catch_all_applies_everywhere():
 
 
 def test_fabrics_per_instance_family():
-    from sailor_sim.instances import OFFERS, fabric_for
+    from sailor_sim.catalog.instances import OFFERS, fabric_for
 
     ib, efa = fabric_for("H100-80", "azure"), fabric_for("H100-80", "aws")
     assert ib.kind.startswith("InfiniBand") and efa.kind == "AWS EFA"

@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from sailor_sim.cli import app
-from sailor_sim.examples import example_job, example_plan
+from sailor_sim.cli.app import app
+from sailor_sim.spec.examples import example_job, example_plan
 
 runner = CliRunner()
 

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from sailor_sim import Job, Simulator, get_gpu
-from sailor_sim.cli import app
-from sailor_sim.metrics import model_flops_per_token
-from sailor_sim.quickplan import balanced_split
+from sailor_sim.cli.app import app
+from sailor_sim.simulate.metrics import model_flops_per_token
+from sailor_sim.spec.quickplan import balanced_split
 
 # meta-llama/Llama-3.1-8B config.json, the fields that set the architecture
 _LLAMA_31_8B = {
@@ -165,8 +165,9 @@ def test_memory_command_prints_gib():
 
 
 def test_provenance_says_whether_the_analytic_efficiency_is_calibrated():
-    from sailor_sim import Plan, analytic
-    from sailor_sim.metrics import provenance
+    from sailor_sim import Plan
+    from sailor_sim.profiles import analytic
+    from sailor_sim.simulate.metrics import provenance
 
     job = Job.create("LLaMA-3.1-8B", 8, 4096, "bf16")
     plan = Plan.uniform(job, "H100-80", "us-east-1a", tp=8, microbatch_size=1)

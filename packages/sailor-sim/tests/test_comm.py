@@ -8,12 +8,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sailor_sim import Job, Plan, Simulator, comm, get_gpu, timing
-from sailor_sim.cli import app
-from sailor_sim.cluster import Cluster, load_cluster
+from sailor_sim import Job, Plan, Simulator, get_gpu
+from sailor_sim.catalog.cluster import Cluster, load_cluster
+from sailor_sim.cli.app import app
 from sailor_sim.errors import SailorError
-from sailor_sim.network import NetworkModel
-from sailor_sim.options import P2P_STYLES, ExecutionOptions
+from sailor_sim.simulate import comm, timing
+from sailor_sim.simulate.network import NetworkModel
+from sailor_sim.spec.options import P2P_STYLES, ExecutionOptions
 
 Z = "us-central1-a"
 runner = CliRunner()
@@ -224,7 +225,7 @@ def _bench(name: str):
 
 def test_sim_validation_uses_the_rule_the_cli_builds():
     """One rule: the GH200 bench's job options are exactly what `--p2p deepspeed` builds."""
-    from sailor_sim.cli_options import execution_options
+    from sailor_sim.cli.options import execution_options
 
     bench = _bench("sim_validation")
 
@@ -238,8 +239,8 @@ def test_sim_validation_uses_the_rule_the_cli_builds():
 def test_a_catalog_fabric_is_shared_by_the_gpu_types_own_node():
     """A catalog fabric is quoted per node: GH200 nodes hold 4 GPUs, so Slingshot's
     4 x 200 Gb/s give each GPU 200 Gb/s (not 800 / 8), the same as the catalog default."""
-    from sailor_sim.cluster import from_catalog
-    from sailor_sim.network import Endpoint
+    from sailor_sim.catalog.cluster import from_catalog
+    from sailor_sim.simulate.network import Endpoint
 
     net = NetworkModel()
     net.set_cluster(from_catalog("slingshot-4x200"))
@@ -252,7 +253,7 @@ def test_a_catalog_fabric_is_shared_by_the_gpu_types_own_node():
 def test_a_ring_edge_between_zones_runs_at_the_providers_ethernet_efficiency():
     """H200 nodes default to RoCE (0.94) inside a zone; a ring edge between two zones is on
     the provider's IP network: the cloud Ethernet figure (0.59), whatever the GPU's fabric."""
-    from sailor_sim.network import Endpoint
+    from sailor_sim.simulate.network import Endpoint
 
     net = NetworkModel()
     a, b = (Z, "H200", 1), ("us-central1-b", "H200", 1)

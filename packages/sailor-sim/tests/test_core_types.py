@@ -19,7 +19,7 @@ from sailor_sim import (
     get_model,
     read_sailor_plan,
 )
-from sailor_sim.examples import example_inventory, example_job, example_plan
+from sailor_sim.spec.examples import example_inventory, example_job, example_plan
 
 
 def test_unknown_names_name_the_field():

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sailor_sim import Job, Plan, PlanError, Simulator, ValidationError
-from sailor_sim.moe import all_to_all_time
-from sailor_sim.network import LinkCurve
-from sailor_sim.options import ExecutionOptions
+from sailor_sim.model.moe import all_to_all_time
+from sailor_sim.simulate.network import LinkCurve
+from sailor_sim.spec.options import ExecutionOptions
 
 A = "us-central1-a"
 MIXTRAL = str(Path(__file__).parents[3] / "examples" / "configs" / "mixtral-8x7b" / "config.json")
@@ -79,7 +79,7 @@ def test_refusals_name_the_option():
 
 def test_model_flops_count_the_activated_parameters():
     """MFU of a MoE run uses its active parameters: Mixtral's 6N is that of 12.9 B, not 46.7 B."""
-    from sailor_sim.metrics import model_flops_per_token
+    from sailor_sim.simulate.metrics import model_flops_per_token
 
     model = job().model
     per_token = model_flops_per_token(model, 4096)

@@ -6,10 +6,10 @@ import pytest
 from typer.testing import CliRunner
 
 from sailor_sim import Job, Plan, Simulator, ValidationError, get_gpu
-from sailor_sim.cli import app
-from sailor_sim.fp8 import FP8_WEIGHT_COPIES, fp8_peak, fp8_peaks, fp8_time_delta
-from sailor_sim.gpus import GPU_CATALOG
-from sailor_sim.options import ExecutionOptions
+from sailor_sim.catalog.gpus import GPU_CATALOG
+from sailor_sim.cli.app import app
+from sailor_sim.simulate.fp8 import FP8_WEIGHT_COPIES, fp8_peak, fp8_peaks, fp8_time_delta
+from sailor_sim.spec.options import ExecutionOptions
 
 A = "us-central1-a"
 MODEL = "LLaMA-3.1-8B"

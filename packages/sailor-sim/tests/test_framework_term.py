@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sailor_sim import ExecutionOptions, Job, Plan, Simulator, analytic
+from sailor_sim import ExecutionOptions, Job, Plan, Simulator
+from sailor_sim.profiles import analytic
 
 Z = "us-central1-a"
 
@@ -59,7 +60,7 @@ def test_measured_profiles_carry_no_framework_term():
 
 
 def test_trust_names_the_framework_fit_it_used():
-    from sailor_sim import metrics
+    from sailor_sim.simulate import metrics
 
     job = Job.create("LLaMA-2-7B", 16, 4096, "bf16", "adamw", ExecutionOptions(zero="zero3"))
     plan = Plan.uniform(job, "H100-80", Z, dp=2, microbatch_size=1)

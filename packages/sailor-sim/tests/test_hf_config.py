@@ -232,7 +232,7 @@ def test_catalog_has_the_common_sizes_with_published_counts():
 
 def test_profiles_of_a_config_model_stay_in_their_folder(tmp_path):
     from sailor_sim import ProfileStore, get_gpu, load_profile_dir, save_profile_dir
-    from sailor_sim.profiles import analytic_entry
+    from sailor_sim.profiles.store import analytic_entry
 
     spec = get_model(str(_write(tmp_path, "llama", _LLAMA_31_8B)))
     store = ProfileStore([analytic_entry(spec, get_gpu("H100-80"), "bf16", 1, 8, 4096)])

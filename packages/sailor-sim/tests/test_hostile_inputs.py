@@ -13,14 +13,14 @@ import sys
 import pytest
 
 from sailor_sim import Job, Plan, ProfileStore
-from sailor_sim.examples import example_job, example_plan
-from sailor_sim.profile_files import save_profile_dir
-from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim.profiles.files import save_profile_dir
+from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim.spec.examples import example_job, example_plan
 
 
 def sailor_sim(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sailor_sim.cli", *args],
+        [sys.executable, "-m", "sailor_sim.cli.app", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,11 +9,11 @@ import re
 import pytest
 
 from sailor_sim import ValidationError
-from sailor_sim.catalog_data import read_data
+from sailor_sim.catalog.readers import read_data
 
 
 def test_every_offer_names_its_source_url_and_date():
-    from sailor_sim.instances import OFFERS
+    from sailor_sim.catalog.instances import OFFERS
 
     for o in OFFERS:
         where = f"{o.provider} {o.instance}"
@@ -26,14 +26,14 @@ def test_every_offer_names_its_source_url_and_date():
 
 
 def test_quoted_spot_is_below_on_demand():
-    from sailor_sim.instances import OFFERS
+    from sailor_sim.catalog.instances import OFFERS
 
     for o in OFFERS:
         assert 0 < o.spot_usd_per_hour < o.on_demand_usd_per_hour, f"{o.provider} {o.instance}"
 
 
 def test_sourced_list_prices_reach_the_price_catalog():
-    from sailor_sim.prices import price_entry, price_per_gpu_hour
+    from sailor_sim.catalog.prices import price_entry, price_per_gpu_hour
 
     # AWS p4d after the June 2025 reduction, GCP g2-standard-96 with its VM, Azure ND H100 v5
     assert price_per_gpu_hour("A100-40", "us-east-1a") == pytest.approx(21.957642 / 8)
@@ -43,7 +43,7 @@ def test_sourced_list_prices_reach_the_price_catalog():
 
 
 def test_loader_rejects_a_verified_flag_that_is_not_a_boolean(monkeypatch):
-    import sailor_sim.instances as instances
+    import sailor_sim.catalog.instances as instances
 
     doc = copy.deepcopy(read_data("instances.json", "sailor-instances/1"))
     doc["offers"][0]["verified"] = "no"

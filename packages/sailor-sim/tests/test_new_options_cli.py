@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sailor_sim import Job, Plan, Simulator, get_gpu
-from sailor_sim.cli import app
+from sailor_sim.cli.app import app
 
 MIXTRAL = str(Path(__file__).parents[3] / "examples" / "configs" / "mixtral-8x7b" / "config.json")
 BASE = ["simulate", "--model", "LLaMA-3.1-8B", "--gpu", "H100", "--tp", "2", "--dp", "8"]
@@ -56,7 +56,7 @@ def test_gb200_nvl72_is_one_nvlink_domain_of_72():
     assert gb200.bf16_flops == pytest.approx(2.5e15) and "NVL72" in gb200.source
     # TP beyond an 8-GPU board stays on NVLink in the rack
     job = Job.create("GPT-145B", 32, 2048, "fp8")
-    from sailor_sim.prices import set_price
+    from sailor_sim.catalog.prices import set_price
 
     set_price("GB200", 0.0, source="test: cost not compared")
     e = Simulator().estimate(job, Plan.uniform(job, "GB200", "us-central1-a", tp=16, dp=2))

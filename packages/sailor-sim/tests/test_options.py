@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sailor_sim import Job, Plan, Simulator, ValidationError
-from sailor_sim.options import ExecutionOptions
+from sailor_sim.spec.options import ExecutionOptions
 
 A = "us-central1-a"
 MODEL = "OPT-350M"
@@ -174,8 +174,8 @@ def test_interleaving_with_zero3_is_refused_naming_the_option():
 
 
 def test_options_no_gpu_of_an_inventory_can_run_are_named():
-    from sailor_sim.gpus import get_gpu
-    from sailor_sim.options import check_options_on
+    from sailor_sim.catalog.gpus import get_gpu
+    from sailor_sim.spec.options import check_options_on
 
     v100, a100 = get_gpu("V100-16"), get_gpu("A100-40")
     with pytest.raises(ValidationError, match="flash_attention"):

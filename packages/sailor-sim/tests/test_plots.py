@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sailor_sim
-from sailor_sim.plots import memory_png, non_dominated, pareto_png
+from sailor_sim.cli.plots import memory_png, non_dominated, pareto_png
 
 pytest.importorskip("matplotlib")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

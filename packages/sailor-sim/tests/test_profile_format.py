@@ -9,8 +9,8 @@ import json
 import pytest
 
 from sailor_sim import Job, Plan, ProfileError, ProfileStore, Simulator, get_gpu, get_model
-from sailor_sim.profile_files import load_profile_dir, save_profile_dir
-from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim.profiles.files import load_profile_dir, save_profile_dir
+from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey
 
 M = get_model("tiny-gpt")
 PROV = {

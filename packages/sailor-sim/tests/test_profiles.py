@@ -7,9 +7,9 @@ import json
 import pytest
 
 from sailor_sim import ProfileError, ProfileStore, get_gpu, get_model, load_profile_dir
-from sailor_sim.network import Endpoint, LinkCurve, NetworkModel, load_network_file
-from sailor_sim.profile_files import save_profile_dir
-from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim.profiles.files import save_profile_dir
+from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey
+from sailor_sim.simulate.network import Endpoint, LinkCurve, NetworkModel, load_network_file
 
 M = get_model("tiny-gpt")
 
@@ -177,7 +177,7 @@ def _affine_entry(mbs: int, bump: float = 1.0) -> ProfileEntry:
 
 
 def test_denoise_keeps_affine_data_and_pulls_in_an_outlier():
-    from sailor_sim.profile_denoise import denoise_store
+    from sailor_sim.profiles.denoise import denoise_store
 
     store = ProfileStore([_affine_entry(m, 0.6 if m == 4 else 1.0) for m in (1, 2, 4, 8, 16)])
     store.add(

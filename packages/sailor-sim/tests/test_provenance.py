@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
-from sailor_sim import ExecutionOptions, Job, Plan, Simulator, analytic, metrics
-from sailor_sim.cli import app
+from sailor_sim import ExecutionOptions, Job, Plan, Simulator
+from sailor_sim.cli.app import app
+from sailor_sim.profiles import analytic
+from sailor_sim.simulate import metrics
 
 A = "us-central1-a"
 
@@ -49,7 +51,7 @@ def test_trust_differs_by_family_precision_and_style() -> None:
 
 
 def test_trust_lookup_widens_to_the_nearest_group_with_runs() -> None:
-    from sailor_sim import trust
+    from sailor_sim.profiles import trust
 
     groups = {"ampere/*/*": {"rows": 3}, "*/*/*": {"rows": 9}, "ampere/fp16/fsdp": {"rows": 0}}
     assert trust.lookup(groups, "ampere", "fp16", "fsdp")[0] == "ampere/*/*"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sailor_sim import analytic, published
-from sailor_sim.gpus import get_gpu
+from sailor_sim.catalog.gpus import get_gpu
+from sailor_sim.profiles import analytic, published
 
 
 def test_table_has_enough_sourced_rows() -> None:
@@ -92,7 +92,7 @@ def test_torchtitan_op_level_selective_checkpointing_keeps_every_other_matmul() 
     """recompute='selective_op' (torchtitan's _get_custom_policy): a Llama block keeps its
     input, the attention output, and the outputs of q, v, gate and down (the 1st, 3rd, 5th and
     7th matmul); k, o and up are recomputed."""
-    from sailor_sim.options import ExecutionOptions, recomputed_forward_fraction, stash_bytes
+    from sailor_sim.spec.options import ExecutionOptions, recomputed_forward_fraction, stash_bytes
 
     model = published.model_spec("LLaMA-3-8B", 8192)
     b, s, h, kv, ffn = 2, 8192, model.hidden_size, model.kv_size, model.ffn_hidden_size

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from sailor_sim.errors import SailorError
-from sailor_sim.recipe import NO_DECAY_GROUPS, LRSchedule, OptimConfig, Recipe
+from sailor_sim.spec.recipe import NO_DECAY_GROUPS, LRSchedule, OptimConfig, Recipe
 
 
 def test_schedules_warm_up_then_decay_to_min_lr():

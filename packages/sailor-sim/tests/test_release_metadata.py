@@ -33,7 +33,7 @@ def test_sailor_sim_version_flag_prints_the_package_version() -> None:
     import sailor_sim
 
     out = subprocess.run(
-        [sys.executable, "-c", "from sailor_sim.cli import main; main()", "--version"],
+        [sys.executable, "-c", "from sailor_sim.cli.app import main; main()", "--version"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

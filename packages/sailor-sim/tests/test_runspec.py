@@ -11,8 +11,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sailor_sim import ExecutionOptions, RunSpec, ValidationError, specs
+from sailor_sim import ExecutionOptions, RunSpec, ValidationError
 from sailor_sim.proto import job_pb2
+from sailor_sim.spec import derive as specs
 
 
 def _command(cls=RunSpec):

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from sailor_sim import Estimate, Job, Plan, PlanError, Replica, Simulator, Stage
-from sailor_sim.examples import example_job, example_plan
-from sailor_sim.network import Endpoint
+from sailor_sim.simulate.network import Endpoint
+from sailor_sim.spec.examples import example_job, example_plan
 
 A, B, WEST, EU = "us-central1-a", "us-central1-b", "us-west1-a", "europe-west4-a"
 
@@ -166,7 +166,7 @@ def test_bad_plans_name_the_problem(sim, job):
 # ---- imported Sailor data ----------------------------------------------------------------
 def test_sailor_validation_within_bounds(sailor_sim_imported, validation_files):
     from sailor_sim import read_sailor_plan
-    from sailor_sim.options import ORIGINAL_SAILOR_RUNS
+    from sailor_sim.spec.options import ORIGINAL_SAILOR_RUNS
 
     for f in validation_files:
         rec = read_sailor_plan(f)
@@ -178,7 +178,7 @@ def test_sailor_validation_within_bounds(sailor_sim_imported, validation_files):
 
 
 def test_egress_fast_path_matches_reference(sim, job):
-    from sailor_sim import timing
+    from sailor_sim.simulate import timing
 
     micro = job.global_batch_size // 8  # 4 replicas x mbs 2
     reps = (
@@ -198,7 +198,7 @@ def test_egress_fast_path_matches_reference(sim, job):
 def test_estimate_composes_public_components(sim, job):
     """One pipeline: estimate() == pipeline_time(stage_time, p2p_time) + dp/optimizer tail
     + the per-step whole-world all-reduce (step sync)."""
-    from sailor_sim import timing
+    from sailor_sim.simulate import timing
 
     plan = two_stage(job, B, dp=1, mbs=2)
     s0, s1 = plan.stages
@@ -221,7 +221,7 @@ def test_estimate_composes_public_components(sim, job):
 
 def test_profile_dir_measured_entries_win(tmp_path, job):
     from sailor_sim import save_profile_dir
-    from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
+    from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
 
     layers = tuple(LayerProfile(1e-3, 2e-3, 1e-5) for _ in range(job.model.num_layer_ids))
     key = ProfileKey("OPT-350M", "A100-40", "fp32", 2, 2)
@@ -266,7 +266,7 @@ def test_equal_plans_built_separately_agree(sim, job):
 
 
 def test_new_profiles_invalidate_cached_numbers(job):
-    from sailor_sim.profiles import LayerProfile, ProfileEntry, ProfileKey
+    from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey
 
     sim = Simulator()
     plan = two_stage(job, A, dp=2, mbs=2)
@@ -282,8 +282,13 @@ def test_new_profiles_invalidate_cached_numbers(job):
 
 @pytest.mark.parametrize("gpu", ["A100-40", "GH-96", "L4", "CPU"])
 def test_peak_bytes_equals_sum_of_terms(gpu):
-    from sailor_sim.gpus import get_gpu
-    from sailor_sim.memory import framework_overhead, memory_terms, peak_bytes, static_bytes
+    from sailor_sim.catalog.gpus import get_gpu
+    from sailor_sim.simulate.memory import (
+        framework_overhead,
+        memory_terms,
+        peak_bytes,
+        static_bytes,
+    )
 
     g = get_gpu(gpu)
     for dtype, opt in (("fp32", "adam"), ("bf16", "sgd")):
@@ -312,7 +317,8 @@ def test_peak_bytes_equals_sum_of_terms(gpu):
 
 def test_ring_time_and_replica_peak_are_the_estimates_components() -> None:
     """The components the planner calls give exactly what ``estimate`` composes."""
-    from sailor_sim import get_gpu, timing
+    from sailor_sim import get_gpu
+    from sailor_sim.simulate import timing
 
     sim = Simulator()
     job = Job.create("OPT-350M", 64, 2048)
@@ -358,11 +364,11 @@ def _cpu_links(folder, **ring) -> Simulator:
 def test_a_measured_ring_prices_data_parallel_and_step_sync(tmp_path):
     """A link with a measured ring all-reduce (bus bandwidth, latency per ring step) prices
     the DP ring and the step sync with it, not with p2p x the platform's efficiency."""
-    from sailor_sim import timing
+    from sailor_sim.simulate import timing
 
     job = Job.create("tiny-gpt", 16, 64)
     plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 4, 1),) * 4),)).check(job)
-    from sailor_sim import comm
+    from sailor_sim.simulate import comm
 
     # latency steps: the ring's 2(n-1) or a tree's 2 log2 n, the fewer (comm.latency_steps)
     replicas, n, steps = plan.stages[0].replicas, 4, comm.latency_steps(4)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sailor_sim import Job, Plan, Replica, Simulator, Stage, prices, timing
-from sailor_sim.gpus import GPU_CATALOG, register_gpu
-from sailor_sim.network import Endpoint, LinkCurve
+from sailor_sim import Job, Plan, Replica, Simulator, Stage
+from sailor_sim.catalog import prices
+from sailor_sim.catalog.gpus import GPU_CATALOG, register_gpu
+from sailor_sim.simulate import timing
+from sailor_sim.simulate.network import Endpoint, LinkCurve
 
 A, B = "us-central1-a", "us-central1-b"
 TERMS = {

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sailor_sim import Job, Plan, Simulator, get_gpu, timing
-from sailor_sim.network import Endpoint, LinkCurve, NetworkModel
+from sailor_sim import Job, Plan, Simulator, get_gpu
+from sailor_sim.simulate import timing
+from sailor_sim.simulate.network import Endpoint, LinkCurve, NetworkModel
 
 Z = "us-central1-a"
 GPU = "RTX-3090"  # PCIe node of 8 GPUs, one NIC
@@ -127,7 +128,7 @@ def test_same_zone_links_default_to_the_instances_fabric():
     (data/instances.json, with its source) per GPU, not the 1.45 GB/s seed default; CPU
     workers (no instance offer) keep the seed default; a measured curve still wins."""
     from sailor_sim import NetworkModel, fabric_for, get_gpu
-    from sailor_sim.network import DEFAULT_LINKS, Endpoint, LinkCurve
+    from sailor_sim.simulate.network import DEFAULT_LINKS, Endpoint, LinkCurve
 
     net = NetworkModel()
     h100 = Endpoint("us-central1-a", "H100-80", 1)

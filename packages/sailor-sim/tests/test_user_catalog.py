@@ -72,7 +72,7 @@ def test_the_cli_flag_loads_the_file_and_bad_files_are_one_line(tmp_path) -> Non
         + "".join(f"{k} = {json.dumps(v)}\n" for k, v in {**GPU, "name": "TOML-GPU"}.items())
         + '[[prices]]\ngpu_type = "TOML-GPU"\nusd_per_gpu_hour = 2.0\n'
     )
-    cmd = [sys.executable, "-m", "sailor_sim.cli", "--catalog", str(toml), "simulate",
+    cmd = [sys.executable, "-m", "sailor_sim.cli.app", "--catalog", str(toml), "simulate",
            "--model", "tiny-llama", "--gpu", "TOML-GPU", "--gbs", "8", "--dtype", "bf16",
            "--compare", "gcp", "--json"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

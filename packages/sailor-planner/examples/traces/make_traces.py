@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from sailor_planner.trace import write_trace
+from sailor_planner.replay.trace import write_trace
 
 HERE = Path(__file__).parent
 POOLS = [

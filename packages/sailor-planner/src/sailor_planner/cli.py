@@ -15,7 +15,7 @@ import sailor_planner
 from sailor_sim import (
     ContextParallel,
     ExpertParallel,
-    Fabric,
+    FabricFlag,
     Flash,
     Fp8,
     GradDtype,
@@ -31,7 +31,7 @@ from sailor_sim import (
 )
 
 from .errors import SailorPlannerError
-from .replaycli import replay_command
+from .replay.cli import replay_command
 
 app = typer.Typer(no_args_is_help=True, help=sailor_planner.__doc__, pretty_exceptions_enable=False)
 app.command("replay")(replay_command)
@@ -110,7 +110,7 @@ def plan(
     sequence_parallel: SequenceParallel = False,
     virtual_stages: VirtualStages = 1,
     grad_dtype: GradDtype = "fp32",
-    fabric: Fabric = None,
+    fabric: FabricFlag = None,
     fp8: Fp8 = "none",
     ep: ExpertParallel = 1,
     cp: ContextParallel = 1,
@@ -192,9 +192,9 @@ def serve(
     ] = None,
 ) -> None:
     """Serve sailor.v1.PlannerService (plus health and reflection) over gRPC."""
-    from .access import Access, resolve_token
-    from .paths import DataRoots
-    from .server import serve as run
+    from .service.access import Access, resolve_token
+    from .service.paths import DataRoots
+    from .service.server import serve as run
 
     try:
         access = Access(resolve_token(token), tls_cert, tls_key)

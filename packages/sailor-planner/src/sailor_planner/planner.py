@@ -15,14 +15,14 @@ from collections.abc import Callable
 
 from sailor_sim import Inventory, Job, Plan, SailorSimError, check_options_on, get_gpu
 
-from .allocate import Scorer, build_plan
-from .costs import CostView
 from .errors import NoFeasiblePlanError
-from .execution import best_options, fitted_expert_parallel, lean
 from .request import SearchOptions
 from .result import PlanResult, RankedPlan
-from .search import Memo, Search
-from .templates import surely_fits
+from .search.allocate import Scorer, build_plan
+from .search.branch_bound import Memo, Search
+from .search.costs import CostView
+from .search.execution import best_options, fitted_expert_parallel, lean
+from .search.templates import surely_fits
 
 LEAN_SLOWDOWN = 0.7
 """A lower bound of (plan's time under its best variant) / (its time under the lean options):

@@ -46,7 +46,8 @@ class PlanArgs:
     profiled_only: bool = False
     """Refuse configurations the profiles do not cover (see ``provenance``)."""
     fabric: str | None = None
-    """``--fabric``: a catalog fabric name or a sailor-cluster/1 file (``sailor_sim.cluster``)
+    """``--fabric``: a catalog fabric name or a sailor-cluster/1 file
+    (``sailor_sim.catalog.cluster``)
     for the links between nodes; None: the GPU types' catalog defaults."""
 
 

@@ -3,7 +3,7 @@
 A profile folder (or the original Sailor artifacts) holds measured entries for some
 (GPU type, microbatch size, TP) only; the simulator fills the rest by interpolation between two
 measured microbatch sizes, or beyond them by scaling the nearest measured entry with the
-roofline ratio (``sailor_sim.profiles``: 'interpolated:roofline-scaled from mbs 8 ...'). The
+roofline ratio (``sailor_sim.profiles.store``: 'interpolated:roofline-scaled from mbs 8 ...'). The
 planner flags a plan that rests on such an extrapolation (``RankedPlan.extrapolated``, the
 table's ``profiles`` column) and, with ``SearchOptions.profiled_only``, refuses it.
 """

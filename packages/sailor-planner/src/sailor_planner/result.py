@@ -14,7 +14,7 @@ class RankedPlan:
 
     plan: Plan
     estimate: Any
-    """A ``sailor_sim.simulator.Estimate``."""
+    """A ``sailor_sim.simulate.simulator.Estimate``."""
     options: Any = None
     """The ``sailor_sim.ExecutionOptions`` the estimate assumes: the job's own, or those the
     planner chose (``SearchOptions.search_execution_options``); None only when built by hand."""
@@ -148,7 +148,7 @@ class PlanResult:
 
 
 def plan_metrics(job, ranked: RankedPlan):
-    """``sailor.v1.PlanMetrics`` of a ranked plan: ``sailor_sim.metrics``' throughput,
+    """``sailor.v1.PlanMetrics`` of a ranked plan: ``sailor_sim.simulate.metrics``' throughput,
     provenance and cost per provider, under the options its estimate assumes."""
     import dataclasses
 

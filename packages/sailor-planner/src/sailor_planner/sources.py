@@ -17,7 +17,7 @@ _PLANNERS: dict[tuple, object] = {}
 
 
 def load_simulator(profile_dir: str | None = None, sailor_root: str | None = None):
-    """A ``sailor_sim.simulator.Simulator`` for the given profile source."""
+    """A ``sailor_sim.simulate.simulator.Simulator`` for the given profile source."""
     from sailor_sim import Simulator
 
     if profile_dir and sailor_root:

@@ -109,6 +109,7 @@ _GPU_NAME_RULES: tuple[tuple[str, str], ...] = (
     (r"\bH200\b", "H200"),
     (r"\bH100\b.*\bPCIE\b", "H100-PCIe"),
     (r"\bH100\b", "H100-80"),
+    (r"\bGB200\b", "GB200"),  # Grace Blackwell (NVL72); \b keeps it apart from B200
     (r"\bB200\b", "B200"),
     (r"\bA100\b", "A100"),  # 40 or 80 GB: decided by the memory
     (r"\bL40S\b", "L40S"),

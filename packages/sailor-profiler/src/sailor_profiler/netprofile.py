@@ -2,7 +2,8 @@
 
 Files written into the output folder:
 
-* ``links.json`` (read by ``sailor_sim.network.load_network_file``): each curve is the fitted
+* ``links.json`` (read by ``sailor_sim.simulate.network.load_network_file``): each curve is the
+fitted
   alpha-beta model, ``latency_s`` = alpha and ``max_bandwidth`` = 1 / beta, without points, so
   the simulator's ``time(m) = latency_s + m / max_bandwidth`` is exactly the fit at every size.
   - ``links``: the p2p fit between endpoint (zone, GPU type, count = concurrent pairs) and
@@ -14,7 +15,7 @@ Files written into the output folder:
   - ``intra_node`` (only when every rank is on one machine): the all-reduce fit over ``count`` =
     world size GPUs as a *bus* bandwidth and a per-hop latency: a ring all-reduce of m bytes
     takes ``2 (count - 1) * latency_s + 2 (count - 1) / count * m / max_bandwidth`` (NCCL
-    tests' bus bandwidth; the ring's 2 (count - 1) steps, as ``sailor_sim.timing``
+    tests' bus bandwidth; the ring's 2 (count - 1) steps, as ``sailor_sim.simulate.timing``
     ``tp_comm_time`` evaluates it), which equals the measured fit alpha + m / bandwidth.
 * ``profiler/network.json``: every fit with its range, error and provenance (for people/tools).
 * ``profiler/network.parquet`` / ``.csv``: the measured points; ``profiler/network.png``.

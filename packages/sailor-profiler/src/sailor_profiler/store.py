@@ -1,6 +1,7 @@
 """Profile folders: sailor-sim's profile files plus the profiler's provenance sidecar.
 
-A profile folder holds what ``sailor_sim.profile_files.load_profile_dir`` reads (``*.json`` files in
+A profile folder holds what ``sailor_sim.profiles.files.load_profile_dir`` reads (``*.json`` files
+in
 format ``sailor-profile/1``, written with ``save_profile_dir``): every entry carries its
 status ('ok', or 'oom' for a size that does not fit: an entry without layers, which the
 simulator refuses to use), note and provenance (machine, torch, date, input folder) in the

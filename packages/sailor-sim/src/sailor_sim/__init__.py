@@ -4,7 +4,7 @@ Model accounting (ModelSpec), GPU / zone / price catalogs, jobs, inventories and
 simulator that predicts iteration time, memory and cost of any heterogeneous plan.
 """
 
-from . import inputs, specs
+from . import inputs
 from .capacity import (
     CapacityEstimate,
     estimate,
@@ -12,6 +12,11 @@ from .capacity import (
     largest_microbatch,
     largest_sequence,
 )
+from .catalog.gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
+from .catalog.instances import Fabric, Offer, fabric_for, offer_in
+from .catalog.prices import EGRESS_PER_GB, price_entry, price_per_gpu_hour, set_price
+from .catalog.user import load_catalog
+from .catalog.zones import ZONE_CATALOG, Zone, default_zone, get_zone, register_zone, relationship
 from .dtypes import DTYPES, dtype_bytes
 from .errors import (
     PlanError,
@@ -21,22 +26,18 @@ from .errors import (
     UnknownNameError,
     ValidationError,
 )
-from .gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
-from .instances import Fabric, Offer, fabric_for, offer_in
-from .job import GpuPool, Inventory, Job
-from .model import MODEL_CATALOG, ModelSpec, get_model, read_hf_config, register_model
-from .network import Endpoint, LinkCurve, NetworkModel
-from .options import ExecutionOptions
+from .model.spec import MODEL_CATALOG, ModelSpec, get_model, read_hf_config, register_model
 from .original import SailorPlanRecord, read_sailor_plan
-from .plan import Plan, Replica, Stage, even_split
-from .prices import EGRESS_PER_GB, price_entry, price_per_gpu_hour, set_price
-from .profile_files import load_profile_dir, save_profile_dir
-from .profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
-from .result import Estimate, ReplicaMemory
-from .runspec import RunSpec
-from .simulator import Simulator, StageTime
-from .user_catalog import load_catalog
-from .zones import ZONE_CATALOG, Zone, default_zone, get_zone, register_zone, relationship
+from .profiles.files import load_profile_dir, save_profile_dir
+from .profiles.store import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
+from .simulate.network import Endpoint, LinkCurve, NetworkModel
+from .simulate.result import Estimate, ReplicaMemory
+from .simulate.simulator import Simulator, StageTime
+from .spec import derive as specs
+from .spec.job import GpuPool, Inventory, Job
+from .spec.options import ExecutionOptions
+from .spec.plan import Plan, Replica, Stage, even_split
+from .spec.run import RunSpec
 
 __version__ = "0.1.0"
 
@@ -109,54 +110,55 @@ __all__ = [
 
 # The package face beyond the names imported above, imported on first use.
 _FACE = {
-    "cost_by_provider": "metrics",
-    "provenance": "metrics",
-    "throughput": "metrics",
-    "ContextParallel": "cli_options",
-    "ExpertParallel": "cli_options",
-    "Flash": "cli_options",
-    "Fp8": "cli_options",
-    "GRAD_BYTES": "memory",
-    "GradDtype": "cli_options",
-    "LRSchedule": "recipe",
-    "OPTIMIZERS": "job",
-    "OptimConfig": "recipe",
-    "PRICE_CATALOG": "prices",
-    "Recipe": "recipe",
-    "Recompute": "cli_options",
-    "SequenceParallel": "cli_options",
-    "VirtualStages": "cli_options",
-    "Zero": "cli_options",
-    "options_from_proto": "job",
-    "activation_factor": "options",
-    "catalog_model": "model",
-    "catalog_option": "cli_output",
+    "FabricFlag": "cli.options",
+    "cost_by_provider": "simulate.metrics",
+    "provenance": "simulate.metrics",
+    "throughput": "simulate.metrics",
+    "ContextParallel": "cli.options",
+    "ExpertParallel": "cli.options",
+    "Flash": "cli.options",
+    "Fp8": "cli.options",
+    "GRAD_BYTES": "simulate.memory",
+    "GradDtype": "cli.options",
+    "LRSchedule": "spec.recipe",
+    "OPTIMIZERS": "spec.job",
+    "OptimConfig": "spec.recipe",
+    "PRICE_CATALOG": "catalog.prices",
+    "Recipe": "spec.recipe",
+    "Recompute": "cli.options",
+    "SequenceParallel": "cli.options",
+    "VirtualStages": "cli.options",
+    "Zero": "cli.options",
+    "options_from_proto": "spec.job",
+    "activation_factor": "spec.options",
+    "catalog_model": "model.spec",
+    "catalog_option": "cli.output",
     "check_dtype": "dtypes",
-    "check_options_on": "options",
-    "check_replica": "options",
-    "execution_options": "cli_options",
-    "exposed_tail": "timing",
-    "framework_overhead": "memory",
-    "in_flight": "memory",
-    "link_to_dict": "network",
-    "load_network_file": "network",
+    "check_options_on": "spec.options",
+    "check_replica": "spec.options",
+    "execution_options": "cli.options",
+    "exposed_tail": "simulate.timing",
+    "framework_overhead": "simulate.memory",
+    "in_flight": "simulate.memory",
+    "link_to_dict": "simulate.network",
+    "load_network_file": "simulate.network",
     "load_sailor_network": "original",
     "load_sailor_profiles": "original",
-    "model_flops_per_token": "metrics",
-    "peak_bytes": "memory",
-    "pipeline_time": "timing",
-    "plan_peak_flops": "metrics",
-    "position_terms": "memory",
-    "read_profile_file": "profile_files",
-    "recompute_transient": "options",
-    "resolve_cluster": "cluster",
+    "model_flops_per_token": "simulate.metrics",
+    "peak_bytes": "simulate.memory",
+    "pipeline_time": "simulate.timing",
+    "plan_peak_flops": "simulate.metrics",
+    "position_terms": "simulate.memory",
+    "read_profile_file": "profiles.files",
+    "recompute_transient": "spec.options",
+    "resolve_cluster": "catalog.cluster",
     "run_app": "inputs",
-    "sharding": "memory",
-    "static_bytes": "memory",
-    "transient_bytes": "memory",
-    "usd_per_second": "prices",
-    "uses_flash": "options",
-    "version_option": "cli_output",
+    "sharding": "simulate.memory",
+    "static_bytes": "simulate.memory",
+    "transient_bytes": "simulate.memory",
+    "usd_per_second": "catalog.prices",
+    "uses_flash": "spec.options",
+    "version_option": "cli.output",
 }
 __all__ += list(_FACE)
 

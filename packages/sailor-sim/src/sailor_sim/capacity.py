@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ValidationError
-from .job import Job
-from .model import ModelSpec, get_model
-from .options import ExecutionOptions
+from .model.spec import ModelSpec, get_model
+from .spec.job import Job
+from .spec.options import ExecutionOptions
 
 DEFAULT_MAX_SEQUENCE = 8192
 """Sequence length default cap: LLaMA-3's pre-training length (Llama 3 report, Sec. 3.4)."""
@@ -144,10 +144,10 @@ def estimate(
     """Predict a homogeneous plan (``pp`` stages x ``dp`` replicas of ``tp`` GPUs of ``gpu``,
     layers split evenly) for ``model`` (catalog name or config.json path). Raises a
     ``SailorSimError`` subclass naming the bad argument."""
-    from .metrics import cost_by_provider, provenance, throughput
-    from .quickplan import homogeneous_plan
-    from .simulator import Simulator
-    from .zones import default_zone
+    from .catalog.zones import default_zone
+    from .simulate.metrics import cost_by_provider, provenance, throughput
+    from .simulate.simulator import Simulator
+    from .spec.quickplan import homogeneous_plan
 
     job, assumed = make_job(model, gbs, seq, dtype, optimizer, options)
     sim = simulator if simulator is not None else _default_simulator()
@@ -255,7 +255,7 @@ def _default_simulator():
     """One built-in-catalog simulator per process (its caches pay off across calls)."""
     global _SIMULATOR
     if _SIMULATOR is None:
-        from .simulator import Simulator
+        from .simulate.simulator import Simulator
 
         _SIMULATOR = Simulator()
     return _SIMULATOR

@@ -1,6 +1,7 @@
 """The controller's link to the planner server: live inventory in, best plan out.
 
-It speaks through ``sailor_planner.client.PlannerClient`` (the one planner client): calls wait
+It speaks through ``sailor_planner.service.client.PlannerClient`` (the one planner client): calls
+wait
 for the planner to be ready and gRPC's retry policy resends those that fail UNAVAILABLE, so a
 planner restart mid-run only delays a re-plan, up to ``wait_s``. The wait ends early when
 ``should_abort()`` turns true (a newer membership change).

@@ -1,6 +1,7 @@
 """One line of the per-step metrics file (JSON lines, written by the metrics rank).
 
-Throughput figures use the simulator's definitions (``sailor_sim.metrics``), so the measured
+Throughput figures use the simulator's definitions (``sailor_sim.simulate.metrics``), so the
+measured
 MFU of a run and the simulator's predicted MFU are the same quantity: model FLOPs per token
 6N + 12 L H Q T (PaLM, Appendix B) times tokens per second, over the plan's dense peak at the
 precision the step computes in (bf16/fp16 under autocast, else the job's dtype).

@@ -1,4 +1,4 @@
-"""What `sailor run` trains with: the recipe (``sailor_sim.recipe.Recipe``) from the
+"""What `sailor run` trains with: the recipe (``sailor_sim.spec.recipe.Recipe``) from the
 ``--config`` TOML file and the flags (a flag given wins over the file), and the data folder;
 as the ``training`` JSON object every rank receives (``engine.config.TRAINING_KEYS``)."""
 

@@ -93,7 +93,8 @@ def throughput_figures(
 ) -> dict:
     """Measured figures of ``generation`` (median over its steps after the first ``skip``, as
     ``measured_iteration_time``), and the simulator's MFU: the same formula (model FLOPs per
-    token, PaLM App. B, over the plan's dense peak; ``sailor_sim.metrics``) at the iteration
+    token, PaLM App. B, over the plan's dense peak; ``sailor_sim.simulate.metrics``) at the
+    iteration
     time the planner predicted before training."""
     from sailor_sim import model_flops_per_token, plan_peak_flops
 

@@ -31,8 +31,8 @@ from sailor_planner import (
     SearchOptions,
     TraceState,
     planner_for,
-    replay,
 )
+from sailor_planner import replay_trace as replay
 
 from ..controller.state import ControllerState
 from ..errors import SailorRuntimeError

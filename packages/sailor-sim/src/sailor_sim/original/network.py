@@ -14,16 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..catalog.gpus import get_gpu
+from ..catalog.zones import get_zone
 from ..errors import ProfileError, UnknownNameError
-from ..gpus import get_gpu
-from ..network import (
+from ..simulate.network import (
     DEFAULT_INTER_NODE_LATENCY_S,
     INTRA_NODE_LATENCY_S,
     Endpoint,
     LinkCurve,
     NetworkModel,
 )
-from ..zones import get_zone
 from .profiles import load_json
 
 SOURCE = "imported:sailor"

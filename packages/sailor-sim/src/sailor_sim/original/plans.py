@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import inputs
 from ..errors import PlanError, ValidationError
-from ..plan import Plan, Replica, Stage, _at
+from ..spec.plan import Plan, Replica, Stage, _at
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from typing import Any
 
 from .. import inputs
 from ..errors import ProfileError, UnknownNameError
-from ..model import ModelSpec, get_model
-from ..profiles import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
+from ..model.spec import ModelSpec, get_model
+from ..profiles.store import LayerProfile, ProfileEntry, ProfileKey, ProfileStore
 
 SAILOR_SEQUENCE_LENGTH = 2048
 SAILOR_DTYPE = "fp32"
@@ -86,7 +86,7 @@ def _add_gpu(
     """Add one GPU's entries. In bulk imports (``strict`` false) an entry whose layer count does
     not match the model (the Sailor artifacts hold one such copy-paste slip: GPT-Neo-2.7 / GH-96
     mbs 8 TP 4 has OPT-350's 26 ids) is left out and listed in ``store.skipped``."""
-    from ..gpus import get_gpu
+    from ..catalog.gpus import get_gpu
 
     try:
         gpu = get_gpu(gpu_name)
@@ -160,7 +160,7 @@ def read_llm_info(path: str | Path) -> dict[str, dict[int, dict[int, dict[str, i
 def read_cluster_config(path: str | Path) -> dict[str, tuple[int, int]]:
     """``basic_cluster_config.json`` as {our GPU type: (GPUs per node, bytes per GPU)}; GPU types
     we do not know are left out (the catalog in ``gpus.py`` uses these same figures)."""
-    from ..gpus import get_gpu
+    from ..catalog.gpus import get_gpu
 
     data = load_json(Path(path), "cluster_config")
     out: dict[str, tuple[int, int]] = {}
@@ -179,7 +179,7 @@ def read_cluster_config(path: str | Path) -> dict[str, tuple[int, int]]:
 
 def read_training_config(path: str | Path):
     """A Sailor ``training_config_*.json`` as a Job (global batch, sequence length, optimizer)."""
-    from ..job import Job
+    from ..spec.job import Job
 
     data = load_json(Path(path), "training_config")
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ProfileError
-from ..network import NetworkModel
-from ..profiles import ProfileStore
+from ..profiles.store import ProfileStore
+from ..simulate.network import NetworkModel
 from .network import read_homogeneous, read_intra_node, read_multizone
 from .profiles import read_planner_profiles, read_profiles_tmp
 

@@ -1,0 +1,1 @@
+"""Availability traces and their replay under re-planning policies."""

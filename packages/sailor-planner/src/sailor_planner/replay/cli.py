@@ -1,0 +1,154 @@
+"""``sailor-planner replay``: replay an availability trace and compare re-planning policies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sailor_sim import SailorSimError
+
+from ..errors import SailorPlannerError
+
+PIPED_WIDTH = 160
+"""Columns of the table when stdout is not a terminal (a file, a pipe, a test)."""
+
+
+def policy_table(result) -> Table:
+    """One row per policy."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("policy")
+    for name in (
+        "samples", "$", "$/1M tok", "samples/s", "GPU-h", "re-plans", "reconf.", "reconf. s",
+        "lost samples",
+    ):  # fmt: skip
+        table.add_column(name, justify="right")
+    for s in result.summaries:
+        per_m = f"{s.usd_per_million_tokens:.3f}" if s.usd_per_million_tokens else "-"
+        table.add_row(
+            s.policy, f"{s.samples:,.0f}", f"{s.usd:,.2f}", per_m, f"{s.mean_samples_per_s:.2f}",
+            f"{s.gpu_hours:,.1f}", str(s.replans), str(s.reconfigurations),
+            f"{s.reconfigure_s:.1f}", f"{s.lost_samples:,.0f}",
+        )  # fmt: skip
+    return table
+
+
+def notes(result) -> list[str]:
+    """The lines under the table: the trace, and the spot advice when it has preemptions."""
+    t = result.trace
+    lines = [
+        f"trace {t.source}: {len(t.states)} states over {t.duration_s / 3600:.1f} h, "
+        f"{len(t.pools)} pools, {t.preemptions} with preemptions; "
+        f"checkpoint every {result.reconfig.checkpoint_interval_s:g} s; "
+        f"replay {result.replay_time_s:.2f} s"
+    ]
+    if result.spot is not None:
+        a = result.spot
+        lines.append(
+            f"spot ({result.summaries[0].policy}'s first plan): {a.preemptions} preemptions, one "
+            f"every {a.mtbf_s / 3600:.2f} h; checkpoint save {a.save_s:.1f} s, restart "
+            f"{a.restart_s:.1f} s; expected waste {a.waste:.1%} -> {a.usd_per_million_tokens:.4f}"
+            f" $/1M tokens at {a.interval_s:g} s; optimum interval {a.daly_interval_s:.0f} s "
+            f"(Daly; Young {a.young_interval_s:.0f} s): waste {a.waste_at_daly:.1%}, "
+            f"{a.usd_per_million_tokens_at_daly:.4f} $/1M tokens"
+        )
+    return lines
+
+
+def replay_command(
+    trace: Annotated[Path, typer.Option("--trace", help="Availability trace (CSV or Parquet).")],
+    model: Annotated[str, typer.Option("--model", help="Catalog model, e.g. OPT-350M.")],
+    gbs: Annotated[int, typer.Option("--gbs", help="Global batch size.")] = 1024,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="Tokens per sample.")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
+    objective: Annotated[str, typer.Option("--objective", help="throughput or cost.")] = (
+        "throughput"
+    ),
+    min_throughput: Annotated[
+        float | None, typer.Option("--min-throughput", help="Iterations per second.")
+    ] = None,
+    max_cost_per_iteration: Annotated[
+        float | None, typer.Option("--max-cost-per-iteration")
+    ] = None,
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated subset of the policies.")
+    ] = "sailor,static,single-type,replan-on-loss",
+    checkpoint_interval: Annotated[
+        float | None, typer.Option("--checkpoint-interval", help="Seconds between checkpoints.")
+    ] = None,
+    plan_s: Annotated[
+        float | None,
+        typer.Option(
+            "--plan-s",
+            help="Seconds charged per re-plan (default: the measured search time, which varies "
+            "from run to run; a number makes the replay reproducible).",
+        ),
+    ] = None,
+    hold_last: Annotated[
+        float | None,
+        typer.Option("--hold-last", help="Seconds the last state lasts (default: it closes)."),
+    ] = None,
+    sailor_root: Annotated[
+        Path | None, typer.Option("--sailor-root", help="Original Sailor checkout (profiles).")
+    ] = None,
+    profile_dir: Annotated[Path | None, typer.Option("--profile-dir")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Replay a GPU availability trace: samples, dollars and re-plans per policy."""
+    try:
+        result = run_replay(
+            trace, model, gbs, seq_len, dtype, objective, min_throughput,
+            max_cost_per_iteration, policies, checkpoint_interval, plan_s, hold_last,
+            sailor_root, profile_dir,
+        )  # fmt: skip
+        if plot is not None:
+            from .plot import plot_replay
+
+            plot_replay(result, plot)
+    except (SailorPlannerError, SailorSimError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        out = result.to_dict()
+        out["plot"] = str(plot) if plot else None
+        typer.echo(json.dumps(out))
+    else:
+        out = Console(highlight=False)
+        if not out.is_terminal:  # piped: rich would assume 80 columns and squeeze the table
+            out = Console(highlight=False, width=PIPED_WIDTH)
+        out.print(policy_table(result))
+        for line in notes(result) + ([f"plot: {plot}"] if plot is not None else []):
+            out.print(line, markup=False, soft_wrap=True)
+
+
+def run_replay(
+    trace, model, gbs, seq_len, dtype, objective, min_throughput, max_cost_per_iteration,
+    policies, checkpoint_interval, plan_s, hold_last, sailor_root, profile_dir,
+):  # fmt: skip
+    from sailor_sim import Job
+
+    from ..request import Constraints, SearchOptions
+    from ..sources import planner_for
+    from .reconfig import ReconfigModel
+    from .request import ReplayRequest
+    from .run import replay
+    from .trace import read_trace
+
+    given = {"checkpoint_interval_s": checkpoint_interval, "plan_s": plan_s}
+    reconfig = ReconfigModel(**{k: v for k, v in given.items() if v is not None})
+    request = ReplayRequest(
+        job=Job.create(model, gbs, seq_len, dtype),
+        trace=read_trace(trace, hold_last),
+        options=SearchOptions(objective, Constraints(max_cost_per_iteration, None, min_throughput)),
+        reconfig=reconfig,
+        policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
+    )
+    planner = planner_for(
+        str(profile_dir) if profile_dir else None, str(sailor_root) if sailor_root else None
+    )
+    return replay(planner, request)

@@ -1,0 +1,1 @@
+"""The search over allocations x plans: templates, partitions, allocation, bounds."""

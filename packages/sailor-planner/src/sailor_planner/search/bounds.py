@@ -1,0 +1,136 @@
+"""Bounds of the branch and bound: upper bounds on iterations/s and lower bounds on $/iteration
+and $/hour of an allocation, of a range of allocations, and of every allocation of a
+(shape, layout) node. Each is sound given that same-zone links are the fastest (true for the
+default network and for the Sailor fits); see ``bounds`` for the derivation.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .state import min_price
+from .templates import Shape
+
+
+class Bounder:
+    def __init__(self, job, scorer, options, free: dict) -> None:
+        self.job = job
+        self.scorer = scorer
+        self.opt = options
+        self.zones_of: dict[str, set[str]] = {}
+        """Zones holding each GPU type: a bound's ring takes the fastest zone that holds all
+        its types (zones differ in link speed, e.g. the Sailor fits of us-central1-a and -b;
+        same-zone links are the fastest)."""
+        for (g, z), n in free.items():
+            if n > 0:
+                self.zones_of.setdefault(g, set()).add(z)
+        self._sync: dict[tuple, float] = {}
+
+    def node_key(self, shape: Shape, lbs, max_d) -> float | None:
+        """A bound over every allocation of a (shape, layout), or None if none can meet the
+        constraints. Throughput: all pipelines at once, the cheapest all-reduce (two replicas).
+        Cost: one pipeline per class, each sample at its class's cheapest rate."""
+        # Pipelines take longest with fewest of them; the all-reduce grows with the replicas.
+        # One class: a single pipeline needs no all-reduce, two or more at least a 2-ring.
+        # Mixed shapes run one pipeline per class at least (a ring over the classes).
+        if len(max_d) == 1:
+            least = self.bounds(shape, lbs, [1], sync_replicas=1)
+            full = least
+            if max_d[0] >= 2:
+                full = max(least, self.bounds(shape, lbs, max_d, sync_replicas=2))
+        else:
+            full = self.bounds(shape, lbs, max_d, sync_replicas=2)
+            least = self.bounds(shape, lbs, [1] * len(max_d), sync_replicas=2)
+        c = self.opt.constraints
+        if c.min_throughput is not None and full[0] * (1 + 1e-9) < c.min_throughput:
+            return None
+        if c.max_cost_per_iteration is not None and least[1] > c.max_cost_per_iteration * (
+            1 + 1e-9
+        ):
+            return None
+        if c.max_cost_per_hour is not None and least[2] > c.max_cost_per_hour * (1 + 1e-9):
+            return None
+        if self.opt.objective == "cost":
+            return self._cost_floor(shape, lbs, max_d)
+        return -full[0]
+
+    def _cost_floor(self, shape: Shape, lbs, max_d) -> float:
+        """Lower bound on $/iteration of any allocation: every sample at the cheapest class's
+        steady-state price, plus one fill and one stage-0 all-reduce of two replicas."""
+        gbs = self.job.sample_slots
+        per_sample = min(
+            cls.gpus * min_price(cls.gpu) / 3600.0 * b / cls.mbs
+            for cls, (b, _f, _o), d in zip(shape.classes, lbs, max_d, strict=True)
+        )
+        usd_min = sum(cls.gpus * min_price(cls.gpu) / 3600.0 for cls in shape.classes)
+        extra = min(f for _b, f, _o in lbs)
+        return per_sample * gbs + usd_min * extra
+
+    def bounds(
+        self, shape: Shape, lbs, counts, sync_replicas: int | None = None, fewest=None
+    ) -> tuple[float, float, float]:
+        """(upper bound on iterations/s, lower bounds on $/iteration and $/hour).
+
+        Pipeline j with M_j microbatches takes at least M_j B_j + F_j; the samples
+        sum_j mbs_j M_j must reach the global batch, so the pipelines take at least
+        T = (gbs + sum_j mbs_j F_j / B_j) / sum_j (mbs_j / B_j) (and at least B_j + F_j each);
+        then stage 0 all-reduces (a ring in one zone) and steps its optimizer. The GPUs bill
+        at their cheapest price; egress only adds. With ``fewest`` (same classes used, no class
+        with more pipelines than in ``counts``) the bound holds for every allocation between the
+        two: T only falls and the all-reduce and the bill only grow as pipelines are added.
+        """
+        gbs = self.job.sample_slots
+        fewest = counts if fewest is None else fewest
+        rate = spread = usd = 0.0
+        longest = opt = 0.0
+        kinds = []
+        for d, d0, cls, (b, f, o) in zip(counts, fewest, shape.classes, lbs, strict=True):
+            if d:
+                rate += d * cls.mbs / b
+                spread += d * cls.mbs * f / b
+                usd += d0 * cls.gpus * min_price(cls.gpu) / 3600.0
+                longest = max(longest, b + f)
+                opt = max(opt, o)
+                kinds.append(((cls.gpu, cls.tps[0]), d0))
+        if rate <= 0:
+            return 0.0, math.inf, math.inf
+        if sync_replicas is not None:  # the cheapest ring over any number of replicas
+            kinds = (
+                [(kinds[0][0], sync_replicas)] if len(kinds) == 1 else [(k, 1) for k, _ in kinds]
+            )
+        sync = self._fastest_ring(shape, tuple(sorted(kinds)))
+        if self.job.options.zero == "hybrid":  # its volume falls as replicas are added
+            sync = 0.0
+        if self.job.options.shards_optimizer:  # a shard over at most every replica
+            opt /= max(1, sum(counts))
+        t = max((gbs + spread) / rate, longest) + sync + opt
+        return 1.0 / t, usd * t, usd * 3600.0
+
+    def _fastest_ring(self, shape: Shape, kinds: tuple) -> float:
+        """Seconds of stage 0's data-parallel sync (``Simulator.ring_sync``: the all-reduce,
+        or ZeRO's volumes; ZeRO-3's is per microbatch, inside the stage times, so 0 here)
+        over ``kinds`` ((GPU, TP), replicas) in the zone where it is fastest."""
+        key = (shape.bounds[0], kinds)
+        hit = self._sync.get(key)
+        if hit is None:
+            types = [g for (g, _tp), _n in kinds]
+            zones = set.intersection(*(self.zones_of.get(g, set()) for g in types))
+            zones = zones or set.union(*(self.zones_of.get(g, set()) for g in types))
+            hit = self._sync[key] = min(
+                self.scorer.sync(
+                    shape, 0, tuple(sorted(((z, *k), n) for k, n in kinds)), 1, kinds[0][0]
+                ).seconds
+                for z in sorted(zones)
+            )
+        return hit
+
+    def meets(self, thr: float, cost: float, hourly: float) -> bool:
+        c = self.opt.constraints
+        tol = 1 + 1e-9
+        if c.min_throughput is not None and thr * tol < c.min_throughput:
+            return False
+        if c.max_cost_per_iteration is not None and cost > c.max_cost_per_iteration * tol:
+            return False
+        if c.max_cost_per_hour is not None and hourly > c.max_cost_per_hour * tol:
+            return False
+        return True

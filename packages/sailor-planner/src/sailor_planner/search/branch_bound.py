@@ -1,0 +1,487 @@
+"""The search: pipeline depth x shapes (layer split, per-stage TP per GPU type, microbatch size)
+x region layout x allocation (pipelines per class, zones, microbatches per pipeline).
+
+Order of work, per pipeline depth P (shallow first):
+1. per GPU type, per (microbatch size, base TP): stage tables (memoized) and the best layer
+   splits of that type alone (``partition.best_splits``) plus the even split;
+2. per mix of GPU types: a joint split of the best single-type configurations;
+3. per shape and region layout, in order of a sound bound on the objective: allocations
+   (``_allocations``), each placed, balanced and scored with the simulator's components.
+A shape or allocation whose bound cannot beat the best candidate so far, or cannot meet a
+constraint, is pruned without scoring. Afterwards a local search refines the best allocations.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable
+
+from sailor_sim import SailorSimError, check_replica, get_gpu
+
+from ..errors import RequestCancelledError, WorkLimitError
+from ..provenance import beyond_profiles
+from ..request import SearchOptions
+from ..result import SearchStats
+from .allocate import Scored, Scorer, place
+from .bounds import Bounder
+from .partition import Bounds
+from .state import (
+    Found,
+    Memo,
+    counts_of,
+    distinct_configs,
+    fastest_zone,
+    has_type,
+    ladder,
+    layout_of,
+    min_price,
+    region_groups,
+    zone_orders,
+)
+from .templates import (
+    ClassShape,
+    Shape,
+    StageTables,
+    bottleneck,
+    class_for,
+    joint_splits,
+    lower_bounds,
+    single_type_splits,
+    stage_tables,
+)
+
+EXACT_ALLOCATIONS = 256
+"""Enumerate every pipelines-per-class vector while there are at most this many."""
+KEEP_MARGIN = 2
+"""Candidates kept exact beyond top_k, in case the simulator finds one of them out of memory."""
+TP_VECTORS = 27
+"""Per-stage TP vectors (non-increasing along the pipeline) tried while the degrees allow at
+most this many vectors per (type, depth). There is no exact mode for small inventories: the
+same search runs at every size, and bench/planner_optimality.py holds it to the optimum."""
+MIX_TOP = {2: 3, 3: 1, 4: 1}
+"""Single-type configurations per GPU type combined into mixed shapes, by number of types."""
+POLL_S = 0.01
+"""Seconds between two asks of ``should_stop``: a cancelled request stops well within 100 ms."""
+
+
+class Search:
+    def __init__(
+        self,
+        cv,
+        scorer: Scorer,
+        memo: Memo,
+        inventory,
+        options: SearchOptions,
+        incumbent: tuple[float, float] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        covered: Callable[[Shape], bool] | None = None,
+    ):
+        """``incumbent``: (iterations/s, $/iteration) of a plan already known to be feasible
+        (the previous plan on a re-plan); with top_k = 1 nothing worse is scored.
+        ``should_stop``: asked every POLL_S inside every loop; True (the caller went away)
+        ends the search with RequestCancelledError and drops everything it built.
+        ``covered``: shapes another search already explored (skipped here)."""
+        self.covered = covered
+        self.should_stop = should_stop
+        self._next_poll = 0.0
+        self.cv, self.scorer, self.memo = cv, scorer, memo
+        self.incumbent = incumbent if options.top_k == 1 else None
+        self.job = cv.job
+        self.opt = options
+        self.stats = SearchStats()
+        self.found = Found(options.objective, options.constraints, options.top_k + KEEP_MARGIN)
+        self.partial = False
+        self.deadline = (
+            time.monotonic() + options.deadline_s if options.deadline_s is not None else math.inf
+        )
+        self.free = {(p.gpu_type, p.zone): p.count for p in inventory.pools}
+        self.types = [g for g in inventory.gpu_types if self.cv.supports(g) and self.cv.tp_of(g)]
+        self.groups = region_groups(inventory, options.allow_cross_region_data_parallel)
+        # Stage tables (splits and bounds) use each type's fastest zone: its bounds stay sound.
+        self.ref_zone = {g: fastest_zone(self.cv.sim, g, self.free) for g in self.types}
+        self.orders = zone_orders(self.groups, self.free, self.cv.sim, self.types)
+        self.total = sum(self.free.values())
+        self.bnd = Bounder(self.job, scorer, options, self.free)
+
+    # ---- driver ----------------------------------------------------------------------------
+    def run(self) -> Found:
+        """Best-first branch and bound: a heap of (shape, layout) nodes keyed by a bound over
+        all their allocations, expanded into allocation leaves keyed by their own bound; the
+        search ends when the best bound left cannot beat the best candidate scored."""
+        n = self.cv.n
+        depths = range(1, min(n, self.opt.max_pipeline_depth, self.total) + 1)
+        heap: list = []
+        tick = itertools.count()
+        for p in depths:
+            if self._late(have_work=bool(heap)):
+                break
+            singles = {g: self._single_shapes(g, p) for g in self.types}
+            shapes = [x[0] for g in self.types for x in singles[g]]
+            shapes += self._mixed_shapes(p, singles)
+            for shape in shapes:
+                self._poll()
+                if self.covered is not None and self.covered(shape):
+                    self.stats.pruned += 1
+                    continue
+                lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
+                for layout in self._layouts(p, shape):
+                    max_d = self._max_pipelines(shape, layout)
+                    if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
+                        self.stats.pruned += 1
+                        continue
+                    key = self.bnd.node_key(shape, lbs, max_d)
+                    if key is None:
+                        self.stats.pruned += 1
+                        continue
+                    heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None, 0, 0))
+        # Heap entries: (key, tick, shape, layout, lbs, max_d, allocs, lo, hi). A node has
+        # allocs None. Expanded, its allocations form a list; where they are a path on which
+        # every class only gains pipelines, a range lo..hi is bounded as a whole (pipelines of
+        # its last, all-reduce and prices of its first allocation) and split in halves
+        # (binary branch and bound); otherwise every allocation is bounded on its own. A range
+        # lo..hi with hi < 0 is a bounded leaf ready to score: allocs[lo].
+        while heap and not self._late(have_work=False):
+            key, _, shape, layout, lbs, max_d, allocs, lo, hi = heapq.heappop(heap)
+            if self._beaten(key):  # the best bound left: nothing can win any more
+                self.stats.pruned += 1 + len(heap)
+                break
+            if allocs is None:
+                allocs, path = self._allocations(shape, lbs, max_d)
+                ranges = [(0, len(allocs) - 1)] if path else [(i, i) for i in range(len(allocs))]
+            elif hi < 0:
+                self._evaluate(shape, layout, allocs[lo])
+                continue
+            else:
+                mid = (lo + hi) // 2
+                ranges = [(lo, mid), (mid + 1, hi)]
+            for a, b in ranges:
+                thr, cost, hourly = self.bnd.bounds(shape, lbs, allocs[b], fewest=allocs[a])
+                if not self.bnd.meets(thr, cost, hourly):
+                    self.stats.pruned += b - a + 1
+                    continue
+                sub = cost if self.opt.objective == "cost" else -thr
+                entry = (a, -1) if a == b else (a, b)
+                heapq.heappush(heap, (sub, next(tick), shape, layout, lbs, max_d, allocs, *entry))
+        if not self.partial:
+            self._refine()
+        return self.found
+
+    def _poll(self) -> None:
+        """Raise RequestCancelledError once ``should_stop`` says the caller gave up."""
+        if self.should_stop is None:
+            return
+        now = time.monotonic()
+        if now < self._next_poll:
+            return
+        self._next_poll = now + POLL_S
+        if self.should_stop():
+            raise RequestCancelledError(
+                "the caller cancelled the request or its deadline passed; search stopped",
+                field="request",
+            )
+
+    def _over_budget(self) -> bool:
+        """True once ``max_candidates`` were scored; with none admitted yet that is an error
+        (the request is too large for this server), not an endless search."""
+        limit = self.opt.max_candidates
+        if limit is None or self.stats.candidates_evaluated < limit:
+            return False
+        if self.found.best is None:
+            raise WorkLimitError(
+                f"scored {self.stats.candidates_evaluated} candidates (the limit) without a "
+                "feasible plan; list fewer GPU pools or give a smaller inventory",
+                field="inventory",
+            )
+        return True
+
+    def _late(self, have_work: bool = True) -> bool:
+        """Past the deadline or the candidate budget with something to show for it (a scored
+        candidate, or nodes left to score): the search stops and the result is marked partial.
+        Without either it goes on until it has one, so a deadline never turns a feasible
+        request into no plan (a cancelled caller or the budget still stop it)."""
+        self._poll()
+        if self._over_budget():
+            self.partial = True
+            return True
+        if time.monotonic() > self.deadline and (self.found.best is not None or have_work):
+            self.partial = True
+            return True
+        return False
+
+    # ---- shapes ----------------------------------------------------------------------------
+    def _tables(self, g: str, p: int, m: int, t: int) -> StageTables | None:
+        key = (g, p, m, t, self.ref_zone[g])
+        if key in self.memo.tables:
+            self.stats.memo_hits += 1
+            return self.memo.tables[key]
+        tab = stage_tables(self.cv, g, p, m, t, self.ref_zone[g])
+        self.memo.tables[key] = tab
+        return tab
+
+    def _tp_specs(self, g: str, p: int) -> list:
+        """Base TP degrees (each stage takes the smallest that fits, raised where memory needs
+        it), plus the per-stage TP vectors that a base degree cannot express: a faster, wider
+        early stage before narrower ones (early stages hold more microbatches in flight, so
+        they need TP first; e.g. tp2|tp1 on 3 GPUs, which the base degrees 1 and 2 both miss).
+        Only non-increasing vectors, and only while the degrees allow at most TP_VECTORS."""
+        degrees = self.cv.tp_of(g)
+        specs: list = list(degrees)
+        if 1 < len(degrees) and len(degrees) ** p <= TP_VECTORS and p > 1:
+            specs += [
+                v
+                for v in itertools.product(degrees, repeat=p)
+                if len(set(v)) > 1 and list(v) == sorted(v, reverse=True)
+            ]
+        return specs
+
+    def _single_shapes(self, g: str, p: int) -> list[tuple]:
+        """(shape, samples/s per GPU, bottleneck, TP spec) of type g alone at depth p, best
+        first (memoized: only the GPU total, capped where it stops mattering, enters the key)."""
+        cap = min(self.total, p * max(self.cv.tp_of(g)))
+        key = (g, p, self.ref_zone[g], self.opt.microbatch_sizes, self.opt.profiled_only)
+        key += (self.opt.exact_partition_limit, cap)
+        hit = self.memo.singles.get(key)
+        if hit is None:
+            hit = self.memo.singles[key] = self._single_shapes_uncached(g, p)
+        else:
+            self.stats.memo_hits += 1
+        return hit
+
+    def _single_shapes_uncached(self, g: str, p: int) -> list[tuple]:
+        out = []
+        for m in self.opt.microbatch_sizes:
+            if m > self.job.sample_slots:
+                continue
+            for t in self._tp_specs(g, p):
+                self._poll()
+                if (sum(t) if isinstance(t, tuple) else p * t) > self.total:
+                    continue
+                if not self._runs(g, p, t):  # e.g. ZeRO-3 with pipelining, SP with tp 1
+                    self.stats.pruned += 1
+                    continue
+                if self.opt.profiled_only and self._beyond_profiles(g, m, t):
+                    self.stats.pruned += 1
+                    continue
+                tab = self._tables(g, p, m, t)
+                if tab is None:
+                    self.stats.pruned += 1
+                    continue
+                key = (g, p, m, t, self.ref_zone[g], self.opt.exact_partition_limit)
+                splits = self.memo.splits.get(key)
+                if splits is None:
+                    splits = single_type_splits(tab, p, self.opt.exact_partition_limit, self.cv.n)
+                    self.memo.splits[key] = splits
+                else:
+                    self.stats.memo_hits += 1
+                for bounds in splits:
+                    cls = class_for(tab, g, m, bounds)
+                    if cls is None:
+                        continue
+                    neck = bottleneck(tab, bounds)
+                    shape = Shape(bounds, (cls,))
+                    self.memo.lbs[shape] = (lower_bounds(tab, bounds),)
+                    out.append((shape, m / (neck * cls.gpus), neck, t))
+        out.sort(key=lambda x: -x[1])
+        return out
+
+    def _runs(self, g: str, p: int, t) -> bool:
+        """Whether the job's execution options can run a depth-``p`` pipeline of type ``g``
+        at TP spec ``t`` (``options.check_replica``, the simulator's own refusal): shapes it
+        refuses are never scored, so they cannot crowd out or prune plans that run."""
+        gpu = get_gpu(g)
+        for tp in t if isinstance(t, tuple) else (t,):
+            try:
+                check_replica(self.job.options, gpu, self.job.dtype, tp, p)
+            except SailorSimError:
+                return False
+        return True
+
+    def _beyond_profiles(self, g: str, m: int, t) -> bool:
+        return any(
+            beyond_profiles(self.cv.sim, self.job, g, m, tp)
+            for tp in (t if isinstance(t, tuple) else (t,))
+        )
+
+    def _mixed_shapes(self, p: int, singles: dict) -> list[Shape]:
+        shapes = []
+        types = [g for g in self.types if singles[g]]
+        for size in range(2, len(types) + 1):
+            for combo in itertools.combinations(types, size):
+                if not any(all(has_type(self.free, g, grp) for g in combo) for grp in self.groups):
+                    continue
+                picks = [distinct_configs(singles[g], MIX_TOP.get(size, 1)) for g in combo]
+                for choice in itertools.product(*picks):
+                    self._poll()
+                    shapes.extend(self._joint(p, combo, choice))
+        return shapes
+
+    def _joint(self, p: int, combo, choice) -> list[Shape]:
+        key = (p, combo, choice, self.opt.exact_partition_limit)
+        hit = self.memo.joint.get(key)
+        if hit is not None:
+            self.stats.memo_hits += 1
+            return hit
+        members = []
+        for g, (m, t, ref) in zip(combo, choice, strict=True):
+            members.append((self._tables(g, p, m, t), ref, g, m))
+        out = []
+        for bounds in joint_splits(
+            [(tab, ref) for tab, ref, _, _ in members],
+            p,
+            self.opt.exact_partition_limit,
+        ):
+            classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
+            if all(c is not None for c in classes):
+                shape = Shape(bounds, tuple(classes))
+                self.memo.lbs[shape] = tuple(lower_bounds(tab, bounds) for tab, _, _, _ in members)
+                out.append(shape)
+        self.memo.joint[key] = out
+        return out
+
+    # ---- allocations -----------------------------------------------------------------------
+    def _layouts(self, p: int, shape: Shape) -> list[tuple[tuple[str, ...], ...]]:
+        gpus = [c.gpu for c in shape.classes]
+        ok = [grp for grp in self.groups if all(has_type(self.free, g, grp) for g in gpus)]
+        out = [(grp,) * p for grp in ok]
+        if p > 1 and len(ok) > 1:  # pipelines crossing one region boundary, either direction
+            for a, b in itertools.permutations(ok[:2], 2):
+                out += [(a,) * q + (b,) * (p - q) for q in range(1, p)]
+        return out
+
+    def _evaluate(self, shape: Shape, layout, counts) -> Scored | None:
+        """Score an allocation under both placements (when they differ); the better one."""
+        self._poll()
+        start = time.perf_counter()
+        try:
+            return self._evaluate_placements(shape, layout, counts)
+        finally:
+            self.stats.scoring_s += time.perf_counter() - start
+
+    def _evaluate_placements(self, shape: Shape, layout, counts) -> Scored | None:
+        best = None
+        placements, seen = [], set()
+        for order in self.orders:  # zones of a region in each order that may matter
+            zones = tuple(order[grp] for grp in layout)
+            placements.append(place(shape, zones, counts, self.free))
+            if shape.depth > 1 and any(len(grp) > 1 for grp in layout):
+                placements.append(place(shape, zones, counts, self.free, stage_major=True))
+        for groups in placements:
+            if groups is None:
+                self.stats.infeasible += 1
+                continue
+            if groups in seen:
+                continue
+            seen.add(groups)
+            s = self.scorer.score(shape, groups, layout)
+            self.stats.candidates_evaluated += 1
+            if s is None or not self.found.add(s):
+                self.stats.infeasible += 1
+                continue
+            if best is None or self.found.key(s) < self.found.key(best):
+                best = s
+        return best
+
+    def _class_lb(self, shape: Shape, c: int) -> tuple[float, float, float]:
+        """(B, F, optimizer step of stage 0) of a class: a pipeline of it takes at least
+        M * B + F (``templates.lower_bounds``), and stage 0 steps its optimizer after it."""
+        b, f = self.memo.lbs[shape][c]
+        cls = shape.classes[c]
+        (a, last), tp = shape.bounds[0], cls.tps[0]
+        opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
+        return b, f, opt
+
+    def _max_pipelines(self, shape: Shape, layout) -> list[int]:
+        """Bound on useful data parallelism per class: capacity per region, and at least one
+        microbatch per pipeline."""
+        out = []
+        for cls in shape.classes:
+            need: dict = {}
+            for grp, tp in zip(layout, cls.tps, strict=True):
+                need[grp] = need.get(grp, 0) + tp
+            cap = min(
+                sum(self.free.get((cls.gpu, z), 0) for z in grp) // k for grp, k in need.items()
+            )
+            out.append(min(cap, self.job.sample_slots // cls.mbs))
+        return out
+
+    def _beaten(self, key: float) -> bool:
+        refs = []
+        best = self.found.threshold
+        if best is not None:
+            refs.append((best.throughput, best.cost_per_iteration))
+        if self.incumbent is not None:
+            refs.append(self.incumbent)
+        if self.opt.objective == "cost":
+            return any(key > cost * (1 + 1e-9) for _, cost in refs)
+        return any(-key < thr * (1 - 1e-9) for thr, _ in refs)
+
+    def _allocations(self, shape: Shape, lower, max_d: list[int]) -> tuple[list, bool]:
+        """(pipelines-per-class vectors, whether they form a path on which no class loses
+        pipelines). Every vector while there are few (not a path); otherwise a ladder per class,
+        filling classes in order of $ per sample (the optimum of the linear relaxation)."""
+        mixed = len(shape.classes) > 1
+        lo = 1 if mixed else 0
+        if math.prod(d - lo + 1 for d in max_d) <= EXACT_ALLOCATIONS:
+            grid = itertools.product(*(range(lo, d + 1) for d in max_d))
+            return [c for c in grid if any(c)], len(max_d) == 1
+        order = sorted(
+            range(len(max_d)),
+            key=lambda c: (
+                shape.classes[c].gpus
+                * min_price(shape.classes[c].gpu)
+                * lower[c][0]
+                / shape.classes[c].mbs
+            ),
+        )
+        out, seen = [], set()
+        for pos, c in enumerate(order):
+            self._poll()
+            for d in ladder(max_d[c], lo):
+                counts = [0] * len(max_d)
+                for earlier in order[:pos]:
+                    counts[earlier] = max_d[earlier]
+                for later in order[pos + 1 :]:
+                    counts[later] = lo
+                counts[c] = d
+                counts = tuple(counts)
+                if any(counts) and counts not in seen:
+                    seen.add(counts)
+                    out.append(counts)
+        return out, True
+
+    def _refine(self, rounds: int = 3, steps: int = 30) -> None:
+        """Local search on pipelines per class around the best distinct candidates."""
+        if not self.found.admitted:
+            return
+        starts, seen = [], set()
+        for s in sorted(self.found.admitted, key=self.found.key):
+            if s.shape not in seen:
+                seen.add(s.shape)
+                starts.append(s)
+            if len(starts) == rounds:
+                break
+        for s in starts:
+            layout = layout_of(s)
+            counts = counts_of(s)
+            max_d = self._max_pipelines(s.shape, layout)
+            current = s
+            for _ in range(steps):
+                if self._late():
+                    return
+                improved = False
+                for c, delta in itertools.product(range(len(counts)), (-4, -2, -1, 1, 2, 4)):
+                    trial = list(counts)
+                    trial[c] += delta
+                    if not 0 <= trial[c] <= max_d[c] or not any(trial):
+                        continue
+                    new = self._evaluate(s.shape, layout, tuple(trial))
+                    if new is not None and self.found.key(new) < self.found.key(current):
+                        current, counts, improved = new, tuple(trial), True
+                if not improved:
+                    break
+
+
+__all__ = ["Bounds", "ClassShape", "Memo", "Search"]

@@ -1,0 +1,1 @@
+"""The gRPC PlannerService: server, client, access control and admission limits."""

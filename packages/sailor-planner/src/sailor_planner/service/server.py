@@ -1,0 +1,305 @@
+"""The ``sailor.v1.PlannerService`` gRPC server: Plan, Simulate, Replan, health and reflection.
+
+``create_server(address)`` returns ``(server, port)`` without blocking, so tests bind
+``127.0.0.1:0`` and read the port back; ``serve()`` runs it until interrupted. Requests run on a
+thread pool. Every error is mapped to a status code in one place (``_status_for``); a handler
+never lets an exception escape, so a bad request cannot take the server down.
+
+Bounded by construction (``limits.ServerLimits``): inventory size and candidates per request,
+searches at once and queued; a search asks ``context.is_active()`` every few milliseconds, so a
+cancelled or expired request stops at once and drops what it built. Beyond loopback the server
+needs a token (``access``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sailor_sim import Inventory, Job, Plan, SailorSimError, inputs
+
+from ..errors import (
+    NoFeasiblePlanError,
+    RequestCancelledError,
+    RequestError,
+    SailorPlannerError,
+    WorkLimitError,
+)
+from ..proto import planner_pb2, planner_pb2_grpc
+from ..request import Constraints, SearchOptions
+from ..sources import planner_for
+from .access import Access, check_bind
+from .limits import SearchSlots, ServerLimits
+from .paths import DataRoots
+
+SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
+DEFAULT_TOP_K = 1
+MAX_TOP_K = 100
+# Part of the client's deadline kept for re-scoring, serializing and the trip back.
+DEADLINE_MARGIN_S = 0.15
+DEADLINE_SHARE = 0.7
+MAX_MESSAGE_CHARS = 1000
+"""Longest status message sent: a message echoing a 3 MB field would exceed the metadata
+limit and reach the client as a transport error instead of the status."""
+
+log = logging.getLogger(__name__)
+
+_OBJECTIVES = {
+    planner_pb2.OBJECTIVE_UNSPECIFIED: "throughput",
+    planner_pb2.OBJECTIVE_THROUGHPUT: "throughput",
+    planner_pb2.OBJECTIVE_COST: "cost",
+}
+
+
+def _status_for(exc: BaseException) -> grpc.StatusCode:
+    """The one place that maps errors to gRPC status codes."""
+    if isinstance(exc, NoFeasiblePlanError):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(exc, WorkLimitError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(exc, RequestCancelledError):
+        return grpc.StatusCode.CANCELLED
+    if isinstance(exc, SailorPlannerError | SailorSimError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return grpc.StatusCode.INTERNAL
+
+
+def _prefixed(where: str, build):
+    """Run ``build``; re-raise a validation error with its field prefixed by ``where``."""
+    try:
+        return build()
+    except (SailorSimError, SailorPlannerError) as exc:
+        inner = exc.field or ""
+        message = str(exc).split(": ", 1)[1] if exc.field else str(exc)
+        name = inner if inner.startswith(where) else f"{where}.{inner}" if inner else where
+        raise RequestError(message, field=name) from None
+
+
+def _options(req, context, limits: ServerLimits) -> SearchOptions:
+    if req.objective not in _OBJECTIVES:
+        raise RequestError(f"unknown objective {req.objective}", field="objective")
+    top_k = req.top_k or DEFAULT_TOP_K
+    if top_k > MAX_TOP_K:
+        raise RequestError(f"must be <= {MAX_TOP_K}, got {top_k}", field="top_k")
+    constraints = _prefixed(
+        "constraints",
+        lambda: Constraints.from_optional(
+            req.max_cost_per_iteration, req.max_cost_per_hour, req.min_throughput
+        ),
+    )
+    remaining = context.time_remaining()
+    deadline = None
+    if remaining is not None:
+        deadline = max(0.01, (remaining - DEADLINE_MARGIN_S) * DEADLINE_SHARE)
+    # Unset = SearchOptions' own default (on), the CLI's and PlannerClient's too.
+    chosen = {}
+    if req.HasField("search_execution_options"):
+        chosen["search_execution_options"] = req.search_execution_options
+    return SearchOptions(
+        objective=_OBJECTIVES[req.objective],
+        constraints=constraints,
+        top_k=top_k,
+        allow_cross_region_data_parallel=req.allow_cross_region_data_parallel,
+        deadline_s=deadline,
+        pareto_points=min(req.pareto_points, MAX_TOP_K),
+        max_candidates=limits.max_candidates,
+        profiled_only=req.profiled_only,
+        **chosen,
+    )
+
+
+def _job(msg) -> Job:
+    if not msg.model:
+        raise RequestError("is empty; name a catalog model, e.g. OPT-350M", field="job.model")
+    return _prefixed("job", lambda: Job.from_proto(msg))
+
+
+def _inventory(msg) -> Inventory:
+    inventory = _prefixed("inventory", lambda: Inventory.from_proto(msg))
+    if inventory.total_gpus == 0:
+        raise RequestError("has no GPUs; list at least one pool", field="inventory.pools")
+    return inventory
+
+
+def _short(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 14] + " ...(shortened)"
+
+
+def _check_previous(previous: Plan, job: Job, inventory: Inventory) -> None:
+    """A Replan's previous plan runs on pools the inventory lists. It may use more GPUs of a
+    pool than are left (a re-plan after a loss: the warm start is dropped when it no longer
+    fits), but not a (GPU type, zone) the inventory does not hold at all."""
+    _prefixed("previous_plan", lambda: previous.check(job))
+    listed = {(p.gpu_type, p.zone) for p in inventory.pools}
+    for gpu_type, zone in previous.gpu_counts():
+        if (gpu_type, zone) not in listed:
+            raise RequestError(
+                f"uses {gpu_type} in {zone}, which the inventory does not hold; a previous plan "
+                "must run on the inventory's pools (after losing a whole pool, send Plan)",
+                field="previous_plan",
+            )
+
+
+class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
+    def __init__(self, limits: ServerLimits | None = None, roots: DataRoots | None = None) -> None:
+        self.limits = limits or ServerLimits()
+        self.slots = SearchSlots(self.limits)
+        self.roots = roots or DataRoots()
+
+    def _guard(self, context, handler):
+        try:
+            return handler()
+        except Exception as exc:  # the server must survive any request
+            code = _status_for(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                log.exception("planner request failed")
+            context.abort(code, _short(str(exc) or type(exc).__name__))
+
+    def _plan(self, req, context, previous: Plan | None = None):
+        req = self.roots.request(req)
+        job = _job(req.job)
+        inventory = _inventory(req.inventory)
+        self.limits.check_inventory(inventory)
+        planner = _prefixed(
+            "profiles", lambda: planner_for(req.profile_dir or None, req.sailor_root or None)
+        )
+        if previous is not None:
+            _check_previous(previous, job, inventory)
+        gone = lambda: not context.is_active()  # noqa: E731 (cancelled, or deadline passed)
+        with self.slots.slot(gone):
+            options = _options(req, context, self.limits)  # the deadline left after queueing
+            result = planner.plan(job, inventory, options, previous=previous, should_stop=gone)
+        return result.to_proto(job)
+
+    def Plan(self, request, context):  # noqa: N802 (gRPC method name)
+        return self._guard(context, lambda: self._plan(request, context))
+
+    def Replan(self, request, context):  # noqa: N802
+        def run():
+            previous = None
+            if request.HasField("previous_plan") and request.previous_plan.stages:
+                previous = _prefixed(
+                    "previous_plan", lambda: Plan.from_proto(request.previous_plan)
+                )
+            return self._plan(request.request, context, previous)
+
+        return self._guard(context, run)
+
+    def Simulate(self, request, context):  # noqa: N802
+        def run():
+            req = self.roots.request(request)
+            job = _job(req.job)
+            plan = _prefixed("plan", lambda: Plan.from_proto(req.plan).check(job))
+            sim = _prefixed(
+                "profiles",
+                lambda: planner_for(req.profile_dir or None, req.sailor_root or None).sim,
+            )
+            estimate = _prefixed("plan", lambda: sim.estimate(job, plan))
+            return planner_pb2.SimulateResponse(estimate=estimate.to_proto())
+
+        return self._guard(context, run)
+
+    def Replay(self, request, context):  # noqa: N802
+        """Admitted like Plan: every state's inventory within the limits, one search slot for
+        the whole stream (queued or RESOURCE_EXHAUSTED as a search), and stopped at the next
+        poll once the caller cancels, its deadline passes or the server stops."""
+        from ..replay import rpc as replayrpc  # the replay (polars) loads only when asked for
+
+        planner, replay = self._guard(context, lambda: self._prepare_replay(request))
+        gone = lambda: not context.is_active()  # noqa: E731
+        slot = self.slots.slot(gone)
+        self._guard(context, slot.__enter__)
+        try:
+            events = replayrpc.stream(planner, replay, gone)
+            while (message := self._guard(context, lambda: next(events, None))) is not None:
+                yield message
+        finally:
+            slot.__exit__(None, None, None)
+
+    def _prepare_replay(self, request):
+        from ..replay import rpc as replayrpc
+
+        planner, replay = replayrpc.prepare(self.roots.request(request), _prefixed)
+        for state in replay.trace.states:
+            self.limits.check_inventory(state.inventory)
+        return planner, replay
+
+
+def create_server(
+    address: str = "127.0.0.1:0",
+    max_workers: int | None = None,
+    *,
+    limits: ServerLimits | None = None,
+    access: Access | None = None,
+    roots: DataRoots | None = None,
+) -> tuple[grpc.Server, int]:
+    """Build and start a server on ``address``; returns (server, bound port).
+    ``max_workers`` = searches at once (the ``--workers`` of ``serve``); ``roots``: the
+    folders whose files requests may name (default: none)."""
+    limits = limits or ServerLimits()
+    if max_workers is not None:
+        inputs.integral(max_workers, "workers")
+        limits = ServerLimits(**{**limits.__dict__, "max_searches": max_workers})
+    access = access or Access()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=limits.threads),
+        interceptors=access.interceptors(),
+    )
+    service = PlannerService(limits, roots)
+    planner_pb2_grpc.add_PlannerServiceServicer_to_server(service, server)
+    server.planner_service = service  # its slots' load, for tests and the load bench
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    credentials = access.credentials()
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError:  # grpc raises instead of returning 0 on some versions
+        port = 0
+    if port == 0:
+        raise RequestError(f"cannot bind {address}", field="address")
+    server.start()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port
+
+
+STOP_GRACE_S = 0.5
+"""Seconds running calls get after SIGINT/SIGTERM; then they are cancelled, and a search or a
+replay ends at its next poll of the call (every few ms), so the process exits within a second."""
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_workers: int = 2,
+    access: Access | None = None,
+    roots: DataRoots | None = None,
+) -> None:
+    """Run the planner server until SIGINT or SIGTERM."""
+    access = access or Access()
+    port = inputs.port(port, "port")
+    inputs.integral(max_workers, "workers")
+    check_bind(host, access)
+    server, bound = create_server(f"{host}:{port}", max_workers, access=access, roots=roots)
+    scheme = "TLS" if access.tls_cert else "plaintext"
+    print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound} ({scheme})", flush=True)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    server.stop(grace=STOP_GRACE_S).wait()

@@ -1,0 +1,1 @@
+"""The ``sailor-sim`` command line."""

@@ -1,0 +1,5 @@
+"""``python -m sailor_sim.cli``."""
+
+from .app import main
+
+main()

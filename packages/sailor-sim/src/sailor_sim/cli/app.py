@@ -1,0 +1,467 @@
+"""The ``sailor-sim`` command line: ``simulate``, ``memory``, ``demo``, ``version``.
+
+Human-readable tables by default, ``--json`` for machines; any bad input prints one line
+``error: ...`` on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .. import __version__, inputs
+from ..catalog.cluster import describe_network
+from ..errors import SailorSimError, ValidationError
+from ..spec.options import ExecutionOptions, check_replica
+from .catalog import register as _register_catalog_commands
+from .options import (
+    ContextParallel,
+    ExpertParallel,
+    FabricFlag,
+    Flash,
+    Fp8,
+    GradDtype,
+    P2p,
+    Recompute,
+    SequenceParallel,
+    VirtualStages,
+    Zero,
+    execution_options,
+)
+from .output import (
+    TERM_HEADERS,
+    GiB,
+    catalog_option,
+    echo_wrapped,
+    fail,
+    print_estimate,
+    table,
+    version_option,
+)
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Predict iteration time, memory and cost of plans.",
+    pretty_exceptions_enable=False,
+)
+
+
+_CATALOG = catalog_option()
+
+
+@app.callback()
+def group(version: bool = version_option(__version__), catalog: Path | None = _CATALOG) -> None:
+    # A callback keeps `sailor-sim` a command group and gives it --version.
+    pass
+
+
+_DTYPE_HELP = (
+    "fp32, bf16, fp16 or fp8 (bf16 with FP8 GEMMs) (default: the config.json's torch_dtype, "
+    "else fp32)."
+)
+_SEQ_HELP = "Sequence length (default: the model's maximum, at most 8192)."
+
+
+def _job(model, gbs, seq, dtype, optimizer, options):
+    """The CLI's Job: defaults a user would pick (``capacity.make_job``), stated by
+    ``_assumed`` in the output."""
+    from ..capacity import make_job
+
+    return make_job(model, gbs, seq, dtype, optimizer or "adam", options)[0]
+
+
+def _assumed(model, seq, dtype) -> dict[str, str]:
+    """What the output must say it assumed: the defaults taken for flags not given."""
+    from ..capacity import default_dtype, default_sequence
+    from ..model.spec import get_model
+
+    if model is None:
+        return {}
+    out = {}
+    if dtype is None:
+        value, why = default_dtype(model)
+        out["dtype"] = f"{value} ({why})"
+    if seq is None:
+        out["seq"] = default_sequence(get_model(model))[1]
+    return out
+
+
+def _simulator(sailor_root: Path | None, profiles: Path | None):
+    from ..simulate.simulator import Simulator
+
+    if sailor_root is not None and profiles is not None:
+        sim = Simulator.from_sailor_root(sailor_root)
+        extra = Simulator.from_profile_dir(profiles)
+        for entry in extra.profiles.entries():
+            sim.profiles.add(entry)  # measured profiles override imported ones
+        return sim
+    if sailor_root is not None:
+        return Simulator.from_sailor_root(sailor_root)
+    if profiles is not None:
+        return Simulator.from_profile_dir(profiles)
+    return Simulator()
+
+
+def _load_plan_and_job(
+    plan_file: Path | None,
+    sailor_plan: Path | None,
+    model: str | None,
+    gbs: int | None,
+    seq: int | None,
+    dtype: str | None,
+    optimizer: str | None,
+    options,
+):
+    from ..original import read_sailor_plan
+    from ..spec.job import Job
+    from ..spec.plan import Plan
+
+    if (plan_file is None) == (sailor_plan is None):
+        raise ValidationError(
+            "give a plan file, --sailor-plan FILE, or --gpu with --tp/--pp/--dp/--mbs (exactly "
+            "one)",
+            field="plan",
+        )
+    if sailor_plan is not None:
+        record = read_sailor_plan(sailor_plan)
+        if model is None:
+            raise ValidationError("--model is required with --sailor-plan", field="model")
+        job = _job(model, gbs or record.global_batch_size, seq, dtype, optimizer, options)
+        return job, record.plan
+    data = inputs.load_json(plan_file, "plan")
+    if "plan" in data:
+        job = Job.from_dict(data["job"]) if "job" in data else None
+        plan = Plan.from_dict(data["plan"])
+    else:
+        job, plan = None, Plan.from_dict(data)
+    if job is not None:  # the file's job wins only when no flag contradicts it
+        flags = {"--model": model, "--gbs": gbs, "--seq": seq, "--dtype": dtype}
+        flags["--zero/--recompute/..."] = options if options != ExecutionOptions() else None
+        inputs.refuse_overrides({**flags, "--optimizer": optimizer}, f"{plan_file}")
+    else:
+        if model is None or gbs is None:
+            raise ValidationError("the plan file has no 'job'; pass --model and --gbs", field="job")
+        job = _job(model, gbs, seq, dtype, optimizer, options)
+    return job, plan
+
+
+@dataclass(frozen=True)
+class Homogeneous:
+    """The --gpu/--tp/--pp/--dp/--mbs plan of ``simulate`` (no plan file)."""
+
+    gpu: str
+    tp: int
+    pp: int
+    dp: int
+    mbs: int
+    zone: str | None
+    provider: str | None
+    region: str | None
+    split: str | None
+
+    def placement(self) -> str:
+        from ..catalog.zones import default_zone, get_zone
+
+        if self.zone is not None:
+            zone = get_zone(self.zone)
+            if self.provider not in (None, zone.provider):
+                raise ValidationError(
+                    f"zone {zone.name} is on {zone.provider}, not {self.provider}", field="zone"
+                )
+            return zone.name
+        if self.provider is None and self.region is None:
+            return default_zone("gcp")
+        return default_zone(self.provider, self.region)
+
+
+def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optimizer, options):
+    from ..spec.quickplan import homogeneous_plan, parse_split
+
+    if model is None or gbs is None:
+        raise ValidationError("--gpu needs --model and --gbs", field="model")
+    job = _job(model, gbs, seq, dtype, optimizer, options)
+    plan = homogeneous_plan(
+        sim, job, h.gpu, h.placement(), tp=h.tp, pp=h.pp, dp=h.dp, mbs=h.mbs,
+        split=parse_split(h.split),
+    )  # fmt: skip
+    return job, plan
+
+
+@app.command()
+def simulate(
+    plan_file: Annotated[
+        Path | None, typer.Argument(help="Plan JSON ({'stages': ...} or {'job', 'plan'}).")
+    ] = None,
+    sailor_plan: Annotated[
+        Path | None, typer.Option(help="A plan in the original Sailor plan JSON.")
+    ] = None,
+    sailor_root: Annotated[
+        Path | None, typer.Option(help="Folder laid out like a Sailor checkout.")
+    ] = None,
+    profiles: Annotated[
+        Path | None, typer.Option(help="Folder of sailor-sim profile files.")
+    ] = None,
+    model: str = typer.Option(
+        None, help="Catalog model name, or the path of a Hugging Face config.json."
+    ),
+    gbs: int = typer.Option(None, help="Global batch size (default: from the Sailor plan)."),
+    seq: int = typer.Option(None, help=_SEQ_HELP),
+    dtype: str = typer.Option(None, "--dtype", "--precision", help=_DTYPE_HELP),
+    optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
+    gpu: str = typer.Option(None, help="Homogeneous plan without a file: the GPU type."),
+    tp: int = typer.Option(1, help="With --gpu: tensor-parallel degree."),
+    pp: int = typer.Option(1, help="With --gpu: pipeline stages."),
+    dp: int = typer.Option(1, help="With --gpu: data-parallel replicas."),
+    mbs: int = typer.Option(1, help="With --gpu: microbatch size."),
+    split: str = typer.Option(
+        None, help="With --gpu: layer split 'even' (default), 'balanced' or counts like 9,8,8,9."
+    ),
+    zone: str = typer.Option(None, help="With --gpu: the zone (default: from --provider)."),
+    provider: str = typer.Option(
+        None, help="With --gpu: gcp, aws or azure (its default region); default gcp."
+    ),
+    region: str = typer.Option(None, help="With --gpu: a region, e.g. us-east-1."),
+    compare: str = typer.Option(
+        "gcp,aws,azure", help="Providers whose $/hour for the plan's GPUs to list ('' = none)."
+    ),
+    iterations: float = typer.Option(None, help="Whole-run figures for this many iterations."),
+    tokens: float = typer.Option(None, help="Whole-run figures for this many tokens."),
+    zero: Zero = "none",
+    recompute: Recompute = "none",
+    flash: Flash = None,
+    sequence_parallel: SequenceParallel = False,
+    virtual_stages: VirtualStages = 1,
+    grad_dtype: GradDtype = "fp32",
+    fp8: Fp8 = "none",
+    ep: ExpertParallel = 1,
+    cp: ContextParallel = 1,
+    p2p: P2p = "megatron",
+    fabric: FabricFlag = None,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the memory breakdown per stage to this PNG.")
+    ] = None,
+) -> None:
+    """Predict iteration time, throughput, MFU, peak memory per GPU and cost of a plan."""
+    from ..simulate import metrics
+
+    try:
+        for name, value in (("iterations", iterations), ("tokens", tokens)):
+            if value is not None:
+                inputs.positive_number(value, f"--{name}")
+        options = execution_options(
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, p2p,
+            fp8=fp8, expert_parallel=ep, context_parallel=cp,
+        )  # fmt: skip
+        sim = _simulator(sailor_root, profiles)
+        if fabric is not None:
+            from ..catalog.cluster import resolve_cluster
+
+            sim.network.set_cluster(resolve_cluster(fabric))
+        if gpu is not None:
+            if plan_file is not None or sailor_plan is not None:
+                raise ValidationError("give --gpu or a plan file, not both", field="plan")
+            h = Homogeneous(gpu, tp, pp, dp, mbs, zone, provider, region, split)
+            job, plan = _homogeneous_job_and_plan(
+                h, sim, model, gbs, seq, dtype, optimizer, options
+            )
+        else:
+            job, plan = _load_plan_and_job(
+                plan_file, sailor_plan, model, gbs, seq, dtype, optimizer, options
+            )
+        estimate = sim.estimate(job, plan, iterations=iterations, tokens=tokens)
+        rate = metrics.throughput(job, plan, estimate)
+        providers = [p for p in compare.split(",") if p.strip()]
+        by_provider = metrics.cost_by_provider(plan, providers)
+        inputs.check_finite(estimate.to_dict(), "estimate")
+        network = describe_network(sim.network, plan)
+        if plot is not None:
+            from .plots import memory_png
+
+            memory_png(estimate, plot, f"{job.model.name} on {plan.num_gpus} GPUs: peak memory")
+    except (SailorSimError, OSError) as exc:
+        fail(exc)
+    if as_json:
+        out = estimate.to_dict()
+        out["throughput"] = rate.to_dict()
+        out["provenance"] = metrics.provenance(estimate.sources, job, plan)
+        out["cost_by_provider"] = by_provider
+        out["network"] = network
+        out["plan"] = plan.to_dict()
+        out["job"] = job.to_dict()
+        out["assumed"] = _assumed(model, seq, dtype)
+        typer.echo(json.dumps(out))
+        return
+    typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
+               f"sequence {job.sequence_length}, {job.dtype}")  # fmt: skip
+    echo_wrapped(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
+    typer.echo(f"Options: {job.options.describe()}")
+    for line in network:
+        echo_wrapped(f"Network: {line}")
+    for name, why in _assumed(model, seq, dtype).items():
+        echo_wrapped(f"Assumed {name}: {why}")
+    print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
+
+
+@app.command()
+def memory(
+    model: str = typer.Option(..., help="Catalog model name, or a Hugging Face config.json."),
+    gpu: str = typer.Option(..., help="GPU type, e.g. A100-40."),
+    tp: int = typer.Option(1, help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, help="Pipeline stages (layer ids split evenly)."),
+    mbs: int = typer.Option(1, help="Microbatch size."),
+    num_microbatches: int = typer.Option(None, help="Microbatches per iteration (default: pp)."),
+    dp: int = typer.Option(1, help="Data-parallel replicas (adds the DP communicator)."),
+    stage: int = typer.Option(None, help="Only this stage (0-based)."),
+    seq: int = typer.Option(None, help=_SEQ_HELP),
+    dtype: str = typer.Option(None, "--dtype", "--precision", help=_DTYPE_HELP),
+    optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
+    sailor_root: Annotated[
+        Path | None, typer.Option(help="Folder laid out like a Sailor checkout.")
+    ] = None,
+    profiles: Annotated[
+        Path | None, typer.Option(help="Folder of sailor-sim profile files.")
+    ] = None,
+    zero: Zero = "none",
+    recompute: Recompute = "none",
+    flash: Flash = None,
+    sequence_parallel: SequenceParallel = False,
+    virtual_stages: VirtualStages = 1,
+    grad_dtype: GradDtype = "fp32",
+    fp8: Fp8 = "none",
+    ep: ExpertParallel = 1,
+    cp: ContextParallel = 1,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Will this model fit on this GPU with this TP / PP / microbatch size, and by how much?"""
+    from ..catalog.gpus import get_gpu
+    from ..spec.plan import even_split
+
+    try:
+        options = execution_options(
+            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype,
+            fp8=fp8, expert_parallel=ep, context_parallel=cp,
+        )  # fmt: skip
+        job = _job(model, 1, seq, dtype, optimizer, options)
+        gpu_type = get_gpu(gpu)
+        job.model.check_tp(tp)
+        check_replica(job.options, gpu_type, job.dtype, tp, pp)
+        if tp > gpu_type.gpus_per_node:
+            raise ValidationError(
+                f"TP {tp} exceeds the {gpu_type.gpus_per_node} GPUs of a {gpu_type.name} node",
+                field="tp",
+            )
+        for name, value in (("--mbs", mbs), ("--dp", dp), ("--pp", pp), ("--tp", tp)):
+            inputs.integral(value, name)
+        if num_microbatches is not None:
+            inputs.integral(num_microbatches, "--num-microbatches")
+        for option, degree in (("expert_parallel", ep), ("context_parallel", cp)):
+            if dp % degree:  # their groups are made of the stage's replicas
+                raise ValidationError(
+                    f"{degree} does not divide the {dp} replicas (--dp); use --dp a multiple "
+                    f"of {degree}",
+                    field=f"options.{option}",
+                )
+        sizes = even_split(job.model.num_layer_ids, pp)
+        if stage is not None and not 0 <= stage < pp:
+            raise ValidationError(f"must be in 0..{pp - 1}", field="stage")
+        sim = _simulator(sailor_root, profiles)
+        m = num_microbatches or pp
+        rows, first = [], 0
+        for i, size in enumerate(sizes):
+            last = first + size - 1
+            if stage is None or stage == i:
+                terms = sim.replica_memory(job, first, last, gpu_type.name, tp, mbs, i, pp, m, dp)
+                peak = sum(terms.values())
+                rows.append(
+                    {
+                        "stage": i,
+                        "layers": [first, last],
+                        "peak_bytes": peak,
+                        "capacity_bytes": gpu_type.memory_bytes,
+                        "fits": peak <= gpu_type.memory_bytes,
+                        "headroom_bytes": gpu_type.memory_bytes - peak,
+                        "breakdown_bytes": terms,
+                    }
+                )
+            first = last + 1
+        inputs.check_finite(rows, "stages")
+    except SailorSimError as exc:
+        fail(exc)
+    if as_json:
+        typer.echo(json.dumps({"model": job.model.name, "gpu_type": gpu_type.name, "stages": rows}))
+        return
+    typer.echo(f"{job.model.name} on {gpu_type.name}: TP {tp}, PP {pp}, mbs {mbs}, {job.dtype}")
+    typer.echo(f"Options: {job.options.describe()}")
+    for name, why in _assumed(model, seq, dtype).items():
+        typer.echo(f"Assumed {name}: {why}")
+    terms = list(rows[0]["breakdown_bytes"])
+    table(
+        [
+            "stage",
+            "layers",
+            "peak GiB",
+            "cap GiB",
+            "fits",
+            "headroom GiB",
+            *(TERM_HEADERS.get(t, t) for t in terms),
+        ],  # fmt: skip
+        [
+            (
+                r["stage"],
+                f"{r['layers'][0]}-{r['layers'][1]}",
+                f"{r['peak_bytes'] / GiB:.2f}",
+                f"{r['capacity_bytes'] / GiB:.1f}",
+                "yes" if r["fits"] else "NO",
+                f"{r['headroom_bytes'] / GiB:+.2f}",
+                *(f"{r['breakdown_bytes'][t] / GiB:.2f}" for t in terms),
+            )
+            for r in rows
+        ],
+    )
+
+
+@app.command()
+def demo() -> None:
+    """The built-in example: OPT-350M, global batch 1024, A100-40 + V100-16 in two zones."""
+    from ..simulate.simulator import Simulator
+    from ..spec.examples import example_inventory, example_job, example_plan
+
+    try:
+        job, inventory, plan = example_job(), example_inventory(), example_plan()
+        estimate = Simulator().estimate(job, plan)
+    except SailorSimError as exc:
+        fail(exc)
+    model = job.model
+    typer.echo(
+        f"Job: {model.name}, {model.total_params() / 1e6:.1f} M parameters, global batch "
+        f"{job.global_batch_size}, sequence {job.sequence_length}, {job.dtype}"
+    )
+    typer.echo(
+        "Inventory: " + ", ".join(f"{p.count}x {p.gpu_type}@{p.zone}" for p in inventory.pools)
+    )
+    typer.echo(f"Plan: {plan.describe()} ({plan.num_gpus} GPUs)")
+    typer.echo("Estimate (built-in catalog, analytic profiles):")
+    print_estimate(estimate)
+
+
+@app.command()
+def version() -> None:
+    from .. import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    """The ``sailor-sim`` entry point: any error is one line on stderr, never a traceback."""
+    inputs.run_app(app, "sailor-sim")
+
+
+_register_catalog_commands(app)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""``sailor-sim prices``, ``models`` and ``gpus``: the built-in catalogs, with their sources."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from ..errors import SailorSimError
+
+
+def _echo_table(header, rows) -> None:
+    from .output import table
+
+    table(header, rows)
+
+
+def prices(
+    gpu: str = typer.Option(None, help="Only this GPU type (name or alias)."),
+    provider: str = typer.Option(None, help="Only this provider: gcp, aws or azure."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """GPU instance offers per provider: $/GPU-hour on demand and spot, fabric, source, date."""
+    from ..catalog.instances import OFFERS, OTHER_PRICES
+    from ..catalog.zones import DEFAULT_REGIONS
+    from .output import fail
+
+    try:
+        from ..catalog.gpus import get_gpu
+
+        name = get_gpu(gpu).name if gpu else None
+        if provider is not None and provider not in DEFAULT_REGIONS:
+            raise SailorSimError(
+                f"unknown provider {provider!r}; use one of {', '.join(DEFAULT_REGIONS)}",
+                field="provider",
+            )
+    except SailorSimError as exc:
+        fail(exc)
+    offers = [o for o in OFFERS if name in (None, o.gpu_type) and provider in (None, o.provider)]
+    others = [p for p in OTHER_PRICES.values() if name in (None, p.gpu_type) and not provider]
+    if as_json:
+        rows = [
+            {
+                "provider": o.provider,
+                "instance": o.instance,
+                "gpu_type": o.gpu_type,
+                "gpus": o.gpus,
+                "regions": list(o.regions),
+                "usd_per_gpu_hour": o.usd_per_gpu_hour(),
+                "spot_usd_per_gpu_hour": o.usd_per_gpu_hour(spot=True),
+                "fabric": o.fabric.name,
+                "source": o.source,
+                "spot_source": o.spot_source,
+                "date": o.date,
+            }
+            for o in offers
+        ]
+        other = [p.__dict__ for p in others]
+        typer.echo(json.dumps({"offers": rows, "other": other}))
+        return
+    _echo_table(
+        ["gpu", "provider", "instance", "$/GPU-h", "spot $/GPU-h", "fabric", "date", "source"],
+        [
+            (
+                o.gpu_type,
+                o.provider,
+                o.instance,
+                f"{o.usd_per_gpu_hour():.3f}",
+                f"{o.usd_per_gpu_hour(spot=True):.3f}",
+                f"{o.fabric.kind} {o.fabric.bandwidth_per_node * 8 / 1e9:.0f} Gb/s",
+                o.date,
+                o.source,
+            )  # fmt: skip
+            for o in offers
+        ]
+        + [
+            (p.gpu_type, "other", "-", f"{p.usd_per_gpu_hour:.3f}", "-", "-", p.date, p.source)
+            for p in others
+        ],
+    )
+
+
+def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """The built-in model catalog (any other model: pass its Hugging Face config.json)."""
+    from ..model.spec import MODEL_CATALOG
+
+    rows = [
+        {
+            "name": m.name,
+            "family": m.family,
+            "params": m.total_params(),
+            "layers": m.num_layers,
+            "hidden": m.hidden_size,
+            "heads": m.num_heads,
+            "kv_heads": m.num_kv_heads,
+            "vocab": m.vocab_size,
+            "max_seq_len": m.max_seq_len,
+            "tied": m.tie_word_embeddings,
+        }
+        for m in MODEL_CATALOG.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    _echo_table(
+        list(rows[0]),
+        [[f"{v / 1e9:.2f} B" if k == "params" else v for k, v in r.items()] for r in rows],
+    )
+
+
+def gpus(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """The built-in GPU catalog: memory, dense peaks, node size and link, source."""
+    from ..catalog.gpus import GPU_CATALOG
+
+    GiB = 1024**3
+    rows = [
+        {
+            "name": g.name,
+            "vendor": g.vendor,
+            "memory_gib": round(g.memory_bytes / GiB, 1),
+            "bf16_tflops": g.bf16_flops / 1e12,
+            "gpus_per_node": g.gpus_per_node,
+            "intra_node_gbps": g.intra_node_bandwidth / 1e9,
+            "intra_node_link": g.intra_node_link,
+            "source": g.source,
+        }
+        for g in GPU_CATALOG.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    _echo_table(
+        ["gpu", "vendor", "memory GiB", "bf16 TFLOP/s", "per node", "intra GB/s", "link"],
+        [list(r.values())[:7] for r in rows],
+    )
+
+
+def register(app: typer.Typer) -> None:
+    for command in (prices, models, gpus):
+        app.command()(command)

@@ -1,0 +1,633 @@
+"""ModelSpec: the architecture of a decoder-only transformer and its exact per-layer accounting.
+
+Layer ids are used everywhere (plans, profiles, checkpoints, the runtime's model zoo):
+0 = embedding, 1..L = transformer blocks, L+1 = final norm + LM head + loss.
+
+Parameter counts are exact and per GPU of a tensor-parallel (TP) group, Megatron style:
+column-parallel matrices (QKV, MLP up/gate, vocab rows of the embedding and the head) and their
+biases are split by TP; row-parallel matrices (attention output, MLP down) are split, their
+biases and every norm are replicated. Per layer, the LM head holds its own matrix even when the
+model ties it to the embedding (``tie_word_embeddings``), as Megatron keeps a copy on the last
+pipeline stage; the runtime's zoo does the same, and a test checks that its ``numel()`` equals
+these counts. ``total_params`` counts a tied matrix once and leaves out vocabulary padding, so it
+equals the published count.
+
+The built-in catalog is ``data/models.json`` (one entry per model, with its source); any
+decoder-only model can also be read from a Hugging Face ``config.json`` (``hf_config.py``).
+
+Beyond the GPT/LLaMA block, a spec may carry: an explicit ``attention_head_dim`` (Gemma,
+Qwen3: heads x head_dim != hidden), per-head q/k RMSNorms (``qk_norm``, Qwen3), Gemma-2's
+norms after attention and MLP (``sandwich_norm``), BLOOM's norm after the embedding
+(``embedding_norm``), a squared-ReLU MLP (``mlp='relu2'``, Nemotron-4: So et al. 2021,
+"Primer", arXiv 2109.08668), latent attention (``mla``, ``mla.py``) and mixture-of-experts
+blocks (``moe``, ``moe.py``). For MoE the per-layer counts hold every expert; expert
+parallelism divides them in the memory model (``moe.py``).
+
+Activation memory follows Korthikanti et al., "Reducing Activation Recomputation in Large
+Transformer Models" (2022), Sec. 4.1, without sequence parallelism or recomputation, one named
+term per stored tensor (see ``stash_terms``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..catalog.readers import model_entries
+from ..dtypes import check_dtype, dtype_bytes
+from ..errors import UnknownNameError, ValidationError
+from .mla import MLASpec
+from .moe import MoESpec
+
+# Labels only: the architecture is in the fields (position, norm, mlp, bias, ...).
+FAMILIES = (
+    "opt",
+    "gpt-neo",
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gpt-neox",
+    "gpt2",
+    "gpt",
+    "mpt",
+    "mixtral",
+    "qwen3",
+    "qwen2-moe",
+    "qwen3-moe",
+    "deepseek",
+    "gemma2",
+    "bloom",
+    "nemotron",
+)
+POSITIONS = ("learned", "rotary", "alibi")
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu", "geglu", "relu2")
+# Bytes of the int64 token ids a stage 0 keeps per token (for the embedding backward).
+_TOKEN_ID_BYTES = 8
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of a decoder-only transformer (values, no hardware)."""
+
+    name: str
+    family: str
+    num_layers: int
+    """L, the number of transformer blocks (layer ids 1..L)."""
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    """Key/value heads; < num_heads means grouped-query attention."""
+    ffn_hidden_size: int
+    vocab_size: int
+    """Rows of the embedding and the head, already padded (a multiple of 128 divides any TP)."""
+    max_seq_len: int
+    position: str = "learned"
+    """'learned' (absolute position embedding in layer 0), 'rotary' or 'alibi' (no parameters)."""
+    norm: str = "layernorm"
+    """'layernorm' (weight + bias unless ``norm_bias`` is False) or 'rmsnorm' (weight only)."""
+    mlp: str = "gelu"
+    """'gelu' (up, down), 'relu2' (up, down, squared ReLU), 'swiglu' or 'geglu' (gate, up,
+    down; Shazeer 2020)."""
+    bias: bool = True
+    """Linear layers carry biases (OPT, GPT-Neo) or not (LLaMA)."""
+    dropout: float = 0.0
+    """Dropout probability; > 0 adds a one-byte mask per dropped tensor to the stash."""
+    attention_dropout: float | None = None
+    """Dropout on the attention probabilities; None = same as ``dropout``. OPT and GPT-Neo use
+    0 (their Hugging Face configs); > 0 stashes an (a, s, s) mask and the dropped copy."""
+    tie_word_embeddings: bool = False
+    """The LM head shares the embedding matrix (GPT-2, OPT, Gemma, MPT, Megatron GPT). Each
+    pipeline stage still holds its own copy (``params`` per layer, as Megatron keeps a copy on
+    the last stage and all-reduces its gradient); ``total_params`` counts it once."""
+    unpadded_vocab_size: int | None = None
+    """The tokenizer's vocabulary before padding (None = ``vocab_size`` is unpadded)."""
+    qkv_bias: bool | None = None
+    """Biases on Q, K, V only; None = same as ``bias`` (Qwen2: True with ``bias`` False)."""
+    norm_bias: bool | None = None
+    """LayerNorm carries a bias; None = True for 'layernorm' (MPT: False). RMSNorm never does."""
+    num_position_embeddings: int | None = None
+    """Rows of a learned position table; None = ``max_seq_len`` (OPT keeps 2 more rows)."""
+    attention_head_dim: int | None = None
+    """Width of one attention head; None = hidden_size / num_heads (Gemma-7B: 256 x 16 heads
+    on a 3072 hidden state)."""
+    qk_norm: bool = False
+    """RMSNorm (weight of head_dim) on each head's query and key (Qwen3)."""
+    sandwich_norm: bool = False
+    """Norms also after attention and after the MLP, 4 per block (Gemma-2)."""
+    embedding_norm: bool = False
+    """A norm on the embedding output in layer 0 (BLOOM ``word_embeddings_layernorm``)."""
+    moe: MoESpec | None = None
+    """Mixture-of-experts blocks (``moe.py``); None = dense."""
+    mla: MLASpec | None = None
+    """Multi-head latent attention (``mla.py``); None = multi-head/grouped-query attention."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.moe, dict):
+            object.__setattr__(self, "moe", MoESpec(**self.moe))
+        if isinstance(self.mla, dict):
+            object.__setattr__(self, "mla", MLASpec(**self.mla))
+        if self.family not in FAMILIES:
+            raise ValidationError(
+                f"unknown family {self.family!r}; use one of {FAMILIES}", field="family"
+            )
+        sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")
+        for field in (*sizes, "vocab_size", "max_seq_len"):
+            if getattr(self, field) <= 0:
+                raise ValidationError(f"must be positive, got {getattr(self, field)}", field=field)
+        if self.hidden_size % self.num_heads and self.attention_head_dim is None and not self.mla:
+            raise ValidationError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}",
+                field="num_heads",
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValidationError(
+                f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}",
+                field="num_kv_heads",
+            )
+        for field, allowed in (("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS)):
+            if getattr(self, field) not in allowed:
+                raise ValidationError(
+                    f"unknown {field} {getattr(self, field)!r}; use one of {allowed}", field=field
+                )
+        self._check_vocab_and_positions()
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValidationError(f"must be in [0, 1), got {self.dropout}", field="dropout")
+        if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
+            raise ValidationError(
+                f"must be in [0, 1), got {self.attention_dropout}", field="attention_dropout"
+            )
+
+    def _check_vocab_and_positions(self) -> None:
+        unpadded = self.unpadded_vocab_size
+        if unpadded is not None and not 0 < unpadded <= self.vocab_size:
+            raise ValidationError(
+                f"must be in 1..vocab_size ({self.vocab_size}), got {unpadded}",
+                field="unpadded_vocab_size",
+            )
+        rows = self.num_position_embeddings
+        if rows is not None and rows < self.max_seq_len:
+            raise ValidationError(
+                f"{rows} position rows cannot hold max_seq_len {self.max_seq_len}",
+                field="num_position_embeddings",
+            )
+
+    # ---- shape helpers ---------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.attention_head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries (and of the attention output): num_heads * head_dim."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.mla.qk_head_dim if self.mla else self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def simulated_only_features(self) -> tuple[str, ...]:
+        """Architecture features the simulator accounts for but the runtime's model zoo does
+        not build (it refuses such a spec rather than train a different model)."""
+        features = {
+            "moe": self.moe is not None,
+            "mla": self.mla is not None,
+            "attention_head_dim": self.attention_head_dim is not None,
+            "qk_norm": self.qk_norm,
+            "sandwich_norm": self.sandwich_norm,
+            "embedding_norm": self.embedding_norm,
+            "mlp=relu2": self.mlp == "relu2",
+        }
+        return tuple(name for name, present in features.items() if present)
+
+    def is_moe_block(self, layer_id: int) -> bool:
+        return (
+            self.moe is not None
+            and self.layer_kind(layer_id) == "block"
+            and (self.moe.is_moe_block(layer_id))
+        )
+
+    def mlp_width(self, layer_id: int) -> float:
+        """Intermediate width a token passes through in this block's MLP: the dense FFN, or
+        the routed slots x expert width plus the shared experts."""
+        if not self.is_moe_block(layer_id):
+            return self.ffn_hidden_size
+        return self.moe.routed_slots * self.moe.expert_ffn + self.moe.shared_ffn
+
+    @property
+    def kv_size(self) -> int:
+        """Width of K (and of V): num_kv_heads * head_dim."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def gated_mlp(self) -> bool:
+        """Gate, up and down matrices (SwiGLU, GeGLU) instead of up and down."""
+        return self.mlp in ("swiglu", "geglu")
+
+    @property
+    def qkv_has_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def norm_has_bias(self) -> bool:
+        if self.norm == "rmsnorm":
+            return False
+        return True if self.norm_bias is None else self.norm_bias
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position table (0 for rotary and ALiBi: no parameters)."""
+        if self.position != "learned":
+            return 0
+        return self.num_position_embeddings or self.max_seq_len
+
+    @property
+    def vocab_padding(self) -> int:
+        """Rows added to the tokenizer's vocabulary so that TP degrees divide it."""
+        return 0 if self.unpadded_vocab_size is None else self.vocab_size - self.unpadded_vocab_size
+
+    @property
+    def num_layer_ids(self) -> int:
+        """L + 2: embedding, L blocks, head."""
+        return self.num_layers + 2
+
+    @property
+    def head_layer_id(self) -> int:
+        return self.num_layers + 1
+
+    def layer_kind(self, layer_id: int) -> str:
+        """'embedding', 'block' or 'head'."""
+        self.check_layer_id(layer_id)
+        if layer_id == 0:
+            return "embedding"
+        return "head" if layer_id == self.head_layer_id else "block"
+
+    def check_layer_id(self, layer_id: int, field: str = "layer_id") -> None:
+        if not 0 <= layer_id <= self.head_layer_id:
+            raise ValidationError(
+                f"layer id {layer_id} is outside 0..{self.head_layer_id} of {self.name}",
+                field=field,
+            )
+
+    def tp_degrees(self, limit: int = 64) -> list[int]:
+        """Powers of two up to ``limit`` that split this model's heads, kv heads, FFN and vocab."""
+        return [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= limit and self.tp_problem(t) is None]
+
+    def tp_problem(self, tp: int) -> str | None:
+        """Why ``tp`` cannot split this model, or None when it can."""
+        if tp < 1:
+            return f"TP degree must be >= 1, got {tp}"
+        for what, size in (
+            ("num_heads", self.num_heads),
+            ("num_kv_heads", self.num_kv_heads),
+            ("ffn_hidden_size", self.ffn_hidden_size),
+            ("vocab_size", self.vocab_size),
+            *((("moe.expert_ffn", self.moe.expert_ffn),) if self.moe else ()),
+        ):
+            if size % tp:
+                return f"TP degree {tp} does not divide {what} {size} of {self.name}"
+        return None
+
+    def check_tp(self, tp: int, field: str = "tp") -> None:
+        problem = self.tp_problem(tp)
+        if problem:
+            raise ValidationError(problem + "; choose a TP degree that divides it", field=field)
+
+    # ---- parameters ------------------------------------------------------------------------
+    def _norm_params(self) -> int:
+        return 2 * self.hidden_size if self.norm_has_bias else self.hidden_size
+
+    def param_terms(self, layer_id: int, tp: int = 1) -> dict[str, int]:
+        """Parameters per GPU of a TP group for one layer, by named tensor group."""
+        self.check_tp(tp)
+        h, kind = self.hidden_size, self.layer_kind(layer_id)
+        if kind == "embedding":
+            terms = {"word_embeddings": self.vocab_size * h // tp}
+            if self.position_rows:
+                terms["position_embeddings"] = self.position_rows * h
+            if self.embedding_norm:
+                terms["embedding_norm"] = self._norm_params()
+            return terms
+        if kind == "head":
+            return {"final_norm": self._norm_params(), "lm_head": self.vocab_size * h // tp}
+        norms = 4 if self.sandwich_norm else 2
+        terms = {"attention_norm": self._norm_params(), **self._attention_terms(tp)}
+        terms["mlp_norm"] = (norms - 1) * self._norm_params()
+        return terms | self._mlp_terms(layer_id, tp)
+
+    def _attention_terms(self, tp: int) -> dict[str, int]:
+        h = self.hidden_size
+        if self.mla:
+            return self.mla.param_terms(h, self.num_heads, tp)
+        qkv_out = self.q_width + 2 * self.kv_size
+        terms = {"attention_qkv": qkv_out * h // tp, "attention_out": self.q_width * h // tp}
+        if self.qk_norm:  # one head_dim weight each for q and k, shared by the heads
+            terms["attention_qk_norm"] = 2 * self.head_dim
+        if self.qkv_has_bias:
+            terms["attention_qkv_bias"] = qkv_out // tp
+        if self.bias:
+            terms["attention_out_bias"] = h  # row-parallel bias: replicated
+        return terms
+
+    def _mlp_terms(self, layer_id: int, tp: int) -> dict[str, int]:
+        h, mlp_mats = self.hidden_size, 3 if self.gated_mlp else 2
+        if not self.is_moe_block(layer_id):
+            terms = {"mlp": mlp_mats * h * self.ffn_hidden_size // tp}
+            if self.bias:
+                terms["mlp_bias"] = self.ffn_hidden_size * (mlp_mats - 1) // tp + h
+            return terms
+        moe = self.moe
+        terms = {
+            "mlp_router": moe.num_experts * h,  # replicated: every rank routes its tokens
+            "mlp_experts": moe.num_experts * mlp_mats * h * moe.expert_ffn // tp,
+        }
+        if moe.router_bias:
+            terms["mlp_router_bias"] = moe.num_experts
+        if moe.shared_ffn:
+            terms["mlp_shared_experts"] = mlp_mats * h * moe.shared_ffn // tp
+        if moe.shared_expert_gate:
+            terms["mlp_shared_gate"] = h
+        return terms
+
+    def active_matmul_params(self, layer_id: int, tp: int = 1) -> float:
+        """Weights one token multiplies with in this layer (per GPU of a TP group): every
+        matrix of a dense block; the router, top_k (or the capacity's) experts and the shared
+        ones of a MoE block. The FLOPs per token are twice this."""
+        kind = self.layer_kind(layer_id)
+        if kind == "embedding":
+            return 0.0
+        if kind == "head":
+            return self.vocab_size * self.hidden_size / tp
+        terms = self.param_terms(layer_id, tp)
+        attention = (
+            sum(
+                v for k, v in terms.items() if k in ("attention_qkv", "attention_q", "attention_kv")
+            )
+            + terms["attention_out"]
+        )
+        if not self.is_moe_block(layer_id):
+            return float(attention + terms["mlp"])
+        experts = terms["mlp_experts"] * self.moe.routed_slots / self.moe.num_experts
+        shared = terms.get("mlp_shared_experts", 0) + terms.get("mlp_shared_gate", 0)
+        return attention + terms["mlp_router"] + experts + shared
+
+    def active_params(self) -> int:
+        """Parameters one token uses (the 'activated' count of MoE papers): ``total_params``
+        with each MoE block's unrouted experts left out (dropless top_k)."""
+        unused = 0
+        if self.moe:
+            mats = 3 if self.gated_mlp else 2
+            idle = (self.moe.num_experts - self.moe.top_k) * mats * self.hidden_size
+            blocks = sum(self.is_moe_block(i) for i in range(1, self.num_layers + 1))
+            unused = blocks * idle * self.moe.expert_ffn
+        return self.total_params() - unused
+
+    def params(self, layer_id: int, tp: int = 1) -> int:
+        """Parameter count of one layer per GPU of a TP group."""
+        return sum(self.param_terms(layer_id, tp).values())
+
+    def total_params(self) -> int:
+        """Parameters of the model as published: the tokenizer's vocabulary (no padding rows)
+        and a tied head counted once. What the GPUs hold is ``sum(params(i))``."""
+        held = sum(self.params(i) for i in range(self.num_layer_ids))
+        h = self.hidden_size
+        if self.tie_word_embeddings:
+            held -= self.vocab_size * h
+        else:
+            held -= self.vocab_padding * h  # the head's padding rows
+        return held - self.vocab_padding * h  # the embedding's padding rows
+
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matmul per token (the N of 6N): everything but the
+        input embedding lookups; a tied matrix counts once, as the head. Padded vocabulary."""
+        held = sum(self.params(i) for i in range(self.num_layer_ids))
+        return held - sum(self.param_terms(0).values())
+
+    # ---- activations -----------------------------------------------------------------------
+    def activation_out_bytes(
+        self, layer_id: int, microbatch_size: int, seq_len: int, dtype: str
+    ) -> int:
+        """Bytes a layer hands to the next one (and the gradient coming back), per microbatch.
+
+        The full hidden state is sent even under TP (every TP rank holds a replica of it).
+        The head ends the model and sends nothing.
+        """
+        if self.layer_kind(layer_id) == "head":
+            return 0
+        return microbatch_size * seq_len * self.hidden_size * dtype_bytes(dtype)
+
+    def stash_terms(
+        self,
+        layer_id: int,
+        microbatch_size: int,
+        seq_len: int,
+        dtype: str,
+        tp: int = 1,
+        flash_attention: bool = False,
+    ) -> dict[str, int]:
+        """Bytes kept for backward per microbatch on one GPU of a TP group, by stored tensor."""
+        self.check_tp(tp)
+        dtype = check_dtype(dtype)
+        e, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, self.hidden_size
+        sbh = s * b * h
+        mask = 1 if self.dropout > 0 else 0
+        kind = self.layer_kind(layer_id)
+        if kind == "embedding":
+            return {"token_ids": s * b * _TOKEN_ID_BYTES, "embedding_dropout_mask": sbh * mask}
+        if kind == "head":
+            # Logits are kept in fp32 for a numerically sound softmax cross-entropy.
+            return {
+                "final_norm_input": sbh * e,
+                "lm_head_input": sbh * e,
+                "logits": s * b * self.vocab_size // tp * max(e, 4),
+            }
+        a, kv, q = self.num_heads, self.kv_size, self.q_width
+        if self.mla:  # per-head q/k of qk_head_dim, values of v_head_dim, every head
+            q, kv = a * self.mla.qk_head_dim, a * self.mla.v_head_dim
+        if flash_attention:  # only the log-sum-exp per row survives (Dao et al. 2022)
+            scores = {"softmax_lse": a * s * b // tp * 4}
+        else:
+            attn_p = self.dropout if self.attention_dropout is None else self.attention_dropout
+            scores = {"softmax_output": a * s * s * b // tp * e}
+            if attn_p > 0:  # the mask, and the dropped probabilities the context bmm keeps
+                scores["softmax_dropout_mask"] = a * s * s * b // tp
+                scores["softmax_dropout_output"] = a * s * s * b // tp * e
+        ffn_t = self.mlp_width(layer_id) / tp
+        mlp_stored = 3 if self.gated_mlp else 2  # gate, up, act-out | act-in, act-out
+        terms = {
+            "attention_norm_input": sbh * e,
+            "qkv_input": sbh * e,
+            "query_key": s * b * (q + kv) // tp * e,
+            **scores,
+            "value": s * b * kv // tp * e,
+            "attention_out_input": s * b * q // tp * e,
+            "attention_dropout_mask": sbh * mask,
+            "mlp_norm_input": sbh * e,
+            "mlp_input": sbh * e,
+            "mlp_hidden": int(s * b * ffn_t * mlp_stored * e),
+            "mlp_dropout_mask": sbh * mask,
+        }
+        if self.is_moe_block(layer_id):
+            # The router's fp32 probabilities and each routed copy of the hidden state that
+            # the dispatch permutes to the experts (kept for the experts' weight gradients).
+            slots = self.moe.routed_slots
+            terms["moe_router_probs"] = s * b * self.moe.num_experts * 4
+            terms["moe_dispatched_input"] = int(s * b * slots * h * e)
+        return terms
+
+    def activation_stash_bytes(
+        self,
+        layer_id: int,
+        microbatch_size: int,
+        seq_len: int,
+        dtype: str,
+        tp: int = 1,
+        flash_attention: bool = False,
+    ) -> int:
+        """Bytes kept for backward per microbatch on one GPU of a TP group."""
+        return sum(
+            self.stash_terms(
+                layer_id, microbatch_size, seq_len, dtype, tp, flash_attention
+            ).values()
+        )
+
+    # ---- compute ---------------------------------------------------------------------------
+    def forward_flops(
+        self, layer_id: int, microbatch_size: int, seq_len: int, tp: int = 1
+    ) -> float:
+        """Matmul FLOPs of one layer's forward pass per GPU of a TP group (2 per multiply-add).
+
+        Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+        Megatron-LM" (2021), Sec. 5.1: 2 * tokens * weights, plus attention scores and context.
+        """
+        kind = self.layer_kind(layer_id)
+        tokens = microbatch_size * seq_len
+        h = self.hidden_size
+        if kind == "embedding":
+            return 0.0
+        if kind == "head":
+            return 2.0 * tokens * h * self.vocab_size / tp
+        return 2.0 * tokens * self.active_matmul_params(layer_id, tp) + self.attention_core_flops(
+            microbatch_size, seq_len, tp
+        )
+
+    def attention_core_flops(self, microbatch_size: int, seq_len: int, tp: int = 1) -> float:
+        """Forward FLOPs of QK^T and softmax @ V of one block per GPU of a TP group (no causal
+        discount, as Narayanan et al. count): 2 b s^2 a (d_qk + d_v) / tp."""
+        per_head = self.qk_head_dim + self.v_head_dim
+        return 2.0 * microbatch_size * seq_len * seq_len * self.num_heads * per_head / tp
+
+
+MODEL_CATALOG: dict[str, ModelSpec] = {}
+MODEL_ALIASES: dict[str, str] = {}
+
+
+def register_model(spec: ModelSpec, aliases: tuple[str, ...] = ()) -> ModelSpec:
+    """Add (or replace) a catalog model and its aliases (matched case-insensitively)."""
+    MODEL_CATALOG[spec.name] = spec
+    for alias in (spec.name, *aliases):
+        MODEL_ALIASES[alias.lower()] = spec.name
+    return spec
+
+
+def catalog_model(name: str) -> ModelSpec | None:
+    """The catalog model of that name or alias (case-insensitive), else None."""
+    return MODEL_CATALOG.get(name) or MODEL_CATALOG.get(MODEL_ALIASES.get(name.lower(), ""))
+
+
+def model_wire_name(spec: ModelSpec) -> str:
+    """What a Job sends as its model: the catalog name, or else the spec's fields as a JSON
+    object, so a server builds the model from the content and never reads a client's path."""
+    if catalog_model(spec.name) == spec:
+        return spec.name
+    return json.dumps(dataclasses.asdict(spec), sort_keys=True)
+
+
+MAX_SPEC_BYTES = 64 * 1024
+"""Largest model given as JSON content (a spec is a few hundred bytes)."""
+
+
+_NESTED_SPECS = ("moe", "mla")
+"""ModelSpec fields that are specs of their own (objects of scalars on the wire)."""
+
+
+def model_from_json(text: str) -> ModelSpec:
+    """A ModelSpec from the JSON object of its fields (``model_wire_name``); unknown fields,
+    wrong types and bad values are refused naming the field."""
+    from .. import inputs
+
+    if len(text) > MAX_SPEC_BYTES:
+        raise ValidationError(
+            f"a model given as JSON has {len(text)} characters, more than {MAX_SPEC_BYTES}",
+            field="model",
+        )
+    data = inputs.parse_json(text, "model", "the model's JSON content")
+    if not isinstance(data, dict):
+        raise ValidationError("JSON content must be an object of ModelSpec fields", field="model")
+    known = {f.name: f for f in dataclasses.fields(ModelSpec)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValidationError(f"unknown ModelSpec field {unknown[0][:60]!r}", field="model")
+    for key, value in data.items():
+        nested = key in _NESTED_SPECS and isinstance(value, dict)
+        if isinstance(value, dict | list) and not nested:
+            raise ValidationError("must be a number, a string, a bool or null", field=key)
+        if nested and any(isinstance(v, dict | list) for v in value.values()):
+            raise ValidationError("must hold numbers, strings, bools or nulls", field=key)
+    try:
+        return ModelSpec(**data)
+    except TypeError as exc:  # a missing field, or a string where a number belongs
+        raise ValidationError(f"is not a valid ModelSpec ({exc!s:.120})", field="model") from None
+
+
+def get_model(name: str | ModelSpec) -> ModelSpec:
+    """A model by catalog name or alias (case-insensitive), the JSON object of a spec's fields
+    (``model_wire_name``), or a Hugging Face ``config.json`` (a path ending in .json, or a
+    folder holding one; read with ``read_hf_config``)."""
+    if isinstance(name, ModelSpec):
+        return name
+    if not isinstance(name, str):
+        raise UnknownNameError(f"must be a model name, got {name!r:.60}", field="model")
+    spec = catalog_model(name)
+    if spec is not None:
+        return spec
+    if name.lstrip().startswith("{"):
+        return model_from_json(name)
+    from .hf_config import looks_like_config_path
+
+    if looks_like_config_path(name):
+        return read_hf_config(name)
+    raise UnknownNameError(
+        f"unknown model {name!r}; known models: {', '.join(MODEL_CATALOG)}, or pass the path "
+        "of a Hugging Face config.json",
+        field="model",
+    )
+
+
+def read_hf_config(path) -> ModelSpec:
+    """The ModelSpec of a Hugging Face ``config.json`` (or a folder holding one); see
+    ``hf_config`` for what is read and refused. Cached while the file is unchanged."""
+    from .hf_config import read_hf_fields
+
+    return _spec_from_fields(read_hf_fields(path))
+
+
+@lru_cache(maxsize=64)
+def _spec_from_fields(fields: tuple[tuple[str, object], ...]) -> ModelSpec:
+    return ModelSpec(**dict(fields))
+
+
+def _load_catalog() -> None:
+    for fields, aliases in model_entries():
+        register_model(ModelSpec(**fields), aliases)
+
+
+_load_catalog()

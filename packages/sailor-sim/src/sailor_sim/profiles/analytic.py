@@ -1,0 +1,292 @@
+"""Analytic (roofline) per-layer estimates, used when no profile entry exists.
+
+A layer's forward time is ``max(FLOPs / (peak * efficiency), bytes / (memory bandwidth *
+MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S``; backward does twice the FLOPs (Narayanan et al. 2021,
+Sec. 5.1: backward = 2x forward). The efficiency is an achieved fraction of peak per GPU type
+(``COMPUTE_EFFICIENCY``), each fitted to measured per-layer times and recording its source. For
+fp32 training, matmuls run on TF32 tensor cores where the GPU has them, as Megatron-LM enables
+(``torch.backends.cuda.matmul.allow_tf32``); the efficiencies are relative to that peak.
+
+Mixed precision (bf16/fp16) layers whose GPU family has a calibration on published training runs
+(``data/published_runs.json``, fitted by ``bench/sim_published.py --fit`` into
+``data/compute_efficiency.json``) are timed as the sum of two kinds of kernels that run one after
+the other in eager PyTorch (they do not overlap):
+
+- matmuls at ``e_max * min(1, flops_per_matmul / knee_flops)`` of the tensor-core peak, per
+  (family, dtype) -- a GEMM reaches its plateau once it fills every SM for several waves; the
+  published rows support no knee so far (``knee_flops`` 1 = none);
+- elementwise kernels (norms, residual adds, the MLP activation, RoPE; the head's logits cast,
+  log-softmax and their gradients) at ``MEMORY_EFFICIENCY`` of the memory bandwidth, their
+  bytes counted from the architecture (``elementwise_bytes``). They grow with tokens x hidden,
+  the matmuls with tokens x hidden^2, so they are what makes small models (MPT-125M: ~20 % of
+  its time) slower per FLOP than large ones -- not the matmul size.
+
+The file names the rows it was fitted on and the leave-one-source-out error of the fit.
+
+TP communication is *not* part of these estimates: the simulator adds it (``tp_comm``) for every
+entry whose ``includes_tp_comm`` is false.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..catalog.gpus import GPUType
+from ..dtypes import dtype_bytes
+from ..model.spec import ModelSpec
+
+_FIT = "fit to original Sailor profiles_tmp.json, OPT-350 blocks, fp32, mbs 1-8, tp 1"
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    forward: float
+    """Achieved fraction of peak matmul FLOP/s in the forward pass."""
+    backward: float
+    source: str
+
+
+COMPUTE_EFFICIENCY: dict[str, Efficiency] = {
+    "GH-96": Efficiency(0.158, 0.104, _FIT),
+    "A100-40": Efficiency(0.21, 0.154, _FIT),
+    "A100-80": Efficiency(0.26, 0.176, _FIT),
+    "V100-16": Efficiency(0.61, 0.50, _FIT),
+    "Titan-RTX": Efficiency(0.54, 0.42, _FIT),
+    "RTX-2080": Efficiency(0.83, 0.635, _FIT),
+    "RTX-3090": Efficiency(0.44, 0.32, _FIT),
+    # No profiles in the Sailor artifacts: borrowed from the closest architecture.
+    "H100-80": Efficiency(0.158, 0.104, "assumed equal to GH-96 (same Hopper SM, same peak)"),
+    "H200": Efficiency(0.158, 0.104, "assumed equal to GH-96 (same Hopper SM, same peak)"),
+    "L4": Efficiency(0.44, 0.32, "assumed equal to RTX-3090 (Ada/Ampere consumer SM)"),
+    "T4": Efficiency(0.61, 0.50, "assumed equal to V100-16 relative to fp32 peak"),
+    "CPU": Efficiency(0.5, 0.5, "placeholder for the emulated CPU device; profile it"),
+}
+DEFAULT_EFFICIENCY = Efficiency(0.3, 0.25, "default for GPU types without a fit")
+MEMORY_EFFICIENCY = 0.7
+"""Achieved fraction of peak memory bandwidth for elementwise kernels (STREAM-like)."""
+KERNEL_OVERHEAD_S = 20e-6
+"""Launch and framework overhead per layer and pass (~10 kernels x ~2 us)."""
+ADAM_BYTES_PER_PARAM = {"fp32": 28, "bf16": 34, "fp16": 34}
+"""Memory traffic of one Adam step per parameter: read p, g, m, v and write p, m, v (fp32);
+mixed precision also reads the 16-bit grad and writes the 16-bit weight copy."""
+SGD_BYTES_PER_PARAM = {"fp32": 16, "bf16": 22, "fp16": 22}
+"""SGD with momentum: read p, g, buf and write p, buf (fp32)."""
+
+
+CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "data" / "compute_efficiency.json"
+GPU_FAMILY = {"A100": "ampere", "H100": "hopper", "H200": "hopper", "GH-96": "hopper"}
+"""GPU type name prefix -> architecture family whose calibrated efficiency it shares (same SM,
+same tensor-core generation), e.g. A100-40 and A100-80, or a variant such as H100-96-..."""
+GEMMS_PER_BLOCK = 6
+"""QKV, attention scores, attention context, attention output, MLP up, MLP down: the block's
+forward FLOPs divided by this is its mean matmul size."""
+
+
+@dataclass(frozen=True)
+class MatmulEfficiency:
+    """Achieved fraction of peak of a mixed-precision matmul of ``flops`` FLOPs."""
+
+    e_max: float
+    """Plateau efficiency of large matmuls (fraction of the dense tensor-core peak)."""
+    knee_flops: float
+    """Matmul size below which efficiency falls proportionally (launch/wave bound)."""
+    source: str
+
+    def at(self, flops: float) -> float:
+        return self.e_max * min(1.0, flops / self.knee_flops)
+
+
+_MAMF = (
+    "Maximum Achievable Matmul FLOPS, bf16, best shape (stas00/ml-engineering "
+    "compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table')"
+)
+HARDWARE_MATMUL_EFFICIENCY: dict[str, tuple[float, str]] = {
+    "ampere": (271.2 / 312, f"A100 SXM 271.2 of 312 TFLOP/s: {_MAMF}"),
+    "hopper": (794.5 / 989, f"H100 SXM 794.5 of 989 TFLOP/s: {_MAMF}"),
+}
+"""GPU family -> the fraction of its dense tensor-core peak a large matmul reaches on the
+hardware alone (a published GEMM benchmark, no framework in it): the calibrated matmul
+efficiency. What training frameworks lose on top is ``FRAMEWORK_EFFICIENCY``. fp16 runs on the
+same tensor cores at the same peak: the bf16 figure."""
+
+
+def load_calibration(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], MatmulEfficiency]:
+    """(family, dtype) -> matmul efficiency for the families the calibration file covers:
+    the hardware's (``HARDWARE_MATMUL_EFFICIENCY``), or the file's own e_max where it gives
+    one (older files fitted it); empty without the file."""
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    out = {}
+    for key, v in doc["efficiency"].items():
+        fam, dtype = key.split("/")
+        e_max, source = HARDWARE_MATMUL_EFFICIENCY.get(fam, (v.get("e_max"), path.name))
+        if e_max is not None:
+            out[(fam, dtype)] = MatmulEfficiency(e_max, v.get("knee_flops", 1.0), source)
+    return out
+
+
+def load_framework_efficiency(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], float]:
+    """(execution style, family) -> fitted framework efficiency (``framework_efficiency``)."""
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    return {
+        tuple(key.split("/")): float(value)
+        for key, value in doc.get("framework_efficiency", {}).items()
+    }
+
+
+CALIBRATION: dict[tuple[str, str], MatmulEfficiency] = load_calibration()
+FRAMEWORK_EFFICIENCY: dict[tuple[str, str], float] = load_framework_efficiency()
+"""(style, family) -> the fraction of the hardware's compute speed a training framework of
+that execution style reaches (``trust.execution_style``: 'megatron' or 'fsdp'): kernel launch
+and Python overhead, synchronisation, memory-bound kernels the layer model does not count.
+Fitted by ``bench/sim_published.py --fit`` on published runs; the simulator charges the rest as
+the named ``framework`` term of every analytic estimate (``framework_efficiency``)."""
+
+
+def framework_efficiency(style: str, family: str | None) -> tuple[float, str] | None:
+    """(efficiency, which fit) for a style and GPU family: its own fit; else the style's
+    fits on other families (frameworks transfer: their overhead is software); else the
+    family's other style; None without any fit."""
+    table = FRAMEWORK_EFFICIENCY
+    if (style, family) in table:
+        return table[(style, family)], f"{style}/{family}"
+    same_style = [v for (s, _), v in table.items() if s == style]
+    if same_style:
+        return sum(same_style) / len(same_style), f"{style}/* (no {style} runs on {family})"
+    same_family = [v for (_, f), v in table.items() if f == family]
+    if same_family:
+        return sum(same_family) / len(same_family), f"*/{family} (no {style} runs)"
+    return None
+
+
+def set_framework_efficiency(table: dict[tuple[str, str], float]) -> None:
+    """Replace the fitted framework efficiencies (bench/sim_published.py's fit)."""
+    FRAMEWORK_EFFICIENCY.clear()
+    FRAMEWORK_EFFICIENCY.update(table)
+
+
+def calibration_validation(path: Path = CALIBRATION_FILE) -> dict:
+    """The committed calibration's validation on the published runs, as ``bench/sim_published.py
+    --fit`` wrote it: 'uncalibrated', 'in_sample' and 'leave_one_source_out' summaries (mean and
+    max relative error of throughput and memory, row counts); {} without the file."""
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text()).get("validation", {})
+
+
+def set_calibration(table: dict[tuple[str, str], MatmulEfficiency]) -> None:
+    """Replace the calibrated efficiencies (the fit in bench/sim_published.py tries candidates;
+    build a new Simulator afterwards, since simulators cache their per-layer numbers)."""
+    CALIBRATION.clear()
+    CALIBRATION.update(table)
+
+
+def gpu_family(gpu: GPUType) -> str | None:
+    return next((f for prefix, f in GPU_FAMILY.items() if gpu.name.startswith(prefix)), None)
+
+
+def calibrated(gpu: GPUType, dtype: str) -> MatmulEfficiency | None:
+    """The published-run calibration for this GPU and dtype, if there is one (fp32 runs keep
+    the per-GPU fit to the Sailor profiles)."""
+    family = gpu_family(gpu)
+    return None if family is None else CALIBRATION.get((family, dtype))
+
+
+def efficiency(gpu: GPUType) -> Efficiency:
+    return COMPUTE_EFFICIENCY.get(gpu.name, DEFAULT_EFFICIENCY)
+
+
+def matmul_size(model: ModelSpec, layer_id: int, flops: float) -> float:
+    """Mean FLOPs of one matmul of this layer's forward pass (the head is one matmul)."""
+    return flops / (GEMMS_PER_BLOCK if model.layer_kind(layer_id) == "block" else 1)
+
+
+LOGIT_BYTES_FORWARD = 16
+"""Bytes moved per logit element in the forward pass of the loss, mixed precision: write the
+16-bit logits (2), cast to fp32 (read 2, write 4), log-softmax (read 4, write 4)."""
+LOGIT_BYTES_BACKWARD = 18
+"""... and in backward: the log-softmax gradient (read output 4, read grad 4, write 4), cast
+back to 16 bits (read 4, write 2)."""
+
+
+def elementwise_bytes(model: ModelSpec, layer_id: int, mbs: int, seq: int, tp: int, e: int):
+    """Bytes the forward pass of a layer moves through memory-bound (non-matmul) kernels on
+    one GPU of a TP group: per token, two norms (read + write h each), two residual adds
+    (read 2h, write h each), the MLP activation (GELU: read + write ffn; SwiGLU: SiLU read +
+    write ffn, then the product read 2 ffn, write ffn), RoPE on q and k (read + write). The
+    head: the loss over the logits (``LOGIT_BYTES_FORWARD`` per element). Backward moves about
+    twice as much (a gradient in and one out per saved input); the caller doubles it."""
+    tokens, h = mbs * seq, model.hidden_size
+    kind = model.layer_kind(layer_id)
+    if kind == "head":
+        return tokens * (model.vocab_size // tp) * LOGIT_BYTES_FORWARD
+    if kind != "block":
+        return 0
+    ffn = model.mlp_width(layer_id) / tp  # MoE: the routed slots' and shared experts' width
+    per_token = 4 * h + 6 * h + (5 * ffn if model.gated_mlp else 2 * ffn)
+    if model.position == "rotary":
+        per_token += 2 * (model.q_width + model.kv_size) // tp
+    return int(tokens * per_token * e)
+
+
+def calibrated_times(
+    model: ModelSpec, layer_id: int, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int, fit
+) -> tuple[float, float]:
+    """(forward s, backward s) with a published-run calibration: matmuls at the fitted
+    efficiency plus elementwise kernels at the memory bandwidth, one after the other."""
+    flops = model.forward_flops(layer_id, mbs, seq, tp)
+    matmul_s = 0.0  # the embedding: a gather, no matmul
+    if flops:
+        matmul_s = flops / (gpu.peak_flops(dtype) * fit.at(matmul_size(model, layer_id, flops)))
+    e = dtype_bytes(dtype)
+    bandwidth = gpu.memory_bandwidth * MEMORY_EFFICIENCY
+    fwd_bytes = elementwise_bytes(model, layer_id, mbs, seq, tp, e)
+    if model.layer_kind(layer_id) == "head":
+        bwd_bytes = fwd_bytes * LOGIT_BYTES_BACKWARD / LOGIT_BYTES_FORWARD
+    else:
+        bwd_bytes = 2 * fwd_bytes
+    if model.layer_kind(layer_id) == "embedding":  # a gather: its rows in, gradients out
+        fwd_bytes = bwd_bytes = 2 * mbs * seq * model.hidden_size * e
+    fwd = matmul_s + fwd_bytes / bandwidth + KERNEL_OVERHEAD_S
+    bwd = 2 * matmul_s + bwd_bytes / bandwidth + KERNEL_OVERHEAD_S
+    return fwd, bwd
+
+
+def layer_times(
+    model: ModelSpec, layer_id: int, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int
+) -> tuple[float, float]:
+    """(forward s, backward s) of one layer on one GPU of a TP group, TP communication excluded."""
+    fit = calibrated(gpu, dtype)
+    if fit is not None:
+        return calibrated_times(model, layer_id, gpu, dtype, mbs, seq, tp, fit)
+    peak = gpu.peak_flops(dtype, allow_tf32=True)
+    flops = model.forward_flops(layer_id, mbs, seq, tp)
+    eff = efficiency(gpu)
+    # Bytes touched: weights once, activations in and out a few times (elementwise ops).
+    e = dtype_bytes(dtype)
+    traffic = model.params(layer_id, tp) * e + 8 * mbs * seq * model.hidden_size * e
+    mem_s = traffic / (gpu.memory_bandwidth * MEMORY_EFFICIENCY)
+    fwd_compute = flops / (peak * eff.forward) if flops else 0.0  # the embedding: a gather
+    bwd_compute = 2 * flops / (peak * eff.backward) if flops else 0.0
+    fwd = max(fwd_compute, mem_s) + KERNEL_OVERHEAD_S
+    bwd = max(bwd_compute, 2 * mem_s) + KERNEL_OVERHEAD_S
+    return fwd, bwd
+
+
+def attention_flop_s(gpu: GPUType, dtype: str) -> float:
+    """Achieved FLOP/s of the attention core (flash): the GPU's matmul efficiency at its
+    16-bit peak (the calibrated plateau where there is one, else the per-GPU forward fit)."""
+    fit = calibrated(gpu, dtype)
+    eff = fit.e_max if fit else efficiency(gpu).forward
+    return gpu.peak_flops(dtype, allow_tf32=True) * eff
+
+
+def optimizer_time(params: int, gpu: GPUType, dtype: str, optimizer: str) -> float:
+    """Seconds of one optimizer step over ``params`` parameters (memory bound)."""
+    table = SGD_BYTES_PER_PARAM if optimizer == "sgd" else ADAM_BYTES_PER_PARAM
+    return params * table[dtype] / (gpu.memory_bandwidth * MEMORY_EFFICIENCY)

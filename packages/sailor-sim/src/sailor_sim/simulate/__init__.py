@@ -1,0 +1,1 @@
+"""The simulator: time, memory, network and cost terms composed into an Estimate."""

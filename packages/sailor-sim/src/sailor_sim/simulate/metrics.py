@@ -1,0 +1,273 @@
+"""How fast, how efficient, what it costs where, and how much to trust an estimate.
+
+Throughput in tokens/s (and per GPU), model FLOP/s per GPU and MFU, model FLOPs utilization
+(Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways", 2022, Appendix B): training
+FLOPs per token = 6N + 12 L H Q T, with N the parameters that take part in a matmul (all but the
+input embedding lookups; a tied matrix counts once, as the LM head), L layers, H heads of size Q
+(H Q = hidden size) and T the sequence length; the 12 L H Q T term is the attention scores and
+context (forward + backward, no causal halving, as PaLM). MFU divides the achieved model FLOP/s
+by the plan's peak: each GPU's dense peak at the job's dtype (fp32 jobs: the TF32 tensor-core
+peak where the GPU has one, as the simulator's analytic profiles assume). Recomputation is not
+counted (model FLOPs, not hardware FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..catalog.gpus import get_gpu
+from ..catalog.zones import DEFAULT_REGIONS, default_zone, get_zone
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Throughput:
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_flops_per_token: float
+    model_tflops_per_gpu: float
+    """Achieved model TFLOP/s per GPU (mean over the plan's GPUs)."""
+    peak_tflops_per_gpu: float
+    """Mean dense peak TFLOP/s of the plan's GPUs at the job's dtype."""
+    mfu: float
+    """Model FLOPs utilization: achieved / peak, in [0, 1]."""
+
+    def to_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+def model_flops_per_token(model, seq_len: int) -> float:
+    """Training FLOPs per token, 6N + 12 L H Q T (PaLM, Appendix B); N counts the weights a
+    token uses, so a mixture-of-experts model counts its top-k routed experts only (the
+    'activated' parameters of MoE reports)."""
+    attention = 12 * model.num_layers * model.num_heads * model.head_dim * seq_len
+    unrouted = model.total_params() - model.active_params()
+    return 6.0 * (model.matmul_params() - unrouted) + attention
+
+
+def _peak(gpu_type: str, dtype: str) -> float:
+    gpu = get_gpu(gpu_type)
+    if not gpu.supports(dtype):
+        return 0.0
+    return gpu.peak_flops(dtype, allow_tf32=True)
+
+
+def plan_peak_flops(plan, dtype: str) -> float:
+    """Dense peak FLOP/s of all of the plan's GPUs at ``dtype`` (0 for a GPU without it)."""
+    return sum(_peak(r.gpu_type, dtype) * r.tp for stage in plan.stages for r in stage.replicas)
+
+
+def throughput(job, plan, estimate) -> Throughput:
+    """Tokens/s, model TFLOP/s per GPU and MFU of an estimate of ``plan`` for ``job``."""
+    gpus = plan.num_gpus
+    tokens_per_s = estimate.samples_per_s * job.sequence_length
+    per_token = model_flops_per_token(job.model, job.sequence_length)
+    peak = plan_peak_flops(plan, job.dtype)
+    achieved = tokens_per_s * per_token
+    return Throughput(
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / gpus,
+        model_flops_per_token=per_token,
+        model_tflops_per_gpu=achieved / gpus / 1e12,
+        peak_tflops_per_gpu=peak / gpus / 1e12,
+        mfu=achieved / peak if peak > 0 else 0.0,
+    )
+
+
+def gpus_by_type(plan) -> dict[str, int]:
+    """GPU count per GPU type of a plan (every replica holds ``tp`` GPUs)."""
+    counts: dict[str, int] = {}
+    for stage in plan.stages:
+        for r in stage.replicas:
+            counts[r.gpu_type] = counts.get(r.gpu_type, 0) + r.tp
+    return counts
+
+
+def cost_by_provider(plan, providers=None, regions=None) -> list[dict[str, Any]]:
+    """$/hour of the plan's GPUs at each provider (its default region, or the one given in
+    ``regions``), on demand and spot, with the sources; providers lacking one of the plan's
+    GPU types get ``None`` and say which one."""
+    from ..catalog.prices import price_entry
+    from ..errors import UnknownNameError
+
+    rows = []
+    for provider in providers or list(DEFAULT_REGIONS):
+        zone = default_zone(provider, (regions or {}).get(provider))
+        row: dict[str, Any] = {"provider": provider, "region": get_zone(zone).region}
+        try:
+            on_demand, spot = 0.0, _spot_usd_per_hour(plan, zone)
+            sources = []
+            for gpu_type, count in gpus_by_type(plan).items():
+                price, source = price_entry(gpu_type, zone)
+                on_demand += count * price
+                sources.append(source)
+            row.update(usd_per_hour=on_demand, spot_usd_per_hour=spot, sources=sources)
+        except UnknownNameError as exc:
+            row.update(usd_per_hour=None, spot_usd_per_hour=None, missing=str(exc))
+        rows.append(row)
+    return rows
+
+
+def _spot_usd_per_hour(plan, zone: str) -> float | None:
+    """Spot $/hour of the plan's GPUs in ``zone``; None when one of them has no spot price
+    (a GPU priced on demand only, e.g. from a user catalog)."""
+    from ..catalog.prices import price_entry
+    from ..errors import UnknownNameError
+
+    try:
+        return sum(
+            count * price_entry(g, zone, spot=True)[0] for g, count in gpus_by_type(plan).items()
+        )
+    except UnknownNameError:
+        return None
+
+
+# What each profile source means, and the validation error measured for it (bench/ scripts).
+PROVENANCE: dict[str, str] = {
+    "measured": "measured profile",
+    "imported": "imported profile",
+    "interpolated": "interpolated profile",
+    "analytic": "calibrated analytic",
+}
+"""Profile source kind -> provenance label (analytic entries without a published-run calibration
+for their GPU family and dtype are labelled 'uncalibrated analytic')."""
+IMPORTED_VALIDATION: dict[str, Any] = {
+    "method": "leave-one-out over the 15 GH200 OPT-350 fp32 runs of the original Sailor "
+    "(bench/sim_validation.py)",
+    "throughput_mean": 0.0311,
+    "throughput_max": 0.0766,
+    "memory_mean": 0.0495,
+    "memory_max": 0.0950,
+}
+"""What bench/sim_validation.py prints for imported profiles (time error read as throughput
+error: one iteration's tokens are fixed)."""
+_NOT_VALIDATED = {"method": "none: no published or reference runs validate this source"}
+
+
+def _calibrated_validation(which: str) -> dict[str, Any]:
+    """One summary of the committed calibration file (``analytic.calibration_validation``)."""
+    from ..profiles import analytic
+
+    summary = analytic.calibration_validation().get(which)
+    if not summary:
+        return dict(_NOT_VALIDATED)
+    method = {
+        "leave_one_source_out": "leave-one-source-out",
+        "uncalibrated": "no calibration",
+    }.get(which, which)
+    rows = (
+        f"{summary.get('rows', '?')} published runs, {summary.get('memory_rows', '?')} with memory"
+    )
+    keys = ("throughput_mean", "throughput_max", "memory_mean", "memory_max")
+    out: dict[str, Any] = {k: summary[k] for k in keys if k in summary}
+    out["method"] = f"{method} on {rows} (bench/sim_published.py, {analytic.CALIBRATION_FILE.name})"
+    return out
+
+
+def _group_validation(gpu, job) -> dict[str, Any]:
+    """The leave-one-source-out error of the published runs most like this estimate (its GPU
+    family, precision and execution style, widened until a group has runs: ``trust``)."""
+    from ..profiles import analytic, trust
+
+    groups = analytic.calibration_validation().get("leave_one_source_out_by_group", {})
+    style = trust.execution_style(job.options.zero)
+    found = trust.lookup(groups, analytic.gpu_family(gpu), job.dtype, style)
+    if found is None:
+        return _calibrated_validation("leave_one_source_out")
+    key, summary = found
+    out: dict[str, Any] = {k: v for k, v in summary.items() if k.endswith(("_mean", "_max"))}
+    out["group"] = key
+    out["method"] = (
+        f"leave-one-source-out on the {summary['rows']} published runs of group {key} "
+        f"(family/precision/style; bench/sim_published.py, {analytic.CALIBRATION_FILE.name})"
+    )
+    return out
+
+
+def _framework_note(gpu, job) -> str:
+    """Which fitted framework efficiency the estimate's ``framework`` term used (its own
+    style and family, or one borrowed: ``analytic.framework_efficiency``)."""
+    from ..profiles import analytic, trust
+
+    style = trust.execution_style(job.options.zero)
+    found = analytic.framework_efficiency(style, analytic.gpu_family(gpu))
+    if found is None:
+        return "; no framework term (no fit)"
+    return f"; framework efficiency {found[0]:.2f} ({found[1]})"
+
+
+def _analytic_entries(source: str, job, plan) -> list[dict[str, Any]]:
+    """One provenance entry per GPU type of an analytic estimate: calibrated on published runs
+    (its leave-one-source-out error) or not (the error of the uncalibrated model there)."""
+    from ..profiles import analytic
+
+    out = []
+    for gpu_type in gpus_by_type(plan):
+        gpu = get_gpu(gpu_type)
+        fit = analytic.calibrated(gpu, job.dtype) if job.dtype != "fp32" else None
+        if fit is not None:
+            label, validation = "calibrated analytic", _group_validation(gpu, job)
+            detail = (
+                f"efficiency calibrated on published runs ({analytic.CALIBRATION_FILE.name})"
+                f"{_framework_note(gpu, job)}"
+            )
+        elif job.dtype == "fp32":  # per-GPU fits to Sailor's fp32 profiles, none held out
+            label = "uncalibrated analytic"
+            validation = {"method": f"none held out: {analytic.efficiency(gpu).source}"}
+            detail = "fp32: no published-run calibration"
+        else:
+            label, validation = "uncalibrated analytic", _calibrated_validation("uncalibrated")
+            detail = f"no published-run calibration for {gpu.name} in {job.dtype}"
+        out.append(
+            {
+                "source": source,
+                "kind": "analytic",
+                "gpu_type": gpu.name,
+                "provenance": label,
+                "validation": validation,
+                "trust": f"{label} ({gpu.name}): {_error_text(validation)}; {detail}",
+            }
+        )
+    return out
+
+
+def _error_text(validation: dict[str, Any]) -> str:
+    if "throughput_mean" not in validation:
+        return f"validation {validation['method']}"
+    text = (
+        f"throughput error {validation['throughput_mean']:.1%} mean / "
+        f"{validation['throughput_max']:.1%} worst"
+    )
+    if "memory_mean" in validation and validation["memory_mean"] == validation["memory_mean"]:
+        text += (
+            f", memory {validation['memory_mean']:.1%} mean / {validation['memory_max']:.1%} worst"
+        )
+    return f"{text}, {validation['method']}"
+
+
+def provenance(sources, job=None, plan=None) -> list[dict[str, Any]]:
+    """Each estimate source with its provenance (measured profile / imported profile /
+    calibrated analytic / uncalibrated analytic) and the validation error of that provenance:
+    ``validation`` holds mean and worst relative errors with the method that measured them
+    (imported: bench/sim_validation.py's leave-one-out; analytic: the committed calibration's
+    leave-one-source-out on published runs, or the uncalibrated model's error there)."""
+    out: list[dict[str, Any]] = []
+    for source in sources:
+        kind = source.split(":")[0]
+        if kind == "analytic" and job is not None and plan is not None:
+            out += _analytic_entries(source, job, plan)
+            continue
+        label = PROVENANCE.get(kind, "unknown source")
+        validation = dict(IMPORTED_VALIDATION if kind == "imported" else _NOT_VALIDATED)
+        out.append(
+            {
+                "source": source,
+                "kind": kind,
+                "provenance": label,
+                "validation": validation,
+                "trust": f"{label}: {_error_text(validation)}",
+            }
+        )
+    return out

@@ -1,0 +1,267 @@
+"""The simulator's memory components: peak bytes of one GPU of a replica, as named terms.
+
+``MemoryComponents`` is the memory half of ``Simulator`` (which inherits it, so its methods
+share the simulator's profiles, network and ``ComponentCache``):
+
+- ``layer_table(job, gpu, mbs, tp)``: the profile's per-layer table with the activations the
+  job's execution options stash (``options.stash_bytes``);
+- ``replica_memory(...)``: ``memory.memory_terms`` of one GPU at stage i of p (sum = peak);
+- ``replica_peak(...)``: the same sum without building the dict (the planner's and
+  ``compose``'s verdict), from the position-independent ``RangeMemory`` cached per range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+from ..catalog.gpus import get_gpu
+from ..dtypes import dtype_bytes
+from ..model.moe import experts_held_elsewhere
+from ..spec.job import Job
+from ..spec.options import (
+    ExecutionOptions,
+    activation_factor,
+    profiled_with_flash,
+    recompute_transient,
+    stash_bytes,
+    uses_flash,
+)
+from .fp8 import FP8_WEIGHT_COPIES, fp8_weight_copy_bytes
+from .memory import (
+    GRAD_BYTES,
+    FrameworkOverhead,
+    framework_overhead,
+    in_flight,
+    memory_terms,
+    peak_bytes,
+    position_terms,
+    sharding,
+    static_bytes,
+    transient_bytes,
+)
+
+_DEFAULT = ExecutionOptions()
+
+
+class RangeMemory(NamedTuple):
+    """Position-independent memory of a layer range on one replica."""
+
+    params: int
+    activation: int
+    """Stashed bytes per microbatch (under the job's options)."""
+    transient: int
+    act_out: int
+    """The (b, s, h) tensor a p2p buffer holds."""
+    overhead: FrameworkOverhead
+    capacity: int
+    layers: tuple[int, int, int]
+    """(first, last, tp): where ZeRO-3's largest gathered layer is looked up."""
+    grad_bytes: int
+    static: int
+    """weights + gradients + optimizer states, unsharded (+ ``fp8_weights``)."""
+    fp8_weights: int = 0
+    """Cached FP8 copies of the linear weights (``fp8.fp8_weight_copy_bytes``)."""
+
+
+def _rescaled(measured: int, base: int, now: int, whole: bool) -> int:
+    """A measured per-layer stash under other options. Options that add or drop whole tensors
+    (flash attention's and selective recomputation's (a, s, s) scores) change it by their
+    bytes: measured + (now - base); a measured stash holds tensors the analytic count does
+    not (a framework's unfused norms, expanded GQA keys), which those options leave alone.
+    Options that keep a fraction of everything (full recomputation: the block input only;
+    SP: 1/tp of the replicated part) scale it: measured x now / base."""
+    if not base:
+        return measured
+    if whole:
+        return measured * now // base
+    return max(0, measured + now - base)
+
+
+class MemoryComponents:
+    """Memory of replicas; mixed into ``Simulator`` (needs ``profiles``, ``cache``,
+    ``refresh``)."""
+
+    def layer_table(self, job: Job, gpu_type: str, mbs: int, tp: int):
+        """The profile's ``LayerTable`` with each layer's stashed activations scaled to the
+        job's options (``options.stash_bytes`` / the stash the profile was taken with), so a
+        measured profile keeps its measured ratio between layers, and the parameters one GPU
+        holds under expert parallelism (1/ep of the routed experts)."""
+        cache = self.cache.layer_table
+        key = (job.cache_id, gpu_type, mbs, tp)
+        hit = cache.get(key)
+        if hit is None:
+            model, gpu, dtype = job.model, get_gpu(gpu_type), job.dtype
+            seq = job.local_sequence_length  # a context-parallel rank's share of each sample
+            t = self.profiles.table(model, gpu, dtype, mbs, tp, seq, job.optimizer)
+            flash = uses_flash(job.options, gpu, dtype)
+            taken_with = profiled_with_flash(t.entry)
+            if job.options == _DEFAULT and flash == taken_with:
+                hit = cache[key] = t
+                return hit
+            acts, total = [0], 0
+            whole = job.options.recompute == "full" or job.options.sequence_parallel
+            for i in range(model.num_layer_ids):
+                measured = t.activation[i + 1] - t.activation[i]
+                base = model.activation_stash_bytes(i, mbs, seq, dtype, tp, taken_with)
+                now = stash_bytes(model, i, mbs, seq, dtype, tp, job.options, flash)
+                total += _rescaled(measured, base, now, whole)
+                acts.append(total)
+            hit = cache[key] = dataclasses.replace(
+                t, activation=tuple(acts), params=self._held_params(job, t.params, tp)
+            )
+        return hit
+
+    @staticmethod
+    def _held_params(job: Job, prefix: tuple, tp: int) -> tuple:
+        """Parameter prefix sums with the experts other ranks of an expert group hold taken
+        out (``moe.experts_held_elsewhere``); unchanged without expert parallelism."""
+        ep = job.options.expert_parallel
+        if ep == 1:
+            return prefix
+        held, total = [0], 0
+        for i in range(job.model.num_layer_ids):
+            total += prefix[i + 1] - prefix[i] - experts_held_elsewhere(job.model, i, i, tp, ep)
+            held.append(total)
+        return tuple(held)
+
+    def fp8_copy_prefix(self, job: Job, tp: int) -> tuple[int, ...]:
+        """Prefix sums over layer ids of the cached FP8 weight copies on one GPU of a TP group
+        (``fp8.fp8_weight_copy_bytes`` of the weights it holds); all 0 without FP8."""
+        key = (job.cache_id, "fp8", tp)
+        hit = self.cache.layer_table.get(key)
+        if hit is None:
+            model, ep, total, prefix = job.model, job.options.expert_parallel, 0, [0]
+            for i in range(model.num_layer_ids):
+                if job.options.fp8 != "none":
+                    total += fp8_weight_copy_bytes(model, i, i, tp)
+                    total -= FP8_WEIGHT_COPIES * experts_held_elsewhere(model, i, i, tp, ep)
+                prefix.append(total)
+            hit = self.cache.layer_table[key] = tuple(prefix)
+        return hit
+
+    def replica_memory(
+        self,
+        job: Job,
+        first: int,
+        last: int,
+        gpu_type: str,
+        tp: int,
+        mbs: int,
+        stage_index: int,
+        num_stages: int,
+        num_microbatches: int,
+        dp: int = 1,
+    ) -> dict[str, int]:
+        """Named peak-memory terms of one GPU of a replica (sum = peak); ``dp`` = replicas of
+        the stage (the ZeRO shard group)."""
+        self.refresh()
+        r = self._range_memory(job, first, last, gpu_type, tp, mbs)
+        i, p = stage_index, num_stages
+        shards, transient = self._sharded(job, r, gpu_type, tp, dp)
+        buffer, communicators = position_terms(r.act_out, tp, dp, i, p)
+        return memory_terms(
+            gpu=get_gpu(gpu_type),
+            dtype=job.dtype,
+            optimizer=job.optimizer,
+            params=r.params,
+            activation_per_microbatch=self._activation(job, r, i, p),
+            in_flight_microbatches=in_flight(i, p, num_microbatches),
+            transient=transient,
+            p2p_buffer=buffer,
+            communicators=communicators,
+            grad_bytes=r.grad_bytes,
+            shards=shards,
+            extra={"fp8_weight_copies": r.fp8_weights} if r.fp8_weights else None,
+        )
+
+    def replica_peak(
+        self,
+        job: Job,
+        first: int,
+        last: int,
+        gpu_type: str,
+        tp: int,
+        mbs: int,
+        stage_index: int,
+        num_stages: int,
+        num_microbatches: int,
+        dp: int = 1,
+    ) -> tuple[int, int]:
+        """(peak bytes, capacity) of one GPU of a replica: ``sum(replica_memory(...))``
+        without building the dict, O(1) after the first call per layer range."""
+        self.refresh()
+        return self._peak(
+            job, first, last, gpu_type, tp, mbs, stage_index, num_stages, num_microbatches, dp
+        )
+
+    def _peak(self, job: Job, first, last, gpu_type, tp, mbs, i, p, m, dp) -> tuple[int, int]:
+        r = self._range_memory(job, first, last, gpu_type, tp, mbs)
+        static, transient = r.static, r.transient
+        if job.options.zero != "none":
+            shards, transient = self._sharded(job, r, gpu_type, tp, dp)
+            static = static_bytes(r.params, job.dtype, job.optimizer, r.grad_bytes, shards)
+            static += r.fp8_weights
+        buffer, communicators = position_terms(r.act_out, tp, dp, i, p)
+        act = self._activation(job, r, i, p)
+        peak = peak_bytes(
+            r.overhead, static, act, in_flight(i, p, m), transient, buffer, communicators
+        )
+        return peak, r.capacity
+
+    def _range_memory(self, job: Job, first, last, gpu_type, tp, mbs) -> RangeMemory:
+        cache = self.cache.range_memory
+        key = (job.cache_id, first, last, gpu_type, tp, mbs)
+        hit = cache.get(key)
+        if hit is None:
+            model, gpu, dtype = job.model, get_gpu(gpu_type), job.dtype
+            seq = job.local_sequence_length  # a context-parallel rank's share of each sample
+            t = self.layer_table(job, gpu_type, mbs, tp)
+            transient = transient_bytes(model, last, mbs, seq, dtype, tp)
+            if job.options.recompute == "full" and first <= model.num_layers and last >= 1:
+                flash = uses_flash(job.options, gpu, dtype)
+                transient += recompute_transient(model, last, mbs, seq, dtype, tp, flash)
+            params = t.span(t.params, first, last)  # held: 1/ep of the experts (layer_table)
+            grad = GRAD_BYTES[dtype] if job.options.grad_dtype == "fp32" else 2
+            fp8_prefix = self.fp8_copy_prefix(job, tp)
+            fp8_weights = fp8_prefix[last + 1] - fp8_prefix[first]
+            hit = cache[key] = RangeMemory(
+                params,
+                t.span(t.activation, first, last),
+                transient,
+                model.activation_out_bytes(0, mbs, seq, dtype),
+                framework_overhead(gpu),
+                gpu.memory_bytes,
+                (first, last, tp),
+                grad,
+                static_bytes(params, dtype, job.optimizer, grad) + fp8_weights,
+                fp8_weights,
+            )
+        return hit
+
+    def _sharded(self, job: Job, r: RangeMemory, gpu_type, tp, dp) -> tuple[tuple, int]:
+        """(weights, gradients, optimizer) divisors under ZeRO, and the transient with the
+        ZeRO-3 gathered layers (the one in use and the one prefetched)."""
+        options = job.options
+        shards = sharding(options.zero, self.shard_group(job, gpu_type, tp, dp))
+        transient = r.transient
+        if options.shards_parameters:
+            first, last, tp = r.layers
+            largest = max(job.model.params(i, tp) for i in range(first, last + 1))
+            transient += 2 * largest * dtype_bytes(job.dtype)
+        return shards, transient
+
+    @staticmethod
+    def _activation(job: Job, r: RangeMemory, i: int, p: int) -> int:
+        if job.options.virtual_stages == 1:
+            return r.activation
+        return int(r.activation * activation_factor(job.options, i, p))
+
+    def shard_group(self, job: Job, gpu_type: str, tp: int, dp: int) -> int:
+        """Data-parallel ranks a ZeRO shard spans: all ``dp`` replicas of the stage, or under
+        'hybrid' those within one node (gpus_per_node / tp)."""
+        if job.options.zero == "none":
+            return 1
+        if job.options.zero == "hybrid":
+            return max(1, min(dp, get_gpu(gpu_type).gpus_per_node // tp))
+        return dp

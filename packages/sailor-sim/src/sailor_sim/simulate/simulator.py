@@ -1,0 +1,665 @@
+"""The simulator: iteration time, memory and cost of a (Job, Plan), from public components.
+
+``Simulator.estimate(job, plan)`` is ``compose.estimate_plan`` over these components, which
+the planner also calls on partial plans, so its numbers are the estimate's:
+
+- ``stage_time(job, first, last, gpu_type, tp, mbs) -> StageTime``: per-microbatch forward,
+  backward and TP-communication seconds of a layer range on one replica, and its optimizer step.
+  O(1) after the first call per (model, GPU, dtype, mbs, TP): prefix sums over the profile.
+- ``replica_memory(...)`` / ``replica_peak(...)``: named peak-memory terms of one GPU of a
+  replica at stage i of p, and their sum against the GPU's capacity.
+- ``p2p_time(job, boundary_layer, src, dst)``: one microbatch's activation (or its gradient)
+  from replica ``src`` to ``dst`` across a stage boundary; ``p2p_egress_usd`` its egress.
+- ``dp_sync_time(job, first, last, replicas)`` / ``ring_time``: the data-parallel gradient
+  all-reduce of a stage over its replicas, by the ring's slowest edge.
+- ``step_sync_time(endpoints, ranks)``: the per-step whole-world all-reduce of loss and
+  gradient norm (latency-bound).
+- ``timing.pipeline_time`` / ``timing.iteration_terms``: how they add up (``compose``).
+
+Every memoized number lives in one ``ComponentCache`` (``self.cache``), dropped whole when the
+profile store, the network model or a catalog (GPU types, zones, prices) changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..catalog.gpus import get_gpu
+from ..catalog.prices import usd_per_second
+from ..dtypes import dtype_bytes
+from ..errors import PlanError
+from ..model.moe import (
+    check_plan_expert_parallel,
+    expert_comm_per_microbatch,
+    experts_held_elsewhere,
+)
+from ..profiles.analytic import attention_flop_s
+from ..profiles.files import load_profile_dir
+from ..profiles.store import LINKS_FILE, ProfileStore
+from ..spec.job import Job
+from ..spec.options import (
+    check_replica,
+    profiled_with_flash,
+    recomputed_forward_fraction,
+    uses_flash,
+)
+from ..spec.plan import Plan, Replica, Stage
+from . import timing
+from .cache import ComponentCache
+from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
+from .context_parallel import (
+    attention_extra_flops,
+    check_plan_context_parallel,
+    kv_exchange_exposed,
+)
+from .fp8 import fp8_peak, fp8_time_delta
+from .memory import GRAD_BYTES
+from .network import Endpoint, NetworkModel
+from .replica_memory import MemoryComponents
+from .result import Estimate
+from .timing import StageTime
+
+__all__ = ["Simulator", "StageTime"]
+
+
+class Simulator(MemoryComponents):
+    """Predicts iteration time, memory and cost of plans from a profile store and a network
+    model (defaults: the built-in catalogs, i.e. analytic profiles and default links)."""
+
+    def __init__(self, profiles: ProfileStore | None = None, network: NetworkModel | None = None):
+        self.profiles = profiles if profiles is not None else ProfileStore()
+        self.network = network if network is not None else NetworkModel()
+        self.cache = ComponentCache()
+        """Every memoized component; ``refresh()`` drops it when an input changed."""
+
+    def refresh(self) -> None:
+        """Drop cached numbers if the profiles, the network or a catalog changed (every
+        public method does this first)."""
+        self.cache.refresh(self.profiles, self.network)
+
+    def clear_caches(self) -> None:
+        """Forget every cached component (done automatically on any input change)."""
+        self.cache.clear()
+
+    @classmethod
+    def from_sailor_root(cls, root: str | Path, denoise: bool = True) -> Simulator:
+        """Profiles and network fits from a folder laid out like the original Sailor repo;
+        the imported profiles are denoised across microbatch sizes (``profile_denoise``)
+        unless ``denoise=False``."""
+        from ..original import load_sailor_network, load_sailor_profiles
+        from ..profiles.denoise import denoise_store
+
+        store = load_sailor_profiles(root)
+        return cls(denoise_store(store) if denoise else store, load_sailor_network(root))
+
+    @classmethod
+    def from_profile_dir(cls, path: str | Path) -> Simulator:
+        """Profiles (``*.json``) and, when present, ``links.json`` from a sailor profile folder;
+        entries the folder lacks are resolved as usual (interpolated, else analytic)."""
+        from .network import load_network_file
+
+        store = load_profile_dir(path)
+        links = Path(path) / LINKS_FILE
+        return cls(store, load_network_file(links) if links.exists() else NetworkModel())
+
+    # ---- the whole plan --------------------------------------------------------------------
+    def estimate(
+        self, job: Job, plan: Plan, *, iterations: float | None = None, tokens: float | None = None
+    ) -> Estimate:
+        """Predict iteration time, memory and cost of ``plan`` for ``job`` (checks the plan)."""
+        self.refresh()
+        self.check(job, plan)
+        return estimate_plan(self, job, plan, iterations, tokens)
+
+    def check(self, job: Job, plan: Plan) -> None:
+        """``plan.check(job)`` in O(stages): coverage and the global batch here; each distinct
+        replica's TP degree and dtype support when its numbers are first computed
+        (``replica_info``), so cached replicas are not re-validated on every plan."""
+        if plan.stages[-1].last_layer != job.model.head_layer_id:
+            plan.check(job)
+        if plan.stages[0]._samples != job.sample_slots:
+            plan.check(job)
+        check_plan_expert_parallel(job.options.expert_parallel, plan)
+        check_plan_context_parallel(job.options.context_parallel, plan)
+
+    # ---- time components -------------------------------------------------------------------
+    def stage_time(
+        self, job: Job, first: int, last: int, gpu_type: str, tp: int, mbs: int
+    ) -> StageTime:
+        """Per-microbatch seconds of layers first..last on one replica (TP group of ``tp``
+        GPUs of ``gpu_type``, microbatch ``mbs``) and its optimizer step; O(1) per call."""
+        self.refresh()
+        return self._stage_time(job, first, last, gpu_type, tp, mbs)
+
+    def _stage_time(self, job: Job, first, last, gpu_type, tp, mbs) -> StageTime:
+        cache = self.cache.stage_time
+        key = (job.cache_id, first, last, gpu_type, tp, mbs)
+        hit = cache.get(key)
+        if hit is None:
+            gpu = get_gpu(gpu_type)
+            # A context-parallel rank processes seq / cp tokens of each sample.
+            t = self.profiles.table(
+                job.model, gpu, job.dtype, mbs, tp, job.local_sequence_length, job.optimizer
+            )
+            tp_s = 0.0
+            if tp > 1 and not t.entry.includes_tp_comm:
+                link = self.network.intra_node(gpu.name, tp)
+                seq, dtype = job.local_sequence_length, job.dtype
+                tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
+            fwd, bwd = t.span(t.forward, first, last), t.span(t.backward, first, last)
+            if job.options.context_parallel > 1:
+                extra = self._cp_attention_s(job, gpu, first, last, mbs, tp)
+                fwd, bwd = fwd + extra, bwd + 2 * extra
+            if job.options.fp8 != "none":
+                fwd, bwd = self._fp8_time(job, gpu, first, last, mbs, tp, fwd, bwd)
+            recompute = self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s)
+            hit = cache[key] = StageTime(
+                fwd,
+                bwd,
+                tp_s,
+                t.span(t.optimizer, first, last),
+                t.entry.source,
+                recompute,
+                framework_s=self._framework_s(job, gpu, t.entry, fwd + bwd + recompute),
+            )
+        return hit
+
+    @staticmethod
+    def _cp_attention_s(job: Job, gpu, first, last, mbs, tp) -> float:
+        """Forward seconds a context-parallel rank's queries spend attending to the keys of
+        the other ranks' chunks (``context_parallel.attention_extra_flops``), at the attention
+        core's achieved FLOP/s; backward does twice the work."""
+        blocks = max(0, min(last, job.model.num_layers) - max(first, 1) + 1)
+        flops = attention_extra_flops(
+            job.model, mbs, job.sequence_length, tp, job.options.context_parallel
+        )
+        return blocks * flops / attention_flop_s(gpu, job.dtype)
+
+    @staticmethod
+    def _fp8_time(job: Job, gpu, first, last, mbs, tp, forward, backward) -> tuple[float, float]:
+        """16-bit seconds of layers first..last with their block GEMMs in FP8 (``fp8.py``);
+        never below the whole range sped up by the peak ratio (a measured profile can be
+        faster than the analytic GEMM share the saving is computed from)."""
+        seq, dtype, recipe = job.local_sequence_length, job.dtype, job.options.fp8
+        d_fwd = d_bwd = 0.0
+        for layer_id in range(first, last + 1):
+            f, b = fp8_time_delta(job.model, layer_id, gpu, dtype, mbs, seq, tp, recipe)
+            d_fwd, d_bwd = d_fwd + f, d_bwd + b
+        floor = gpu.peak_flops(dtype) / fp8_peak(gpu)
+        return max(forward + d_fwd, forward * floor), max(backward + d_bwd, backward * floor)
+
+    @staticmethod
+    def _framework_s(job: Job, gpu, entry, compute_s: float) -> float:
+        """The framework's share on top of an analytic estimate's hardware compute time:
+        compute x (1 / framework efficiency - 1), the efficiency fitted per execution style
+        and GPU family on published runs (``analytic.framework_efficiency``). Measured and
+        imported profiles already hold their framework's overhead: 0."""
+        from ..profiles import analytic, trust
+
+        if entry.source != "analytic" or analytic.calibrated(gpu, job.dtype) is None:
+            return 0.0
+        style = trust.execution_style(job.options.zero)
+        found = analytic.framework_efficiency(style, analytic.gpu_family(gpu))
+        if found is None:
+            return 0.0
+        return compute_s * (1.0 / found[0] - 1.0)
+
+    def _recompute_s(self, job: Job, t, gpu, first, last, mbs, tp, tp_s) -> float:
+        """Forward work done again in backward (``options.recomputed_forward_fraction`` of
+        the blocks' forward seconds; full recomputation also repeats their forward TP
+        all-reduces: half of ``tp_s``)."""
+        a, b = max(first, 1), min(last, job.model.num_layers)
+        if a > b:
+            return 0.0
+        # Flash's extra QK^T in backward is in a measured profile's backward already.
+        flash = uses_flash(job.options, gpu, job.dtype) and not profiled_with_flash(t.entry)
+        seq = job.local_sequence_length
+        share = recomputed_forward_fraction(job.model, mbs, seq, tp, job.options, flash)
+        extra = share * t.span(t.forward, a, b)
+        if job.options.recompute == "full":
+            extra += 0.5 * tp_s
+        if job.options.context_parallel > 1:  # the attention over the other ranks' keys
+            cp_s = self._cp_attention_s(job, gpu, first, last, mbs, tp)
+            extra += cp_s if job.options.recompute == "full" else 0.5 * cp_s if flash else 0.0
+        return extra
+
+    def p2p_time(
+        self, job: Job, boundary_layer: int, src: Replica, dst: Replica, stage_replicas: int = 1
+    ) -> float:
+        """Seconds to send one microbatch's activations after ``boundary_layer`` (same for the
+        gradient coming back); ``stage_replicas``: replicas of the sending stage, which share
+        the nodes' NICs (see ``p2p``)."""
+        self.refresh()
+        return self.p2p(job, boundary_layer, src, dst, stage_replicas).seconds
+
+    def p2p_egress_usd(self, job: Job, src: Replica, dst: Replica) -> float:
+        """$ per iteration for one pipeline's activations (and gradients back) from ``src`` to
+        ``dst`` when their zones differ."""
+        self.refresh()
+        return src.num_microbatches * self.p2p(job, 0, src, dst).egress_usd
+
+    def p2p(
+        self, job: Job, boundary_layer: int, src: Replica, dst: Replica, stage_replicas: int = 1
+    ) -> P2P:
+        """``P2P`` of one boundary per microbatch (``compose`` calls it after ``refresh``).
+
+        As Megatron-LM sends it (scatter/gather, Narayanan et al. 2021 Sec. 4.1): each of the
+        min(tp) TP rank pairs sends 1/tp of the (b, s, h) tensor, and the receiving replica
+        all-gathers the pieces over its node's intra-node link (NVLink / PCIe). In the 1F1B
+        steady state every replica of the stage on the same node sends at once: their pieces
+        share the node's NICs (``timing.nics_per_node``: one per GPU on SXM / superchip nodes,
+        one per node on PCIe nodes). Every boundary but the head's sends the same tensor, and
+        the head never sends, so the layer id does not enter the key."""
+        cache = self.p2p_known(job)
+        key = p2p_key(src, dst, stage_replicas)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = self._p2p(job, boundary_layer, src, dst, stage_replicas)
+        return hit
+
+    def _p2p(self, job: Job, boundary_layer: int, src: Replica, dst: Replica, d: int) -> P2P:
+        seq, dtype = job.local_sequence_length, job.dtype
+        nbytes = job.model.activation_out_bytes(boundary_layer, src.microbatch_size, seq, dtype)
+        g_src, g_dst = get_gpu(src.gpu_type), get_gpu(dst.gpu_type)
+        pairs = min(src.tp, dst.tp)
+        split = job.options.p2p_scatter_gather
+        if not split:  # every TP rank sends the whole tensor: pairs x the bytes
+            nbytes *= pairs
+        sharing = max(1, min(d, g_src.gpus_per_node // src.tp))  # replicas per sending node
+        flows = pairs * sharing
+        nics = min(timing.nics_per_node(g_src), timing.nics_per_node(g_dst))
+        if flows <= nics:  # every piece has a NIC of its own: the pairs' own curve
+            nics, flows = pairs, pairs
+        link = self.network.link(
+            Endpoint(src.zone, src.gpu_type, nics), Endpoint(dst.zone, dst.gpu_type, nics)
+        )
+        seconds = timing.p2p_transfer_time(link, nbytes, pairs, flows)
+        if pairs > 1 and split:  # the receiver's TP group gathers the pieces in its node
+            intra = self.network.intra_node(g_dst.name, dst.tp)
+            seconds += timing.allgather_time(intra, nbytes, pairs)
+        egress = 0.0
+        if src.zone != dst.zone:  # activations out, gradients back
+            egress = 2 * nbytes / 1e9 * self.network.egress_per_gb(src.zone, dst.zone)
+        return P2P(seconds, egress)
+
+    def dp_sync_time(self, job: Job, first: int, last: int, replicas: tuple[Replica, ...]) -> float:
+        """Gradient all-reduce of one stage over its replicas (0 for one replica)."""
+        self.refresh()
+        return self.stage_sync(job, Stage(first, last, tuple(replicas))).seconds
+
+    def stage_sync(self, job: Job, stage: Stage) -> DataParallelSync:
+        """Data-parallel sync of one stage over its replicas' ring (``ring_time`` over
+        ``timing.ring_kinds``), by the job's ``options.zero``; ``compose`` calls it after
+        ``refresh``. Volumes as ring all-reduce equivalents (a reduce-scatter or an all-gather
+        moves half an all-reduce's bytes, ZeRO Sec. 7):
+
+        - none: all-reduce of the gradients, once per iteration;
+        - zero1/zero2: reduce-scatter of gradients + all-gather of parameters, once;
+        - zero3: every microbatch, all-gather of parameters in forward and in backward and a
+          gradient reduce-scatter (``per_microbatch_s``; exposed beyond compute);
+        - hybrid: the zero3 traffic inside a node (NVLink/PCIe) every microbatch, then an
+          all-reduce of each node's gradient shard across nodes once.
+        """
+        if len(stage.replicas) < 2:
+            return DataParallelSync(0.0, 0.0)
+        cache = self.cache.stage_sync
+        # Keyed by the range's parameter count, not its bounds: equal blocks at other
+        # depths sync the same bytes (the planner meets many such ranges).
+        params = self.unsharded_params(job, stage.first_layer, stage.last_layer)
+        key = (job.cache_id, params, stage._sig)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = self._stage_sync(job, stage)
+        return hit
+
+    def _stage_sync(self, job: Job, stage: Stage) -> DataParallelSync:
+        r = stage.replicas[0]
+        return self.ring_sync(
+            job,
+            stage.first_layer,
+            stage.last_layer,
+            self._ring_kinds(stage),
+            self._max_microbatches(stage),
+            r.gpu_type,
+            r.tp,
+        )
+
+    def ring_sync(
+        self, job: Job, first: int, last: int, kinds, max_microbatches: int, gpu_type: str, tp: int
+    ) -> DataParallelSync:
+        """``stage_sync`` of layers first..last over a ring given as ``timing.ring_kinds``
+        runs, whose replicas run at most ``max_microbatches`` (ZeRO-3 pays its egress per
+        microbatch) and the first of which is ``gpu_type`` at ``tp`` (hybrid shards inside
+        its nodes). The planner scores candidates with it without building stages."""
+        zero = job.options.zero
+        grad = self.grad_bytes(job, first, last)
+        weights = dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)
+        if zero == "none":
+            return DataParallelSync(*self.ring_time(job, first, last, kinds, grad))
+        if zero in ("zero1", "zero2"):
+            return DataParallelSync(*self.ring_time(job, first, last, kinds, (grad + weights) / 2))
+        per_mb = (2 * weights + grad) / 2
+        if zero == "zero3":
+            seconds, usd = self.ring_time(job, first, last, kinds, per_mb)
+            return DataParallelSync(0.0, usd * max_microbatches, seconds)
+        replicas = sum(count for _, count in kinds)  # hybrid: shard in a node, replicate across
+        group = self.shard_group(job, gpu_type, tp, replicas)
+        gpu = get_gpu(gpu_type)
+        link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
+        inside = timing.allreduce_time(
+            link, per_mb / tp, group, 1, timing.intra_bus_efficiency(gpu.name)
+        )
+        across = (
+            self.ring_time(job, first, last, kinds, grad / group)
+            if group < replicas
+            else (0.0, 0.0)
+        )
+        return DataParallelSync(across[0], across[1], inside)
+
+    @staticmethod
+    def _max_microbatches(stage: Stage) -> int:
+        return max(r.num_microbatches for r in stage.replicas)
+
+    def ring_time(
+        self, job: Job, first: int, last: int, kinds, nbytes: float | None = None
+    ) -> tuple[float, float]:
+        """(all-reduce seconds, egress $) of ``nbytes`` (default: the gradients of layers
+        first..last) over a ring given as ``timing.ring_kinds`` runs: the slowest edge's time,
+        every cross-zone edge's egress."""
+        n = sum(count for _, count in kinds)
+        if n < 2:
+            return 0.0, 0.0
+        grad = self.grad_bytes(job, first, last) if nbytes is None else nbytes
+        cache = self.cache.ring_edge
+        counts = dict(kinds)
+        seconds, usd = 0.0, 0.0
+        for a, b in timing.kind_edges(kinds):
+            key = (grad, a, b, n, counts[a] if a == b else 0)
+            edge = cache.get(key)
+            if edge is None:
+                edge = cache[key] = (
+                    self._edge_time(a, b, n, counts[a], grad),
+                    timing.edge_egress_usd(self.network, a, b, n, grad),
+                )
+            seconds = max(seconds, edge[0])
+            usd += edge[1]
+        return seconds, usd
+
+    def _edge_time(self, a, b, ranks: int, run: int, nbytes: float) -> float:
+        """A ring edge's all-reduce seconds: inside a run of ``run`` equal replicas,
+        hierarchical (intra-node NVLink / PCIe, then across nodes); but where the all-reduce
+        itself was measured (a ring in links.json, or the original Sailor's per-GPU-count
+        fits, taken from whole-ring runs) that measurement is what NCCL achieved, used flat;
+        so are CPU workers (processes of one host: their measured p2p link is the loopback)."""
+        if a == b:
+            zone, gpu_type, tp = a
+            link = self.network.link(Endpoint(zone, gpu_type, tp), Endpoint(zone, gpu_type, tp))
+            flat = (
+                link.ring_bus_bandwidth is not None
+                or any(g == gpu_type for g, _ in self.network.homogeneous)
+                or get_gpu(gpu_type).platform == "cpu"
+            )
+            if not flat:
+                return timing.hierarchical_allreduce_time(self.network, a, run, nbytes)
+        return timing.edge_allreduce_time(self.network, a, b, ranks, nbytes)
+
+    def grad_bytes(self, job: Job, first: int, last: int) -> int:
+        """Unsharded gradient bytes of layers first..last (fp32 main grads, ``GRAD_BYTES``,
+        or bf16 with ``options.grad_dtype='bf16'``)."""
+        per = GRAD_BYTES[job.dtype] if job.options.grad_dtype == "fp32" else 2
+        return per * self.unsharded_params(job, first, last)
+
+    def dp_egress_per_gb(self, replicas: tuple[Replica, ...]) -> float:
+        """$ per GB of unsharded gradients for one all-reduce over ``replicas``' ring."""
+        return timing.dp_egress_usd(self.network, replicas, 1e9)
+
+    def unsharded_params(self, job: Job, first: int, last: int) -> int:
+        """Parameters of layers first..last at TP 1 (O(1): prefix sums per model) that one
+        replica holds: under expert parallelism 1/ep of the routed experts, whose gradients
+        are reduced over the replicas holding the same experts (counted as the stage's ring,
+        which ep divides)."""
+        cache = self.cache.param_prefix
+        prefix = cache.get(job.cache_id)
+        if prefix is None:
+            prefix = [0]
+            ep = job.options.expert_parallel
+            for i in range(job.model.num_layer_ids):
+                held = job.model.params(i) - experts_held_elsewhere(job.model, i, i, 1, ep)
+                prefix.append(prefix[-1] + held)
+            cache[job.cache_id] = prefix
+        return prefix[last + 1] - prefix[first]
+
+    def step_sync_time(self, endpoints, ranks: int) -> float:
+        """The per-step whole-world all-reduce of loss and gradient norm
+        (``timing.step_sync_time``) over ``ranks`` GPUs whose (zone, GPU type) kinds are
+        ``endpoints``; the ring's latency is that of the slowest pair of kinds."""
+        self.refresh()
+        cache = self.cache.step_sync
+        key = (frozenset(endpoints), ranks)
+        hit = cache.get(key)
+        if hit is None:
+            kinds = sorted(key[0])
+            links = [
+                self.network.link(Endpoint(za, ga, 1), Endpoint(zb, gb, 1))
+                for k, (za, ga) in enumerate(kinds)
+                for zb, gb in kinds[k:]
+            ]
+            worst = max(links, key=lambda c: c.latency_s) if links else None
+            hit = cache[key] = 0.0 if worst is None else timing.step_sync_time(worst, ranks)
+        return hit
+
+    def plan_step_sync_time(self, plan: Plan) -> float:
+        """``step_sync_time`` over every GPU of ``plan`` (what ``estimate`` adds)."""
+        endpoints = {(r.zone, r.gpu_type) for s in plan.stages for r in s.replicas}
+        ranks = sum(r.tp for s in plan.stages for r in s.replicas)
+        return self.step_sync_time(endpoints, ranks)
+
+    def usd_per_s(self, gpu_type: str, zone: str, gpus: int = 1) -> float:
+        """$/s of ``gpus`` GPUs of a type in a zone (the price catalog, cached until it
+        changes)."""
+        cache = self.cache.price
+        hit = cache.get((gpu_type, zone))
+        if hit is None:
+            hit = cache[(gpu_type, zone)] = usd_per_second(gpu_type, zone, 1)
+        return gpus * hit
+
+    # ---- what compose reads per replica ----------------------------------------------------
+    def replica_info(self, job: Job, stage: Stage, i: int, p: int, replica: Replica) -> ReplicaInfo:
+        """Time, peak memory and $/s of ``replica`` in ``stage`` at position i of p; checks
+        the replica can run the job (TP degree, dtype) the first time it is seen."""
+        r, first, last, d = replica, stage.first_layer, stage.last_layer, len(stage.replicas)
+        # Under ZeRO the replica's time depends on its stage's ring (the shard traffic), not
+        # only on how many replicas the stage has.
+        ring = stage._sig if job.options.shards_optimizer else d
+        key = (job.cache_id, first, last, i, p, ring, r._id)
+        hit = self.cache.replica_info.get(key)
+        if hit is None:
+            t, peak, capacity = self._replica_compute(job, stage, i, p, r, ring)
+            usd = self.usd_per_s(r.gpu_type, r.zone, r.tp)
+            hit = self.cache.replica_info[key] = ReplicaInfo(t, peak, capacity, usd)
+        return hit
+
+    def _replica_compute(self, job: Job, stage: Stage, i: int, p: int, r: Replica, ring):
+        """(StageTime, peak bytes, capacity) of a replica, whatever its zone: replicas that
+        differ only by zone (the planner's usual case) compute them once."""
+        first, last = stage.first_layer, stage.last_layer
+        key = (job.cache_id, first, last, i, p, ring, r._compute_id)
+        hit = self.cache.replica_compute.get(key)
+        if hit is None:
+            self._check_replica(job, stage, i, p, r)
+            g, tp, mbs, d = r.gpu_type, r.tp, r.microbatch_size, len(stage.replicas)
+            peak, capacity = self._peak(job, first, last, g, tp, mbs, i, p, r.num_microbatches, d)
+            t = self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r)
+            t = t._replace(
+                expert_comm_s=self._expert_comm_s(job, first, last, r),
+                context_comm_s=self._context_comm_s(job, first, last, r),
+            )
+            hit = self.cache.replica_compute[key] = (t, peak, capacity)
+        return hit
+
+    def _sharded_time(self, job: Job, stage: Stage, t: StageTime, r: Replica) -> StageTime:
+        """A replica's time under ZeRO: each rank steps only its shard of the optimizer
+        states; ZeRO-3 / FSDP traffic runs layer by layer behind compute and what is not
+        hidden is exposed (``shard_comm_s``, ``_exposed_shard_comm``)."""
+        if not job.options.shards_optimizer:
+            return t
+        r0 = stage.replicas[0]
+        return self.sharded_time(
+            job, stage.first_layer, stage.last_layer, t, r.gpu_type, r.tp, r.microbatch_size,
+            self._ring_kinds(stage), (r0.gpu_type, r0.tp),
+        )  # fmt: skip
+
+    def _ring_kinds(self, stage: Stage):
+        kinds = self.cache.ring_kinds.get(stage._sig)
+        if kinds is None:
+            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
+        return kinds
+
+    def sharded_time(
+        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
+        kinds, lead: tuple[str, int],
+    ) -> StageTime:  # fmt: skip
+        """``_sharded_time`` of a replica (``gpu_type``, ``tp``, ``mbs``) of layers first..last
+        in a stage whose replicas form the ring ``kinds`` (``timing.ring_kinds`` runs) and whose
+        first replica is ``lead`` = (GPU type, TP): the planner scores candidates with it
+        without building stages."""
+        if not job.options.shards_optimizer:
+            return t
+        replicas = sum(count for _, count in kinds)
+        group = self.shard_group(job, gpu_type, tp, replicas)
+        exposed = 0.0
+        if job.options.shards_parameters and replicas > 1:
+            exposed = self._exposed_shard_comm(job, first, last, t, gpu_type, tp, mbs, kinds, lead)
+        return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
+
+    def _expert_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
+        """Expert-parallel all-to-alls per microbatch of a replica (``moe.py``): its expert
+        group's ranks on one node talk over NVLink, the others over the GPU's inter-node link
+        in the replica's zone."""
+        ep = job.options.expert_parallel
+        if ep == 1:
+            return 0.0
+        gpu = get_gpu(r.gpu_type)
+        local = max(1, gpu.gpus_per_node // r.tp)
+        intra = self.network.intra_node(gpu.name, min(ep, local) * r.tp)
+        end = Endpoint(r.zone, r.gpu_type, 1)
+        inter = self.network.link(end, end)
+        e, seq = dtype_bytes(job.dtype), job.local_sequence_length
+        links = (local, intra, inter)
+        return expert_comm_per_microbatch(
+            job.model, first, last, r.microbatch_size, seq, r.tp, e, ep, links
+        )
+
+    def _context_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
+        """Exposed ring KV exchange per microbatch of a context-parallel replica
+        (``context_parallel.kv_exchange_exposed``): over NVLink when its CP group's
+        tp x cp GPUs fit in a node, else over the GPU's inter-node link in its zone."""
+        cp = job.options.context_parallel
+        if cp == 1:
+            return 0.0
+        gpu = get_gpu(r.gpu_type)
+        if r.tp * cp <= gpu.gpus_per_node:
+            link = self.network.intra_node(gpu.name, r.tp * cp)
+        else:
+            end = Endpoint(r.zone, r.gpu_type, 1)
+            link = self.network.link(end, end)
+        blocks = max(0, min(last, job.model.num_layers) - max(first, 1) + 1)
+        e = dtype_bytes(job.dtype)
+        core = attention_flop_s(gpu, job.dtype)
+        return kv_exchange_exposed(
+            job.model, blocks, r.microbatch_size, job.sequence_length, r.tp, cp, e, link, core
+        )
+
+    def _exposed_shard_comm(
+        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
+        kinds, lead: tuple[str, int],
+    ) -> float:  # fmt: skip
+        """Seconds per microbatch of ZeRO-3 / FSDP traffic not hidden behind compute, layer
+        by layer as FSDP runs it (one unit per layer, prefetch of one unit ahead): forward
+        gathers layer i + 1's parameters while layer i computes, so the first gather is
+        exposed and every later one only beyond its predecessor's forward; backward re-gathers
+        layer i - 1 and reduce-scatters layer i + 1's gradients while layer i computes, and the
+        last reduce-scatter is exposed. A gather (reduce-scatter) is half a ring all-reduce of
+        the same bytes (``_layer_collective_s``). Per-layer compute is the profile's, with the
+        stage's recomputation spread over its layers by forward time."""
+        table = self.profiles.table(
+            job.model, get_gpu(gpu_type), job.dtype, mbs, tp, job.sequence_length, job.optimizer
+        )
+        layers = range(first, last + 1)
+        fwd = [table.span(table.forward, i, i) for i in layers]
+        share = t.recompute_s / t.forward_s if t.forward_s > 0 else 0.0
+        bwd = [
+            table.span(table.backward, i, i) + share * f for i, f in zip(layers, fwd, strict=True)
+        ]
+        gather = [self._ring_layer_collective_s(job, kinds, lead, i, "params") for i in layers]
+        scatter = [self._ring_layer_collective_s(job, kinds, lead, i, "grads") for i in layers]
+        exposed = gather[0] + scatter[0]
+        for k in range(len(fwd) - 1):
+            exposed += max(0.0, gather[k + 1] - fwd[k])
+        for k in range(len(bwd)):  # backward runs k = last .. first
+            overlapped = (gather[k - 1] if k > 0 else 0.0) + (
+                scatter[k + 1] if k + 1 < len(bwd) else 0.0
+            )
+            exposed += max(0.0, overlapped - bwd[k])
+        return exposed
+
+    def _layer_collective_s(self, job: Job, stage: Stage, layer: int, what: str) -> float:
+        """``_ring_layer_collective_s`` over ``stage``'s ring."""
+        r0 = stage.replicas[0]
+        kinds, lead = self._ring_kinds(stage), (r0.gpu_type, r0.tp)
+        return self._ring_layer_collective_s(job, kinds, lead, layer, what)
+
+    def _ring_layer_collective_s(self, job: Job, kinds, lead, layer: int, what: str) -> float:
+        """One layer's all-gather of its parameters or reduce-scatter of its gradients over the
+        stage's shard group: half a ring all-reduce of the unsharded bytes (volume
+        (n - 1) / n of them, n - 1 steps); hybrid: inside the node over NVLink / PCIe."""
+        params = self.unsharded_params(job, layer, layer)
+        if what == "params":
+            nbytes = dtype_bytes(job.dtype) * params
+        else:
+            nbytes = self.grad_bytes(job, layer, layer)
+        if nbytes == 0:
+            return 0.0
+        key = (job.cache_id, nbytes, what, kinds, lead)
+        hit = self.cache.shard_collective.get(key)
+        if hit is None:
+            hit = self._collective_s(job, kinds, lead, layer, nbytes)
+            self.cache.shard_collective[key] = hit
+        return hit
+
+    def _collective_s(self, job: Job, kinds, lead, layer: int, nbytes: float) -> float:
+        if job.options.zero == "hybrid":
+            lead_gpu, lead_tp = lead
+            replicas = sum(count for _, count in kinds)
+            group = self.shard_group(job, lead_gpu, lead_tp, replicas)
+            gpu = get_gpu(lead_gpu)
+            link = self.network.intra_node(gpu.name, gpu.gpus_per_node)
+            efficiency = timing.intra_bus_efficiency(gpu.name)
+            return timing.allreduce_time(link, nbytes / lead_tp, group, 1, efficiency) / 2
+        return self.ring_time(job, layer, layer, kinds, nbytes)[0] / 2
+
+    def _check_replica(self, job: Job, stage: Stage, i: int, p: int, r: Replica) -> None:
+        checked = self.cache.replica_ok
+        key = (job.cache_id, r.gpu_type, r.tp, p > 1)
+        if key in checked:
+            return
+        problem = job.model.tp_problem(r.tp)
+        gpu = get_gpu(r.gpu_type)
+        if problem is None and not gpu.supports(job.dtype):
+            problem = f"{r.gpu_type} cannot train in {job.dtype}"
+        if problem is not None:
+            j = stage.replicas.index(r)
+            raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
+        check_replica(job.options, gpu, job.dtype, r.tp, p)  # names the option it refuses
+        checked.add(key)
+
+    def p2p_known(self, job: Job) -> dict:
+        """``job``'s ``p2p`` results so far, by ``compose.p2p_key``."""
+        table = self.cache.p2p.get(job.cache_id)
+        if table is None:
+            table = self.cache.p2p[job.cache_id] = {}
+        return table
+
+    def summaries(self) -> dict:
+        """The table ``compose`` memoizes stage summaries in."""
+        return self.cache.stage_summary

@@ -1,0 +1,293 @@
+"""Frozen spec dataclasses as the one declaration of a setting: CLI flags, config files, dicts
+and proto messages are all derived from the dataclass fields (torchtitan derives its CLI from
+its config the same way; typer reads the generated signature).
+
+- ``flags(cls)``: one ``Flag`` per leaf field; nested spec dataclasses are flattened (their
+  fields become flags of their own names), the help text is the field's docstring.
+- ``with_spec(cls)``: a decorator for a typer command; the command's ``spec`` parameter is
+  replaced by the generated flags plus ``--config FILE`` (TOML with the same field names,
+  nested tables for nested specs); the command receives one frozen ``spec``. Precedence:
+  field default < config file < flag given on the command line.
+- ``to_dict`` / ``from_dict``: plain data, unknown keys refused naming the key.
+- ``to_proto`` / ``from_proto``: by field name into a message of the same field names.
+
+Bad values are ``ValidationError``s naming the flag, which the CLIs print as one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import tomllib
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ValidationError
+
+ALIASES: dict[str, tuple[str, ...]] = {
+    "flash_attention": ("--flash/--no-flash",),
+    "global_batch_size": ("--gbs",),
+    "seq_len": ("--seq",),
+    "precision": ("--dtype",),
+}
+"""Short spellings kept for the flags users already type (one vocabulary, a few synonyms)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    path: tuple[str, ...]
+    """Field names from the root spec down to this leaf."""
+    kind: type
+    """bool, int, float or str (Optional unwrapped)."""
+    optional: bool
+    default: Any
+    help: str
+
+    @property
+    def name(self) -> str:
+        return self.path[-1]
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def is_spec(cls: Any) -> bool:
+    return inspect.isclass(cls) and dataclasses.is_dataclass(cls)
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings (the string literal under a field) of a dataclass and its bases."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for prev, node in zip(body, body[1:], strict=False):
+            if (
+                isinstance(prev, ast.AnnAssign)
+                and isinstance(prev.target, ast.Name)
+                and isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                docs[prev.target.id] = " ".join(node.value.value.split())
+    return docs
+
+
+def _leaf_type(hint: Any) -> tuple[Any, bool]:
+    args = typing.get_args(hint)
+    if args and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return hint, False
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def flags(cls: type, path: tuple[str, ...] = ()) -> list[Flag]:
+    """The leaf fields of a spec, depth first, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    out: list[Flag] = []
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name.startswith("_"):
+            continue
+        kind, optional = _leaf_type(hints[f.name])
+        if is_spec(kind):
+            out += flags(kind, (*path, f.name))
+            continue
+        if kind not in (bool, int, float, str):
+            raise TypeError(f"{cls.__name__}.{f.name}: {kind} is not a flag type")
+        out.append(Flag((*path, f.name), kind, optional, _default(f), docs.get(f.name, "")))
+    names = [flag.name for flag in out]
+    clash = {n for n in names if names.count(n) > 1}
+    if clash and not path:
+        raise TypeError(f"{cls.__name__}: leaf field names must be unique, repeated: {clash}")
+    return out
+
+
+def to_dict(spec: Any) -> dict[str, Any]:
+    return dataclasses.asdict(spec)
+
+
+def from_dict(cls: type, data: Mapping[str, Any], where: str = "spec") -> Any:
+    """A spec from plain data; unknown keys and bad types refused naming the key."""
+    if not isinstance(data, Mapping):
+        raise ValidationError(f"must be a table of {cls.__name__} fields", field=where)
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValidationError(f"unknown field(s) {unknown}; known: {sorted(known)}", field=where)
+    kwargs = {}
+    for name, value in data.items():
+        kind, optional = _leaf_type(hints[name])
+        key = f"{where}.{name}"
+        if is_spec(kind):
+            kwargs[name] = from_dict(kind, value, key) if value is not None else None
+        else:
+            kwargs[name] = _coerce(value, kind, optional, key)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise ValidationError(str(exc), field=where) from None
+
+
+def _coerce(value: Any, kind: type, optional: bool, key: str) -> Any:
+    if value is None:
+        if optional:
+            return None
+        raise ValidationError("must be set", field=key)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is bool and not isinstance(value, bool) or not isinstance(value, kind):
+        raise ValidationError(f"must be {kind.__name__}, got {value!r:.60}", field=key)
+    if kind is int and isinstance(value, bool):
+        raise ValidationError(f"must be int, got {value!r}", field=key)
+    return value
+
+
+def from_file(cls: type, path: str | Path) -> Any:
+    """A spec from a TOML file of its field names (nested specs as tables)."""
+    file = Path(path).expanduser()
+    try:
+        data = tomllib.loads(file.read_text())
+    except OSError as exc:
+        raise ValidationError(f"cannot read {file}: {exc.strerror}", field="config") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"{file} is not valid TOML ({exc})", field="config") from None
+    return from_dict(cls, data, where=file.name)
+
+
+def _nest(values: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, value in values.items():
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def _typer_parameter(flag: Flag) -> inspect.Parameter:
+    import typer
+
+    decls = [flag.option]
+    if flag.kind is bool:
+        decls = [f"{flag.option}/--no-{flag.option[2:]}"]
+    decls += list(ALIASES.get(flag.name, ()))
+    shown = "" if flag.default is dataclasses.MISSING else f" [default: {flag.default}]"
+    annotation = {bool: bool | None, int: int | None, float: float | None, str: str | None}
+    return inspect.Parameter(
+        "_".join(flag.path),
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(None, *decls, help=flag.help + shown, show_default=False),
+        annotation=annotation[flag.kind],
+    )
+
+
+def with_spec(cls: type, *, exclude: tuple[str, ...] = ()) -> Callable:
+    """Decorate a typer command taking ``spec: cls``: the flags come from ``cls``."""
+    import typer
+
+    leaves = [f for f in flags(cls) if f.name not in exclude]
+
+    def decorate(command: Callable) -> Callable:
+        sig = inspect.signature(command)
+        own = [p for name, p in sig.parameters.items() if name != "spec"]
+
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            config = kwargs.pop("config", None)
+            given = {f.path: kwargs.pop("_".join(f.path)) for f in leaves}
+            base = to_dict(from_file(cls, config)) if config is not None else {}
+            spec_data = _merge(base, _nest({p: v for p, v in given.items() if v is not None}))
+            spec = from_dict(cls, spec_data, where="flags")
+            return command(*args, spec=spec, **kwargs)
+
+        config = inspect.Parameter(
+            "config",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(
+                None, "--config", help=f"TOML file of {cls.__name__} fields (flags override)."
+            ),
+            annotation=Path | None,
+        )
+        params = [_resolved(p, command).replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+        params += [config, *(_typer_parameter(f) for f in leaves)]
+        wrapper.__signature__ = sig.replace(parameters=params, return_annotation=None)
+        # typer reads the generated signature and its annotations, not the original's.
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        del wrapper.__wrapped__
+        return wrapper
+
+    return decorate
+
+
+def _resolved(param: inspect.Parameter, command: Callable) -> inspect.Parameter:
+    """A parameter whose string annotation (``from __future__ import annotations``) is
+    evaluated in the command's module, as typer needs it."""
+    if isinstance(param.annotation, str):
+        return param.replace(annotation=eval(param.annotation, command.__globals__))  # noqa: S307
+    return param
+
+
+def to_proto(spec: Any, message: Any) -> Any:
+    """Fill ``message`` (a protobuf message with the spec's field names) from ``spec``."""
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if value is None:
+            continue
+        if dataclasses.is_dataclass(value):
+            to_proto(value, getattr(message, f.name))
+        else:
+            setattr(message, f.name, value)
+    return message
+
+
+def from_proto(cls: type, message: Any) -> Any:
+    """The spec of a message filled by ``to_proto`` (unset optional fields stay None)."""
+    return from_dict(cls, _proto_data(cls, message), where=cls.__name__)
+
+
+def _proto_data(cls: type, message: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    data: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        kind, optional = _leaf_type(hints[f.name])
+        if is_spec(kind):
+            data[f.name] = _proto_data(kind, getattr(message, f.name))
+        elif optional and not message.HasField(f.name):
+            data[f.name] = None
+        else:
+            data[f.name] = getattr(message, f.name)
+    return data

@@ -1,0 +1,97 @@
+"""RunSpec: what to train and how, declared once.
+
+Every run setting a user chooses (model, batch, sequence, precision, execution options, steps,
+checkpointing, seed) is one field here, with its help text under it. The CLIs take their flags
+from these fields (``specs.with_spec``), a run can be given as a TOML file of the same names
+(``--config``), it crosses the wire as ``sailor.v1.RunSpec`` (``specs.to_proto``), and the
+engine reads it back as the same value. Torch-free: the simulator, the planner and the runtime
+all use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import inputs
+from ..dtypes import check_dtype
+from ..errors import ValidationError
+from .job import OPTIMIZERS, Job
+from .options import ExecutionOptions
+
+MAX_SEED = 2**32 - 1
+"""numpy's seed range (torch accepts more; the data order uses numpy)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run's settings (see the module docstring)."""
+
+    model: str = "tiny-llama"
+    """Catalog model name, or the path of a Hugging Face config.json."""
+    global_batch_size: int = 16
+    """Samples per iteration, over all data-parallel replicas."""
+    seq_len: int | None = None
+    """Tokens per sample (default: the model's maximum, at most 8192)."""
+    precision: str | None = None
+    """Training dtype: fp32, bf16 or fp16 mixed precision (default: the config's torch_dtype,
+    else fp32)."""
+    optimizer: str = "adamw"
+    """adam, adamw or sgd."""
+    options: ExecutionOptions = field(default_factory=ExecutionOptions)
+    steps: int = 100
+    """Train until this many iterations (a resumed run continues from its checkpoint)."""
+    checkpoint_every: int = 0
+    """Save a checkpoint every K iterations (0: only at the end)."""
+    seed: int = 0
+    """Seed of the initial weights and the data order (0 .. 2**32-1)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValidationError("must name a catalog model or a config.json", field="model")
+        inputs.integral(self.global_batch_size, "global_batch_size")
+        if self.seq_len is not None:
+            inputs.integral(self.seq_len, "seq_len")
+        if self.precision is not None:
+            check_dtype(self.precision, "precision")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValidationError(
+                f"unknown optimizer {self.optimizer!r}; use one of {OPTIMIZERS}", field="optimizer"
+            )
+        if not isinstance(self.options, ExecutionOptions):
+            raise ValidationError("must be ExecutionOptions", field="options")
+        inputs.integral(self.steps, "steps")
+        inputs.integral(self.checkpoint_every, "checkpoint_every", minimum=0)
+        inputs.integral(self.seed, "seed", minimum=0, maximum=MAX_SEED)
+
+    def job(self) -> Job:
+        """The simulator's Job (defaults for seq/precision as ``capacity.make_job`` states)."""
+        from ..capacity import make_job
+
+        return make_job(
+            self.model, self.global_batch_size, self.seq_len, self.precision, self.optimizer,
+            self.options,
+        )[0]  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        from .derive import to_dict
+
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunSpec:
+        from .derive import from_dict
+
+        return from_dict(cls, data, where="run")
+
+    def to_proto(self):
+        from ..proto import job_pb2
+        from .derive import to_proto
+
+        return to_proto(self, job_pb2.RunSpec())
+
+    @classmethod
+    def from_proto(cls, message) -> RunSpec:
+        from .derive import from_proto
+
+        return from_proto(cls, message)
