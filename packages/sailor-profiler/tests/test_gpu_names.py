@@ -61,5 +61,7 @@ def test_look_alikes_are_refused_with_the_fix(name, mib, why):
 
 def test_the_table_covers_every_catalog_gpu():
     """A GPU added to the catalog needs a row above (and a rule if its name is new)."""
-    gpus = {n for n, g in GPU_CATALOG.items() if g.platform != "cpu" and "user catalog" not in g.source}
+    gpus = {
+        n for n, g in GPU_CATALOG.items() if g.platform != "cpu" and "user catalog" not in g.source
+    }
     assert gpus == {want for _, _, want in DETECTED}
