@@ -32,6 +32,7 @@ different TP degrees; each reads its own layout. The directory must be shared by
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -121,6 +122,14 @@ def _fsync_write(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _serialize(obj) -> bytes:
+    """torch.save into memory: writing the bytes with Python's file API turns a full disk
+    into an OSError (ENOSPC), where torch's C++ writer raises a bare RuntimeError."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
 
 
 def _snapshot(t: torch.Tensor) -> torch.Tensor:
@@ -225,7 +234,7 @@ class AsyncSaver:
         try:  # a full disk here must not take this rank out of the collective save below
             tmp.mkdir(parents=True, exist_ok=True)
             if trainer is not None:
-                torch.save(trainer, tmp / "trainer.pt")
+                _fsync_write(tmp / "trainer.pt", _serialize(trainer))
         except OSError as exc:
             self.error = self.error or exc
         self._future = dcp.async_save(

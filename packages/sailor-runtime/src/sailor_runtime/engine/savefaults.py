@@ -18,7 +18,9 @@ The previous checkpoints stay loadable either way: a failed save never got its r
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import sys
 
 import torch
@@ -90,18 +92,32 @@ def root_cause(error: BaseException) -> BaseException:
     return error
 
 
-def _cause(error: BaseException | None) -> str:
+def _cause(error: BaseException | None, root) -> str:
     if error is None:
         return "failed on another rank"
     error = root_cause(error)
     if isinstance(error, OSError) and error.strerror:
         where = f": {error.filename}" if error.filename else ""
         return f"{error.strerror}{where}"
-    return " ".join(str(error).split())[:300] or type(error).__name__
+    said = " ".join(str(error).split())[:300] or type(error).__name__
+    if _out_of_space(root):
+        # torch's C++ zip writer (torch.save inside DCP) drops errno and raises a bare
+        # RuntimeError ("unexpected pos ..."); the folder's free space says what happened
+        return f"{os.strerror(errno.ENOSPC)}: {root} ({said})"
+    return said
+
+
+def _out_of_space(root, slack_bytes: int = 1 << 20) -> bool:
+    """Whether the file system holding ``root`` has (almost) no space left for this user."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < slack_bytes
 
 
 def _describe(saver: ckpt.AsyncSaver, error: BaseException | None) -> str:
-    cause = _cause(error)
+    cause = _cause(error, saver.root)
     latest = ckpt.latest(saver.root)
     kept = f"the last complete checkpoint is {latest[0]}" if latest else "no checkpoint is kept"
     return f"checkpoint of step {saver.last_step} was not written ({cause}); {kept}"
