@@ -26,6 +26,21 @@ def test_matmul_efficiency_is_the_hardware_benchmark_not_a_fit():
     assert analytic.HARDWARE_MATMUL_EFFICIENCY["hopper"][0] == pytest.approx(0.803, abs=1e-3)
 
 
+def test_blackwell_matmul_efficiency_is_its_own_benchmark_per_gpu():
+    """B200 1745 / 2250 and GB200 1822 / 2500 TFLOP/s (MAMF table): each Blackwell GPU at its
+    own measured fraction of its own peak, not Hopper's and not the fp32 default."""
+    from sailor_sim.catalog.gpus import GPU_CATALOG
+
+    b200 = analytic.calibrated(GPU_CATALOG["B200"], "bf16")
+    gb200 = analytic.calibrated(GPU_CATALOG["GB200"], "bf16")
+    assert b200.e_max == pytest.approx(0.7756, abs=1e-4) and "B200" in b200.source
+    assert gb200.e_max == pytest.approx(0.7288, abs=1e-4) and "GB200" in gb200.source
+    achieved = {g: GPU_CATALOG[g].peak_flops("bf16") * f.e_max for g, f in
+                (("B200", b200), ("GB200", gb200))}  # fmt: skip
+    assert achieved["GB200"] == pytest.approx(1822e12, rel=1e-3)
+    assert achieved["B200"] == pytest.approx(1745e12, rel=1e-3)
+
+
 def test_framework_term_is_named_and_equals_its_fitted_share():
     """compute x (1 / efficiency - 1), with the committed fit of the estimate's style."""
     terms = _estimate("A100-80")

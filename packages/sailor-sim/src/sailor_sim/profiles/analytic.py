@@ -76,7 +76,14 @@ SGD_BYTES_PER_PARAM = {"fp32": 16, "bf16": 22, "fp16": 22}
 
 
 CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "data" / "compute_efficiency.json"
-GPU_FAMILY = {"A100": "ampere", "H100": "hopper", "H200": "hopper", "GH-96": "hopper"}
+GPU_FAMILY = {
+    "A100": "ampere",
+    "H100": "hopper",
+    "H200": "hopper",
+    "GH-96": "hopper",
+    "B200": "blackwell",
+    "GB200": "blackwell",
+}
 """GPU type name prefix -> architecture family whose calibrated efficiency it shares (same SM,
 same tensor-core generation), e.g. A100-40 and A100-80, or a variant such as H100-96-..."""
 GEMMS_PER_BLOCK = 6
@@ -102,14 +109,26 @@ _MAMF = (
     "Maximum Achievable Matmul FLOPS, bf16, best shape (stas00/ml-engineering "
     "compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table')"
 )
+_MAMF_BLACKWELL = (
+    f"{_MAMF}; the Blackwell rows as of stas00/ml-engineering's fork Mu-L/ml-engineering "
+    "commit 330ebdd, torch 2.7.1+cu128 (B200) and 2.10.0.dev20250916+cu130 (GB200)"
+)
 HARDWARE_MATMUL_EFFICIENCY: dict[str, tuple[float, str]] = {
     "ampere": (271.2 / 312, f"A100 SXM 271.2 of 312 TFLOP/s: {_MAMF}"),
     "hopper": (794.5 / 989, f"H100 SXM 794.5 of 989 TFLOP/s: {_MAMF}"),
+    "blackwell": (1745.0 / 2250, f"B200 SXM 1745.0 of 2250 TFLOP/s: {_MAMF_BLACKWELL}"),
 }
 """GPU family -> the fraction of its dense tensor-core peak a large matmul reaches on the
 hardware alone (a published GEMM benchmark, no framework in it): the calibrated matmul
 efficiency. What training frameworks lose on top is ``FRAMEWORK_EFFICIENCY``. fp16 runs on the
-same tensor cores at the same peak: the bf16 figure."""
+same tensor cores at the same peak: the bf16 figure. Blackwell has no published training run in
+the calibration corpus: its figure is the GEMM benchmark alone, never fitted to a training run."""
+GPU_MATMUL_EFFICIENCY: dict[str, tuple[float, str]] = {
+    "GB200": (1822.0 / 2500, f"GB200 SXM 1822.0 of 2500 TFLOP/s: {_MAMF_BLACKWELL}"),
+}
+"""GPU type name prefix -> its own measured fraction where it differs from its family's: the
+GB200's Blackwell GPU is specified at a higher peak (2500 vs 2250 TFLOP/s, 1200 vs 1000 W) than
+it reaches in the same benchmark (72.9 % vs the B200's 77.6 %)."""
 
 
 def load_calibration(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], MatmulEfficiency]:
@@ -194,7 +213,11 @@ def calibrated(gpu: GPUType, dtype: str) -> MatmulEfficiency | None:
     """The published-run calibration for this GPU and dtype, if there is one (fp32 runs keep
     the per-GPU fit to the Sailor profiles)."""
     family = gpu_family(gpu)
-    return None if family is None else CALIBRATION.get((family, dtype))
+    fit = None if family is None else CALIBRATION.get((family, dtype))
+    own = next((v for p, v in GPU_MATMUL_EFFICIENCY.items() if gpu.name.startswith(p)), None)
+    if fit is None or own is None:
+        return fit
+    return MatmulEfficiency(own[0], fit.knee_flops, own[1])
 
 
 def efficiency(gpu: GPUType) -> Efficiency:
