@@ -1,7 +1,9 @@
 """Published training measurements (``data/published_runs.json``) and how to simulate them.
 
 The table holds runs that others measured and published (MosaicML llm-foundry's benchmark
-tables, torchtitan's performance docs, the Megatron-LM activation-recomputation paper), one row
+tables, torchtitan's performance docs, the Megatron-LM activation-recomputation paper, NVIDIA's
+DGX Cloud recipes, FlashAttention's training README, BigScience's BLOOM log, IBM's fms-fsdp
+README), one row
 per run with its source, the model, GPU, parallelism, precision, batch, sequence, execution
 options and what was measured (tokens/s per GPU, iteration seconds, peak memory). Each source
 names the exact document (repository commit or arXiv table). ``bench/sim_published.py`` predicts
@@ -35,6 +37,12 @@ DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_runs.json"
 _FAMILY = {
     "mpt": dict(family="mpt", position="learned", tie_word_embeddings=True),
     "gpt": dict(family="gpt", position="learned", tie_word_embeddings=True),
+    # BLOOM (bigscience tr11-176B-ml README): ALiBi, a LayerNorm after the embedding, GELU,
+    # biases, the head tied to the embedding.
+    "bloom": dict(family="bloom", position="alibi", tie_word_embeddings=True, embedding_norm=True),
+    # Llama 2 shapes as fms-fsdp builds them (LLaMAConfig): RoPE, RMSNorm, SwiGLU, no biases,
+    # an untied head.
+    "llama": dict(family="llama", position="rotary", norm="rmsnorm", mlp="swiglu", bias=False),
 }
 
 
