@@ -5,9 +5,12 @@ Each row is predicted *before* it is compared: the job and a uniform plan are bu
 row's published configuration alone (GPU type, GPU count, batch, sequence, TP/PP/CP/VP/EP, FP8
 recipe), the simulator estimates the iteration, and only then is the published Tokens/sec/GPU
 read. These rows are not in the calibration corpus (``bench/sim_published.py``) and nothing is
-fitted on them. Execution as the NeMo performance recipes run: Megatron distributed optimizer
-(``zero1``), sequence parallelism with TP > 1, flash attention, interleaved 1F1B with VP > 1,
-InfiniBand NDR (400 Gb/s per GPU) between nodes (DGX B200 and GB200 NVL72 systems).
+fitted on them: Blackwell's matmul efficiency is a published GEMM benchmark of B200 and GB200
+(``analytic.HARDWARE_MATMUL_EFFICIENCY``, printed with its source), its framework term the
+Megatron-style fit on Ampere and Hopper runs of other sources. Execution as the NeMo
+performance recipes run: Megatron distributed optimizer (``zero1``), sequence parallelism with
+TP > 1, flash attention, interleaved 1F1B with VP > 1, InfiniBand NDR (400 Gb/s per GPU)
+between nodes (DGX B200 and GB200 NVL72 systems).
 
 Exits 1 when the data file is missing, a row lacks its source or cannot be predicted (the
 error names the option), or when the worst |error| exceeds ``WORST_BAR`` (the issue's 35 %
@@ -24,8 +27,10 @@ from importlib import resources
 from pathlib import Path
 
 from sailor_sim import Job, Plan, Simulator
+from sailor_sim.catalog.gpus import get_gpu
 from sailor_sim.catalog.prices import set_price
 from sailor_sim.errors import SailorSimError
+from sailor_sim.profiles import analytic
 from sailor_sim.simulate.network import Endpoint, LinkCurve, NetworkModel
 from sailor_sim.spec.options import ExecutionOptions
 
@@ -108,6 +113,9 @@ def main() -> int:
         )
     for name, text in sources.items():
         print(f"source {name}: {text}")
+    for gpu in ("B200", "GB200"):  # the one Blackwell input not from the rows' own GPUs' specs
+        fit = analytic.calibrated(get_gpu(gpu), "bf16")
+        print(f"matmul efficiency {gpu}: {fit.e_max:.3f} of peak ({fit.source})")
     for failure in failures:
         print(f"error: {failure}")
     if not errors:
