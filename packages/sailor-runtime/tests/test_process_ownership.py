@@ -72,18 +72,28 @@ def cmdline(pid: int) -> str:
         return "?"
 
 
-def wait_for_ranks(run: subprocess.Popen, agents: int, timeout_s: float = 240.0) -> list[int]:
+def logs_of(folder: Path) -> str:
+    """The tails of `sailor run`'s stderr and of its children's logs, for a failure message."""
+    paths = [folder / "sailor-run.err", *sorted((folder / "run" / "logs").glob("*.log"))]
+    return "".join(
+        f"\n--- {p.name}:\n{p.read_text(errors='replace')[-1500:]}" for p in paths if p.exists()
+    )
+
+
+def wait_for_ranks(
+    run: subprocess.Popen, agents: int, folder: Path, timeout_s: float = 240.0
+) -> list[int]:
     """The worker agents' PIDs once each runs a zygote and a rank (two levels below it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert run.poll() is None, "sailor run ended early"
+        assert run.poll() is None, f"sailor run ended early{logs_of(folder)}"
         tree = children_of()
         found = [p for p in descendants(run.pid) if "sailor_runtime.cli worker" in cmdline(p)]
         ready = [a for a in found if any(tree.get(z) for z in tree.get(a, []))]
         if len(ready) >= agents:
             return sorted(ready)
         time.sleep(0.5)
-    raise AssertionError("the ranks did not start")
+    raise AssertionError(f"the ranks did not start{logs_of(folder)}")
 
 
 CASES = [
@@ -101,28 +111,35 @@ on the shared 2-core machine."""
 def test_signals_to_agents_and_to_sailor_run_leave_nothing_behind(tmp_path, to_agents, to_run):
     workers = len(to_agents) + 1  # one agent is left for the signal to `sailor run`
     args = ["run", "--local", "--workers", str(workers), "--steps", "100000", "--no-profile"]
-    args += ["--gpu-types", "cpu-1t", "--heartbeat-timeout", "3", "--run-dir", str(tmp_path)]
-    run = subprocess.Popen(
-        [sys.executable, "-c", ENTRY, *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # the cleanup below can reach whatever would be left
-    )
+    args += ["--gpu-types", "cpu-1t", "--heartbeat-timeout", "3"]
+    args += ["--run-dir", str(tmp_path / "run")]
+    with open(tmp_path / "sailor-run.err", "wb") as err:
+        run = subprocess.Popen(
+            [sys.executable, "-c", ENTRY, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # the cleanup below can reach whatever would be left
+        )
     try:
-        agents = wait_for_ranks(run, workers)
+        agents = wait_for_ranks(run, workers, tmp_path)
         for agent, signum in zip(agents, to_agents, strict=False):
             below_agent = descendants(agent)
             assert len(below_agent) >= 2  # its zygote and at least one rank
             os.kill(agent, signum)
             left = survivors(below_agent | {agent}, GONE_WITHIN_S)
-            assert not left, (signal.Signals(signum).name, [cmdline(p) for p in left])
+            name = signal.Signals(signum).name
+            assert not left, (name, [cmdline(p) for p in left], logs_of(tmp_path))
 
         everything = descendants(run.pid)
         assert len(everything) >= 3  # the planner server, an agent, its zygote (and ranks)
         os.kill(run.pid, to_run)
-        run.wait(timeout=60)
+        try:
+            run.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`sailor run` still running 60 s after the signal{logs_of(tmp_path)}")
         left = survivors(everything, GONE_WITHIN_S)
-        assert not left, (signal.Signals(to_run).name, [cmdline(p) for p in left])
+        name = signal.Signals(to_run).name
+        assert not left, (name, [cmdline(p) for p in left], logs_of(tmp_path))
     finally:
         try:
             os.killpg(run.pid, signal.SIGKILL)
