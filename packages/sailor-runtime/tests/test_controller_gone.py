@@ -57,10 +57,8 @@ def test_a_worker_outliving_its_controller_stops_after_the_grace_period(tmp_path
         server.stop(0)
         cut = time.monotonic()
         controller.close()
-        time.sleep(GRACE_S - 1.0)
-        assert worker.poll() is None, "the worker gave up before its grace period"
-        code = worker.wait(timeout=1.0 + SLACK_S)
-        took = time.monotonic() - cut
+        code = worker.wait(timeout=GRACE_S + SLACK_S)
+        took = time.monotonic() - cut  # a late look only lengthens it: no false "too early"
     finally:
         server.stop(0)
         if worker.poll() is None:
@@ -68,4 +66,4 @@ def test_a_worker_outliving_its_controller_stops_after_the_grace_period(tmp_path
         out = worker.communicate()[0]
     assert code == 1, out[-2000:]
     assert f"no controller for {GRACE_S:.0f} s; stopping" in out, out[-2000:]
-    assert GRACE_S - 1.0 <= took <= GRACE_S + SLACK_S, took
+    assert took >= GRACE_S - 0.5, f"gave up after {took:.1f} s, before its grace period"
