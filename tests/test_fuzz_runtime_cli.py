@@ -4,7 +4,12 @@ flag, before anything starts; a valid value passes the checks.
 
 Every invocation also carries a value that is refused *after* the option checks (an unknown
 model, an unknown device type), so a check that wrongly accepts ends there with a message that
-names the other flag (the test fails) instead of starting a controller or a worker.
+names the other flag (the test fails) instead of starting a controller or a worker. Options
+checked after the model is known (the recipe, the output paths) are given a known model and a
+data folder that does not exist, refused after them.
+
+Every option of these commands is either fuzzed here or listed in UNCHECKED with the reason:
+a new option that is neither fails ``test_every_option_is_fuzzed_or_says_why_not``.
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import re
 import tempfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from typer.main import get_command
 
 from sailor_runtime.cli import app
 from sailor_sim import inputs
@@ -37,7 +44,14 @@ BASE = {
     ],
     "worker": ["worker", "--controller", "127.0.0.1:1", "--gpu-type", "no-such-device"],
 }
-LATE_FLAG = {"run": "model", "controller": "model", "worker": "gpu"}
+NO_DATA = "/nonexistent-sailor-data"
+BASE["run-late"] = ["run", "--local", "--data", NO_DATA]
+BASE["controller-late"] = [*BASE["controller"][:3], "--run-dir", RUN_DIR, "--data", NO_DATA]
+BASE["data prepare"] = ["data", "prepare", "/nonexistent-sailor-input.txt", "--out", RUN_DIR]
+LATE_FLAG = {
+    "run": "model", "controller": "model", "worker": "gpu",
+    "run-late": "data", "controller-late": "data", "data prepare": "nonexistent-sailor-input",
+}  # fmt: skip
 """What the late refusal names when every checked option was accepted."""
 
 bad_count = st.integers(max_value=0) | st.sampled_from(["2.5", "x", "1e3", ""])
@@ -94,8 +108,87 @@ OPTIONS = {
         "--threads-per-rank": bad_count,
         "--first-core": st.integers(max_value=-1),
         "--controller-timeout": bad_seconds,
+        "--port": st.integers(max_value=-1) | st.integers(min_value=65536),
+        "--tls-cert": st.sampled_from(["/nonexistent.pem", "/proc"]),
+        "--tls-key": st.sampled_from(["/nonexistent.key", "/proc"]),
+        "--tls-ca": st.sampled_from(["/nonexistent-ca.pem", "/proc"]),
+    },
+    "run-late": {
+        "--model": st.sampled_from(["no-such-model", "", "../x", "/etc/passwd"]),
+        "--run-dir": st.sampled_from(["/proc/sailor-x", "/dev/null/x", "/etc/hostname"]),
+        "--json": st.sampled_from(["/proc/x/summary.json", "/dev/null/x.json"]),
+        "--config": st.sampled_from(["/nonexistent.toml", "/proc"]),
+        "--lr": st.sampled_from(["nan", "inf", "0", "-1e-3"]),
+        "--min-lr": st.sampled_from(["nan", "-1"]),  # above --lr: KNOWN_GAPS
+        "--warmup-steps": st.integers(max_value=-1),
+        "--decay-steps": st.integers(max_value=-1),
+        "--schedule": st.text(max_size=12).filter(
+            lambda t: t not in ("cosine", "linear", "wsd", "constant")
+        ),
+        "--weight-decay": st.sampled_from(["nan", "-0.1"]),
+        "--no-decay": st.sampled_from(["zz", "norm,zz", "../x"]),
+        "--clip-norm": st.sampled_from(["nan", "-1"]),
+        "--beta1": st.sampled_from(["nan", "-0.1", "1", "2"]),
+        "--beta2": st.sampled_from(["nan", "-0.1", "1", "2"]),
+        "--eval-every": st.integers(max_value=-1),
+        "--eval-batches": bad_count,
+        "--precision": st.text(max_size=8).filter(lambda t: t not in ("fp32", "bf16", "fp16")),
+        "--recompute": st.text(max_size=10).filter(
+            lambda t: t not in ("none", "selective", "full")
+        ),
+        "--zero": st.text(max_size=8).filter(
+            lambda t: t not in ("none", "zero1", "zero2", "zero3", "hybrid")
+        ),
+    },
+    "data prepare": {
+        "--out": st.sampled_from(["/proc/sailor-x", "/dev/null/x", "/etc/hostname"]),
+        "--tokenizer": st.sampled_from(["/nonexistent-tokenizer.json", "/proc"]),
+        "--vocab-size": bad_count,
+        "--val-fraction": st.sampled_from(["nan", "inf", "-0.1", "1", "1.5"]),
+        "--shard-tokens": bad_count,
+        "--text-field": st.sampled_from(["", " "]),
+    },
+    "controller-late": {
+        "--config": st.sampled_from(["/nonexistent.toml", "/proc"]),
     },
 }
+OPTIONS["controller"].update({
+    "--store-port": st.integers(max_value=-1) | st.integers(min_value=65536),
+    "--backend": st.text(max_size=8).filter(lambda t: t not in ("auto", "gloo", "nccl")),
+    "--tls-cert": OPTIONS["worker"]["--tls-cert"],
+    "--tls-key": OPTIONS["worker"]["--tls-key"],
+    "--tls-ca": OPTIONS["worker"]["--tls-ca"],
+})  # fmt: skip
+UNCHECKED = {
+    ("run", "--trace"): "read (and refused in one line) after the run folder is made",
+    ("run", "--data"): "the late refusal of the recipe's options (a folder every node sees)",
+    ("controller", "--data"): "the late refusal of the recipe's options",
+    ("controller", "--model"): "the late refusal itself (a name or a config.json path)",
+    ("worker", "--gpu-type"): "the late refusal itself (checked against the catalog)",
+    ("controller", "--token"): "any string is a token",
+    ("worker", "--token"): "any string is a token",
+    ("controller", "--planner-token"): "any string is a token",
+    ("controller", "--profile-dir"): "GAP: a missing folder is found at the first plan",
+    ("controller", "--port-file"): "GAP: an unwritable path fails after the server started",
+    ("controller", "--advertise-host"): "GAP: not checked as a host name",
+    ("controller", "--tls-server-name"): "GAP: not checked as a host name",
+    ("worker", "--advertise-host"): "GAP: not checked as a host name",
+    ("worker", "--tls-server-name"): "GAP: not checked as a host name",
+    ("worker", "--workdir"): "GAP: checked only after the agent registered",
+    ("controller", "--planner-ca"): "GAP: refused, but naming --ca (KNOWN_GAPS)",
+    ("controller", "--eval-every"): "GAP: not checked (KNOWN_GAPS)",
+    ("controller", "--eval-batches"): "GAP: not checked (KNOWN_GAPS)",
+    ("slurm-node", "--node"): "a Slurm node name; an unknown one is refused by Slurm",
+}
+"""Options no hostile value is sent to, and why; "GAP" marks a check still to be written."""
+KNOWN_GAPS = [
+    ("controller", "--planner-ca", "/nonexistent-ca.pem"),  # the line names --ca
+    ("run-late", "--min-lr", "1"),  # accepted above the default --lr 1e-3
+    ("controller-late", "--eval-every", "-1"),  # the controller does not check them
+    ("controller-late", "--eval-batches", "0"),
+]
+"""Hostile values still let through or misnamed (in the flag declarations, cli.py): each test
+below fails once fixed (strict xfail), so it moves back into OPTIONS."""
 GOOD = {
     "--workers": "2", "--steps": "3", "--global-batch-size": "8", "--seq-len": "16",
     "--checkpoint-every": "2", "--kill-rank-at-step": "0", "--kill-worker-at-step": "2",
@@ -106,7 +199,16 @@ GOOD = {
     "--controller": "localhost:50051", "--gpus": "2", "--zone": "us-central1-a",
     "--worker-id": "node-1.a_b", "--threads-per-rank": "2", "--first-core": "0",
     "--controller-timeout": "1e-3", "--on-save-error": "continue", "--run-dir": RUN_DIR,
+    "--store-port": "0", "--backend": "gloo", "--model": "tiny-gpt", "--json": f"{RUN_DIR}/s.json",
+    "--config": None, "--min-lr": "1e-4", "--warmup-steps": "0", "--schedule": "wsd",
+    "--weight-decay": "0", "--no-decay": "norm,bias", "--clip-norm": "0", "--beta1": "0",
+    "--beta2": "0.999", "--eval-every": "0", "--eval-batches": "1", "--precision": "bf16",
+    "--recompute": "full", "--zero": "zero1", "--tls-cert": None, "--tls-key": None,
+    "--tls-ca": None, "--planner-ca": None, "--decay-steps": "3", "--out": f"{RUN_DIR}/data",
+    "--tokenizer": None, "--vocab-size": "300", "--val-fraction": "0.2", "--shard-tokens": "1000",
+    "--text-field": "body",
 }  # fmt: skip
+"""A valid value of each option (None: a file this test does not make; not tried)."""
 
 CASES = [(command, flag) for command, options in OPTIONS.items() for flag in options]
 
@@ -119,6 +221,13 @@ def invoke(command: str, flag: str, value) -> tuple[int, list[str]]:
     return exited.value.code, [line for line in err.getvalue().splitlines() if line.strip()]
 
 
+def names(line: str, flag: str) -> bool:
+    """Does the error line name ``flag`` (as ``--lr``, or as a field: ``flags.lr``)?"""
+    bare = flag.removeprefix("--")
+    spellings = (bare, bare.replace("-", "_"))
+    return flag in line or any(re.search(rf"\b{re.escape(s)}\b", line) for s in spellings)
+
+
 @pytest.mark.parametrize("command, flag", CASES)
 @FUZZ
 @given(data=st.data())
@@ -129,11 +238,42 @@ def test_a_hostile_option_is_one_line_and_exit_2(command, flag, data):
     code, lines = invoke(command, flag, value)
     assert code == 2, (command, flag, value, lines)
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    assert flag in lines[0], (flag, value, lines[0])
+    assert names(lines[0], flag), (flag, value, lines[0])
 
 
 def test_valid_options_pass_every_check():
     for command, flag in CASES:
+        if GOOD[flag] is None:
+            continue
         code, lines = invoke(command, flag, GOOD[flag])
         assert code == 2, (command, flag, lines)
         assert LATE_FLAG[command] in " ".join(lines).lower(), (command, flag, lines)
+
+
+def leaf_commands(group, prefix: str = ""):
+    """(name, command) of every command under ``group``; a subgroup's as ``data prepare``."""
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from leaf_commands(command, f"{prefix}{name} ")
+        else:
+            yield f"{prefix}{name}", command
+
+
+def test_every_option_is_fuzzed_or_says_why_not():
+    fuzzed = {(c.removesuffix("-late"), flag) for c, options in OPTIONS.items() for flag in options}
+    missing = []
+    for name, command in leaf_commands(get_command(app)):
+        for param in command.params:
+            if getattr(param, "is_flag", False) or not param.opts[0].startswith("--"):
+                continue  # an on/off switch has no hostile value
+            key = (name, param.opts[0])
+            if key not in fuzzed and key not in UNCHECKED:
+                missing.append(key)
+    assert not missing, f"give these a hostile-value strategy or a reason in UNCHECKED: {missing}"
+
+
+@pytest.mark.xfail(strict=True, reason="a known gap of the runtime CLI (KNOWN_GAPS)")
+@pytest.mark.parametrize("command, flag, value", KNOWN_GAPS)
+def test_known_gaps_are_still_open(command, flag, value):
+    code, lines = invoke(command, flag, value)
+    assert code == 2 and len(lines) == 1 and names(lines[0], flag), (flag, value, lines)

@@ -170,6 +170,24 @@ def test_replay_takes_a_search_slot_and_a_cancel_frees_it_at_once(server):
     assert freed_s < 1.0, freed_s  # the bench holds it to 100 ms; CI machines are noisier
 
 
+def test_an_expired_replay_stops_and_frees_its_slot(server):
+    srv, address = server(limits=ServerLimits(max_searches=1, max_queued=0))
+    slots = srv.planner_service.slots
+    deadline_s = 8.0
+    with grpc.insecure_channel(address) as channel:
+        stub = planner_pb2_grpc.PlannerServiceStub(channel)
+        sent = time.monotonic()
+        stream = stub.Replay(
+            request_for(BIG_JOB, wide_rows(), policies=["sailor"]), timeout=deadline_s
+        )
+        _wait(lambda: slots.load() == (1, 0), deadline_s)  # searching (for minutes) by then
+        code, _ = call_code(lambda: list(stream))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - sent >= deadline_s - 0.5  # it ran until its deadline
+        freed_s = _wait(lambda: slots.load() == (0, 0), 10)
+    assert freed_s < 1.0, freed_s  # the bench holds a cancel to 100 ms; CI is noisier
+
+
 def _serve() -> tuple[subprocess.Popen, str]:
     code = "from sailor_planner.cli import main; main()"
     proc = subprocess.Popen(

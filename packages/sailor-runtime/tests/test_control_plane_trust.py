@@ -19,6 +19,7 @@ from sailor_runtime.controller.assignments import build_assignments
 from sailor_runtime.controller.controller import Controller, ControllerConfig
 from sailor_runtime.controller.service import create_controller_server
 from sailor_runtime.controller.state import Reconfiguration
+from sailor_runtime.engine import fence
 from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 from sailor_sim import Job, Plan, Replica, Stage
 
@@ -147,6 +148,10 @@ def test_generations_keep_growing_across_controller_restarts(tmp_path):
             c._assign(Reconfiguration(c.generation + 1, "test", False), plan,
                       {"w1": [(0, 0)]}, workers)  # fmt: skip
         assert c.generation == 3
+        # each assignment fenced the checkpoint folder first: generation 2's ranks may not save
+        assert fence.current(c.cfg.checkpoint_dir) == 3
+        with pytest.raises(fence.SupersededError):
+            fence.check(c.cfg.checkpoint_dir, 2)
     finally:
         c.close()
     again = Controller(config(run))

@@ -11,6 +11,8 @@ from . import DataError
 
 EOS = "<|endoftext|>"
 """Separates documents in the token stream (GPT-2's end-of-text token)."""
+MIN_BPE_VOCAB = 257
+"""The smallest byte-level BPE: its 256 byte values and EOS."""
 
 
 def load_tokenizer(path: Path):
@@ -31,12 +33,12 @@ def train_byte_bpe(texts: Iterable[str], vocab_size: int, out: Path):
     ``out``. Deterministic: the same texts give the same file."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    if vocab_size < len(alphabet) + 1:
+    if vocab_size < MIN_BPE_VOCAB:
         raise DataError(
-            f"must be >= {len(alphabet) + 1} (256 bytes and {EOS}), got {vocab_size}",
+            f"must be >= {MIN_BPE_VOCAB} (256 bytes and {EOS}), got {vocab_size}",
             field="vocab_size",
         )
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

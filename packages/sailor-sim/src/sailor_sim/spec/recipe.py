@@ -47,7 +47,7 @@ class LRSchedule:
 
     def __post_init__(self) -> None:
         _check(self.kind in SCHEDULE_KINDS, "kind", f"one of {SCHEDULE_KINDS}", self.kind)
-        _check(self.max_lr > 0, "max_lr", "> 0", self.max_lr)
+        _check(0 < self.max_lr < math.inf, "max_lr", "> 0 and finite", self.max_lr)
         _check(0 <= self.min_lr <= self.max_lr, "min_lr", "in [0, max_lr]", self.min_lr)
         _check(self.warmup_steps >= 0, "warmup_steps", ">= 0", self.warmup_steps)
         _check(self.decay_steps >= 0, "decay_steps", ">= 0", self.decay_steps)

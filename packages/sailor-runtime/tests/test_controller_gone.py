@@ -1,0 +1,69 @@
+"""A worker whose controller is gone stops after its stated grace period (issue 24, item 5):
+`sailor worker --controller-timeout S` (default 300 s) stops its ranks and exits 1 once its
+heartbeats have gone unanswered for S seconds, and not before. A real `sailor worker` process
+against a real controller server on 127.0.0.1, which is then stopped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sailor_runtime.controller.controller import Controller, ControllerConfig
+from sailor_runtime.controller.service import create_controller_server
+from sailor_sim import Job
+
+GRACE_S = 6.0
+"""The worker's --controller-timeout here: long enough that a loaded machine's late heartbeat
+is not read as the controller's absence, short enough for a test."""
+SLACK_S = 20.0
+"""Beyond the grace period: one heartbeat's own 5 s deadline, the ranks' stop, the process's
+exit, on a loaded 2-core machine."""
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_outliving_its_controller_stops_after_the_grace_period(tmp_path):
+    # min_workers=5: it never plans, so the worker only heartbeats.
+    controller = Controller(
+        ControllerConfig(
+            job=Job.create("tiny-gpt", 8, 32), steps=4, checkpoint_every=2,
+            run_dir=tmp_path / "run", planner_address="127.0.0.1:9", min_workers=5,
+            heartbeat_interval_s=0.2,
+        )
+    )  # fmt: skip
+    server, port = create_controller_server(controller, "127.0.0.1:0")
+    server.start()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "sailor_runtime.cli", "worker", "--controller",
+         f"127.0.0.1:{port}", "--gpu-type", "CPU", "--worker-id", "w1", "--cold",
+         "--workdir", str(tmp_path / "w"), "--controller-timeout", str(GRACE_S)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: controller.membership.get("w1") is not None, 120, "the registration")
+        # Cut right after a heartbeat was answered: the worker's last contact is this recent,
+        # so it may not give up before the grace period counted from here.
+        seen = controller.membership.get("w1").last_heartbeat
+        wait_for(lambda: controller.membership.get("w1").last_heartbeat > seen, 30, "a beat")
+        server.stop(0)
+        cut = time.monotonic()
+        controller.close()
+        code = worker.wait(timeout=GRACE_S + SLACK_S)
+        took = time.monotonic() - cut  # a late look only lengthens it: no false "too early"
+    finally:
+        server.stop(0)
+        if worker.poll() is None:
+            worker.kill()
+        out = worker.communicate()[0]
+    assert code == 1, out[-2000:]
+    assert f"no controller for {GRACE_S:.0f} s; stopping" in out, out[-2000:]
+    assert took >= GRACE_S - 0.5, f"gave up after {took:.1f} s, before its grace period"
