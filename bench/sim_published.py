@@ -230,14 +230,23 @@ def _golden(f, lo: float, hi: float, steps: int = 14) -> float:
     return (a + b) / 2
 
 
+VALIDATION_ONLY_SOURCES = frozenset({"flash-attention", "ibm-fms-fsdp"})
+"""Sources outside issue 21's list of kinds allowed for fitting (a kernel library's benchmark
+table, a vendor's training-repository README): predicted and held out like every source, never
+fitted on."""
+
+
 def fittable(runs) -> list:
-    """Rows whose every input is published and expressible: only these train the
-    efficiencies. A row predicted without, say, its recomputation, or across nodes on a fabric
-    its source does not state, would teach the fit to absorb the missing term."""
+    """Rows whose every input is published and expressible, from a source allowed for fitting:
+    only these train the efficiencies. A row predicted without, say, its recomputation, or
+    across nodes on a fabric its source does not state, would teach the fit to absorb the
+    missing term."""
     return [
         r
         for r in runs
-        if not job_options(r)[1] and (r.nodes == 1 or published.fabric(r.source, r.gpu))
+        if r.source not in VALIDATION_ONLY_SOURCES
+        and not job_options(r)[1]
+        and (r.nodes == 1 or published.fabric(r.source, r.gpu))
     ]
 
 

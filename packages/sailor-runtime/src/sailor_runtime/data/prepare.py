@@ -27,7 +27,7 @@ from sailor_sim import inputs
 
 from . import DataError
 from .sources import documents, source_files
-from .tokenizer import EOS, MIN_BPE_VOCAB, eos_id, load_tokenizer, train_byte_bpe
+from .tokenizer import check_bpe_vocab, eos_id, load_tokenizer, train_byte_bpe
 
 FORMAT = "sailor-tokens/1"
 MANIFEST = "manifest.json"
@@ -57,11 +57,8 @@ class PrepareConfig:
             raise DataError(f"must be >= 1, got {self.shard_tokens}", field="shard_tokens")
         if self.tokenizer is not None and not self.tokenizer.is_file():
             raise DataError(f"{self.tokenizer} is not a file", field="tokenizer")
-        if self.tokenizer is None and self.vocab_size < MIN_BPE_VOCAB:
-            raise DataError(
-                f"must be >= {MIN_BPE_VOCAB} (256 bytes and {EOS}), got {self.vocab_size}",
-                field="vocab_size",
-            )
+        if self.tokenizer is None:
+            check_bpe_vocab(self.vocab_size)
         if not self.text_field.strip():
             raise DataError(
                 "must name the JSONL field / Parquet column of the text", field="text_field"

@@ -15,6 +15,15 @@ MIN_BPE_VOCAB = 257
 """The smallest byte-level BPE: its 256 byte values and EOS."""
 
 
+def check_bpe_vocab(vocab_size: int) -> None:
+    """A byte-level BPE needs room for its 256 byte values and EOS."""
+    if vocab_size < MIN_BPE_VOCAB:
+        raise DataError(
+            f"must be >= {MIN_BPE_VOCAB} (256 bytes and {EOS}), got {vocab_size}",
+            field="vocab_size",
+        )
+
+
 def load_tokenizer(path: Path):
     from tokenizers import Tokenizer
 
@@ -33,11 +42,7 @@ def train_byte_bpe(texts: Iterable[str], vocab_size: int, out: Path):
     ``out``. Deterministic: the same texts give the same file."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    if vocab_size < MIN_BPE_VOCAB:
-        raise DataError(
-            f"must be >= {MIN_BPE_VOCAB} (256 bytes and {EOS}), got {vocab_size}",
-            field="vocab_size",
-        )
+    check_bpe_vocab(vocab_size)
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
