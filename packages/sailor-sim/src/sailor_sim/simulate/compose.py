@@ -126,8 +126,9 @@ def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> 
     infos: list[ReplicaInfo] = []
     choices: list[tuple[Replica, float]] = []
     replica_of: list[int] = []
+    prices: list[float] = []
     usd = optimizer = 0.0
-    peak, fits = 0, True
+    peak, fits, gpus = 0, True, 0
     for r in stage.replicas:
         k = index.get(r._id)
         if k is None:
@@ -135,13 +136,15 @@ def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> 
             info = parts.replica_info(job, stage, i, p, r)
             distinct.append(r)
             infos.append(info)
+            prices.append(info.usd_per_s)
             t = info.stage_time
             choices.append((r, t.per_microbatch_s + timing.MICROBATCH_OVERHEAD_S))
             optimizer = max(optimizer, t.optimizer_s)
             peak = max(peak, info.peak_bytes)
             fits = fits and info.peak_bytes <= info.capacity_bytes
         replica_of.append(k)
-        usd += infos[k].usd_per_s
+        usd += prices[k]  # replica by replica, in order (the same float sum as before)
+        gpus += r.tp
     return StageSummary(
         tuple(distinct),
         tuple(infos),
@@ -153,7 +156,7 @@ def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> 
         fits,
         usd,
         frozenset([(r.zone, r.gpu_type) for r in distinct]),
-        stage.num_gpus,
+        gpus,
     )
 
 
