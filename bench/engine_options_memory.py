@@ -5,11 +5,15 @@
 tiny-llama (RMSNorm, RoPE, SwiGLU, GQA), global batch 8, sequence 128, trained by the engine
 (gloo ranks, ``launch_many``). Each case runs 2 steps; step 2 (AdamW states exist) is measured
 on every rank with ``engine.memprobe``: the tensor bytes alive at its start (weights, gradients,
-optimizer states) plus the allocator's running peak during the step (torch profiler memory
-events). The simulator's side is ``Simulator.replica_memory`` without the framework overhead,
-on this machine's sailor-profiler profile of tiny-llama (what ``sailor run`` plans with), for
-the same plan and the same options (mapped as ``sailor run`` maps them), computed before the
-runs.
+optimizer states) plus the peak of the CPU allocator's process-wide count during the step
+(torch profiler memory events, with c10 counting every thread's frees: gloo's worker threads
+free collectives' buffers, and a sum of the profiled thread's events alone ratcheted up by
+those, 17-35 % run to run for sequence parallelism); now bit-identical run to run. The
+simulator's side is ``Simulator.replica_memory`` without the framework overhead, on this
+machine's sailor-profiler profile of tiny-llama (what ``sailor run`` plans with), for the same
+plan and the same options (mapped as ``sailor run`` maps them), computed before the runs.
+ZeRO-2 is FSDP2 without resharding after forward on both sides: sharded weights, gradients and
+AdamW states, plus every layer's weights gathered from forward to backward.
 
 Saving = peak(baseline) - peak(with the option), per rank. Gap = |measured - predicted| /
 |predicted|. Exit 1 when a run fails or when a gap exceeds ``--bar``.

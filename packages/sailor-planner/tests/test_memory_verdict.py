@@ -100,3 +100,21 @@ def test_profiled_oom_configurations_are_skipped() -> None:
         (x.microbatch_size, x.tp) for p in result.plans for s in p.plan.stages for x in s.replicas
     }
     assert result.plans and (r.microbatch_size, r.tp) not in used
+
+
+@pytest.mark.parametrize("zero", ["none", "zero2", "zero3", "hybrid"])
+def test_tables_hold_the_simulators_gathered_weights(sim, zero) -> None:
+    """The bytes the search tables add to every range whatever the sharding (transient, and
+    the parameters ZeRO-2/3 gather from their shards) are the simulator's terms, range by
+    range: ZeRO-2 all of a..b's weights, ZeRO-3 twice its largest layer."""
+    job = Job.create("OPT-350M", 64, 2048, options={"zero": zero})
+    cv, _, _ = Planner(sim)._state(job)
+    g, mbs, tp = "A100-40", 2, 2
+    extra = cv._parts(g, mbs, tp)[2]
+    for a in range(cv.n):
+        for b in range(a, cv.n):
+            terms = sim.replica_memory(job, a, b, g, tp, mbs, 0, 1, 1, 2)
+            want = terms["transient"] + terms.get("gathered_weights", 0)
+            assert extra[a, b] == want, (a, b)
+            if zero == "zero2":
+                assert terms["gathered_weights"] == terms["weights"] * 2  # 2 shards

@@ -92,7 +92,7 @@ def test_recomputation_trades_memory_for_time():
     ("zero", "sharded"),
     [
         ("zero1", {"optimizer_states"}),
-        ("zero2", {"optimizer_states", "gradients"}),
+        ("zero2", {"optimizer_states", "gradients", "weights"}),
         ("zero3", {"optimizer_states", "gradients", "weights"}),
     ],
 )
@@ -102,9 +102,15 @@ def test_zero_shards_over_the_data_parallel_replicas(zero, sharded):
         want = mem(base, term) // 4 if term in sharded else mem(base, term)
         assert mem(z, term) == pytest.approx(want, abs=4), term
     assert z.time_breakdown_s["optimizer"] < base.time_breakdown_s["optimizer"]
+    assert mem(z, "transient") == mem(base, "transient")
+    gathered = next(m for m in z.memory if m.stage == 0).breakdown_bytes.get("gathered_weights")
+    if zero == "zero1":
+        assert gathered is None
+    if zero == "zero2":  # FSDP2 without resharding: every layer gathered forward to backward
+        assert gathered == mem(base, "weights")
     if zero == "zero3":  # the parameter all-gathers move into every microbatch
         assert z.time_breakdown_s["dp_sync"] == 0
-        assert mem(z, "transient") > mem(base, "transient")
+        assert 0 < gathered < mem(base, "weights")  # two layers of the stage
     else:
         assert z.time_breakdown_s["dp_sync"] > 0
 

@@ -139,6 +139,7 @@ _FACE = {
     "execution_options": "cli.options",
     "exposed_tail": "simulate.timing",
     "framework_overhead": "simulate.memory",
+    "gathered_weight_bytes": "simulate.memory",
     "in_flight": "simulate.memory",
     "link_to_dict": "simulate.network",
     "load_network_file": "simulate.network",

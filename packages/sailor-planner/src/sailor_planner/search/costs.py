@@ -31,6 +31,7 @@ from sailor_sim import (
     Job,
     activation_factor,
     framework_overhead,
+    gathered_weight_bytes,
     get_gpu,
     peak_bytes,
     position_terms,
@@ -146,7 +147,7 @@ class CostView:
     def _parts(self, g: str, m: int, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """[a, b] static bytes (weights, gradients, optimizer states) plus the transient of a
         range ending at b, [a, b] stashed activation bytes per microbatch, [a, b] the bytes
-        beyond the model states (transient and cached FP8 weight copies)."""
+        beyond the model states (transient, cached FP8 weight copies, gathered ZeRO shards)."""
         key = (g, m, t)
         parts = self._mem_parts.get(key)
         if parts is None:
@@ -168,12 +169,25 @@ class CostView:
             # peak_bytes (linear in them) is then given transient 0.
             grad = GRAD_BYTES[job.dtype] if job.options.grad_dtype == "fp32" else 2
             # persistent beyond the model states: cached FP8 weight copies (0 without FP8)
+            # and the parameters ZeRO-2/3 gather from their shards (shard-independent)
             fp8_pre = np.array(self.sim.fp8_copy_prefix(job, t), dtype=float)
             extra = fp8_pre[None, 1:] - fp8_pre[:-1, None] + transient[None, :]
+            extra = extra + self._gathered(params, t)
             static = static_bytes(params, job.dtype, job.optimizer, grad) + extra
             parts = (static, acts, extra, params, grad)
             self._mem_parts[key] = parts
         return parts
+
+    def _gathered(self, params: np.ndarray, t: int) -> np.ndarray:
+        """[a, b] bytes of parameters gathered from their shards (``gathered_weight_bytes``,
+        as ``Simulator.replica_memory``): ZeRO-2 the range's held parameters, ZeRO-3 twice
+        the largest layer of a..b (a running maximum along each row)."""
+        job = self.job
+        largest = 0
+        if job.options.shards_parameters:
+            layer = np.array([self.model.params(i, t) for i in range(self.n)], dtype=float)
+            largest = np.maximum.accumulate(np.where(self.upper, layer[None, :], 0.0), axis=1)
+        return gathered_weight_bytes(job.options.zero, job.dtype, params, largest)
 
     def peak_matrix(self, g: str, m: int, t: int, i: int, p: int, mm: int, dp: bool) -> np.ndarray:
         """[a, b] = peak bytes of one GPU holding layer ids a..b at stage i of p (``mm``

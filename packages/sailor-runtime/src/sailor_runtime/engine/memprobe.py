@@ -5,13 +5,24 @@ what the simulator's memory terms describe is tensor bytes. The torch profiler w
 ``profile_memory`` sees every allocation and free of the CPU (and CUDA) allocators; the running
 sum of those events over a step is the step's transient peak above the tensors alive when it
 began, which are counted directly (parameters, gradients, optimizer states).
+
+The profiler records an event only on the thread that started it, and a gloo collective's
+worker thread often drops the last reference to the tensors it sent or received: the running
+sum of the recorded events then never sees those frees and ratchets up by a random number of
+buffers per step (sequence parallelism: 17-35 % run to run). On CPU the probe therefore also
+turns on c10's process-wide allocation count (``FLAGS_caffe2_report_cpu_memory_usage``:
+``ProfiledCPUMemoryReporter`` then counts every allocation and free, whatever thread does it)
+and reads the peak from the ``total_allocated`` each recorded allocation event carries.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 from collections.abc import Iterable
 
 import torch
+from torch._C._profiler import _EventType
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -58,6 +69,8 @@ class StepPeak:
             return self
         from torch.profiler import ProfilerActivity, profile
 
+        self._flag = _count_all_threads()
+        self._flag.value = True
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         self._prof.__enter__()
         return self
@@ -68,10 +81,31 @@ class StepPeak:
             self.peak_bytes = torch.cuda.max_memory_allocated(self.device) - self._start
             return
         self._prof.__exit__(*exc)
-        events = [e for e in self._prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-        events.sort(key=lambda e: e.start_ns())
-        running = peak = 0
-        for e in events:
-            running += e.nbytes()
-            peak = max(peak, running)
-        self.peak_bytes = peak
+        self._flag.value = False
+        self.peak_bytes = _peak_above_start(self._prof.profiler.kineto_results)
+
+
+def _count_all_threads() -> ctypes.c_bool:
+    """c10's switch that makes the CPU allocator's reporter count every thread's allocations
+    and frees (not only those of threads the profiler records)."""
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+    return ctypes.c_bool.in_dll(lib, "FLAGS_caffe2_report_cpu_memory_usage")
+
+
+def _peak_above_start(results) -> int:
+    """The highest process-wide count of CPU tensor bytes during the profile, above the count
+    before its first allocation (frees of blocks allocated before the probe are not counted,
+    as they were never added)."""
+    allocations = []
+    stack = list(results.experimental_event_tree())
+    while stack:
+        e = stack.pop()
+        stack.extend(e.children)
+        if e.tag == _EventType.Allocation and e.extra_fields.device.type == "cpu":
+            allocations.append((e.start_time_ns, e.extra_fields))
+    if not allocations:
+        return 0
+    allocations.sort(key=lambda a: a[0])
+    first = allocations[0][1]
+    start = first.total_allocated - first.alloc_size
+    return max(0, max(f.total_allocated for _, f in allocations) - start)

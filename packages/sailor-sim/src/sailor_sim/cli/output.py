@@ -20,6 +20,7 @@ TERM_HEADERS = {
     "transient": "transient",
     "weights": "weights",
     "fp8_weight_copies": "fp8 w",
+    "gathered_weights": "gathered",
 }
 """Short memory-term headers, so a stage's whole breakdown fits one 120-column row."""
 

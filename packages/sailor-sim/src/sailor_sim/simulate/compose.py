@@ -126,8 +126,9 @@ def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> 
     infos: list[ReplicaInfo] = []
     choices: list[tuple[Replica, float]] = []
     replica_of: list[int] = []
+    prices: list[float] = []
     usd = optimizer = 0.0
-    peak, fits = 0, True
+    peak, fits, gpus = 0, True, 0
     for r in stage.replicas:
         k = index.get(r._id)
         if k is None:
@@ -135,13 +136,15 @@ def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> 
             info = parts.replica_info(job, stage, i, p, r)
             distinct.append(r)
             infos.append(info)
+            prices.append(info.usd_per_s)
             t = info.stage_time
             choices.append((r, t.per_microbatch_s + timing.MICROBATCH_OVERHEAD_S))
             optimizer = max(optimizer, t.optimizer_s)
             peak = max(peak, info.peak_bytes)
             fits = fits and info.peak_bytes <= info.capacity_bytes
         replica_of.append(k)
-        usd += infos[k].usd_per_s
+        usd += prices[k]  # replica by replica, in order (the same float sum as before)
+        gpus += r.tp
     return StageSummary(
         tuple(distinct),
         tuple(infos),
@@ -153,7 +156,7 @@ def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> 
         fits,
         usd,
         frozenset([(r.zone, r.gpu_type) for r in distinct]),
-        stage.num_gpus,
+        gpus,
     )
 
 
@@ -188,23 +191,25 @@ def critical_pipeline(
     best, best_total, best_path, egress = None, -1.0, (), 0.0
     known, virtual = parts.p2p_known(job), job.options.virtual_stages
     duplex = job.options.p2p_full_duplex
-    bounds = [s.last_layer for s in plan.stages]
-    widths = [len(s.replicas) for s in plan.stages]  # replicas sharing the sending nodes
-    choices = [sm.choices for sm in summaries]
+    # Per boundary: the receiving stage's choices, the sender's last layer, the replicas
+    # sharing the sending nodes, and those shifted as ``p2p_key`` shifts them (inlined).
+    head, stages = summaries[0].choices, plan.stages
+    boundaries = [
+        (sm.choices, s.last_layer, len(s.replicas), len(s.replicas) << 32)
+        for sm, s in zip(summaries[1:], stages[:-1], strict=True)
+    ]
     for path, count in pipelines(summaries).items():
-        per_mb: list[float] = []
-        p2p_s: list[float] = []
-        usd, src, after, sent_by = 0.0, None, -1, 1  # after: the last layer before it
-        for stage_choices, k, bound, d in zip(choices, path, bounds, widths, strict=True):
+        src, seconds = head[path[0]]
+        per_mb, p2p_s, usd = [seconds], [], 0.0
+        for (stage_choices, after, sent_by, high), k in zip(boundaries, path[1:], strict=True):
             dst, seconds = stage_choices[k]
             per_mb.append(seconds)
-            if src is not None:
-                link = known.get(p2p_key(src, dst, sent_by)) or parts.p2p(
-                    job, after, src, dst, sent_by
-                )
-                p2p_s.append(link.seconds)
-                usd += link.egress_usd
-            src, after, sent_by = dst, bound, d
+            link = known.get(((high | src._id) << 32) | dst._id)
+            if link is None:
+                link = parts.p2p(job, after, src, dst, sent_by)
+            p2p_s.append(link.seconds)
+            usd += link.egress_usd
+            src = dst
         m = src.num_microbatches  # the same in every stage of a pipeline
         egress += count * m * usd
         total = timing.pipeline_total(per_mb, p2p_s, m, virtual, duplex)

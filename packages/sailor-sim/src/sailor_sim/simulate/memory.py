@@ -12,6 +12,8 @@ Terms (bytes, per GPU of a TP group):
   min(P - i, M) (Narayanan et al. 2021, Sec. 2.2; never more than the M that exist).
 - ``transient``: the largest short-lived working set on top, while the last microbatch runs
   backward: the fp32 logits gradient of the head, else one layer's output gradient.
+- ``gathered_weights`` (ZeRO-2/3, hybrid): parameters all-gathered from their shards, as FSDP2
+  runs them (the engine's ``fsdp``; ``gathered_weight_bytes``).
 - ``comm_buffers``: p2p receive buffers (activation in, gradient in) for pipelined stages.
 - ``framework``: CUDA context, NCCL communicator buffers and the caching allocator's reserve,
   by GPU platform (``FRAMEWORK_OVERHEAD``), since nvidia-smi counts them in the peak.
@@ -118,15 +120,37 @@ def model_state_terms(
 
 def sharding(zero: str, shard_group: int) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) divisors of ZeRO stage ``zero`` over ``shard_group``
-    data-parallel ranks (Rajbhandari et al. 2020, Sec. 5.1: P_os, P_os+g, P_os+g+p)."""
+    data-parallel ranks (Rajbhandari et al. 2020, Sec. 5.1: P_os, P_os+g, P_os+g+p). ZeRO-2 as
+    FSDP2 runs it (``reshard_after_forward=False``, FSDP1's SHARD_GRAD_OP; the engine's zero2)
+    keeps the parameters sharded between steps too: what it gathers for the step is
+    ``gathered_weight_bytes``."""
     n = max(shard_group, 1)
     return {
         "none": (1, 1, 1),
         "zero1": (1, 1, n),
-        "zero2": (1, n, n),
+        "zero2": (n, n, n),
         "zero3": (n, n, n),
         "hybrid": (n, n, n),
     }[zero]
+
+
+def gathered_weight_bytes(zero: str, dtype: str, range_params, largest_layer_params):
+    """Bytes of parameters all-gathered from their shards that one GPU holds at the peak (the
+    last microbatch's backward starting), as FSDP2 runs each stage (the engine's ``fsdp``):
+
+    - zero2 (``reshard_after_forward=False``): every layer of the range (``range_params``),
+      gathered in its forward and kept until its backward, next to the shards (measured on
+      gloo ranks: the step peak rises by exactly the unsharded weights; also with a shard
+      group of one, FSDP2 gathers into a buffer of its own);
+    - zero3 / hybrid: the layer in use and the one prefetched, at most twice the largest
+      (``largest_layer_params``).
+
+    ints, or numpy arrays of them (the planner's [a, b] tables)."""
+    if zero == "zero2":
+        return range_params * dtype_bytes(dtype)
+    if zero in ("zero3", "hybrid"):
+        return 2 * largest_layer_params * dtype_bytes(dtype)
+    return 0
 
 
 def memory_terms(

@@ -16,7 +16,6 @@ import dataclasses
 from typing import NamedTuple
 
 from ..catalog.gpus import get_gpu
-from ..dtypes import dtype_bytes
 from ..model.moe import experts_held_elsewhere
 from ..spec.job import Job
 from ..spec.options import (
@@ -32,6 +31,7 @@ from .memory import (
     GRAD_BYTES,
     FrameworkOverhead,
     framework_overhead,
+    gathered_weight_bytes,
     in_flight,
     memory_terms,
     peak_bytes,
@@ -158,8 +158,9 @@ class MemoryComponents:
         self.refresh()
         r = self._range_memory(job, first, last, gpu_type, tp, mbs)
         i, p = stage_index, num_stages
-        shards, transient = self._sharded(job, r, gpu_type, tp, dp)
+        shards, gathered = self._sharded(job, r, gpu_type, tp, dp)
         buffer, communicators = position_terms(r.act_out, tp, dp, i, p)
+        extra = {"fp8_weight_copies": r.fp8_weights, "gathered_weights": gathered}
         return memory_terms(
             gpu=get_gpu(gpu_type),
             dtype=job.dtype,
@@ -167,12 +168,12 @@ class MemoryComponents:
             params=r.params,
             activation_per_microbatch=self._activation(job, r, i, p),
             in_flight_microbatches=in_flight(i, p, num_microbatches),
-            transient=transient,
+            transient=r.transient,
             p2p_buffer=buffer,
             communicators=communicators,
             grad_bytes=r.grad_bytes,
             shards=shards,
-            extra={"fp8_weight_copies": r.fp8_weights} if r.fp8_weights else None,
+            extra={k: v for k, v in extra.items() if v} or None,
         )
 
     def replica_peak(
@@ -197,15 +198,15 @@ class MemoryComponents:
 
     def _peak(self, job: Job, first, last, gpu_type, tp, mbs, i, p, m, dp) -> tuple[int, int]:
         r = self._range_memory(job, first, last, gpu_type, tp, mbs)
-        static, transient = r.static, r.transient
+        static = r.static
         if job.options.zero != "none":
-            shards, transient = self._sharded(job, r, gpu_type, tp, dp)
+            shards, gathered = self._sharded(job, r, gpu_type, tp, dp)
             static = static_bytes(r.params, job.dtype, job.optimizer, r.grad_bytes, shards)
-            static += r.fp8_weights
+            static += r.fp8_weights + gathered
         buffer, communicators = position_terms(r.act_out, tp, dp, i, p)
         act = self._activation(job, r, i, p)
         peak = peak_bytes(
-            r.overhead, static, act, in_flight(i, p, m), transient, buffer, communicators
+            r.overhead, static, act, in_flight(i, p, m), r.transient, buffer, communicators
         )
         return peak, r.capacity
 
@@ -240,16 +241,15 @@ class MemoryComponents:
         return hit
 
     def _sharded(self, job: Job, r: RangeMemory, gpu_type, tp, dp) -> tuple[tuple, int]:
-        """(weights, gradients, optimizer) divisors under ZeRO, and the transient with the
-        ZeRO-3 gathered layers (the one in use and the one prefetched)."""
-        options = job.options
-        shards = sharding(options.zero, self.shard_group(job, gpu_type, tp, dp))
-        transient = r.transient
-        if options.shards_parameters:
+        """(weights, gradients, optimizer) divisors under ZeRO, and the bytes of parameters
+        gathered from their shards (``memory.gathered_weight_bytes``)."""
+        zero = job.options.zero
+        shards = sharding(zero, self.shard_group(job, gpu_type, tp, dp))
+        largest = 0
+        if job.options.shards_parameters:
             first, last, tp = r.layers
             largest = max(job.model.params(i, tp) for i in range(first, last + 1))
-            transient += 2 * largest * dtype_bytes(job.dtype)
-        return shards, transient
+        return shards, gathered_weight_bytes(zero, job.dtype, r.params, largest)
 
     @staticmethod
     def _activation(job: Job, r: RangeMemory, i: int, p: int) -> int:

@@ -119,8 +119,10 @@ class Simulator(MemoryComponents):
             plan.check(job)
         if plan.stages[0]._samples != job.sample_slots:
             plan.check(job)
-        check_plan_expert_parallel(job.options.expert_parallel, plan)
-        check_plan_context_parallel(job.options.context_parallel, plan)
+        options = job.options
+        if options.expert_parallel != 1 or options.context_parallel != 1:  # else nothing to do
+            check_plan_expert_parallel(options.expert_parallel, plan)
+            check_plan_context_parallel(options.context_parallel, plan)
 
     # ---- time components -------------------------------------------------------------------
     def stage_time(
@@ -490,10 +492,10 @@ class Simulator(MemoryComponents):
             g, tp, mbs, d = r.gpu_type, r.tp, r.microbatch_size, len(stage.replicas)
             peak, capacity = self._peak(job, first, last, g, tp, mbs, i, p, r.num_microbatches, d)
             t = self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r)
-            t = t._replace(
-                expert_comm_s=self._expert_comm_s(job, first, last, r),
-                context_comm_s=self._context_comm_s(job, first, last, r),
-            )
+            expert = self._expert_comm_s(job, first, last, r)
+            context = self._context_comm_s(job, first, last, r)
+            if expert or context:  # (0 in stage_time; _replace costs microseconds)
+                t = t._replace(expert_comm_s=expert, context_comm_s=context)
             hit = self.cache.replica_compute[key] = (t, peak, capacity)
         return hit
 

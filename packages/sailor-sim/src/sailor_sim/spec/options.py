@@ -23,7 +23,9 @@ the plan's ``Replica.num_microbatches`` (``Plan.gradient_accumulation_steps``).
   even-numbered matmuls again).
 - ``zero``: optimizer/gradient/parameter sharding over the data-parallel replicas of a stage
   (Rajbhandari et al. 2020, ZeRO, Sec. 5): 'zero1' shards optimizer states (and fp32 master
-  weights), 'zero2' also gradients, 'zero3' also parameters (= FSDP FULL_SHARD), 'hybrid' is
+  weights), 'zero2' also gradients and, between steps, parameters (as FSDP2 runs it without
+  resharding after forward, FSDP SHARD_GRAD_OP: the gathered parameters stay from forward to
+  backward), 'zero3' also parameters (= FSDP FULL_SHARD), 'hybrid' is
   ZeRO-3 within a node and replication across nodes (FSDP HYBRID_SHARD). Time: reduce-scatter
   of gradients + all-gather of parameters replaces the all-reduce (same ring volume, Sec. 7);
   ZeRO-3 all-gathers every layer's parameters in forward and backward of every microbatch,
