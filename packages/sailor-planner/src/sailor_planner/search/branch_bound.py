@@ -50,6 +50,7 @@ from .templates import (
     joint_splits,
     lower_bounds,
     single_type_splits,
+    stage_costs,
     stage_tables,
 )
 
@@ -105,6 +106,8 @@ class Search:
         self.orders = zone_orders(self.groups, self.free, self.cv.sim, self.types)
         self.total = sum(self.free.values())
         self.bnd = Bounder(self.job, scorer, options, self.free)
+        self._cross: dict[tuple, float] = {}
+        self._lbs: dict[tuple, tuple] = {}
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Found:
@@ -126,8 +129,8 @@ class Search:
                 if self.covered is not None and self.covered(shape):
                     self.stats.pruned += 1
                     continue
-                lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
                 for layout in self._layouts(p, shape):
+                    lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
                     max_d = self._max_pipelines(shape, layout)
                     if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
                         self.stats.pruned += 1
@@ -282,7 +285,7 @@ class Search:
                         continue
                     neck = bottleneck(tab, bounds)
                     shape = Shape(bounds, (cls,))
-                    self.memo.lbs[shape] = (lower_bounds(tab, bounds),)
+                    self.memo.lbs[shape] = (stage_costs(tab, bounds),)
                     out.append((shape, m / (neck * cls.gpus), neck, t))
         out.sort(key=lambda x: -x[1])
         return out
@@ -336,7 +339,7 @@ class Search:
             classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
             if all(c is not None for c in classes):
                 shape = Shape(bounds, tuple(classes))
-                self.memo.lbs[shape] = tuple(lower_bounds(tab, bounds) for tab, _, _, _ in members)
+                self.memo.lbs[shape] = tuple(stage_costs(tab, bounds) for tab, _, _, _ in members)
                 out.append(shape)
         self.memo.joint[key] = out
         return out
@@ -384,14 +387,55 @@ class Search:
                 best = s
         return best
 
-    def _class_lb(self, shape: Shape, c: int) -> tuple[float, float, float]:
-        """(B, F, optimizer step of stage 0) of a class: a pipeline of it takes at least
-        M * B + F (``templates.lower_bounds``), and stage 0 steps its optimizer after it."""
-        b, f = self.memo.lbs[shape][c]
+    def _class_lb(self, shape: Shape, c: int, layout) -> tuple[float, float, float]:
+        """(B, F, optimizer step of stage 0) of a class on a region layout: a pipeline of it
+        takes at least M * B + F (``templates.lower_bounds``), and stage 0 steps its optimizer
+        after it. Where the layout crosses regions, the two stages at that boundary send over
+        the fastest link between the regions instead of the same-zone one of the tables."""
         cls = shape.classes[c]
-        (a, last), tp = shape.bounds[0], cls.tps[0]
-        opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
-        return b, f, opt
+        key = (shape, c)
+        hit = self._lbs.get(key)
+        if hit is None:
+            (a, last), tp = shape.bounds[0], cls.tps[0]
+            opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
+            hit = self._lbs[key] = (*lower_bounds(self.memo.lbs[shape][c]), opt)
+        if len(set(layout)) == 1:
+            return hit
+        costs = list(self.memo.lbs[shape][c])
+        for q in range(1, shape.depth):
+            if layout[q] != layout[q - 1]:
+                cross = self._cross_p2p(cls, shape.bounds[q - 1][1], layout[q - 1], layout[q], q)
+                for i in (q - 1, q):
+                    costs[i] += max(0.0, cross - self._same_zone_p2p(cls.gpu, cls.mbs, cls.tps[i]))
+        return (*lower_bounds(costs), hit[2])
+
+    def _same_zone_p2p(self, g: str, m: int, tp: int) -> float:
+        """The p2p seconds the stage tables of type ``g`` count per neighbour at TP ``tp``."""
+        if self.cv.n <= 1:
+            return 0.0
+        r = self.scorer.replica(g, self.ref_zone[g], tp, m)
+        return self.cv.sim.p2p_time(self.job, 0, r, r)
+
+    def _cross_p2p(self, cls: ClassShape, layer: int, src, dst, q: int) -> float:
+        """The fastest p2p of boundary ``q`` (after layer id ``layer``) from a zone of region
+        group ``src`` to one of ``dst``: one pipeline alone (more share the NICs)."""
+        key = (cls.gpu, cls.mbs, cls.tps[q - 1], cls.tps[q], layer, src, dst)
+        hit = self._cross.get(key)
+        if hit is None:
+            g = cls.gpu
+            hit = self._cross[key] = min(
+                self.cv.sim.p2p_time(
+                    self.job,
+                    layer,
+                    self.scorer.replica(g, za, cls.tps[q - 1], cls.mbs),
+                    self.scorer.replica(g, zb, cls.tps[q], cls.mbs),
+                )
+                for za in src
+                if self.free.get((g, za), 0)
+                for zb in dst
+                if self.free.get((g, zb), 0)
+            )
+        return hit
 
     def _max_pipelines(self, shape: Shape, layout) -> list[int]:
         """Bound on useful data parallelism per class: capacity per region, and at least one
