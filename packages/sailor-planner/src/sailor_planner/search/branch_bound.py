@@ -108,6 +108,8 @@ class Search:
         self.bnd = Bounder(self.job, scorer, options, self.free)
         self._cross: dict[tuple, float] = {}
         self._lbs: dict[tuple, tuple] = {}
+        self._max_d: dict[tuple, list[int]] = {}
+        self._gpus_in: dict[tuple, int] = {}
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Found:
@@ -130,11 +132,11 @@ class Search:
                     self.stats.pruned += 1
                     continue
                 for layout in self._layouts(p, shape):
-                    lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
                     max_d = self._max_pipelines(shape, layout)
                     if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
                         self.stats.pruned += 1
                         continue
+                    lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
                     key = self.bnd.node_key(shape, lbs, max_d)
                     if key is None:
                         self.stats.pruned += 1
@@ -399,15 +401,42 @@ class Search:
             (a, last), tp = shape.bounds[0], cls.tps[0]
             opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
             hit = self._lbs[key] = (*lower_bounds(self.memo.lbs[shape][c]), opt)
-        if len(set(layout)) == 1:
+        if layout[0] == layout[-1]:  # one region (layouts cross a boundary at most once)
             return hit
         costs = list(self.memo.lbs[shape][c])
         for q in range(1, shape.depth):
             if layout[q] != layout[q - 1]:
-                cross = self._cross_p2p(cls, shape.bounds[q - 1][1], layout[q - 1], layout[q], q)
-                for i in (q - 1, q):
-                    costs[i] += max(0.0, cross - self._same_zone_p2p(cls.gpu, cls.mbs, cls.tps[i]))
+                extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
+                costs[q - 1] += extra[0]
+                costs[q] += extra[1]
         return (*lower_bounds(costs), hit[2])
+
+    def _cross_extra(self, cls: ClassShape, q: int, src, dst) -> tuple[float, float]:
+        """What crossing from region group ``src`` to ``dst`` at boundary ``q`` adds to the
+        steps of stages q - 1 and q beyond the tables' same-zone p2p: the fastest p2p between
+        a zone of each, one pipeline alone (more share the NICs). The boundary's layer id does
+        not change the tensor sent (``Simulator.p2p``), so it is not part of the key."""
+        tps = cls.tps[q - 1 : q + 1]
+        key = (cls.gpu, cls.mbs, tps, src, dst)
+        hit = self._cross.get(key)
+        if hit is None:
+            g = cls.gpu
+            cross = min(
+                self.cv.sim.p2p_time(
+                    self.job,
+                    0,  # as the tables' p2p: every boundary sends the same tensor
+                    self.scorer.replica(g, za, tps[0], cls.mbs),
+                    self.scorer.replica(g, zb, tps[1], cls.mbs),
+                )
+                for za in src
+                if self.free.get((g, za), 0)
+                for zb in dst
+                if self.free.get((g, zb), 0)
+            )
+            hit = self._cross[key] = tuple(
+                max(0.0, cross - self._same_zone_p2p(g, cls.mbs, tp)) for tp in tps
+            )
+        return hit
 
     def _same_zone_p2p(self, g: str, m: int, tp: int) -> float:
         """The p2p seconds the stage tables of type ``g`` count per neighbour at TP ``tp``."""
@@ -416,40 +445,32 @@ class Search:
         r = self.scorer.replica(g, self.ref_zone[g], tp, m)
         return self.cv.sim.p2p_time(self.job, 0, r, r)
 
-    def _cross_p2p(self, cls: ClassShape, layer: int, src, dst, q: int) -> float:
-        """The fastest p2p of boundary ``q`` (after layer id ``layer``) from a zone of region
-        group ``src`` to one of ``dst``: one pipeline alone (more share the NICs)."""
-        key = (cls.gpu, cls.mbs, cls.tps[q - 1], cls.tps[q], layer, src, dst)
-        hit = self._cross.get(key)
-        if hit is None:
-            g = cls.gpu
-            hit = self._cross[key] = min(
-                self.cv.sim.p2p_time(
-                    self.job,
-                    layer,
-                    self.scorer.replica(g, za, cls.tps[q - 1], cls.mbs),
-                    self.scorer.replica(g, zb, cls.tps[q], cls.mbs),
-                )
-                for za in src
-                if self.free.get((g, za), 0)
-                for zb in dst
-                if self.free.get((g, zb), 0)
-            )
-        return hit
-
     def _max_pipelines(self, shape: Shape, layout) -> list[int]:
         """Bound on useful data parallelism per class: capacity per region, and at least one
-        microbatch per pipeline."""
+        microbatch per pipeline (depends on the classes and the layout only: cached)."""
+        key = (shape.classes, layout)
+        hit = self._max_d.get(key)
+        if hit is None:
+            hit = self._max_d[key] = self._max_pipelines_uncached(shape, layout)
+        return list(hit)
+
+    def _max_pipelines_uncached(self, shape: Shape, layout) -> list[int]:
         out = []
         for cls in shape.classes:
             need: dict = {}
             for grp, tp in zip(layout, cls.tps, strict=True):
                 need[grp] = need.get(grp, 0) + tp
-            cap = min(
-                sum(self.free.get((cls.gpu, z), 0) for z in grp) // k for grp, k in need.items()
-            )
+            cap = min(self._region_gpus(cls.gpu, grp) // k for grp, k in need.items())
             out.append(min(cap, self.job.sample_slots // cls.mbs))
         return out
+
+    def _region_gpus(self, g: str, grp) -> int:
+        """GPUs of type ``g`` free in the zones of region group ``grp``."""
+        key = (g, grp)
+        hit = self._gpus_in.get(key)
+        if hit is None:
+            hit = self._gpus_in[key] = sum(self.free.get((g, z), 0) for z in grp)
+        return hit
 
     def _beaten(self, key: float) -> bool:
         refs = []
