@@ -108,6 +108,7 @@ class Search:
         self.bnd = Bounder(self.job, scorer, options, self.free)
         self._cross: dict[tuple, float] = {}
         self._lbs: dict[tuple, tuple] = {}
+        self._p2p: dict[tuple, float] = {}
         self._max_d: dict[tuple, list[int]] = {}
         self._gpus_in: dict[tuple, int] = {}
 
@@ -392,18 +393,22 @@ class Search:
     def _class_lb(self, shape: Shape, c: int, layout) -> tuple[float, float, float]:
         """(B, F, optimizer step of stage 0) of a class on a region layout: a pipeline of it
         takes at least M * B + F (``templates.lower_bounds``), and stage 0 steps its optimizer
-        after it. Where the layout crosses regions, the two stages at that boundary send over
-        the fastest link between the regions instead of the same-zone one of the tables."""
+        after it. The tables count each neighbour's p2p on the reference zone's link, which is
+        not the fastest at every size where links cross (the Sailor fits: us-central1-b's A100
+        link beats -a's at some sizes, -a is the reference): each stage's step is lowered to
+        the fastest same-zone p2p of the type. Where the layout crosses regions, the two
+        stages at that boundary send over the fastest link between the regions instead."""
         cls = shape.classes[c]
         key = (shape, c)
         hit = self._lbs.get(key)
         if hit is None:
+            costs = self._fastest_costs(shape, c)
             (a, last), tp = shape.bounds[0], cls.tps[0]
             opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
-            hit = self._lbs[key] = (*lower_bounds(self.memo.lbs[shape][c]), opt)
+            hit = self._lbs[key] = (*lower_bounds(costs), opt, costs)
         if layout[0] == layout[-1]:  # one region (layouts cross a boundary at most once)
-            return hit
-        costs = list(self.memo.lbs[shape][c])
+            return hit[:3]
+        costs = list(hit[3])
         for q in range(1, shape.depth):
             if layout[q] != layout[q - 1]:
                 extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
@@ -411,9 +416,37 @@ class Search:
                 costs[q] += extra[1]
         return (*lower_bounds(costs), hit[2])
 
+    def _fastest_costs(self, shape: Shape, c: int) -> tuple[float, ...]:
+        """The tables' stage costs with every neighbour's p2p at the fastest same-zone link
+        of the type (``_p2p_slack``)."""
+        cls, p = shape.classes[c], shape.depth
+        return tuple(
+            cost - ((i > 0) + (i < p - 1)) * self._p2p_slack(cls.gpu, cls.mbs, tp)
+            for i, (cost, tp) in enumerate(zip(self.memo.lbs[shape][c], cls.tps, strict=True))
+        )
+
+    def _p2p_slack(self, g: str, m: int, tp: int) -> float:
+        """How much the tables' same-zone p2p (reference zone) exceeds the fastest same-zone
+        p2p of type ``g`` in any zone holding it."""
+        return self._same_zone_p2p(g, m, tp) - self._fastest_p2p(g, m, tp)
+
+    def _fastest_p2p(self, g: str, m: int, tp: int) -> float:
+        key = ("fastest", g, m, tp)
+        hit = self._p2p.get(key)
+        if hit is None:
+            zones = sorted(z for (t, z), n in self.free.items() if t == g and n > 0)
+            hit = self._p2p[key] = min(self._zone_p2p(g, z, m, tp) for z in zones)
+        return hit
+
+    def _zone_p2p(self, g: str, z: str, m: int, tp: int) -> float:
+        if self.cv.n <= 1:
+            return 0.0
+        r = self.scorer.replica(g, z, tp, m)
+        return self.cv.sim.p2p_time(self.job, 0, r, r)
+
     def _cross_extra(self, cls: ClassShape, q: int, src, dst) -> tuple[float, float]:
         """What crossing from region group ``src`` to ``dst`` at boundary ``q`` adds to the
-        steps of stages q - 1 and q beyond the tables' same-zone p2p: the fastest p2p between
+        steps of stages q - 1 and q beyond the fastest same-zone p2p: the fastest p2p between
         a zone of each, one pipeline alone (more share the NICs). The boundary's layer id does
         not change the tensor sent (``Simulator.p2p``), so it is not part of the key."""
         tps = cls.tps[q - 1 : q + 1]
@@ -433,17 +466,16 @@ class Search:
                 for zb in dst
                 if self.free.get((g, zb), 0)
             )
-            hit = self._cross[key] = tuple(
-                max(0.0, cross - self._same_zone_p2p(g, cls.mbs, tp)) for tp in tps
-            )
+            hit = self._cross[key] = tuple(cross - self._fastest_p2p(g, cls.mbs, tp) for tp in tps)
         return hit
 
     def _same_zone_p2p(self, g: str, m: int, tp: int) -> float:
         """The p2p seconds the stage tables of type ``g`` count per neighbour at TP ``tp``."""
-        if self.cv.n <= 1:
-            return 0.0
-        r = self.scorer.replica(g, self.ref_zone[g], tp, m)
-        return self.cv.sim.p2p_time(self.job, 0, r, r)
+        key = ("table", g, m, tp)
+        hit = self._p2p.get(key)
+        if hit is None:
+            hit = self._p2p[key] = self._zone_p2p(g, self.ref_zone[g], m, tp)
+        return hit
 
     def _max_pipelines(self, shape: Shape, layout) -> list[int]:
         """Bound on useful data parallelism per class: capacity per region, and at least one
