@@ -128,7 +128,8 @@ class Search:
             shapes = [x[0] for g in self.types for x in singles[g]]
             shapes += self._mixed_shapes(p, singles)
             for shape in shapes:
-                self._poll()
+                if self._late(have_work=bool(heap)):  # a deadline binds within a depth too
+                    break
                 if self.covered is not None and self.covered(shape):
                     self.stats.pruned += 1
                     continue
@@ -143,6 +144,8 @@ class Search:
                         self.stats.pruned += 1
                         continue
                     heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None, 0, 0))
+            if self.partial:
+                break
         # Heap entries: (key, tick, shape, layout, lbs, max_d, allocs, lo, hi). A node has
         # allocs None. Expanded, its allocations form a list; where they are a path on which
         # every class only gains pipelines, a range lo..hi is bounded as a whole (pipelines of
