@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sailor_sim import Plan, Replica, Stage, exposed_tail, pipeline_time, usd_per_second
+from sailor_sim import (
+    Plan,
+    Replica,
+    Stage,
+    exposed_tail,
+    get_gpu,
+    pipeline_time,
+    usd_per_second,
+)
 
 from .balance import ClassLoad, balance
 from .costs import CostView
@@ -146,7 +154,7 @@ class Scorer:
         self._replicas: dict[tuple, Replica] = {}
         self._fits: dict[tuple, bool] = {}
 
-    def _replica(self, g: str, zone: str, tp: int, mbs: int) -> Replica:
+    def replica(self, g: str, zone: str, tp: int, mbs: int) -> Replica:
         """One validated Replica per (type, zone, TP, mbs): the p2p cache keys on it."""
         key = (g, zone, tp, mbs)
         r = self._replicas.get(key)
@@ -157,17 +165,20 @@ class Scorer:
     def group_timing(self, shape: Shape, cls_index: int, pattern: Pattern, d: int = 1):
         """(stage times, p2p per boundary, bottleneck B, fill F, $/s per pipeline); ``d``
         pipelines in all (the replicas of a stage share their nodes' NICs)."""
+        cls = shape.classes[cls_index]
+        # p2p shares a node's NICs among min(d, GPUs per node / TP) replicas (``Simulator.p2p``):
+        # beyond that d changes nothing, and capping it lets allocations share one entry.
+        d = min(d, max(1, get_gpu(cls.gpu).gpus_per_node // min(cls.tps)))
         key = (shape, cls_index, pattern, d)
         hit = self._group_cache.get(key)
         if hit is not None:
             return hit
-        cls = shape.classes[cls_index]
         times = [
             self.sim.stage_time(self.job, a, b, cls.gpu, tp, cls.mbs)
             for (a, b), tp in zip(shape.bounds, cls.tps, strict=True)
         ]
         reps = [
-            self._replica(cls.gpu, z, tp, cls.mbs) for z, tp in zip(pattern, cls.tps, strict=True)
+            self.replica(cls.gpu, z, tp, cls.mbs) for z, tp in zip(pattern, cls.tps, strict=True)
         ]
         p2p = [
             self.sim.p2p_time(self.job, shape.bounds[i][1], reps[i], reps[i + 1], d)

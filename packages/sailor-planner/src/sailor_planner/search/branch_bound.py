@@ -50,6 +50,7 @@ from .templates import (
     joint_splits,
     lower_bounds,
     single_type_splits,
+    stage_costs,
     stage_tables,
 )
 
@@ -105,6 +106,11 @@ class Search:
         self.orders = zone_orders(self.groups, self.free, self.cv.sim, self.types)
         self.total = sum(self.free.values())
         self.bnd = Bounder(self.job, scorer, options, self.free)
+        self._cross: dict[tuple, float] = {}
+        self._lbs: dict[tuple, tuple] = {}
+        self._p2p: dict[tuple, float] = {}
+        self._max_d: dict[tuple, list[int]] = {}
+        self._gpus_in: dict[tuple, int] = {}
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Found:
@@ -122,21 +128,24 @@ class Search:
             shapes = [x[0] for g in self.types for x in singles[g]]
             shapes += self._mixed_shapes(p, singles)
             for shape in shapes:
-                self._poll()
+                if self._late(have_work=bool(heap)):  # a deadline binds within a depth too
+                    break
                 if self.covered is not None and self.covered(shape):
                     self.stats.pruned += 1
                     continue
-                lbs = [self._class_lb(shape, c) for c in range(len(shape.classes))]
                 for layout in self._layouts(p, shape):
                     max_d = self._max_pipelines(shape, layout)
                     if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
                         self.stats.pruned += 1
                         continue
+                    lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
                     key = self.bnd.node_key(shape, lbs, max_d)
                     if key is None:
                         self.stats.pruned += 1
                         continue
                     heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None, 0, 0))
+            if self.partial:
+                break
         # Heap entries: (key, tick, shape, layout, lbs, max_d, allocs, lo, hi). A node has
         # allocs None. Expanded, its allocations form a list; where they are a path on which
         # every class only gains pipelines, a range lo..hi is bounded as a whole (pipelines of
@@ -282,7 +291,7 @@ class Search:
                         continue
                     neck = bottleneck(tab, bounds)
                     shape = Shape(bounds, (cls,))
-                    self.memo.lbs[shape] = (lower_bounds(tab, bounds),)
+                    self.memo.lbs[shape] = (stage_costs(tab, bounds),)
                     out.append((shape, m / (neck * cls.gpus), neck, t))
         out.sort(key=lambda x: -x[1])
         return out
@@ -336,7 +345,7 @@ class Search:
             classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
             if all(c is not None for c in classes):
                 shape = Shape(bounds, tuple(classes))
-                self.memo.lbs[shape] = tuple(lower_bounds(tab, bounds) for tab, _, _, _ in members)
+                self.memo.lbs[shape] = tuple(stage_costs(tab, bounds) for tab, _, _, _ in members)
                 out.append(shape)
         self.memo.joint[key] = out
         return out
@@ -384,28 +393,119 @@ class Search:
                 best = s
         return best
 
-    def _class_lb(self, shape: Shape, c: int) -> tuple[float, float, float]:
-        """(B, F, optimizer step of stage 0) of a class: a pipeline of it takes at least
-        M * B + F (``templates.lower_bounds``), and stage 0 steps its optimizer after it."""
-        b, f = self.memo.lbs[shape][c]
+    def _class_lb(self, shape: Shape, c: int, layout) -> tuple[float, float, float]:
+        """(B, F, optimizer step of stage 0) of a class on a region layout: a pipeline of it
+        takes at least M * B + F (``templates.lower_bounds``), and stage 0 steps its optimizer
+        after it. The tables count each neighbour's p2p on the reference zone's link, which is
+        not the fastest at every size where links cross (the Sailor fits: us-central1-b's A100
+        link beats -a's at some sizes, -a is the reference): each stage's step is lowered to
+        the fastest same-zone p2p of the type. Where the layout crosses regions, the two
+        stages at that boundary send over the fastest link between the regions instead."""
         cls = shape.classes[c]
-        (a, last), tp = shape.bounds[0], cls.tps[0]
-        opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
-        return b, f, opt
+        key = (shape, c)
+        hit = self._lbs.get(key)
+        if hit is None:
+            costs = self._fastest_costs(shape, c)
+            (a, last), tp = shape.bounds[0], cls.tps[0]
+            opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
+            hit = self._lbs[key] = (*lower_bounds(costs), opt, costs)
+        if layout[0] == layout[-1]:  # one region (layouts cross a boundary at most once)
+            return hit[:3]
+        costs = list(hit[3])
+        for q in range(1, shape.depth):
+            if layout[q] != layout[q - 1]:
+                extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
+                costs[q - 1] += extra[0]
+                costs[q] += extra[1]
+        return (*lower_bounds(costs), hit[2])
+
+    def _fastest_costs(self, shape: Shape, c: int) -> tuple[float, ...]:
+        """The tables' stage costs with every neighbour's p2p at the fastest same-zone link
+        of the type (``_p2p_slack``)."""
+        cls, p = shape.classes[c], shape.depth
+        return tuple(
+            cost - ((i > 0) + (i < p - 1)) * self._p2p_slack(cls.gpu, cls.mbs, tp)
+            for i, (cost, tp) in enumerate(zip(self.memo.lbs[shape][c], cls.tps, strict=True))
+        )
+
+    def _p2p_slack(self, g: str, m: int, tp: int) -> float:
+        """How much the tables' same-zone p2p (reference zone) exceeds the fastest same-zone
+        p2p of type ``g`` in any zone holding it."""
+        return self._same_zone_p2p(g, m, tp) - self._fastest_p2p(g, m, tp)
+
+    def _fastest_p2p(self, g: str, m: int, tp: int) -> float:
+        key = ("fastest", g, m, tp)
+        hit = self._p2p.get(key)
+        if hit is None:
+            zones = sorted(z for (t, z), n in self.free.items() if t == g and n > 0)
+            hit = self._p2p[key] = min(self._zone_p2p(g, z, m, tp) for z in zones)
+        return hit
+
+    def _zone_p2p(self, g: str, z: str, m: int, tp: int) -> float:
+        if self.cv.n <= 1:
+            return 0.0
+        r = self.scorer.replica(g, z, tp, m)
+        return self.cv.sim.p2p_time(self.job, 0, r, r)
+
+    def _cross_extra(self, cls: ClassShape, q: int, src, dst) -> tuple[float, float]:
+        """What crossing from region group ``src`` to ``dst`` at boundary ``q`` adds to the
+        steps of stages q - 1 and q beyond the fastest same-zone p2p: the fastest p2p between
+        a zone of each, one pipeline alone (more share the NICs). The boundary's layer id does
+        not change the tensor sent (``Simulator.p2p``), so it is not part of the key."""
+        tps = cls.tps[q - 1 : q + 1]
+        key = (cls.gpu, cls.mbs, tps, src, dst)
+        hit = self._cross.get(key)
+        if hit is None:
+            g = cls.gpu
+            cross = min(
+                self.cv.sim.p2p_time(
+                    self.job,
+                    0,  # as the tables' p2p: every boundary sends the same tensor
+                    self.scorer.replica(g, za, tps[0], cls.mbs),
+                    self.scorer.replica(g, zb, tps[1], cls.mbs),
+                )
+                for za in src
+                if self.free.get((g, za), 0)
+                for zb in dst
+                if self.free.get((g, zb), 0)
+            )
+            hit = self._cross[key] = tuple(cross - self._fastest_p2p(g, cls.mbs, tp) for tp in tps)
+        return hit
+
+    def _same_zone_p2p(self, g: str, m: int, tp: int) -> float:
+        """The p2p seconds the stage tables of type ``g`` count per neighbour at TP ``tp``."""
+        key = ("table", g, m, tp)
+        hit = self._p2p.get(key)
+        if hit is None:
+            hit = self._p2p[key] = self._zone_p2p(g, self.ref_zone[g], m, tp)
+        return hit
 
     def _max_pipelines(self, shape: Shape, layout) -> list[int]:
         """Bound on useful data parallelism per class: capacity per region, and at least one
-        microbatch per pipeline."""
+        microbatch per pipeline (depends on the classes and the layout only: cached)."""
+        key = (shape.classes, layout)
+        hit = self._max_d.get(key)
+        if hit is None:
+            hit = self._max_d[key] = self._max_pipelines_uncached(shape, layout)
+        return list(hit)
+
+    def _max_pipelines_uncached(self, shape: Shape, layout) -> list[int]:
         out = []
         for cls in shape.classes:
             need: dict = {}
             for grp, tp in zip(layout, cls.tps, strict=True):
                 need[grp] = need.get(grp, 0) + tp
-            cap = min(
-                sum(self.free.get((cls.gpu, z), 0) for z in grp) // k for grp, k in need.items()
-            )
+            cap = min(self._region_gpus(cls.gpu, grp) // k for grp, k in need.items())
             out.append(min(cap, self.job.sample_slots // cls.mbs))
         return out
+
+    def _region_gpus(self, g: str, grp) -> int:
+        """GPUs of type ``g`` free in the zones of region group ``grp``."""
+        key = (g, grp)
+        hit = self._gpus_in.get(key)
+        if hit is None:
+            hit = self._gpus_in[key] = sum(self.free.get((g, z), 0) for z in grp)
+        return hit
 
     def _beaten(self, key: float) -> bool:
         refs = []

@@ -86,24 +86,23 @@ def _enumerate(costs: list[np.ndarray], p: int, n: int) -> list[Bounds]:
 
 
 def _dp(costs: list[np.ndarray], p: int, n: int) -> Bounds | None:
-    """Vectorised DP: key = bottleneck + TIE * total / p, exact on the bottleneck."""
-    inf = math.inf
+    """Vectorised DP: key = bottleneck + TIE * total / p, exact on the bottleneck. The cost
+    matrices are inf where a > b (no such range), so no mask is needed."""
+    inf = np.array([math.inf])
     first = costs[p][0, :]  # stage 0 holds 0..b, with p stages from it on
-    f_max, f_sum = first.copy(), first.copy()
+    f_max, f_sum = first, first
     choice = np.zeros((p, n), dtype=np.int64)
     a_idx = np.arange(n)
     for s in range(1, p):
         c = costs[p - s]  # c[a, b]
-        prev_max = np.full(n, inf)
-        prev_sum = np.full(n, inf)
-        prev_max[1:], prev_sum[1:] = f_max[:-1], f_sum[:-1]  # stage s starts at a: prefix 0..a-1
-        cand_max = np.maximum(prev_max[:, None], c)
-        cand_sum = prev_sum[:, None] + c
-        key = cand_max + TIE * cand_sum / p
-        key[a_idx[:, None] > a_idx[None, :]] = inf  # a <= b
+        # stage s starts at a: the prefix 0..a-1 (none for a = 0)
+        prev_max = np.concatenate((inf, f_max[:-1]))
+        prev_sum = np.concatenate((inf, f_sum[:-1]))
+        key = np.maximum(prev_max[:, None], c) + TIE * (prev_sum[:, None] + c) / p
         best_a = np.argmin(key, axis=0)
-        f_max = cand_max[best_a, a_idx]
-        f_sum = cand_sum[best_a, a_idx]
+        picked = c[best_a, a_idx]
+        f_max = np.maximum(prev_max[best_a], picked)
+        f_sum = prev_sum[best_a] + picked
         choice[s] = best_a
     if not math.isfinite(f_max[n - 1]):
         return None

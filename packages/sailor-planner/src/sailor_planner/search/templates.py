@@ -164,10 +164,15 @@ def class_for(tables: StageTables, g: str, m: int, bounds: Bounds) -> ClassShape
     return ClassShape(g, m, tuple(tps))
 
 
-def lower_bounds(tables: StageTables, bounds: Bounds) -> tuple[float, float]:
-    """(B, F) with every pipeline of this class taking >= M * B + F for M microbatches: the
-    table's stage costs hold the fastest p2p a stage can have (same zone, its own TP pairs)."""
-    costs = [float(tables.cost[i][a, b]) for i, (a, b) in enumerate(bounds)]
+def stage_costs(tables: StageTables, bounds: Bounds) -> tuple[float, ...]:
+    """Per stage, the least per-microbatch step a pipeline of this class can take there: the
+    table's cost holds the fastest p2p a stage can have (same zone, its own TP pairs)."""
+    return tuple(float(tables.cost[i][a, b]) for i, (a, b) in enumerate(bounds))
+
+
+def lower_bounds(costs) -> tuple[float, float]:
+    """(B, F) with every pipeline whose stage steps are at least ``costs`` taking >= M * B + F
+    for M microbatches: 1F1B takes the sum of the steps plus M - 1 times the longest."""
     neck = max(costs)
     return neck, sum(costs) - neck
 
