@@ -148,3 +148,21 @@ def test_plans_the_schedule_cannot_run_are_refused_with_the_fix():
     assert "use fewer virtual stages" in interleave_problem(plan(4), 7, 4)
     one = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 2, 4),)),))
     assert ">= 2 pipeline stages" in interleave_problem(one, 7, 2)
+
+
+def test_engine_refuses_interleaving_it_cannot_run_with_the_field_and_fix():
+    from sailor_runtime.engine import EngineError, TrainConfig
+    from sailor_runtime.engine.examples import PP2, interleaved_job
+    from sailor_runtime.engine.options import ExecutionOptions, OptionsError, unsupported_reason
+
+    v2 = ExecutionOptions(virtual_stages=2)
+    assert unsupported_reason(v2, interleaved_job(2), PP2) is None
+    assert "the job was planned with 1" in unsupported_reason(v2, interleaved_job(1), PP2)
+    with pytest.raises(EngineError, match="schedule: is 'gpipe'; interleaved 1F1B"):
+        TrainConfig(interleaved_job(2), PP2, 1, options=v2, schedule="gpipe")
+    with pytest.raises(EngineError, match="options: virtual_stages: the run asks 2"):
+        TrainConfig(interleaved_job(1), PP2, 1, options=v2)
+    with pytest.raises(OptionsError, match="virtual_stages: must be an integer >= 1"):
+        ExecutionOptions(virtual_stages=0)
+    assert v2.simulated().virtual_stages == 2
+    assert v2.describe().endswith("interleaved 1F1B x2")
