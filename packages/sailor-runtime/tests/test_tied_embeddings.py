@@ -12,8 +12,7 @@ import torch
 
 from sailor_profiler.zoo import build_stage
 from sailor_runtime.engine import reference_run
-from sailor_runtime.engine.launch import launch_local
-from sailor_runtime.engine.options import ExecutionOptions
+from sailor_runtime.engine.launch import launch_many
 from sailor_sim import ExecutionOptions as SimOptions
 from sailor_sim.model.spec import MODEL_CATALOG, get_model
 from sailor_sim.spec.job import Job
@@ -78,22 +77,45 @@ TIED_RUNS = {
 }
 
 
+OPTIM = OptimConfig(no_decay=("norm", "bias", "embedding"))
+STEPS = 5
+
+
+def _job(root, name: str) -> Job:
+    layers, _, virtual = TIED_RUNS[name]
+    path = root / f"tied_{layers}.json"
+    path.write_text(json.dumps(dict(TIED_GPT, n_layer=layers)))
+    return Job.create(str(path), 8, 32, options=SimOptions(virtual_stages=virtual))
+
+
+@pytest.fixture(scope="module")
+def tied_runs(tmp_path_factory):
+    """Both runs in one set of forked rank processes (``launch_many``)."""
+    root = tmp_path_factory.mktemp("tied")
+    runs = [
+        {
+            "job": _job(root, name).to_dict(),
+            "plan": plan.to_dict(),
+            "options": {"virtual_stages": virtual},
+            "steps": STEPS,
+            "dtype": "fp64",
+            "optim": OPTIM.to_dict(),
+            "metrics": str(root / f"{name}.jsonl"),
+        }
+        for name, (_, plan, virtual) in TIED_RUNS.items()
+    ]
+    if launch_many(runs, log_dir=root / "logs", timeout_s=280):
+        pytest.fail(f"ranks failed:\n{(root / 'logs' / 'ranks.log').read_text()[-3000:]}")
+    return root
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(TIED_RUNS))
-def test_tied_model_over_stages_with_mixed_tp_equals_one_process(tmp_path, name):
-    layers, plan, virtual = TIED_RUNS[name]
-    path = tmp_path / "tied.json"
-    path.write_text(json.dumps(dict(TIED_GPT, n_layer=layers)))
-    job = Job.create(str(path), 8, 32, options=SimOptions(virtual_stages=virtual))
-    optim = OptimConfig(no_decay=("norm", "bias", "embedding"))
-    steps, metrics = 5, tmp_path / "m.jsonl"
-    codes = launch_local(job, plan, steps=steps, checkpoint_dir=tmp_path / "ck",
-                         metrics_path=metrics, dtype="fp64", log_dir=tmp_path, timeout_s=240,
-                         training={"optim": optim.to_dict()},
-                         options=ExecutionOptions(virtual_stages=virtual))  # fmt: skip
-    assert codes == [0] * plan.num_gpus, (tmp_path / "rank0.log").read_text()[-2000:]
+def test_tied_model_over_stages_with_mixed_tp_equals_one_process(tied_runs, name):
+    job = _job(tied_runs, name)
+    metrics = tied_runs / f"{name}.jsonl"
     got = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
-    want, ref = reference_run(job, steps, optim=optim, lr=None, dtype=torch.float64)
+    want, ref = reference_run(job, STEPS, optim=OPTIM, lr=None, dtype=torch.float64)
     head = str(job.model.head_layer_id)
     assert ref.layers[head].lm_head.weight is ref.layers["0"].word.weight  # one matrix
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-10, atol=0)
