@@ -2,12 +2,13 @@
 
     uv run python bench/engine_equivalence.py [--steps 10] [--backend gloo|nccl] [--dtype fp32]
 
-For each plan of ``sailor_runtime.engine.examples`` (the six of the test suite; tiny-gpt and
-tiny-llama, global batch 8, sequence 32) prints the largest relative loss difference from the
-single-process reference over all steps, the final loss, and the mean iteration time and
-samples/s after the first step. With ``--backend nccl`` each rank takes one CUDA device: only
-plans with at most ``torch.cuda.device_count()`` ranks run (NCCL refuses two ranks on one GPU),
-and the reference runs on cuda:0.
+For each plan of ``sailor_runtime.engine.examples`` (the six of the test suite and the
+interleaved 1F1B ones, ``INTERLEAVED``: pp2 with 1 and 2 virtual stages, a heterogeneous pp2
+with 2; tiny-gpt and tiny-llama, global batch 8, sequence 32) prints the largest relative loss
+difference from the single-process reference over all steps, the final loss, and the mean
+iteration time and samples/s after the first step. With ``--backend nccl`` each rank takes one
+CUDA device: only plans with at most ``torch.cuda.device_count()`` ranks run (NCCL refuses two
+ranks on one GPU), and the reference runs on cuda:0.
 
 Bar: every plan's per-step losses within ``LOSS_RTOL`` (relative) of the single-process
 reference, the same tolerance as the equivalence tests (1e-5 in fp32, 1e-11 in fp64); every
@@ -25,11 +26,20 @@ import polars as pl
 import torch
 
 from sailor_runtime.engine import launch_many, reference_run
-from sailor_runtime.engine.examples import JOBS, PLANS
+from sailor_runtime.engine.examples import INTERLEAVED, JOBS, PLANS, interleaved_job
 from sailor_runtime.engine.topology import Topology
 
 LOSS_RTOL = {"fp32": 1e-5, "fp64": 1e-11}
 """Largest relative per-step loss difference from one process that counts as equivalent."""
+
+
+def cases() -> dict:
+    """name -> (model key of JOBS, job, plan, schedule): the test suite's plans, then the
+    interleaved ones (their job carries the virtual stages the engine runs)."""
+    out = {n: (m, JOBS[m], plan, sched) for n, (m, plan, sched) in PLANS.items()}
+    for name, (plan, virtual) in INTERLEAVED.items():
+        out[name] = ("gpt", interleaved_job(virtual), plan, "1f1b")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,22 +49,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "fp64"])
     a = p.parse_args(argv)
     limit = torch.cuda.device_count() if a.backend == "nccl" else 64
-    chosen = {n: v for n, v in PLANS.items() if Topology(v[1]).world_size <= limit}
+    chosen = {n: c for n, c in cases().items() if Topology(c[2]).world_size <= limit}
     if not chosen:
         print(f"no plan fits on {limit} CUDA devices: nothing measured")
         return 1
     root = Path(tempfile.mkdtemp(prefix="sailor-bench-engine-"))
     runs = [
         {
-            "job": JOBS[m].to_dict(),
+            "job": job.to_dict(),
             "plan": plan.to_dict(),
+            "options": {"virtual_stages": job.options.virtual_stages},
             "steps": a.steps,
             "schedule": sched,
             "dtype": a.dtype,
             "backend": a.backend,
             "metrics": str(root / f"{name}.jsonl"),
         }
-        for name, (m, plan, sched) in chosen.items()
+        for name, (m, job, plan, sched) in chosen.items()
     ]
     if launch_many(runs, log_dir=root / "logs"):
         print((root / "logs" / "ranks.log").read_text()[-4000:])
@@ -74,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'iter s':>7} {'samples/s':>9}  result"
     )
     failed = False
-    for name, (m, plan, _) in chosen.items():
+    for name, (m, _, plan, _) in chosen.items():
         df = pl.read_ndjson(root / f"{name}.jsonl").sort("step")
         if df.height != a.steps:
             print(f"{name:28} {df.height}/{a.steps} steps recorded  MISSING")

@@ -18,6 +18,8 @@ from sailor_runtime.engine import EngineError, TrainConfig, launch_many, referen
 from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine.examples import JOBS, R
 from sailor_runtime.engine.options import ExecutionOptions, supports, unsupported_reason
+from sailor_sim import ExecutionOptions as SimOptions
+from sailor_sim import Job
 from sailor_sim.spec.plan import Plan, Replica, Stage
 
 STEPS = 4
@@ -32,6 +34,10 @@ HYBRID_1 = Plan((Stage(0, 7, tuple(Replica("cpu-1t", "local", 1, 4, 1) for _ in 
 # Sequence parallelism: TP 2 and TP 4 replicas of one stage; and a two-stage pipeline.
 SP_MIXED = Plan((Stage(0, 7, (R(2, 2, 2), R(4, 4, 1))),))
 SP_PIPELINE = Plan((Stage(0, 3, (R(2, 4, 2),)), Stage(4, 7, (R(2, 4, 2),))))
+# Interleaved 1F1B (2 chunks per rank) under ZeRO-1, sequence parallelism and recomputation,
+# two replicas of different microbatch size per stage.
+INTERLEAVED = Plan((Stage(0, 3, (R(2, 3, 2), R(2, 1, 2))), Stage(4, 7, (R(2, 3, 2), R(2, 1, 2)))))
+JOB_V2 = Job.create("tiny-llama", 8, 32, options=SimOptions(virtual_stages=2))
 
 RUNS: dict[str, tuple[Plan, dict, int]] = {
     "zero3": (DP2, {"zero": "zero3"}, STEPS),
@@ -42,6 +48,11 @@ RUNS: dict[str, tuple[Plan, dict, int]] = {
     "sp_mixed": (SP_MIXED, {"sequence_parallel": True}, STEPS),
     "sp_zero3": (DP2_TP2, {"sequence_parallel": True, "zero": "zero3"}, STEPS),
     "sp_pipeline": (SP_PIPELINE, {"sequence_parallel": True, "recompute": "full"}, STEPS),
+    "sp_interleaved_zero1": (
+        INTERLEAVED,
+        {"sequence_parallel": True, "recompute": "full", "zero": "zero1", "virtual_stages": 2},
+        STEPS,
+    ),
     # torch.optim.AdamW(fused=True) on the DTensor shards (what CUDA ranks run), resumed at 2
     "zero3_fused_first": (DP2, {"zero": "zero3"}, 2),
     "zero3_fused": (DP2, {"zero": "zero3"}, STEPS),
@@ -68,7 +79,7 @@ def runs(tmp_path_factory):
         (root / name).mkdir(parents=True, exist_ok=True)
         spec.append(
             {
-                "job": JOB.to_dict(),
+                "job": (JOB_V2 if options.get("virtual_stages") else JOB).to_dict(),
                 "plan": plan.to_dict(),
                 "steps": steps,
                 "checkpoint_dir": str(root / SHARED_CKPT.get(name, name) / "ckpt"),
@@ -135,7 +146,7 @@ def test_fsdp_really_shards_weights_gradients_and_states(runs, reference, name):
         assert memory[term] == pytest.approx(copies * model_bytes / 2, rel=0.02), term
 
 
-@pytest.mark.parametrize("name", ["sp_mixed", "sp_pipeline", "sp_zero3"])
+@pytest.mark.parametrize("name", ["sp_mixed", "sp_pipeline", "sp_zero3", "sp_interleaved_zero1"])
 def test_sequence_parallel_matches_single_process(runs, reference, name):
     _close(_losses(runs, name), reference[0])
 

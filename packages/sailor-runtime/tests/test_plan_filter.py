@@ -13,7 +13,7 @@ import pytest
 from sailor_planner.service.server import create_server
 from sailor_runtime.controller.controller import PLAN_CANDIDATES, ControllerConfig, engine_filter
 from sailor_runtime.controller.planning import PlannerLink
-from sailor_runtime.engine.options import ExecutionOptions
+from sailor_runtime.engine.options import ExecutionOptions, unsupported_reason
 from sailor_runtime.errors import PlannerUnavailableError, SailorRuntimeError
 from sailor_sim import Inventory, Job
 
@@ -94,3 +94,24 @@ def test_sailor_run_refuses_what_local_workers_cannot_plan(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "error: --sequence-parallel: a local run's workers hold one rank each" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_interleaved_runs_get_a_plan_the_engine_interleaves(address, tmp_path):
+    """A job planned with 2 virtual stages: the real planner prices the interleaved bubble,
+    the controller keeps the best plan with >= 2 stages, a microbatch count that is a multiple
+    of the stage count and a layer per chunk; the run's value must be the job's."""
+    options = ExecutionOptions(virtual_stages=2)
+    job = Job.create("tiny-llama", 8, 32, options=options.simulated())
+    cfg = dataclasses.replace(_config(tmp_path, virtual_stages=2), job=job)
+    found = engine_filter(cfg)
+    assert found["candidates"] == PLAN_CANDIDATES
+    link = PlannerLink(address, **found)
+    try:
+        plan = link.plan(job, INVENTORY).plan
+    finally:
+        link.close()
+    assert plan.num_stages >= 2
+    assert all(r.num_microbatches % plan.num_stages == 0 for s in plan.stages for r in s.replicas)
+    assert unsupported_reason(options, job, plan) is None
+    with pytest.raises(SailorRuntimeError, match="virtual_stages 2 differs from the job's 1"):
+        engine_filter(_config(tmp_path, virtual_stages=2))

@@ -1,6 +1,7 @@
 """Tied input embedding and LM head: parameter counts equal the simulator's for every catalog
 model, and a tied model split over pipeline stages with different TP degrees (two copies
-whose gradients the engine adds) trains exactly as one process with one shared matrix."""
+whose gradients the engine adds; also with interleaved 1F1B, the copies in different chunks)
+trains exactly as one process with one shared matrix."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 
 from sailor_profiler.zoo import build_stage
 from sailor_runtime.engine import reference_run
-from sailor_runtime.engine.launch import launch_local
+from sailor_runtime.engine.launch import launch_many
+from sailor_sim import ExecutionOptions as SimOptions
 from sailor_sim.model.spec import MODEL_CATALOG, get_model
 from sailor_sim.spec.job import Job
 from sailor_sim.spec.plan import Plan, Replica, Stage
@@ -44,23 +46,76 @@ def test_gpt2_124m_config_builds_124m_parameters(tmp_path):
     assert round((held - spec.vocab_padding * 768) / 1e6, 1) == 124.4  # 124,439,808 published
 
 
-@pytest.mark.timeout(300)
-def test_tied_model_over_stages_with_mixed_tp_equals_one_process(tmp_path):
-    path = tmp_path / "tied.json"
-    path.write_text(json.dumps(TIED_GPT))
-    job = Job.create(str(path), 8, 32)
-    cpu = lambda tp, mbs, n: Replica("CPU", "local", tp, mbs, n)  # noqa: E731
+def _cpu(tp: int, mbs: int, n: int) -> Replica:
+    return Replica("CPU", "local", tp, mbs, n)
+
+
+TIED_RUNS = {
     # Embedding with TP 2 on stage 0, the head's copy with TP 1 on stage 1; DP 2.
-    plan = Plan(
-        (Stage(0, 1, (cpu(2, 2, 2), cpu(1, 4, 1))), Stage(2, 3, (cpu(1, 2, 2), cpu(2, 4, 1))))
-    )
-    optim = OptimConfig(no_decay=("norm", "bias", "embedding"))
-    steps, metrics = 5, tmp_path / "m.jsonl"
-    codes = launch_local(job, plan, steps=steps, checkpoint_dir=tmp_path / "ck",
-                         metrics_path=metrics, dtype="fp64", log_dir=tmp_path, timeout_s=240,
-                         training={"optim": optim.to_dict()})  # fmt: skip
-    assert codes == [0] * plan.num_gpus, (tmp_path / "rank0.log").read_text()[-2000:]
+    "plain": (
+        2,
+        Plan(
+            (
+                Stage(0, 1, (_cpu(2, 2, 2), _cpu(1, 4, 1))),
+                Stage(2, 3, (_cpu(1, 2, 2), _cpu(2, 4, 1))),
+            )
+        ),
+        1,
+    ),
+    # Interleaved, 2 chunks per rank: the embedding in chunk 0 of stage 0, the head's copy in
+    # chunk 1 of stage 1 (layer ids 0-1 and 4 on stage 0, 2-3 and 5 on stage 1).
+    "interleaved": (
+        4,
+        Plan(
+            (
+                Stage(0, 2, (_cpu(2, 2, 2), _cpu(1, 2, 2))),
+                Stage(3, 5, (_cpu(1, 2, 2), _cpu(2, 2, 2))),
+            )
+        ),
+        2,
+    ),
+}
+
+
+OPTIM = OptimConfig(no_decay=("norm", "bias", "embedding"))
+STEPS = 5
+
+
+def _job(root, name: str) -> Job:
+    layers, _, virtual = TIED_RUNS[name]
+    path = root / f"tied_{layers}.json"
+    path.write_text(json.dumps(dict(TIED_GPT, n_layer=layers)))
+    return Job.create(str(path), 8, 32, options=SimOptions(virtual_stages=virtual))
+
+
+@pytest.fixture(scope="module")
+def tied_runs(tmp_path_factory):
+    """Both runs in one set of forked rank processes (``launch_many``)."""
+    root = tmp_path_factory.mktemp("tied")
+    runs = [
+        {
+            "job": _job(root, name).to_dict(),
+            "plan": plan.to_dict(),
+            "options": {"virtual_stages": virtual},
+            "steps": STEPS,
+            "dtype": "fp64",
+            "optim": OPTIM.to_dict(),
+            "metrics": str(root / f"{name}.jsonl"),
+        }
+        for name, (_, plan, virtual) in TIED_RUNS.items()
+    ]
+    if launch_many(runs, log_dir=root / "logs", timeout_s=280):
+        pytest.fail(f"ranks failed:\n{(root / 'logs' / 'ranks.log').read_text()[-3000:]}")
+    return root
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(TIED_RUNS))
+def test_tied_model_over_stages_with_mixed_tp_equals_one_process(tied_runs, name):
+    job = _job(tied_runs, name)
+    metrics = tied_runs / f"{name}.jsonl"
     got = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
-    want, ref = reference_run(job, steps, optim=optim, lr=None, dtype=torch.float64)
-    assert ref.layers["3"].lm_head.weight is ref.layers["0"].word.weight  # one matrix
+    want, ref = reference_run(job, STEPS, optim=OPTIM, lr=None, dtype=torch.float64)
+    head = str(job.model.head_layer_id)
+    assert ref.layers[head].lm_head.weight is ref.layers["0"].word.weight  # one matrix
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-10, atol=0)

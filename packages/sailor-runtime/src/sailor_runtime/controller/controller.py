@@ -115,7 +115,7 @@ class ControllerConfig:
 
 PLAN_CANDIDATES = 8
 """Plans asked of the planner when the run's options rule some plans out (FSDP, sequence
-parallelism): the best one the engine runs is used."""
+parallelism, interleaved 1F1B): the best one the engine runs is used."""
 
 
 def engine_filter(config: ControllerConfig) -> dict:
@@ -128,7 +128,15 @@ def engine_filter(config: ControllerConfig) -> dict:
         options = ExecutionOptions.from_dict(config.execution_options)
     except OptionsError as exc:
         raise SailorRuntimeError(str(exc), field="execution_options") from None
+    planned = config.job.options.virtual_stages
+    if options.virtual_stages != planned:  # every plan would be refused for it
+        raise SailorRuntimeError(
+            f"virtual_stages {options.virtual_stages} differs from the job's {planned}, which "
+            "the planner plans with; give the job the same value",
+            field="execution_options",
+        )
     restricted = options.zero in FSDP_ZERO or options.sequence_parallel
+    restricted = restricted or options.virtual_stages > 1  # microbatches a multiple of p
     return {
         "unsupported": lambda plan: unsupported_reason(options, config.job, plan),
         "candidates": PLAN_CANDIDATES if restricted else 1,

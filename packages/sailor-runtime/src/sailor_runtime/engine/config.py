@@ -107,6 +107,13 @@ class TrainConfig:
         reason = unsupported_reason(self.options, self.job, self.plan)
         if reason is not None:  # the plan this option cannot run on, before any rank starts
             raise EngineError(reason, field="options")
+        if self.options.virtual_stages > 1 and self.schedule != "1f1b":
+            raise EngineError(
+                f"is {self.schedule!r}; interleaved 1F1B (virtual_stages "
+                f"{self.options.virtual_stages}) is a 1f1b schedule: use '1f1b' or "
+                "virtual_stages 1",
+                field="schedule",
+            )
 
     @property
     def world_size(self) -> int:

@@ -7,7 +7,7 @@ replicas of a stage, replicas with different microbatch sizes, and both schedule
 
 from __future__ import annotations
 
-from sailor_sim import Job, Plan, Replica, Stage
+from sailor_sim import ExecutionOptions, Job, Plan, Replica, Stage
 
 
 def R(tp: int, mbs: int, n: int) -> Replica:
@@ -60,3 +60,25 @@ RESHARD_A = Plan((Stage(0, 3, (R(1, 2, 2), R(2, 4, 1))), Stage(4, 7, (R(2, 2, 2)
 RESHARD_B = Plan(
     (Stage(0, 1, (R(4, 1, 8),)), Stage(2, 4, (R(1, 1, 8),)), Stage(5, 7, (R(2, 1, 8),)))
 )
+
+# Interleaved 1F1B (virtual stages), tiny-gpt: name -> (plan, virtual_stages). The job is
+# ``interleaved_job(v)``: the simulator's options carry the same virtual_stages as the engine's.
+PP2 = Plan((Stage(0, 3, (R(1, 2, 4),)), Stage(4, 7, (R(1, 2, 4),))))
+INTERLEAVED: dict[str, tuple[Plan, int]] = {
+    "pp2_v1": (PP2, 1),
+    "pp2_v2": (PP2, 2),
+    "pp2_v2_hetero": (  # two worker types in stage 0, TP 2/1 across the ring, mbs 2 and 1
+        Plan(
+            (
+                Stage(0, 3, (R(2, 2, 2), Replica("cpu-2t", "local", 1, 1, 4))),
+                Stage(4, 7, (R(1, 2, 2), R(2, 1, 4))),
+            )
+        ),
+        2,
+    ),
+}
+
+
+def interleaved_job(virtual_stages: int) -> Job:
+    """tiny-gpt as ``JOBS['gpt']``, planned with ``virtual_stages`` model chunks per rank."""
+    return Job.create("tiny-gpt", 8, 32, options=ExecutionOptions(virtual_stages=virtual_stages))

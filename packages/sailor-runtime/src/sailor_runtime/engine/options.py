@@ -21,6 +21,11 @@ Same names and meanings as the simulator's execution options (sailor_sim job/pla
   norms, dropout and residual adds of each block hold 1/tp of the sequence; all-gather /
   reduce-scatter at the TP boundaries (``sailor_profiler.zoo.sequence``). Needs tp > 1 in
   every replica and a sequence length divisible by it.
+- ``virtual_stages``: interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2; Megatron-LM's
+  schedule, ``schedule.interleaved_steps``): each pipeline rank holds v model chunks, layers
+  dealt round-robin over the p v chunks (``schedule.chunk_layers``). Needs >= 2 stages, a
+  microbatch count that is a multiple of the stage count in every pipeline, at least one layer
+  per chunk, and the job planned with the same value (the simulator prices the bubble / v).
 
 ``unsupported_reason(options, job, plan)`` is the one place that says which plans the engine
 runs with which options: the engine refuses the rest before any process group exists, the
@@ -37,6 +42,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sailor_sim import SailorError
+
+from .schedule import interleave_problem
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = ("none", "selective", "full")
@@ -66,6 +73,8 @@ class ExecutionOptions:
     """none | zero1 (AdamW states sharded) | zero2 | zero3 | hybrid (FSDP2)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism in every TP group (needs tp > 1)."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank (interleaved 1F1B); 1 = plain 1F1B."""
 
     def __post_init__(self) -> None:
         if self.precision is not None and self.precision not in PRECISIONS:
@@ -86,6 +95,9 @@ class ExecutionOptions:
                 f"must be true or false, got {self.sequence_parallel!r}",
                 field="sequence_parallel",
             )
+        v = self.virtual_stages
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise OptionsError(f"must be an integer >= 1, got {v!r}", field="virtual_stages")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +124,7 @@ class ExecutionOptions:
             zero=self.zero,
             sequence_parallel=self.sequence_parallel,
             flash_attention=None if self.flash_attention else False,
+            virtual_stages=self.virtual_stages,
         )
 
     def describe(self) -> str:
@@ -124,6 +137,8 @@ class ExecutionOptions:
             parts.append("hybrid shard" if self.zero == "hybrid" else f"ZeRO-{self.zero[-1]}")
         if self.sequence_parallel:
             parts.append("sequence parallel")
+        if self.virtual_stages > 1:
+            parts.append(f"interleaved 1F1B x{self.virtual_stages}")
         return ", ".join(parts)
 
 
@@ -145,6 +160,15 @@ def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
     """Why the engine cannot run ``plan`` of ``job`` with ``options`` (one line naming the
     fix), or None when it can. Torch-free: the controller filters the planner's plans by it."""
     replicas = [r for s in plan.stages for r in s.replicas]
+    planned = job.options.virtual_stages
+    if options.virtual_stages != planned:
+        return (
+            f"virtual_stages: the run asks {options.virtual_stages} but the job was planned "
+            f"with {planned}; plan the job with the run's options (ExecutionOptions.simulated())"
+        )
+    problem = interleave_problem(plan, job.model.head_layer_id, options.virtual_stages)
+    if problem is not None:
+        return problem
     if options.zero in FSDP_ZERO:
         if plan.num_stages > 1:
             return (

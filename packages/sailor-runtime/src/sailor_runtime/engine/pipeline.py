@@ -1,4 +1,6 @@
-"""Pipeline execution of one iteration on one rank: 1F1B (or GPipe) with p2p between stages.
+"""Pipeline execution of one iteration on one rank: 1F1B, GPipe or interleaved 1F1B (virtual
+stages: ``ChunkedStage``) with p2p between stages; the order of compute steps and p2p batches
+is ``schedule``'s.
 
 Links between stages of different TP degree (Megatron's scatter/gather, Narayanan et al. 2021,
 Sec. 4.1, generalized to unequal degrees): the hidden state is replicated on every rank of the
@@ -7,9 +9,9 @@ tensor is cut into b equal chunks; receiver rank k gets only chunk k, from sende
 and the receivers all-gather the chunks inside their TP group. Gradients flow back the same way
 with the roles of a and b swapped. Every boundary transfer goes through
 ``torch.distributed.batch_isend_irecv`` and is waited for before the compute that follows;
-a send is paired with the next receive from the same neighbour in one batch (``_post``), the
-order Megatron-LM uses in 1F1B, which cannot deadlock for any depth or microbatch count even
-where a send blocks until its receive is posted (NCCL with large messages).
+the batches are Megatron-LM's (``schedule.boundary_steps``, ``schedule.interleaved_steps``),
+which cannot deadlock for any depth, chunk count or microbatch count even where a send blocks
+until its receive is posted (NCCL with large messages).
 
 Loss weighting: a microbatch of ``mbs`` samples contributes ``loss_mb * mbs / global_batch``,
 so the summed gradients over all microbatches and replicas are those of the mean loss over the
@@ -25,22 +27,24 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .schedule import Msg, Post, Unit, boundary_steps, iteration_steps, schedule
 from .topology import Slot, Topology
 
+__all__ = [
+    "ChunkedStage",
+    "Link",
+    "Microbatches",
+    "Msg",
+    "Post",
+    "Unit",
+    "boundary_steps",
+    "chunks_of",
+    "exchange",
+    "run_iteration",
+    "schedule",
+]
+
 TAGS = {"F": 11, "B": 12}  # activations, gradients (gloo matches p2p by tag)
-
-
-def schedule(kind: str, num_stages: int, stage: int, num_micro: int) -> list[tuple[str, int]]:
-    """Ordered ('F' | 'B', microbatch) operations of one stage (Narayanan et al. 2021, Fig. 4)."""
-    if kind == "gpipe":
-        return [("F", m) for m in range(num_micro)] + [("B", m) for m in range(num_micro)]
-    if kind != "1f1b":
-        raise ValueError(f"unknown schedule {kind!r}; use '1f1b' or 'gpipe'")
-    warm = min(num_stages - stage - 1, num_micro)
-    ops = [("F", m) for m in range(warm)]
-    for m in range(num_micro - warm):
-        ops += [("F", warm + m), ("B", m)]
-    return ops + [("B", m) for m in range(num_micro - warm, num_micro)]
 
 
 @dataclass
@@ -107,61 +111,6 @@ def exchange(*transfers: Transfer | None) -> None:
             req.wait()
 
 
-@dataclass(frozen=True)
-class Msg:
-    """One boundary message of one microbatch: ``what`` 'F' (activation, to the next stage)
-    or 'B' (gradient, to the previous one), with the neighbour stage ``peer``."""
-
-    what: str
-    micro: int
-    peer: int
-
-
-@dataclass(frozen=True)
-class Post:
-    """Messages posted as one batch; the rank waits for all of them before going on."""
-
-    sends: tuple[Msg, ...]
-    recvs: tuple[Msg, ...]
-
-
-def boundary_steps(kind: str, num_stages: int, stage: int, num_micro: int, pair: bool = True):
-    """This stage's iteration as ('F' | 'B', microbatch) compute steps and ``Post`` batches.
-
-    Megatron-LM's pairing in 1F1B (``send_forward_recv_backward`` /
-    ``send_backward_recv_forward``, Narayanan et al. 2021): a send and the next receive travel
-    in one batch when they are with the same neighbour, so neither side's send waits for a
-    receive the other posts only after its own send; otherwise the send completes first. This
-    order completes for any depth and microbatch count even when every send blocks until its
-    receive is posted (NCCL, large messages), which ``tests/test_pipeline_order.py`` checks by
-    playing all stages against each other. ``pair=False`` posts every send alone: the order
-    that deadlocks, kept so that test shows the difference."""
-    first, last = stage == 0, stage == num_stages - 1
-    outgoing = None
-    for op, m in schedule(kind, num_stages, stage, num_micro):
-        if op == "F":
-            incoming = None if first else Msg("F", m, stage - 1)
-        else:
-            incoming = None if last else Msg("B", m, stage + 1)
-        yield from _posts(outgoing, incoming, pair)
-        yield op, m
-        if op == "F":
-            outgoing = None if last else Msg("F", m, stage + 1)
-        else:
-            outgoing = None if first else Msg("B", m, stage - 1)
-    yield from _posts(outgoing, None, pair)
-
-
-def _posts(outgoing: Msg | None, incoming: Msg | None, pair: bool):
-    if pair and outgoing and incoming and outgoing.peer == incoming.peer:
-        yield Post((outgoing,), (incoming,))
-        return
-    if outgoing:
-        yield Post((outgoing,), ())
-    if incoming:
-        yield Post((), (incoming,))
-
-
 def _autocast(device_type: str, dtype: torch.dtype | None):
     if dtype is None:
         return contextlib.nullcontext()
@@ -180,6 +129,40 @@ class Microbatches:
     labels: list | None = None
 
 
+class ChunkedStage(torch.nn.Module):
+    """The v model chunks of one pipeline rank under interleaved 1F1B, seen by the rest of the
+    engine as one stage: ``layers`` holds every chunk's layers by layer id (parameter names
+    ``layers.<id>.…`` as in a ``StageModule``, so checkpoints, weight-decay groups and tied
+    copies find them the same way), ``layer_ids`` / ``layer_params`` / ``spec`` / ``tp_rank``
+    / ``tp_size`` as a stage has them. ``chunks`` (not registered: each parameter is counted
+    once) run the forward of their own layers."""
+
+    def __init__(self, chunks: list) -> None:
+        super().__init__()
+        self.chunks = tuple(chunks)
+        self.layers = torch.nn.ModuleDict(
+            {lid: layer for chunk in chunks for lid, layer in chunk.layers.items()}
+        )
+        self.spec = chunks[0].spec
+        self.tp_rank, self.tp_size = chunks[0].tp_rank, chunks[0].tp_size
+
+    @property
+    def layer_ids(self) -> list[int]:
+        return sorted(int(lid) for lid in self.layers)
+
+    @property
+    def has_head(self) -> bool:
+        return self.chunks[-1].has_head
+
+    def layer_params(self, layer_id: int) -> dict:
+        return dict(self.layers[str(layer_id)].named_parameters())
+
+
+def chunks_of(stage_module) -> tuple:
+    """The model chunks of a rank, in chunk order (one: a plain stage)."""
+    return getattr(stage_module, "chunks", (stage_module,))
+
+
 def run_iteration(
     stage_module,
     link: Link,
@@ -192,45 +175,57 @@ def run_iteration(
     """Forward and backward of every microbatch of this rank's replica (gradients accumulate
     in ``.grad``: gradient accumulation over the replica's microbatches); returns the weighted
     (and ``loss_scale``-scaled) loss sum on the last stage as a tensor (read back once per
-    step, with the gradient norm), else None.
+    step, with the gradient norm), else None. A ``ChunkedStage`` runs interleaved 1F1B over
+    its chunks (``schedule.interleaved_steps``); the first virtual stage (chunk 0 of stage 0)
+    reads the token ids, the last (the last chunk of the last stage) the labels.
 
     ``autocast``: the forward runs under ``torch.autocast`` in that dtype (mixed precision;
     backward outside it, as torch recommends). Stage boundaries stay in the parameters' dtype
     (fp32): the residual stream is fp32 under autocast, so p2p sends what one process keeps."""
     topo, slot = link.topo, link.slot
-    first, last = slot.stage == 0, slot.stage == topo.num_stages - 1
+    chunks = chunks_of(stage_module)
+    v = len(chunks)
     p = next(stage_module.parameters())
     hidden = (batch.mbs, batch.seq_len, stage_module.spec.hidden_size)
     weight = batch.mbs / global_batch * loss_scale
-    stash: dict[int, tuple] = {}  # microbatch -> (stage input, stage output) until its backward
-    to_send: dict[tuple[str, int], torch.Tensor] = {}
-    received: dict[tuple[str, int], Transfer] = {}
+    stash: dict[tuple[int, int], tuple] = {}  # (micro, chunk) -> (input, output) until backward
+    to_send: dict[tuple[str, int, int], torch.Tensor] = {}
+    received: dict[tuple[str, int, int], Transfer] = {}
     loss_sum = None
-    for step in boundary_steps(kind, topo.num_stages, slot.stage, batch.num_micro):
+    steps = iteration_steps(kind, topo.num_stages, slot.stage, v, batch.num_micro)
+    for step in steps:
         if isinstance(step, Post):
             sends = [
-                link.send(to_send.pop((s.what, s.micro)), s.peer, TAGS[s.what]) for s in step.sends
+                link.send(to_send.pop((s.what, s.micro, s.chunk)), s.peer, TAGS[s.what])
+                for s in step.sends
             ]
             recvs = [link.recv(hidden, p.dtype, p.device, r.peer, TAGS[r.what]) for r in step.recvs]
             exchange(*sends, *recvs)
-            received.update({(r.what, r.micro): t for r, t in zip(step.recvs, recvs, strict=True)})
+            received.update(
+                {(r.what, r.micro, r.chunk): t for r, t in zip(step.recvs, recvs, strict=True)}
+            )
             continue
-        op, m = step
+        op, m, c = step
+        first = slot.stage == 0 and c == 0
+        last = slot.stage == topo.num_stages - 1 and c == v - 1
         if op == "F":
-            x = batch.inputs[m] if first else received.pop(("F", m)).result().requires_grad_(True)
+            if first:
+                x = batch.inputs[m]
+            else:
+                x = received.pop(("F", m, c)).result().requires_grad_(True)
             with _autocast(p.device.type, autocast):
-                out = stage_module(x, batch.labels[m] if last else None)
+                out = chunks[c](x, batch.labels[m] if last else None)
             out = out.to(p.dtype)
             if last:
                 out = out * weight
                 loss = out.detach().double()
                 loss_sum = loss if loss_sum is None else loss_sum + loss
             else:
-                to_send[("F", m)] = out
-            stash[m] = (x, out)
+                to_send[("F", m, c)] = out
+            stash[(m, c)] = (x, out)
             continue
-        x, out = stash.pop(m)
-        out.backward(None if last else received.pop(("B", m)).result())
+        x, out = stash.pop((m, c))
+        out.backward(None if last else received.pop(("B", m, c)).result())
         if not first:
-            to_send[("B", m)] = x.grad
+            to_send[("B", m, c)] = x.grad
     return loss_sum

@@ -48,7 +48,8 @@ from .optim import (
     world_sums,
 )
 from .options import FSDP_ZERO
-from .pipeline import Link, Microbatches, run_iteration
+from .pipeline import ChunkedStage, Link, Microbatches, chunks_of, run_iteration
+from .schedule import chunk_layers
 from .stepmetrics import StepMeter
 from .tied import head_copy, sync_tied_gradients, syncs_tied_copies
 from .topology import Topology, build_groups
@@ -172,22 +173,16 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     param_dtype, autocast = precision(job, cfg)
     if use_tf32(device, param_dtype, autocast):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    model = build_stage(
-        job.model,
-        stage_plan.first_layer,
-        stage_plan.last_layer,
-        slot.tp_rank,
-        rep.tp,
-        groups.tp,
-        param_dtype,
-        device,
-        cfg.seed,
-    )
+    model = _build_layers(job, plan, slot, rep.tp, groups.tp, param_dtype, device, cfg)
     apply_execution(model, cfg.options.recompute, cfg.options.flash_attention)
     if cfg.options.sequence_parallel:
-        enable_sequence_parallel(model, groups.tp)
+        for chunk in chunks_of(model):
+            enable_sequence_parallel(chunk, groups.tp)
     scaler = LossScaler(enabled=autocast == torch.float16)
-    log.info("rank %d: stage %s built (%s)", rank, slot, cfg.options.describe())
+    log.info(
+        "rank %d: stage %s built, layer ids %s (%s)",
+        rank, slot, list(model.layer_ids), cfg.options.describe(),
+    )  # fmt: skip
     # DCP's collectives get a gloo group of their own (created on every rank, in one order).
     ckpt_group = ckpt.checkpoint_group(cfg.timeout_s) if cfg.checkpoint_dir else None
     layout = ckpt.TPLayout(groups.tp)
@@ -311,6 +306,24 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
         if metrics is not None:
             metrics.close()
     return TrainResult(losses, step, resumed)
+
+
+def _build_layers(job, plan, slot, tp, tp_group, dtype, device, cfg):
+    """This rank's layers: its stage's range, or under interleaved 1F1B its v chunks
+    (``schedule.chunk_layers``) in a ``ChunkedStage``. Each chunk is built as a stage of its
+    own layer ids, so initial weights are the plan-independent ones either way."""
+    v = cfg.options.virtual_stages
+    if v == 1:
+        stage = plan.stages[slot.stage]
+        ranges = [(stage.first_layer, stage.last_layer)]
+    else:
+        bounds = [(s.first_layer, s.last_layer) for s in plan.stages]
+        ranges = chunk_layers(bounds, job.model.head_layer_id, v)[slot.stage]
+    chunks = [
+        build_stage(job.model, first, last, slot.tp_rank, tp, tp_group, dtype, device, cfg.seed)
+        for first, last in ranges
+    ]
+    return chunks[0] if v == 1 else ChunkedStage(chunks)
 
 
 def _datasets(job: Job, cfg: TrainConfig):
