@@ -1,11 +1,13 @@
 """RunSpec: what to train and how, declared once.
 
 Every run setting a user chooses (model, batch, sequence, precision, execution options, steps,
-checkpointing, seed) is one field here, with its help text under it. The CLIs take their flags
-from these fields (``specs.with_spec``), a run can be given as a TOML file of the same names
-(``--config``), it crosses the wire as ``sailor.v1.RunSpec`` (``specs.to_proto``), and the
-engine reads it back as the same value. Torch-free: the simulator, the planner and the runtime
-all use it.
+checkpointing, seed, the optimizer's recipe) is one field here, with its help text under it.
+The CLIs take their flags from these fields (``specs.with_spec``), a run can be given as a
+TOML file of the same names (``--config``), it crosses the wire as ``sailor.v1.RunSpec``
+(``specs.to_proto``), and the engine reads it back as the same value. A subclass may add
+fields: they are flags and config keys at once, and travel in the message's ``extensions``
+(``specs.to_proto``), so the engine receives them with no other declaration. Torch-free: the
+simulator, the planner and the runtime all use it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..dtypes import check_dtype
 from ..errors import ValidationError
 from .job import OPTIMIZERS, Job
 from .options import ExecutionOptions
+from .recipe import Recipe
 
 MAX_SEED = 2**32 - 1
 """numpy's seed range (torch accepts more; the data order uses numpy)."""
@@ -45,6 +48,7 @@ class RunSpec:
     """Save a checkpoint every K iterations (0: only at the end)."""
     seed: int = 0
     """Seed of the initial weights and the data order (0 .. 2**32-1)."""
+    recipe: Recipe = field(default_factory=Recipe)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -63,6 +67,12 @@ class RunSpec:
         inputs.integral(self.steps, "steps")
         inputs.integral(self.checkpoint_every, "checkpoint_every", minimum=0)
         inputs.integral(self.seed, "seed", minimum=0, maximum=MAX_SEED)
+        if not isinstance(self.recipe, Recipe):
+            raise ValidationError("must be a Recipe", field="recipe")
+
+    def lr_schedule(self):
+        """The engine's LRSchedule (a decay over the run's steps unless ``decay_steps``)."""
+        return self.recipe.schedule_for(self.steps)
 
     def job(self) -> Job:
         """The simulator's Job (defaults for seq/precision as ``capacity.make_job`` states)."""
