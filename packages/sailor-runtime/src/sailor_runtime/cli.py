@@ -105,8 +105,6 @@ def _engine_options(spec: RunSpec):
         _fail(exc)
 
 
-@app.command()
-@specs.with_spec(RunSpec, defaults=RUN_DEFAULTS)
 def run(
     spec: RunSpec,
     local: bool = typer.Option(False, "--local", help="Run everything on this machine."),
@@ -269,8 +267,6 @@ def run(
         raise typer.Exit(1)
 
 
-@app.command()
-@specs.with_spec(RunSpec, defaults=CONTROLLER_DEFAULTS)
 def controller(
     spec: RunSpec,
     planner: str = typer.Option(..., help="HOST:PORT of the planner server."),
@@ -396,6 +392,20 @@ def controller(
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
     if c.state.name != "DONE":
         raise typer.Exit(1)
+
+
+def add_run_commands(target: typer.Typer, spec_cls: type[RunSpec] = RunSpec) -> typer.Typer:
+    """Register `run` and `controller` on ``target`` with the flags of ``spec_cls``: a RunSpec
+    subclass's new fields become flags and config keys, and reach every rank in the
+    assignment's ``run`` (``TrainConfig.run``) with no other declaration."""
+    target.command("run")(specs.with_spec(spec_cls, defaults=RUN_DEFAULTS)(run))
+    target.command("controller")(
+        specs.with_spec(spec_cls, defaults=CONTROLLER_DEFAULTS)(controller)
+    )
+    return target
+
+
+add_run_commands(app)
 
 
 @app.command()
