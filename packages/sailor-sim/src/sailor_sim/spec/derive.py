@@ -40,6 +40,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "global_batch_size": ("--gbs",),
     "seq_len": ("--seq",),
     "precision": ("--dtype",),
+    "expert_parallel": ("--ep",),
+    "context_parallel": ("--cp",),
 }
 """Short spellings kept for the flags users already type (one vocabulary, a few synonyms)."""
 
@@ -252,19 +254,33 @@ def with_spec(
 
     def decorate(command: Callable) -> Callable:
         sig = inspect.signature(command)
-        own = [p for name, p in sig.parameters.items() if name != "spec"]
+        own = [p for name, p in sig.parameters.items() if name not in ("spec", "given")]
+        wants_given = "given" in sig.parameters
 
         @functools.wraps(command)
         def wrapper(*args, **kwargs):
+            try:
+                spec_kwargs = _spec_arguments(kwargs)
+            except ValidationError as exc:  # bad input at a CLI: one line, exit 2
+                typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+                raise typer.Exit(2) from None
+            return command(*args, **spec_kwargs, **kwargs)
+
+        def _spec_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
+            """Pop the generated parameters from ``kwargs``; the command's spec (and given)."""
             config = kwargs.pop("config", None)
             given = {f.path: kwargs.pop("_".join(f.path)) for f in leaves}
             base = _merge(base_data, _file_data(cls, config)) if config is not None else base_data
             spec_data = _merge(base, _nest({p: v for p, v in given.items() if v is not None}))
             try:
-                spec = from_dict(cls, spec_data, where="flags")
+                out: dict[str, Any] = {"spec": from_dict(cls, spec_data, where="flags")}
             except ValidationError as exc:
                 raise _as_flag(exc, by_name) from None
-            return command(*args, spec=spec, **kwargs)
+            if wants_given:  # the leaves set by a flag or the file, not by a default
+                file_keys = _leaf_names(_file_data(cls, config)) if config is not None else set()
+                named = {p[-1] for p, v in given.items() if v is not None}
+                out["given"] = frozenset(named | file_keys)
+            return out
 
         config = inspect.Parameter(
             "config",
@@ -290,12 +306,21 @@ def with_spec(
 
 
 def _as_flag(exc: ValidationError, by_name: Mapping[str, Flag]) -> ValidationError:
-    """The error of a bad value named by its flag (``--seq-len``), as the user typed it."""
-    name = (exc.field or "").removeprefix("flags.").split(".")[-1]
+    """The error of a bad value named by its flag (``--seq-len``), as the user typed it; a
+    nested field's path (``options.expert_parallel``) stays in the message."""
+    field = (exc.field or "").removeprefix("flags.")
+    name = field.split(".")[-1]
     if name not in by_name:
         return exc
-    message = str(exc).split(": ", 1)[-1] if exc.field else str(exc)
+    message = str(exc).split(": ", 1)[-1] if field == name else str(exc)
     return ValidationError(message, field=by_name[name].option)
+
+
+def _leaf_names(data: Mapping[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for key, value in data.items():
+        out |= _leaf_names(value) if isinstance(value, Mapping) else {key}
+    return out
 
 
 def _resolved(param: inspect.Parameter, command: Callable) -> inspect.Parameter:

@@ -22,6 +22,8 @@ from .job import OPTIMIZERS, Job
 from .options import ExecutionOptions
 from .recipe import Recipe
 
+FP8_PRECISION = "fp8"
+"""The precision that means bf16 with FP8 GEMMs (``capacity.make_job``)."""
 MAX_SEED = 2**32 - 1
 """numpy's seed range (torch accepts more; the data order uses numpy)."""
 
@@ -37,8 +39,8 @@ class RunSpec:
     seq_len: int | None = None
     """Tokens per sample (default: the model's maximum, at most 8192)."""
     precision: str | None = None
-    """Training dtype: fp32, bf16 or fp16 mixed precision (default: the config's torch_dtype,
-    else fp32)."""
+    """Training dtype: fp32, bf16 or fp16 mixed precision, or fp8 (bf16 with FP8 GEMMs; the
+    simulator only) (default: the config's torch_dtype, else fp32)."""
     optimizer: str = "adamw"
     """adam, adamw or sgd."""
     options: ExecutionOptions = field(default_factory=ExecutionOptions)
@@ -56,7 +58,7 @@ class RunSpec:
         inputs.integral(self.global_batch_size, "global_batch_size")
         if self.seq_len is not None:
             inputs.integral(self.seq_len, "seq_len")
-        if self.precision is not None:
+        if self.precision not in (None, FP8_PRECISION):
             check_dtype(self.precision, "precision")
         if self.optimizer not in OPTIMIZERS:
             raise ValidationError(
