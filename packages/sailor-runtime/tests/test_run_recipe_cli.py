@@ -36,7 +36,7 @@ def test_bad_run_file(tmp_path, toml, message):
 
 def test_bad_flags_and_data(tmp_path):
     proc = _run("--no-decay", "norm,weights")
-    assert proc.returncode == 2 and "--no-decay: must be a subset of" in proc.stderr
+    assert proc.returncode == 2 and "--no-decay (no_decay): must be a subset of" in proc.stderr
     proc = _run("--zero", "zero9")
     assert proc.returncode == 2 and "zero" in proc.stderr and len(proc.stderr.splitlines()) == 1
     proc = _run("--fp8", "delayed")

@@ -125,6 +125,7 @@ _FACE = {
     "OptimConfig": "spec.recipe",
     "PRICE_CATALOG": "catalog.prices",
     "Recipe": "spec.recipe",
+    "TRAINING_FIELDS": "spec.run",
     "Recompute": "cli.options",
     "SequenceParallel": "cli.options",
     "VirtualStages": "cli.options",

@@ -18,8 +18,7 @@ from ..catalog.cluster import describe_network
 from ..errors import SailorSimError, ValidationError
 from ..spec import derive as specs
 from ..spec.options import P2P_STYLES, ExecutionOptions, check_replica
-from ..spec.recipe import Recipe
-from ..spec.run import RunSpec
+from ..spec.run import TRAINING_FIELDS, RunSpec
 from .catalog import register as _register_catalog_commands
 from .options import FabricFlag, P2p
 from .output import (
@@ -49,8 +48,7 @@ def group(version: bool = version_option(__version__), catalog: Path | None = _C
     pass
 
 
-TRAINING_ONLY = ("steps", "checkpoint_every", "seed", *Recipe.__dataclass_fields__)
-"""RunSpec fields a prediction does not use: not flags of ``simulate`` / ``memory``."""
+TRAINING_ONLY = TRAINING_FIELDS
 
 
 def _job_flags(spec: RunSpec, given: frozenset[str], p2p: str | None = None):

@@ -313,7 +313,9 @@ def _as_flag(exc: ValidationError, by_name: Mapping[str, Flag]) -> ValidationErr
     if name not in by_name:
         return exc
     message = str(exc).split(": ", 1)[-1] if field == name else str(exc)
-    return ValidationError(message, field=by_name[name].option)
+    option = by_name[name].option
+    # the config-file key too, where it is spelled otherwise (global_batch_size)
+    return ValidationError(message, field=option if "_" not in name else f"{option} ({name})")
 
 
 def _leaf_names(data: Mapping[str, Any]) -> set[str]:

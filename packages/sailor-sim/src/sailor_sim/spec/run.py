@@ -28,6 +28,10 @@ MAX_SEED = 2**32 - 1
 """numpy's seed range (torch accepts more; the data order uses numpy)."""
 
 
+TRAINING_FIELDS = ("steps", "checkpoint_every", "seed", *Recipe.__dataclass_fields__)
+"""RunSpec fields only a training run uses: not flags of a prediction or a plan search."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One training run's settings (see the module docstring)."""
