@@ -7,7 +7,7 @@ Human-readable tables by default, ``--json`` for machines; any bad input prints 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -17,10 +17,10 @@ from .. import __version__, inputs
 from ..catalog.cluster import describe_network
 from ..errors import SailorSimError, ValidationError
 from ..spec import derive as specs
-from ..spec.options import P2P_STYLES, ExecutionOptions, check_replica
+from ..spec.options import ExecutionOptions, check_replica
 from ..spec.run import TRAINING_FIELDS, RunSpec
 from .catalog import register as _register_catalog_commands
-from .options import FabricFlag, P2p
+from .options import FabricFlag, P2p, with_p2p
 from .output import (
     TERM_HEADERS,
     GiB,
@@ -54,13 +54,7 @@ TRAINING_ONLY = TRAINING_FIELDS
 def _job_flags(spec: RunSpec, given: frozenset[str], p2p: str | None = None):
     """(model, gbs, seq, dtype, optimizer, options) as given (None where not given: a plan
     file's job or a stated default applies), from the command's RunSpec."""
-    options = spec.options
-    if p2p is not None:  # the framework's name for p2p_scatter_gather
-        if p2p not in P2P_STYLES:
-            raise ValidationError(
-                f"unknown p2p style {p2p!r}; use {' or '.join(P2P_STYLES)}", field="--p2p"
-            )
-        options = replace(options, p2p_scatter_gather=P2P_STYLES[p2p])
+    options = with_p2p(spec.options, p2p)
     pick = {name: getattr(spec, name) if name in given else None
             for name in ("model", "global_batch_size", "optimizer")}  # fmt: skip
     return (pick["model"], pick["global_batch_size"], spec.seq_len, spec.precision,
