@@ -29,6 +29,7 @@ def _commands():
         ("sailor-sim simulate", sim, "simulate", prediction),
         ("sailor-sim memory", sim, "memory", prediction | {"global_batch_size"}),
         ("sailor-planner plan", planner, "plan", prediction | {"optimizer"}),
+        ("sailor-planner replay", planner, "replay", prediction | {"optimizer"}),
     ]
 
 
