@@ -88,6 +88,17 @@ def _scalar(field) -> st.SearchStrategy:
     raise AssertionError(field.type)
 
 
+def _is_map(field) -> bool:
+    return field.type == F.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
+
+
+def _fill_map(draw, container) -> None:
+    """A map<string, string> (RunSpec.extensions): names and JSON-ish or hostile values."""
+    values = st.sampled_from(["0.5", "true", '"x"', "[1]", "{", "null", ""]) | st.text(max_size=20)
+    for key, value in draw(st.dictionaries(st.text(max_size=12), values, max_size=3)).items():
+        container[key] = value
+
+
 @st.composite
 def message(draw, cls, depth: int = 0):
     """A message of ``cls`` with every field drawn at random (a few levels deep)."""
@@ -95,7 +106,9 @@ def message(draw, cls, depth: int = 0):
     for field in cls.DESCRIPTOR.fields:
         if not draw(st.booleans()):
             continue
-        if field.type == F.TYPE_MESSAGE:
+        if _is_map(field):
+            _fill_map(draw, getattr(msg, field.name))
+        elif field.type == F.TYPE_MESSAGE:
             if depth >= 3:
                 continue
             sub = message(field.message_type._concrete_class, depth + 1)
@@ -125,7 +138,10 @@ def mutated(draw, valid, max_changes: int = 3):
                 target = getattr(target, field.name)
                 continue
             break
-        if field.is_repeated:
+        if _is_map(field):
+            target.ClearField(field.name)
+            _fill_map(draw, getattr(target, field.name))
+        elif field.is_repeated:
             target.ClearField(field.name)
             if field.type == F.TYPE_MESSAGE:
                 sub = message(field.message_type._concrete_class, 1)

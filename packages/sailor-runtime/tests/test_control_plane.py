@@ -77,8 +77,12 @@ def _assignment(tmp_path: Path, **changes) -> agent_pb2.Assignment:
         if key == "ranks":
             del msg.ranks[:]
             msg.ranks.extend(agent_pb2.RankSlot(rank=r, local_device=d) for r, d in value)
-        else:
-            setattr(msg, key, value)
+        else:  # "run.options.fp8": a field of a nested message
+            *path, name = key.split(".")
+            target = msg
+            for part in path:
+                target = getattr(target, part)
+            setattr(target, name, value)
     return msg
 
 
@@ -105,7 +109,10 @@ def test_valid_assignment_passes(tmp_path):
         ({"master_port": 0}, "assignment.master_addr"),
         ({"store_prefix": "gen 3;rm"}, "assignment.store_prefix"),
         ({"backend": "mpi"}, "assignment.backend"),
-        ({"steps": 0}, "assignment.steps"),
+        ({"run.steps": 0}, "assignment.run"),
+        ({"run.checkpoint_every": 0}, "assignment.run.checkpoint_every"),
+        ({"run.options.fp8": "delayed"}, "assignment.run.options"),
+        ({"run.recipe.schedule": "step"}, "assignment.run"),
         ({"generation": 0}, "assignment.generation"),
     ],
 )

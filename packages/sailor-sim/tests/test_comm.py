@@ -225,14 +225,14 @@ def _bench(name: str):
 
 def test_sim_validation_uses_the_rule_the_cli_builds():
     """One rule: the GH200 bench's job options are exactly what `--p2p deepspeed` builds."""
-    from sailor_sim.cli.options import execution_options
+    from sailor_sim.cli.options import with_p2p
 
     bench = _bench("sim_validation")
 
     class Rec:
         global_batch_size = 8
 
-    assert bench.validation_job(Rec()).options == execution_options(p2p=bench.P2P)
+    assert bench.validation_job(Rec()).options == with_p2p(ExecutionOptions(), bench.P2P)
     assert bench.P2P in P2P_STYLES
 
 

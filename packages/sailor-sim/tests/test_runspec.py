@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sailor_sim import ExecutionOptions, RunSpec, ValidationError
+from sailor_sim import ExecutionOptions, Recipe, RunSpec, ValidationError
 from sailor_sim.proto import job_pb2
 from sailor_sim.spec import derive as specs
 
@@ -42,8 +42,9 @@ def test_every_field_is_a_flag_with_its_docstring_as_help() -> None:
     leaves = specs.flags(RunSpec)
     names = {f.name for f in leaves}
     option_fields = {f.name for f in dataclasses.fields(ExecutionOptions)}
-    run_fields = {f.name for f in dataclasses.fields(RunSpec)} - {"options"}
-    assert names == run_fields | option_fields
+    recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
+    run_fields = {f.name for f in dataclasses.fields(RunSpec)} - {"options", "recipe"}
+    assert names == run_fields | option_fields | recipe_fields
     assert all(f.help for f in leaves), [f.name for f in leaves if not f.help]
 
 
@@ -100,7 +101,10 @@ def _proto_fields(message) -> set[str]:
 
 
 def test_the_wire_message_has_exactly_the_spec_fields_and_round_trips() -> None:
-    assert _proto_fields(job_pb2.RunSpec()) == {f.name for f in dataclasses.fields(RunSpec)}
+    assert _proto_fields(job_pb2.RunSpec()) == {f.name for f in dataclasses.fields(RunSpec)} | {
+        specs.EXTENSIONS
+    }
+    assert _proto_fields(job_pb2.Recipe()) == {f.name for f in dataclasses.fields(Recipe)}
     assert _proto_fields(job_pb2.ExecutionOptions()) == {
         f.name for f in dataclasses.fields(ExecutionOptions)
     }
@@ -112,6 +116,7 @@ def test_the_wire_message_has_exactly_the_spec_fields_and_round_trips() -> None:
             precision="bf16",
             seed=2**32 - 1,
             options=ExecutionOptions(zero="zero3", flash_attention=True),
+            recipe=Recipe(lr=3e-3, decay_steps=40, no_decay="", schedule="wsd"),
         ),  # fmt: skip
     ):
         wire = job_pb2.RunSpec.FromString(spec.to_proto().SerializeToString())
@@ -135,3 +140,53 @@ def test_a_field_added_to_the_spec_is_a_flag_and_travels_with_no_other_declarati
     assert (spec.grad_noise, spec.steps) == (0.5, 3)
     assert specs.from_dict(Extended, specs.to_dict(spec)) == spec
     assert typing.get_type_hints(Extended)["grad_noise"] is float
+    # On the wire it rides in `extensions`; a receiver that knows only RunSpec gets it back.
+    wire = job_pb2.RunSpec.FromString(spec.to_proto().SerializeToString())
+    received = RunSpec.from_proto(wire)
+    assert isinstance(received, RunSpec) and received.grad_noise == 0.5 and received.steps == 3
+    assert specs.to_dict(received) == specs.to_dict(spec)
+    assert specs.from_json(RunSpec, specs.to_json(spec, job_pb2.RunSpec()), job_pb2.RunSpec())
+    assert Extended.from_proto(wire) == spec
+
+
+def test_a_command_has_its_own_defaults_below_the_file_and_the_flags(tmp_path) -> None:
+    app = typer.Typer()
+    seen = {}
+
+    @app.command()
+    @specs.with_spec(RunSpec, defaults={"model": "tiny-gpt", "steps": 20, "lr": 3e-3})
+    def run(spec) -> None:
+        seen["spec"] = spec
+
+    @app.callback()
+    def group() -> None:
+        pass
+
+    config = tmp_path / "run.toml"
+    config.write_text("steps = 7\n[recipe]\nwarmup_steps = 4\n")
+    result = CliRunner().invoke(app, ["run", "--config", str(config), "--seed", "5"])
+    assert result.exit_code == 0, result.output
+    spec = seen["spec"]
+    assert (spec.model, spec.steps, spec.seed) == ("tiny-gpt", 7, 5)
+    assert (spec.recipe.lr, spec.recipe.warmup_steps) == (3e-3, 4)
+    assert spec.lr_schedule().decay_steps == 7  # the decay ends with the run
+
+
+def test_a_bad_recipe_value_names_its_flag() -> None:
+    with pytest.raises(ValidationError, match="no_decay: must be a subset"):
+        Recipe(no_decay="norm,weights")
+    with pytest.raises(ValidationError, match="schedule: must be one of"):
+        Recipe(schedule="step")
+    with pytest.raises(ValidationError, match="beta1/beta2"):
+        Recipe(beta2=1.5)
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [("grad noise", "1"), ("class", "1"), ("_x", "1"), ("x", "[1]"), ("x", "{"), ("steps", '"7"')],
+)
+def test_a_bad_extension_on_the_wire_is_refused_naming_it(name, text) -> None:
+    wire = RunSpec().to_proto()
+    wire.extensions[name] = text
+    with pytest.raises(ValidationError):
+        RunSpec.from_proto(wire)

@@ -13,20 +13,14 @@ import typer
 
 import sailor_planner
 from sailor_sim import (
-    ContextParallel,
-    ExpertParallel,
+    TRAINING_FIELDS,
     FabricFlag,
-    Flash,
-    Fp8,
-    GradDtype,
-    Recompute,
+    RunSpec,
     SailorSimError,
-    SequenceParallel,
-    VirtualStages,
-    Zero,
+    ValidationError,
     catalog_option,
-    execution_options,
     run_app,
+    specs,
     version_option,
 )
 
@@ -62,14 +56,10 @@ def version() -> None:
 
 
 @app.command()
+@specs.with_spec(RunSpec, exclude=(*TRAINING_FIELDS, "optimizer"), defaults={"precision": "fp32"})
 def plan(
-    model: Annotated[str, typer.Option("--model", help="Catalog model, e.g. OPT-350M.")],
-    gbs: Annotated[int, typer.Option("--gbs", help="Global batch size (samples per iteration).")],
-    seq_len: Annotated[int | None, typer.Option("--seq-len", help="Tokens per sample.")] = None,
-    dtype: Annotated[
-        str,
-        typer.Option("--dtype", "--precision", help="fp32, bf16, fp16 or fp8 (bf16 + FP8 GEMMs)."),
-    ] = "fp32",
+    spec: RunSpec,
+    given: frozenset,
     gpus: Annotated[
         list[str] | None, typer.Option("--gpus", help="TYPE@ZONE=COUNT, repeatable.")
     ] = None,
@@ -104,16 +94,7 @@ def plan(
     deadline: Annotated[
         float | None, typer.Option("--deadline", help="Stop after this many s.")
     ] = None,
-    zero: Zero = "none",
-    recompute: Recompute = "none",
-    flash: Flash = None,
-    sequence_parallel: SequenceParallel = False,
-    virtual_stages: VirtualStages = 1,
-    grad_dtype: GradDtype = "fp32",
     fabric: FabricFlag = None,
-    fp8: Fp8 = "none",
-    ep: ExpertParallel = 1,
-    cp: ContextParallel = 1,
     search_options: Annotated[
         bool,
         typer.Option(
@@ -132,23 +113,20 @@ def plan(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """Find the best plans for a job on an inventory."""
+    """Find the best plans for a job on an inventory (the job and its options: RunSpec's flags,
+    or a --config TOML file of the same names)."""
     from .planrun import PlanArgs, run_plan
 
-    try:
-        options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype,
-            fp8=fp8, expert_parallel=ep, context_parallel=cp,
-        )  # fmt: skip
-    except SailorSimError as exc:
-        fail(exc)
-
+    for name in ("model", "global_batch_size"):
+        if name not in given:
+            option = "--model" if name == "model" else "--gbs"
+            fail(ValidationError("is required (a flag or a --config key)", field=option))
     code = run_plan(
         PlanArgs(
-            model,
-            gbs,
-            seq_len,
-            dtype,
+            spec.model,
+            spec.global_batch_size,
+            spec.seq_len,
+            spec.precision,
             tuple(gpus or ()),
             inventory_file,
             profile_dir,
@@ -162,7 +140,7 @@ def plan(
             allow_cross_region_dp,
             deadline,
             as_json,
-            options,
+            spec.options,
             search_options,
             profiled_only,
             fabric=fabric,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -15,7 +16,16 @@ from typing import Annotated
 import typer
 
 import sailor_runtime
-from sailor_sim import Job, SailorError, SailorSimError, get_gpu, inputs, version_option
+from sailor_sim import (
+    Job,
+    RunSpec,
+    SailorError,
+    SailorSimError,
+    get_gpu,
+    inputs,
+    specs,
+    version_option,
+)
 
 from . import cli_checks
 from .datacli import data_app
@@ -79,8 +89,24 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-@app.command()
+RUN_DEFAULTS = {"model": "tiny-gpt", "seq_len": 64, "steps": 20, "checkpoint_every": 5,
+                "precision": "fp32"}  # fmt: skip
+"""`sailor run`'s own defaults for RunSpec fields: a tiny model trained briefly on CPUs."""
+CONTROLLER_DEFAULTS = {**RUN_DEFAULTS, "global_batch_size": 8, "seq_len": 32}
+
+
+def _engine_options(spec: RunSpec):
+    """The engine's options of ``spec``; options it does not run end the command (exit 2)."""
+    from .engine.options import OptionsError, from_run
+
+    try:
+        return from_run(spec)
+    except OptionsError as exc:
+        _fail(exc)
+
+
 def run(
+    spec: RunSpec,
     local: bool = typer.Option(False, "--local", help="Run everything on this machine."),
     workers: int = typer.Option(4, help="Worker agents (nodes) to start."),
     gpu_types: str = typer.Option(
@@ -88,11 +114,6 @@ def run(
         help="Comma-separated CPU worker type of each worker (cycled): cpu-<N>t is a rank with "
         "N threads pinned to N cores, profiled as such, e.g. cpu-2t,cpu-1t.",
     ),
-    model: str = typer.Option("tiny-gpt", help="Catalog model."),
-    steps: int = typer.Option(20, help="Global steps to train."),
-    global_batch_size: int = typer.Option(16, help="Samples per step."),
-    seq_len: int = typer.Option(64, help="Tokens per sample."),
-    checkpoint_every: int = typer.Option(5, help="Checkpoint every this many steps."),
     kill_rank_at_step: int = typer.Option(
         0,
         help="Failure injection: kill -9 the highest rank's process (its node lives on) once "
@@ -110,25 +131,6 @@ def run(
     heartbeat_timeout: float = typer.Option(
         3.0, help="Seconds of silence that mark a node failed."
     ),
-    seed: int = typer.Option(None, help="Seed of the initial weights and the data order [0]."),
-    config: Annotated[
-        Path | None,
-        typer.Option(help="Recipe TOML file: the keys of the recipe flags below (lr, min_lr, "
-                     "warmup_steps, decay_steps, schedule, wsd_decay_fraction, weight_decay, "
-                     "no_decay, clip_norm, beta1, beta2, eps, seed); a flag given wins."),
-    ] = None,
-    lr: float = typer.Option(None, help="Peak learning rate [1e-3]."),
-    min_lr: float = typer.Option(None, help="Learning rate at the end of the decay [1e-4]."),
-    warmup_steps: int = typer.Option(None, help="Linear warm-up steps [2]."),
-    decay_steps: int = typer.Option(None, help="Step the decay ends at [--steps]."),
-    schedule: str = typer.Option(None, help="cosine, linear, wsd or constant [cosine]."),
-    weight_decay: float = typer.Option(None, help="AdamW decoupled weight decay [0.1]."),
-    no_decay: str = typer.Option(
-        None, help="Comma-separated groups without weight decay [norm,bias,embedding]."
-    ),
-    clip_norm: float = typer.Option(None, help="Global gradient-norm clip, 0 = off [1.0]."),
-    beta1: float = typer.Option(None, help="AdamW beta1 [0.9]."),
-    beta2: float = typer.Option(None, help="AdamW beta2 [0.95]."),
     data: Annotated[
         Path | None,
         typer.Option(help="Token shards from `sailor data prepare` (default: a generated "
@@ -140,25 +142,6 @@ def run(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
     ] = None,
-    precision: str = typer.Option(
-        "fp32", help="fp32, or bf16 / fp16 mixed precision (autocast, fp32 master weights)."
-    ),
-    recompute: str = typer.Option("none", help="Activation recomputation: none, selective, full."),
-    zero: str = typer.Option(
-        "none",
-        help="zero1: shard AdamW states across each DP group; zero2 / zero3 / hybrid: FSDP2 "
-        "(gradients, and for zero3/hybrid parameters, sharded too; one-stage plans).",
-    ),
-    sequence_parallel: bool = typer.Option(
-        False,
-        "--sequence-parallel/--no-sequence-parallel",
-        help="Megatron sequence parallelism in every TP group (plans with tp > 1 only).",
-    ),
-    flash_attention: bool = typer.Option(
-        True,
-        "--flash-attention/--math-attention",
-        help="Attention through SDPA, or the explicit math.",
-    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     trace: Annotated[
         Path | None,
@@ -177,7 +160,9 @@ def run(
         "analytic profiles (a quick smoke run; its prediction is not this machine's).",
     ),
 ) -> None:
-    """Train a model end to end: planner server, controller and worker agents."""
+    """Train a model end to end: planner server, controller and worker agents. The run's
+    settings (model, batch, options, steps, recipe, seed) are RunSpec's flags, or a --config
+    TOML file of the same names."""
     from .run.local import LocalRunConfig, run_local
     from .run.summary import render
 
@@ -186,24 +171,19 @@ def run(
         _fail(SailorRuntimeError(
             "only --local is built in; for several machines start `sailor controller` and "
             "point `sailor worker --controller HOST:PORT` at it", field="--local"))  # fmt: skip
+    steps, seq_len = spec.steps, spec.seq_len or RUN_DEFAULTS["seq_len"]
     try:
         types = cli_checks.check_run(
             workers=workers, gpu_types=gpu_types, steps=steps,
-            global_batch_size=global_batch_size, seq_len=seq_len,
-            checkpoint_every=checkpoint_every, kill_rank_at_step=kill_rank_at_step,
+            global_batch_size=spec.global_batch_size, seq_len=seq_len,
+            checkpoint_every=spec.checkpoint_every, kill_rank_at_step=kill_rank_at_step,
             kill_worker_at_step=kill_worker_at_step, add_worker_at_step=add_worker_at_step,
-            heartbeat_timeout=heartbeat_timeout, timeout=timeout,
-            seed_value=0 if seed is None else seed,  # None: the recipe's (default 0)
+            heartbeat_timeout=heartbeat_timeout, timeout=timeout, seed_value=spec.seed,
             time_scale=time_scale, on_save_error=on_save_error,
         )  # fmt: skip
     except SailorSimError as exc:
         _fail(exc)
-    from .engine.options import ExecutionOptions, OptionsError
-
-    try:
-        options = ExecutionOptions(precision, recompute, flash_attention, zero, sequence_parallel)
-    except OptionsError as exc:
-        _fail(exc)
+    options = _engine_options(spec)
     if options.sequence_parallel:  # else the planner finds no plan and the run waits
         _fail(SailorRuntimeError(
             "a local run's workers hold one rank each, so no plan has the tp > 1 that "
@@ -230,7 +210,7 @@ def run(
     try:  # fail now, not after the workers were refused and the run waited for them
         for t in types:
             get_gpu(t)
-        Job.create(model, global_batch_size, seq_len)
+        job = Job.create(spec.model, spec.global_batch_size, seq_len)
         run_dir = inputs.output_folder(run_dir, "--run-dir") if run_dir else None
         if json_out is not None:
             inputs.output_file(json_out, "--json")
@@ -242,40 +222,25 @@ def run(
             "the run ends before the worker could join, so it will not be used",
             err=True,
         )
-    from .run.recipeopts import build_recipe, training_json
+    from .run.recipeopts import training_json
 
-    flags = dict(
-        lr=lr, min_lr=min_lr, warmup_steps=warmup_steps, decay_steps=decay_steps,
-        schedule=schedule, weight_decay=weight_decay, clip_norm=clip_norm, beta1=beta1,
-        beta2=beta2, seed=seed,
-        no_decay=None if no_decay is None else [g for g in no_decay.split(",") if g.strip()],
-    )  # fmt: skip
     try:
         if eval_every < 0 or eval_batches < 1:
             raise SailorRuntimeError("must be >= 0 and >= 1", field="--eval-every/--eval-batches")
-        recipe = build_recipe(config, flags, steps)
-        vocab = Job.create(model, global_batch_size, seq_len).model.vocab_size
-        training = training_json(recipe, data, eval_every, eval_batches, vocab)
+        training = training_json(data, eval_every, eval_batches, job.model.vocab_size)
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="sailor-run-"))
-    cfg = LocalRunConfig(
+    cfg = LocalRunConfig.from_run(
+        dataclasses.replace(spec, seq_len=seq_len),
         run_dir=run_dir,
         workers=workers,
         gpu_types=types or ("CPU",),
-        model=model,
-        global_batch_size=global_batch_size,
-        sequence_length=seq_len,
-        steps=steps,
-        checkpoint_every=checkpoint_every,
         kill_worker_at_step=kill_worker_at_step or None,
         kill_rank_at_step=kill_rank_at_step or None,
         add_worker_at_step=add_worker_at_step or None,
         heartbeat_timeout_s=heartbeat_timeout,
-        seed=recipe.seed,
-        lr=recipe.schedule.max_lr,
         timeout_s=timeout,
-        execution_options=options.to_dict(),
         training=training,
         profile=profile,
         on_save_error=on_save_error,
@@ -302,14 +267,9 @@ def run(
         raise typer.Exit(1)
 
 
-@app.command()
 def controller(
+    spec: RunSpec,
     planner: str = typer.Option(..., help="HOST:PORT of the planner server."),
-    model: str = typer.Option("tiny-gpt"),
-    steps: int = typer.Option(20),
-    global_batch_size: int = typer.Option(8),
-    seq_len: int = typer.Option(32),
-    checkpoint_every: int = typer.Option(5),
     run_dir: Annotated[Path, typer.Option(help="Checkpoints (shared by all nodes).")] = Path(
         "sailor-run"
     ),
@@ -338,11 +298,6 @@ def controller(
     heartbeat_timeout: float = typer.Option(5.0),
     debounce: float = typer.Option(1.0, help="Seconds without change before re-planning."),
     max_failures: int = typer.Option(5),
-    seed: int = typer.Option(0),
-    lr: float = typer.Option(0.0, help="Peak learning rate (0: the recipe's)."),
-    config: Annotated[
-        Path | None, typer.Option(help="Recipe TOML file (the keys of `sailor run --config`).")
-    ] = None,
     data: Annotated[
         Path | None,
         typer.Option(help="Token shards from `sailor data prepare`, on a path every node sees."),
@@ -366,24 +321,28 @@ def controller(
     ),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
-    """Run the controller until the job finishes (or fails)."""
+    """Run the controller until the job finishes (or fails). The run's settings are RunSpec's
+    flags (the same as `sailor run`'s), or a --config TOML file of the same names; every node
+    receives them as one message."""
     from sailor_planner import resolve_token as resolve_planner_token
     from sailor_planner import trusted_ca
-    from sailor_sim import Job
 
     from .controller.controller import Controller, ControllerConfig
     from .controller.service import create_controller_server
+    from .run.recipeopts import training_json
     from .security import check_bind, resolve_token
 
     _logging(verbose)
     token = resolve_token(token)
+    seq_len = spec.seq_len or CONTROLLER_DEFAULTS["seq_len"]
     try:
         cli_checks.check_controller(
-            planner=planner, steps=steps, checkpoint_every=checkpoint_every,
-            global_batch_size=global_batch_size, seq_len=seq_len, host=host, port=port,
+            planner=planner, steps=spec.steps, checkpoint_every=spec.checkpoint_every,
+            global_batch_size=spec.global_batch_size, seq_len=seq_len, host=host, port=port,
             min_workers=min_workers, heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout, debounce=debounce, max_failures=max_failures,
-            seed_value=seed, lr=lr, on_save_error=on_save_error, run_dir=run_dir,
+            seed_value=spec.seed, lr=spec.recipe.lr, on_save_error=on_save_error,
+            run_dir=run_dir,
         )  # fmt: skip
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
@@ -393,20 +352,20 @@ def controller(
         tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         if planner_ca is not None:
             trusted_ca(planner_ca)  # a bad CA file now, not at the first plan
-        job = Job.create(model, global_batch_size, seq_len)
-        from .run.recipeopts import build_recipe, training_json
-
-        recipe = build_recipe(config, {"lr": lr or None, "seed": seed if seed else None}, steps)
-        training = training_json(recipe, data, eval_every, eval_batches, job.model.vocab_size)
-        cfg = ControllerConfig(
-            job=job, steps=steps, checkpoint_every=checkpoint_every, run_dir=run_dir,
+        options = _engine_options(spec)
+        job = Job.create(
+            spec.model, spec.global_batch_size, seq_len, options.precision or "fp32", "adam",
+            spec.options,
+        )  # fmt: skip
+        training = training_json(data, eval_every, eval_batches, job.model.vocab_size)
+        cfg = ControllerConfig.from_run(
+            dataclasses.replace(spec, seq_len=seq_len), job, run_dir=run_dir,
             planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,
             heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
             debounce_s=debounce, max_failures=max_failures, store_host=host,
-            store_port=store_port, advertise_host=advertise_host, seed=recipe.seed,
-            lr=recipe.schedule.max_lr, token=token, tls=tls, backend=backend,
-            planner_token=resolve_planner_token(planner_token), planner_ca=planner_ca,
-            on_save_error=on_save_error, training=training,
+            store_port=store_port, advertise_host=advertise_host, token=token, tls=tls,
+            backend=backend, planner_token=resolve_planner_token(planner_token),
+            planner_ca=planner_ca, on_save_error=on_save_error, training=training,
         )  # fmt: skip
         c = Controller(cfg)
         server, bound = create_controller_server(c, f"{host}:{port}", token, tls)
@@ -433,6 +392,20 @@ def controller(
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
     if c.state.name != "DONE":
         raise typer.Exit(1)
+
+
+def add_run_commands(target: typer.Typer, spec_cls: type[RunSpec] = RunSpec) -> typer.Typer:
+    """Register `run` and `controller` on ``target`` with the flags of ``spec_cls``: a RunSpec
+    subclass's new fields become flags and config keys, and reach every rank in the
+    assignment's ``run`` (``TrainConfig.run``) with no other declaration."""
+    target.command("run")(specs.with_spec(spec_cls, defaults=RUN_DEFAULTS)(run))
+    target.command("controller")(
+        specs.with_spec(spec_cls, defaults=CONTROLLER_DEFAULTS)(controller)
+    )
+    return target
+
+
+add_run_commands(app)
 
 
 @app.command()

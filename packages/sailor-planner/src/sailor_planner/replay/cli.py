@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sailor_sim import SailorSimError
+from sailor_sim import TRAINING_FIELDS, RunSpec, SailorSimError, specs
 
 from ..errors import SailorPlannerError
 
@@ -59,12 +59,15 @@ def notes(result) -> list[str]:
     return lines
 
 
+@specs.with_spec(
+    RunSpec,
+    exclude=(*TRAINING_FIELDS, "optimizer"),
+    defaults={"global_batch_size": 1024, "precision": "fp32"},
+)
 def replay_command(
+    spec: RunSpec,
+    given: frozenset,
     trace: Annotated[Path, typer.Option("--trace", help="Availability trace (CSV or Parquet).")],
-    model: Annotated[str, typer.Option("--model", help="Catalog model, e.g. OPT-350M.")],
-    gbs: Annotated[int, typer.Option("--gbs", help="Global batch size.")] = 1024,
-    seq_len: Annotated[int | None, typer.Option("--seq-len", help="Tokens per sample.")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
     objective: Annotated[str, typer.Option("--objective", help="throughput or cost.")] = (
         "throughput"
     ),
@@ -99,12 +102,15 @@ def replay_command(
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """Replay a GPU availability trace: samples, dollars and re-plans per policy."""
+    """Replay a GPU availability trace: samples, dollars and re-plans per policy (the job and
+    its options: RunSpec's flags, or a --config TOML file of the same names)."""
     try:
+        if "model" not in given:
+            raise SailorPlannerError("is required (a flag or a --config key)", field="--model")
         result = run_replay(
-            trace, model, gbs, seq_len, dtype, objective, min_throughput,
-            max_cost_per_iteration, policies, checkpoint_interval, plan_s, hold_last,
-            sailor_root, profile_dir,
+            trace, spec.model, spec.global_batch_size, spec.seq_len, spec.precision, objective,
+            min_throughput, max_cost_per_iteration, policies, checkpoint_interval, plan_s,
+            hold_last, sailor_root, profile_dir, spec.options,
         )  # fmt: skip
         if plot is not None:
             from .plot import plot_replay
@@ -128,7 +134,7 @@ def replay_command(
 
 def run_replay(
     trace, model, gbs, seq_len, dtype, objective, min_throughput, max_cost_per_iteration,
-    policies, checkpoint_interval, plan_s, hold_last, sailor_root, profile_dir,
+    policies, checkpoint_interval, plan_s, hold_last, sailor_root, profile_dir, options=None,
 ):  # fmt: skip
     from sailor_sim import Job
 
@@ -142,7 +148,7 @@ def run_replay(
     given = {"checkpoint_interval_s": checkpoint_interval, "plan_s": plan_s}
     reconfig = ReconfigModel(**{k: v for k, v in given.items() if v is not None})
     request = ReplayRequest(
-        job=Job.create(model, gbs, seq_len, dtype),
+        job=Job.create(model, gbs, seq_len, dtype, options=options),
         trace=read_trace(trace, hold_last),
         options=SearchOptions(objective, Constraints(max_cost_per_iteration, None, min_throughput)),
         reconfig=reconfig,

@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from sailor_sim import Job, Plan, SailorSimError
+from sailor_sim import Job, Plan, RunSpec, SailorSimError
 
 from ..engine.config import ON_SAVE_ERROR
 from ..errors import AssignmentError, StaleGenerationError
@@ -36,15 +36,13 @@ class ValidAssignment:
     master_port: int
     store_prefix: str
     checkpoint_dir: str
-    steps: int
-    checkpoint_every: int
-    seed: int
     backend: str
-    lr: float
-    execution_options: dict
-    """ExecutionOptions.to_dict() of the engine (validated here); {} = defaults."""
+    run: RunSpec
+    """The run's settings (steps, checkpointing, seed, recipe, options; validated here, the
+    options against what the engine runs)."""
     training: dict = field(default_factory=dict)
-    """The recipe and data (``engine.config.TRAINING_KEYS``, validated here); {} = defaults."""
+    """The data (``DATA_KEYS`` of ``engine.config.TRAINING_KEYS``); {} = the generated
+    corpus."""
     on_save_error: str = "stop"
     """'stop' or 'continue' when a checkpoint cannot be written (engine.savefaults)."""
 
@@ -139,17 +137,10 @@ def validate_assignment(
         )
     if not msg.checkpoint_dir:
         raise AssignmentError("is empty", field="assignment.checkpoint_dir")
-    if msg.steps < 1 or msg.checkpoint_every < 1:
-        raise AssignmentError(
-            f"steps {msg.steps} and checkpoint_every {msg.checkpoint_every} must be >= 1",
-            field="assignment.steps",
-        )
+    run = _parse_run(msg)
     backend = msg.backend or "gloo"
     if backend not in BACKENDS:
         raise AssignmentError(f"{backend!r} is not one of {BACKENDS}", field="assignment.backend")
-    if msg.lr < 0 or msg.lr != msg.lr:
-        raise AssignmentError(f"must be >= 0, got {msg.lr}", field="assignment.lr")
-    options = _parse_options(msg.execution_options)
     training = _parse_training(msg.training)
     on_save_error = msg.on_save_error or "stop"
     if on_save_error not in ON_SAVE_ERROR:
@@ -167,26 +158,35 @@ def validate_assignment(
         msg.master_port,
         msg.store_prefix,
         msg.checkpoint_dir,
-        msg.steps,
-        msg.checkpoint_every,
-        msg.seed,
         backend,
-        msg.lr,
-        options,
+        run,
         training,
         on_save_error,
     )
 
 
-def _parse_options(text: str) -> dict:
-    if not text:
-        return {}
-    from ..engine.options import ExecutionOptions, OptionsError
+def _parse_run(msg) -> RunSpec:
+    if not msg.HasField("run"):
+        raise AssignmentError("is missing", field="assignment.run")
+    from ..engine.options import unsupported_option
 
     try:
-        return ExecutionOptions.from_dict(json.loads(text)).to_dict()
-    except (ValueError, TypeError, OptionsError) as exc:  # JSONDecodeError is a ValueError
-        raise AssignmentError(str(exc), field="assignment.execution_options") from None
+        run = RunSpec.from_proto(msg.run)
+    except SailorSimError as exc:
+        raise AssignmentError(str(exc), field="assignment.run") from None
+    if run.checkpoint_every < 1:
+        raise AssignmentError(
+            f"checkpoint_every {run.checkpoint_every} must be >= 1",
+            field="assignment.run.checkpoint_every",
+        )
+    reason = unsupported_option(run.options)
+    if reason is not None:
+        raise AssignmentError(reason, field="assignment.run.options")
+    return run
+
+
+DATA_KEYS = ("data_dir", "eval_every", "eval_batches", "sample_log_path")
+"""The ``training`` keys the wire carries; the recipe and seed travel in ``run``."""
 
 
 def _parse_training(text: str) -> dict:
@@ -197,6 +197,9 @@ def _parse_training(text: str) -> dict:
     try:
         data = json.loads(text)
         training_overrides(data)  # the check; the rank parses it again from its config file
+        extra = sorted(set(data) - set(DATA_KEYS)) if isinstance(data, dict) else []
+        if extra:
+            raise ValueError(f"{extra}: the recipe and seed travel in `run`; known: {DATA_KEYS}")
     except (ValueError, EngineError) as exc:  # JSONDecodeError is a ValueError
         raise AssignmentError(str(exc), field="assignment.training") from None
     return data

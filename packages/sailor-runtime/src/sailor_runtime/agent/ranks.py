@@ -28,8 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine.config import RANK_ENV, LRSchedule, TrainConfig, training_overrides
-from ..engine.options import ExecutionOptions
+from ..engine.config import RANK_ENV, TrainConfig, training_overrides
 from ..errors import SailorRuntimeError
 from ..topology import Topology
 from .assignment import ValidAssignment
@@ -233,18 +232,15 @@ class RankRunner:
 
 
 def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:
-    """The TrainConfig every rank of this node reads in generation ``a.generation``."""
-    base = dict(
-        job=a.job,
-        plan=a.plan,
-        steps=a.steps,
+    """The TrainConfig every rank of this node reads in generation ``a.generation``: the run's
+    settings from its RunSpec (``TrainConfig.from_run``), the data from ``a.training``."""
+    return TrainConfig.from_run(
+        a.run,
+        a.job,
+        a.plan,
         checkpoint_dir=a.checkpoint_dir,
-        checkpoint_every=a.checkpoint_every,
         metrics_path=str(gen_dir / f"rank-{Topology(a.plan).metrics_rank}.metrics.jsonl"),
-        seed=a.seed,
         backend=a.backend,
-        lr=LRSchedule(max_lr=a.lr, min_lr=a.lr / 10) if a.lr > 0 else LRSchedule(),
-        options=ExecutionOptions.from_dict(a.execution_options),
         # tensor memory of each rank, measured once per generation (a step's worth of
         # profiler overhead) for the predicted-vs-measured report of `sailor run`
         memory_probe_step=MEMORY_PROBE_STEP,
@@ -254,9 +250,8 @@ def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:
         store_is_external=True,
         generation=a.generation,  # its saves are fenced to this generation
         on_save_error=a.on_save_error,
+        **training_overrides(a.training),
     )
-    # The recipe and data, when the controller sent them, replace the defaults above.
-    return TrainConfig(**{**base, **training_overrides(a.training)})
 
 
 def _signal(popen: subprocess.Popen, sig: int) -> None:

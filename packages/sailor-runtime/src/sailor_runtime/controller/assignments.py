@@ -27,7 +27,7 @@ def build_assignments(
     run_secret: str = "",
     sessions: dict[str, str] | None = None,
 ) -> dict[str, agent_pb2.Assignment]:
-    job_msg, plan_msg = cfg.job.to_proto(), plan.to_proto()
+    job_msg, plan_msg, run_msg = cfg.job.to_proto(), plan.to_proto(), cfg.spec().to_proto()
     return {
         worker_id: agent_pb2.Assignment(
             generation=generation,
@@ -39,14 +39,10 @@ def build_assignments(
             master_port=store_port,
             store_prefix=store_prefix(generation, run_secret),
             checkpoint_dir=str(cfg.checkpoint_dir.resolve()),
-            steps=cfg.steps,
-            checkpoint_every=cfg.checkpoint_every,
-            seed=cfg.seed,
             backend=resolve_backend(cfg.backend, plan),
-            lr=cfg.lr,
             session=(sessions or {}).get(worker_id, ""),
-            execution_options=json.dumps(cfg.execution_options) if cfg.execution_options else "",
             training=json.dumps(cfg.training) if cfg.training else "",
+            run=run_msg,
             on_save_error=cfg.on_save_error,
         )
         for worker_id, slots in placement.items()

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import grpc
 
-from sailor_sim import Job, Plan
+from sailor_sim import Job, Plan, Recipe, RunSpec, SailorError
 
 from ..engine import fence
 from ..engine.backend import BackendError, resolve_backend
@@ -107,6 +107,39 @@ class ControllerConfig:
     on_save_error: str = "stop"
     """A checkpoint that cannot be written: 'stop' the run (FAILED, with the reason) or
     'continue' training without saving (engine.savefaults)."""
+    run: RunSpec | None = None
+    """The run's settings as the user gave them (``from_run``), sent to every node as one
+    message; None: ``spec()`` builds one from the fields above (tests, benches)."""
+
+    @classmethod
+    def from_run(cls, run: RunSpec, job: Job, **rest) -> ControllerConfig:
+        """The config of a controller of ``run`` (``job`` its resolved Job): steps,
+        checkpointing, seed, learning rate and options from the spec, which the nodes get."""
+        from ..engine.options import from_run
+
+        try:
+            options = from_run(run)
+        except SailorError as exc:
+            raise SailorRuntimeError(str(exc).split(": ", 1)[-1], field=exc.field) from None
+        return cls(
+            job=job, steps=run.steps, checkpoint_every=run.checkpoint_every, seed=run.seed,
+            lr=run.recipe.lr, execution_options=options.to_dict(), run=run, **rest,
+        )  # fmt: skip
+
+    def spec(self) -> RunSpec:
+        """What every node trains with: ``run``, or the spec of this config's fields."""
+        if self.run is not None:
+            return self.run
+        from ..engine.options import ExecutionOptions
+
+        options = ExecutionOptions.from_dict(self.execution_options)
+        recipe = Recipe(lr=self.lr, min_lr=self.lr / 10) if self.lr > 0 else Recipe()
+        return RunSpec(
+            model=self.job.model.name, global_batch_size=self.job.global_batch_size,
+            seq_len=self.job.sequence_length, precision=options.precision,
+            options=options.simulated(), steps=self.steps,
+            checkpoint_every=self.checkpoint_every, seed=self.seed, recipe=recipe,
+        )  # fmt: skip
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -20,10 +20,19 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from sailor_sim import Job, LRSchedule, OptimConfig, Plan, SailorError, SailorSimError
+from sailor_sim import (
+    Job,
+    LRSchedule,
+    OptimConfig,
+    Plan,
+    RunSpec,
+    SailorError,
+    SailorSimError,
+    specs,
+)
 
 from ..topology import Topology
-from .options import ExecutionOptions, OptionsError, unsupported_reason
+from .options import ExecutionOptions, OptionsError, from_run, unsupported_reason
 
 BACKENDS = ("gloo", "nccl")
 SCHEDULES = ("1f1b", "gpipe")
@@ -98,6 +107,21 @@ class TrainConfig:
     on_save_error: str = "stop"
     """A checkpoint that cannot be written (a full disk): 'stop' every rank with one line and
     exit status 3, or 'continue' training without saving (``savefaults``)."""
+    run: RunSpec | None = None
+    """The run's settings as the controller sent them (``from_run`` took steps, checkpointing,
+    seed, recipe and options from it), with any field a ``RunSpec`` subclass added; None for a
+    config built field by field (tests, benches)."""
+
+    @classmethod
+    def from_run(cls, run: RunSpec, job: Job, plan: Plan, **rest: Any) -> TrainConfig:
+        """The config of a rank of ``run``: its settings from the spec (options the engine
+        does not run refused, naming the field), the rest (rendezvous, paths) from ``rest``."""
+        options = _parse("options", lambda: from_run(run))
+        return cls(
+            job=job, plan=plan, steps=run.steps, checkpoint_every=run.checkpoint_every,
+            seed=run.seed, lr=run.lr_schedule(), optim=run.recipe.optim(), options=options,
+            run=run, **rest,
+        )  # fmt: skip
 
     def __post_init__(self) -> None:
         for name, (kind, ok, rule) in _RULES.items():
@@ -136,6 +160,7 @@ class TrainConfig:
             lr=self.lr.to_dict(),
             optim=self.optim.to_dict(),
             options=self.options.to_dict(),
+            run=None if self.run is None else specs.to_json(self.run, _run_message()),
         )
         return out
 
@@ -161,6 +186,7 @@ class TrainConfig:
             lr=_parse("lr", lambda: _strict(LRSchedule, data.get("lr", {}), "lr")),
             optim=_parse("optim", lambda: _optim(data.get("optim", {}))),
             options=_parse("options", lambda: ExecutionOptions.from_dict(data.get("options"))),
+            run=_parse("run", lambda: _run(data.get("run"))),
         )
         return cls(**values)
 
@@ -262,13 +288,26 @@ _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "sample_log_path": ("str?", _optional_str, "a file path or null"),
     "generation": (int, _nonneg, "an integer >= 0 (0: not fenced)"),
     "on_save_error": (str, lambda v: v in ON_SAVE_ERROR, f"one of {ON_SAVE_ERROR}"),
+    "run": ("RunSpec?", lambda v: True, "a RunSpec or null"),
 }
+
+
+def _run_message():
+    from sailor_sim.proto import job_pb2
+
+    return job_pb2.RunSpec()
+
+
+def _run(data: Any) -> RunSpec | None:
+    return None if data is None else specs.from_json(RunSpec, data, _run_message())
 
 
 def _is(value: Any, kind: type | str) -> bool:
     """Type check that JSON cannot fool: a bool is not an int, an int is a float."""
     if kind == "str?":
         return value is None or isinstance(value, str)
+    if kind == "RunSpec?":
+        return value is None or isinstance(value, RunSpec)
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if kind is float:

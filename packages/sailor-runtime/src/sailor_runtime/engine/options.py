@@ -197,3 +197,39 @@ def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
                 f"by tp {bad[0]}; use false or another sequence length"
             )
     return None
+
+
+def unsupported_option(options) -> str | None:
+    """Why the engine cannot run the simulator's ``options`` (``sailor_sim.ExecutionOptions``,
+    as a ``RunSpec`` carries them) on any plan: one line naming the field and the fix, or
+    None. The options it runs are then resolved by ``from_run``."""
+    if options.grad_dtype != "fp32":
+        return "grad_dtype: the engine keeps fp32 main gradients; use fp32"
+    if options.virtual_stages > 1:
+        return "virtual_stages: the engine runs plain 1F1B; use 1"
+    if options.fp8 != "none":
+        return f"fp8: {options.fp8} is simulated, not run by the engine; use none"
+    if options.expert_parallel > 1 or options.context_parallel > 1:
+        return "expert_parallel / context_parallel: not run by the engine; use 1"
+    return None
+
+
+def supports_options(options) -> bool:
+    """Whether the engine runs the simulator's ``options`` (on the plans ``supports`` admits)."""
+    return unsupported_option(options) is None
+
+
+def from_run(run) -> ExecutionOptions:
+    """The engine's view of a ``RunSpec``'s precision and execution options; raises
+    ``OptionsError`` for options it does not run (``unsupported_option``)."""
+    reason = unsupported_option(run.options)
+    if reason is not None:
+        raise OptionsError(reason.split(": ", 1)[1], field=reason.split(": ", 1)[0])
+    o = run.options
+    return ExecutionOptions(
+        precision=run.precision,
+        recompute=o.recompute,
+        flash_attention=o.flash_attention is not False,  # unset: SDPA, flash where it can
+        zero=o.zero,
+        sequence_parallel=o.sequence_parallel,
+    )

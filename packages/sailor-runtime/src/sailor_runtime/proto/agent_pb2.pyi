@@ -43,7 +43,7 @@ class RankSlot(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., local_device: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("generation", "job", "plan", "world_size", "ranks", "master_addr", "master_port", "store_prefix", "checkpoint_dir", "steps", "checkpoint_every", "seed", "backend", "lr", "session", "execution_options", "on_save_error", "training")
+    __slots__ = ("generation", "job", "plan", "world_size", "ranks", "master_addr", "master_port", "store_prefix", "checkpoint_dir", "backend", "session", "on_save_error", "training", "run")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
@@ -53,15 +53,11 @@ class Assignment(_message.Message):
     MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
     STORE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
-    STEPS_FIELD_NUMBER: _ClassVar[int]
-    CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
-    SEED_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
-    LR_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
-    EXECUTION_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     ON_SAVE_ERROR_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
     generation: int
     job: _job_pb2.Job
     plan: _plan_pb2.Plan
@@ -71,16 +67,12 @@ class Assignment(_message.Message):
     master_port: int
     store_prefix: str
     checkpoint_dir: str
-    steps: int
-    checkpoint_every: int
-    seed: int
     backend: str
-    lr: float
     session: str
-    execution_options: str
     on_save_error: str
     training: str
-    def __init__(self, generation: _Optional[int] = ..., job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankSlot, _Mapping]]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., steps: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., seed: _Optional[int] = ..., backend: _Optional[str] = ..., lr: _Optional[float] = ..., session: _Optional[str] = ..., execution_options: _Optional[str] = ..., on_save_error: _Optional[str] = ..., training: _Optional[str] = ...) -> None: ...
+    run: _job_pb2.RunSpec
+    def __init__(self, generation: _Optional[int] = ..., job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankSlot, _Mapping]]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., backend: _Optional[str] = ..., session: _Optional[str] = ..., on_save_error: _Optional[str] = ..., training: _Optional[str] = ..., run: _Optional[_Union[_job_pb2.RunSpec, _Mapping]] = ...) -> None: ...
 
 class AssignResponse(_message.Message):
     __slots__ = ("generation", "ranks_started")

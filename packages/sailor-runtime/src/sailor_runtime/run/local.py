@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sailor_sim import Job
+from sailor_sim import Job, RunSpec
 
 from ..agent.cputypes import cpu_worker_type
 from ..controller.controller import Controller, ControllerConfig
@@ -79,7 +79,23 @@ class LocalRunConfig:
     execution_options: dict = field(default_factory=dict)
     """The engine's ExecutionOptions.to_dict(); its precision is also the job's dtype."""
     training: dict = field(default_factory=dict)
-    """The recipe and data of every rank (``run.recipeopts.training_json``); {} = defaults."""
+    """The data of every rank (``run.recipeopts.training_json``); {} = the generated corpus."""
+    run: RunSpec | None = None
+    """The run's settings as the user gave them (``from_run``; every node gets them as one
+    message); None: the fields above (tests, benches)."""
+
+    @classmethod
+    def from_run(cls, run: RunSpec, **rest) -> LocalRunConfig:
+        """The config of a local run of ``run`` (its model, batch, sequence, steps,
+        checkpointing, seed, learning rate and options; the rest from ``rest``)."""
+        from ..engine.options import from_run
+
+        return cls(
+            model=run.model, global_batch_size=run.global_batch_size,
+            sequence_length=run.job().sequence_length, steps=run.steps,
+            checkpoint_every=run.checkpoint_every, seed=run.seed, lr=run.recipe.lr,
+            execution_options=from_run(run).to_dict(), run=run, **rest,
+        )  # fmt: skip
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
@@ -92,9 +108,10 @@ class LocalRun:
         self.cfg = cfg
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         precision = cfg.execution_options.get("precision") or "fp32"
+        simulated = cfg.run.options if cfg.run else None
         self.job = Job.create(
             cfg.model, cfg.global_batch_size, cfg.sequence_length, precision, "adam",
-            ExecutionOptions.from_dict(cfg.execution_options).simulated(),
+            simulated or ExecutionOptions.from_dict(cfg.execution_options).simulated(),
         )  # fmt: skip
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
         self.gpu_types = types
@@ -129,6 +146,7 @@ class LocalRun:
                 training=_with_sample_log(cfg.training, cfg.run_dir),
                 token=cfg.token,
                 on_save_error=cfg.on_save_error,
+                run=cfg.run,
             )
         )
         self.server, port = create_controller_server(self.controller, "127.0.0.1:0", cfg.token)

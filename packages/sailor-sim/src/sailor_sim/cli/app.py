@@ -16,22 +16,11 @@ import typer
 from .. import __version__, inputs
 from ..catalog.cluster import describe_network
 from ..errors import SailorSimError, ValidationError
+from ..spec import derive as specs
 from ..spec.options import ExecutionOptions, check_replica
+from ..spec.run import TRAINING_FIELDS, RunSpec
 from .catalog import register as _register_catalog_commands
-from .options import (
-    ContextParallel,
-    ExpertParallel,
-    FabricFlag,
-    Flash,
-    Fp8,
-    GradDtype,
-    P2p,
-    Recompute,
-    SequenceParallel,
-    VirtualStages,
-    Zero,
-    execution_options,
-)
+from .options import FabricFlag, P2p, with_p2p
 from .output import (
     TERM_HEADERS,
     GiB,
@@ -59,11 +48,17 @@ def group(version: bool = version_option(__version__), catalog: Path | None = _C
     pass
 
 
-_DTYPE_HELP = (
-    "fp32, bf16, fp16 or fp8 (bf16 with FP8 GEMMs) (default: the config.json's torch_dtype, "
-    "else fp32)."
-)
-_SEQ_HELP = "Sequence length (default: the model's maximum, at most 8192)."
+TRAINING_ONLY = TRAINING_FIELDS
+
+
+def _job_flags(spec: RunSpec, given: frozenset[str], p2p: str | None = None):
+    """(model, gbs, seq, dtype, optimizer, options) as given (None where not given: a plan
+    file's job or a stated default applies), from the command's RunSpec."""
+    options = with_p2p(spec.options, p2p)
+    pick = {name: getattr(spec, name) if name in given else None
+            for name in ("model", "global_batch_size", "optimizer")}  # fmt: skip
+    return (pick["model"], pick["global_batch_size"], spec.seq_len, spec.precision,
+            pick["optimizer"], options)  # fmt: skip
 
 
 def _job(model, gbs, seq, dtype, optimizer, options):
@@ -192,7 +187,10 @@ def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optim
 
 
 @app.command()
+@specs.with_spec(RunSpec, exclude=TRAINING_ONLY)
 def simulate(
+    spec: RunSpec,
+    given: frozenset,
     plan_file: Annotated[
         Path | None, typer.Argument(help="Plan JSON ({'stages': ...} or {'job', 'plan'}).")
     ] = None,
@@ -205,13 +203,6 @@ def simulate(
     profiles: Annotated[
         Path | None, typer.Option(help="Folder of sailor-sim profile files.")
     ] = None,
-    model: str = typer.Option(
-        None, help="Catalog model name, or the path of a Hugging Face config.json."
-    ),
-    gbs: int = typer.Option(None, help="Global batch size (default: from the Sailor plan)."),
-    seq: int = typer.Option(None, help=_SEQ_HELP),
-    dtype: str = typer.Option(None, "--dtype", "--precision", help=_DTYPE_HELP),
-    optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     gpu: str = typer.Option(None, help="Homogeneous plan without a file: the GPU type."),
     tp: int = typer.Option(1, help="With --gpu: tensor-parallel degree."),
     pp: int = typer.Option(1, help="With --gpu: pipeline stages."),
@@ -230,16 +221,7 @@ def simulate(
     ),
     iterations: float = typer.Option(None, help="Whole-run figures for this many iterations."),
     tokens: float = typer.Option(None, help="Whole-run figures for this many tokens."),
-    zero: Zero = "none",
-    recompute: Recompute = "none",
-    flash: Flash = None,
-    sequence_parallel: SequenceParallel = False,
-    virtual_stages: VirtualStages = 1,
-    grad_dtype: GradDtype = "fp32",
-    fp8: Fp8 = "none",
-    ep: ExpertParallel = 1,
-    cp: ContextParallel = 1,
-    p2p: P2p = "megatron",
+    p2p: P2p = None,
     fabric: FabricFlag = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     plot: Annotated[
@@ -253,10 +235,7 @@ def simulate(
         for name, value in (("iterations", iterations), ("tokens", tokens)):
             if value is not None:
                 inputs.positive_number(value, f"--{name}")
-        options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype, p2p,
-            fp8=fp8, expert_parallel=ep, context_parallel=cp,
-        )  # fmt: skip
+        model, gbs, seq, dtype, optimizer, options = _job_flags(spec, given, p2p)
         sim = _simulator(sailor_root, profiles)
         if fabric is not None:
             from ..catalog.cluster import resolve_cluster
@@ -308,8 +287,10 @@ def simulate(
 
 
 @app.command()
+@specs.with_spec(RunSpec, exclude=(*TRAINING_ONLY, "global_batch_size"))
 def memory(
-    model: str = typer.Option(..., help="Catalog model name, or a Hugging Face config.json."),
+    spec: RunSpec,
+    given: frozenset,
     gpu: str = typer.Option(..., help="GPU type, e.g. A100-40."),
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, help="Pipeline stages (layer ids split evenly)."),
@@ -317,24 +298,12 @@ def memory(
     num_microbatches: int = typer.Option(None, help="Microbatches per iteration (default: pp)."),
     dp: int = typer.Option(1, help="Data-parallel replicas (adds the DP communicator)."),
     stage: int = typer.Option(None, help="Only this stage (0-based)."),
-    seq: int = typer.Option(None, help=_SEQ_HELP),
-    dtype: str = typer.Option(None, "--dtype", "--precision", help=_DTYPE_HELP),
-    optimizer: str = typer.Option(None, help="adam (default), adamw or sgd."),
     sailor_root: Annotated[
         Path | None, typer.Option(help="Folder laid out like a Sailor checkout.")
     ] = None,
     profiles: Annotated[
         Path | None, typer.Option(help="Folder of sailor-sim profile files.")
     ] = None,
-    zero: Zero = "none",
-    recompute: Recompute = "none",
-    flash: Flash = None,
-    sequence_parallel: SequenceParallel = False,
-    virtual_stages: VirtualStages = 1,
-    grad_dtype: GradDtype = "fp32",
-    fp8: Fp8 = "none",
-    ep: ExpertParallel = 1,
-    cp: ContextParallel = 1,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Will this model fit on this GPU with this TP / PP / microbatch size, and by how much?"""
@@ -342,10 +311,10 @@ def memory(
     from ..spec.plan import even_split
 
     try:
-        options = execution_options(
-            zero, recompute, flash, sequence_parallel, virtual_stages, grad_dtype,
-            fp8=fp8, expert_parallel=ep, context_parallel=cp,
-        )  # fmt: skip
+        model, _, seq, dtype, optimizer, options = _job_flags(spec, given)
+        if model is None:
+            raise ValidationError("is required: a catalog model or a config.json", field="--model")
+        ep, cp = options.expert_parallel, options.context_parallel
         job = _job(model, 1, seq, dtype, optimizer, options)
         gpu_type = get_gpu(gpu)
         job.model.check_tp(tp)

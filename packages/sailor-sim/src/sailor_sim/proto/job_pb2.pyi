@@ -63,7 +63,14 @@ class Inventory(_message.Message):
     def __init__(self, pools: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ...) -> None: ...
 
 class RunSpec(_message.Message):
-    __slots__ = ("model", "global_batch_size", "seq_len", "precision", "optimizer", "options", "steps", "checkpoint_every", "seed")
+    __slots__ = ("model", "global_batch_size", "seq_len", "precision", "optimizer", "options", "steps", "checkpoint_every", "seed", "recipe", "extensions")
+    class ExtensionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     MODEL_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +80,8 @@ class RunSpec(_message.Message):
     STEPS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
+    EXTENSIONS_FIELD_NUMBER: _ClassVar[int]
     model: str
     global_batch_size: int
     seq_len: int
@@ -82,4 +91,34 @@ class RunSpec(_message.Message):
     steps: int
     checkpoint_every: int
     seed: int
-    def __init__(self, model: _Optional[str] = ..., global_batch_size: _Optional[int] = ..., seq_len: _Optional[int] = ..., precision: _Optional[str] = ..., optimizer: _Optional[str] = ..., options: _Optional[_Union[ExecutionOptions, _Mapping]] = ..., steps: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+    recipe: Recipe
+    extensions: _containers.ScalarMap[str, str]
+    def __init__(self, model: _Optional[str] = ..., global_batch_size: _Optional[int] = ..., seq_len: _Optional[int] = ..., precision: _Optional[str] = ..., optimizer: _Optional[str] = ..., options: _Optional[_Union[ExecutionOptions, _Mapping]] = ..., steps: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., seed: _Optional[int] = ..., recipe: _Optional[_Union[Recipe, _Mapping]] = ..., extensions: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Recipe(_message.Message):
+    __slots__ = ("lr", "min_lr", "warmup_steps", "decay_steps", "schedule", "wsd_decay_fraction", "weight_decay", "no_decay", "clip_norm", "beta1", "beta2", "eps")
+    LR_FIELD_NUMBER: _ClassVar[int]
+    MIN_LR_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_STEPS_FIELD_NUMBER: _ClassVar[int]
+    DECAY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    WSD_DECAY_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    NO_DECAY_FIELD_NUMBER: _ClassVar[int]
+    CLIP_NORM_FIELD_NUMBER: _ClassVar[int]
+    BETA1_FIELD_NUMBER: _ClassVar[int]
+    BETA2_FIELD_NUMBER: _ClassVar[int]
+    EPS_FIELD_NUMBER: _ClassVar[int]
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    decay_steps: int
+    schedule: str
+    wsd_decay_fraction: float
+    weight_decay: float
+    no_decay: str
+    clip_norm: float
+    beta1: float
+    beta2: float
+    eps: float
+    def __init__(self, lr: _Optional[float] = ..., min_lr: _Optional[float] = ..., warmup_steps: _Optional[int] = ..., decay_steps: _Optional[int] = ..., schedule: _Optional[str] = ..., wsd_decay_fraction: _Optional[float] = ..., weight_decay: _Optional[float] = ..., no_decay: _Optional[str] = ..., clip_norm: _Optional[float] = ..., beta1: _Optional[float] = ..., beta2: _Optional[float] = ..., eps: _Optional[float] = ...) -> None: ...

@@ -9,7 +9,11 @@ its config the same way; typer reads the generated signature).
   nested tables for nested specs); the command receives one frozen ``spec``. Precedence:
   field default < config file < flag given on the command line.
 - ``to_dict`` / ``from_dict``: plain data, unknown keys refused naming the key.
-- ``to_proto`` / ``from_proto``: by field name into a message of the same field names.
+- ``to_proto`` / ``from_proto``: by field name into a message of the same field names; the
+  fields a subclass adds, which the message lacks, travel as JSON in its ``extensions`` map and
+  come back as fields of the same names and values (``extended``): a setting added to a spec
+  reaches the receiver with no other declaration. ``to_json`` / ``from_json``: the same
+  message as JSON (a file a process hands another).
 
 Bad values are ``ValidationError``s naming the flag, which the CLIs print as one line, exit 2.
 """
@@ -20,6 +24,8 @@ import ast
 import dataclasses
 import functools
 import inspect
+import json
+import keyword
 import textwrap
 import tomllib
 import typing
@@ -34,6 +40,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "global_batch_size": ("--gbs",),
     "seq_len": ("--seq",),
     "precision": ("--dtype",),
+    "expert_parallel": ("--ep",),
+    "context_parallel": ("--cp",),
 }
 """Short spellings kept for the flags users already type (one vocabulary, a few synonyms)."""
 
@@ -175,7 +183,19 @@ def from_file(cls: type, path: str | Path) -> Any:
         raise ValidationError(f"cannot read {file}: {exc.strerror}", field="config") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValidationError(f"{file} is not valid TOML ({exc})", field="config") from None
-    return from_dict(cls, data, where=file.name)
+    try:
+        return from_dict(cls, data, where=file.name)
+    except ValidationError as exc:  # a value the spec refused: say which file it came from
+        if (exc.field or "").startswith(file.name):
+            raise
+        raise ValidationError(str(exc), field=file.name) from None
+
+
+def _file_data(cls: type, path: str | Path) -> dict[str, Any]:
+    """A config file's values only (not the field defaults), checked against ``cls``: the
+    command's own defaults stay where the file is silent."""
+    from_file(cls, path)  # every key and value checked, named by the file
+    return tomllib.loads(Path(path).expanduser().read_text())
 
 
 def _nest(values: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
@@ -198,41 +218,69 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _typer_parameter(flag: Flag) -> inspect.Parameter:
+def _typer_parameter(flag: Flag, own_default: Any = dataclasses.MISSING) -> inspect.Parameter:
     import typer
 
     decls = [flag.option]
     if flag.kind is bool:
         decls = [f"{flag.option}/--no-{flag.option[2:]}"]
     decls += list(ALIASES.get(flag.name, ()))
-    shown = "" if flag.default is dataclasses.MISSING else f" [default: {flag.default}]"
+    default = flag.default if own_default is dataclasses.MISSING else own_default
+    # typer prints a string show_default as "[default: ...]" (help text brackets are markup)
+    shown = False if default in (dataclasses.MISSING, None) else str(default)
     annotation = {bool: bool | None, int: int | None, float: float | None, str: str | None}
     return inspect.Parameter(
         "_".join(flag.path),
         inspect.Parameter.KEYWORD_ONLY,
-        default=typer.Option(None, *decls, help=flag.help + shown, show_default=False),
+        default=typer.Option(None, *decls, help=flag.help, show_default=shown),
         annotation=annotation[flag.kind],
     )
 
 
-def with_spec(cls: type, *, exclude: tuple[str, ...] = ()) -> Callable:
-    """Decorate a typer command taking ``spec: cls``: the flags come from ``cls``."""
+def with_spec(
+    cls: type, *, exclude: tuple[str, ...] = (), defaults: Mapping[str, Any] | None = None
+) -> Callable:
+    """Decorate a typer command taking ``spec: cls``: the flags come from ``cls``.
+    ``defaults`` (leaf name -> value) are this command's own defaults, below the config file
+    and the flags (``sailor run`` trains a tiny model for 20 steps, not the field defaults)."""
     import typer
 
     leaves = [f for f in flags(cls) if f.name not in exclude]
+    by_name = {f.name: f for f in flags(cls)}
+    unknown = sorted(set(defaults or {}) - set(by_name))
+    if unknown:
+        raise TypeError(f"defaults for fields {cls.__name__} lacks: {unknown}")
+    base_data = _nest({by_name[k].path: v for k, v in (defaults or {}).items()})
 
     def decorate(command: Callable) -> Callable:
         sig = inspect.signature(command)
-        own = [p for name, p in sig.parameters.items() if name != "spec"]
+        own = [p for name, p in sig.parameters.items() if name not in ("spec", "given")]
+        wants_given = "given" in sig.parameters
 
         @functools.wraps(command)
         def wrapper(*args, **kwargs):
+            try:
+                spec_kwargs = _spec_arguments(kwargs)
+            except ValidationError as exc:  # bad input at a CLI: one line, exit 2
+                typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+                raise typer.Exit(2) from None
+            return command(*args, **spec_kwargs, **kwargs)
+
+        def _spec_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
+            """Pop the generated parameters from ``kwargs``; the command's spec (and given)."""
             config = kwargs.pop("config", None)
             given = {f.path: kwargs.pop("_".join(f.path)) for f in leaves}
-            base = to_dict(from_file(cls, config)) if config is not None else {}
+            base = _merge(base_data, _file_data(cls, config)) if config is not None else base_data
             spec_data = _merge(base, _nest({p: v for p, v in given.items() if v is not None}))
-            spec = from_dict(cls, spec_data, where="flags")
-            return command(*args, spec=spec, **kwargs)
+            try:
+                out: dict[str, Any] = {"spec": from_dict(cls, spec_data, where="flags")}
+            except ValidationError as exc:
+                raise _as_flag(exc, by_name) from None
+            if wants_given:  # the leaves set by a flag or the file, not by a default
+                file_keys = _leaf_names(_file_data(cls, config)) if config is not None else set()
+                named = {p[-1] for p, v in given.items() if v is not None}
+                out["given"] = frozenset(named | file_keys)
+            return out
 
         config = inspect.Parameter(
             "config",
@@ -243,7 +291,11 @@ def with_spec(cls: type, *, exclude: tuple[str, ...] = ()) -> Callable:
             annotation=Path | None,
         )
         params = [_resolved(p, command).replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
-        params += [config, *(_typer_parameter(f) for f in leaves)]
+        own = defaults or {}
+        params += [
+            config,
+            *(_typer_parameter(f, own.get(f.name, dataclasses.MISSING)) for f in leaves),
+        ]
         wrapper.__signature__ = sig.replace(parameters=params, return_annotation=None)
         # typer reads the generated signature and its annotations, not the original's.
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
@@ -251,6 +303,26 @@ def with_spec(cls: type, *, exclude: tuple[str, ...] = ()) -> Callable:
         return wrapper
 
     return decorate
+
+
+def _as_flag(exc: ValidationError, by_name: Mapping[str, Flag]) -> ValidationError:
+    """The error of a bad value named by its flag (``--seq-len``), as the user typed it; a
+    nested field's path (``options.expert_parallel``) stays in the message."""
+    field = (exc.field or "").removeprefix("flags.")
+    name = field.split(".")[-1]
+    if name not in by_name:
+        return exc
+    message = str(exc).split(": ", 1)[-1] if field == name else str(exc)
+    option = by_name[name].option
+    # the config-file key too, where it is spelled otherwise (global_batch_size)
+    return ValidationError(message, field=option if "_" not in name else f"{option} ({name})")
+
+
+def _leaf_names(data: Mapping[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for key, value in data.items():
+        out |= _leaf_names(value) if isinstance(value, Mapping) else {key}
+    return out
 
 
 def _resolved(param: inspect.Parameter, command: Callable) -> inspect.Parameter:
@@ -261,13 +333,23 @@ def _resolved(param: inspect.Parameter, command: Callable) -> inspect.Parameter:
     return param
 
 
+EXTENSIONS = "extensions"
+"""The message's map (field name -> JSON value) for the fields a spec subclass adds."""
+
+
 def to_proto(spec: Any, message: Any) -> Any:
-    """Fill ``message`` (a protobuf message with the spec's field names) from ``spec``."""
+    """Fill ``message`` (a protobuf message with the spec's field names) from ``spec``; fields
+    the message lacks go, as JSON, into its ``extensions`` map."""
+    known = message.DESCRIPTOR.fields_by_name
     for f in dataclasses.fields(spec):
         value = getattr(spec, f.name)
-        if value is None:
+        if f.name not in known:
+            if EXTENSIONS not in known:
+                raise TypeError(f"{type(message).__name__} has no field {f.name!r}")
+            getattr(message, EXTENSIONS)[f.name] = json.dumps(value)
+        elif value is None:
             continue
-        if dataclasses.is_dataclass(value):
+        elif dataclasses.is_dataclass(value):
             to_proto(value, getattr(message, f.name))
         else:
             setattr(message, f.name, value)
@@ -275,14 +357,71 @@ def to_proto(spec: Any, message: Any) -> Any:
 
 
 def from_proto(cls: type, message: Any) -> Any:
-    """The spec of a message filled by ``to_proto`` (unset optional fields stay None)."""
-    return from_dict(cls, _proto_data(cls, message), where=cls.__name__)
+    """The spec of a message filled by ``to_proto`` (unset optional fields stay None). Fields
+    in ``extensions`` that ``cls`` lacks make the result an ``extended`` ``cls``."""
+    extras = _extensions(message)
+    target = extended(cls, {k: v for k, v in extras.items() if k not in _field_names(cls)})
+    return from_dict(target, {**_proto_data(cls, message), **extras}, where=cls.__name__)
+
+
+def extended(cls: type, values: Mapping[str, Any]) -> type:
+    """``cls`` with a field per extra value (its type the value's), or ``cls`` itself."""
+    if not values:
+        return cls
+    names = [k for k in values if not k.isidentifier() or keyword.iskeyword(k) or k[0] == "_"]
+    if names:
+        raise ValidationError(f"{names[0][:40]!r} is not a field name", field=EXTENSIONS)
+    bad = {k: v for k, v in values.items() if type(v) not in (bool, int, float, str)}
+    if bad:
+        raise ValidationError(f"must be bool, int, float or str: {bad!r:.80}", field=EXTENSIONS)
+    fields = [(k, type(v), dataclasses.field(default=v)) for k, v in values.items()]
+    out = dataclasses.make_dataclass(cls.__name__, fields, bases=(cls,), frozen=True)
+    out.__module__ = cls.__module__
+    return out
+
+
+def to_json(spec: Any, message: Any) -> dict[str, Any]:
+    """The wire message of ``spec`` as a JSON object (``from_json`` reads it back)."""
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(to_proto(spec, message), preserving_proto_field_name=True)
+
+
+def from_json(cls: type, data: Any, message: Any) -> Any:
+    from google.protobuf import json_format
+
+    try:
+        json_format.ParseDict(data, message)
+    except (json_format.ParseError, TypeError, AttributeError) as exc:
+        raise ValidationError(f"not a {cls.__name__} message: {exc}", field=cls.__name__) from None
+    return from_proto(cls, message)
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _extensions(message: Any) -> dict[str, Any]:
+    if EXTENSIONS not in message.DESCRIPTOR.fields_by_name:
+        return {}
+    out = {}
+    for name, text in getattr(message, EXTENSIONS).items():
+        try:
+            out[name] = json.loads(text)
+        except ValueError:
+            raise ValidationError(
+                f"{text[:40]!r} is not JSON", field=f"{EXTENSIONS}.{name}"
+            ) from None
+    return out
 
 
 def _proto_data(cls: type, message: Any) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
+    known = message.DESCRIPTOR.fields_by_name
     data: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
+        if f.name not in known:
+            continue  # a subclass's field: in ``extensions``
         kind, optional = _leaf_type(hints[f.name])
         if is_spec(kind):
             data[f.name] = _proto_data(kind, getattr(message, f.name))

@@ -1,6 +1,7 @@
-"""The training recipe: learning-rate schedule, AdamW settings, weight-decay groups, gradient
-clipping and seed, declared once (torch-free) for the runtime's engine, its CLI flags and the
-run config file (TOML; ``Recipe.from_toml``), and for a run spec to carry.
+"""The training recipe: learning-rate schedule, AdamW settings, weight-decay groups and gradient
+clipping, declared once (torch-free) as ``Recipe``, the ``recipe`` part of ``RunSpec`` (flags,
+config file and wire message all come from it); ``LRSchedule`` and ``OptimConfig`` are what
+the engine uses, built from it.
 
 Schedules (``LRSchedule.kind``), after a linear warm-up to ``max_lr`` over ``warmup_steps``:
 - ``cosine``: cosine decay to ``min_lr`` at ``decay_steps`` (Loshchilov & Hutter 2017, SGDR,
@@ -15,17 +16,14 @@ Constant ``min_lr`` after ``decay_steps``.
 from __future__ import annotations
 
 import math
-import tomllib
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import ValidationError
 
 SCHEDULE_KINDS = ("cosine", "linear", "wsd", "constant")
 _FLAT_NAMES = {"kind": "schedule", "max_lr": "lr", "betas": "beta1/beta2"}
-"""Field name -> the flag / TOML key that sets it (``Recipe.flat``), where they differ."""
+"""LRSchedule / OptimConfig field -> the Recipe field (flag) that sets it, where they differ."""
 NO_DECAY_GROUPS = ("norm", "bias", "embedding")
 """Parameter groups that may be exempt from weight decay (``OptimConfig.no_decay``)."""
 
@@ -105,84 +103,64 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class Recipe:
-    """Everything about how a run optimizes, as the flags of ``sailor run`` and the keys of its
-    ``--config`` TOML file (flat: ``lr``, ``min_lr``, ``warmup_steps``, ``decay_steps``,
-    ``schedule``, ``wsd_decay_fraction``, ``weight_decay``, ``no_decay``, ``clip_norm``,
-    ``beta1``, ``beta2``, ``eps``, ``seed``)."""
+    """How a run optimizes, flat: the ``recipe`` part of ``RunSpec`` (its fields are the flags
+    of every CLI that trains and the ``[recipe]`` table of a run's ``--config`` file). The
+    engine gets ``schedule_for(steps)`` and ``optim()`` from it."""
 
-    schedule: LRSchedule = field(default_factory=LRSchedule)
-    optimizer: OptimConfig = field(default_factory=lambda: OptimConfig(no_decay=NO_DECAY_GROUPS))
-    seed: int = 0
-    """Initial weights and the data order."""
+    lr: float = 1e-3
+    """Peak learning rate, reached at the end of the warm-up."""
+    min_lr: float = 1e-4
+    """Learning rate at the end of the decay (at most lr)."""
+    warmup_steps: int = 2
+    """Linear warm-up steps."""
+    decay_steps: int | None = None
+    """The step the decay ends at (default: the run's steps)."""
+    schedule: str = "cosine"
+    """Learning-rate schedule: cosine, linear, wsd or constant."""
+    wsd_decay_fraction: float = 0.2
+    """WSD: share of decay_steps spent decaying at the end."""
+    weight_decay: float = 0.1
+    """AdamW decoupled weight decay."""
+    no_decay: str = ",".join(NO_DECAY_GROUPS)
+    """Comma-separated groups without weight decay, of norm, bias, embedding ("": none)."""
+    clip_norm: float = 1.0
+    """Global gradient-norm clip (0: off)."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.95
+    """AdamW beta2."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
 
-    def flat(self) -> dict[str, Any]:
-        """The flat key -> value view (the TOML keys and the flag names)."""
-        s, o = self.schedule, self.optimizer
-        return {
-            "lr": s.max_lr, "min_lr": s.min_lr, "warmup_steps": s.warmup_steps,
-            "decay_steps": s.decay_steps, "schedule": s.kind,
-            "wsd_decay_fraction": s.wsd_decay_fraction, "weight_decay": o.weight_decay,
-            "no_decay": list(o.no_decay), "clip_norm": o.clip_norm, "beta1": o.betas[0],
-            "beta2": o.betas[1], "eps": o.eps, "seed": self.seed,
-        }  # fmt: skip
+    def __post_init__(self) -> None:
+        self.schedule_for(self.decay_steps or 1)  # each value checked, named by its field
+        self.optim()
 
-    def with_values(self, values: Mapping[str, Any], origin: str = "recipe") -> Recipe:
-        """A copy with some flat keys replaced; unknown keys and wrong types are refused with
-        a ``ValidationError`` naming ``origin.key``."""
-        flat = self.flat()
-        for key, value in values.items():
-            if key not in flat:
-                raise ValidationError(
-                    f"unknown key; known: {sorted(flat)}", field=f"{origin}.{key}"
-                )
-            flat[key] = _typed(value, flat[key], f"{origin}.{key}")
-        try:
-            return Recipe(
-                schedule=LRSchedule(
-                    max_lr=flat["lr"], min_lr=min(flat["min_lr"], flat["lr"]),
-                    warmup_steps=flat["warmup_steps"], decay_steps=flat["decay_steps"],
-                    kind=flat["schedule"], wsd_decay_fraction=flat["wsd_decay_fraction"],
-                ),
-                optimizer=OptimConfig(
-                    betas=(flat["beta1"], flat["beta2"]), eps=flat["eps"],
-                    weight_decay=flat["weight_decay"], clip_norm=flat["clip_norm"],
-                    no_decay=tuple(flat["no_decay"]),
-                ),
-                seed=flat["seed"],
-            )  # fmt: skip
-        except ValidationError as exc:  # named by the flat key the user wrote
-            key = _FLAT_NAMES.get(exc.field or "", exc.field)
-            message = str(exc).split(": ", 1)[-1]
-            raise ValidationError(message, field=f"{origin}.{key}") from None
+    def no_decay_groups(self) -> tuple[str, ...]:
+        return tuple(g.strip() for g in self.no_decay.split(",") if g.strip())
 
-    @classmethod
-    def from_toml(cls, path: str | Path, base: Recipe | None = None) -> Recipe:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ValidationError(f"cannot read {path} ({exc.strerror})", field="config") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ValidationError(f"{path} is not valid TOML ({exc})", field="config") from None
-        return (base or cls()).with_values(data, origin=str(path))
+    def schedule_for(self, steps: int) -> LRSchedule:
+        """The learning-rate schedule of a run of ``steps`` iterations."""
+        decay = steps if self.decay_steps is None else self.decay_steps
+        return _named(lambda: LRSchedule(
+            max_lr=self.lr, min_lr=min(self.min_lr, self.lr), warmup_steps=self.warmup_steps,
+            decay_steps=decay, kind=self.schedule, wsd_decay_fraction=self.wsd_decay_fraction,
+        ))  # fmt: skip
+
+    def optim(self) -> OptimConfig:
+        return _named(lambda: OptimConfig(
+            betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay,
+            clip_norm=self.clip_norm, no_decay=self.no_decay_groups(),
+        ))  # fmt: skip
 
 
-def _typed(value: Any, like: Any, name: str) -> Any:
-    """``value`` checked against the type of the default ``like`` (an int is a float, a bool is
-    neither)."""
-    if isinstance(like, bool) or isinstance(value, bool):
-        ok = isinstance(value, bool) and isinstance(like, bool)
-    elif isinstance(like, int):
-        ok = isinstance(value, int)
-    elif isinstance(like, float):
-        ok = isinstance(value, int | float)
-        value = float(value) if ok else value
-    elif isinstance(like, list):
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-    else:
-        ok = isinstance(value, type(like))
-    if not ok:
-        raise ValidationError(f"must be like {like!r}, got {value!r}", field=name)
-    return value
+def _named(build):
+    """Build an LRSchedule / OptimConfig; its errors named by the Recipe field (the flag)."""
+    try:
+        return build()
+    except ValidationError as exc:
+        key = _FLAT_NAMES.get(exc.field or "", exc.field)
+        raise ValidationError(str(exc).split(": ", 1)[-1], field=key) from None
 
 
 def _check(ok: bool, name: str, rule: str, value: Any) -> None:

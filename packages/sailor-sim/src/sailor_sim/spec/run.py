@@ -1,11 +1,13 @@
 """RunSpec: what to train and how, declared once.
 
 Every run setting a user chooses (model, batch, sequence, precision, execution options, steps,
-checkpointing, seed) is one field here, with its help text under it. The CLIs take their flags
-from these fields (``specs.with_spec``), a run can be given as a TOML file of the same names
-(``--config``), it crosses the wire as ``sailor.v1.RunSpec`` (``specs.to_proto``), and the
-engine reads it back as the same value. Torch-free: the simulator, the planner and the runtime
-all use it.
+checkpointing, seed, the optimizer's recipe) is one field here, with its help text under it.
+The CLIs take their flags from these fields (``specs.with_spec``), a run can be given as a
+TOML file of the same names (``--config``), it crosses the wire as ``sailor.v1.RunSpec``
+(``specs.to_proto``), and the engine reads it back as the same value. A subclass may add
+fields: they are flags and config keys at once, and travel in the message's ``extensions``
+(``specs.to_proto``), so the engine receives them with no other declaration. Torch-free: the
+simulator, the planner and the runtime all use it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,16 @@ from ..dtypes import check_dtype
 from ..errors import ValidationError
 from .job import OPTIMIZERS, Job
 from .options import ExecutionOptions
+from .recipe import Recipe
 
+FP8_PRECISION = "fp8"
+"""The precision that means bf16 with FP8 GEMMs (``capacity.make_job``)."""
 MAX_SEED = 2**32 - 1
 """numpy's seed range (torch accepts more; the data order uses numpy)."""
+
+
+TRAINING_FIELDS = ("steps", "checkpoint_every", "seed", *Recipe.__dataclass_fields__)
+"""RunSpec fields only a training run uses: not flags of a prediction or a plan search."""
 
 
 @dataclass(frozen=True)
@@ -34,8 +43,8 @@ class RunSpec:
     seq_len: int | None = None
     """Tokens per sample (default: the model's maximum, at most 8192)."""
     precision: str | None = None
-    """Training dtype: fp32, bf16 or fp16 mixed precision (default: the config's torch_dtype,
-    else fp32)."""
+    """Training dtype: fp32, bf16 or fp16 mixed precision, or fp8 (bf16 with FP8 GEMMs; the
+    simulator only) (default: the config's torch_dtype, else fp32)."""
     optimizer: str = "adamw"
     """adam, adamw or sgd."""
     options: ExecutionOptions = field(default_factory=ExecutionOptions)
@@ -45,6 +54,7 @@ class RunSpec:
     """Save a checkpoint every K iterations (0: only at the end)."""
     seed: int = 0
     """Seed of the initial weights and the data order (0 .. 2**32-1)."""
+    recipe: Recipe = field(default_factory=Recipe)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -52,7 +62,7 @@ class RunSpec:
         inputs.integral(self.global_batch_size, "global_batch_size")
         if self.seq_len is not None:
             inputs.integral(self.seq_len, "seq_len")
-        if self.precision is not None:
+        if self.precision not in (None, FP8_PRECISION):
             check_dtype(self.precision, "precision")
         if self.optimizer not in OPTIMIZERS:
             raise ValidationError(
@@ -63,6 +73,12 @@ class RunSpec:
         inputs.integral(self.steps, "steps")
         inputs.integral(self.checkpoint_every, "checkpoint_every", minimum=0)
         inputs.integral(self.seed, "seed", minimum=0, maximum=MAX_SEED)
+        if not isinstance(self.recipe, Recipe):
+            raise ValidationError("must be a Recipe", field="recipe")
+
+    def lr_schedule(self):
+        """The engine's LRSchedule (a decay over the run's steps unless ``decay_steps``)."""
+        return self.recipe.schedule_for(self.steps)
 
     def job(self) -> Job:
         """The simulator's Job (defaults for seq/precision as ``capacity.make_job`` states)."""
