@@ -112,6 +112,9 @@ OPTIONS = {
         "--tls-cert": st.sampled_from(["/nonexistent.pem", "/proc"]),
         "--tls-key": st.sampled_from(["/nonexistent.key", "/proc"]),
         "--tls-ca": st.sampled_from(["/nonexistent-ca.pem", "/proc"]),
+        "--advertise-host": bad_host.filter(bool),
+        "--tls-server-name": bad_host.filter(bool),
+        "--workdir": st.sampled_from(["/proc/sailor-x", "/dev/null/x", "/etc/hostname"]),
     },
     "run-late": {
         "--model": st.sampled_from(["no-such-model", "", "../x", "/etc/passwd"]),
@@ -119,26 +122,6 @@ OPTIONS = {
         "--json": st.sampled_from(["/proc/x/summary.json", "/dev/null/x.json"]),
         "--config": st.sampled_from(["/nonexistent.toml", "/proc"]),
         "--lr": st.sampled_from(["nan", "inf", "0", "-1e-3"]),
-        "--min-lr": st.sampled_from(["nan", "-1"]),  # above --lr: KNOWN_GAPS
-        "--warmup-steps": st.integers(max_value=-1),
-        "--decay-steps": st.integers(max_value=-1),
-        "--schedule": st.text(max_size=12).filter(
-            lambda t: t not in ("cosine", "linear", "wsd", "constant")
-        ),
-        "--weight-decay": st.sampled_from(["nan", "-0.1"]),
-        "--no-decay": st.sampled_from(["zz", "norm,zz", "../x"]),
-        "--clip-norm": st.sampled_from(["nan", "-1"]),
-        "--beta1": st.sampled_from(["nan", "-0.1", "1", "2"]),
-        "--beta2": st.sampled_from(["nan", "-0.1", "1", "2"]),
-        "--eval-every": st.integers(max_value=-1),
-        "--eval-batches": bad_count,
-        "--precision": st.text(max_size=8).filter(lambda t: t not in ("fp32", "bf16", "fp16")),
-        "--recompute": st.text(max_size=10).filter(
-            lambda t: t not in ("none", "selective", "full")
-        ),
-        "--zero": st.text(max_size=8).filter(
-            lambda t: t not in ("none", "zero1", "zero2", "zero3", "hybrid")
-        ),
     },
     "data prepare": {
         "--out": st.sampled_from(["/proc/sailor-x", "/dev/null/x", "/etc/hostname"]),
@@ -152,12 +135,48 @@ OPTIONS = {
         "--config": st.sampled_from(["/nonexistent.toml", "/proc"]),
     },
 }
+RECIPE_AND_OPTIONS = {
+    "--min-lr": st.sampled_from(["nan", "-1", "1"]),  # 1: above the default --lr 1e-3
+    "--warmup-steps": st.integers(max_value=-1),
+    "--decay-steps": st.integers(max_value=-1),
+    "--schedule": st.text(max_size=12).filter(
+        lambda t: t not in ("cosine", "linear", "wsd", "constant")
+    ),
+    "--wsd-decay-fraction": st.sampled_from(["nan", "0", "-0.5", "1.5", "inf"]),
+    "--weight-decay": st.sampled_from(["nan", "-0.1", "inf"]),
+    "--no-decay": st.sampled_from(["zz", "norm,zz", "../x"]),
+    "--clip-norm": st.sampled_from(["nan", "-1", "inf"]),
+    "--beta1": st.sampled_from(["nan", "-0.1", "1", "2"]),
+    "--beta2": st.sampled_from(["nan", "-0.1", "1", "2"]),
+    "--eps": st.sampled_from(["nan", "0", "-1e-8", "inf"]),
+    "--eval-every": st.integers(max_value=-1),
+    "--eval-batches": bad_count,
+    "--precision": st.text(max_size=8).filter(lambda t: t not in ("fp32", "bf16", "fp16")),
+    "--optimizer": st.text(max_size=8).filter(lambda t: t not in ("adam", "adamw", "sgd")),
+    "--grad-dtype": st.text(max_size=8).filter(lambda t: t not in ("fp32", "bf16")),
+    "--recompute": st.text(max_size=10).filter(lambda t: t not in ("none", "selective", "full")),
+    "--zero": st.text(max_size=8).filter(
+        lambda t: t not in ("none", "zero1", "zero2", "zero3", "hybrid")
+    ),
+    "--virtual-stages": bad_count,
+    "--fp8": st.text(max_size=8).filter(lambda t: t not in ("none", "delayed", "current")),
+    "--expert-parallel": bad_count,
+    "--context-parallel": bad_count,
+}
+"""The RunSpec's recipe and execution options: the same flags on `sailor run` and `sailor
+controller` (issue 23), refused before the data folder is read."""
+for _late in ("run-late", "controller-late"):
+    OPTIONS[_late].update(RECIPE_AND_OPTIONS)
 OPTIONS["controller"].update({
     "--store-port": st.integers(max_value=-1) | st.integers(min_value=65536),
     "--backend": st.text(max_size=8).filter(lambda t: t not in ("auto", "gloo", "nccl")),
     "--tls-cert": OPTIONS["worker"]["--tls-cert"],
     "--tls-key": OPTIONS["worker"]["--tls-key"],
     "--tls-ca": OPTIONS["worker"]["--tls-ca"],
+    "--planner-ca": st.sampled_from(["/nonexistent-ca.pem", "/proc", "/etc/hostname"]),
+    "--port-file": st.sampled_from(["/proc/sailor-x/port", "/nonexistent-dir/port", "/tmp"]),
+    "--advertise-host": bad_host.filter(bool),
+    "--tls-server-name": bad_host.filter(bool),
 })  # fmt: skip
 UNCHECKED = {
     ("run", "--trace"): "read (and refused in one line) after the run folder is made",
@@ -168,27 +187,10 @@ UNCHECKED = {
     ("controller", "--token"): "any string is a token",
     ("worker", "--token"): "any string is a token",
     ("controller", "--planner-token"): "any string is a token",
-    ("controller", "--profile-dir"): "GAP: a missing folder is found at the first plan",
-    ("controller", "--port-file"): "GAP: an unwritable path fails after the server started",
-    ("controller", "--advertise-host"): "GAP: not checked as a host name",
-    ("controller", "--tls-server-name"): "GAP: not checked as a host name",
-    ("worker", "--advertise-host"): "GAP: not checked as a host name",
-    ("worker", "--tls-server-name"): "GAP: not checked as a host name",
-    ("worker", "--workdir"): "GAP: checked only after the agent registered",
-    ("controller", "--planner-ca"): "GAP: refused, but naming --ca (KNOWN_GAPS)",
-    ("controller", "--eval-every"): "GAP: not checked (KNOWN_GAPS)",
-    ("controller", "--eval-batches"): "GAP: not checked (KNOWN_GAPS)",
+    ("controller", "--profile-dir"): "a folder on the planner server's machine, read there",
     ("slurm-node", "--node"): "a Slurm node name; an unknown one is refused by Slurm",
 }
 """Options no hostile value is sent to, and why; "GAP" marks a check still to be written."""
-KNOWN_GAPS = [
-    ("controller", "--planner-ca", "/nonexistent-ca.pem"),  # the line names --ca
-    ("run-late", "--min-lr", "1"),  # accepted above the default --lr 1e-3
-    ("controller-late", "--eval-every", "-1"),  # the controller does not check them
-    ("controller-late", "--eval-batches", "0"),
-]
-"""Hostile values still let through or misnamed (in the flag declarations, cli.py): each test
-below fails once fixed (strict xfail), so it moves back into OPTIONS."""
 GOOD = {
     "--workers": "2", "--steps": "3", "--global-batch-size": "8", "--seq-len": "16",
     "--checkpoint-every": "2", "--kill-rank-at-step": "0", "--kill-worker-at-step": "2",
@@ -206,7 +208,11 @@ GOOD = {
     "--recompute": "full", "--zero": "zero1", "--tls-cert": None, "--tls-key": None,
     "--tls-ca": None, "--planner-ca": None, "--decay-steps": "3", "--out": f"{RUN_DIR}/data",
     "--tokenizer": None, "--vocab-size": "300", "--val-fraction": "0.2", "--shard-tokens": "1000",
-    "--text-field": "body",
+    "--text-field": "body", "--optimizer": "adamw", "--grad-dtype": "fp32",
+    "--virtual-stages": "2", "--fp8": "none", "--expert-parallel": "1",
+    "--context-parallel": "1", "--wsd-decay-fraction": "0.5", "--eps": "1e-6",
+    "--port-file": f"{RUN_DIR}/port", "--advertise-host": "node-1.example", "--workdir": RUN_DIR,
+    "--tls-server-name": "sailor.internal",
 }  # fmt: skip
 """A valid value of each option (None: a file this test does not make; not tried)."""
 
@@ -270,10 +276,3 @@ def test_every_option_is_fuzzed_or_says_why_not():
             if key not in fuzzed and key not in UNCHECKED:
                 missing.append(key)
     assert not missing, f"give these a hostile-value strategy or a reason in UNCHECKED: {missing}"
-
-
-@pytest.mark.xfail(strict=True, reason="a known gap of the runtime CLI (KNOWN_GAPS)")
-@pytest.mark.parametrize("command, flag, value", KNOWN_GAPS)
-def test_known_gaps_are_still_open(command, flag, value):
-    code, lines = invoke(command, flag, value)
-    assert code == 2 and len(lines) == 1 and names(lines[0], flag), (flag, value, lines)

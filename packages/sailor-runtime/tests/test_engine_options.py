@@ -185,3 +185,13 @@ def test_unsupported_options_are_refused_with_the_fix():
         ExecutionOptions(sequence_parallel="yes")
     with pytest.raises(OptionsError, match="unknown keys"):
         ExecutionOptions.from_dict({"zero_stage": 1})  # the old name: zero="zero1" now
+
+
+def test_a_runspec_s_virtual_stages_reach_the_engine():
+    from sailor_runtime.engine.options import from_run
+    from sailor_sim import ExecutionOptions as SimOptions
+    from sailor_sim import RunSpec
+
+    assert from_run(RunSpec(options=SimOptions(virtual_stages=3))).virtual_stages == 3
+    with pytest.raises(OptionsError, match="fp8: delayed is simulated"):
+        from_run(RunSpec(options=SimOptions(fp8="delayed")))

@@ -51,9 +51,23 @@ def test_a_recipe_gives_the_engine_its_schedule_and_optimizer():
         ({"beta2": 1.5}, "beta1/beta2: must be two numbers in [0, 1)"),
         ({"clip_norm": -1.0}, "clip_norm: must be >= 0"),
         ({"lr": 0.0}, "lr: must be > 0"),
+        ({"min_lr": 1.0}, "min_lr: must be in [0, max_lr]"),  # above the default lr
+        ({"lr": 1e-4, "min_lr": 1e-3}, "min_lr: must be in [0, max_lr]"),
+        ({"eps": math.inf}, "eps: must be > 0 and finite"),
+        ({"weight_decay": math.inf}, "weight_decay: must be >= 0 and finite"),
     ],
 )
 def test_bad_recipe_values_name_the_field(values, message):
     with pytest.raises(SailorError) as exc:
         Recipe(**values)
     assert message in str(exc.value)
+
+
+def test_min_lr_defaults_to_a_tenth_of_lr_and_survives_the_wire():
+    from sailor_sim import RunSpec
+
+    assert Recipe(lr=1e-5).schedule_for(10).min_lr == pytest.approx(1e-6)  # not the 1e-4 default
+    assert Recipe(lr=1e-3, min_lr=0.0).schedule_for(10).min_lr == 0.0  # an explicit 0 stays
+    for recipe in (Recipe(lr=2e-3), Recipe(lr=2e-3, min_lr=0.0)):
+        back = RunSpec.from_proto(RunSpec(recipe=recipe).to_proto()).recipe
+        assert back.min_lr == recipe.min_lr

@@ -225,8 +225,6 @@ def run(
     from .run.recipeopts import training_json
 
     try:
-        if eval_every < 0 or eval_batches < 1:
-            raise SailorRuntimeError("must be >= 0 and >= 1", field="--eval-every/--eval-batches")
         training = training_json(data, eval_every, eval_batches, job.model.vocab_size)
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
@@ -346,12 +344,15 @@ def controller(
         )  # fmt: skip
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
+        _optional_hosts(advertise_host=advertise_host, tls_server_name=tls_server_name)
+        if port_file is not None:  # now, not after the server started
+            inputs.output_file(port_file, "--port-file")
         if backend not in ("auto", "gloo", "nccl"):
             raise SailorRuntimeError(f"{backend!r}: use auto, gloo or nccl", field="--backend")
         inputs.port(store_port, "--store-port")
         tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         if planner_ca is not None:
-            trusted_ca(planner_ca)  # a bad CA file now, not at the first plan
+            trusted_ca(planner_ca, "--planner-ca")  # a bad CA file now, not at the first plan
         options = _engine_options(spec)
         job = Job.create(
             spec.model, spec.global_batch_size, seq_len, options.precision or "fp32", "adam",
@@ -406,6 +407,13 @@ def add_run_commands(target: typer.Typer, spec_cls: type[RunSpec] = RunSpec) -> 
 
 
 add_run_commands(app)
+
+
+def _optional_hosts(**names: str) -> None:
+    """Host-name flags whose "" means "the default": a given one must be a host name."""
+    for name, value in names.items():
+        if value:
+            inputs.host(value, f"--{name.replace('_', '-')}")
 
 
 @app.command()
@@ -466,6 +474,8 @@ def worker(
         )  # fmt: skip
         check_bind(host, token, "the worker agent")
         inputs.port(port, "--port")
+        _optional_hosts(advertise_host=advertise_host, tls_server_name=tls_server_name)
+        inputs.output_folder(workdir, "--workdir")  # now, not after the agent registered
         tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(

@@ -159,14 +159,15 @@ def _tls_problem(exc: ssl.SSLError, cert, key) -> str:
     return f"{key} is not a valid PEM private key for {cert} ({exc.reason})"
 
 
-def trusted_ca(ca: str | os.PathLike) -> bytes:
-    """The PEM bundle of the CA a client trusts, checked to hold certificates."""
-    pem = _pem(ca, "--ca")
+def trusted_ca(ca: str | os.PathLike, field: str = "--ca") -> bytes:
+    """The PEM bundle of the CA a client trusts, checked to hold certificates; errors name
+    ``field`` (the flag the caller took the path from)."""
+    pem = _pem(ca, field)
     try:
         ssl.create_default_context(cadata=pem.decode())
     except ssl.SSLError as exc:
         raise RequestError(
-            f"{ca} holds no valid CA certificate ({exc.reason})", field="--ca"
+            f"{ca} holds no valid CA certificate ({exc.reason})", field=field
         ) from None
     return pem
 

@@ -205,8 +205,6 @@ def unsupported_option(options) -> str | None:
     None. The options it runs are then resolved by ``from_run``."""
     if options.grad_dtype != "fp32":
         return "grad_dtype: the engine keeps fp32 main gradients; use fp32"
-    if options.virtual_stages > 1:
-        return "virtual_stages: the engine runs plain 1F1B; use 1"
     if options.fp8 != "none":
         return f"fp8: {options.fp8} is simulated, not run by the engine; use none"
     if options.expert_parallel > 1 or options.context_parallel > 1:
@@ -232,4 +230,5 @@ def from_run(run) -> ExecutionOptions:
         flash_attention=o.flash_attention is not False,  # unset: SDPA, flash where it can
         zero=o.zero,
         sequence_parallel=o.sequence_parallel,
+        virtual_stages=o.virtual_stages,
     )

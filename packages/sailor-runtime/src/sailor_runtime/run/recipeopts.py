@@ -12,6 +12,12 @@ from ..data import DataError
 def training_json(
     data_dir: Path | None, eval_every: int, eval_batches: int, model_vocab: int
 ) -> dict[str, Any]:
+    """The data half of a run's training settings (``engine.config.TRAINING_KEYS``), checked
+    now, before anything starts: both `sailor run` and `sailor controller` call it."""
+    if eval_every < 0:
+        raise DataError(f"must be >= 0 (0: no evaluation), got {eval_every}", field="--eval-every")
+    if eval_batches < 1:
+        raise DataError(f"must be >= 1, got {eval_batches}", field="--eval-batches")
     out: dict[str, Any] = {}
     if data_dir is not None:
         from ..data.shards import read_manifest

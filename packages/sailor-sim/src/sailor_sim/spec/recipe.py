@@ -91,9 +91,10 @@ class OptimConfig:
     def __post_init__(self) -> None:
         b1, b2 = self.betas
         _check(0 <= b1 < 1 and 0 <= b2 < 1, "betas", "two numbers in [0, 1)", self.betas)
-        _check(self.eps > 0, "eps", "> 0", self.eps)
-        _check(self.weight_decay >= 0, "weight_decay", ">= 0", self.weight_decay)
-        _check(self.clip_norm >= 0, "clip_norm", ">= 0 (0: off)", self.clip_norm)
+        _check(0 < self.eps < math.inf, "eps", "> 0 and finite", self.eps)
+        wd, clip = self.weight_decay, self.clip_norm
+        _check(0 <= wd < math.inf, "weight_decay", ">= 0 and finite", wd)
+        _check(0 <= clip < math.inf, "clip_norm", ">= 0 and finite (0: off)", clip)
         bad = [g for g in self.no_decay if g not in NO_DECAY_GROUPS]
         _check(not bad, "no_decay", f"a subset of {NO_DECAY_GROUPS}", list(self.no_decay))
 
@@ -109,8 +110,8 @@ class Recipe:
 
     lr: float = 1e-3
     """Peak learning rate, reached at the end of the warm-up."""
-    min_lr: float = 1e-4
-    """Learning rate at the end of the decay (at most lr)."""
+    min_lr: float | None = None
+    """Learning rate at the end of the decay, at most lr (default: lr / 10)."""
     warmup_steps: int = 2
     """Linear warm-up steps."""
     decay_steps: int | None = None
@@ -143,7 +144,8 @@ class Recipe:
         """The learning-rate schedule of a run of ``steps`` iterations."""
         decay = steps if self.decay_steps is None else self.decay_steps
         return _named(lambda: LRSchedule(
-            max_lr=self.lr, min_lr=min(self.min_lr, self.lr), warmup_steps=self.warmup_steps,
+            max_lr=self.lr, min_lr=self.lr / 10 if self.min_lr is None else self.min_lr,
+            warmup_steps=self.warmup_steps,
             decay_steps=decay, kind=self.schedule, wsd_decay_fraction=self.wsd_decay_fraction,
         ))  # fmt: skip
 
