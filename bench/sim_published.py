@@ -238,13 +238,15 @@ fitted on."""
 
 def fittable(runs) -> list:
     """Rows whose every input is published and expressible, from a source allowed for fitting:
-    only these train the efficiencies. A row predicted without, say, its recomputation, or
-    across nodes on a fabric its source does not state, would teach the fit to absorb the
-    missing term."""
+    only these train the efficiencies. A row predicted without, say, its recomputation, with
+    an input its source does not state (its ``assumed`` list, e.g. the microbatch), or across
+    nodes on a fabric its source does not state, would teach the fit to absorb the missing or
+    guessed term."""
     return [
         r
         for r in runs
         if r.source not in VALIDATION_ONLY_SOURCES
+        and not r.assumed
         and not job_options(r)[1]
         and (r.nodes == 1 or published.fabric(r.source, r.gpu))
     ]
@@ -482,9 +484,15 @@ def main(argv: list[str] | None = None) -> int:
         if g is None or not g["throughput_mean"] <= TARGET_FAMILY:
             got = "no rows" if g is None else f"{g['throughput_mean']:.1%}"
             bad.append(f"{family} throughput mean error {got} > 15% (leave-one-source-out)")
-    sources = len({r.source for r in runs})
+    # Issue 21 counts sources of the kinds it allows for fitting: the validation-only ones
+    # (VALIDATION_ONLY_SOURCES) are predicted like the others but do not count toward the bar.
+    sources = len({r.source for r in runs} - VALIDATION_ONLY_SOURCES)
+    print(
+        f"\nsources: {len({r.source for r in runs})} in the table, {sources} of the kinds issue 21 "
+        f"allows for fitting (bar >= {MIN_SOURCES})"
+    )
     if sources < MIN_SOURCES:
-        bad.append(f"{sources} independent sources < {MIN_SOURCES}")
+        bad.append(f"{sources} independent allowed sources < {MIN_SOURCES}")
     if not loso_s["memory_mean"] <= TARGET_MEMORY:
         bad.append(f"memory mean error {loso_s['memory_mean']:.1%} > 10% (leave-one-source-out)")
     for line in bad:

@@ -130,6 +130,59 @@ GPU_MATMUL_EFFICIENCY: dict[str, tuple[float, str]] = {
 GB200's Blackwell GPU is specified at a higher peak (2500 vs 2250 TFLOP/s, 1200 vs 1000 W) than
 it reaches in the same benchmark (72.9 % vs the B200's 77.6 %)."""
 
+_MAMF_FP8 = (
+    "Maximum Achievable Matmul FLOPS, 'FP8 (float8_e4m3fn)' table, best shape, next to the "
+    "'BF16' table of the same README (stas00/ml-engineering compute/accelerator/README.md, "
+    "'Maximum Achievable Matmul FLOPS comparison table', as of the fork Mu-L/ml-engineering "
+    "commit 330ebdd93ba8b41b6c8e11b6acd46d03d53ea1ec; the H100 SXM rows also in stas00's "
+    "commit b9e29720eebd4aa946fa9678975385efbc90a777)"
+)
+GPU_FP8_MATMUL_EFFICIENCY: dict[str, tuple[float, float, str]] = {
+    # H100 SXM: FP8 1402.6 of 1979 TFLOP/s (70.9 %); BF16 794.5 of 989 (80.3 %).
+    "H100-80": (
+        1402.6 / 1979,
+        794.5 / 989,
+        f"H100 SXM fp8 1402.6 of 1979, bf16 794.5 of 989 TFLOP/s: {_MAMF_FP8}",
+    ),
+    # H200 SXM: FP8 1453.4 of 1979 (73.4 %); its BF16 row is the H100 SXM's ('H200 is the same').
+    "H200": (
+        1453.4 / 1979,
+        794.5 / 989,
+        f"H200 SXM fp8 1453.4 of 1979 TFLOP/s, bf16 the H100 SXM row 794.5 of 989 ('H200 is "
+        f"the same'): {_MAMF_FP8}",
+    ),
+    # B200 SXM: FP8 3432.5 of 4500 (76.3 %); BF16 1745.0 of 2250 (77.6 %).
+    "B200": (
+        3432.5 / 4500,
+        1745.0 / 2250,
+        f"B200 SXM fp8 3432.5 of 4500, bf16 1745.0 of 2250 TFLOP/s: {_MAMF_FP8}",
+    ),
+    # GB200 SXM: FP8 3615.6 of 5000 (72.3 %); BF16 1822.0 of 2500 (72.9 %).
+    "GB200": (
+        3615.6 / 5000,
+        1822.0 / 2500,
+        f"GB200 SXM fp8 3615.6 of 5000, bf16 1822.0 of 2500 TFLOP/s: {_MAMF_FP8}",
+    ),
+}
+"""GPU type name prefix -> (FP8 matmul efficiency, the same table's bf16 matmul efficiency of
+that GPU, source): the fraction of the dense FP8 peak an FP8 GEMM reaches in the published
+benchmark, which is lower than the bf16 fraction on every GPU the table gives (FP8 GEMMs are
+more bound by memory and epilogue at the same shape). Only GPUs whose own row the table has:
+the catalog's GH-96 (GH200 96 GB HBM3) is not the table's GH200 (900 W, 141 GiB HBM3e, FP8
+1535.0 of 1979) and MI300X has no FP8 figure; they keep their bf16 efficiency for FP8 GEMMs."""
+
+
+def fp8_matmul_efficiency(gpu: GPUType) -> tuple[float, str]:
+    """(FP8 GEMM efficiency relative to the GPU's bf16 GEMM efficiency, source): an FP8 GEMM
+    runs at (bf16 efficiency) x this ratio of the FP8 peak, so a calibrated bf16 efficiency equal
+    to the benchmark's bf16 fraction gives exactly the benchmark's FP8 fraction. 1.0 where the
+    benchmark has no FP8 row for this GPU (the bf16 efficiency is used)."""
+    own = next((v for p, v in GPU_FP8_MATMUL_EFFICIENCY.items() if gpu.name.startswith(p)), None)
+    if own is None:
+        return 1.0, "no published FP8 GEMM figure for this GPU: its bf16 matmul efficiency"
+    fp8, bf16, source = own
+    return fp8 / bf16, source
+
 
 def load_calibration(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str], MatmulEfficiency]:
     """(family, dtype) -> matmul efficiency for the families the calibration file covers:

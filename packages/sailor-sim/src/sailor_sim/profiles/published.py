@@ -72,6 +72,9 @@ class PublishedRun:
     measured: dict[str, float]
     """tokens_per_s_per_gpu, iteration_s, mfu, peak_memory_gib: whichever was published."""
     note: str = ""
+    assumed: tuple[str, ...] = ()
+    """Inputs the source does not state (e.g. 'microbatch'), set to an assumed value: such a row
+    is predicted and held out, never fitted on."""
 
     @property
     def label(self) -> str:
@@ -120,6 +123,7 @@ def load_runs(path: Path = DATA_FILE) -> list[PublishedRun]:
         unknown = set(row) - fields
         if unknown:
             raise ValidationError(f"row {i}: unknown keys {sorted(unknown)}", field="runs")
+        row = {**row, "assumed": tuple(row.get("assumed", ()))}
         run = PublishedRun(index=i, **row)
         if run.source not in doc["sources"]:
             raise ValidationError(f"row {i}: unknown source {run.source!r}", field="source")

@@ -7,12 +7,14 @@ GEMMs in FP8, as NVIDIA Transformer Engine (TE) recipes do inside bf16/fp16 trai
   "FP8 Formats for Deep Learning" (2022, arXiv 2209.05433), Sec. 4.
 - Peaks: ``data/fp8.json`` (sourced dense datasheet figures); GPU types without FP8 tensor cores
   (Ampere and older) refuse the option, naming it.
-- Time (``fp8_time_delta``): the block GEMMs' share of a layer's bf16 time (analytic, at the
-  same achieved fraction of peak) shrinks by bf16 peak / fp8 peak; the attention core (flash)
-  and the LM head stay in bf16 (Megatron-Core with TE keeps the output layer out of FP8). The
-  quantize kernels are added at the memory bandwidth: each linear input in forward and each
-  output gradient in backward read in 16 bits and written in 8 (3 B per element), plus a read
-  for the amax under current scaling (2 B).
+- Time (``fp8_time_delta``): the block GEMMs' share of a layer's bf16 time (analytic) shrinks
+  by (bf16 peak x bf16 efficiency) / (fp8 peak x fp8 efficiency), the FP8 GEMM efficiency from
+  the published GEMM benchmark where it gives the GPU (``analytic.GPU_FP8_MATMUL_EFFICIENCY``:
+  H100 SXM 70.9 % of the FP8 peak vs 80.3 % of the bf16 peak), else the bf16 one; the
+  attention core (flash) and the LM head stay in bf16 (Megatron-Core with TE keeps the output
+  layer out of FP8). The quantize kernels are added at the memory bandwidth: each linear input
+  in forward and each output gradient in backward read in 16 bits and written in 8 (3 B per
+  element), plus a read for the amax under current scaling (2 B).
 - Memory: master weights, gradients and optimizer states are those of bf16 mixed precision
   (TE keeps bf16/fp32 parameters and fp32 optimizer states); in addition every linear weight
   has cached FP8 copies, row-wise and column-wise (the transpose that backward needs), 1 B
@@ -28,7 +30,12 @@ from ..catalog.gpus import TFLOPS, GPUType
 from ..catalog.readers import check_keys, read_data
 from ..dtypes import dtype_bytes
 from ..errors import ValidationError
-from ..profiles.analytic import MEMORY_EFFICIENCY, calibrated, efficiency
+from ..profiles.analytic import (
+    MEMORY_EFFICIENCY,
+    calibrated,
+    efficiency,
+    fp8_matmul_efficiency,
+)
 
 FP8_WEIGHT_COPIES = 2
 """Cached FP8 copies per linear weight: row-wise and column-wise (transposed), 1 B each."""
@@ -52,6 +59,13 @@ def fp8_peaks() -> dict[str, tuple[float, str]]:
 def fp8_peak(gpu: GPUType) -> float:
     """Dense FP8 FLOP/s of ``gpu``; 0 when it has no FP8 tensor cores."""
     return fp8_peaks().get(gpu.name, (0.0, ""))[0]
+
+
+def fp8_speedup_bound(gpu: GPUType, dtype: str) -> float:
+    """FP8 GEMM time / 16-bit GEMM time at the same shape: (16-bit peak / FP8 peak) / (FP8
+    efficiency relative to bf16, ``analytic.fp8_matmul_efficiency``). H100 SXM: 0.5 / (70.9 /
+    80.3) = 0.566, not the peak ratio 0.5."""
+    return gpu.peak_flops(dtype) / fp8_peak(gpu) / fp8_matmul_efficiency(gpu)[0]
 
 
 def check_fp8(recipe: str, gpu: GPUType, dtype: str) -> None:
@@ -92,13 +106,13 @@ def fp8_time_delta(
     transformer blocks change; the embedding and the head stay in 16 bits."""
     if recipe == "none" or model.layer_kind(layer_id) != "block":
         return 0.0, 0.0
-    peak16, peak8 = gpu.peak_flops(dtype), fp8_peak(gpu)
+    peak16 = gpu.peak_flops(dtype)
     tokens = mbs * seq
     gemm_flops = 2.0 * tokens * model.active_matmul_params(layer_id, tp)
     fit = calibrated(gpu, dtype)
     fwd_eff = fit.e_max if fit else efficiency(gpu).forward
     bwd_eff = fit.e_max if fit else efficiency(gpu).backward
-    saved = 1.0 - peak16 / peak8
+    saved = 1.0 - fp8_speedup_bound(gpu, dtype)
     fwd_saved = gemm_flops / (peak16 * fwd_eff) * saved
     bwd_saved = 2.0 * gemm_flops / (peak16 * bwd_eff) * saved
     per_element = QUANTIZE_BYTES + (AMAX_BYTES if recipe == "current" else 0)

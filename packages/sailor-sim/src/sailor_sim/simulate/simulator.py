@@ -52,7 +52,7 @@ from .context_parallel import (
     check_plan_context_parallel,
     kv_exchange_exposed,
 )
-from .fp8 import fp8_peak, fp8_time_delta
+from .fp8 import fp8_speedup_bound, fp8_time_delta
 from .memory import GRAD_BYTES
 from .network import Endpoint, NetworkModel
 from .replica_memory import MemoryComponents
@@ -180,14 +180,15 @@ class Simulator(MemoryComponents):
     @staticmethod
     def _fp8_time(job: Job, gpu, first, last, mbs, tp, forward, backward) -> tuple[float, float]:
         """16-bit seconds of layers first..last with their block GEMMs in FP8 (``fp8.py``);
-        never below the whole range sped up by the peak ratio (a measured profile can be
-        faster than the analytic GEMM share the saving is computed from)."""
+        never below the whole range sped up as much as a GEMM is (the peak ratio over the FP8
+        efficiency ratio: a measured profile can be faster than the analytic GEMM share the
+        saving is computed from)."""
         seq, dtype, recipe = job.local_sequence_length, job.dtype, job.options.fp8
         d_fwd = d_bwd = 0.0
         for layer_id in range(first, last + 1):
             f, b = fp8_time_delta(job.model, layer_id, gpu, dtype, mbs, seq, tp, recipe)
             d_fwd, d_bwd = d_fwd + f, d_bwd + b
-        floor = gpu.peak_flops(dtype) / fp8_peak(gpu)
+        floor = fp8_speedup_bound(gpu, dtype)
         return max(forward + d_fwd, forward * floor), max(backward + d_bwd, backward * floor)
 
     @staticmethod
