@@ -19,6 +19,7 @@ from sailor_sim import (
     Stage,
     exposed_tail,
     get_gpu,
+    microbatch_step,
     pipeline_time,
     usd_per_second,
 )
@@ -153,6 +154,11 @@ class Scorer:
         self._sync_cache: dict[tuple, tuple] = {}
         self._replicas: dict[tuple, Replica] = {}
         self._fits: dict[tuple, bool] = {}
+
+    def step(self, depth: int) -> int:
+        """What every pipeline's microbatch count must be a multiple of at this depth: p
+        under interleaved 1F1B (``sailor_sim.spec.interleave``), else 1."""
+        return microbatch_step(self.job.options.virtual_stages, depth)
 
     def replica(self, g: str, zone: str, tp: int, mbs: int) -> Replica:
         """One validated Replica per (type, zone, TP, mbs): the p2p cache keys on it."""
@@ -295,6 +301,7 @@ class Scorer:
             [shape.classes[g.cls].mbs for g in groups],
             [x[2] for x in info],
             [x[3] for x in info],
+            self.step(p),  # interleaved 1F1B: counts multiples of p
         )
         if loads is None:
             return None
@@ -321,7 +328,7 @@ class Scorer:
         iteration = crit_total + tail + self.sim.step_sync_time(endpoints, gpus)
         usd_per_s = sum(g.count * x[4] for g, x in zip(groups, info, strict=True))
         for g, x, load in zip(groups, info, loads, strict=True):
-            micro = load.base * g.count + load.extra
+            micro = load.total(g.count)
             egress += x[5] * micro
         cost_iter = usd_per_s * iteration + egress
         return Scored(

@@ -482,7 +482,8 @@ class Search:
 
     def _max_pipelines(self, shape: Shape, layout) -> list[int]:
         """Bound on useful data parallelism per class: capacity per region, and at least one
-        microbatch per pipeline (depends on the classes and the layout only: cached)."""
+        microbatch per pipeline (p of them under interleaved 1F1B, whose counts are multiples
+        of p: ``Scorer.step``); depends on the classes and the layout only: cached."""
         key = (shape.classes, layout)
         hit = self._max_d.get(key)
         if hit is None:
@@ -490,13 +491,13 @@ class Search:
         return list(hit)
 
     def _max_pipelines_uncached(self, shape: Shape, layout) -> list[int]:
-        out = []
+        out, step = [], self.scorer.step(shape.depth)
         for cls in shape.classes:
             need: dict = {}
             for grp, tp in zip(layout, cls.tps, strict=True):
                 need[grp] = need.get(grp, 0) + tp
             cap = min(self._region_gpus(cls.gpu, grp) // k for grp, k in need.items())
-            out.append(min(cap, self.job.sample_slots // cls.mbs))
+            out.append(min(cap, self.job.sample_slots // (cls.mbs * step)))
         return out
 
     def _region_gpus(self, g: str, grp) -> int:
