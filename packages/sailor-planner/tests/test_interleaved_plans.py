@@ -17,7 +17,7 @@ from sailor_planner.search.allocate import build_plan
 from sailor_planner.search.balance import balance
 from sailor_planner.search.branch_bound import Search
 from sailor_planner.search.exhaustive import exhaustive_best
-from sailor_sim import ExecutionOptions, Inventory, Job, interleave_problem
+from sailor_sim import ExecutionOptions, Inventory, Job, Simulator, interleave_problem
 
 CASES = [
     # (model, global batch, sequence, pools): old planners answered the last two with odd
@@ -27,6 +27,13 @@ CASES = [
     ("GPT-Neo-2.7B", 30, 2048, ["A100-40@us-central1-a=8", "V100-16@us-central1-b=8"]),
     ("tiny-gpt", 8, 64, ["A100-40@us-central1-a=8"]),
 ]
+
+
+@pytest.fixture()
+def sim() -> Simulator:
+    """A simulator of the test's own: the exhaustive enumerations fill its caches, which the
+    session's shared one would keep (and every later test would carry)."""
+    return Simulator()
 
 
 def _job(model, gbs, seq, v) -> Job:
@@ -122,3 +129,55 @@ def test_no_interleavable_plan_says_so(sim):
     job = _job("tiny-gpt", 8, 64, 4)
     with pytest.raises(NoFeasiblePlanError, match="virtual_stages=4"):
         Planner(sim).plan(job, Inventory.parse(["A100-40@us-central1-a=8"]))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ExecutionOptions(virtual_stages=2),
+        ExecutionOptions(virtual_stages=3),
+        ExecutionOptions(virtual_stages=2, p2p_scatter_gather=False),
+    ],
+    ids=["v2", "v3", "v2-deepspeed-p2p"],
+)
+def test_search_scores_equal_the_simulators_estimates_when_interleaved(sim, options):
+    """The search scores an interleaved candidate as the simulator does (the bubble / v, the
+    p2p v times, the job's p2p style), so it ranks and bounds by the simulator's figures."""
+    job = Job.create("OPT-350M", 1024, 2048, options=options)
+    inventory = Inventory.parse(
+        ["A100-40@us-central1-a=32", "V100-16@us-central1-a=32", "A100-40@us-west1-b=16"]
+    )
+    cv, scorer, memo = Planner(sim)._state(job)
+    found = Search(cv, scorer, memo, inventory, SearchOptions(top_k=5)).run()
+    assert len(found.scored) >= 10
+    for s in found.scored[:60]:
+        e = sim.estimate(job, build_plan(s))
+        assert e.iteration_time_s == pytest.approx(s.iteration_s, rel=1e-12)
+        assert e.cost_per_iteration_usd == pytest.approx(s.cost_per_iteration, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "pools", [["A100-40@us-central1-a=4"], ["T4@us-central1-a=3", "V100-16@us-central1-a=2"]]
+)
+@pytest.mark.parametrize("objective", ["throughput", "cost"])
+@pytest.mark.parametrize("v", [2, 3])
+def test_deeper_interleaved_pipelines_are_optimal_too(sim, pools, objective, v):
+    """tiny-gpt (8 layer ids) with up to 5 GPUs: pipelines of 2 and 3 stages, v = 3 leaving
+    few layer splits, heterogeneous types; the bounds under interleaving (F = sum / v - B,
+    possibly negative) prune nothing the exhaustive optimum needs."""
+    job = _job("tiny-gpt", 12, 64, v)
+    inventory = Inventory.parse(pools)
+    options = SearchOptions(
+        objective=objective, microbatch_sizes=(1, 2, 4), search_execution_options=False
+    )
+    best, scored = exhaustive_best(sim, job, inventory, options)
+    assert scored > 500 and best is not None
+    got = Planner(sim).plan(job, inventory, options).best
+    if objective == "throughput":
+        assert got.estimate.throughput_iters_per_s == pytest.approx(
+            best.estimate.throughput_iters_per_s, rel=1e-9
+        )
+    else:
+        assert got.estimate.cost_per_iteration_usd == pytest.approx(
+            best.estimate.cost_per_iteration_usd, rel=1e-9
+        )

@@ -175,11 +175,17 @@ def stage_costs(tables: StageTables, bounds: Bounds) -> tuple[float, ...]:
     return tuple(float(tables.cost[i][a, b]) for i, (a, b) in enumerate(bounds))
 
 
-def lower_bounds(costs) -> tuple[float, float]:
+def lower_bounds(costs, virtual: int = 1) -> tuple[float, float]:
     """(B, F) with every pipeline whose stage steps are at least ``costs`` taking >= M * B + F
-    for M microbatches: 1F1B takes the sum of the steps plus M - 1 times the longest."""
+    for M microbatches: 1F1B takes the sum of the steps plus M - 1 times the longest.
+
+    With v virtual stages (``timing.pipeline_total``: own + (sum - own) / v of the compute,
+    every boundary's p2p both ways once, M - 1 steady steps whose p2p counts v times) a
+    pipeline takes >= (M - 1) B + sum / v: a cost ``c`` is compute plus one p2p per neighbour,
+    the steady step is at least the largest, and the fill and drain hold every compute / v and
+    every p2p at least / v. So F = sum / v - B, which may be negative (``Bounder`` allows it)."""
     neck = max(costs)
-    return neck, sum(costs) - neck
+    return neck, sum(costs) / virtual - neck
 
 
 def bottleneck(tables: StageTables, bounds: Bounds) -> float:
