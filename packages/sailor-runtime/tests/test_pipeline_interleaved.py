@@ -166,3 +166,46 @@ def test_engine_refuses_interleaving_it_cannot_run_with_the_field_and_fix():
         ExecutionOptions(virtual_stages=0)
     assert v2.simulated().virtual_stages == 2
     assert v2.describe().endswith("interleaved 1F1B x2")
+
+
+def test_the_engine_refuses_exactly_what_the_simulator_refuses(monkeypatch):
+    """One rule: the engine's ``interleave_problem`` is sailor_sim's (``spec.interleave``),
+    which the simulator's ``Simulator.check`` and the planner's search apply. Replacing
+    sailor_sim's function changes the engine's verdict; and over a set of plans the engine
+    refuses a plan exactly when the simulator does, with the same words."""
+    from sailor_runtime.engine import schedule
+    from sailor_runtime.engine.options import ExecutionOptions, unsupported_reason
+    from sailor_sim import ExecutionOptions as SimOptions
+    from sailor_sim import Job, PlanError, Simulator
+    from sailor_sim.spec import interleave
+
+    monkeypatch.setattr(interleave, "interleave_problem", lambda plan, head, v: f"sentinel {v}")
+    assert schedule.interleave_problem(None, 7, 3) == "virtual_stages: sentinel 3"
+    monkeypatch.undo()
+
+    def plan(bounds, counts):
+        reps = tuple(Replica("CPU", "local", 1, 1, c) for c in counts)
+        return Plan(tuple(Stage(a, b, reps) for a, b in bounds))
+
+    sim = Simulator()
+    plans = [
+        plan(((0, 3), (4, 7)), [4, 4]),
+        plan(((0, 3), (4, 7)), [3, 5]),
+        plan(((0, 1), (2, 7)), [4, 4]),
+        plan(((0, 2), (3, 5), (6, 7)), [6, 2]),
+        plan(((0, 2), (3, 5), (6, 7)), [3, 5]),
+        plan(((0, 7),), [8]),
+    ]
+    refused = 0
+    for v in (1, 2, 3):
+        job = Job.create("tiny-gpt", 8, 32, options=SimOptions(virtual_stages=v))
+        for p in plans:
+            engine = unsupported_reason(ExecutionOptions(virtual_stages=v), job, p)
+            try:
+                sim.estimate(job, p)
+                simulator = None
+            except PlanError as exc:
+                simulator = str(exc).removeprefix("options.")
+                refused += 1
+            assert engine == simulator, (v, p.describe())
+    assert refused == 10  # all but the first plan, at v = 2 and at v = 3

@@ -110,6 +110,13 @@ class Planner:
                 for v in (c.max_cost_per_iteration, c.max_cost_per_hour, c.min_throughput)
             )
             why = "no plan meets the constraints" if constrained else "no plan fits in memory"
+            v = job.options.virtual_stages
+            if v > 1:  # the search keeps only plans interleaving runs on (spec.interleave)
+                why += (
+                    f" and runs interleaved 1F1B with virtual_stages={v} (>= 2 stages, "
+                    "microbatch counts multiples of the stage count, a layer in every chunk; "
+                    "fewer virtual stages may find one)"
+                )
             raise NoFeasiblePlanError(
                 f"{why} on {inventory.total_gpus} GPUs "
                 f"({', '.join(f'{p.count}x {p.gpu_type}@{p.zone}' for p in inventory.pools)}); "

@@ -19,6 +19,7 @@ from sailor_sim import (
     Stage,
     exposed_tail,
     get_gpu,
+    microbatch_step,
     pipeline_time,
     usd_per_second,
 )
@@ -154,6 +155,20 @@ class Scorer:
         self._replicas: dict[tuple, Replica] = {}
         self._fits: dict[tuple, bool] = {}
 
+    def pipeline_s(self, times, p2p, num_microbatches: int) -> float:
+        """One pipeline's 1F1B seconds as the simulator composes them
+        (``timing.pipeline_time``), with the job's virtual stages (interleaving divides the
+        fill and drain by v and sends every boundary tensor v times) and p2p style."""
+        options = self.job.options
+        return pipeline_time(
+            times, p2p, num_microbatches, options.virtual_stages, options.p2p_full_duplex
+        ).total_s
+
+    def step(self, depth: int) -> int:
+        """What every pipeline's microbatch count must be a multiple of at this depth: p
+        under interleaved 1F1B (``sailor_sim.spec.interleave``), else 1."""
+        return microbatch_step(self.job.options.virtual_stages, depth)
+
     def replica(self, g: str, zone: str, tp: int, mbs: int) -> Replica:
         """One validated Replica per (type, zone, TP, mbs): the p2p cache keys on it."""
         key = (g, zone, tp, mbs)
@@ -184,8 +199,8 @@ class Scorer:
             self.sim.p2p_time(self.job, shape.bounds[i][1], reps[i], reps[i + 1], d)
             for i in range(len(reps) - 1)
         ]
-        one = pipeline_time(times, p2p, 1).total_s
-        two = pipeline_time(times, p2p, 2).total_s
+        one = self.pipeline_s(times, p2p, 1)
+        two = self.pipeline_s(times, p2p, 2)
         bottleneck = two - one
         fill = one - bottleneck
         usd_per_s = sum(
@@ -265,8 +280,8 @@ class Scorer:
                     info[0], shape.bounds, cls.tps, kinds, firsts, strict=True
                 )
             ]
-            one = pipeline_time(times, info[1], 1).total_s
-            two = pipeline_time(times, info[1], 2).total_s
+            one = self.pipeline_s(times, info[1], 1)
+            two = self.pipeline_s(times, info[1], 2)
             hit = self._group_cache[key] = (times, info[1], two - one, 2 * one - two, *info[4:])
         return hit
 
@@ -295,15 +310,16 @@ class Scorer:
             [shape.classes[g.cls].mbs for g in groups],
             [x[2] for x in info],
             [x[3] for x in info],
+            self.step(p),  # interleaved 1F1B: counts multiples of p
         )
         if loads is None:
             return None
         # The critical pipeline and its 1F1B time, exactly as the simulator computes it.
         crit_total, crit = -1.0, None
         for x, load in zip(info, loads, strict=True):
-            pt = pipeline_time(x[0], x[1], load.top)
-            if pt.total_s > crit_total:
-                crit_total, crit = pt.total_s, x
+            total = self.pipeline_s(x[0], x[1], load.top)
+            if total > crit_total:
+                crit_total, crit = total, x
         if not self.fits(shape, groups, loads):
             return None
         max_mb = max(load.top for load in loads)
@@ -321,7 +337,7 @@ class Scorer:
         iteration = crit_total + tail + self.sim.step_sync_time(endpoints, gpus)
         usd_per_s = sum(g.count * x[4] for g, x in zip(groups, info, strict=True))
         for g, x, load in zip(groups, info, loads, strict=True):
-            micro = load.base * g.count + load.extra
+            micro = load.total(g.count)
             egress += x[5] * micro
         cost_iter = usd_per_s * iteration + egress
         return Scored(

@@ -12,6 +12,11 @@ down, add whole levels (one more microbatch on every pipeline of the group that 
 first) until the batch is covered, then give back the surplus from the groups that finish last,
 one pipeline at a time. Within a group pipelines differ by at most one microbatch. Exact up to
 the integrality of the last level.
+
+Interleaved 1F1B needs every pipeline's microbatch count to be a multiple of its stage count p
+(``sailor_sim.spec.interleave``): ``step`` = p balances in units of p microbatches (a group's
+pipelines then differ by at most p), the same problem with p x the microbatch size and the
+bottleneck.
 """
 
 from __future__ import annotations
@@ -21,17 +26,22 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ClassLoad:
-    """Microbatches of the pipelines of one group: ``extra`` of them run ``base + 1``."""
+    """Microbatches of the pipelines of one group: ``extra`` of them run ``base + step``."""
 
     base: int
     extra: int
+    step: int = 1
 
     def counts(self, num_pipelines: int) -> list[int]:
-        return [self.base + 1] * self.extra + [self.base] * (num_pipelines - self.extra)
+        return [self.base + self.step] * self.extra + [self.base] * (num_pipelines - self.extra)
+
+    def total(self, num_pipelines: int) -> int:
+        """Microbatches of all ``num_pipelines`` pipelines of the group."""
+        return self.base * num_pipelines + self.extra * self.step
 
     @property
     def top(self) -> int:
-        return self.base + 1 if self.extra else self.base
+        return self.base + self.step if self.extra else self.base
 
 
 def balance(
@@ -40,8 +50,17 @@ def balance(
     mbs: list[int],
     bottleneck: list[float],
     fill: list[float],
+    step: int = 1,
 ) -> list[ClassLoad] | None:
-    """Loads per group, or None when no split with >= 1 microbatch per pipeline hits ``gbs``."""
+    """Loads per group, or None when no split with >= 1 microbatch per pipeline hits ``gbs``;
+    with ``step`` > 1 every count is a multiple of ``step`` (>= ``step``)."""
+    if step > 1:
+        loads = balance(
+            gbs, pipelines, [m * step for m in mbs], [b * step for b in bottleneck], fill
+        )
+        if loads is None:
+            return None
+        return [ClassLoad(load.base * step, load.extra, step) for load in loads]
     k = len(pipelines)
     if sum(d * m for d, m in zip(pipelines, mbs, strict=True)) > gbs:
         return None  # every pipeline needs at least one microbatch

@@ -56,7 +56,11 @@ class Bounder:
 
     def _cost_floor(self, shape: Shape, lbs, max_d) -> float:
         """Lower bound on $/iteration of any allocation: every sample at the cheapest class's
-        steady-state price, plus one fill and one stage-0 all-reduce of two replicas."""
+        steady-state price, plus one fill (every GPU bills the whole iteration, at least each
+        pipeline's M B + F). Interleaved 1F1B's F may be negative (``lower_bounds``): a
+        pipeline then still takes >= (M - 1 + 1 / v) B >= M B (1 - (1 - 1 / v) / p), its
+        microbatch count M being a multiple of p, so every sample costs at least that share
+        of the steady-state price."""
         gbs = self.job.sample_slots
         per_sample = min(
             cls.gpus * min_price(cls.gpu) / 3600.0 * b / cls.mbs
@@ -64,6 +68,9 @@ class Bounder:
         )
         usd_min = sum(cls.gpus * min_price(cls.gpu) / 3600.0 for cls in shape.classes)
         extra = min(f for _b, f, _o in lbs)
+        if extra < 0:
+            v = self.job.options.virtual_stages
+            return per_sample * gbs * (1.0 - (1.0 - 1.0 / v) / shape.depth)
         return per_sample * gbs + usd_min * extra
 
     def bounds(

@@ -111,6 +111,7 @@ class Search:
         self._p2p: dict[tuple, float] = {}
         self._max_d: dict[tuple, list[int]] = {}
         self._gpus_in: dict[tuple, int] = {}
+        self._virtual = self.job.options.virtual_stages
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Found:
@@ -408,7 +409,7 @@ class Search:
             costs = self._fastest_costs(shape, c)
             (a, last), tp = shape.bounds[0], cls.tps[0]
             opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
-            hit = self._lbs[key] = (*lower_bounds(costs), opt, costs)
+            hit = self._lbs[key] = (*lower_bounds(costs, self._virtual), opt, costs)
         if layout[0] == layout[-1]:  # one region (layouts cross a boundary at most once)
             return hit[:3]
         costs = list(hit[3])
@@ -417,7 +418,7 @@ class Search:
                 extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
                 costs[q - 1] += extra[0]
                 costs[q] += extra[1]
-        return (*lower_bounds(costs), hit[2])
+        return (*lower_bounds(costs, self._virtual), hit[2])
 
     def _fastest_costs(self, shape: Shape, c: int) -> tuple[float, ...]:
         """The tables' stage costs with every neighbour's p2p at the fastest same-zone link
@@ -482,7 +483,8 @@ class Search:
 
     def _max_pipelines(self, shape: Shape, layout) -> list[int]:
         """Bound on useful data parallelism per class: capacity per region, and at least one
-        microbatch per pipeline (depends on the classes and the layout only: cached)."""
+        microbatch per pipeline (p of them under interleaved 1F1B, whose counts are multiples
+        of p: ``Scorer.step``); depends on the classes and the layout only: cached."""
         key = (shape.classes, layout)
         hit = self._max_d.get(key)
         if hit is None:
@@ -490,13 +492,13 @@ class Search:
         return list(hit)
 
     def _max_pipelines_uncached(self, shape: Shape, layout) -> list[int]:
-        out = []
+        out, step = [], self.scorer.step(shape.depth)
         for cls in shape.classes:
             need: dict = {}
             for grp, tp in zip(layout, cls.tps, strict=True):
                 need[grp] = need.get(grp, 0) + tp
             cap = min(self._region_gpus(cls.gpu, grp) // k for grp, k in need.items())
-            out.append(min(cap, self.job.sample_slots // cls.mbs))
+            out.append(min(cap, self.job.sample_slots // (cls.mbs * step)))
         return out
 
     def _region_gpus(self, g: str, grp) -> int:

@@ -37,6 +37,7 @@ from sailor_sim import (
     position_terms,
     recompute_transient,
     sharding,
+    stage_problem,
     static_bytes,
     transient_bytes,
     uses_flash,
@@ -67,6 +68,23 @@ class CostView:
         """[a, b] with a <= b: the layer ranges."""
         self.hits = 0
         self.tp_of = lru_cache(maxsize=None)(self._tp_degrees)
+
+    def chunkable(self) -> np.ndarray | None:
+        """[a, b]: whether a stage holding layer ids a..b cuts into the job's virtual stages
+        with a layer in every chunk (``sailor_sim.spec.interleave.stage_problem``, the rule
+        the simulator and the engine apply); None without interleaving (every range does)."""
+        v = self.job.options.virtual_stages
+        if v == 1:
+            return None
+        hit = self.memo.get(("chunkable", v))
+        if hit is None:
+            head = self.model.head_layer_id
+            hit = np.zeros((self.n, self.n), dtype=bool)
+            for a in range(self.n):
+                for b in range(a, self.n):
+                    hit[a, b] = stage_problem(0, a, b, head, v) is None
+            self.memo[("chunkable", v)] = hit
+        return hit
 
     # ---- catalog facts ----------------------------------------------------------------------
     def _tp_degrees(self, gpu_type: str) -> tuple[int, ...]:

@@ -12,6 +12,8 @@ have in flight, min(P - i, gbs / m), and a DP communicator), else the smallest t
 (one microbatch, no DP: a lower bound; under ZeRO always this one, as memory then depends on
 the data parallelism), inf only where none may fit. So no range is dropped that
 some plan could fit; ``Scorer.score`` applies the simulator's exact verdict to every candidate.
+Under interleaved 1F1B a range that cannot be cut into the job's virtual stages with a layer in
+each (``CostView.chunkable``, sailor-sim's rule) costs inf at every position: no split uses it.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def stage_tables(
             return None
     cap = cv.capacity(g)
     costs, tps = [], []
+    chunkable = cv.chunkable()
     p2p = _p2p_same_zone(cv, g, m, sorted({d for ds in per_stage for d in ds}), zone)
     for i in range(p):
         neighbours = (i > 0) + (i < p - 1)
@@ -87,6 +90,8 @@ def stage_tables(
         # Early stop: this position cannot hold even one layer id of its reachable window.
         if not any(diag[i : cv.n - (p - i) + 1]):
             return None
+        if chunkable is not None:  # interleaved 1F1B: ranges too short for v chunks are out
+            best = np.where(chunkable, best, INF)
         costs.append(best)
         tps.append(choice)
     return StageTables(tuple(costs), tuple(tps))
@@ -170,11 +175,17 @@ def stage_costs(tables: StageTables, bounds: Bounds) -> tuple[float, ...]:
     return tuple(float(tables.cost[i][a, b]) for i, (a, b) in enumerate(bounds))
 
 
-def lower_bounds(costs) -> tuple[float, float]:
+def lower_bounds(costs, virtual: int = 1) -> tuple[float, float]:
     """(B, F) with every pipeline whose stage steps are at least ``costs`` taking >= M * B + F
-    for M microbatches: 1F1B takes the sum of the steps plus M - 1 times the longest."""
+    for M microbatches: 1F1B takes the sum of the steps plus M - 1 times the longest.
+
+    With v virtual stages (``timing.pipeline_total``: own + (sum - own) / v of the compute,
+    every boundary's p2p both ways once, M - 1 steady steps whose p2p counts v times) a
+    pipeline takes >= (M - 1) B + sum / v: a cost ``c`` is compute plus one p2p per neighbour,
+    the steady step is at least the largest, and the fill and drain hold every compute / v and
+    every p2p at least / v. So F = sum / v - B, which may be negative (``Bounder`` allows it)."""
     neck = max(costs)
-    return neck, sum(costs) - neck
+    return neck, sum(costs) / virtual - neck
 
 
 def bottleneck(tables: StageTables, bounds: Bounds) -> float:

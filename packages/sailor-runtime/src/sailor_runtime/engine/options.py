@@ -25,7 +25,8 @@ Same names and meanings as the simulator's execution options (sailor_sim job/pla
   schedule, ``schedule.interleaved_steps``): each pipeline rank holds v model chunks, layers
   dealt round-robin over the p v chunks (``schedule.chunk_layers``). Needs >= 2 stages, a
   microbatch count that is a multiple of the stage count in every pipeline, at least one layer
-  per chunk, and the job planned with the same value (the simulator prices the bubble / v).
+  per chunk (``sailor_sim.spec.interleave``: the rule the simulator and the planner apply too),
+  and the job planned with the same value (the simulator prices the bubble / v).
 
 ``unsupported_reason(options, job, plan)`` is the one place that says which plans the engine
 runs with which options: the engine refuses the rest before any process group exists, the

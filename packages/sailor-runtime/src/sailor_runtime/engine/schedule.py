@@ -11,13 +11,14 @@ Interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2; Megatron-LM's
 ``forward_backward_pipelining_with_interleaving``): with p ranks and v chunks per rank the
 model is cut into p v chunks; chunk k of rank r is virtual stage ``k p + r``, so activations
 go round the ring r -> r + 1 (and p - 1 -> 0 into the next chunk). Megatron's order: the
-microbatch count m must be a multiple of p (``interleave_problem`` refuses others); virtual
-microbatch j (0 <= j < m v) is microbatch ``(j // (p v)) p + j % p`` through chunk
-``(j // p) % v`` forward (chunk ``v - 1 -`` that backward); rank r runs
-``min(2 (p - r - 1) + (v - 1) p, m v)`` warm-up forwards (all of them when m = p), then
-forward/backward pairs, then the remaining backwards. Its p2p is Megatron's too: after each
-compute step one batch sends what that step produced and receives what the neighbours send in
-their matching step (one step ahead), so no rank waits in a send whose receive is not posted.
+microbatch count m must be a multiple of p (``interleave_problem``, which is sailor_sim's
+``spec.interleave`` rule, refuses others); virtual microbatch j (0 <= j < m v) is
+microbatch ``(j // (p v)) p + j % p`` through chunk ``(j // p) % v`` forward (chunk
+``v - 1 -`` that backward); rank r runs ``min(2 (p - r - 1) + (v - 1) p, m v)`` warm-up
+forwards (all of them when m = p), then forward/backward pairs, then the remaining
+backwards. Its p2p is Megatron's too: after each compute step one batch sends what that step
+produced and receives what the neighbours send in their matching step (one step ahead), so no
+rank waits in a send whose receive is not posted.
 
 NCCL matches point-to-point messages between two ranks in the order they are posted, ignoring
 tags. With p = 2 both neighbours are one rank, and one batch can carry an activation and a
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from sailor_sim.spec import interleave as _interleave
 
 
 class Unit(NamedTuple):
@@ -232,59 +235,21 @@ def iteration_steps(kind: str, num_stages: int, stage: int, chunks: int, num_mic
             yield step
 
 
-# ---- which layers each chunk holds -----------------------------------------------------------
+# ---- which layers each chunk holds, and which plans run interleaved ----------------------
+# The rule lives in sailor_sim (``sailor_sim.spec.interleave``), where the simulator and the
+# planner check it too: the engine runs exactly the interleaved plans they price and propose.
 def chunk_layers(stages: list[tuple[int, int]], head_layer_id: int, chunks: int):
-    """Layer-id ranges ``[stage][chunk] -> (first, last)`` of an interleaved plan.
-
-    Stage i of the plan keeps its number of layers (what the simulator priced), cut into v
-    chunks: its transformer blocks split as evenly as they go (the first chunks take the
-    remainder), the embedding (layer id 0) in its first chunk, the head in its last. Layer ids
-    are then dealt in Megatron's order, chunk 0 of every stage, then chunk 1, ...; so chunk k of
-    stage i holds the (k p + i)-th run of consecutive layer ids. Raises ValueError naming the
-    stage when a chunk would hold no layer."""
-    sizes = []
-    for i, (first, last) in enumerate(stages):
-        emb, head = first == 0, last == head_layer_id
-        blocks = last - first + 1 - emb - head
-        parts = [blocks // chunks + (k < blocks % chunks) for k in range(chunks)]
-        parts[0] += emb
-        parts[-1] += head
-        if min(parts) == 0:
-            raise ValueError(
-                f"stage {i} holds {last - first + 1} layer ids ({blocks} blocks), too few for "
-                f"{chunks} chunks of at least one layer each"
-            )
-        sizes.append(parts)
-    out = [[(0, 0)] * chunks for _ in stages]
-    cursor = 0
-    for k in range(chunks):
-        for i in range(len(stages)):
-            out[i][k] = (cursor, cursor + sizes[i][k] - 1)
-            cursor += sizes[i][k]
-    return out
+    """Layer-id ranges ``[stage][chunk] -> (first, last)`` of an interleaved plan
+    (``sailor_sim.spec.interleave.chunk_layers``): stage i keeps its layer ids, its blocks
+    split as evenly as they go over v chunks (embedding in the first, head in the last), ids
+    dealt chunk 0 of every stage first. Raises ValueError (``PlanError``) naming the stage
+    when a chunk would hold no layer."""
+    return _interleave.chunk_layers(stages, head_layer_id, chunks)
 
 
 def interleave_problem(plan, head_layer_id: int, chunks: int) -> str | None:
     """Why ``plan`` cannot run interleaved with ``chunks`` virtual stages (one line naming
-    the fix), or None."""
-    if chunks == 1:
-        return None
-    p = plan.num_stages
-    if p < 2:
-        return (
-            f"virtual_stages: interleaved 1F1B needs >= 2 pipeline stages, this plan has {p}; "
-            "use virtual_stages 1"
-        )
-    for stage in plan.stages:
-        for j, rep in enumerate(stage.replicas):
-            if rep.num_microbatches % p:
-                return (
-                    f"virtual_stages: pipeline {j} runs {rep.num_microbatches} microbatches, "
-                    f"not a multiple of its {p} stages (Megatron's interleaved schedule needs "
-                    "one); use another microbatch count or virtual_stages 1"
-                )
-    try:
-        chunk_layers([(s.first_layer, s.last_layer) for s in plan.stages], head_layer_id, chunks)
-    except ValueError as exc:
-        return f"virtual_stages: {exc}; use fewer virtual stages or a plan with more layers"
-    return None
+    the fix, prefixed with the option as ``options.unsupported_reason`` words it), or None:
+    ``sailor_sim.spec.interleave.interleave_problem``, the simulator's and planner's rule."""
+    problem = _interleave.interleave_problem(plan, head_layer_id, chunks)
+    return None if problem is None else f"virtual_stages: {problem}"

@@ -36,6 +36,7 @@ from ..model.moe import (
 from ..profiles.analytic import attention_flop_s
 from ..profiles.files import load_profile_dir
 from ..profiles.store import LINKS_FILE, ProfileStore
+from ..spec.interleave import check_interleave
 from ..spec.job import Job
 from ..spec.options import (
     check_replica,
@@ -114,7 +115,10 @@ class Simulator(MemoryComponents):
     def check(self, job: Job, plan: Plan) -> None:
         """``plan.check(job)`` in O(stages): coverage and the global batch here; each distinct
         replica's TP degree and dtype support when its numbers are first computed
-        (``replica_info``), so cached replicas are not re-validated on every plan."""
+        (``replica_info``), so cached replicas are not re-validated on every plan. Plans the
+        options cannot run on are refused with ``PlanError`` naming the option: expert and
+        context parallel groups, and interleaved 1F1B's rule (``spec.interleave``: >= 2
+        stages, microbatch counts multiples of the stage count, a layer in every chunk)."""
         if plan.stages[-1].last_layer != job.model.head_layer_id:
             plan.check(job)
         if plan.stages[0]._samples != job.sample_slots:
@@ -123,6 +127,8 @@ class Simulator(MemoryComponents):
         if options.expert_parallel != 1 or options.context_parallel != 1:  # else nothing to do
             check_plan_expert_parallel(options.expert_parallel, plan)
             check_plan_context_parallel(options.context_parallel, plan)
+        if options.virtual_stages != 1:
+            check_interleave(plan, job.model.head_layer_id, options.virtual_stages)
 
     # ---- time components -------------------------------------------------------------------
     def stage_time(

@@ -47,7 +47,10 @@ the plan's ``Replica.num_microbatches`` (``Plan.gradient_accumulation_steps``).
   stage, each taking seq / cp tokens of the same samples (``context_parallel.py``). Needs
   flash attention and a sequence length divisible by 2 cp.
 - ``virtual_stages``: interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2): each GPU holds v
-  model chunks: the fill/drain bubble divides by v, the p2p traffic multiplies by v.
+  model chunks: the fill/drain bubble divides by v, the p2p traffic multiplies by v. Runs on
+  plans with >= 2 stages, microbatch counts that are multiples of the stage count and at least
+  one layer per chunk (``interleave.py``, the one statement of that rule; ``check_replica`` and
+  ``Simulator.check`` refuse the rest).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from typing import Any
 from ..dtypes import dtype_bytes
 from ..errors import ValidationError
 from ..simulate.fp8 import check_fp8, fp8_gpus_problem, fp8_stash
+from .interleave import depth_problem
 
 RECOMPUTE = ("none", "selective", "full", "selective_op")
 ZERO = ("none", "zero1", "zero2", "zero3", "hybrid")
@@ -270,11 +274,9 @@ def check_replica(options: ExecutionOptions, gpu, dtype: str, tp: int, num_stage
             "or one stage",
             field="options.zero",
         )
-    if options.virtual_stages > 1 and num_stages < 2:
-        raise ValidationError(
-            "interleaved 1F1B needs pipeline parallelism (>= 2 stages); set virtual_stages=1",
-            field="options.virtual_stages",
-        )
+    problem = depth_problem(options.virtual_stages, num_stages)  # interleave.py: the rule
+    if problem is not None:
+        raise ValidationError(problem, field="options.virtual_stages")
 
 
 def check_options_on(options: ExecutionOptions, dtype: str, gpus) -> None:
