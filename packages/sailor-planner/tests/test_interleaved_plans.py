@@ -137,8 +137,10 @@ def test_no_interleavable_plan_says_so(sim):
         ExecutionOptions(virtual_stages=2),
         ExecutionOptions(virtual_stages=3),
         ExecutionOptions(virtual_stages=2, p2p_scatter_gather=False),
+        ExecutionOptions(recompute="full"),  # the drain holds the recomputed forward too
+        ExecutionOptions(recompute="selective", virtual_stages=2),
     ],
-    ids=["v2", "v3", "v2-deepspeed-p2p"],
+    ids=["v2", "v3", "v2-deepspeed-p2p", "recompute-full", "recompute-selective-v2"],
 )
 def test_search_scores_equal_the_simulators_estimates_when_interleaved(sim, options):
     """The search scores an interleaved candidate as the simulator does (the bubble / v, the
