@@ -32,6 +32,7 @@ def test_sources_cut_from_one_document_count_once() -> None:
     allowed = [r for r in runs if r.source not in bench.VALIDATION_ONLY_SOURCES]
     independent = bench.independent_sources(allowed)
     assert len(independent) == len({r.source for r in allowed}) - 1
+    assert len(independent) >= bench.MIN_SOURCES
 
 
 def test_architectures_match_the_parameter_counts_their_source_published() -> None:
