@@ -2,13 +2,16 @@
 
 Every row of the table (llm-foundry MPT benchmarks, torchtitan Llama runs, Megatron-LM
 arXiv 2205.05198 Table 5, NVIDIA's DGX Cloud GPT-3 recipe, FlashAttention's GPT-3 training
-table, BigScience's BLOOM-176B log, IBM's fms-fsdp Llama table; each row names its source and
+table, BigScience's BLOOM-176B log, IBM's fms-fsdp Llama table, TinyLlama's README, the
+DeepSpeed MT-NLG 530B paper, Ai2's OLMo-core throughput table; each row names its source and
 quotes it) is predicted by the simulator with the
 analytic profile of its GPU and its execution options, *then* compared with what was published:
 tokens/s per GPU (or the iteration time, converted) and peak memory where published. Three
 tables: (a) uncalibrated (the compute efficiencies fitted on OPT-350 fp32 profiles), (b) the
 calibration of ``sailor_sim/data/compute_efficiency.json`` (fitted on all rows: in-sample), and
-(c) leave-one-source-out: each source predicted with efficiencies fitted on the other sources.
+(c) leave-one-source-out: each independent source predicted with efficiencies fitted on the
+other sources (a source is a document: torchtitan's A100 and H100 tables, one document, are held
+out together and count once; ``published.document``).
 
 ``--fit`` refits the calibration on every row and rewrites ``compute_efficiency.json`` with the
 data it was fitted on and its in-sample and leave-one-source-out errors.
@@ -17,7 +20,7 @@ Exits 1 when a row cannot be predicted (an execution option the simulator cannot
 named, never silently ignored), when the table is missing, or when a bar of issue 21 is missed
 on the leave-one-source-out table: throughput mean |error| <= 12 % and worst <= 35 %, each GPU
 family (Ampere, Hopper) <= 15 % mean, memory mean <= 10 % where published, over >= 8
-independent sources.
+independent sources of the kinds the issue allows for fitting (documents, not table sources).
 
 The rows are predicted with the CLI's rules: the fabric a source states goes in as ``--fabric``
 would (``cluster.Cluster``), every ring at that fabric's bus efficiency (``comm``).
@@ -264,12 +267,26 @@ def fit(runs) -> Fits:
     return fits
 
 
+def independent_sources(runs) -> set[str]:
+    """The independent sources of ``runs``: their documents (``published.document``). Two table
+    sources cut from one document (torchtitan's docs/performance.md at two commits, its A100
+    and its H100 tables) are one source: the same authors, framework and measurement method."""
+    return {published.document(r.source) for r in runs}
+
+
 def leave_one_source_out(runs) -> list[Prediction]:
+    """Each independent source (document) predicted with efficiencies fitted on the others.
+    Held out per document rather than per table source: torchtitan-a100 predicted with a fit
+    that saw torchtitan-h100 would have learned from the same document (same framework, same
+    authors, same way of measuring), which is what leave-one-source-out means to exclude. The
+    bar counts documents too (``independent_sources``), so the unit held out is the unit
+    counted."""
     preds = []
-    for source in sorted({r.source for r in runs}):
-        train = [r for r in runs if r.source != source]
+    for doc in sorted(independent_sources(runs)):
+        train = [r for r in runs if published.document(r.source) != doc]
         _with(fit(train))
-        preds += predict_all([r for r in runs if r.source == source])[0]
+        preds += predict_all([r for r in runs if published.document(r.source) == doc])[0]
+    preds.sort(key=lambda p: p.run.index)
     return preds
 
 
@@ -352,15 +369,19 @@ def print_sources(loso: list[Prediction]) -> None:
     """Leave-one-source-out error of each source's rows: what the simulator, fitted on the
     other sources only, gets on the runs of a source it never saw."""
     print("\n### leave-one-source-out error per source\n")
-    print("| source | rows | fittable rows | throughput mean | throughput worst |")
-    print("|---|---|---|---|---|")
+    print(
+        "| source | document (held out together) | publisher | rows | fittable rows "
+        "| throughput mean | throughput worst |"
+    )
+    print("|---|---|---|---|---|---|---|")
     fitted = {r.index for r in fittable([p.run for p in loso])}
     for source in sorted({p.run.source for p in loso}):
         preds = [p for p in loso if p.run.source == source]
         errs = [abs(e) for e in throughput_errors(preds)]
         used = sum(p.run.index in fitted for p in preds)
         print(
-            f"| {source} | {len(preds)} | {used} | {sum(errs) / len(errs):.1%} | {max(errs):.1%} |"
+            f"| {source} | {published.document(source)} | {published.publisher(source)} | "
+            f"{len(preds)} | {used} | {sum(errs) / len(errs):.1%} | {max(errs):.1%} |"
         )
 
 
@@ -484,15 +505,22 @@ def main(argv: list[str] | None = None) -> int:
         if g is None or not g["throughput_mean"] <= TARGET_FAMILY:
             got = "no rows" if g is None else f"{g['throughput_mean']:.1%}"
             bad.append(f"{family} throughput mean error {got} > 15% (leave-one-source-out)")
-    # Issue 21 counts sources of the kinds it allows for fitting: the validation-only ones
-    # (VALIDATION_ONLY_SOURCES) are predicted like the others but do not count toward the bar.
-    sources = len({r.source for r in runs} - VALIDATION_ONLY_SOURCES)
+    # Issue 21 counts independent sources of the kinds it allows for fitting: the validation-only
+    # ones (VALIDATION_ONLY_SOURCES) are predicted like the others but do not count, and table
+    # sources cut from one document count once (independent_sources). Publishers are printed
+    # too: one organization may publish several documents (NVIDIA: a paper, a recipe README and,
+    # with Microsoft, the MT-NLG paper); the bar counts documents, not organizations.
+    allowed = [r for r in runs if r.source not in VALIDATION_ONLY_SOURCES]
+    allowed_sources = len({r.source for r in allowed})
+    independent = len(independent_sources(allowed))
+    publishers = len({published.publisher(r.source) for r in allowed})
     print(
-        f"\nsources: {len({r.source for r in runs})} in the table, {sources} of the kinds issue 21 "
-        f"allows for fitting (bar >= {MIN_SOURCES})"
+        f"\nsources: {len({r.source for r in runs})} in the table, {allowed_sources} of the kinds "
+        f"issue 21 allows for fitting, {independent} of them independent (one per document: the "
+        f"bar, >= {MIN_SOURCES}), from {publishers} publishers"
     )
-    if sources < MIN_SOURCES:
-        bad.append(f"{sources} independent allowed sources < {MIN_SOURCES}")
+    if independent < MIN_SOURCES:
+        bad.append(f"{independent} independent allowed sources < {MIN_SOURCES}")
     if not loso_s["memory_mean"] <= TARGET_MEMORY:
         bad.append(f"memory mean error {loso_s['memory_mean']:.1%} > 10% (leave-one-source-out)")
     for line in bad:

@@ -12,12 +12,27 @@ def test_table_has_enough_sourced_rows() -> None:
     runs = published.load_runs()
     sources = published.sources()
     assert len(runs) >= 30
-    assert len({r.source for r in runs}) >= 8  # issue 21's bar for leave-one-source-out
+    assert len({r.source for r in runs}) >= 8
     for source in sources.values():
         assert source["citation"] and source["url"].startswith("https://")
     for run in runs:
         assert run.measured_tokens_per_s_per_gpu() > 0, run.label
         assert run.global_batch % (run.dp * run.microbatch) == 0, run.label
+
+
+def test_sources_cut_from_one_document_count_once() -> None:
+    """Issue 21's >= 8 independent sources: torchtitan's A100 and H100 tables are one document
+    (docs/performance.md at two commits), held out together and counted once; every source
+    names its document and publisher."""
+    assert published.document("torchtitan-a100") == published.document("torchtitan-h100")
+    for name, source in published.sources().items():
+        assert source.get("document") and source.get("publisher"), name
+    bench = _sim_published()
+    runs = published.load_runs()
+    allowed = [r for r in runs if r.source not in bench.VALIDATION_ONLY_SOURCES]
+    independent = bench.independent_sources(allowed)
+    assert len(independent) == len({r.source for r in allowed}) - 1
+    assert len(independent) >= bench.MIN_SOURCES
 
 
 def test_architectures_match_the_parameter_counts_their_source_published() -> None:

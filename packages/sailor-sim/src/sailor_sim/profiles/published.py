@@ -3,12 +3,14 @@
 The table holds runs that others measured and published (MosaicML llm-foundry's benchmark
 tables, torchtitan's performance docs, the Megatron-LM activation-recomputation paper, NVIDIA's
 DGX Cloud recipes, FlashAttention's training README, BigScience's BLOOM log, IBM's fms-fsdp
-README), one row
+README, TinyLlama's README, the MT-NLG 530B paper, Ai2's OLMo-core README), one row
 per run with its source, the model, GPU, parallelism, precision, batch, sequence, execution
 options and what was measured (tokens/s per GPU, iteration seconds, peak memory). Each source
-names the exact document (repository commit or arXiv table). ``bench/sim_published.py`` predicts
-every row with the simulator before comparing, and ``analytic`` fits its compute efficiency on
-them (leave-one-source-out reported next to the in-sample error).
+names the exact document (repository commit or arXiv table), its ``document`` (sources cut from
+one document share it and count as one independent source) and its ``publisher``.
+``bench/sim_published.py`` predicts every row with the simulator before comparing, and
+``analytic`` fits its compute efficiency on them (leave-one-source-out reported next to the
+in-sample error).
 
 This module only reads the table and turns a row into the simulator's inputs; it invents
 nothing: a row whose option the simulator cannot express is reported by the caller, not guessed.
@@ -184,6 +186,19 @@ def gpu_type(name: str, path: Path = DATA_FILE):
         memory_bandwidth=variant["memory_bandwidth_gbps"] * 1e9,
         source=variant["source"],
     )
+
+
+def document(source: str, path: Path = DATA_FILE) -> str:
+    """The document a source's figures come from (its ``document`` field; the source name when
+    it has none). Sources cut from one document (torchtitan's docs/performance.md at two
+    commits: ``torchtitan-a100``, ``torchtitan-h100``) share it: they are one independent
+    source, not two."""
+    return _document(str(path))["sources"][source].get("document") or source
+
+
+def publisher(source: str, path: Path = DATA_FILE) -> str:
+    """The organization that published a source (its ``publisher`` field)."""
+    return _document(str(path))["sources"][source].get("publisher") or source
 
 
 def memory_measure(source: str, path: Path = DATA_FILE) -> str:
