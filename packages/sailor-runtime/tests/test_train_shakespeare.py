@@ -58,5 +58,7 @@ def test_gpt_20m_plus_learns_shakespeare(tmp_path):
     assert (s["first_loss"], s["final_loss"]) == (metrics[0]["loss"], metrics[-1]["loss"])
     steady = sorted(m["tokens_per_s"] for m in metrics[2:])
     assert steady[0] <= s["throughput"]["tokens_per_s"] <= steady[-1]
-    assert 0 < s["throughput"]["mfu"] and 0 < s["throughput"]["simulated_mfu"]
+    # MFU over the cores' physical peak (sailor_sim.catalog.hostcpu), not the catalog's
+    # placeholder: a utilization, below 1.
+    assert 0 < s["throughput"]["mfu"] < 1 and 0 < s["throughput"]["simulated_mfu"] < 1
     assert "eval loss" in proc.stdout and "MFU measured" in proc.stdout

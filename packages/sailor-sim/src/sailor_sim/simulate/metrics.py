@@ -7,8 +7,10 @@ input embedding lookups; a tied matrix counts once, as the LM head), L layers, H
 (H Q = hidden size) and T the sequence length; the 12 L H Q T term is the attention scores and
 context (forward + backward, no causal halving, as PaLM). MFU divides the achieved model FLOP/s
 by the plan's peak: each GPU's dense peak at the job's dtype (fp32 jobs: the TF32 tensor-core
-peak where the GPU has one, as the simulator's analytic profiles assume). Recomputation is not
-counted (model FLOPs, not hardware FLOPs).
+peak where the GPU has one, as the simulator's analytic profiles assume); a local CPU worker
+type's peak is its cores' (``catalog.hostcpu``: clock x FLOPs per cycle of the CPU's widest
+matmul instructions), not the catalog's placeholder. Recomputation is not counted (model FLOPs,
+not hardware FLOPs).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..catalog.gpus import get_gpu
+from ..catalog.hostcpu import cpu_type_peak_flops
 from ..catalog.zones import DEFAULT_REGIONS, default_zone, get_zone
 
 GiB = 1024**3
@@ -51,6 +54,10 @@ def _peak(gpu_type: str, dtype: str) -> float:
     gpu = get_gpu(gpu_type)
     if not gpu.supports(dtype):
         return 0.0
+    if gpu.platform == "cpu":
+        cores = cpu_type_peak_flops(gpu_type, dtype)
+        if cores is not None:
+            return cores
     return gpu.peak_flops(dtype, allow_tf32=True)
 
 
