@@ -15,8 +15,9 @@ FLOPs per cycle per core (one FMA = 2 FLOPs):
 - fp32, SSE only: 4 lanes x 2 (one mul + one add port) = 8;
 - bf16, AVX-512 BF16 (VDPBF16PS: 32 bf16 products summed pairwise into 16 fp32 per 512-bit
   instruction): twice the fp32 rate, 128;
-- bf16, AMX-BF16: 1024 per core (Intel, "Intel Advanced Matrix Extensions Overview": 1024
-  BF16 operations per cycle per core on 4th-generation Xeon Scalable);
+- bf16, AMX-BF16: 1024 per core ("4th Gen Intel Xeon Scalable processor can perform 2048 INT8
+  or 1024 BF16 operations per cycle", en.wikipedia.org/wiki/Advanced_Matrix_Extensions, citing
+  Intel's "Accelerate Artificial Intelligence (AI) Workloads with Intel AMX");
 - fp16 (and bf16 without those flags) computes through fp32: the fp32 rate.
 The clock is the highest the kernel reports (``cpuinfo_max_freq``, else ``cpu MHz``).
 """
