@@ -69,3 +69,85 @@ def test_layout_bounds_hold_for_every_scored_candidate(request, source) -> None:
                     checked += 1
                     crossing += layout[0] != layout[-1]
     assert crossing >= 10  # cross-region candidates were really scored
+
+
+TWO_TYPES_FOUR_ZONES = [
+    f"{g}@{z}={n}"
+    for g, n in (("A100-40", 8), ("V100-16", 4))
+    for z in ("us-central1-a", "us-central1-b", "us-west1-b", "us-east1-b")
+]
+
+
+@pytest.mark.parametrize("source", ["sim", "sailor_planner"])
+def test_shape_bound_is_above_every_layouts_node_key(request, source) -> None:
+    """``Search._shape_bound`` (one bound for all layouts of a shape, which lets a search with
+    an incumbent skip the shape) is at least every layout's own node key, for one-type and
+    mixed shapes, in one region and across a region boundary: a bound below a node key
+    would skip plans the search has to score."""
+    sim = request.getfixturevalue(source)
+    sim = getattr(sim, "sim", sim)
+    job = Job.create("OPT-350M", 64, 2048, "fp32")
+    inventory = Inventory.parse(TWO_TYPES_FOUR_ZONES)
+    cv = CostView(sim, job)
+    search = Search(cv, Scorer(cv), Memo(), inventory, SearchOptions(microbatch_sizes=(1, 2, 4)))
+    checked, mixed, crossing = 0, 0, 0
+    for depth in (1, 2, 3, 4):
+        singles = {g: search._single_shapes(g, depth) for g in search.types}
+        shapes = [x[0] for g in search.types for x in singles[g]]
+        shapes += search._mixed_shapes(depth, singles)
+        for shape in shapes:
+            layouts = search._layouts(depth, shape)
+            bound = search._shape_bound(shape, layouts)
+            if bound is None:
+                continue
+            for layout in layouts:
+                max_d = search._max_pipelines(shape, layout)
+                if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
+                    continue
+                lbs = [search._class_lb(shape, c, layout) for c in range(len(shape.classes))]
+                key = search.bnd.node_key(shape, lbs, max_d)
+                assert key is not None
+                assert -key <= bound * (1 + 1e-12), (shape, layout, -key, bound)
+                checked += 1
+                mixed += len(shape.classes) > 1
+                crossing += layout[0] != layout[-1]
+    assert checked >= 100 and mixed >= 20 and crossing >= 20, (checked, mixed, crossing)
+
+
+def test_skipping_shapes_the_incumbent_beats_changes_no_answer(sailor_planner, monkeypatch):
+    """With the shape bound (option search: the lean searches start from an incumbent; a
+    re-plan from the previous plan) and without it: the same plans, estimates, options and
+    candidates scored; and it did skip shapes."""
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    inventory = Inventory.parse(TWO_TYPES_FOUR_ZONES)
+    fewer = Inventory.parse(TWO_TYPES_FOUR_ZONES[:-1])
+    skipped = []
+    original = Search._shape_beaten
+
+    def counting(self, shape, layouts):
+        beaten = original(self, shape, layouts)
+        skipped.append(beaten)
+        return beaten
+
+    def answers():
+        planner = Planner(sailor_planner.sim)
+        out = []
+        for objective in ("throughput", "cost"):
+            options = SearchOptions(objective=objective, pareto_points=3)  # top_k 1
+            first = planner.plan(job, inventory, options)
+            again = planner.plan(job, fewer, options, previous=first.best.plan)
+            for r in (first, again):
+                out.append(
+                    (
+                        [(p.plan.to_json(), p.estimate, p.options) for p in r.plans],
+                        [(p.plan.to_json(), p.estimate) for p in r.pareto],
+                        r.stats.candidates_evaluated,
+                    )
+                )
+        return out
+
+    monkeypatch.setattr(Search, "_shape_beaten", counting)
+    with_bound = answers()
+    assert any(skipped)
+    monkeypatch.setattr(Search, "_shape_beaten", lambda self, shape, layouts: False)
+    assert answers() == with_bound

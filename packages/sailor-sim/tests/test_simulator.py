@@ -398,3 +398,36 @@ def test_bad_ring_fields_name_the_field(tmp_path, ring, message):
     with pytest.raises(ProfileError, match=message) as info:
         _cpu_links(tmp_path, **ring)
     assert "links[0].ring_bus_bandwidth" in str(info.value)
+
+
+def test_ring_time_keeps_edge_curves_not_answers_across_ring_sizes() -> None:
+    """``ring_time`` keeps each edge's curve and efficiency (``cache.ring_curve``) and each
+    hierarchical run's seconds across ring sizes; every answer equals the uncached one: a
+    fresh simulator per question, and ``timing.edge_allreduce_time`` /
+    ``hierarchical_allreduce_time`` edge by edge, exactly (no tolerance)."""
+    from sailor_sim.simulate import timing
+
+    warm = Simulator()
+    job = Job.create("OPT-350M", 64, 2048)
+    rings = []
+    for n in (2, 3, 5, 8, 16, 33, 64):
+        rings += [
+            ((("us-central1-a", "A100-40", 1), n),),  # one run: flat or hierarchical
+            ((("us-central1-a", "A100-40", 2), n), (("us-central1-b", "A100-40", 2), 1)),
+            ((("us-central1-a", "GH-96", 1), n), (("us-central1-a", "V100-16", 4), 2)),
+            ((("us-central1-a", "V100-16", 1), 1), (("us-west1-a", "V100-16", 2), n)),
+        ]
+    for nbytes in (None, 3.5e8):
+        for kinds in rings + rings[::-1]:  # warm: earlier sizes cached, in both orders
+            got = warm.ring_time(job, 0, 9, kinds, nbytes)
+            assert got == Simulator().ring_time(job, 0, 9, kinds, nbytes)
+            grad = warm.grad_bytes(job, 0, 9) if nbytes is None else nbytes
+            n, counts, edges = sum(c for _, c in kinds), dict(kinds), []
+            for a, b in timing.kind_edges(kinds):
+                if a == b and warm._edge_curve(a, b) is None:
+                    run = counts[a]
+                    edges.append(timing.hierarchical_allreduce_time(warm.network, a, run, grad))
+                else:
+                    edges.append(timing.edge_allreduce_time(warm.network, a, b, n, grad))
+            assert got[0] == max(edges)
+    assert warm.cache.ring_curve and warm.cache.ring_hierarchical

@@ -134,7 +134,12 @@ class Search:
                 if self.covered is not None and self.covered(shape):
                     self.stats.pruned += 1
                     continue
-                for layout in self._layouts(p, shape):
+                layouts = self._layouts(p, shape)
+                if self.incumbent is not None and self._shape_beaten(shape, layouts):
+                    # every layout's node would be beaten on its first pop (see _shape_bound)
+                    self.stats.pruned += len(layouts)
+                    continue
+                for layout in layouts:
                     max_d = self._max_pipelines(shape, layout)
                     if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
                         self.stats.pruned += 1
@@ -403,13 +408,7 @@ class Search:
         the fastest same-zone p2p of the type. Where the layout crosses regions, the two
         stages at that boundary send over the fastest link between the regions instead."""
         cls = shape.classes[c]
-        key = (shape, c)
-        hit = self._lbs.get(key)
-        if hit is None:
-            costs = self._fastest_costs(shape, c)
-            (a, last), tp = shape.bounds[0], cls.tps[0]
-            opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
-            hit = self._lbs[key] = (*lower_bounds(costs, self._virtual), opt, costs)
+        hit = self._class_base(shape, c)
         if layout[0] == layout[-1]:  # one region (layouts cross a boundary at most once)
             return hit[:3]
         costs = list(hit[3])
@@ -419,6 +418,89 @@ class Search:
                 costs[q - 1] += extra[0]
                 costs[q] += extra[1]
         return (*lower_bounds(costs, self._virtual), hit[2])
+
+    def _shape_beaten(self, shape: Shape, layouts) -> bool:
+        """Whether ``_shape_bound`` (over every layout) already loses to the incumbent, with
+        a 1e-9 margin on top of ``_beaten``'s own (float rounding between the two bounds)."""
+        thr = self._shape_bound(shape, layouts)
+        return thr is not None and thr * (1 + 1e-9) < self.incumbent[0] * (1 - 1e-9)
+
+    def _shape_bound(self, shape: Shape, layouts) -> float | None:
+        """An upper bound on iterations/s over the node keys of all ``layouts`` of ``shape``
+        (``Bounder.node_key``, throughput objective), computed once for the shape, or None
+        where none is given (cost objective, interleaving, a crossing that speeds a stage up).
+
+        Why a skipped shape changes no answer: the incumbent is fixed and the nodes are all
+        pushed before the first pop, so a node the incumbent beats would end the search when
+        popped (``_beaten``), after exactly the entries that precede it; without it the next
+        pop, whose key is no better, ends it instead.
+
+        Why it bounds every layout: a layout's classes have the single-region stage costs
+        plus what crossing regions adds (``_class_lb``; checked >= 0 here, so B and the sum
+        of the steps, B + F without interleaving, only grow), and at most
+        D = min(samples / mbs, the most GPUs of the type in one region group / its least TP)
+        pipelines (``_max_pipelines``). One class: the node key is ``bounds`` at 1 and at
+        max_d pipelines, and ``bounds``'s time, gbs B / (d mbs) + F (gbs >= d mbs) and the
+        optimizer shard, falls as d grows and rises with B and B + F: evaluated at D with the
+        single-region costs it is no smaller. Several classes: T >= max(gbs / sum_j D_j
+        mbs_j / B_j + min_j F_j, max_j (B_j + F_j)) + sync + optimizer (the samples' weighted
+        mean of F is at least its least; the sync is the layout-independent two-replica
+        ring of ``bounds``), each term at most what the layout's ``bounds`` has."""
+        if self.opt.objective != "throughput" or self._virtual != 1 or not layouts:
+            return None
+        groups = {grp for layout in layouts for grp in layout}
+        step = self.scorer.step(shape.depth)
+        lbs, caps = [], []
+        for c, cls in enumerate(shape.classes):
+            if not self._crossings_slow(cls, layouts):
+                return None
+            lbs.append(self._class_base(shape, c)[:3])
+            most = max(self._region_gpus(cls.gpu, grp) for grp in groups) // min(cls.tps)
+            caps.append(min(most, self.job.sample_slots // (cls.mbs * step)))
+        if not all(caps):
+            return None  # a class with no pipeline anywhere: the per-layout path prunes it
+        bnd = self.bnd
+        if len(caps) == 1:
+            thr = bnd.bounds(shape, lbs, [1], sync_replicas=1)[0]
+            if caps[0] >= 2:
+                thr = max(thr, bnd.bounds(shape, lbs, caps, sync_replicas=2)[0])
+            return thr
+        gbs = self.job.sample_slots
+        pairs = zip(caps, shape.classes, lbs, strict=True)
+        rate = sum(d * cls.mbs / b for d, cls, (b, _f, _o) in pairs)
+        least_f = min(f for _b, f, _o in lbs)
+        longest = max(b + f for b, f, _o in lbs)
+        opt = max(o for _b, _f, o in lbs)
+        kinds = tuple(sorted(((cls.gpu, cls.tps[0]), 1) for cls in shape.classes))
+        sync = bnd._fastest_ring(shape, kinds)
+        if self.job.options.zero == "hybrid":
+            sync = 0.0
+        if self.job.options.shards_optimizer:
+            opt /= max(1, sum(caps))
+        return 1.0 / (max(gbs / rate + least_f, longest) + sync + opt)
+
+    def _crossings_slow(self, cls: ClassShape, layouts) -> bool:
+        """Whether every region crossing of ``layouts`` adds >= 0 to both stages at it
+        (``_cross_extra``; true where same-zone links are the fastest)."""
+        for layout in layouts:
+            for q in range(1, len(layout)):
+                if layout[q] != layout[q - 1]:
+                    extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
+                    if extra[0] < 0 or extra[1] < 0:
+                        return False
+        return True
+
+    def _class_base(self, shape: Shape, c: int) -> tuple:
+        """(B, F, optimizer step, stage costs) of class ``c`` in one region (cached)."""
+        key = (shape, c)
+        hit = self._lbs.get(key)
+        if hit is None:
+            cls = shape.classes[c]
+            costs = self._fastest_costs(shape, c)
+            (a, last), tp = shape.bounds[0], cls.tps[0]
+            opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
+            hit = self._lbs[key] = (*lower_bounds(costs, self._virtual), opt, costs)
+        return hit
 
     def _fastest_costs(self, shape: Shape, c: int) -> tuple[float, ...]:
         """The tables' stage costs with every neighbour's p2p at the fastest same-zone link

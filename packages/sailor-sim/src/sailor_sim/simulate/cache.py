@@ -45,6 +45,11 @@ class ComponentCache:
         """stage replica signature -> ``timing.ring_kinds`` of its replicas."""
         self.ring_edge: dict[tuple, tuple[float, float]] = {}
         """(gradient bytes, ring edge, ranks) -> (all-reduce seconds, egress $)."""
+        self.ring_curve: dict[tuple, Any] = {}
+        """ring edge (a, b) -> ``timing.edge_curve`` (curve, parallel rings, bus efficiency),
+        or None where the edge all-reduces hierarchically (its size enters every lookup)."""
+        self.ring_hierarchical: dict[tuple, float] = {}
+        """(ring kind, replicas of its run, bytes) -> hierarchical all-reduce seconds."""
         self.shard_collective: dict[tuple, float] = {}
         """(job, bytes, params or grads, ring kinds, lead replica) -> one layer's ZeRO-3
         gather / reduce-scatter seconds (layers of equal size share it)."""

@@ -400,6 +400,24 @@ class Simulator(MemoryComponents):
         itself was measured (a ring in links.json, or the original Sailor's per-GPU-count
         fits, taken from whole-ring runs) that measurement is what NCCL achieved, used flat;
         so are CPU workers (processes of one host: their measured p2p link is the loopback)."""
+        curves = self.cache.ring_curve
+        curve = curves.get((a, b), False)
+        if curve is False:
+            curve = curves[(a, b)] = self._edge_curve(a, b)
+        if curve is None:  # hierarchical: depends on the run, not on the whole ring's size
+            key = (a, run, nbytes)
+            hit = self.cache.ring_hierarchical.get(key)
+            if hit is None:
+                hit = timing.hierarchical_allreduce_time(self.network, a, run, nbytes)
+                self.cache.ring_hierarchical[key] = hit
+            return hit
+        link, pairs, efficiency = curve
+        # = timing.edge_allreduce_time(self.network, a, b, ranks, nbytes), its lookups kept
+        return timing.allreduce_time(link, nbytes, ranks, pairs, efficiency)
+
+    def _edge_curve(self, a, b):
+        """None where the a -> b edge all-reduces hierarchically (``_edge_time``), else its
+        ``timing.edge_curve`` (curve, parallel rings, bus efficiency)."""
         if a == b:
             zone, gpu_type, tp = a
             link = self.network.link(Endpoint(zone, gpu_type, tp), Endpoint(zone, gpu_type, tp))
@@ -409,8 +427,8 @@ class Simulator(MemoryComponents):
                 or get_gpu(gpu_type).platform == "cpu"
             )
             if not flat:
-                return timing.hierarchical_allreduce_time(self.network, a, run, nbytes)
-        return timing.edge_allreduce_time(self.network, a, b, ranks, nbytes)
+                return None
+        return timing.edge_curve(self.network, a, b)
 
     def grad_bytes(self, job: Job, first: int, last: int) -> int:
         """Unsharded gradient bytes of layers first..last (fp32 main grads, ``GRAD_BYTES``,

@@ -281,6 +281,14 @@ def edge_allreduce_time(
     reduce in parallel rings (min TP of the two concurrent pairs), on the edge's own curve
     (a cross-zone edge is slower): its measured ring, else its fabric's bus efficiency; an
     edge between zones leaves the GPU fabric for the provider's network (cloud Ethernet)."""
+    link, pairs, efficiency = edge_curve(network, a, b)
+    return allreduce_time(link, grad_bytes_unsharded, ranks, pairs, efficiency)
+
+
+def edge_curve(network: NetworkModel, a: RingKind, b: RingKind) -> tuple[LinkCurve, int, float]:
+    """(curve, parallel rings, bus efficiency) of the a -> b ring edge
+    (``edge_allreduce_time``): all of it that does not depend on the ring's size or bytes,
+    so a simulator can keep it per edge."""
     from .comm import bus_efficiency as of_kind
     from .network import Endpoint
 
@@ -291,7 +299,7 @@ def edge_allreduce_time(
         efficiency = bus_efficiency(ga, gb)
     else:
         efficiency = of_kind(CROSS_ZONE_KIND).value
-    return allreduce_time(link, grad_bytes_unsharded, ranks, pairs, efficiency)
+    return link, pairs, efficiency
 
 
 def hierarchical_allreduce_time(
@@ -425,6 +433,7 @@ __all__ = [
     "intra_bus_efficiency",
     "dp_egress_usd",
     "edge_allreduce_time",
+    "edge_curve",
     "edge_egress_usd",
     "hierarchical_allreduce_time",
     "egress_usd",
