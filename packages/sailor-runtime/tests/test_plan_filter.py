@@ -29,13 +29,13 @@ def address():
 
 
 def _config(tmp_path, **options) -> ControllerConfig:
-    return ControllerConfig(
-        job=JOB,
+    return ControllerConfig.for_job(
+        JOB,
         steps=1,
         checkpoint_every=1,
         run_dir=tmp_path,
         planner_address="127.0.0.1:9",
-        execution_options=ExecutionOptions(**options).to_dict(),
+        options=ExecutionOptions(**options).simulated(),
     )
 
 
@@ -80,9 +80,13 @@ def test_no_runnable_plan_is_a_clear_line(address, tmp_path):
 def test_restricting_options_ask_for_more_plans(tmp_path):
     assert engine_filter(_config(tmp_path))["candidates"] == 1
     assert engine_filter(_config(tmp_path, zero="zero3"))["candidates"] == PLAN_CANDIDATES
-    bad = dataclasses.replace(_config(tmp_path), execution_options={"zero": "zero9"})
-    with pytest.raises(SailorRuntimeError, match="zero: 'zero9' is not run by the engine"):
+    cfg = _config(tmp_path)
+    fp8 = dataclasses.replace(cfg.run.options, fp8="delayed")
+    bad = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, options=fp8))
+    with pytest.raises(SailorRuntimeError, match="fp8: delayed is simulated, not run by the en"):
         engine_filter(bad)
+    with pytest.raises(SailorRuntimeError, match="fp8: delayed is simulated, not run by the en"):
+        ControllerConfig.from_run(bad.run, JOB, run_dir=tmp_path, planner_address="x:9")
 
 
 def test_sailor_run_refuses_what_local_workers_cannot_plan(tmp_path):
