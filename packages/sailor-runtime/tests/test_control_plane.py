@@ -112,6 +112,7 @@ def test_valid_assignment_passes(tmp_path):
         ({"run.steps": 0}, "assignment.run"),
         ({"run.checkpoint_every": 0}, "assignment.run.checkpoint_every"),
         ({"run.options.fp8": "delayed"}, "assignment.run.options"),
+        ({"run.precision": "fp8"}, "assignment.run.precision"),
         ({"run.recipe.schedule": "step"}, "assignment.run"),
         ({"generation": 0}, "assignment.generation"),
     ],

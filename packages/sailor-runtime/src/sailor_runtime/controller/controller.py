@@ -37,7 +37,7 @@ from sailor_sim import ExecutionOptions, Job, Plan, Recipe, RunSpec
 from ..engine import fence
 from ..engine.backend import BackendError, resolve_backend
 from ..engine.config import FATAL_EXIT
-from ..engine.options import FSDP_ZERO, unsupported_option
+from ..engine.options import FSDP_ZERO, OptionsError, check_run
 from ..errors import (
     NoPlanError,
     PlacementError,
@@ -64,6 +64,15 @@ REPLAN_RETRIES = 3
 before the run ends FAILED with the reason."""
 REPLAN_BACKOFF_S = 1.0
 """Wait before the first retry; doubled for each next one (1, 2, 4 s)."""
+
+
+def check_engine_runs(run: RunSpec) -> None:
+    """Refuse a precision or options the engine does not run (``engine.options.check_run``),
+    naming the field and the fix."""
+    try:
+        check_run(run)
+    except OptionsError as exc:
+        raise SailorRuntimeError(str(exc).split(": ", 1)[-1], field=exc.field) from None
 
 
 def split_run_settings(base: RunSpec, settings: dict) -> tuple[RunSpec, dict]:
@@ -122,10 +131,7 @@ class ControllerConfig:
     def from_run(cls, run: RunSpec, job: Job, **rest) -> ControllerConfig:
         """The config of a controller of ``run`` (``job`` its resolved Job); options the
         engine does not run are refused here, naming the field and the fix."""
-        reason = unsupported_option(run.options)
-        if reason is not None:
-            name, why = reason.split(": ", 1)
-            raise SailorRuntimeError(why, field=name)
+        check_engine_runs(run)
         return cls(job=job, run=run, **rest)
 
     @classmethod
@@ -175,12 +181,10 @@ def engine_filter(config: ControllerConfig) -> dict:
     """The ``PlannerLink`` arguments that keep the plans the engine cannot run with the run's
     options out (``engine.options.unsupported_reason``). Bad options are refused here, with
     the field and the fix, before the controller serves anyone."""
-    from ..engine.options import OptionsError, from_run, unsupported_reason
+    from ..engine.options import unsupported_reason
 
-    try:
-        options = from_run(config.run)
-    except OptionsError as exc:
-        raise SailorRuntimeError(str(exc).split(": ", 1)[-1], field=exc.field) from None
+    check_engine_runs(config.run)
+    options = config.options
     planned = config.job.options.virtual_stages
     if options.virtual_stages != planned:  # every plan would be refused for it
         raise SailorRuntimeError(

@@ -84,9 +84,9 @@ class LocalRunConfig:
     def from_run(cls, run: RunSpec, **rest) -> LocalRunConfig:
         """The config of a local run of ``run`` (the rest from ``rest``); options the engine
         does not run are refused here, naming the field and the fix."""
-        from ..engine.options import from_run
+        from ..engine.options import check_run
 
-        from_run(run)  # raises OptionsError
+        check_run(run)  # raises OptionsError
         return cls(run=run, **rest)
 
     @classmethod
@@ -462,9 +462,9 @@ def _with_sample_log(training: dict, run_dir: Path) -> dict:
 
 
 def _describe_options(run: RunSpec) -> str:
-    from ..engine.options import from_run
+    from ..engine.options import describe
 
-    return from_run(run).describe().replace("job dtype", "fp32")
+    return describe(run.options, run.precision).replace("job dtype", "fp32")
 
 
 def run_local(cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:
