@@ -73,5 +73,5 @@ def test_a_run_resumes_from_a_checkpoint_whose_manifest_holds_the_old_options(tm
     second = launch_local(job, plan, steps=4, metrics_path=tmp_path / "b.jsonl", **common)
     log = (tmp_path / "rank0.log").read_text()
     assert second == [0], log[-3000:]
-    assert "trained with fp32, recompute none, sdpa" in log
+    assert "trained with: fp32, recompute none, sdpa" in log
     assert len(pl.read_ndjson(tmp_path / "b.jsonl")) == 2  # steps 3 and 4 only

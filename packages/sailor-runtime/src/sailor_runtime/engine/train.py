@@ -453,7 +453,7 @@ def _resume(cfg: TrainConfig, rank: int, model, opt, layout, group, scaler: Loss
             f"{model.spec.name}; use another checkpoint directory",
             field="checkpoint_dir",
         )
-    log.info("rank %d: resuming from %s (trained with %s)", rank, path, trained_with(manifest))
+    log.info("rank %d: resuming from %s, trained with: %s", rank, path, trained_with(manifest))
     ckpt.load_into(path, model, opt, layout, group)
     trainer = ckpt.restore_rng(path)
     scaler.load(trainer.get("loss_scale"))
