@@ -11,9 +11,9 @@ import pytest
 
 from sailor_runtime.controller.state import ControllerState
 from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
-from sailor_runtime.run.local import LocalRun, LocalRunConfig
+from sailor_runtime.run.local import LOCAL_RUN, LocalRun, LocalRunConfig
 
-GBS = LocalRunConfig.global_batch_size
+GBS = LOCAL_RUN.global_batch_size
 
 
 def check_no_step_repeated_with_other_data(metrics, resumed_from: int, gbs: int):
