@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sailor_runtime.engine import launch_many
 from sailor_runtime.engine.examples import R
-from sailor_runtime.engine.options import ExecutionOptions
+from sailor_runtime.engine.options import options_from_dict
 from sailor_sim import Simulator
 from sailor_sim.spec.job import Job
 from sailor_sim.spec.plan import Plan, Stage
@@ -101,10 +101,10 @@ def profile(root: Path) -> Simulator:
 
 def predicted(sim: Simulator, plan: Plan, opts: dict) -> dict[str, int]:
     """The simulator's memory terms of rank 0 (``Simulator.replica_memory``) for the job with
-    the engine's options as the simulator's (``ExecutionOptions.simulated``: the same mapping
-    ``sailor run`` predicts with), without the framework overhead (a CUDA-context figure)."""
-    options = ExecutionOptions.from_dict(opts).simulated()
-    job = dataclasses.replace(JOB, dtype=opts.get("precision") or JOB.dtype, options=options)
+    the same options (``options_from_dict``: the precision and the simulator's options the
+    engine runs), without the framework overhead (a CUDA-context figure)."""
+    precision, options = options_from_dict(opts)
+    job = dataclasses.replace(JOB, dtype=precision or JOB.dtype, options=options)
     stage, rep = plan.stages[0], plan.stages[0].replicas[0]
     terms = sim.replica_memory(
         job, stage.first_layer, stage.last_layer, "CPU", rep.tp, rep.microbatch_size, 0, 1,
@@ -120,7 +120,8 @@ def run_all(root: Path) -> dict[str, dict]:
             "job": JOB.to_dict(),
             "plan": plan.to_dict(),
             "steps": 2,
-            "options": opts,
+            "precision": options_from_dict(opts)[0],
+            "options": options_from_dict(opts)[1].to_dict(),
             "memory_probe_step": 2,
             "metrics": str(root / f"{name}.jsonl"),
         }

@@ -47,9 +47,9 @@ from pathlib import Path
 def _lib():
     import torch
 
-    from sailor_runtime.engine.options import ExecutionOptions
+    from sailor_sim import ExecutionOptions
 
-    return torch, ExecutionOptions(precision="bf16", recompute="full", flash_attention=True)
+    return torch, ExecutionOptions(recompute="full")  # trained in bf16; SDPA (flash unset)
 
 
 def pick_device(asked: str) -> tuple[str, str, str]:
@@ -120,6 +120,7 @@ def train(root: Path, job, plan, backend: str, steps: int) -> tuple[list, dict]:
             steps=upto,
             checkpoint_dir=root / "ckpt",
             metrics_path=root / f"{name}.jsonl",
+            precision="bf16",
             options=options,
             backend=backend,
             memory_probe_step=2 if name == "resumed" else 0,
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--pp {a.pp} needs {a.pp} GPUs; {torch.cuda.device_count()} visible")
     root = a.out or Path(tempfile.mkdtemp(prefix="sailor-gpu-smoke-"))
     root.mkdir(parents=True, exist_ok=True)
-    job = Job.create(a.model, a.gbs, a.seq, dtype="bf16", options=options.simulated())
+    job = Job.create(a.model, a.gbs, a.seq, dtype="bf16", options=options)
     plan = make_plan(job, a.pp, gpu_type)
     sim = profile(root / "profile", job, device, gpu_type)
     pred = predict(sim, job, plan)

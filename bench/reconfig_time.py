@@ -37,10 +37,10 @@ carries the step) and "first step" (that step's own iteration time, as the rank 
 
 def scenario(name: str, workers: int, warm: bool, kill: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="sailor-reconfig-") as tmp:
-        cfg = LocalRunConfig(
+        cfg = LocalRunConfig.create(
             run_dir=Path(tmp), workers=workers, gpu_types=("CPU",), steps=24 if kill else 80,
             checkpoint_every=4, kill_worker_at_step=6 if kill else None,
-            add_worker_at_step=None if kill else 3, global_batch_size=32, sequence_length=128,
+            add_worker_at_step=None if kill else 3, global_batch_size=32, seq_len=128,
             heartbeat_timeout_s=5.0, profile=False, progress=False, warm=warm, timeout_s=400,
         )  # fmt: skip
         run = LocalRun(cfg)
@@ -73,7 +73,7 @@ PREDICTION_RUNS = 3
 def prediction() -> dict:
     """`sailor run --local --workers 4` (single-threaded cpu-1t ranks): measured vs predicted."""
     with tempfile.TemporaryDirectory(prefix="sailor-predict-") as tmp:
-        cfg = LocalRunConfig(
+        cfg = LocalRunConfig.create(
             run_dir=Path(tmp), workers=4, gpu_types=("cpu-1t",), steps=60,
             checkpoint_every=20, progress=False, timeout_s=400,
         )  # fmt: skip

@@ -45,7 +45,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sailor-replay-local-") as tmp:
         trace = read_trace(write_trace(Path(tmp)))
-        cfg = LocalRunConfig(run_dir=Path(tmp) / "run", checkpoint_every=10, progress=False)
+        cfg = LocalRunConfig.create(run_dir=Path(tmp) / "run", checkpoint_every=10, progress=False)
         try:
             r = run_trace(cfg, trace, time_scale=100.0 / args.state_s)
         except Exception as exc:  # noqa: BLE001 - a failed run is a missed bar, reported

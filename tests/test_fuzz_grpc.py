@@ -238,7 +238,7 @@ REGISTER = controller_pb2.RegisterRequest(
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
     run = tmp_path_factory.mktemp("fuzz-run")
-    cfg = ControllerConfig(job=JOB, steps=4, checkpoint_every=2, run_dir=run,
+    cfg = ControllerConfig.for_job(job=JOB, steps=4, checkpoint_every=2, run_dir=run,
                            planner_address="127.0.0.1:9", min_workers=10**6)  # fmt: skip
     c = Controller(cfg)
     server, port = create_controller_server(c, "127.0.0.1:0")
@@ -284,7 +284,7 @@ NODE = NodeGpus("CPU", 2, 0, "local")
 
 
 def _valid_assignment(tmp: Path) -> agent_pb2.Assignment:
-    cfg = ControllerConfig(job=JOB, steps=4, checkpoint_every=2, run_dir=tmp,
+    cfg = ControllerConfig.for_job(job=JOB, steps=4, checkpoint_every=2, run_dir=tmp,
                            planner_address="127.0.0.1:9")  # fmt: skip
     plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 1, 8),)),)).check(JOB)
     return build_assignments(cfg, 3, plan, {"w": [(0, 0)]}, 1234, "secret", {"w": "s"})["w"]

@@ -56,7 +56,7 @@ def test_rank_refuses_nccl_without_cuda_naming_the_fix():
 
 @pytest.mark.parametrize(("gpu", "backend"), [("A100-80", "nccl"), ("cpu-1t", "gloo")])
 def test_controller_assigns_the_plans_backend(tmp_path: Path, gpu, backend):
-    cfg = ControllerConfig(job=JOB, steps=4, checkpoint_every=2, run_dir=tmp_path,
+    cfg = ControllerConfig.for_job(job=JOB, steps=4, checkpoint_every=2, run_dir=tmp_path,
                            planner_address="127.0.0.1:9")  # fmt: skip
     assert cfg.backend == "auto"
     msgs = build_assignments(cfg, 1, _plan(gpu), {"w": [(0, 0)]}, 1234)

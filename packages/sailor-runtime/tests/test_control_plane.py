@@ -66,7 +66,7 @@ def test_placement_refuses_what_the_nodes_cannot_host():
 def _cfg(tmp_path: Path, **kw) -> ControllerConfig:
     base = dict(job=JOB, steps=4, checkpoint_every=2, run_dir=tmp_path,
                 planner_address="127.0.0.1:9")  # fmt: skip
-    return ControllerConfig(**{**base, **kw})
+    return ControllerConfig.for_job(**{**base, **kw})
 
 
 def _assignment(tmp_path: Path, **changes) -> agent_pb2.Assignment:
@@ -112,6 +112,7 @@ def test_valid_assignment_passes(tmp_path):
         ({"run.steps": 0}, "assignment.run"),
         ({"run.checkpoint_every": 0}, "assignment.run.checkpoint_every"),
         ({"run.options.fp8": "delayed"}, "assignment.run.options"),
+        ({"run.precision": "fp8"}, "assignment.run.precision"),
         ({"run.recipe.schedule": "step"}, "assignment.run"),
         ({"generation": 0}, "assignment.generation"),
     ],

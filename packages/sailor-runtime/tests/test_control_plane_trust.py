@@ -29,7 +29,7 @@ JOB = Job.create("tiny-gpt", 8, 32)
 def config(run_dir: Path, **kw) -> ControllerConfig:
     base = dict(job=JOB, steps=4, checkpoint_every=2, run_dir=run_dir,
                 planner_address="127.0.0.1:9", min_workers=5)  # fmt: skip
-    return ControllerConfig(**{**base, **kw})
+    return ControllerConfig.for_job(**{**base, **kw})
 
 
 @pytest.fixture

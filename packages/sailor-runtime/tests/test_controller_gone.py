@@ -34,7 +34,7 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
 def test_a_worker_outliving_its_controller_stops_after_the_grace_period(tmp_path):
     # min_workers=5: it never plans, so the worker only heartbeats.
     controller = Controller(
-        ControllerConfig(
+        ControllerConfig.for_job(
             job=Job.create("tiny-gpt", 8, 32), steps=4, checkpoint_every=2,
             run_dir=tmp_path / "run", planner_address="127.0.0.1:9", min_workers=5,
             heartbeat_interval_s=0.2,

@@ -11,9 +11,9 @@ import pytest
 
 from sailor_runtime.controller.state import ControllerState
 from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
-from sailor_runtime.run.local import LocalRun, LocalRunConfig
+from sailor_runtime.run.local import LOCAL_RUN, LocalRun, LocalRunConfig
 
-GBS = LocalRunConfig.global_batch_size
+GBS = LOCAL_RUN.global_batch_size
 
 
 def check_no_step_repeated_with_other_data(metrics, resumed_from: int, gbs: int):
@@ -32,7 +32,7 @@ def check_no_step_repeated_with_other_data(metrics, resumed_from: int, gbs: int)
 
 @pytest.mark.timeout(400)
 def test_kill9_of_a_worker_replans_on_survivors_and_finishes(tmp_path):
-    cfg = LocalRunConfig(
+    cfg = LocalRunConfig.create(
         run_dir=tmp_path, workers=3, gpu_types=("CPU",), steps=14, checkpoint_every=4,
         kill_worker_at_step=7, heartbeat_timeout_s=5.0, profile=False, progress=False,
         timeout_s=380,
@@ -100,9 +100,9 @@ def test_join_planner_restart_and_hostile_input_during_a_run(tmp_path):
     # Enough steps (32 x 128 tokens each) that training still runs when the new node is up and
     # the planner is back, even on a quiet machine where steps are fast; otherwise the old
     # generation may finish before the re-plan and nothing is left to resume.
-    cfg = LocalRunConfig(
+    cfg = LocalRunConfig.create(
         run_dir=tmp_path, workers=2, gpu_types=("CPU",), steps=200, checkpoint_every=5,
-        global_batch_size=32, sequence_length=128, heartbeat_timeout_s=5.0, profile=False,
+        global_batch_size=32, seq_len=128, heartbeat_timeout_s=5.0, profile=False,
         progress=False, timeout_s=380, planner_address=f"127.0.0.1:{planner_port}",
     )  # fmt: skip
     box: dict = {"planner": planner}

@@ -70,7 +70,7 @@ class RecordingAgent(agent_pb2_grpc.WorkerAgentServiceServicer):
 @pytest.fixture
 def cluster(tmp_path):
     planner, planner_port = create_server("127.0.0.1:0")
-    cfg = ControllerConfig(
+    cfg = ControllerConfig.for_job(
         job=JOB, steps=50, checkpoint_every=5, run_dir=tmp_path / "run",
         planner_address=f"127.0.0.1:{planner_port}", min_workers=1, debounce_s=0.2,
         heartbeat_timeout_s=60.0,
@@ -236,7 +236,7 @@ def test_controller_and_agent_speak_tls_with_a_token(tmp_path, make_certificate)
         pytest.skip("the openssl command is not installed (it makes the test certificate)")
     cert, key = made
     tls = TlsFiles(cert, key, cert)
-    cfg = ControllerConfig(
+    cfg = ControllerConfig.for_job(
         job=JOB, steps=4, checkpoint_every=2, run_dir=tmp_path / "run",
         planner_address="127.0.0.1:9", min_workers=5, token="tok", tls=tls,
     )  # fmt: skip
@@ -277,7 +277,7 @@ def test_tls_server_name_checks_the_certificate_for_that_name(tmp_path, make_cer
         pytest.skip("the openssl command is not installed (it makes the test certificate)")
     cert, key = made
     c = Controller(
-        ControllerConfig(
+        ControllerConfig.for_job(
             job=JOB,
             steps=4,
             checkpoint_every=2,
@@ -348,9 +348,9 @@ def test_end_to_end_a_useless_join_costs_no_restart_and_no_rerun_step(tmp_path):
     from sailor_runtime.run.local import LocalRun, LocalRunConfig
 
     STEPS = 80  # noqa: N806 - enough steps that the run outlives the join
-    cfg = LocalRunConfig(
+    cfg = LocalRunConfig.create(
         run_dir=tmp_path, workers=1, gpu_types=("CPU", "cpu-2t"), steps=STEPS,
-        checkpoint_every=10, add_worker_at_step=3, global_batch_size=8, sequence_length=32,
+        checkpoint_every=10, add_worker_at_step=3, global_batch_size=8, seq_len=32,
         profile=False, progress=False, timeout_s=280, debounce_s=0.3,
         warm=False,  # the joining agent registers at once (no torch import first)
     )  # fmt: skip
@@ -437,7 +437,7 @@ def test_an_agent_that_left_does_not_register_again(tmp_path):
     from sailor_runtime.agent.agent import WorkerAgent
 
     c = Controller(
-        ControllerConfig(
+        ControllerConfig.for_job(
             job=JOB,
             steps=4,
             checkpoint_every=2,

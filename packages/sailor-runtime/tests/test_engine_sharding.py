@@ -17,9 +17,9 @@ import torch
 from sailor_runtime.engine import EngineError, TrainConfig, launch_many, reference_run
 from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine.examples import JOBS, R
-from sailor_runtime.engine.options import ExecutionOptions, supports, unsupported_reason
+from sailor_runtime.engine.options import supports, unsupported_reason
+from sailor_sim import ExecutionOptions, Job
 from sailor_sim import ExecutionOptions as SimOptions
-from sailor_sim import Job
 from sailor_sim.spec.plan import Plan, Replica, Stage
 
 STEPS = 4
@@ -84,7 +84,8 @@ def runs(tmp_path_factory):
                 "steps": steps,
                 "checkpoint_dir": str(root / SHARED_CKPT.get(name, name) / "ckpt"),
                 "checkpoint_every": 2,
-                "options": options,
+                "precision": options.get("precision"),
+                "options": {k: v for k, v in options.items() if k != "precision"},
                 "metrics": str(root / name / "metrics.jsonl"),
                 "optimizer_impl": "torch-fused" if name in FUSED else "sailor",
                 "memory_probe_step": 2,

@@ -13,9 +13,9 @@ import pytest
 from sailor_planner.service.server import create_server
 from sailor_runtime.controller.controller import PLAN_CANDIDATES, ControllerConfig, engine_filter
 from sailor_runtime.controller.planning import PlannerLink
-from sailor_runtime.engine.options import ExecutionOptions, unsupported_reason
+from sailor_runtime.engine.options import unsupported_reason
 from sailor_runtime.errors import PlannerUnavailableError, SailorRuntimeError
-from sailor_sim import Inventory, Job
+from sailor_sim import ExecutionOptions, Inventory, Job
 
 JOB = Job.create("tiny-llama", 8, 32)
 INVENTORY = Inventory.parse(["CPU@local=4"])
@@ -29,13 +29,13 @@ def address():
 
 
 def _config(tmp_path, **options) -> ControllerConfig:
-    return ControllerConfig(
-        job=JOB,
+    return ControllerConfig.for_job(
+        JOB,
         steps=1,
         checkpoint_every=1,
         run_dir=tmp_path,
         planner_address="127.0.0.1:9",
-        execution_options=ExecutionOptions(**options).to_dict(),
+        options=ExecutionOptions(**options),
     )
 
 
@@ -65,7 +65,7 @@ def test_no_runnable_plan_is_a_clear_line(address, tmp_path):
     """Sequence parallelism splits the sequence over the TP ranks: with 31 tokens no plan the
     planner finds (TP 2 and 4) runs, and the re-plan says why instead of starting ranks."""
     options = ExecutionOptions(sequence_parallel=True)
-    job = Job.create("tiny-llama", 8, 31, options=options.simulated())
+    job = Job.create("tiny-llama", 8, 31, options=options)
     cfg = dataclasses.replace(_config(tmp_path, sequence_parallel=True), job=job)
     link = PlannerLink(address, **engine_filter(cfg))
     try:
@@ -80,9 +80,13 @@ def test_no_runnable_plan_is_a_clear_line(address, tmp_path):
 def test_restricting_options_ask_for_more_plans(tmp_path):
     assert engine_filter(_config(tmp_path))["candidates"] == 1
     assert engine_filter(_config(tmp_path, zero="zero3"))["candidates"] == PLAN_CANDIDATES
-    bad = dataclasses.replace(_config(tmp_path), execution_options={"zero": "zero9"})
-    with pytest.raises(SailorRuntimeError, match="zero: 'zero9' is not run by the engine"):
+    cfg = _config(tmp_path)
+    fp8 = dataclasses.replace(cfg.run.options, fp8="delayed")
+    bad = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, options=fp8))
+    with pytest.raises(SailorRuntimeError, match="fp8: delayed is simulated, not run by the en"):
         engine_filter(bad)
+    with pytest.raises(SailorRuntimeError, match="fp8: delayed is simulated, not run by the en"):
+        ControllerConfig.from_run(bad.run, JOB, run_dir=tmp_path, planner_address="x:9")
 
 
 def test_sailor_run_refuses_what_local_workers_cannot_plan(tmp_path):
@@ -101,7 +105,7 @@ def test_interleaved_runs_get_a_plan_the_engine_interleaves(address, tmp_path):
     the controller keeps the best plan with >= 2 stages, a microbatch count that is a multiple
     of the stage count and a layer per chunk; the run's value must be the job's."""
     options = ExecutionOptions(virtual_stages=2)
-    job = Job.create("tiny-llama", 8, 32, options=options.simulated())
+    job = Job.create("tiny-llama", 8, 32, options=options)
     cfg = dataclasses.replace(_config(tmp_path, virtual_stages=2), job=job)
     found = engine_filter(cfg)
     assert found["candidates"] == PLAN_CANDIDATES

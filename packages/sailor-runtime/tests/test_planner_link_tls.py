@@ -33,7 +33,7 @@ def make_cert(folder: Path) -> tuple[Path, Path]:
 
 
 def _controller(run_dir: Path, port: int, **kw) -> Controller:
-    cfg = ControllerConfig(
+    cfg = ControllerConfig.for_job(
         job=JOB, steps=4, checkpoint_every=2, run_dir=run_dir,
         planner_address=f"127.0.0.1:{port}", planner_wait_s=10, **kw,
     )  # fmt: skip

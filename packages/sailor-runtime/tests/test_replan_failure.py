@@ -27,7 +27,7 @@ RETRIES_TAKE_S = sum(
 
 
 def run_controller(run_dir: Path, planner_port: int):
-    cfg = ControllerConfig(
+    cfg = ControllerConfig.for_job(
         job=JOB, steps=4, checkpoint_every=2, run_dir=run_dir, debounce_s=0.1,
         heartbeat_timeout_s=120,  # the registered node never beats; it must stay alive
         planner_address=f"127.0.0.1:{planner_port}", planner_wait_s=5,

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 import torch
 
-from sailor_runtime.engine import ExecutionOptions, TrainConfig
+from sailor_runtime.engine import TrainConfig
 from sailor_runtime.engine.examples import JOBS, R
 from sailor_runtime.engine.train import train
 from sailor_sim.spec.plan import Plan, Stage
@@ -37,7 +37,7 @@ def count_reads(monkeypatch, steps: int, microbatches: int) -> Counter:
         plan=plan,
         steps=steps,
         optimizer_impl="torch-fused",
-        options=ExecutionOptions(precision="bf16"),
+        precision="bf16",
         master_port=free_port(),
         store_prefix=f"reads{steps}x{microbatches}",
     )

@@ -28,7 +28,7 @@ def test_workers_follow_the_trace_and_the_replay_predicts_the_run(tmp_path):
     trace = read_trace(
         write(tmp_path, "0,local,CPU,3,\n100,local,CPU,2,\n200,local,CPU,3,\n300,local,CPU,3,\n")
     )
-    cfg = LocalRunConfig(
+    cfg = LocalRunConfig.create(
         run_dir=tmp_path / "run", checkpoint_every=4, profile=False, progress=False
     )
     result = run_trace(cfg, trace, time_scale=4.0)

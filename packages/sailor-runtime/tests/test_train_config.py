@@ -17,8 +17,7 @@ from sailor_runtime.engine.config import (
     TrainConfig,
     rank_from_env,
 )
-from sailor_runtime.engine.options import ExecutionOptions
-from sailor_sim import Job, Plan, Replica, Stage
+from sailor_sim import ExecutionOptions, Job, Plan, Replica, Stage
 
 JOB = Job.create("tiny-gpt", 8, 32)
 PLAN = Plan(
@@ -44,7 +43,8 @@ def full_config() -> TrainConfig:
         lr=LRSchedule(max_lr=0.01, min_lr=0.001, warmup_steps=3, decay_steps=50),
         optim=OptimConfig(betas=(0.8, 0.9), eps=1e-6, weight_decay=0.0, clip_norm=0.5),
         dtype="fp64",
-        options=ExecutionOptions(precision="bf16", recompute="full", zero="zero1"),
+        precision="bf16",
+        options=ExecutionOptions(recompute="full", zero="zero1", flash_attention=False),
         optimizer_impl="sailor",
         memory_probe_step=2,
         master_addr="10.0.0.1",
@@ -82,6 +82,9 @@ def test_round_trip_keeps_every_field(tmp_path):
         ({"lr": {"peak": 1.0}}, "lr"),
         ({"optim": {"betas": [0.9]}}, "optim.betas"),
         ({"options": {"zero": "zero3"}}, "options"),
+        ({"options": {"fp8": "delayed"}}, "options"),
+        ({"options": {"recompute": "selective_op"}}, "options"),
+        ({"precision": "fp8"}, "precision"),
         ({"plan": {"stages": []}}, "plan"),
         ({"job": {"model": "no-such-model"}}, "job"),
         ({"ranks": 4}, "config"),

@@ -96,13 +96,15 @@ CONTROLLER_DEFAULTS = {**RUN_DEFAULTS, "global_batch_size": 8, "seq_len": 32}
 
 
 def _engine_options(spec: RunSpec):
-    """The engine's options of ``spec``; options it does not run end the command (exit 2)."""
-    from .engine.options import OptionsError, from_run
+    """``spec``'s options, once the engine is known to run them and its precision; else the
+    command ends (exit 2) naming the field and the fix."""
+    from .engine.options import OptionsError, check_run
 
     try:
-        return from_run(spec)
+        check_run(spec)
     except OptionsError as exc:
         _fail(exc)
+    return spec.options
 
 
 def run(
@@ -353,9 +355,9 @@ def controller(
         tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         if planner_ca is not None:
             trusted_ca(planner_ca, "--planner-ca")  # a bad CA file now, not at the first plan
-        options = _engine_options(spec)
+        _engine_options(spec)
         job = Job.create(
-            spec.model, spec.global_batch_size, seq_len, options.precision or "fp32", "adam",
+            spec.model, spec.global_batch_size, seq_len, spec.precision or "fp32", "adam",
             spec.options,
         )  # fmt: skip
         training = training_json(data, eval_every, eval_batches, job.model.vocab_size)

@@ -168,7 +168,7 @@ def validate_assignment(
 def _parse_run(msg) -> RunSpec:
     if not msg.HasField("run"):
         raise AssignmentError("is missing", field="assignment.run")
-    from ..engine.options import unsupported_option
+    from ..engine.options import precision_problem, unsupported_option
 
     try:
         run = RunSpec.from_proto(msg.run)
@@ -179,6 +179,9 @@ def _parse_run(msg) -> RunSpec:
             f"checkpoint_every {run.checkpoint_every} must be >= 1",
             field="assignment.run.checkpoint_every",
         )
+    reason = precision_problem(run.precision)
+    if reason is not None:
+        raise AssignmentError(reason.split(": ", 1)[1], field="assignment.run.precision")
     reason = unsupported_option(run.options)
     if reason is not None:
         raise AssignmentError(reason, field="assignment.run.options")

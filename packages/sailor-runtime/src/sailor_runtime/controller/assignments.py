@@ -27,7 +27,7 @@ def build_assignments(
     run_secret: str = "",
     sessions: dict[str, str] | None = None,
 ) -> dict[str, agent_pb2.Assignment]:
-    job_msg, plan_msg, run_msg = cfg.job.to_proto(), plan.to_proto(), cfg.spec().to_proto()
+    job_msg, plan_msg, run_msg = cfg.job.to_proto(), plan.to_proto(), cfg.run.to_proto()
     return {
         worker_id: agent_pb2.Assignment(
             generation=generation,

@@ -32,12 +32,12 @@ from pathlib import Path
 
 import grpc
 
-from sailor_sim import Job, Plan, Recipe, RunSpec, SailorError
+from sailor_sim import ExecutionOptions, Job, Plan, Recipe, RunSpec
 
 from ..engine import fence
 from ..engine.backend import BackendError, resolve_backend
 from ..engine.config import FATAL_EXIT
-from ..engine.options import FSDP_ZERO
+from ..engine.options import FSDP_ZERO, OptionsError, check_run
 from ..errors import (
     NoPlanError,
     PlacementError,
@@ -66,11 +66,34 @@ REPLAN_BACKOFF_S = 1.0
 """Wait before the first retry; doubled for each next one (1, 2, 4 s)."""
 
 
+def check_engine_runs(run: RunSpec) -> None:
+    """Refuse a precision or options the engine does not run (``engine.options.check_run``),
+    naming the field and the fix."""
+    try:
+        check_run(run)
+    except OptionsError as exc:
+        raise SailorRuntimeError(str(exc).split(": ", 1)[-1], field=exc.field) from None
+
+
+def split_run_settings(base: RunSpec, settings: dict) -> tuple[RunSpec, dict]:
+    """``base`` with the ``settings`` that name RunSpec fields (``lr``: the recipe's peak
+    learning rate, min_lr a tenth of it) replaced, and the settings left over."""
+    names = set(RunSpec.__dataclass_fields__)
+    fields = {k: v for k, v in settings.items() if k in names}
+    rest = {k: v for k, v in settings.items() if k not in names and k != "lr"}
+    lr = settings.get("lr", 0.0)
+    if lr > 0:
+        fields["recipe"] = Recipe(lr=lr, min_lr=lr / 10)
+    return replace(base, **fields), rest
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     job: Job
-    steps: int
-    checkpoint_every: int
+    run: RunSpec
+    """The run's settings as the user gave them, sent to every node as one message: the one
+    place steps, checkpointing, seed, learning rate, precision and options are read from
+    (``steps`` ... ``options`` below are views of it)."""
     run_dir: Path
     planner_address: str
     profile_dir: str = ""
@@ -87,13 +110,9 @@ class ControllerConfig:
     """Where ranks dial the store; "" = store_host, and a wildcard store_host makes each
     agent dial the host it reached the controller at."""
     tls: TlsFiles = field(default_factory=TlsFiles)
-    seed: int = 0
-    lr: float = 0.0
-    execution_options: dict = field(default_factory=dict)
-    """The engine's ExecutionOptions.to_dict() (precision, recompute, ZeRO, ...); {} = defaults."""
     training: dict = field(default_factory=dict)
     """The recipe and data every rank trains with (``engine.config.TRAINING_KEYS``; paths
-    absolute); {} = the engine's defaults and ``lr``."""
+    absolute); {} = the engine's defaults and the run's recipe."""
     backend: str = "auto"
     """``auto``: each plan's backend (``engine.backend``: gloo for CPU worker types, NCCL for
     GPUs); a plan mixing both is refused and the controller waits for another inventory."""
@@ -107,39 +126,46 @@ class ControllerConfig:
     on_save_error: str = "stop"
     """A checkpoint that cannot be written: 'stop' the run (FAILED, with the reason) or
     'continue' training without saving (engine.savefaults)."""
-    run: RunSpec | None = None
-    """The run's settings as the user gave them (``from_run``), sent to every node as one
-    message; None: ``spec()`` builds one from the fields above (tests, benches)."""
 
     @classmethod
     def from_run(cls, run: RunSpec, job: Job, **rest) -> ControllerConfig:
-        """The config of a controller of ``run`` (``job`` its resolved Job): steps,
-        checkpointing, seed, learning rate and options from the spec, which the nodes get."""
-        from ..engine.options import from_run
+        """The config of a controller of ``run`` (``job`` its resolved Job); options the
+        engine does not run are refused here, naming the field and the fix."""
+        check_engine_runs(run)
+        return cls(job=job, run=run, **rest)
 
-        try:
-            options = from_run(run)
-        except SailorError as exc:
-            raise SailorRuntimeError(str(exc).split(": ", 1)[-1], field=exc.field) from None
-        return cls(
-            job=job, steps=run.steps, checkpoint_every=run.checkpoint_every, seed=run.seed,
-            lr=run.recipe.lr, execution_options=options.to_dict(), run=run, **rest,
+    @classmethod
+    def for_job(cls, job: Job, **settings) -> ControllerConfig:
+        """A controller of ``job`` (tests, benches): its model, batch, sequence and options
+        make the RunSpec, ``settings`` that are RunSpec fields (and ``lr``) override it, the
+        rest are this config's fields."""
+        base = RunSpec(
+            model=job.model.name, global_batch_size=job.global_batch_size,
+            seq_len=job.sequence_length, options=job.options,
         )  # fmt: skip
+        run, rest = split_run_settings(base, settings)
+        return cls.from_run(run, job, **rest)
 
-    def spec(self) -> RunSpec:
-        """What every node trains with: ``run``, or the spec of this config's fields."""
-        if self.run is not None:
-            return self.run
-        from ..engine.options import ExecutionOptions
+    @property
+    def steps(self) -> int:
+        return self.run.steps
 
-        options = ExecutionOptions.from_dict(self.execution_options)
-        recipe = Recipe(lr=self.lr, min_lr=self.lr / 10) if self.lr > 0 else Recipe()
-        return RunSpec(
-            model=self.job.model.name, global_batch_size=self.job.global_batch_size,
-            seq_len=self.job.sequence_length, precision=options.precision,
-            options=options.simulated(), steps=self.steps,
-            checkpoint_every=self.checkpoint_every, seed=self.seed, recipe=recipe,
-        )  # fmt: skip
+    @property
+    def checkpoint_every(self) -> int:
+        return self.run.checkpoint_every
+
+    @property
+    def seed(self) -> int:
+        return self.run.seed
+
+    @property
+    def lr(self) -> float:
+        return self.run.recipe.lr
+
+    @property
+    def options(self) -> ExecutionOptions:
+        """The run's execution options (``RunSpec.options``; its precision is ``run``'s)."""
+        return self.run.options
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -155,18 +181,16 @@ def engine_filter(config: ControllerConfig) -> dict:
     """The ``PlannerLink`` arguments that keep the plans the engine cannot run with the run's
     options out (``engine.options.unsupported_reason``). Bad options are refused here, with
     the field and the fix, before the controller serves anyone."""
-    from ..engine.options import ExecutionOptions, OptionsError, unsupported_reason
+    from ..engine.options import unsupported_reason
 
-    try:
-        options = ExecutionOptions.from_dict(config.execution_options)
-    except OptionsError as exc:
-        raise SailorRuntimeError(str(exc), field="execution_options") from None
+    check_engine_runs(config.run)
+    options = config.options
     planned = config.job.options.virtual_stages
     if options.virtual_stages != planned:  # every plan would be refused for it
         raise SailorRuntimeError(
             f"virtual_stages {options.virtual_stages} differs from the job's {planned}, which "
             "the planner plans with; give the job the same value",
-            field="execution_options",
+            field="options.virtual_stages",
         )
     restricted = options.zero in FSDP_ZERO or options.sequence_parallel
     restricted = restricted or options.virtual_stages > 1  # microbatches a multiple of p

@@ -13,7 +13,7 @@ FSDP2), ``config`` (``TrainConfig``: one JSON file per launch, read by every ran
 single-process baseline).
 
 The names below are imported on first use: the agent writes ``TrainConfig`` files and reads
-``ExecutionOptions`` without paying torch's import (seconds of CPU per process).
+``options`` without paying torch's import (seconds of CPU per process).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ _HOMES = {
     "LRSchedule": "config",
     "OptimConfig": "config",
     "TrainConfig": "config",
-    "ExecutionOptions": "options",
     "OptionsError": "options",
     "launch_local": "launch",
     "launch_many": "launch",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sailor_sim import (
+    ExecutionOptions,
     Job,
     LRSchedule,
     OptimConfig,
@@ -32,7 +33,14 @@ from sailor_sim import (
 )
 
 from ..topology import Topology
-from .options import ExecutionOptions, OptionsError, from_run, unsupported_reason
+from .options import (
+    PRECISIONS,
+    OptionsError,
+    check_run,
+    options_from_dict,
+    unsupported_option,
+    unsupported_reason,
+)
 
 BACKENDS = ("gloo", "nccl")
 SCHEDULES = ("1f1b", "gpipe")
@@ -73,8 +81,12 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     dtype: str | None = None
     """Override the job's dtype ('fp64' for bit-tight equivalence checks)."""
+    precision: str | None = None
+    """fp32, or bf16 / fp16 mixed precision with fp32 master weights (``RunSpec.precision``);
+    None: the job's dtype."""
     options: ExecutionOptions = field(default_factory=ExecutionOptions)
-    """Precision, recomputation, attention kernel, ZeRO stage (``options``)."""
+    """The simulator's execution options (``RunSpec.options``): recomputation, attention
+    kernel, ZeRO stage, sequence parallelism, virtual stages; ``options`` says which run."""
     optimizer_impl: str = "auto"
     """AdamW implementation (``optim.make_optimizer``): auto = torch's fused kernel on CUDA,
     ours on CPU; ``sailor`` or ``torch-fused`` to choose."""
@@ -114,13 +126,14 @@ class TrainConfig:
 
     @classmethod
     def from_run(cls, run: RunSpec, job: Job, plan: Plan, **rest: Any) -> TrainConfig:
-        """The config of a rank of ``run``: its settings from the spec (options the engine
-        does not run refused, naming the field), the rest (rendezvous, paths) from ``rest``."""
-        options = _parse("options", lambda: from_run(run))
+        """The config of a rank of ``run``: its settings from the spec (a precision or options
+        the engine does not run refused, naming the field), the rest (rendezvous, paths) from
+        ``rest``."""
+        _parse("options", lambda: check_run(run))
         return cls(
             job=job, plan=plan, steps=run.steps, checkpoint_every=run.checkpoint_every,
-            seed=run.seed, lr=run.lr_schedule(), optim=run.recipe.optim(), options=options,
-            run=run, **rest,
+            seed=run.seed, lr=run.lr_schedule(), optim=run.recipe.optim(),
+            precision=run.precision, options=run.options, run=run, **rest,
         )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -128,7 +141,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not _is(value, kind) or not ok(value):
                 raise EngineError(f"must be {rule}, got {value!r}", field=name)
-        reason = unsupported_reason(self.options, self.job, self.plan)
+        reason = unsupported_option(self.options)
+        reason = reason or unsupported_reason(self.options, self.job, self.plan)
         if reason is not None:  # the plan this option cannot run on, before any rank starts
             raise EngineError(reason, field="options")
         if self.options.virtual_stages > 1 and self.schedule != "1f1b":
@@ -180,12 +194,15 @@ class TrainConfig:
             raise EngineError("is missing (required: job, plan, steps)", field=missing[0])
         values = dict(data)
         job = _parse("job", lambda: Job.from_dict(data["job"]))
+        precision, options = _parse("options", lambda: options_from_dict(data.get("options")))
+        if "precision" not in data:  # a file of before: the precision among the options
+            values["precision"] = precision
         values.update(
             job=job,
             plan=_parse("plan", lambda: Plan.from_dict(data["plan"]).check(job)),
             lr=_parse("lr", lambda: _strict(LRSchedule, data.get("lr", {}), "lr")),
             optim=_parse("optim", lambda: _optim(data.get("optim", {}))),
-            options=_parse("options", lambda: ExecutionOptions.from_dict(data.get("options"))),
+            options=options,
             run=_parse("run", lambda: _run(data.get("run"))),
         )
         return cls(**values)
@@ -274,7 +291,8 @@ _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "lr": (LRSchedule, lambda v: True, "an LRSchedule"),
     "optim": (OptimConfig, lambda v: True, "an OptimConfig"),
     "dtype": ("str?", lambda v: v is None or v in DTYPES, f"null or one of {DTYPES}"),
-    "options": (ExecutionOptions, lambda v: True, "ExecutionOptions"),
+    "precision": ("str?", lambda v: v is None or v in PRECISIONS, f"null or one of {PRECISIONS}"),
+    "options": (ExecutionOptions, lambda v: True, "sailor_sim ExecutionOptions"),
     "optimizer_impl": (str, lambda v: v in OPTIMIZER_IMPLS, f"one of {OPTIMIZER_IMPLS}"),
     "memory_probe_step": (int, _nonneg, "an integer >= 0 (0: never)"),
     "master_addr": (str, lambda v: v != "", "a host name or address"),

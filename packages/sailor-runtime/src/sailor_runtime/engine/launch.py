@@ -22,10 +22,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from sailor_sim import Job, Plan
+from sailor_sim import ExecutionOptions, Job, Plan
 
 from .config import RANK_ENV, EngineError, LRSchedule, TrainConfig, training_overrides
-from .options import ExecutionOptions
 
 
 def host_store() -> dist.TCPStore:
@@ -85,6 +84,7 @@ def start_local(
     lr: float = 1e-3,
     schedule: str = "1f1b",
     dtype: str | None = None,
+    precision: str | None = None,
     options: ExecutionOptions | None = None,
     backend: str = "gloo",
     memory_probe_step: int = 0,
@@ -111,6 +111,7 @@ def start_local(
         lr=LRSchedule(max_lr=lr, min_lr=lr / 10),
         schedule=schedule,
         dtype=dtype,
+        precision=precision,
         options=options or ExecutionOptions(),
         backend=backend,
         memory_probe_step=memory_probe_step,

@@ -1,6 +1,9 @@
-"""Execution options of a run: how the engine executes a plan, not what the plan is.
+"""The execution options the engine runs: how it executes a plan, not what the plan is.
 
-Same names and meanings as the simulator's execution options (sailor_sim job/plan):
+The options are the simulator's ``sailor_sim.ExecutionOptions`` (``RunSpec.options``) and the
+precision is ``RunSpec.precision``: the engine declares no options of its own. This module says
+which of them it runs (``unsupported_option``: on any plan; ``unsupported_reason``: on a given
+plan) and how it reads them (``sdpa``, ``describe``):
 
 - ``precision``: ``fp32``, or ``bf16`` / ``fp16`` mixed precision: parameters, gradients and
   AdamW states stay fp32 (the fp32 parameters are the master weights), the forward runs under
@@ -8,9 +11,11 @@ Same names and meanings as the simulator's execution options (sailor_sim job/pla
   loss in fp32, as autocast's op lists decide), and fp16 scales the loss dynamically
   (Micikevicius et al. 2018, "Mixed Precision Training", Sec. 3.2). ``None``: the job's dtype.
 - ``recompute``: activation recomputation, ``none`` | ``selective`` (the attention core) |
-  ``full`` (each block keeps only its input) (Korthikanti et al. 2022, Sec. 4-5).
-- ``flash_attention``: attention through ``F.scaled_dot_product_attention`` (flash or
-  memory-efficient kernels where the device has them) instead of the explicit math.
+  ``full`` (each block keeps only its input) (Korthikanti et al. 2022, Sec. 4-5);
+  ``selective_op`` is simulated only.
+- ``flash_attention``: unset or true: attention through ``F.scaled_dot_product_attention``
+  (flash or memory-efficient kernels where the device has them); false: the explicit math
+  (``sdpa``).
 - ``zero``: ``none``; ``zero1`` = AdamW states sharded across each data-parallel group
   (Rajbhandari et al. 2020, ZeRO, Sec. 5.1, P_os; ``zero.ShardedAdamW``, any plan);
   ``zero2`` / ``zero3`` / ``hybrid`` through FSDP2 ``fully_shard`` (``fsdp``): gradients (and
@@ -39,20 +44,23 @@ Gradient accumulation is not an option here: it is the plan's ``num_microbatches
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
-from sailor_sim import SailorError
+from sailor_sim import ExecutionOptions, SailorError
 
 from .schedule import interleave_problem
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+"""The ``RunSpec.precision`` values the engine trains in (None: the job's dtype)."""
 RECOMPUTE = ("none", "selective", "full")
-ZERO = ("none", "zero1", "zero2", "zero3", "hybrid")
-"""The simulator's ``ExecutionOptions.zero`` values, all run by the engine (see
-``unsupported_reason`` for the plans each needs)."""
+"""The ``ExecutionOptions.recompute`` values the engine runs."""
 FSDP_ZERO = ("zero2", "zero3", "hybrid")
-"""Run through FSDP2 (``engine.fsdp``); ZeRO-1 is ``engine.zero``."""
+"""Run through FSDP2 (``engine.fsdp``); ZeRO-1 is ``engine.zero``. Every ``zero`` value of the
+simulator runs (see ``unsupported_reason`` for the plans each needs)."""
+LEGACY_KEYS = ("precision", "recompute", "flash_attention", "zero", "sequence_parallel",
+               "virtual_stages")  # fmt: skip
+"""The keys of the options dict the engine wrote before it read the simulator's options
+(checkpoint manifests and TrainConfig files of then): ``options_from_dict`` reads them."""
 
 
 class OptionsError(SailorError):
@@ -62,85 +70,47 @@ class OptionsError(SailorError):
         super().__init__(message, field=field)
 
 
-@dataclass(frozen=True)
-class ExecutionOptions:
-    precision: str | None = None
-    """fp32 | bf16 | fp16 (mixed, fp32 master weights); None = the job's dtype."""
-    recompute: str = "none"
-    """none | selective | full."""
-    flash_attention: bool = True
-    """SDPA (flash where available) instead of the explicit attention math."""
-    zero: str = "none"
-    """none | zero1 (AdamW states sharded) | zero2 | zero3 | hybrid (FSDP2)."""
-    sequence_parallel: bool = False
-    """Megatron sequence parallelism in every TP group (needs tp > 1)."""
-    virtual_stages: int = 1
-    """Model chunks per pipeline rank (interleaved 1F1B); 1 = plain 1F1B."""
+def sdpa(options: ExecutionOptions) -> bool:
+    """Attention through ``F.scaled_dot_product_attention`` (unset or forced flash), or the
+    explicit math (``flash_attention`` false)."""
+    return options.flash_attention is not False
 
-    def __post_init__(self) -> None:
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise OptionsError(
-                f"unknown precision {self.precision!r}; use one of {PRECISIONS}", field="precision"
-            )
-        if self.recompute not in RECOMPUTE:
-            raise OptionsError(
-                f"unknown recompute {self.recompute!r}; use one of {RECOMPUTE}", field="recompute"
-            )
-        if self.zero not in ZERO:
-            raise OptionsError(
-                f"{self.zero!r} is not run by the engine; use one of {ZERO}",
-                field="zero",
-            )
-        if not isinstance(self.sequence_parallel, bool):
-            raise OptionsError(
-                f"must be true or false, got {self.sequence_parallel!r}",
-                field="sequence_parallel",
-            )
-        v = self.virtual_stages
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise OptionsError(f"must be an integer >= 1, got {v!r}", field="virtual_stages")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+def describe(options: ExecutionOptions, precision: str | None = None) -> str:
+    """One line of how the engine runs ``options`` in ``precision`` (for logs)."""
+    parts = [
+        precision or "job dtype",
+        f"recompute {options.recompute}",
+        "sdpa" if sdpa(options) else "math attention",
+    ]
+    if options.zero != "none":
+        parts.append("hybrid shard" if options.zero == "hybrid" else f"ZeRO-{options.zero[-1]}")
+    if options.sequence_parallel:
+        parts.append("sequence parallel")
+    if options.virtual_stages > 1:
+        parts.append(f"interleaved 1F1B x{options.virtual_stages}")
+    return ", ".join(parts)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> ExecutionOptions:
-        data = dict(data or {})
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise OptionsError(
-                f"unknown keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}",
-                field="options",
-            )
-        return cls(**data)
 
-    def simulated(self):
-        """The simulator's ``ExecutionOptions`` for these (what ``sailor run`` predicts with):
-        recomputation and ZeRO by the same names; SDPA leaves flash attention to the
-        simulator's default for the worker type, the explicit math is flash off."""
-        from sailor_sim import ExecutionOptions as SimOptions
-
-        return SimOptions(
-            recompute=self.recompute,
-            zero=self.zero,
-            sequence_parallel=self.sequence_parallel,
-            flash_attention=None if self.flash_attention else False,
-            virtual_stages=self.virtual_stages,
-        )
-
-    def describe(self) -> str:
-        parts = [
-            self.precision or "job dtype",
-            f"recompute {self.recompute}",
-            "sdpa" if self.flash_attention else "math attention",
-        ]
-        if self.zero != "none":
-            parts.append("hybrid shard" if self.zero == "hybrid" else f"ZeRO-{self.zero[-1]}")
-        if self.sequence_parallel:
-            parts.append("sequence parallel")
-        if self.virtual_stages > 1:
-            parts.append(f"interleaved 1F1B x{self.virtual_stages}")
-        return ", ".join(parts)
+def options_from_dict(data: Mapping[str, Any] | None) -> tuple[str | None, ExecutionOptions]:
+    """(precision, options) of an options dict: the simulator's ``ExecutionOptions.to_dict()``
+    (no precision), or the engine's own dict of before (``LEGACY_KEYS``: the precision among
+    the options, ``flash_attention`` true for SDPA), as old checkpoint manifests and configs
+    hold it. Options the engine does not run raise ``OptionsError`` naming the field."""
+    data = dict(data or {})
+    legacy = "precision" in data
+    precision = data.pop("precision", None)
+    if legacy and data.get("flash_attention") is True:
+        data["flash_attention"] = None  # SDPA: the simulator's default for the worker type
+    try:
+        options = ExecutionOptions.from_dict(data)
+    except SailorError as exc:
+        name = (exc.field or "options").removeprefix("options.")
+        raise OptionsError(str(exc).split(": ", 1)[-1], field=name) from None
+    reason = precision_problem(precision) or unsupported_option(options)
+    if reason is not None:
+        raise _error(reason)
+    return precision, options
 
 
 def hybrid_shard_size(plan) -> int:
@@ -165,7 +135,7 @@ def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
     if options.virtual_stages != planned:
         return (
             f"virtual_stages: the run asks {options.virtual_stages} but the job was planned "
-            f"with {planned}; plan the job with the run's options (ExecutionOptions.simulated())"
+            f"with {planned}; plan the job with the run's options (RunSpec.job())"
         )
     problem = interleave_problem(plan, job.model.head_layer_id, options.virtual_stages)
     if problem is not None:
@@ -200,36 +170,53 @@ def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
     return None
 
 
-def unsupported_option(options) -> str | None:
-    """Why the engine cannot run the simulator's ``options`` (``sailor_sim.ExecutionOptions``,
-    as a ``RunSpec`` carries them) on any plan: one line naming the field and the fix, or
-    None. The options it runs are then resolved by ``from_run``."""
+def unsupported_option(options: ExecutionOptions) -> str | None:
+    """Why the engine cannot run the simulator's ``options`` (as a ``RunSpec`` carries them)
+    on any plan: one line naming the field and the fix, or None."""
     if options.grad_dtype != "fp32":
         return "grad_dtype: the engine keeps fp32 main gradients; use fp32"
     if options.fp8 != "none":
         return f"fp8: {options.fp8} is simulated, not run by the engine; use none"
+    if options.recompute not in RECOMPUTE:
+        return (
+            f"recompute: {options.recompute} is simulated, not run by the engine; "
+            f"use one of {RECOMPUTE}"
+        )
     if options.expert_parallel > 1 or options.context_parallel > 1:
         return "expert_parallel / context_parallel: not run by the engine; use 1"
     return None
 
 
-def supports_options(options) -> bool:
+def precision_problem(precision: str | None) -> str | None:
+    """Why the engine cannot train in ``precision`` (``RunSpec.precision``), or None."""
+    if precision is None or precision in PRECISIONS:
+        return None
+    return f"precision: {precision} is not run by the engine; use one of {PRECISIONS}"
+
+
+def supports_options(options: ExecutionOptions) -> bool:
     """Whether the engine runs the simulator's ``options`` (on the plans ``supports`` admits)."""
     return unsupported_option(options) is None
 
 
-def from_run(run) -> ExecutionOptions:
-    """The engine's view of a ``RunSpec``'s precision and execution options; raises
-    ``OptionsError`` for options it does not run (``unsupported_option``)."""
-    reason = unsupported_option(run.options)
+def check_run(run) -> None:
+    """Raise ``OptionsError`` (naming the field and the fix) when the engine does not run a
+    ``RunSpec``'s precision or options (``precision_problem``, ``unsupported_option``)."""
+    reason = precision_problem(run.precision) or unsupported_option(run.options)
     if reason is not None:
-        raise OptionsError(reason.split(": ", 1)[1], field=reason.split(": ", 1)[0])
-    o = run.options
-    return ExecutionOptions(
-        precision=run.precision,
-        recompute=o.recompute,
-        flash_attention=o.flash_attention is not False,  # unset: SDPA, flash where it can
-        zero=o.zero,
-        sequence_parallel=o.sequence_parallel,
-        virtual_stages=o.virtual_stages,
-    )
+        raise _error(reason)
+
+
+def _error(reason: str) -> OptionsError:
+    field, message = reason.split(": ", 1)
+    return OptionsError(message, field=field)
+
+
+def trained_with(manifest: Mapping[str, Any]) -> str:
+    """How a checkpoint was trained, from its manifest's precision and options (the engine's
+    options dict of before too: ``options_from_dict``), for the resume's log line."""
+    try:
+        legacy, options = options_from_dict(manifest.get("options"))
+    except (TypeError, ValueError) as exc:
+        return f"options this engine does not read ({exc})"
+    return describe(options, manifest.get("precision", legacy))

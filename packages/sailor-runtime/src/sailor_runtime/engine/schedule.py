@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sailor_sim.spec import interleave as _interleave
+import sailor_sim as _interleave  # its face: chunk_layers, interleave_problem (spec.interleave)
 
 
 class Unit(NamedTuple):

@@ -47,7 +47,7 @@ from .optim import (
     reduce_data_parallel,
     world_sums,
 )
-from .options import FSDP_ZERO
+from .options import FSDP_ZERO, describe, sdpa, trained_with
 from .pipeline import ChunkedStage, Link, Microbatches, chunks_of, run_iteration
 from .schedule import chunk_layers
 from .stepmetrics import StepMeter
@@ -146,7 +146,7 @@ def precision(job: Job, cfg: TrainConfig) -> tuple[torch.dtype, torch.dtype | No
     parameters (the master weights) and an autocast forward; fp64 (tests) and fp32 are plain."""
     if cfg.dtype == "fp64":
         return torch.float64, None
-    name = cfg.options.precision or cfg.dtype or job.dtype
+    name = cfg.precision or cfg.dtype or job.dtype
     if name in ("bf16", "fp16"):
         return torch.float32, TORCH_DTYPES[name]
     return TORCH_DTYPES[name], None
@@ -174,14 +174,14 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     if use_tf32(device, param_dtype, autocast):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     model = _build_layers(job, plan, slot, rep.tp, groups.tp, param_dtype, device, cfg)
-    apply_execution(model, cfg.options.recompute, cfg.options.flash_attention)
+    apply_execution(model, cfg.options.recompute, sdpa(cfg.options))
     if cfg.options.sequence_parallel:
         for chunk in chunks_of(model):
             enable_sequence_parallel(chunk, groups.tp)
     scaler = LossScaler(enabled=autocast == torch.float16)
     log.info(
         "rank %d: stage %s built, layer ids %s (%s)",
-        rank, slot, list(model.layer_ids), cfg.options.describe(),
+        rank, slot, list(model.layer_ids), describe(cfg.options, cfg.precision),
     )  # fmt: skip
     # DCP's collectives get a gloo group of their own (created on every rank, in one order).
     ckpt_group = ckpt.checkpoint_group(cfg.timeout_s) if cfg.checkpoint_dir else None
@@ -453,6 +453,7 @@ def _resume(cfg: TrainConfig, rank: int, model, opt, layout, group, scaler: Loss
             f"{model.spec.name}; use another checkpoint directory",
             field="checkpoint_dir",
         )
+    log.info("rank %d: resuming from %s, trained with: %s", rank, path, trained_with(manifest))
     ckpt.load_into(path, model, opt, layout, group)
     trainer = ckpt.restore_rng(path)
     scaler.load(trainer.get("loss_scale"))
@@ -493,6 +494,7 @@ def _save(
             "lr_schedule": cfg.lr.to_dict(),
             "schedule": cfg.schedule,
             "layer_ids": list(range(job.model.num_layer_ids)),
+            "precision": cfg.precision,
             "options": cfg.options.to_dict(),
         }
         trainer = dict(ckpt.rng_state(), loss_scale=scaler.state())

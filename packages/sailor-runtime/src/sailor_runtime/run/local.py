@@ -25,12 +25,11 @@ from pathlib import Path
 from sailor_sim import Job, RunSpec
 
 from ..agent.cputypes import cpu_worker_type
-from ..controller.controller import Controller, ControllerConfig
+from ..controller.controller import Controller, ControllerConfig, split_run_settings
 from ..controller.metricslog import METRICS_FILE, read_metrics
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
 from ..engine.backend import is_cpu_type
-from ..engine.options import ExecutionOptions
 from .processes import LocalWorker, start_planner, start_worker
 from .profile import CpuShare, contention, machine_profile, rank_pids, sample_runnable
 from .report import memory_lines, rank_memory, rerun_lines, why_lines
@@ -45,18 +44,22 @@ from .summary import (
 log = logging.getLogger("sailor.run")
 
 
+LOCAL_RUN = RunSpec(model="tiny-gpt", global_batch_size=16, seq_len=64, steps=20,
+                    checkpoint_every=5)  # fmt: skip
+"""The run a ``LocalRunConfig`` trains unless given one: a tiny model, briefly, on CPUs."""
+
+
 @dataclass(frozen=True)
 class LocalRunConfig:
     run_dir: Path
+    run: RunSpec = LOCAL_RUN
+    """The run's settings (model, batch, sequence, precision, options, steps, checkpointing,
+    seed, recipe): every node gets them as one message, and ``model`` ... ``options`` below
+    are views of them."""
     workers: int = 4
     gpu_types: tuple[str, ...] = ("CPU",)
     """GPU type per worker, cycled when shorter than ``workers``."""
     zone: str = "local"
-    model: str = "tiny-gpt"
-    global_batch_size: int = 16
-    sequence_length: int = 64
-    steps: int = 20
-    checkpoint_every: int = 5
     kill_worker_at_step: int | None = None
     kill_rank_at_step: int | None = None
     """kill -9 of the highest rank's process (its node lives on) once this step is reached."""
@@ -64,8 +67,6 @@ class LocalRunConfig:
     heartbeat_interval_s: float = 0.5
     heartbeat_timeout_s: float = 3.0
     debounce_s: float = 1.0
-    seed: int = 0
-    lr: float = 0.0
     profile: bool = True
     on_save_error: str = "stop"
     """A checkpoint that cannot be written: 'stop' the run or 'continue' without saving."""
@@ -76,26 +77,57 @@ class LocalRunConfig:
     """An external planner server; "" = start one as a child process."""
     warm: bool = True
     """Agents fork ranks from a zygote with torch imported (fast restarts, agent.zygote)."""
-    execution_options: dict = field(default_factory=dict)
-    """The engine's ExecutionOptions.to_dict(); its precision is also the job's dtype."""
     training: dict = field(default_factory=dict)
     """The data of every rank (``run.recipeopts.training_json``); {} = the generated corpus."""
-    run: RunSpec | None = None
-    """The run's settings as the user gave them (``from_run``; every node gets them as one
-    message); None: the fields above (tests, benches)."""
 
     @classmethod
     def from_run(cls, run: RunSpec, **rest) -> LocalRunConfig:
-        """The config of a local run of ``run`` (its model, batch, sequence, steps,
-        checkpointing, seed, learning rate and options; the rest from ``rest``)."""
-        from ..engine.options import from_run
+        """The config of a local run of ``run`` (the rest from ``rest``); options the engine
+        does not run are refused here, naming the field and the fix."""
+        from ..engine.options import check_run
 
-        return cls(
-            model=run.model, global_batch_size=run.global_batch_size,
-            sequence_length=run.job().sequence_length, steps=run.steps,
-            checkpoint_every=run.checkpoint_every, seed=run.seed, lr=run.recipe.lr,
-            execution_options=from_run(run).to_dict(), run=run, **rest,
-        )  # fmt: skip
+        check_run(run)  # raises OptionsError
+        return cls(run=run, **rest)
+
+    @classmethod
+    def create(cls, run_dir: Path, **settings) -> LocalRunConfig:
+        """A local run (tests, benches): ``settings`` that are RunSpec fields (and ``lr``)
+        replace ``LOCAL_RUN``'s, the rest are this config's fields."""
+        run, rest = split_run_settings(LOCAL_RUN, settings)
+        return cls.from_run(run, run_dir=run_dir, **rest)
+
+    @property
+    def model(self) -> str:
+        return self.run.model
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.run.global_batch_size
+
+    @property
+    def sequence_length(self) -> int:
+        return self.run.seq_len or self.run.job().sequence_length
+
+    @property
+    def steps(self) -> int:
+        return self.run.steps
+
+    @property
+    def checkpoint_every(self) -> int:
+        return self.run.checkpoint_every
+
+    @property
+    def seed(self) -> int:
+        return self.run.seed
+
+    @property
+    def lr(self) -> float:
+        return self.run.recipe.lr
+
+    @property
+    def options(self):
+        """The run's execution options (``RunSpec.options``; its precision is ``run``'s)."""
+        return self.run.options
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
@@ -107,11 +139,9 @@ class LocalRun:
     def __init__(self, cfg: LocalRunConfig) -> None:
         self.cfg = cfg
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        precision = cfg.execution_options.get("precision") or "fp32"
-        simulated = cfg.run.options if cfg.run else None
         self.job = Job.create(
-            cfg.model, cfg.global_batch_size, cfg.sequence_length, precision, "adam",
-            simulated or ExecutionOptions.from_dict(cfg.execution_options).simulated(),
+            cfg.model, cfg.global_batch_size, cfg.sequence_length, cfg.run.precision or "fp32",
+            "adam", cfg.options,
         )  # fmt: skip
         types = sorted({cfg.gpu_type_of(i) for i in range(cfg.workers + 1)})
         self.gpu_types = types
@@ -129,10 +159,9 @@ class LocalRun:
         self.planner = None if cfg.planner_address else start_planner(cfg.run_dir)
         self.planner_address = cfg.planner_address or self.planner.address
         self.controller = Controller(
-            ControllerConfig(
-                job=self.job,
-                steps=cfg.steps,
-                checkpoint_every=cfg.checkpoint_every,
+            ControllerConfig.from_run(
+                cfg.run,
+                self.job,
                 run_dir=cfg.run_dir,
                 planner_address=self.planner_address,
                 profile_dir=str(self.profile_dir),
@@ -140,13 +169,9 @@ class LocalRun:
                 heartbeat_interval_s=cfg.heartbeat_interval_s,
                 heartbeat_timeout_s=cfg.heartbeat_timeout_s,
                 debounce_s=cfg.debounce_s,
-                seed=cfg.seed,
-                lr=cfg.lr,
-                execution_options=cfg.execution_options,
                 training=_with_sample_log(cfg.training, cfg.run_dir),
                 token=cfg.token,
                 on_save_error=cfg.on_save_error,
-                run=cfg.run,
             )
         )
         self.server, port = create_controller_server(self.controller, "127.0.0.1:0", cfg.token)
@@ -158,7 +183,7 @@ class LocalRun:
         self._next_core = 0
         """First core of the next worker's ranks: workers take consecutive cores (wrapping)."""
         self.why: list[str] = []
-        self.options = _describe_options(cfg.execution_options)
+        self.options = _describe_options(cfg.run)
         self.slowdown = 1.0
         self.workers: list[LocalWorker] = []
         self.events: list[dict] = []
@@ -436,8 +461,10 @@ def _with_sample_log(training: dict, run_dir: Path) -> dict:
     return {**training, "sample_log_path": str((run_dir / "samples.jsonl").resolve())}
 
 
-def _describe_options(options: dict) -> str:
-    return ExecutionOptions.from_dict(options).describe().replace("job dtype", "fp32")
+def _describe_options(run: RunSpec) -> str:
+    from ..engine.options import describe
+
+    return describe(run.options, run.precision).replace("job dtype", "fp32")
 
 
 def run_local(cfg: LocalRunConfig, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:

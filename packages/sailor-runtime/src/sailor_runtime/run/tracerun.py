@@ -298,8 +298,8 @@ def run_trace(cfg: LocalRunConfig, trace: AvailabilityTrace, time_scale: float) 
     check_local(wall)
     types = initial_types(wall.states[0])
     # The trace, not a step count, ends the run.
-    cfg = replace(cfg, workers=len(types), gpu_types=types, steps=10**9, progress=False,
-                  timeout_s=wall.duration_s + 600)  # fmt: skip
+    cfg = replace(cfg, run=replace(cfg.run, steps=10**9), workers=len(types), gpu_types=types,
+                  progress=False, timeout_s=wall.duration_s + 600)  # fmt: skip
     run = LocalRun(cfg)
     try:
         driver = TraceDriver(run, wall)
