@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sailor_profiler.compute import ComputeConfig, full_model_seconds, profile_rank
+from sailor_profiler.compute.measure import ComputeConfig, full_model_seconds, profile_rank
 from sailor_profiler.devices import parse_device
 
 TOLERANCE = 1.5

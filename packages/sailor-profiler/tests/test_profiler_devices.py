@@ -8,7 +8,7 @@ import torch
 from sailor_profiler.devices import DeviceSpec, check_tp_fits, parse_device
 from sailor_profiler.errors import DeviceError
 from sailor_profiler.launch import threads_per_rank
-from sailor_profiler.provenance import cuda_name_to_gpu_type, gpu_type_for
+from sailor_profiler.profiles.provenance import cuda_name_to_gpu_type, gpu_type_for
 
 
 @pytest.mark.parametrize(

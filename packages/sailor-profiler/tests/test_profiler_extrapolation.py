@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sailor_profiler.compute import ComputeConfig, full_model_seconds, profile_rank
+from sailor_profiler.compute.measure import ComputeConfig, full_model_seconds, profile_rank
+from sailor_profiler.compute.sweep import to_entries
 from sailor_profiler.devices import DeviceSpec
-from sailor_profiler.sweep import to_entries
 from sailor_sim import get_model
 
 

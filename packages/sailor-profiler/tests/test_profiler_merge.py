@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sailor_profiler.cli import app
-from sailor_profiler.store import Record, read_folder, update_folder
+from sailor_profiler.profiles.store import Record, read_folder, update_folder
 from sailor_sim import Job, Plan, ProfileError, get_model
 from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey
 from sailor_sim.simulate.simulator import Simulator

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sailor_profiler.cli import app
-from sailor_profiler.netfit import fit_latency_bandwidth
-from sailor_profiler.network import message_sizes
+from sailor_profiler.network.fit import fit_latency_bandwidth
+from sailor_profiler.network.measure import message_sizes
 from sailor_sim.simulate.network import Endpoint, load_network_file
 from sailor_sim.simulate.simulator import Simulator
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sailor_profiler.compute import params_per_layer
+from sailor_profiler.compute.measure import params_per_layer
 from sailor_profiler.zoo import build_stage
 from sailor_sim import MODEL_CATALOG, get_model
 

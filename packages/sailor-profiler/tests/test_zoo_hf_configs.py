@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from sailor_profiler.compute import params_per_layer
+from sailor_profiler.compute.measure import params_per_layer
 from sailor_profiler.zoo import build_stage
 from sailor_sim import get_model
 

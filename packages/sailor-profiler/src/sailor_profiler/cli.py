@@ -106,7 +106,7 @@ def compute(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
     """Profile per-layer time and memory of MODEL on this machine."""
-    from .computecli import run_compute
+    from .compute.command import run_compute
 
     out = inputs.output_folder(out, "--out")
     summary = run_compute(
@@ -155,7 +155,7 @@ def network(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
     """Measure p2p and all-reduce time over message sizes; fit latency + size / bandwidth."""
-    from .netcli import run_network
+    from .network.command import run_network
 
     out = inputs.output_folder(out, "--out")
     summary = run_network(
@@ -193,7 +193,7 @@ def import_sailor_cmd(
     out: Annotated[Path, typer.Option(help="Profile folder to write.")],
 ) -> None:
     """Convert the original Sailor profiles and network fits into our formats."""
-    from .importer import import_sailor
+    from .profiles.importer import import_sailor
 
     out = inputs.output_folder(out, "--out")
     counts = import_sailor(sailor_root, out)
@@ -207,7 +207,7 @@ def merge_cmd(
     out: Annotated[Path, typer.Option(help="Merged profile folder to write.")],
 ) -> None:
     """Merge profile folders; per entry: ran > oom, measured > imported > analytic, newest."""
-    from .merge import merge
+    from .profiles.merge import merge
 
     out = inputs.output_folder(out, "--out")
     merged = merge(list(folders), out)
@@ -220,7 +220,7 @@ def plot_cmd(
     profile: Annotated[Path, typer.Argument(help="A folder written by compute or network.")],
 ) -> None:
     """Redraw the PNGs of a profile folder from its tables (profiler/*.parquet)."""
-    from .computecli import replot
+    from .compute.command import replot
 
     for path in replot(profile):
         typer.echo(str(path))

@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from .netfit import LinkFit  # noqa: E402
+from .network.fit import LinkFit  # noqa: E402
 
 
 def plot_layers(frame: pl.DataFrame, path: str | Path) -> Path:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import polars as pl
 
-from .compute import LayerResult
-from .network import NetPoint, bus_bandwidth
+from .compute.measure import LayerResult
+from .network.measure import NetPoint, bus_bandwidth
 
 
 def layers_frame(

@@ -33,7 +33,7 @@ from sailor_sim import (
     save_profile_dir,
 )
 
-from .errors import ProfileFolderError
+from ..errors import ProfileFolderError
 
 SIDE_DIR = "profiler"
 NETWORK_FILE = "links.json"

@@ -15,8 +15,8 @@ import subprocess
 
 from sailor_sim import get_gpu
 
-from .devices import DeviceSpec
-from .errors import DeviceError
+from ..devices import DeviceSpec
+from ..errors import DeviceError
 
 # Patterns (regex, case-insensitive, word-bounded) of torch.cuda.get_device_name -> catalog
 # name; first match wins: GH200 before H200, "L4" must not match "L40S".

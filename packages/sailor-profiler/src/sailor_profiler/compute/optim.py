@@ -21,7 +21,7 @@ from torch import nn
 
 from sailor_sim import OPTIMIZERS
 
-from .zoo.optim import AdamW
+from ..zoo.optim import AdamW
 
 __all__ = ["optimizer_step_fn"]
 _CLIP_COEF = 0.5

@@ -26,12 +26,12 @@ import torch
 
 from sailor_sim import get_model
 
-from .devices import DeviceSpec
-from .launch import threads_per_rank
+from ..devices import DeviceSpec
+from ..launch import threads_per_rank
+from ..timing import Clock, Stat, repeat, summarize
+from ..zoo import build_stage, example_input
 from .memory import ActivationMemory, measure_activation_memory
 from .optim import optimizer_step_fn
-from .timing import Clock, Stat, repeat, summarize
-from .zoo import build_stage, example_input
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 4}  # fp32 optimizer state per parameter

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from sailor_sim import LayerProfile, ProfileEntry, ProfileKey, get_model
 
-from .compute import ComputeConfig, LayerResult, compute_worker, merge_ranks, profile_rank
-from .devices import check_tp_fits
-from .errors import SweepError
-from .launch import run_local
-from .store import Record, update_folder
+from ..devices import check_tp_fits
+from ..errors import SweepError
+from ..launch import run_local
+from ..profiles.store import Record, update_folder
+from .measure import ComputeConfig, LayerResult, compute_worker, merge_ranks, profile_rank
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def check_sweep(cfg: ComputeConfig, tps: tuple[int, ...]) -> None:
 
 
 def steps_per_tp(cfg: ComputeConfig) -> int:
-    from .compute import layer_ids_to_profile
+    from .measure import layer_ids_to_profile
 
     return len(layer_ids_to_profile(get_model(cfg.model).num_layers, cfg.blocks)) * len(cfg.mbs)
 

@@ -27,10 +27,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from .netfit import LinkFit, fit_latency_bandwidth
-from .network import NetPoint
-from .plots import plot_bandwidth
-from .tables import network_frame, write_table
+from ..plots import plot_bandwidth
+from ..tables import network_frame, write_table
+from .fit import LinkFit, fit_latency_bandwidth
+from .measure import NetPoint
 
 NETWORK_FORMAT = "sailor-network/1"
 

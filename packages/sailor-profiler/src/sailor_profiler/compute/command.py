@@ -12,16 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from sailor_sim import OPTIMIZERS, check_dtype, get_model
 
-from .compute import ComputeConfig
-from .devices import parse_device
-from .errors import ProfileFolderError, SweepError
-from .launch import env_launched, threads_per_rank
-from .netfit import LinkFit
-from .plots import plot_bandwidth, plot_layers
-from .provenance import gpu_type_for, provenance
-from .store import SIDE_DIR
+from ..devices import parse_device
+from ..errors import ProfileFolderError, SweepError
+from ..launch import env_launched, threads_per_rank
+from ..network.fit import LinkFit
+from ..plots import plot_bandwidth, plot_layers
+from ..profiles.provenance import gpu_type_for, provenance
+from ..profiles.store import SIDE_DIR
+from ..tables import layers_frame, write_table
+from .measure import ComputeConfig
 from .sweep import SweepResult, check_sweep, run_sweep, steps_per_tp, write_profile
-from .tables import layers_frame, write_table
 
 DEFAULT_MAX_SEQ = 2048
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sailor_sim import ProfileStore, SailorSimError, load_network_file
 
-from .errors import ProfileFolderError
+from ..errors import ProfileFolderError
 from .store import NETWORK_FILE, ProfileFolder, Record, entry_key, read_folder, write_folder
 
 _SOURCE_ORDER = ("measured", "imported", "interpolated", "analytic")

@@ -6,13 +6,13 @@ from pathlib import Path
 
 from sailor_sim import get_zone
 
-from .computecli import check_out_dir
-from .devices import check_tp_fits, parse_device
-from .errors import SweepError
-from .launch import env_launched, run_from_env, run_local
-from .netprofile import fit_ops, write_network_profile
-from .network import NetConfig, message_sizes, network_worker
-from .provenance import gpu_type_for, provenance
+from ..compute.command import check_out_dir
+from ..devices import check_tp_fits, parse_device
+from ..errors import SweepError
+from ..launch import env_launched, run_from_env, run_local
+from ..profiles.provenance import gpu_type_for, provenance
+from .measure import NetConfig, message_sizes, network_worker
+from .profile import fit_ops, write_network_profile
 
 
 def run_network(

@@ -27,9 +27,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .devices import DeviceSpec
-from .launch import RankContext
-from .timing import summarize
+from ..devices import DeviceSpec
+from ..launch import RankContext
+from ..timing import summarize
 
 OPS = ("p2p", "allreduce")
 KiB, MiB, GiB = 1024, 1024**2, 1024**3

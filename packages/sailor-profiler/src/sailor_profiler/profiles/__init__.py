@@ -1,0 +1,1 @@
+"""Profile folders: the store and its provenance, `merge`, `import-sailor`."""
