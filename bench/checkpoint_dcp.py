@@ -33,8 +33,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from sailor_profiler.zoo import build_stage, get_split
-from sailor_runtime.engine import checkpoint as ckpt
-from sailor_runtime.engine.optim import AdamW
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
+from sailor_runtime.engine.parallel.optim import AdamW
 
 PAUSE_BAR = 0.5
 """Largest share of the async save's total time that training may be paused for."""

@@ -27,7 +27,7 @@ import torch
 
 from sailor_runtime.engine import launch_many, reference_run
 from sailor_runtime.engine.examples import INTERLEAVED, JOBS, PLANS, interleaved_job
-from sailor_runtime.engine.topology import Topology
+from sailor_runtime.engine.parallel.topology import Topology
 
 LOSS_RTOL = {"fp32": 1e-5, "fp64": 1e-11}
 """Largest relative per-step loss difference from one process that counts as equivalent."""

@@ -4,9 +4,9 @@
 
 tiny-llama (RMSNorm, RoPE, SwiGLU, GQA), global batch 8, sequence 128, trained by the engine
 (gloo ranks, ``launch_many``). Each case runs 2 steps; step 2 (AdamW states exist) is measured
-on every rank with ``engine.memprobe``: the tensor bytes alive at its start (weights, gradients,
-optimizer states) plus the peak of the CPU allocator's process-wide count during the step
-(torch profiler memory events, with c10 counting every thread's frees: gloo's worker threads
+on every rank with ``engine.rank.memprobe``: the tensor bytes alive at its start (weights,
+gradients, optimizer states) plus the peak of the CPU allocator's process-wide count during the
+step (torch profiler memory events, with c10 counting every thread's frees: gloo's worker threads
 free collectives' buffers, and a sum of the profiled thread's events alone ratcheted up by
 those, 17-35 % run to run for sequence parallelism); now bit-identical run to run. The
 simulator's side is ``Simulator.replica_memory`` without the framework overhead, on this

@@ -5,7 +5,7 @@
 
 ``--ranks`` processes (gloo on CPU; NCCL, one GPU each, when that many GPUs are visible) each
 run, alternately, ``--trials`` times: the engine on the plan PP 1 x DP ``ranks`` (TP 1, one
-microbatch of ``gbs / ranks`` per replica: ``engine.train``, as ``sailor run`` runs it), and
+microbatch of ``gbs / ranks`` per replica: ``engine.rank.train``, as ``sailor run`` runs it), and
 plain ``torch.nn.parallel.DistributedDataParallel`` over the same model (the zoo's full model,
 the same initial weights), the same samples, the same AdamW (torch's fused kernel on CUDA;
 on CPU ours against torch's default), with the same clipping by the global norm. Each step is
@@ -38,7 +38,7 @@ def _rank_main(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from sailor_runtime.engine.config import TrainConfig
-    from sailor_runtime.engine.train import train
+    from sailor_runtime.engine.rank.train import train
 
     rank, world = int(os.environ["RANK"]), args.ranks
     backend = "nccl" if torch.cuda.device_count() >= world else "gloo"
@@ -74,7 +74,7 @@ def _ddp(job, rank: int, world: int, backend: str, args, prefix: str) -> list[fl
 
     from sailor_profiler.zoo import build_stage
     from sailor_runtime.engine.config import LRSchedule, OptimConfig
-    from sailor_runtime.engine.data import TextDataset
+    from sailor_runtime.engine.rank.data import TextDataset
 
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     store = dist.TCPStore("127.0.0.1", args.port, is_master=False, timeout=timedelta(seconds=300))

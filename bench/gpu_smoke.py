@@ -139,7 +139,7 @@ def train(root: Path, job, plan, backend: str, steps: int) -> tuple[list, dict]:
 def reshard_to_cpu(root: Path, job) -> float:
     """The final checkpoint into the whole model on the CPU (fp32); the loss of one batch."""
     from sailor_profiler.zoo import build_stage
-    from sailor_runtime.engine import checkpoint as ckpt
+    from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 
     torch, _ = _lib()
     path, manifest = ckpt.latest(root / "ckpt")

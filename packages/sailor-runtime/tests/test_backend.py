@@ -66,7 +66,7 @@ def test_controller_assigns_the_plans_backend(tmp_path: Path, gpu, backend):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_checkpoint_rng_carries_the_cuda_generators(tmp_path: Path):
     """A resumed CUDA rank draws the same numbers (dropout masks) as the uninterrupted one."""
-    from sailor_runtime.engine import checkpoint as ckpt
+    from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 
     torch.cuda.manual_seed_all(7)
     torch.save(ckpt.rng_state(), tmp_path / "trainer.pt")

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from sailor_profiler.zoo import build_stage, get_split, shard
-from sailor_runtime.engine import checkpoint as ckpt
-from sailor_runtime.engine.optim import AdamW
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
+from sailor_runtime.engine.parallel.optim import AdamW
 
 WORLD = 4
 MODEL = "tiny-gpt"

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 
-from sailor_runtime.engine import checkpoint as ckpt
-from sailor_runtime.engine import fence, start_local
+from sailor_runtime.engine import start_local
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
+from sailor_runtime.engine.checkpoints import fence
 from sailor_sim import Job, Plan, Replica, Stage
 
 JOB = Job.create("tiny-gpt", 8, 32)

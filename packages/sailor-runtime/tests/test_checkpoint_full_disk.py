@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine import start_local
-from sailor_runtime.engine.savefaults import FATAL_EXIT
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
+from sailor_runtime.engine.checkpoints.savefaults import FATAL_EXIT
 from sailor_sim import Job, Plan, Replica, Stage
 
 JOB = Job.create("tiny-gpt", 8, 32)

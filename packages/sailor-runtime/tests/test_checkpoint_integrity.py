@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from sailor_runtime.controller.checkpoints import latest_checkpoint_step
-from sailor_runtime.engine import checkpoint as ckpt
-from sailor_runtime.engine import integrity
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
+from sailor_runtime.engine.checkpoints import integrity
 from sailor_runtime.engine.config import TrainConfig
 from sailor_sim import Job, Plan, Replica, Stage
 

@@ -19,7 +19,7 @@ from sailor_runtime.controller.assignments import build_assignments
 from sailor_runtime.controller.controller import Controller, ControllerConfig
 from sailor_runtime.controller.service import create_controller_server
 from sailor_runtime.controller.state import Reconfiguration
-from sailor_runtime.engine import fence
+from sailor_runtime.engine.checkpoints import fence
 from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 from sailor_sim import Job, Plan, Replica, Stage
 

@@ -8,8 +8,8 @@ import time
 import polars as pl
 import torch
 
-from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine import launch_local, reference_run, start_local
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 from sailor_sim import Job, Plan, Replica, Stage
 
 JOB = Job.create("tiny-gpt", 8, 32)

@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 import torch
 
-from sailor_runtime.engine import checkpoint as ckpt
 from sailor_runtime.engine import launch_many, reference_run
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 from sailor_runtime.engine.examples import (
     INTERLEAVED,
     JOBS,

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sailor_runtime.engine import OptionsError, launch_many, reference_run
-from sailor_runtime.engine import checkpoint as ckpt
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 from sailor_runtime.engine.examples import JOBS, R
 from sailor_runtime.engine.options import check_run, options_from_dict
 from sailor_sim import ExecutionOptions, RunSpec, SailorError

@@ -13,7 +13,7 @@ from sailor_profiler.zoo import build_stage
 from sailor_runtime.engine import reference_run
 from sailor_runtime.engine.examples import JOBS, PLANS
 from sailor_runtime.engine.launch import launch_local
-from sailor_runtime.engine.optim import decay_group
+from sailor_runtime.engine.parallel.optim import decay_group
 from sailor_sim.spec.recipe import LRSchedule, OptimConfig
 
 STEPS = 6

@@ -11,10 +11,10 @@ import torch
 
 from sailor_runtime.engine import worker
 from sailor_runtime.engine.config import TrainConfig
-from sailor_runtime.engine.data import TextDataset, generate_corpus
-from sailor_runtime.engine.optim import AdamW, LRSchedule, clip_coefficient
-from sailor_runtime.engine.pipeline import schedule
-from sailor_runtime.engine.topology import Slot, Topology
+from sailor_runtime.engine.parallel.optim import AdamW, LRSchedule, clip_coefficient
+from sailor_runtime.engine.parallel.pipeline import schedule
+from sailor_runtime.engine.parallel.topology import Slot, Topology
+from sailor_runtime.engine.rank.data import TextDataset, generate_corpus
 from sailor_sim import Job, Plan, Replica, Stage
 
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from sailor_runtime.engine import EngineError, TrainConfig
-from sailor_runtime.engine import checkpoint as ckpt
+from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 from sailor_runtime.engine.examples import JOBS, R
 from sailor_runtime.engine.launch import launch_local
 from sailor_runtime.engine.options import (

@@ -1,4 +1,4 @@
-"""``engine.memprobe`` on CPU: the step peak is the tensor bytes alive at once, whatever
+"""``engine.rank.memprobe`` on CPU: the step peak is the tensor bytes alive at once, whatever
 thread frees them (gloo's worker threads drop the last reference to a collective's buffers,
 and the profiler records no event on them)."""
 
@@ -6,7 +6,7 @@ import threading
 
 import torch
 
-from sailor_runtime.engine.memprobe import StepPeak
+from sailor_runtime.engine.rank.memprobe import StepPeak
 
 MiB = 1 << 20
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from sailor_runtime.engine.schedule import (
+from sailor_runtime.engine.parallel.schedule import (
     Msg,
     Post,
     Unit,
@@ -173,8 +173,8 @@ def test_the_engine_refuses_exactly_what_the_simulator_refuses(monkeypatch):
     which the simulator's ``Simulator.check`` and the planner's search apply. Replacing
     sailor_sim's function changes the engine's verdict; and over a set of plans the engine
     refuses a plan exactly when the simulator does, with the same words."""
-    from sailor_runtime.engine import schedule
     from sailor_runtime.engine.options import unsupported_reason
+    from sailor_runtime.engine.parallel import schedule
     from sailor_sim import ExecutionOptions as SimOptions
     from sailor_sim import Job, PlanError, Simulator
     from sailor_sim.spec import interleave

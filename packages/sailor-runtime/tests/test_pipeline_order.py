@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from sailor_runtime.engine.pipeline import Post, boundary_steps
+from sailor_runtime.engine.parallel.pipeline import Post, boundary_steps
 
 
 def _play(kind: str, num_stages: int, num_micro: int, pair: bool = True) -> bool:

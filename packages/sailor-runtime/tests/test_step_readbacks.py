@@ -18,7 +18,7 @@ import torch
 
 from sailor_runtime.engine import TrainConfig
 from sailor_runtime.engine.examples import JOBS, R
-from sailor_runtime.engine.train import train
+from sailor_runtime.engine.rank.train import train
 from sailor_sim.spec.plan import Plan, Stage
 
 READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")

@@ -1,6 +1,7 @@
 """The rank layout of a plan: where each rank sits. One layout for every side: the controller
 places processes by it, the agents validate assignments with it, the engine builds its process
-groups from it (engine.topology). Torch-free, so the control plane can use it without torch.
+groups from it (engine.parallel.topology). Torch-free, so the control plane can use it without
+torch.
 
 Rank order (stable): stage-major, then replica, then TP rank. For stage i, replica j, TP rank k:
 ``rank = sum(tp of all replicas of stages < i) + sum(tp of replicas < j of stage i) + k``.
@@ -63,7 +64,7 @@ class Topology:
         return max(r.tp for r in self.plan.stages[stage].replicas)
 
     def fine_pieces(self, slot: Slot) -> range:
-        """Fine pieces (see engine.topology) of the stage that this rank's shards hold."""
+        """Fine pieces (see engine.parallel.topology) of the stage that this rank's shards hold."""
         per = self.max_tp(slot.stage) // self.tp(slot.stage, slot.replica)
         return range(slot.tp_rank * per, (slot.tp_rank + 1) * per)
 

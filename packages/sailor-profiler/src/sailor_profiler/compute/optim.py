@@ -4,7 +4,7 @@
 (``zoo.optim.AdamW``, as ``torch.optim.AdamW(foreach=False)``) after global-norm clipping, so the
 timed step is exactly that: this layer's share of the squared gradient norm (float64, per
 tensor), the clip (gradients scaled in place; timed always, clipping is active early in
-training), the AdamW step and zeroing the gradients (``engine.optim.local_norm_sq`` and
+training), the AdamW step and zeroing the gradients (``engine.parallel.optim.local_norm_sq`` and
 ``apply_update``). 'sgd': ``torch.optim.SGD`` with momentum.
 
 fp32: the optimizer updates the parameters in place. bf16 / fp16: mixed precision as in

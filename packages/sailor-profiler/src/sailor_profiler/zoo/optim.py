@@ -1,7 +1,7 @@
 """AdamW as the runtime's engine runs it, shared so the profiler times the same step.
 
-Owner: sailor-profiler (the runtime's ``engine.optim`` imports it; the profiler must not depend on
-the runtime).
+Owner: sailor-profiler (the runtime's ``engine.parallel.optim`` imports it; the profiler must
+not depend on the runtime).
 """
 
 from __future__ import annotations

@@ -6,14 +6,14 @@ full layer.
 
 Why our Megatron-style modules (``tp``) and not DTensor's ``parallelize_module``: the replicas
 of one pipeline stage may have different TP degrees, and their data-parallel reduction joins
-"fine pieces" of shards across them (``sailor_runtime.engine.topology``); a DTensor lives on one
-device mesh with one TP degree, so a gradient reduction between a TP-1 and a TP-4 replica of
-the same layer is not a collective over meshes. Our shards are plain tensors with their split as
-metadata (``tp_split``), which the DP reduction, ZeRO and checkpoints read; checkpoints express
-them as DTensors only to describe chunks to ``torch.distributed.checkpoint``. The modules are
-also what the exact-equivalence tests pin: q, k and v enter the TP region once (one all-reduce
-of their summed input gradient), where ``ColwiseParallel`` on each would all-reduce three times
-in another summation order.
+"fine pieces" of shards across them (``sailor_runtime.engine.parallel.topology``); a DTensor
+lives on one device mesh with one TP degree, so a gradient reduction between a TP-1 and a TP-4
+replica of the same layer is not a collective over meshes. Our shards are plain tensors with
+their split as metadata (``tp_split``), which the DP reduction, ZeRO and checkpoints read;
+checkpoints express them as DTensors only to describe chunks to
+``torch.distributed.checkpoint``. The modules are also what the exact-equivalence tests pin: q,
+k and v enter the TP region once (one all-reduce of their summed input gradient), where
+``ColwiseParallel`` on each would all-reduce three times in another summation order.
 """
 
 from __future__ import annotations

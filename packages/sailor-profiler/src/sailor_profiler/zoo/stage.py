@@ -153,7 +153,7 @@ def tie_embeddings(stage: StageModule) -> None:
     uses one matrix for both (the head's is the embedding's Parameter: counted, updated and
     checkpointed once per layer id). A stage with only one of them keeps its own copy, as
     Megatron does on the last pipeline stage; both copies start equal (``init_parameters``)
-    and the engine adds their gradients every step (``engine.tied``)."""
+    and the engine adds their gradients every step (``engine.parallel.tied``)."""
     head = stage.spec.head_layer_id
     if stage.spec.tie_word_embeddings and 0 in stage.layer_ids and head in stage.layer_ids:
         stage.layers[str(head)].lm_head.weight = stage.layers["0"].word.weight

@@ -44,7 +44,7 @@ class ValidAssignment:
     """The data (``DATA_KEYS`` of ``engine.config.TRAINING_KEYS``); {} = the generated
     corpus."""
     on_save_error: str = "stop"
-    """'stop' or 'continue' when a checkpoint cannot be written (engine.savefaults)."""
+    """'stop' or 'continue' when a checkpoint cannot be written (engine.checkpoints.savefaults)."""
 
 
 def _parse_job_plan(msg) -> tuple[Job, Plan]:

@@ -68,7 +68,7 @@ class RankProcess:
 
 
 MEMORY_PROBE_STEP = 3
-"""The step of a generation whose tensor memory every rank measures (engine.memprobe): after
+"""The step of a generation whose tensor memory every rank measures (engine.rank.memprobe): after
 the first steps, so the optimizer states exist and allocations are steady."""
 
 

@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_rank(json.loads(line)) if line.strip() else 0
     import torch  # noqa: F401 - the point: import once, before any command arrives
 
-    from ..engine import train, worker  # noqa: F401 - the rank's imports, done once here
+    from ..engine import worker  # noqa: F401 - the rank's imports, done once here
+    from ..engine.rank import train  # noqa: F401 - the rank's imports, done once here
 
     return serve()
 

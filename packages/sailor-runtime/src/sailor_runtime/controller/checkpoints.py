@@ -12,7 +12,7 @@ def latest_checkpoint_step(directory: str | Path) -> int:
     lists files that all exist with their sizes), so the controller and the ranks agree on
     where training resumes.
     """
-    from ..engine import checkpoint
+    from ..engine.checkpoints import checkpoint
 
     found = checkpoint.latest(Path(directory))
     return int(found[1].get("step", 0)) if found else 0

@@ -34,8 +34,8 @@ import grpc
 
 from sailor_sim import ExecutionOptions, Job, Plan, Recipe, RunSpec
 
-from ..engine import fence
 from ..engine.backend import BackendError, resolve_backend
+from ..engine.checkpoints import fence
 from ..engine.config import FATAL_EXIT
 from ..engine.options import FSDP_ZERO, OptionsError, check_run
 from ..errors import (
@@ -125,7 +125,7 @@ class ControllerConfig:
     """PEM CA to trust for a planner server speaking TLS; None = plaintext."""
     on_save_error: str = "stop"
     """A checkpoint that cannot be written: 'stop' the run (FAILED, with the reason) or
-    'continue' training without saving (engine.savefaults)."""
+    'continue' training without saving (engine.checkpoints.savefaults)."""
 
     @classmethod
     def from_run(cls, run: RunSpec, job: Job, **rest) -> ControllerConfig:

@@ -21,7 +21,7 @@ import traceback
 import torch
 
 from .config import EngineError, TrainConfig
-from .train import train
+from .rank.train import train
 
 
 def run_rank(runs: list[TrainConfig], rank: int) -> int:

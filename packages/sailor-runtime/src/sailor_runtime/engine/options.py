@@ -48,15 +48,15 @@ from typing import Any
 
 from sailor_sim import ExecutionOptions, SailorError
 
-from .schedule import interleave_problem
+from .parallel.schedule import interleave_problem
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 """The ``RunSpec.precision`` values the engine trains in (None: the job's dtype)."""
 RECOMPUTE = ("none", "selective", "full")
 """The ``ExecutionOptions.recompute`` values the engine runs."""
 FSDP_ZERO = ("zero2", "zero3", "hybrid")
-"""Run through FSDP2 (``engine.fsdp``); ZeRO-1 is ``engine.zero``. Every ``zero`` value of the
-simulator runs (see ``unsupported_reason`` for the plans each needs)."""
+"""Run through FSDP2 (``engine.parallel.fsdp``); ZeRO-1 is ``engine.parallel.zero``. Every
+``zero`` value of the simulator runs (see ``unsupported_reason`` for the plans each needs)."""
 LEGACY_KEYS = ("precision", "recompute", "flash_attention", "zero", "sequence_parallel",
                "virtual_stages")  # fmt: skip
 """The keys of the options dict the engine wrote before it read the simulator's options

@@ -11,8 +11,8 @@ import torch
 from sailor_profiler import apply_execution, build_stage
 from sailor_sim import Job
 
-from .data import TextDataset
-from .optim import LRSchedule, OptimConfig, decay_group
+from .parallel.optim import LRSchedule, OptimConfig, decay_group
+from .rank.data import TextDataset
 
 
 def reference_run(

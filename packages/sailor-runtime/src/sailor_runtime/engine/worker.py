@@ -55,12 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.run is not None:  # the run's settings as this rank received them
             logging.getLogger("sailor.engine").info("run spec: %s", specs.to_dict(cfg.run))
         _share_threads(cfg.world_size)
-        from .train import train  # torch and the model zoo: only once the config is valid
+        from .rank.train import train  # torch and the model zoo: only once the config is valid
 
         train(cfg.job, cfg.plan, rank, cfg.world_size, cfg)
     except (EngineError, SailorSimError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        from .savefaults import FATAL_EXIT, CheckpointWriteError
+        from .checkpoints.savefaults import FATAL_EXIT, CheckpointWriteError
 
         return FATAL_EXIT if isinstance(exc, CheckpointWriteError) else 2
     return 0

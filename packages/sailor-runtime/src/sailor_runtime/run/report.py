@@ -1,6 +1,6 @@
 """What `sailor run` says about a plan: why the planner chose it (per worker type, measured
 compute of its share), what the simulator predicts per rank (time, tensor memory) before it
-runs, and what each rank measured after (``engine.memprobe``), for the run's execution options.
+runs, and what each rank measured after (``engine.rank.memprobe``), for the run's execution options.
 
 Predicted memory is the simulator's per-GPU terms without ``framework`` (CUDA context, NCCL
 buffers, allocator reserve: none of it is a tensor, and on CPU the engine measures tensors);

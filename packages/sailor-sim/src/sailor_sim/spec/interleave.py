@@ -15,7 +15,7 @@ per stage (``ExecutionOptions.virtual_stages``) runs a plan only when
 Who asks: the simulator (``check_replica`` refuses p < 2, ``Simulator.check`` raises
 ``PlanError`` on field ``options.virtual_stages`` for the rest), the planner (the search masks
 stage ranges with ``stage_problem`` and balances microbatches in steps of
-``microbatch_step``), and the engine (``sailor_runtime.engine.schedule.interleave_problem``
+``microbatch_step``), and the engine (``sailor_runtime.engine.parallel.schedule.interleave_problem``
 and ``chunk_layers`` are these).
 """
 

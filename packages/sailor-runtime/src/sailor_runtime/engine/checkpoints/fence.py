@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .config import EngineError
+from ..config import EngineError
 
 FENCE_FILE = "fence"
 

@@ -25,10 +25,10 @@ import sys
 
 import torch
 
+from ..config import FATAL_EXIT, ON_SAVE_ERROR, EngineError
+from ..parallel.optim import world_sums
 from . import checkpoint as ckpt
 from . import fence
-from .config import FATAL_EXIT, ON_SAVE_ERROR, EngineError
-from .optim import world_sums
 
 __all__ = ["FATAL_EXIT", "ON_SAVE_ERROR", "CheckpointWriteError", "settle"]
 log = logging.getLogger("sailor.checkpoint")

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import torch
 
-from ..data.order import EpochOrder
+from ...data.order import EpochOrder
 
 _SUBJECTS = [
     "the sailor",

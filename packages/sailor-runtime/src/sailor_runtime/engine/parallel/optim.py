@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from sailor_profiler import TIED_HEAD_NAME, AdamW, get_split
 
-from .config import OPTIMIZER_IMPLS, LRSchedule, OptimConfig  # noqa: F401 - torch-free home
+from ..config import OPTIMIZER_IMPLS, LRSchedule, OptimConfig  # noqa: F401 - torch-free home
 from .topology import Groups, Slot, Topology
 
 EMBEDDING_LAYER = "layers.0."

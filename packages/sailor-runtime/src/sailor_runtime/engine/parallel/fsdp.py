@@ -36,7 +36,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from sailor_profiler import get_split, set_split
 
-from .options import hybrid_shard_size
+from ..options import hybrid_shard_size
 from .topology import Slot, Topology
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from ..topology import Slot, Topology
+from ...topology import Slot, Topology
 
 __all__ = ["Groups", "Slot", "Topology", "build_groups"]
 
