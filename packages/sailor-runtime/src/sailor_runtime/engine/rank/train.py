@@ -17,10 +17,12 @@ the latest valid checkpoint in the directory is loaded into this plan, whatever 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from sailor_profiler import apply_execution, build_stage, enable_sequence_parallel
-from sailor_sim import Job, Plan
+from sailor_sim import Job, Plan, Replica
 
 from ..backend import check_backend
 from ..checkpoints import checkpoint as ckpt
@@ -49,7 +51,7 @@ from ..parallel.optim import (
 from ..parallel.pipeline import ChunkedStage, Link, Microbatches, chunks_of, run_iteration
 from ..parallel.schedule import chunk_layers
 from ..parallel.tied import head_copy, sync_tied_gradients, syncs_tied_copies
-from ..parallel.topology import Topology, build_groups
+from ..parallel.topology import Groups, Slot, Topology, build_groups
 from ..parallel.zero import ShardedAdamW
 from .data import TextDataset
 from .memprobe import StepPeak, persistent_bytes
@@ -164,20 +166,82 @@ def train(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainConfig) ->
 
 
 def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) -> TrainResult:
+    """Set this rank up, then step it to ``cfg.steps``."""
+    s = _setup(job, plan, topo, rank, cfg)
+    # Only the metrics rank writes the JSON lines; the file is closed however the loop ends.
+    writes = cfg.metrics_path and rank == topo.metrics_rank
+    with open(cfg.metrics_path, "a") if writes else contextlib.nullcontext() as metrics:
+        return _loop(s, metrics)
+
+
+@dataclass
+class RankState:
+    """What the step loop needs of this rank, built once by ``_setup``. ``step`` (steps done)
+    and ``consumed`` (samples of the global batches trained) start where the resumed
+    checkpoint left off and advance with every step."""
+
+    job: Job
+    plan: Plan
+    topo: Topology
+    cfg: TrainConfig
+    rank: int
+    device: torch.device
+    slot: Slot
+    rep: Replica
+    groups: Groups
+    model: torch.nn.Module
+    autocast: torch.dtype | None
+    scaler: LossScaler
+    opt: object
+    """AdamW: torch's or Sailor's, ``ShardedAdamW`` under ZeRO-1, over DP shards under FSDP."""
+    params: list
+    norm_params: list
+    """``params`` less the head's copy of a tied matrix: its gradient counts once."""
+    decayed: list
+    tied: bool
+    mesh: object | None
+    """FSDP's device mesh, None without FSDP."""
+    gather: Callable | None
+    """FSDP's all-gather of a DP-sharded tensor for the checkpoint, None without FSDP."""
+    layout: ckpt.TPLayout
+    saver: ckpt.AsyncSaver | None
+    data: object
+    val: object | None
+    offset: int
+    """The first sample of this replica's share of every global batch."""
+    link: Link
+    meter: StepMeter
+    logs_samples: bool
+    step: int
+    consumed: int
+    resumed: int | None
+
+    @property
+    def is_loss_rank(self) -> bool:
+        """The rank whose pipeline output holds the loss: TP rank 0 of a last-stage replica."""
+        return self.slot.stage == self.topo.num_stages - 1 and self.slot.tp_rank == 0
+
+
+@dataclass
+class StepMetrics:
+    """One optimizer step as the metrics line reports it (loss and norm unscaled)."""
+
+    loss: float
+    norm: float
+    lr: float
+
+
+def _setup(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) -> RankState:
+    """Build this rank's stage, optimizer and data and load the latest checkpoint. The
+    collectives (groups, checkpoint group, FSDP mesh, resume) run in the same order on every
+    rank: torch.distributed requires it."""
     device = _device(cfg.backend, rank)
     slot = topo.slot(rank)
     groups = build_groups(topo, rank)
     log.info("rank %d: groups built", rank)
-    stage_plan = plan.stages[slot.stage]
-    rep = stage_plan.replicas[slot.replica]
+    rep = plan.stages[slot.stage].replicas[slot.replica]
     param_dtype, autocast = precision(job, cfg)
-    if use_tf32(device, param_dtype, autocast):
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    model = _build_layers(job, plan, slot, rep.tp, groups.tp, param_dtype, device, cfg)
-    apply_execution(model, cfg.options.recompute, sdpa(cfg.options))
-    if cfg.options.sequence_parallel:
-        for chunk in chunks_of(model):
-            enable_sequence_parallel(chunk, groups.tp)
+    model = _build_model(job, plan, slot, rep, groups, param_dtype, autocast, device, cfg)
     scaler = LossScaler(enabled=autocast == torch.float16)
     log.info(
         "rank %d: stage %s built, layer ids %s (%s)",
@@ -186,34 +250,10 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     # DCP's collectives get a gloo group of their own (created on every rank, in one order).
     ckpt_group = ckpt.checkpoint_group(cfg.timeout_s) if cfg.checkpoint_dir else None
     layout = ckpt.TPLayout(groups.tp)
-    mesh = gather = None
-    if cfg.options.zero in FSDP_ZERO:
-        from ..parallel import (
-            fsdp,  # torch.distributed.fsdp: imported only by the ranks that use it
-        )
-
-        gather = fsdp.full
-        mesh, opt, (step, consumed, resumed) = _shard_with_fsdp(
-            cfg, rank, topo, model, device, layout, ckpt_group, scaler
-        )
-        params = list(model.parameters())
-    else:
-        params = list(model.parameters())
-        if cfg.options.zero == "zero1" and groups.dp:
-            opt = ShardedAdamW(
-                params,
-                topo,
-                slot,
-                groups,
-                cfg.lr.lr(0),
-                cfg.optim.betas,
-                cfg.optim.eps,
-                0.0,  # decoupled weight decay is applied by apply_update, per group
-                fused=_optimizer_impl(cfg, device) == "torch-fused",
-            )
-        else:
-            opt = _optimizer(params, cfg, device)
-        step, consumed, resumed = _resume(cfg, rank, model, opt, layout, ckpt_group, scaler)
+    opt, mesh, gather, (step, consumed, resumed) = _optimizer_and_resume(
+        cfg, rank, topo, slot, groups, model, device, layout, ckpt_group, scaler
+    )
+    params = list(model.parameters())
     decayed = decayed_params(model, cfg.optim.no_decay)
     tied = syncs_tied_copies(model, plan)
     if tied and mesh is not None:
@@ -231,83 +271,156 @@ def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     saver = None
     if cfg.checkpoint_dir:
         saver = ckpt.AsyncSaver(cfg.checkpoint_dir, rank, ckpt_group, generation=cfg.generation)
-    offset = sum(r.samples for r in stage_plan.replicas[: slot.replica])
-    metrics = (
-        open(cfg.metrics_path, "a") if cfg.metrics_path and rank == topo.metrics_rank else None
-    )
-    logs_samples = cfg.sample_log_path and slot.stage == 0 and slot.tp_rank == 0
+    return RankState(
+        job=job, plan=plan, topo=topo, cfg=cfg, rank=rank, device=device, slot=slot, rep=rep,
+        groups=groups, model=model, autocast=autocast, scaler=scaler, opt=opt, params=params,
+        norm_params=norm_params, decayed=decayed, tied=tied, mesh=mesh, gather=gather,
+        layout=layout, saver=saver, data=data, val=val,
+        offset=sum(r.samples for r in plan.stages[slot.stage].replicas[: slot.replica]),
+        link=link, meter=meter,
+        logs_samples=bool(cfg.sample_log_path and slot.stage == 0 and slot.tp_rank == 0),
+        step=step, consumed=consumed, resumed=resumed,
+    )  # fmt: skip
+
+
+def _build_model(job, plan, slot, rep, groups, param_dtype, autocast, device, cfg):
+    """This rank's layers with the execution options applied (recompute, SDPA kernel,
+    sequence parallelism), on TF32 tensor cores where fp32 is asked on CUDA."""
+    if use_tf32(device, param_dtype, autocast):
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    model = _build_layers(job, plan, slot, rep.tp, groups.tp, param_dtype, device, cfg)
+    apply_execution(model, cfg.options.recompute, sdpa(cfg.options))
+    if cfg.options.sequence_parallel:
+        for chunk in chunks_of(model):
+            enable_sequence_parallel(chunk, groups.tp)
+    return model
+
+
+def _optimizer_and_resume(cfg, rank, topo, slot, groups, model, device, layout, group, scaler):
+    """(optimizer, FSDP mesh or None, FSDP gather or None, (step, consumed, resumed from)).
+    FSDP loads the checkpoint before sharding the model; the other modes load it into the
+    built optimizer."""
+    if cfg.options.zero in FSDP_ZERO:
+        from ..parallel import (
+            fsdp,  # torch.distributed.fsdp: imported only by the ranks that use it
+        )
+
+        mesh, opt, resume = _shard_with_fsdp(cfg, rank, topo, model, device, layout, group, scaler)
+        return opt, mesh, fsdp.full, resume
+    params = list(model.parameters())
+    if cfg.options.zero == "zero1" and groups.dp:
+        opt = ShardedAdamW(
+            params,
+            topo,
+            slot,
+            groups,
+            cfg.lr.lr(0),
+            cfg.optim.betas,
+            cfg.optim.eps,
+            0.0,  # decoupled weight decay is applied by apply_update, per group
+            fused=_optimizer_impl(cfg, device) == "torch-fused",
+        )
+    else:
+        opt = _optimizer(params, cfg, device)
+    return opt, None, None, _resume(cfg, rank, model, opt, layout, group, scaler)
+
+
+def _loop(s: RankState, metrics) -> TrainResult:
+    """Step until ``cfg.steps``: per step one optimizer step, then the evaluation, the
+    metrics line and the checkpoint that fall on it. ``metrics``: the open JSON-lines file,
+    or None on every rank but the metrics rank."""
+    cfg = s.cfg
     losses: dict[int, float] = {}
-    try:
-        while step < cfg.steps:
-            probing = (
-                cfg.metrics_path is not None and step + 1 - (resumed or 0) == cfg.memory_probe_step
-            )
-            if probing:
-                before = persistent_bytes(params, _opt_state(opt))
-                probe = StepPeak(device).__enter__()
-            t0 = time.perf_counter()
-            batch = _microbatches(
-                data,
-                consumed + offset,
-                rep,
-                slot.stage,
-                topo.num_stages,
-                device,
-                job.sequence_length,
-            )
-            loss_sum = run_iteration(
-                model, link, batch, job.global_batch_size, cfg.schedule, autocast, scaler.scale
-            )
-            if mesh is None:  # FSDP reduce-scattered every microbatch's gradients already
-                reduce_data_parallel(params, topo, slot, groups)
-                if tied:
-                    sync_tied_gradients(model, slot)
-                share = local_norm_sq(norm_params, slot)
-            else:
-                share = _fsdp_norm_share(params, slot, mesh)
-            is_loss_rank = slot.stage == topo.num_stages - 1 and slot.tp_rank == 0
-            norm_sq, loss = world_sums([share, loss_sum if is_loss_rank else None], device)
-            lr = cfg.lr.lr(step)
-            norm, loss = norm_sq**0.5 / scaler.scale, loss / scaler.scale
-            if scaler.update(norm):
-                coef = clip_coefficient(norm, cfg.optim.clip_norm) / scaler.scale
-                apply_update(opt, params, lr, coef, decayed, cfg.optim.weight_decay)
-            else:  # fp16 overflow: skip this update, retry with a smaller scale
-                opt.zero_grad()
-            if logs_samples:
-                ids = data.sample_ids(consumed + offset, rep.samples)
-                _log_samples(cfg.sample_log_path, cfg.store_prefix, step + 1, slot.replica, ids)
-            step, consumed = step + 1, consumed + job.global_batch_size
-            losses[step] = loss
-            dt = time.perf_counter() - t0
-            eval_loss = None
-            if val is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
-                eval_loss = _evaluate(model, link, val, offset, rep, slot, topo, job, cfg,
-                                      autocast, device, params)  # fmt: skip
-            if probing:
-                probe.__exit__(None, None, None)
-                _write_memory(cfg.metrics_path, rank, before, probe.peak_bytes)
-            if metrics is not None:
-                line = meter.line(step, loss, norm, lr, dt, consumed, eval_loss)
-                metrics.write(json.dumps(line) + "\n")
-                metrics.flush()
-            if saver and (
-                step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-            ):  # the ranks agree first that the last save worked (or stop, or save no more)
-                saver = savefaults.settle(saver, cfg.on_save_error, device, rank)
-                if saver:
-                    _save(
-                        saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed,
-                        scaler, gather=gather,
-                    )  # fmt: skip
-        if saver:
-            savefaults.settle(saver, cfg.on_save_error, device, rank)
-        log.info("rank %d: trained to step %d", rank, step)
-        dist.barrier()
-    finally:
+    while s.step < cfg.steps:
+        probe = _start_memory_probe(s)
+        t0 = time.perf_counter()
+        m = _step(s)
+        losses[s.step] = m.loss
+        dt = time.perf_counter() - t0
+        eval_loss = None
+        if s.val is not None and (s.step % cfg.eval_every == 0 or s.step == cfg.steps):
+            eval_loss = _evaluate(s.model, s.link, s.val, s.offset, s.rep, s.slot, s.topo, s.job,
+                                  cfg, s.autocast, s.device, s.params)  # fmt: skip
+        if probe is not None:
+            _finish_memory_probe(s, *probe)
         if metrics is not None:
-            metrics.close()
-    return TrainResult(losses, step, resumed)
+            line = s.meter.line(s.step, m.loss, m.norm, m.lr, dt, s.consumed, eval_loss)
+            metrics.write(json.dumps(line) + "\n")
+            metrics.flush()
+        if s.saver and (
+            s.step == cfg.steps or (cfg.checkpoint_every and s.step % cfg.checkpoint_every == 0)
+        ):
+            _checkpoint(s)
+    if s.saver:  # wait for the last save; the ranks agree on how it went before they report
+        savefaults.settle(s.saver, cfg.on_save_error, s.device, s.rank)
+    log.info("rank %d: trained to step %d", s.rank, s.step)
+    dist.barrier()
+    return TrainResult(losses, s.step, s.resumed)
+
+
+def _step(s: RankState) -> StepMetrics:
+    """One optimizer step over this replica's share of global batch ``s.step + 1``: the
+    microbatches through the pipeline, gradient sync, clipping, the update (skipped on an
+    fp16 overflow); then ``s.step`` and ``s.consumed`` advance."""
+    cfg, job, slot = s.cfg, s.job, s.slot
+    batch = _microbatches(s.data, s.consumed + s.offset, s.rep, slot.stage, s.topo.num_stages,
+                          s.device, job.sequence_length)  # fmt: skip
+    loss_sum = run_iteration(
+        s.model, s.link, batch, job.global_batch_size, cfg.schedule, s.autocast, s.scaler.scale
+    )
+    share = _synced_norm_share(s)
+    # One world all-reduce and one host readback per step give the norm and the loss.
+    norm_sq, loss = world_sums([share, loss_sum if s.is_loss_rank else None], s.device)
+    lr = cfg.lr.lr(s.step)
+    norm, loss = norm_sq**0.5 / s.scaler.scale, loss / s.scaler.scale
+    if s.scaler.update(norm):
+        coef = clip_coefficient(norm, cfg.optim.clip_norm) / s.scaler.scale
+        apply_update(s.opt, s.params, lr, coef, s.decayed, cfg.optim.weight_decay)
+    else:  # fp16 overflow: skip this update, retry with a smaller scale
+        s.opt.zero_grad()
+    if s.logs_samples:
+        ids = s.data.sample_ids(s.consumed + s.offset, s.rep.samples)
+        _log_samples(cfg.sample_log_path, cfg.store_prefix, s.step + 1, slot.replica, ids)
+    s.step, s.consumed = s.step + 1, s.consumed + job.global_batch_size
+    return StepMetrics(loss, norm, lr)
+
+
+def _synced_norm_share(s: RankState):
+    """Reduce the gradients over the stage's replicas (and the tied copies over the stages);
+    this rank's share of the squared global gradient norm."""
+    if s.mesh is not None:  # FSDP reduce-scattered every microbatch's gradients already
+        return _fsdp_norm_share(s.params, s.slot, s.mesh)
+    reduce_data_parallel(s.params, s.topo, s.slot, s.groups)
+    if s.tied:
+        sync_tied_gradients(s.model, s.slot)
+    return local_norm_sq(s.norm_params, s.slot)
+
+
+def _start_memory_probe(s: RankState):
+    """(persistent bytes, entered ``StepPeak``) at the step ``memory_probe_step`` counts to
+    (from the start of this run, resumed or not); None at every other step. The probe spans
+    the step and its evaluation."""
+    cfg = s.cfg
+    if cfg.metrics_path is None or s.step + 1 - (s.resumed or 0) != cfg.memory_probe_step:
+        return None
+    before = persistent_bytes(s.params, _opt_state(s.opt))
+    return before, StepPeak(s.device).__enter__()
+
+
+def _finish_memory_probe(s: RankState, before: dict[str, int], probe: StepPeak) -> None:
+    probe.__exit__(None, None, None)
+    _write_memory(s.cfg.metrics_path, s.rank, before, probe.peak_bytes)
+
+
+def _checkpoint(s: RankState) -> None:
+    """Save step ``s.step``; the ranks agree first that the last save worked (or stop, or
+    save no more: ``settle`` then drops the saver)."""
+    s.saver = savefaults.settle(s.saver, s.cfg.on_save_error, s.device, s.rank)
+    if s.saver:
+        _save(
+            s.saver, s.model, s.opt, s.layout, s.slot, s.rank, s.job, s.plan, s.cfg, s.step,
+            s.consumed, s.scaler, gather=s.gather,
+        )  # fmt: skip
 
 
 def _build_layers(job, plan, slot, tp, tp_group, dtype, device, cfg):
