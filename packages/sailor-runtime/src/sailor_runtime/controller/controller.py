@@ -87,8 +87,36 @@ def split_run_settings(base: RunSpec, settings: dict) -> tuple[RunSpec, dict]:
     return replace(base, **fields), rest
 
 
+class RunViews:
+    """Read-only views of a config's ``run`` (RunSpec), the one place these settings live:
+    the controller's and the local run's configs read them, never store them again."""
+
+    run: RunSpec
+
+    @property
+    def steps(self) -> int:
+        return self.run.steps
+
+    @property
+    def checkpoint_every(self) -> int:
+        return self.run.checkpoint_every
+
+    @property
+    def seed(self) -> int:
+        return self.run.seed
+
+    @property
+    def lr(self) -> float:
+        return self.run.recipe.lr
+
+    @property
+    def options(self) -> ExecutionOptions:
+        """The run's execution options (``RunSpec.options``; its precision is ``run``'s)."""
+        return self.run.options
+
+
 @dataclass(frozen=True)
-class ControllerConfig:
+class ControllerConfig(RunViews):
     job: Job
     run: RunSpec
     """The run's settings as the user gave them, sent to every node as one message: the one
@@ -145,27 +173,6 @@ class ControllerConfig:
         )  # fmt: skip
         run, rest = split_run_settings(base, settings)
         return cls.from_run(run, job, **rest)
-
-    @property
-    def steps(self) -> int:
-        return self.run.steps
-
-    @property
-    def checkpoint_every(self) -> int:
-        return self.run.checkpoint_every
-
-    @property
-    def seed(self) -> int:
-        return self.run.seed
-
-    @property
-    def lr(self) -> float:
-        return self.run.recipe.lr
-
-    @property
-    def options(self) -> ExecutionOptions:
-        """The run's execution options (``RunSpec.options``; its precision is ``run``'s)."""
-        return self.run.options
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -25,7 +25,7 @@ from pathlib import Path
 from sailor_sim import Job, RunSpec
 
 from ..agent.cputypes import cpu_worker_type
-from ..controller.controller import Controller, ControllerConfig, split_run_settings
+from ..controller.controller import Controller, ControllerConfig, RunViews, split_run_settings
 from ..controller.metricslog import METRICS_FILE, read_metrics
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
@@ -50,7 +50,7 @@ LOCAL_RUN = RunSpec(model="tiny-gpt", global_batch_size=16, seq_len=64, steps=20
 
 
 @dataclass(frozen=True)
-class LocalRunConfig:
+class LocalRunConfig(RunViews):
     run_dir: Path
     run: RunSpec = LOCAL_RUN
     """The run's settings (model, batch, sequence, precision, options, steps, checkpointing,
@@ -107,27 +107,6 @@ class LocalRunConfig:
     @property
     def sequence_length(self) -> int:
         return self.run.seq_len or self.run.job().sequence_length
-
-    @property
-    def steps(self) -> int:
-        return self.run.steps
-
-    @property
-    def checkpoint_every(self) -> int:
-        return self.run.checkpoint_every
-
-    @property
-    def seed(self) -> int:
-        return self.run.seed
-
-    @property
-    def lr(self) -> float:
-        return self.run.recipe.lr
-
-    @property
-    def options(self):
-        """The run's execution options (``RunSpec.options``; its precision is ``run``'s)."""
-        return self.run.options
 
     def gpu_type_of(self, i: int) -> str:
         return self.gpu_types[i % len(self.gpu_types)]
