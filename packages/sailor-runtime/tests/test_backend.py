@@ -68,8 +68,10 @@ def test_checkpoint_rng_carries_the_cuda_generators(tmp_path: Path):
     """A resumed CUDA rank draws the same numbers (dropout masks) as the uninterrupted one."""
     from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 
-    torch.cuda.manual_seed_all(7)
-    torch.save(ckpt.rng_state(), tmp_path / "trainer.pt")
-    first = torch.rand(8, device="cuda")
-    ckpt.restore_rng(tmp_path)
-    assert torch.equal(torch.rand(8, device="cuda"), first)
+    device = torch.device("cuda", 0)
+    torch.cuda.manual_seed_all(7)  # lazy: applied at CUDA's first use, after the save below
+    torch.save(ckpt.rng_state(device), tmp_path / "trainer.pt")
+    first = torch.rand(8, device=device)
+    torch.rand(8, device=device)  # the generator moves on
+    ckpt.restore_rng(tmp_path, device)
+    assert torch.equal(torch.rand(8, device=device), first)

@@ -55,3 +55,18 @@ def test_gpu_types_checked_against_the_detected_gpus(monkeypatch, args, words):
 def test_controller_backend_flag_is_checked():
     r = CliRunner().invoke(cli.app, ["controller", "--planner", "127.0.0.1:9", "--backend", "mpi"])
     assert r.exit_code == 2 and "--backend: 'mpi': use auto, gloo or nccl" in r.output, r.output
+
+
+def test_gpu_workers_profile_tp1_alone():
+    """A GPU worker of `sailor run --local` holds one GPU: asking the profiler for TP 2 there
+    failed the first run on a one-GPU H200 ("TP 2 needs 2 GPUs from cuda:0")."""
+    from pathlib import Path
+
+    from sailor_runtime.run.profile import compute_args
+    from sailor_sim.spec.job import Job
+
+    job = Job.create("tiny-llama", 8, 64)
+    for gpu, tps in ((True, "1"), (False, "1,2")):
+        args = compute_args(job, Path("out"), gpu, "H200" if gpu else "CPU")
+        assert args[args.index("--tp") + 1] == tps
+        assert args[args.index("--device") + 1] == ("cuda" if gpu else "cpu")

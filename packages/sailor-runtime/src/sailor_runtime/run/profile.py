@@ -70,15 +70,20 @@ def measure_compute(run_dir: Path, job, gpu_type: str) -> dict:
     compute = run_dir / "profiling" / f"compute-{label}"
     if not list(compute.glob("*.json")):
         print(f"profiling {job.model.name} on {gpu_type} ...", file=sys.stderr, flush=True)
-        _run(_profiler(
-            "compute", "--model", job.model.name, "--out", str(compute),
-            "--device", "cuda" if gpu else "cpu",
-            "--dtype", job.dtype, "--mbs", MICROBATCH_SIZES, "--tp", "1,2",
-            "--seq", str(job.sequence_length), "--blocks", "1", "--warmup", "1", "--reps", "5",
-            "--optimizer", job.optimizer, "--gpu-type", label,
-            "--no-plot", "--json",
-        ), "compute", worker)  # fmt: skip
+        _run(_profiler("compute", *compute_args(job, compute, gpu, label)), "compute", worker)
     return json.loads(sorted(compute.glob("*.json"))[0].read_text())
+
+
+def compute_args(job, out: Path, gpu: bool, label: str) -> list[str]:
+    """``sailor-profiler compute``'s arguments. TP 1 and 2 for CPU workers (gloo ranks of one
+    machine); TP 1 alone on GPUs: a GPU worker of ``sailor run --local`` holds one GPU, and
+    TP 2 cannot be measured on a one-GPU machine (it failed the first run on an H200)."""
+    return [
+        "--model", job.model.name, "--out", str(out), "--device", "cuda" if gpu else "cpu",
+        "--dtype", job.dtype, "--mbs", MICROBATCH_SIZES, "--tp", "1" if gpu else "1,2",
+        "--seq", str(job.sequence_length), "--blocks", "1", "--warmup", "1", "--reps", "5",
+        "--optimizer", job.optimizer, "--gpu-type", label, "--no-plot", "--json",
+    ]  # fmt: skip
 
 
 def measure(run_dir: Path, job, ranks: int = 2, gpu_type: str = "CPU") -> tuple[dict, dict]:

@@ -428,21 +428,25 @@ def read_layers(path: Path) -> dict[int, dict[str, dict[str, torch.Tensor]]]:
     return out
 
 
-def rng_state() -> dict:
-    """CPU, Python and (on CUDA ranks) every visible GPU's generator."""
+def rng_state(device: torch.device | None = None) -> dict:
+    """CPU and Python generators, and the CUDA generator of a rank on a GPU ``device``. Asked by
+    the device, not by ``torch.cuda.is_initialized()``: CUDA seeds are applied lazily, so a
+    rank could otherwise save before its first kernel and lose the generator (seen on an H200);
+    a CPU rank on a GPU machine never touches CUDA."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def restore_rng(path: Path) -> dict:
-    """Restore the RNG states saved with the checkpoint; returns the whole trainer state."""
+def restore_rng(path: Path, device: torch.device | None = None) -> dict:
+    """Restore the RNG states saved with the checkpoint into this rank (its CUDA generator when
+    ``device`` is a GPU and the checkpoint has one); returns the whole trainer state."""
     state = torch.load(path / "trainer.pt", weights_only=False)
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    if state.get("cuda") and torch.cuda.is_available():
-        # a node with fewer GPUs restores the generators it has
-        for index, gen in enumerate(state["cuda"][: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(gen, index)
+    saved = state.get("cuda")
+    if saved is not None and len(saved) and device is not None and device.type == "cuda":
+        # checkpoints before 2026-11-26 held a list, every visible GPU's generator
+        torch.cuda.set_rng_state(saved[0] if isinstance(saved, list) else saved, device)
     return state

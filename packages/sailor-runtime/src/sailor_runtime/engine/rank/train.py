@@ -322,7 +322,7 @@ def _optimizer_and_resume(cfg, rank, topo, slot, groups, model, device, layout, 
         )
     else:
         opt = _optimizer(params, cfg, device)
-    return opt, None, None, _resume(cfg, rank, model, opt, layout, group, scaler)
+    return opt, None, None, _resume(cfg, rank, model, opt, layout, group, scaler, device)
 
 
 def _loop(s: RankState, metrics) -> TrainResult:
@@ -419,7 +419,7 @@ def _checkpoint(s: RankState) -> None:
     if s.saver:
         _save(
             s.saver, s.model, s.opt, s.layout, s.slot, s.rank, s.job, s.plan, s.cfg, s.step,
-            s.consumed, s.scaler, gather=s.gather,
+            s.consumed, s.scaler, s.device, gather=s.gather,
         )  # fmt: skip
 
 
@@ -508,7 +508,7 @@ def _shard_with_fsdp(cfg, rank, topo, model, device, layout, ckpt_group, scaler)
     from ..parallel import fsdp
 
     loaded = _StateHolder(fused=_optimizer_impl(cfg, device) == "torch-fused")
-    resume = _resume(cfg, rank, model, loaded, layout, ckpt_group, scaler)
+    resume = _resume(cfg, rank, model, loaded, layout, ckpt_group, scaler, device)
     names = {p: n for n, p in model.named_parameters()}
     mesh = fsdp.build_mesh(fsdp.shard_layout(topo, cfg.options.zero), device)
     fsdp.apply_fsdp(model, mesh, cfg.options.zero)
@@ -550,7 +550,7 @@ def _write_memory(metrics_path: str, rank: int, before: dict[str, int], transien
     Path(f"{metrics_path}.rank{rank}.memory.json").write_text(json.dumps(out))
 
 
-def _resume(cfg: TrainConfig, rank: int, model, opt, layout, group, scaler: LossScaler):
+def _resume(cfg: TrainConfig, rank: int, model, opt, layout, group, scaler: LossScaler, device):
     """Load the latest valid checkpoint into this rank's stage; (step, consumed, from)."""
     if not cfg.checkpoint_dir:
         return 0, 0, None
@@ -570,7 +570,7 @@ def _resume(cfg: TrainConfig, rank: int, model, opt, layout, group, scaler: Loss
         )
     log.info("rank %d: resuming from %s, trained with: %s", rank, path, trained_with(manifest))
     ckpt.load_into(path, model, opt, layout, group)
-    trainer = ckpt.restore_rng(path)
+    trainer = ckpt.restore_rng(path, device)
     scaler.load(trainer.get("loss_scale"))
     return manifest["step"], manifest["consumed_samples"], manifest["step"]
 
@@ -584,9 +584,8 @@ def _microbatches(data, first_sample, rep, stage, num_stages, device, seq) -> Mi
     return Microbatches(rep.microbatch_size, rep.num_microbatches, seq, inputs, labels)
 
 
-def _save(
-    saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler, gather=None
-):
+def _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed, scaler, device,
+          gather=None):  # fmt: skip
     """Collective over the world: every rank joins DCP's save; replica 0 of each stage brings
     its layers (each TP rank its own shards), the other replicas nothing. ``gather``: FSDP's
     all-gather of a DP-sharded tensor (collective: every replica runs it, replica 0 keeps it)."""
@@ -612,5 +611,5 @@ def _save(
             "precision": cfg.precision,
             "options": cfg.options.to_dict(),
         }
-        trainer = dict(ckpt.rng_state(), loss_scale=scaler.state())
+        trainer = dict(ckpt.rng_state(device), loss_scale=scaler.state())
     saver.save(step, shard, manifest, trainer)
