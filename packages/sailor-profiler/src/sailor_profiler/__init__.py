@@ -8,6 +8,7 @@ _FACE = {
     "DeviceError": "errors",
     "TIED_EMBEDDING": "zoo.stage",
     "TIED_HEAD_NAME": "zoo.stage",
+    "adamw_implementation": "zoo.optim",
     "adamw_one": "zoo.optim",
     "apply_execution": "zoo",
     "build_stage": "zoo",

@@ -11,6 +11,13 @@ import math
 import torch
 
 
+def adamw_implementation(device_type: str) -> str:
+    """The AdamW the engine runs on a device of this type (``TrainConfig.optimizer_impl``
+    ``auto``), declared here so the profiler times the same one: torch's fused kernel on CUDA,
+    ours elsewhere (no ``torch.optim`` import at a CPU rank's start-up)."""
+    return "torch-fused" if device_type == "cuda" else "sailor"
+
+
 class AdamW:
     """AdamW (Loshchilov & Hutter 2019, Alg. 2), the same arithmetic in the same order as
     ``torch.optim.AdamW(foreach=False)`` (a runtime test checks they agree bit for bit), and the

@@ -30,7 +30,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from sailor_profiler import apply_execution, build_stage, enable_sequence_parallel
+from sailor_profiler import (
+    adamw_implementation,
+    apply_execution,
+    build_stage,
+    enable_sequence_parallel,
+)
 from sailor_sim import Job, Plan, Replica
 
 from ..backend import check_backend
@@ -529,7 +534,7 @@ class _StateHolder:
 
 def _optimizer_impl(cfg: TrainConfig, device: torch.device) -> str:
     if cfg.optimizer_impl == "auto":
-        return "torch-fused" if device.type == "cuda" else "sailor"
+        return adamw_implementation(device.type)
     return cfg.optimizer_impl
 
 
