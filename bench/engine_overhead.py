@@ -46,7 +46,7 @@ def _rank_main(args: argparse.Namespace) -> None:
     times: dict[str, list[float]] = {"engine": [], "ddp": []}
     for trial in range(args.trials):
         metrics = Path(args.out) / f"engine{trial}.jsonl"
-        cfg = TrainConfig(
+        cfg = TrainConfig.for_job(
             job=job,
             plan=plan,
             steps=args.steps,

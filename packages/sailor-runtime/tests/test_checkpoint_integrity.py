@@ -33,7 +33,7 @@ def free_port() -> int:
 
 
 def train(tmp_path: Path, steps: int) -> subprocess.CompletedProcess:
-    cfg = TrainConfig(
+    cfg = TrainConfig.for_job(
         job=JOB,
         plan=PLAN,
         steps=steps,

@@ -198,8 +198,8 @@ def test_the_engine_refuses_an_unsupported_plan_before_starting():
     group exists (and so does the file a launcher writes)."""
     bad = Plan((Stage(0, 7, (R(1, 2, 2), R(2, 2, 2))),))
     with pytest.raises(EngineError, match="^options: zero: zero3 .* use zero1 on this plan"):
-        TrainConfig(job=JOB, plan=bad, steps=1, options=ExecutionOptions(zero="zero3"))
-    good = TrainConfig(job=JOB, plan=DP2, steps=1, options=ExecutionOptions(zero="zero3"))
+        TrainConfig.for_job(job=JOB, plan=bad, steps=1, options=ExecutionOptions(zero="zero3"))
+    good = TrainConfig.for_job(job=JOB, plan=DP2, steps=1, options=ExecutionOptions(zero="zero3"))
     data = {**good.to_dict(), "plan": bad.to_dict()}
     with pytest.raises(EngineError, match="^options: zero: zero3"):
         TrainConfig.from_dict(data)

@@ -108,7 +108,7 @@ def test_worker_rejects_bad_input_with_one_line(tmp_path, capsys, monkeypatch):
     """The rank entry point reads one TrainConfig file; bad input is one line naming the
     field, exit status 2, before any process group or checkpoint directory exists."""
     job = Job.create("tiny-gpt", 8, 32)
-    good = TrainConfig(
+    good = TrainConfig.for_job(
         job=job,
         plan=Plan((Stage(0, 7, (R(2, 2, 4),)),)),
         steps=1,

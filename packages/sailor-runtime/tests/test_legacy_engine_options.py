@@ -46,10 +46,12 @@ def test_the_old_options_dict_reads_as_the_simulator_s_options():
 
 def test_a_config_file_of_before_loads(tmp_path):
     plan = Plan((Stage(0, 7, (R(1, 8, 1),)),))
-    cfg = TrainConfig(job=JOBS["gpt"], plan=plan, steps=1)
-    data = {**cfg.to_dict(), "options": OLD}
-    del data["precision"]
+    # a file of before: the run's settings as keys of their own, the precision in the options
+    data = {"job": JOBS["gpt"].to_dict(), "plan": plan.to_dict(), "steps": 1, "seed": 3,
+            "checkpoint_every": 0, "lr": {"max_lr": 0.01}, "optim": {}, "options": OLD}  # fmt: skip
     back = TrainConfig.from_dict(data)
+    assert back.run.precision == "bf16" and back.steps == 1 and back.seed == 3
+    assert back.lr_schedule.max_lr == 0.01 and back.optim.no_decay == ()
     assert back.precision == "bf16" and back.options.zero == "zero1"
     assert back.options.recompute == "full"
     with pytest.raises(EngineError, match="^options: "):

@@ -160,9 +160,9 @@ def test_engine_refuses_interleaving_it_cannot_run_with_the_field_and_fix():
     assert unsupported_reason(v2, interleaved_job(2), PP2) is None
     assert "the job was planned with 1" in unsupported_reason(v2, interleaved_job(1), PP2)
     with pytest.raises(EngineError, match="schedule: is 'gpipe'; interleaved 1F1B"):
-        TrainConfig(interleaved_job(2), PP2, 1, options=v2, schedule="gpipe")
+        TrainConfig.for_job(interleaved_job(2), PP2, steps=1, options=v2, schedule="gpipe")
     with pytest.raises(EngineError, match="options: virtual_stages: the run asks 2"):
-        TrainConfig(interleaved_job(1), PP2, 1, options=v2)
+        TrainConfig.for_job(interleaved_job(1), PP2, steps=1, options=v2)
     with pytest.raises(SailorError, match="virtual_stages: must be an integer >= 1"):
         ExecutionOptions(virtual_stages=0)
     assert describe(v2).endswith("interleaved 1F1B x2")

@@ -70,6 +70,21 @@ def test_a_field_added_to_runspec_reaches_the_rank_with_no_other_declaration(tmp
     assert "'grad_noise': 0.5" in logs, logs[-2000:]
 
 
+def test_a_rank_config_carries_the_added_field_through_its_file(tmp_path):
+    """The same, without processes: the rank's TrainConfig declares no run setting of its own,
+    so the subclass's field is in the file the rank reads (``run``) and nowhere else."""
+    from sailor_runtime.engine.examples import JOBS, R
+    from sailor_sim import Plan, Stage
+
+    job = JOBS["gpt"]
+    run = NoisyRun(model=job.model.name, global_batch_size=8, seq_len=job.sequence_length,
+                   steps=3, grad_noise=0.25)  # fmt: skip
+    cfg = TrainConfig.from_run(run, job, Plan((Stage(0, 7, (R(1, 8, 1),)),)))
+    assert "grad_noise" not in TrainConfig.__dataclass_fields__
+    back = TrainConfig.read(cfg.write(tmp_path / "train.json"))
+    assert back.run.grad_noise == 0.25 and back.steps == 3
+
+
 def test_without_the_field_the_flag_does_not_exist(capsys):
     with pytest.raises(SystemExit) as exited:
         inputs.run_app(app, "sailor", ["controller", "--planner", "127.0.0.1:9", "--grad-noise",

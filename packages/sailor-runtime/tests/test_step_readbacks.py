@@ -32,7 +32,7 @@ def free_port() -> int:
 
 def count_reads(monkeypatch, steps: int, microbatches: int) -> Counter:
     plan = Plan((Stage(0, 7, (R(1, 8 // microbatches, microbatches),)),))
-    cfg = TrainConfig(
+    cfg = TrainConfig.for_job(
         job=JOBS["llama"],
         plan=plan,
         steps=steps,

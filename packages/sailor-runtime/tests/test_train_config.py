@@ -17,7 +17,7 @@ from sailor_runtime.engine.config import (
     TrainConfig,
     rank_from_env,
 )
-from sailor_sim import ExecutionOptions, Job, Plan, Replica, Stage
+from sailor_sim import ExecutionOptions, Job, Plan, Recipe, Replica, RunSpec, Stage
 
 JOB = Job.create("tiny-gpt", 8, 32)
 PLAN = Plan(
@@ -30,7 +30,7 @@ PLAN = Plan(
 
 def full_config() -> TrainConfig:
     """Every field away from its default, so a field dropped by the round trip shows."""
-    return TrainConfig(
+    return TrainConfig.for_job(
         job=JOB,
         plan=PLAN,
         steps=7,
@@ -120,7 +120,7 @@ def test_a_plan_that_does_not_fit_the_job_is_refused():
 
 def test_construction_in_code_is_checked_too():
     with pytest.raises(EngineError, match="^checkpoint_every: must be"):
-        TrainConfig(job=JOB, plan=PLAN, steps=1, checkpoint_every=-2)
+        TrainConfig.for_job(job=JOB, plan=PLAN, steps=1, checkpoint_every=-2)
 
 
 def test_rank_comes_from_the_environment():
@@ -139,7 +139,7 @@ def test_writing_a_config_imports_no_torch(tmp_path):
         "from sailor_sim import Job, Plan, Replica, Stage\n"
         "job = Job.create('tiny-gpt', 8, 32)\n"
         "plan = Plan((Stage(0, 7, (Replica('CPU', 'local', 1, 1, 8),)),)).check(job)\n"
-        f"TrainConfig(job=job, plan=plan, steps=1).write({str(tmp_path / 't.json')!r})\n"
+        f"TrainConfig.for_job(job=job, plan=plan, steps=1).write({str(tmp_path / 't.json')!r})\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -151,4 +151,26 @@ def test_recomputation_asks_the_forking_parent_to_preload_dynamo():
     """torch.utils.checkpoint imports torch._dynamo on first use: the zygote imports it once
     instead of every rank in its first step after every restart."""
     assert full_config().preload_modules() == ("torch._dynamo",)  # recompute full
-    assert TrainConfig(job=JOB, plan=PLAN, steps=1).preload_modules() == ()
+    assert TrainConfig.for_job(job=JOB, plan=PLAN, steps=1).preload_modules() == ()
+
+
+def test_the_run_settings_are_views_of_the_run_spec_never_fields():
+    """steps, checkpointing, seed, schedule, optimizer, precision and options are declared once,
+    in RunSpec: TrainConfig holds the spec and reads them from it."""
+    assert not set(TrainConfig.__dataclass_fields__) & set(RunSpec.__dataclass_fields__)
+    run = RunSpec(model="tiny-gpt", global_batch_size=8, seq_len=32, steps=9, seed=4,
+                  checkpoint_every=3, precision="bf16", recipe=Recipe(lr=0.02, no_decay="bias"),
+                  options=ExecutionOptions(recompute="full"))  # fmt: skip
+    cfg = TrainConfig.from_run(run, JOB, PLAN, master_port=1234)
+    assert cfg.run is run and cfg.master_port == 1234
+    assert (cfg.steps, cfg.seed, cfg.checkpoint_every, cfg.precision) == (9, 4, 3, "bf16")
+    assert cfg.lr_schedule == run.lr_schedule() and cfg.optim == run.recipe.optim()
+    assert cfg.options == run.options and cfg.lr == 0.02
+    # settings given to for_job go into the run; lr/optim in the engine's shape into its recipe
+    more = TrainConfig.for_job(JOB, PLAN, run=run, steps=11, optim=OptimConfig(eps=1e-5))
+    assert more.run.steps == 11 and more.optim == OptimConfig(eps=1e-5)
+    assert more.lr_schedule == run.recipe.schedule_for(11)
+    # from a job alone: the engine's defaults (as its equivalence baselines were recorded)
+    plain = TrainConfig.for_job(JOB, PLAN, steps=3)
+    assert plain.lr_schedule == LRSchedule() and plain.optim == OptimConfig()
+    assert plain.options == ExecutionOptions() and plain.precision is None

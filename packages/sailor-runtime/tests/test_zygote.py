@@ -33,7 +33,7 @@ def _waiting_rank(tmp: Path) -> tuple[list[str], dict[str, str]]:
 
     job = Job.create("tiny-gpt", 8, 32)
     plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 1, 4),) * 2),)).check(job)
-    cfg = TrainConfig(
+    cfg = TrainConfig.for_job(
         job=job,
         plan=plan,
         steps=1,

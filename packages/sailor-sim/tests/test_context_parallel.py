@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sailor_sim import Job, Plan, PlanError, Replica, Simulator, Stage, ValidationError
-from sailor_sim.simulate.context_parallel import attention_extra_flops, kv_exchange_exposed
+from sailor_sim.simulate.features.context_parallel import attention_extra_flops, kv_exchange_exposed
 from sailor_sim.simulate.network import LinkCurve
 from sailor_sim.spec.options import ExecutionOptions
 

@@ -9,7 +9,7 @@ from sailor_sim import Job, Plan, Simulator, ValidationError, get_gpu
 from sailor_sim.catalog.gpus import GPU_CATALOG
 from sailor_sim.cli.app import app
 from sailor_sim.profiles import analytic
-from sailor_sim.simulate.fp8 import (
+from sailor_sim.simulate.features.fp8 import (
     FP8_WEIGHT_COPIES,
     fp8_peak,
     fp8_peaks,

@@ -71,3 +71,16 @@ def test_min_lr_defaults_to_a_tenth_of_lr_and_survives_the_wire():
     for recipe in (Recipe(lr=2e-3), Recipe(lr=2e-3, min_lr=0.0)):
         back = RunSpec.from_proto(RunSpec(recipe=recipe).to_proto()).recipe
         assert back.min_lr == recipe.min_lr
+
+
+def test_an_engine_shaped_schedule_and_optimizer_write_back_into_the_recipe():
+    """``with_engine`` is the inverse of ``schedule_for`` / ``optim``: what a config built
+    from LRSchedule / OptimConfig values holds in its recipe gives them back exactly."""
+    schedule = LRSchedule(max_lr=0.02, min_lr=0.0, warmup_steps=5, decay_steps=77, kind="wsd",
+                          wsd_decay_fraction=0.3)  # fmt: skip
+    optim = OptimConfig(betas=(0.8, 0.99), eps=1e-6, weight_decay=0.0, clip_norm=0.5,
+                        no_decay=("bias", "norm"))  # fmt: skip
+    recipe = Recipe().with_engine(schedule, optim)
+    assert recipe.schedule_for(123) == schedule and recipe.optim() == optim
+    assert Recipe().with_engine(optim=OptimConfig()).optim() == OptimConfig()
+    assert Recipe(lr=0.5).with_engine(optim=OptimConfig()).lr == 0.5  # the schedule kept

@@ -106,27 +106,15 @@ def compute(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
     """Profile per-layer time and memory of MODEL on this machine."""
-    from .compute.command import run_compute
+    from .compute.command import ComputeRequest, run_compute
 
-    out = inputs.output_folder(out, "--out")
-    summary = run_compute(
-        model,
-        out,
-        device,
-        dtype,
-        parse_int_list(mbs, "mbs"),
-        parse_int_list(tp, "tp"),
-        seq,
-        warmup,
-        reps,
-        blocks,
-        optimizer,
-        gpu_type,
-        memory_limit_gb,
-        plot,
-        threads,
-        quiet=as_json,
-    )
+    request = ComputeRequest(
+        model=model, out=inputs.output_folder(out, "--out"), device=device, dtype=dtype,
+        mbs=parse_int_list(mbs, "mbs"), tps=parse_int_list(tp, "tp"), seq=seq,
+        warmup=warmup, reps=reps, blocks=blocks, optimizer=optimizer, gpu_type=gpu_type,
+        memory_limit_gb=memory_limit_gb, threads=threads, plot=plot, quiet=as_json,
+    )  # fmt: skip
+    summary = run_compute(request)
     if as_json:
         typer.echo(json.dumps(summary, indent=1))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -26,33 +27,59 @@ from .sweep import SweepResult, check_sweep, run_sweep, steps_per_tp, write_prof
 DEFAULT_MAX_SEQ = 2048
 
 
-def build_config(
-    model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer, memory_limit_gb, threads=None
-) -> ComputeConfig:
-    spec = get_model(model)
-    if optimizer.lower() not in OPTIMIZERS:
-        raise SweepError(
-            f"unknown optimizer {optimizer!r}; use one of {OPTIMIZERS}", field="optimizer"
+@dataclass(frozen=True)
+class ComputeRequest:
+    """What ``sailor-profiler compute`` is asked, as one value (the CLI's flags; ``run_compute``
+    takes it whole). ``config`` checks it and gives the measurement's ``ComputeConfig``."""
+
+    model: str
+    """Catalog model, e.g. tiny-gpt, OPT-350M."""
+    out: Path
+    """Profile folder to write (merged if it exists)."""
+    device: str = "cpu"
+    dtype: str = "fp32"
+    mbs: tuple[int, ...] = (1, 2, 4)
+    tps: tuple[int, ...] = (1,)
+    seq: int | None = None
+    """Sequence length; None: min(model max, ``DEFAULT_MAX_SEQ``)."""
+    warmup: int = 2
+    reps: int = 5
+    blocks: int = 0
+    optimizer: str = "adam"
+    gpu_type: str | None = None
+    memory_limit_gb: float | None = None
+    threads: int | None = None
+    plot: bool = True
+    quiet: bool = False
+
+    def config(self) -> ComputeConfig:
+        """The measurement's settings (model resolved, defaults filled); bad values raise
+        ``SweepError`` naming the field."""
+        spec = get_model(self.model)
+        optimizer, limit, threads = self.optimizer.lower(), self.memory_limit_gb, self.threads
+        if optimizer not in OPTIMIZERS:
+            raise SweepError(
+                f"unknown optimizer {self.optimizer!r}; use one of {OPTIMIZERS}", field="optimizer"
+            )
+        if limit is not None and limit <= 0:
+            raise SweepError("must be > 0 GiB", field="memory_limit_gb")
+        if threads is not None and threads < 1:
+            raise SweepError(f"must be >= 1, got {threads}", field="threads")
+        if self.blocks < 0:
+            raise SweepError(f"must be >= 0 (0 = every block), got {self.blocks}", field="blocks")
+        return ComputeConfig(
+            spec.name,
+            parse_device(self.device),
+            check_dtype(self.dtype),
+            tuple(self.mbs),
+            self.seq if self.seq is not None else min(spec.max_seq_len, DEFAULT_MAX_SEQ),
+            self.warmup,
+            self.reps,
+            self.blocks,
+            optimizer,
+            None if limit is None else int(limit * 1024**3),
+            threads,
         )
-    if memory_limit_gb is not None and memory_limit_gb <= 0:
-        raise SweepError("must be > 0 GiB", field="memory_limit_gb")
-    if threads is not None and threads < 1:
-        raise SweepError(f"must be >= 1, got {threads}", field="threads")
-    if blocks < 0:
-        raise SweepError(f"must be >= 0 (0 = every block), got {blocks}", field="blocks")
-    return ComputeConfig(
-        spec.name,
-        parse_device(device),
-        check_dtype(dtype),
-        tuple(mbs),
-        seq if seq is not None else min(spec.max_seq_len, DEFAULT_MAX_SEQ),
-        warmup,
-        reps,
-        blocks,
-        optimizer.lower(),
-        None if memory_limit_gb is None else int(memory_limit_gb * 1024**3),
-        threads,
-    )
 
 
 def check_out_dir(out: str | Path) -> None:
@@ -63,36 +90,19 @@ def check_out_dir(out: str | Path) -> None:
         )
 
 
-def run_compute(
-    model,
-    out,
-    device,
-    dtype,
-    mbs,
-    tps,
-    seq,
-    warmup,
-    reps,
-    blocks,
-    optimizer,
-    gpu_type,
-    memory_limit_gb,
-    plot,
-    threads=None,
-    quiet=False,
-) -> dict:
+def run_compute(request: ComputeRequest) -> dict:
+    """Profile what ``request`` asks, write the profile folder, return the summary."""
     if env_launched():
         raise SweepError(
             "compute starts its own TP processes; run it once per machine, not "
             "under torchrun (RANK / WORLD_SIZE are set)",
             field="launch",
         )
+    out, tps, quiet = request.out, tuple(request.tps), request.quiet
     check_out_dir(out)
-    cfg = build_config(
-        model, device, dtype, mbs, seq, warmup, reps, blocks, optimizer, memory_limit_gb, threads
-    )
+    cfg = request.config()
     check_sweep(cfg, tps)
-    gpu = gpu_type_for(cfg.device, gpu_type)
+    gpu = gpu_type_for(cfg.device, request.gpu_type)
     console = Console(stderr=True, quiet=quiet)
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
@@ -117,7 +127,7 @@ def run_compute(
     frame = layers_frame(rows, cfg.model, gpu, cfg.dtype, cfg.seq_len)
     stem = Path(out) / SIDE_DIR / f"layers__{cfg.model}__{gpu}__{cfg.dtype}__s{cfg.seq_len}"
     files += write_table(frame, stem)
-    if plot:
+    if request.plot:
         files.append(plot_layers(frame, stem.with_suffix(".png")))
     summary = {**_summary(frame, files), "sweep_s": sweep_s}
     if not quiet:

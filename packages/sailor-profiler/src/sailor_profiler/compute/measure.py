@@ -174,7 +174,18 @@ def _time_optimizer(layer, optimizer: str, device: str, warmup: int, reps: int) 
     return repeat(once, warmup, reps)
 
 
-def _profile_layer(cfg, layer, lid, kind, mbs, tp, device, opt_cache, group) -> LayerResult:
+@dataclass(frozen=True)
+class _Rank:
+    """Where one TP rank profiles: the sweep's settings, its TP degree, device and group."""
+
+    cfg: ComputeConfig
+    tp: int
+    device: str
+    group: object = None
+
+
+def _profile_layer(rank: _Rank, layer, lid: int, kind: str, mbs: int, opt_cache) -> LayerResult:
+    cfg, tp, device, group = rank.cfg, rank.tp, rank.device, rank.group
     params = sum(p.numel() for p in layer.parameters())
     resident = sum(p.numel() * p.element_size() for p in layer.parameters())  # already placed
     need = estimated_bytes(cfg, lid, mbs, tp) - resident
@@ -221,6 +232,7 @@ def profile_rank(
         torch.set_num_threads(cfg.threads or threads_per_rank(tp))
     torch.manual_seed(0)
     results = []
+    rank = _Rank(cfg, tp, device, group)
     for lid in layer_ids_to_profile(spec.num_layers, cfg.blocks):
         layer = build_stage(spec, lid, lid, tp_rank, tp, group, _param_dtype(cfg), device).layers[
             str(lid)
@@ -228,11 +240,7 @@ def profile_rank(
         layer.train()
         opt_cache: dict[str, Stat] = {}
         for mbs in cfg.mbs:
-            results.append(
-                _profile_layer(
-                    cfg, layer, lid, spec.layer_kind(lid), mbs, tp, device, opt_cache, group
-                )
-            )
+            results.append(_profile_layer(rank, layer, lid, spec.layer_kind(lid), mbs, opt_cache))
             progress((lid, mbs))
         del layer
     return _extrapolate(results, spec.num_layers, cfg.blocks)

@@ -32,11 +32,11 @@ from pathlib import Path
 
 import grpc
 
-from sailor_sim import ExecutionOptions, Job, Plan, Recipe, RunSpec
+from sailor_sim import Job, Plan, Recipe, RunSpec
 
 from ..engine.backend import BackendError, resolve_backend
 from ..engine.checkpoints import fence
-from ..engine.config import FATAL_EXIT
+from ..engine.config import FATAL_EXIT, RunViews
 from ..engine.options import FSDP_ZERO, OptionsError, check_run
 from ..errors import (
     NoPlanError,
@@ -85,34 +85,6 @@ def split_run_settings(base: RunSpec, settings: dict) -> tuple[RunSpec, dict]:
     if lr > 0:
         fields["recipe"] = Recipe(lr=lr, min_lr=lr / 10)
     return replace(base, **fields), rest
-
-
-class RunViews:
-    """Read-only views of a config's ``run`` (RunSpec), the one place these settings live:
-    the controller's and the local run's configs read them, never store them again."""
-
-    run: RunSpec
-
-    @property
-    def steps(self) -> int:
-        return self.run.steps
-
-    @property
-    def checkpoint_every(self) -> int:
-        return self.run.checkpoint_every
-
-    @property
-    def seed(self) -> int:
-        return self.run.seed
-
-    @property
-    def lr(self) -> float:
-        return self.run.recipe.lr
-
-    @property
-    def options(self) -> ExecutionOptions:
-        """The run's execution options (``RunSpec.options``; its precision is ``run``'s)."""
-        return self.run.options
 
 
 @dataclass(frozen=True)

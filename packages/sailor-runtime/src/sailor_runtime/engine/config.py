@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from sailor_sim import (
     LRSchedule,
     OptimConfig,
     Plan,
+    Recipe,
     RunSpec,
     SailorError,
     SailorSimError,
@@ -34,10 +35,9 @@ from sailor_sim import (
 
 from ..topology import Topology
 from .options import (
-    PRECISIONS,
     OptionsError,
-    check_run,
     options_from_dict,
+    precision_problem,
     unsupported_option,
     unsupported_reason,
 )
@@ -61,32 +61,83 @@ class EngineError(SailorError):
     """Bad engine input (names the field and the fix)."""
 
 
+class RunViews:
+    """Read-only views of a config's ``run`` (RunSpec), the one place a run's settings live:
+    the rank's (``TrainConfig``), the controller's and the local run's configs read them here
+    and never store them again."""
+
+    run: RunSpec
+
+    @property
+    def steps(self) -> int:
+        """Train until this global step count (a resumed run continues from its checkpoint)."""
+        return self.run.steps
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Save every K steps (0: only at the last step); no saves without a directory."""
+        return self.run.checkpoint_every
+
+    @property
+    def seed(self) -> int:
+        """Initial weights and data order."""
+        return self.run.seed
+
+    @property
+    def lr(self) -> float:
+        """The peak learning rate (``run.recipe.lr``)."""
+        return self.run.recipe.lr
+
+    @property
+    def lr_schedule(self) -> LRSchedule:
+        """The engine's learning-rate schedule of the run (``RunSpec.lr_schedule``)."""
+        return self.run.lr_schedule()
+
+    @property
+    def optim(self) -> OptimConfig:
+        """The engine's AdamW settings of the run (``Recipe.optim``)."""
+        return self.run.recipe.optim()
+
+    @property
+    def precision(self) -> str | None:
+        """fp32, or bf16 / fp16 mixed precision with fp32 master weights
+        (``RunSpec.precision``); None: the job's dtype."""
+        return self.run.precision
+
+    @property
+    def options(self) -> ExecutionOptions:
+        """The simulator's execution options (``RunSpec.options``): recomputation, attention
+        kernel, ZeRO stage, sequence parallelism, virtual stages; ``options`` says which run."""
+        return self.run.options
+
+
+ENGINE_RECIPE = Recipe().with_engine(LRSchedule(), OptimConfig())
+"""The recipe of a config built from a job alone (``TrainConfig.for_job`` without ``run``):
+the engine's ``LRSchedule()`` and ``OptimConfig()`` (decay over 1000 steps, every parameter
+decays), as its equivalence baselines were recorded."""
+ENGINE_SHAPED = ("lr", "optim")
+"""Settings ``TrainConfig.for_job`` takes in the engine's shape (an ``LRSchedule``, an
+``OptimConfig``) and writes into the run's recipe."""
+
+
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(RunViews):
     job: Job
     plan: Plan
     """The plan every rank runs; its layout (``Topology``) gives the world size."""
-    steps: int
-    """Train until this global step count (a resumed run continues from its checkpoint)."""
+    run: RunSpec
+    """The run's settings, the one place steps, checkpointing, seed, learning-rate schedule,
+    optimizer, precision and options are read from (``steps`` ... ``options`` are views of
+    it, ``RunViews``), with any field a ``RunSpec`` subclass added. Build one from a job with
+    ``for_job`` (tests, benches, ``launch_local``) or from a received spec with ``from_run``."""
     checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    """Save every K steps (0: only at the last step); no saves without a directory."""
     metrics_path: str | None = None
     """JSON lines, one per step, written by the metrics rank (``Topology.metrics_rank``)."""
-    seed: int = 0
-    """Initial weights and data order."""
     backend: str = "gloo"
     schedule: str = "1f1b"
-    lr: LRSchedule = field(default_factory=LRSchedule)
-    optim: OptimConfig = field(default_factory=OptimConfig)
     dtype: str | None = None
-    """Override the job's dtype ('fp64' for bit-tight equivalence checks)."""
-    precision: str | None = None
-    """fp32, or bf16 / fp16 mixed precision with fp32 master weights (``RunSpec.precision``);
-    None: the job's dtype."""
-    options: ExecutionOptions = field(default_factory=ExecutionOptions)
-    """The simulator's execution options (``RunSpec.options``): recomputation, attention
-    kernel, ZeRO stage, sequence parallelism, virtual stages; ``options`` says which run."""
+    """Override the job's dtype ('fp64' for bit-tight equivalence checks); the training
+    precision is the run's (``precision``)."""
     optimizer_impl: str = "auto"
     """AdamW implementation (``optim.make_optimizer``): auto = torch's fused kernel on CUDA,
     ours on CPU; ``sailor`` or ``torch-fused`` to choose."""
@@ -119,28 +170,50 @@ class TrainConfig:
     on_save_error: str = "stop"
     """A checkpoint that cannot be written (a full disk): 'stop' every rank with one line and
     exit status 3, or 'continue' training without saving (``savefaults``)."""
-    run: RunSpec | None = None
-    """The run's settings as the controller sent them (``from_run`` took steps, checkpointing,
-    seed, recipe and options from it), with any field a ``RunSpec`` subclass added; None for a
-    config built field by field (tests, benches)."""
 
     @classmethod
     def from_run(cls, run: RunSpec, job: Job, plan: Plan, **rest: Any) -> TrainConfig:
         """The config of a rank of ``run``: its settings from the spec (a precision or options
         the engine does not run refused, naming the field), the rest (rendezvous, paths) from
         ``rest``."""
-        _parse("options", lambda: check_run(run))
-        return cls(
-            job=job, plan=plan, steps=run.steps, checkpoint_every=run.checkpoint_every,
-            seed=run.seed, lr=run.lr_schedule(), optim=run.recipe.optim(),
-            precision=run.precision, options=run.options, run=run, **rest,
-        )  # fmt: skip
+        return cls.for_job(job, plan, run=run, **rest)
+
+    @classmethod
+    def for_job(
+        cls, job: Job, plan: Plan, *, run: RunSpec | None = None, **settings: Any
+    ) -> TrainConfig:
+        """A rank config of ``job`` on ``plan``. ``settings`` that name fields of the run's
+        spec (``steps``, ``checkpoint_every``, ``seed``, ``precision``, ``options``, ``recipe``,
+        a subclass's own) replace them in ``run``, ``lr`` (an ``LRSchedule``) and ``optim``
+        (an ``OptimConfig``) replace the recipe's fields they set, the rest are this config's
+        own fields. Without ``run``: a RunSpec of the job's model, batch and sequence with the
+        engine's defaults (``ENGINE_RECIPE``, default options). Bad values raise
+        ``EngineError`` naming the field."""
+        base = run if run is not None else _job_run(job)
+        names = set(type(base).__dataclass_fields__) if is_dataclass(base) else set()
+        changes = {k: settings.pop(k) for k in list(settings) if k in names}
+        shaped = {k: settings.pop(k) for k in ENGINE_SHAPED if k in settings}
+        for name, kind in (("lr", LRSchedule), ("optim", OptimConfig)):
+            if name in shaped and not isinstance(shaped[name], kind):
+                raise EngineError(f"must be {_RULE_NAMES[name]}, got {shaped[name]!r}", field=name)
+        if not isinstance(base, RunSpec):
+            raise EngineError(f"must be a RunSpec, got {base!r:.60}", field="run")
+        if shaped:
+            recipe = changes.get("recipe", base.recipe)
+            if not isinstance(recipe, Recipe):
+                raise EngineError(f"must be a Recipe, got {recipe!r:.60}", field="recipe")
+            changes["recipe"] = recipe.with_engine(shaped.get("lr"), shaped.get("optim"))
+        spec = _spec(lambda: replace(base, **changes)) if changes else base
+        return cls(job=job, plan=plan, run=spec, **settings)
 
     def __post_init__(self) -> None:
         for name, (kind, ok, rule) in _RULES.items():
             value = getattr(self, name)
             if not _is(value, kind) or not ok(value):
                 raise EngineError(f"must be {rule}, got {value!r}", field=name)
+        problem = precision_problem(self.precision)
+        if problem is not None:
+            raise EngineError(problem.split(": ", 1)[1], field="precision")
         reason = unsupported_option(self.options)
         reason = reason or unsupported_reason(self.options, self.job, self.plan)
         if reason is not None:  # the plan this option cannot run on, before any rank starts
@@ -171,10 +244,7 @@ class TrainConfig:
         out.update(
             job=self.job.to_dict(),
             plan=self.plan.to_dict(),
-            lr=self.lr.to_dict(),
-            optim=self.optim.to_dict(),
-            options=self.options.to_dict(),
-            run=None if self.run is None else specs.to_json(self.run, _run_message()),
+            run=specs.to_json(self.run, _run_message()),
         )
         return out
 
@@ -183,29 +253,31 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: Any) -> TrainConfig:
+        """A config of ``to_dict``'s keys; the run's settings may instead (or over ``run``) be
+        given as keys of their own, as a ``launch_many`` run or a file of before holds them
+        (``SETTING_KEYS``: ``lr`` and ``optim`` in the engine's shape, ``options`` as the
+        simulator's or the engine's old options dict)."""
         if not isinstance(data, Mapping):
             raise EngineError(f"must be a JSON object, got {type(data).__name__}", field="config")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        own = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - own - set(SETTING_KEYS))
         if unknown:
-            raise EngineError(f"unknown keys {unknown}; known: {sorted(known)}", field="config")
-        missing = [k for k in ("job", "plan", "steps") if k not in data]
-        if missing:
-            raise EngineError("is missing (required: job, plan, steps)", field=missing[0])
-        values = dict(data)
+            known = sorted(own | set(SETTING_KEYS))
+            raise EngineError(f"unknown keys {unknown}; known: {known}", field="config")
+        missing = [k for k in ("job", "plan") if k not in data]
+        if missing or ("run" not in data and "steps" not in data):
+            field = missing[0] if missing else "steps"
+            raise EngineError("is missing (required: job, plan, and run or steps)", field=field)
+        values = {k: v for k, v in data.items() if k in own}
         job = _parse("job", lambda: Job.from_dict(data["job"]))
-        precision, options = _parse("options", lambda: options_from_dict(data.get("options")))
-        if "precision" not in data:  # a file of before: the precision among the options
-            values["precision"] = precision
         values.update(
             job=job,
             plan=_parse("plan", lambda: Plan.from_dict(data["plan"]).check(job)),
-            lr=_parse("lr", lambda: _strict(LRSchedule, data.get("lr", {}), "lr")),
-            optim=_parse("optim", lambda: _optim(data.get("optim", {}))),
-            options=options,
             run=_parse("run", lambda: _run(data.get("run"))),
         )
-        return cls(**values)
+        if values["run"] is None:
+            del values["run"]
+        return cls.for_job(**values, **_settings(data))
 
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
@@ -233,8 +305,9 @@ class TrainConfig:
 
 
 TRAINING_KEYS = ("lr", "optim", "seed", "data_dir", "eval_every", "eval_batches", "sample_log_path")
-"""The TrainConfig keys a run's controller sends every node as one JSON object (the
-assignment's ``training`` field): the recipe and the data."""
+"""The keys of a ``training`` JSON object: the data (what a controller sends every node in
+the assignment's ``training`` field) and, for ``launch_local``, the recipe in the engine's
+shape and the seed (``TrainConfig.for_job`` settings, written into the run's spec)."""
 
 
 def training_overrides(data: Any) -> dict[str, Any]:
@@ -245,15 +318,12 @@ def training_overrides(data: Any) -> dict[str, Any]:
     unknown = sorted(set(data) - set(TRAINING_KEYS))
     if unknown:
         raise EngineError(f"unknown keys {unknown}; known: {list(TRAINING_KEYS)}", field="training")
-    out = dict(data)
-    if "lr" in data:
-        out["lr"] = _parse("lr", lambda: _strict(LRSchedule, data["lr"], "lr"))
-    if "optim" in data:
-        out["optim"] = _parse("optim", lambda: _optim(data["optim"]))
-    for name in set(out) - {"lr", "optim"}:
+    out = {k: v for k, v in data.items() if k not in SETTING_KEYS}
+    for name, value in out.items():
         kind, ok, rule = _RULES[name]
-        if not _is(out[name], kind) or not ok(out[name]):
-            raise EngineError(f"must be {rule}, got {out[name]!r}", field=f"training.{name}")
+        if not _is(value, kind) or not ok(value):
+            raise EngineError(f"must be {rule}, got {value!r}", field=f"training.{name}")
+    out.update(_settings({k: v for k, v in data.items() if k in SETTING_KEYS}))
     return out
 
 
@@ -281,18 +351,12 @@ def _optional_str(v: Any) -> bool:
 _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "job": (Job, lambda v: True, "a Job"),
     "plan": (Plan, lambda v: True, "a Plan"),
-    "steps": (int, _nonneg, "an integer >= 0"),
+    "run": (RunSpec, lambda v: True, "a RunSpec"),
     "checkpoint_dir": ("str?", _optional_str, "a directory path or null"),
-    "checkpoint_every": (int, _nonneg, "an integer >= 0 (0: save only at the last step)"),
     "metrics_path": ("str?", _optional_str, "a file path or null"),
-    "seed": (int, _nonneg, "an integer >= 0"),
     "backend": (str, lambda v: v in BACKENDS, f"one of {BACKENDS}"),
     "schedule": (str, lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
-    "lr": (LRSchedule, lambda v: True, "an LRSchedule"),
-    "optim": (OptimConfig, lambda v: True, "an OptimConfig"),
     "dtype": ("str?", lambda v: v is None or v in DTYPES, f"null or one of {DTYPES}"),
-    "precision": ("str?", lambda v: v is None or v in PRECISIONS, f"null or one of {PRECISIONS}"),
-    "options": (ExecutionOptions, lambda v: True, "sailor_sim ExecutionOptions"),
     "optimizer_impl": (str, lambda v: v in OPTIMIZER_IMPLS, f"one of {OPTIMIZER_IMPLS}"),
     "memory_probe_step": (int, _nonneg, "an integer >= 0 (0: never)"),
     "master_addr": (str, lambda v: v != "", "a host name or address"),
@@ -306,8 +370,54 @@ _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "sample_log_path": ("str?", _optional_str, "a file path or null"),
     "generation": (int, _nonneg, "an integer >= 0 (0: not fenced)"),
     "on_save_error": (str, lambda v: v in ON_SAVE_ERROR, f"one of {ON_SAVE_ERROR}"),
-    "run": ("RunSpec?", lambda v: True, "a RunSpec or null"),
 }
+_RULE_NAMES = {"lr": "an LRSchedule", "optim": "an OptimConfig"}
+SETTING_KEYS = ("steps", "checkpoint_every", "seed", "lr", "optim", "precision", "options")
+"""Keys of a config dict that set the run's spec (``TrainConfig.from_dict``), not the config."""
+
+
+def _job_run(job: Job) -> RunSpec:
+    """The run of a config built from a job alone: its model, batch and sequence, the
+    engine's recipe (``ENGINE_RECIPE``) and default options."""
+    return _spec(lambda: RunSpec(
+        model=job.model.name, global_batch_size=job.global_batch_size,
+        seq_len=job.sequence_length, recipe=ENGINE_RECIPE,
+    ))  # fmt: skip
+
+
+def _spec(build: Callable[[], RunSpec]) -> RunSpec:
+    """Build a RunSpec; its errors become ``EngineError``s naming the same field."""
+    try:
+        return build()
+    except SailorSimError as exc:
+        message = str(exc).split(": ", 1)[-1] if exc.field else str(exc)
+        raise EngineError(message, field=exc.field or "run") from None
+
+
+def _settings(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The run settings of a config dict given as keys of their own (``SETTING_KEYS``), each
+    parsed (``lr``/``optim`` into the engine's shapes, an old options dict read with its
+    precision); their ranges are the RunSpec's to check."""
+    out: dict[str, Any] = {}
+    for name in ("steps", "checkpoint_every", "seed"):
+        if name in data:
+            if not _is(data[name], int):
+                raise EngineError(f"must be an integer, got {data[name]!r}", field=name)
+            out[name] = data[name]
+    if "lr" in data:
+        out["lr"] = _parse("lr", lambda: _strict(LRSchedule, data["lr"], "lr"))
+    if "optim" in data:
+        out["optim"] = _parse("optim", lambda: _optim(data["optim"]))
+    if "options" in data:
+        precision, out["options"] = _parse("options", lambda: options_from_dict(data["options"]))
+        if precision is not None and "precision" not in data:  # a file of before: the
+            out["precision"] = precision  # precision among the options
+    if "precision" in data:
+        if not _is(data["precision"], "str?"):
+            value = data["precision"]
+            raise EngineError(f"must be null or a name, got {value!r}", field="precision")
+        out["precision"] = data["precision"]
+    return out
 
 
 def _run_message():
@@ -324,8 +434,6 @@ def _is(value: Any, kind: type | str) -> bool:
     """Type check that JSON cannot fool: a bool is not an int, an int is a float."""
     if kind == "str?":
         return value is None or isinstance(value, str)
-    if kind == "RunSpec?":
-        return value is None or isinstance(value, RunSpec)
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if kind is float:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -100,19 +100,19 @@ def start_local(
     saves must match (``fence``; 0 = unfenced). ``training``: more TrainConfig keys
     (``config.TRAINING_KEYS``: data, recipe), replacing the ones above."""
     store = host_store()
-    cfg = TrainConfig(
-        job=job,
-        plan=plan.check(job),
-        steps=steps,
+    settings = dict(
+        steps=steps, checkpoint_every=checkpoint_every, seed=seed,
+        lr=LRSchedule(max_lr=lr, min_lr=lr / 10), precision=precision,
+        options=options or ExecutionOptions(),
+    )  # fmt: skip
+    settings.update(training_overrides(training or {}))
+    cfg = TrainConfig.for_job(
+        job,
+        plan.check(job),
         checkpoint_dir=str(checkpoint_dir),
-        checkpoint_every=checkpoint_every,
         metrics_path=str(metrics_path) if metrics_path else None,
-        seed=seed,
-        lr=LRSchedule(max_lr=lr, min_lr=lr / 10),
         schedule=schedule,
         dtype=dtype,
-        precision=precision,
-        options=options or ExecutionOptions(),
         backend=backend,
         memory_probe_step=memory_probe_step,
         master_port=store.port,
@@ -120,9 +120,8 @@ def start_local(
         store_is_external=True,
         generation=generation,
         on_save_error=on_save_error,
+        **settings,
     )
-    if training:
-        cfg = replace(cfg, **training_overrides(training))
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
     path = cfg.write(workdir / "train.json")
     procs = []

@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(
             level=logging.INFO, format=f"%(asctime)s [rank {rank}] %(name)s: %(message)s"
         )
-        if cfg.run is not None:  # the run's settings as this rank received them
-            logging.getLogger("sailor.engine").info("run spec: %s", specs.to_dict(cfg.run))
+        # the run's settings as this rank received them
+        logging.getLogger("sailor.engine").info("run spec: %s", specs.to_dict(cfg.run))
         _share_threads(cfg.world_size)
         from .rank.train import train  # torch and the model zoo: only once the config is valid
 

@@ -25,11 +25,12 @@ from pathlib import Path
 from sailor_sim import Job, RunSpec
 
 from ..agent.cputypes import cpu_worker_type
-from ..controller.controller import Controller, ControllerConfig, RunViews, split_run_settings
+from ..controller.controller import Controller, ControllerConfig, split_run_settings
 from ..controller.metricslog import METRICS_FILE, read_metrics
 from ..controller.service import create_controller_server
 from ..controller.state import ControllerState
 from ..engine.backend import is_cpu_type
+from ..engine.config import RunViews
 from .processes import LocalWorker, start_planner, start_worker
 from .profile import CpuShare, contention, machine_profile, rank_pids, sample_runnable
 from .report import memory_lines, rank_memory, rerun_lines, why_lines

@@ -26,7 +26,7 @@ from ..spec.options import (
     stash_bytes,
     uses_flash,
 )
-from .fp8 import FP8_WEIGHT_COPIES, fp8_weight_copy_bytes
+from .features.fp8 import FP8_WEIGHT_COPIES, fp8_weight_copy_bytes
 from .memory import (
     GRAD_BYTES,
     FrameworkOverhead,

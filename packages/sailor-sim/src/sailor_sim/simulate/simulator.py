@@ -48,12 +48,12 @@ from ..spec.plan import Plan, Replica, Stage
 from . import timing
 from .cache import ComponentCache
 from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
-from .context_parallel import (
+from .features.context_parallel import (
     attention_extra_flops,
     check_plan_context_parallel,
     kv_exchange_exposed,
 )
-from .fp8 import fp8_speedup_bound, fp8_time_delta
+from .features.fp8 import fp8_speedup_bound, fp8_time_delta
 from .memory import GRAD_BYTES
 from .network import Endpoint, NetworkModel
 from .replica_memory import MemoryComponents

@@ -15,7 +15,7 @@ from ..dtypes import check_dtype
 from ..errors import SailorSimError, ValidationError
 from ..model.moe import check_expert_parallel
 from ..model.spec import ModelSpec, get_model, model_wire_name
-from ..simulate.context_parallel import check_context_parallel
+from ..simulate.features.context_parallel import check_context_parallel
 from .options import ExecutionOptions, check_options
 
 OPTIMIZERS = ("adam", "adamw", "sgd")

@@ -61,7 +61,7 @@ from typing import Any
 
 from ..dtypes import dtype_bytes
 from ..errors import ValidationError
-from ..simulate.fp8 import check_fp8, fp8_gpus_problem, fp8_stash
+from ..simulate.features.fp8 import check_fp8, fp8_gpus_problem, fp8_stash
 from .interleave import depth_problem
 
 RECOMPUTE = ("none", "selective", "full", "selective_op")

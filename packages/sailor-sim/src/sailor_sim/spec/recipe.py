@@ -16,7 +16,7 @@ Constant ``min_lr`` after ``decay_steps``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import ValidationError
@@ -154,6 +154,27 @@ class Recipe:
             betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay,
             clip_norm=self.clip_norm, no_decay=self.no_decay_groups(),
         ))  # fmt: skip
+
+    def with_engine(
+        self, schedule: LRSchedule | None = None, optim: OptimConfig | None = None
+    ) -> Recipe:
+        """This recipe with the fields an engine-shaped ``schedule`` / ``optim`` set (the
+        inverse of ``schedule_for`` / ``optim``: ``schedule_for(schedule.decay_steps)`` and
+        ``optim()`` of the result give them back)."""
+        out: dict[str, Any] = {}
+        if schedule is not None:
+            out.update(
+                lr=schedule.max_lr, min_lr=schedule.min_lr, warmup_steps=schedule.warmup_steps,
+                decay_steps=schedule.decay_steps, schedule=schedule.kind,
+                wsd_decay_fraction=schedule.wsd_decay_fraction,
+            )  # fmt: skip
+        if optim is not None:
+            out.update(
+                beta1=optim.betas[0], beta2=optim.betas[1], eps=optim.eps,
+                weight_decay=optim.weight_decay, clip_norm=optim.clip_norm,
+                no_decay=",".join(optim.no_decay),
+            )  # fmt: skip
+        return replace(self, **out)
 
 
 def _named(build):

@@ -319,7 +319,7 @@ def _optimizer_and_resume(cfg, rank, topo, slot, groups, model, device, layout, 
             topo,
             slot,
             groups,
-            cfg.lr.lr(0),
+            cfg.lr_schedule.lr(0),
             cfg.optim.betas,
             cfg.optim.eps,
             0.0,  # decoupled weight decay is applied by apply_update, per group
@@ -376,7 +376,7 @@ def _step(s: RankState) -> StepMetrics:
     share = _synced_norm_share(s)
     # One world all-reduce and one host readback per step give the norm and the loss.
     norm_sq, loss = world_sums([share, loss_sum if s.is_loss_rank else None], s.device)
-    lr = cfg.lr.lr(s.step)
+    lr = cfg.lr_schedule.lr(s.step)
     norm, loss = norm_sq**0.5 / s.scaler.scale, loss / s.scaler.scale
     if s.scaler.update(norm):
         coef = clip_coefficient(norm, cfg.optim.clip_norm) / s.scaler.scale
@@ -539,7 +539,7 @@ def _optimizer_impl(cfg: TrainConfig, device: torch.device) -> str:
 
 
 def _optimizer(params: list, cfg: TrainConfig, device: torch.device):
-    return make_optimizer(params, cfg.optim, cfg.lr.lr(0), _optimizer_impl(cfg, device))
+    return make_optimizer(params, cfg.optim, cfg.lr_schedule.lr(0), _optimizer_impl(cfg, device))
 
 
 def _opt_state(opt) -> dict:
@@ -610,7 +610,7 @@ def _save(saver, model, opt, layout, slot, rank, job, plan, cfg, step, consumed,
             "job": job.to_dict(),
             "plan": plan.to_dict(),
             "seed": cfg.seed,
-            "lr_schedule": cfg.lr.to_dict(),
+            "lr_schedule": cfg.lr_schedule.to_dict(),
             "schedule": cfg.schedule,
             "layer_ids": list(range(job.model.num_layer_ids)),
             "precision": cfg.precision,

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..catalog.gpus import TFLOPS, GPUType
-from ..catalog.readers import check_keys, read_data
-from ..dtypes import dtype_bytes
-from ..errors import ValidationError
-from ..profiles.analytic import (
+from ...catalog.gpus import TFLOPS, GPUType
+from ...catalog.readers import check_keys, read_data
+from ...dtypes import dtype_bytes
+from ...errors import ValidationError
+from ...profiles.analytic import (
     MEMORY_EFFICIENCY,
     calibrated,
     efficiency,

@@ -23,7 +23,7 @@ cut into 2 cp chunks, each rank taking two, so causal work is balanced).
 
 from __future__ import annotations
 
-from ..errors import PlanError, ValidationError
+from ...errors import PlanError, ValidationError
 
 
 def check_context_parallel(cp: int, sequence_length: int) -> None:
