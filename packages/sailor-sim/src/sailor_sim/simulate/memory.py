@@ -106,8 +106,9 @@ def model_state_terms(
     params: int, dtype: str, optimizer: str, grad_bytes: int | None = None, shards=(1, 1, 1)
 ) -> dict[str, int]:
     """weights, gradients and optimizer states (with fp32 master weights in mixed precision)
-    of ``params`` parameters; ``shards`` = (weights, gradients, optimizer) divisors under
-    ZeRO (``sharding``); ``grad_bytes`` per gradient (default ``GRAD_BYTES``)."""
+    of ``params`` parameters (an int, or a numpy array of them); ``shards`` = (weights,
+    gradients, optimizer) divisors under ZeRO (``sharding``); ``grad_bytes`` per gradient
+    (default ``GRAD_BYTES``)."""
     g = GRAD_BYTES[dtype] if grad_bytes is None else grad_bytes
     w_shard, g_shard, o_shard = shards
     state = OPTIMIZER_STATE_BYTES[optimizer] + MASTER_WEIGHT_BYTES[dtype]
@@ -174,24 +175,32 @@ def memory_terms(
     terms = {
         **model_state_terms(params, dtype, optimizer, grad_bytes, shards),
         **(extra or {}),
-        "activations": activation_per_microbatch * in_flight_microbatches,
-        "transient": transient,
-        "comm_buffers": p2p_buffer + communicators * over.nccl_per_communicator,
-    }
-    tensors = sum(terms.values())
-    terms["framework"] = over.cuda_context + int(over.allocator_reserve_fraction * tensors)
+        **_running_terms(over, activation_per_microbatch, in_flight_microbatches, transient,
+                         p2p_buffer, communicators),
+    }  # fmt: skip
+    terms["framework"] = framework_bytes(over, sum(terms.values()))
     return terms
+
+
+def _running_terms(over, activation_per_microbatch, in_flight, transient, p2p_buffer, comms):
+    """The terms besides the model states: activations stashed for the microbatches in flight,
+    the transient peak, communication buffers (ints, or numpy arrays of them)."""
+    return {
+        "activations": activation_per_microbatch * in_flight,
+        "transient": transient,
+        "comm_buffers": p2p_buffer + comms * over.nccl_per_communicator,
+    }
+
+
+def framework_bytes(over: FrameworkOverhead, tensors):
+    """The CUDA context and the caching allocator's reserve on top of ``tensors`` bytes."""
+    return over.cuda_context + _floor(over.allocator_reserve_fraction * tensors)
 
 
 def static_bytes(params, dtype: str, optimizer: str, grad_bytes=None, shards=(1, 1, 1)):
     """weights + gradients + optimizer_states of ``memory_terms`` for ``params`` parameters
     (an int, or a numpy array of them: the planner's [a, b] tables)."""
-    if isinstance(params, int):
-        return sum(model_state_terms(params, dtype, optimizer, grad_bytes, shards).values())
-    g = GRAD_BYTES[dtype] if grad_bytes is None else grad_bytes
-    w, gs, o = shards
-    state = OPTIMIZER_STATE_BYTES[optimizer] + MASTER_WEIGHT_BYTES[dtype]
-    return params * dtype_bytes(dtype) // w + params * g // gs + params * state // o
+    return sum(model_state_terms(params, dtype, optimizer, grad_bytes, shards).values())
 
 
 def peak_bytes(
@@ -203,17 +212,13 @@ def peak_bytes(
     p2p_buffer: int,
     communicators: int,
 ) -> int:
-    """``sum(memory_terms(...).values())`` without building the dict (the planner's hot path);
-    ``static`` from ``static_bytes``. A test checks both agree. Also takes numpy arrays of
+    """``sum(memory_terms(...).values())`` from ``static`` (``static_bytes``) and the same
+    running terms and framework formula (a test checks both agree). Also takes numpy arrays of
     ``static`` / ``activation_per_microbatch`` / ``transient`` (the planner's [a, b] tables)."""
-    tensors = (
-        static
-        + activation_per_microbatch * in_flight_microbatches
-        + transient
-        + p2p_buffer
-        + communicators * over.nccl_per_communicator
-    )
-    return tensors + over.cuda_context + _floor(over.allocator_reserve_fraction * tensors)
+    running = _running_terms(over, activation_per_microbatch, in_flight_microbatches, transient,
+                             p2p_buffer, communicators)  # fmt: skip
+    tensors = static + sum(running.values())
+    return tensors + framework_bytes(over, tensors)
 
 
 def _floor(x):

@@ -85,6 +85,18 @@ class PipelineTime(NamedTuple):
     bottleneck_stage: int
 
 
+class Bottleneck(NamedTuple):
+    """What a pipeline's 1F1B time depends on: the bottleneck stage ``k`` (the first with the
+    longest steady step), its ``step`` and ``compute`` per microbatch, the sum of every stage's
+    compute per microbatch, and the sum of the boundaries' transfer seconds."""
+
+    k: int
+    step: float
+    compute: float
+    compute_sum: float
+    p2p_sum: float
+
+
 def stage_steps(
     per_microbatch: list[float], p2p: list[float], virtual: int = 1, full_duplex: bool = True
 ) -> list[float]:
@@ -97,10 +109,33 @@ def stage_steps(
     carries one tensor to each neighbour); twice that for frameworks whose sends and receives
     block one after the other (``transfers_per_boundary``). With ``virtual`` model chunks per
     GPU (interleaved 1F1B) every transfer happens v times."""
+    v2 = transfers_per_boundary(full_duplex) * virtual
     received = [0.0, *p2p]  # boundary before stage i (none before the first)
     sent = [*p2p, 0.0]  # boundary after stage i (none after the last)
-    v2 = transfers_per_boundary(full_duplex) * virtual
-    return [c + v2 * (a + b) for c, a, b in zip(per_microbatch, received, sent, strict=True)]
+    return [_step(c, a, b, v2) for c, a, b in zip(per_microbatch, received, sent, strict=True)]
+
+
+def _step(compute: float, received: float, sent: float, v2: float) -> float:
+    return compute + v2 * (received + sent)
+
+
+def bottleneck(
+    per_microbatch: list[float], p2p: list[float], virtual: int = 1, full_duplex: bool = True
+) -> Bottleneck:
+    """``stage_steps``' maximum and the sums the 1F1B total needs, in one pass without lists:
+    this runs for every distinct pipeline of every plan the planner scores."""
+    v2, last = transfers_per_boundary(full_duplex) * virtual, len(p2p)
+    k, steady, own = 0, -1.0, 0.0
+    received = total = sent_sum = 0.0
+    for i, c in enumerate(per_microbatch):
+        sent = p2p[i] if i < last else 0.0
+        step = _step(c, received, sent, v2)
+        if step > steady or i == 0:  # the first stage with the longest step
+            k, steady, own = i, step, c
+        total += c
+        sent_sum += sent
+        received = sent
+    return Bottleneck(k, steady, own, total, sent_sum)
 
 
 def pipeline_total(
@@ -111,24 +146,22 @@ def pipeline_total(
     full_duplex: bool = True,
 ) -> float:
     """1F1B seconds of one pipeline from its stages' per-microbatch seconds
-    (``StageTime.per_microbatch_s + MICROBATCH_OVERHEAD_S``) and its boundaries' p2p seconds:
-    M - 1 steady steps of the slowest stage, plus fill and drain (every other stage once,
-    divided by ``virtual`` chunks under interleaving, Narayanan et al. 2021 Sec. 2.2.2; every
-    boundary both ways). ``pipeline_time`` splits the same total into named terms."""
-    # stage_steps' formula in one pass without lists: this runs for every distinct pipeline
-    # of every plan the planner scores.
-    v2, last = transfers_per_boundary(full_duplex) * virtual, len(p2p)
-    steady = own = -1.0
-    received = total = sent_sum = 0.0
-    for i, c in enumerate(per_microbatch):
-        sent = p2p[i] if i < last else 0.0
-        step = c + v2 * (received + sent)
-        if step > steady or i == 0:  # the first stage with the longest step
-            steady, own = step, c
-        total += c
-        sent_sum += sent
-        received = sent
-    return own + (total - own) / virtual + 2.0 * sent_sum + (num_microbatches - 1) * steady
+    (``StageTime.per_microbatch_s + MICROBATCH_OVERHEAD_S``) and its boundaries' p2p seconds.
+    ``pipeline_time`` names the terms of this same sum."""
+    return sum(_pipeline_terms(bottleneck(per_microbatch, p2p, virtual, full_duplex),
+                               num_microbatches, virtual))  # fmt: skip
+
+
+def _pipeline_terms(b: Bottleneck, m: int, virtual: int) -> tuple[float, float, float]:
+    """(the bottleneck's compute for M microbatches, the fill and drain of the other stages, the
+    exposed transfers): M - 1 steady steps of the slowest stage plus its own compute once, every
+    other stage once, divided by ``virtual`` chunks under interleaving (Narayanan et al. 2021
+    Sec. 2.2.2), and every boundary both ways once."""
+    return (
+        m * b.compute,
+        (b.compute_sum - b.compute) / virtual,
+        (m - 1) * (b.step - b.compute) + 2.0 * b.p2p_sum,
+    )
 
 
 def pipeline_time(
@@ -144,9 +177,9 @@ def pipeline_time(
     """
     m = num_microbatches
     per = [t.per_microbatch_s + MICROBATCH_OVERHEAD_S for t in stage_times]
-    steps = stage_steps(per, p2p, virtual, full_duplex)
-    k = steps.index(max(steps))  # the bottleneck: the first stage with the longest step
-    b = stage_times[k]
+    neck = bottleneck(per, p2p, virtual, full_duplex)
+    _, bubble, exposed = _pipeline_terms(neck, m, virtual)
+    b = stage_times[neck.k]
     breakdown = {
         "compute": m * (b.forward_s + b.backward_s + MICROBATCH_OVERHEAD_S),
         "recompute": m * b.recompute_s,
@@ -155,10 +188,10 @@ def pipeline_time(
         "zero_comm": m * b.shard_comm_s,
         "expert_comm": m * b.expert_comm_s,
         "context_comm": m * b.context_comm_s,
-        "pipeline_bubble": (sum(per) - per[k]) / virtual,
-        "p2p": (m - 1) * (steps[k] - per[k]) + 2.0 * sum(p2p),
+        "pipeline_bubble": bubble,
+        "p2p": exposed,
     }
-    return PipelineTime(sum(breakdown.values()), breakdown, k)
+    return PipelineTime(sum(breakdown.values()), breakdown, neck.k)
 
 
 def iteration_terms(
