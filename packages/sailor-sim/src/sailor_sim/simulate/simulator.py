@@ -608,7 +608,20 @@ class Simulator(MemoryComponents):
         layer i - 1 and reduce-scatters layer i + 1's gradients while layer i computes, and the
         last reduce-scatter is exposed. A gather (reduce-scatter) is half a ring all-reduce of
         the same bytes (``_layer_collective_s``). Per-layer compute is the profile's, with the
-        stage's recomputation spread over its layers by forward time."""
+        stage's recomputation spread over its layers by forward time. Memoized by its
+        arguments (the planner asks the same stage slice for many allocations)."""
+        key = (job.cache_id, first, last, t, gpu_type, tp, mbs, kinds, lead)
+        hit = self.cache.shard_exposed.get(key)
+        if hit is None:
+            hit = self.cache.shard_exposed[key] = self._exposed_shard_comm_uncached(
+                job, first, last, t, gpu_type, tp, mbs, kinds, lead
+            )
+        return hit
+
+    def _exposed_shard_comm_uncached(
+        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
+        kinds, lead: tuple[str, int],
+    ) -> float:  # fmt: skip
         table = self.profiles.table(
             job.model, get_gpu(gpu_type), job.dtype, mbs, tp, job.sequence_length, job.optimizer
         )
