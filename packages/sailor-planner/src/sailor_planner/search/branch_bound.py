@@ -145,9 +145,8 @@ class Search:
                     # every layout's node would be beaten on its first pop (see _shape_bound)
                     self.stats.pruned += len(layouts)
                     continue
-                thr = self._shape_bound(shape, layouts)
-                if thr is not None:  # its layouts' nodes are built when this entry is popped
-                    key = -thr * (1 + SHAPE_MARGIN)
+                key = self._shape_key(shape, layouts)
+                if key is not None:  # its layouts' nodes are built when this entry is popped
                     heapq.heappush(heap, (key, next(tick), shape, layouts, None, None, SHAPE, 0, 0))
                     continue
                 self._push_nodes(heap, tick, shape, layouts)
@@ -445,6 +444,27 @@ class Search:
         a SHAPE_MARGIN on top of ``_beaten``'s own (float rounding between the two bounds)."""
         thr = self._shape_bound(shape, layouts)
         return thr is not None and thr * (1 + SHAPE_MARGIN) < self.incumbent[0] * (1 - 1e-9)
+
+    def _shape_key(self, shape: Shape, layouts) -> float | None:
+        """A heap key no worse than the node key (``Bounder.node_key``) of any layout of
+        ``shape``, or None where none is known (then its nodes are built at once).
+        Throughput: ``_shape_bound``. Cost (without interleaving, where every region crossing
+        only slows a stage, ``_crossings_slow``): ``Bounder._cost_floor`` of the one-region
+        (B, F) of each class: a crossing adds x, y >= 0 to two stage steps, so B grows and
+        F = sum - B grows by x + y - (growth of B) >= x + y - max(x, y) >= 0, and the floor
+        (the least per-sample price times B, plus the bill times the least F) only grows.
+        Both are moved by SHAPE_MARGIN towards better (float rounding)."""
+        if self.opt.objective == "throughput":
+            if len(layouts) == 1:  # its one node costs what its bound does: built at once
+                return None
+            thr = self._shape_bound(shape, layouts)
+            return None if thr is None else -thr * (1 + SHAPE_MARGIN)
+        if self._virtual != 1 or not layouts:
+            return None
+        if not all(self._crossings_slow(cls, layouts) for cls in shape.classes):
+            return None
+        lbs = [self._class_base(shape, c)[:3] for c in range(len(shape.classes))]
+        return self.bnd._cost_floor(shape, lbs, None) * (1 - SHAPE_MARGIN)
 
     def _shape_bound(self, shape: Shape, layouts) -> float | None:
         """An upper bound on iterations/s over the node keys of all ``layouts`` of ``shape``
