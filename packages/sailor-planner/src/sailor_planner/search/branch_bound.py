@@ -114,6 +114,7 @@ class Search:
         self._cross: dict[tuple, float] = {}
         self._lbs: dict[tuple, tuple] = {}
         self._shape_bounds: dict[tuple, float | None] = {}
+        self._slow: dict[tuple, bool] = {}
         self._p2p: dict[tuple, float] = {}
         self._max_d: dict[tuple, list[int]] = {}
         self._gpus_in: dict[tuple, int] = {}
@@ -461,7 +462,7 @@ class Search:
             return None if thr is None else -thr * (1 + SHAPE_MARGIN)
         if self._virtual != 1 or not layouts:
             return None
-        if not all(self._crossings_slow(cls, layouts) for cls in shape.classes):
+        if not all(self._crossings_slow(shape, cls, layouts) for cls in shape.classes):
             return None
         lbs = [self._class_base(shape, c)[:3] for c in range(len(shape.classes))]
         return self.bnd._cost_floor(shape, lbs, None) * (1 - SHAPE_MARGIN)
@@ -507,7 +508,7 @@ class Search:
         step = self.scorer.step(shape.depth)
         lbs, caps = [], []
         for c, cls in enumerate(shape.classes):
-            if not self._crossings_slow(cls, layouts):
+            if not self._crossings_slow(shape, cls, layouts):
                 return None
             lbs.append(self._class_base(shape, c)[:3])
             most = max(self._region_gpus(cls.gpu, grp) for grp in groups) // min(cls.tps)
@@ -534,9 +535,17 @@ class Search:
             opt /= max(1, sum(caps))
         return 1.0 / (max(gbs / rate + least_f, longest) + sync + opt)
 
-    def _crossings_slow(self, cls: ClassShape, layouts) -> bool:
-        """Whether every region crossing of ``layouts`` adds >= 0 to both stages at it
-        (``_cross_extra``; true where same-zone links are the fastest)."""
+    def _crossings_slow(self, shape: Shape, cls: ClassShape, layouts) -> bool:
+        """Whether every region crossing of ``layouts`` (those of ``shape``) adds >= 0 to both
+        stages at it (``_cross_extra``; true where same-zone links are the fastest); cached:
+        a shape's layouts follow from its depth and GPU types."""
+        key = (cls, tuple(c.gpu for c in shape.classes))
+        hit = self._slow.get(key)
+        if hit is None:
+            hit = self._slow[key] = self._crossings_slow_uncached(cls, layouts)
+        return hit
+
+    def _crossings_slow_uncached(self, cls: ClassShape, layouts) -> bool:
         for layout in layouts:
             for q in range(1, len(layout)):
                 if layout[q] != layout[q - 1]:
