@@ -10,6 +10,7 @@ import pytest
 from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
 from sailor_planner.search.allocate import Scorer
+from sailor_planner.search.bounds import Bounder
 from sailor_planner.search.branch_bound import Memo, Search
 from sailor_planner.search.costs import CostView
 from sailor_sim import Inventory, Job
@@ -151,3 +152,54 @@ def test_skipping_shapes_the_incumbent_beats_changes_no_answer(sailor_planner, m
     assert any(skipped)
     monkeypatch.setattr(Search, "_shape_beaten", lambda self, shape, layouts: False)
     assert answers() == with_bound
+
+
+@pytest.mark.parametrize("objective", ["throughput", "cost"])
+def test_a_shapes_heap_key_is_no_worse_than_any_of_its_layout_nodes(
+    sailor_planner, monkeypatch, objective
+):
+    """``Search._shape_key`` stands for every layout node of its shape until it is popped: it
+    must be at least as good (lower) as each node's ``Bounder.node_key``, or the search could
+    end before reaching a node that beats the best candidate. Fails if the bound is unsound."""
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    inventory = Inventory.parse(TWO_TYPES_FOUR_ZONES)
+    checked = []
+    original_push, original_key = Search._push_nodes, Bounder.node_key
+    current = []
+
+    def pushing(self, heap, tick, shape, layouts):
+        current.append(self._shape_key(shape, layouts))
+        try:
+            original_push(self, heap, tick, shape, layouts)
+        finally:
+            current.pop()
+
+    def node_key(self, shape, lbs, max_d):
+        key = original_key(self, shape, lbs, max_d)
+        if current and current[-1] is not None and key is not None:
+            assert current[-1] <= key, (shape, current[-1], key)
+            checked.append(key)
+        return key
+
+    monkeypatch.setattr(Search, "_push_nodes", pushing)
+    monkeypatch.setattr(Bounder, "node_key", node_key)
+    Planner(sailor_planner.sim).plan(job, inventory, SearchOptions(objective=objective))
+    assert checked  # some shapes did stand for their layouts
+
+
+@pytest.mark.parametrize("objective", ["throughput", "cost"])
+def test_building_layout_nodes_when_their_shape_is_popped_changes_no_answer(
+    sailor_planner, monkeypatch, objective
+):
+    """Layout nodes built lazily (a shape's entry keyed by ``_shape_key``) and all at once:
+    the same plans, estimates and options."""
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    inventory = Inventory.parse(TWO_TYPES_FOUR_ZONES)
+
+    def answer():
+        r = Planner(sailor_planner.sim).plan(job, inventory, SearchOptions(objective=objective))
+        return [(p.plan.to_json(), p.estimate, p.options) for p in r.plans]
+
+    lazy = answer()
+    monkeypatch.setattr(Search, "_shape_key", lambda self, shape, layouts: None)
+    assert answer() == lazy

@@ -64,7 +64,7 @@ class Bounder:
         gbs = self.job.sample_slots
         per_sample = min(
             cls.gpus * min_price(cls.gpu) / 3600.0 * b / cls.mbs
-            for cls, (b, _f, _o), d in zip(shape.classes, lbs, max_d, strict=True)
+            for cls, (b, _f, _o) in zip(shape.classes, lbs, strict=True)
         )
         usd_min = sum(cls.gpus * min_price(cls.gpu) / 3600.0 for cls in shape.classes)
         extra = min(f for _b, f, _o in lbs)

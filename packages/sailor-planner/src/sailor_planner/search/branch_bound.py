@@ -64,6 +64,11 @@ most this many vectors per (type, depth). There is no exact mode for small inven
 same search runs at every size, and bench/planner_optimality.py holds it to the optimum."""
 MIX_TOP = {2: 3, 3: 1, 4: 1}
 """Single-type configurations per GPU type combined into mixed shapes, by number of types."""
+SHAPE_MARGIN = 1e-9
+"""Relative slack added to ``_shape_bound`` where it stands for the nodes of its layouts
+(float rounding between it and ``Bounder.node_key``)."""
+SHAPE = object()
+"""The ``allocs`` field of a heap entry that holds a shape whose layout nodes are not built."""
 POLL_S = 0.01
 """Seconds between two asks of ``should_stop``: a cancelled request stops well within 100 ms."""
 
@@ -108,6 +113,8 @@ class Search:
         self.bnd = Bounder(self.job, scorer, options, self.free)
         self._cross: dict[tuple, float] = {}
         self._lbs: dict[tuple, tuple] = {}
+        self._shape_bounds: dict[tuple, float | None] = {}
+        self._slow: dict[tuple, bool] = {}
         self._p2p: dict[tuple, float] = {}
         self._max_d: dict[tuple, list[int]] = {}
         self._gpus_in: dict[tuple, int] = {}
@@ -139,17 +146,11 @@ class Search:
                     # every layout's node would be beaten on its first pop (see _shape_bound)
                     self.stats.pruned += len(layouts)
                     continue
-                for layout in layouts:
-                    max_d = self._max_pipelines(shape, layout)
-                    if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
-                        self.stats.pruned += 1
-                        continue
-                    lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
-                    key = self.bnd.node_key(shape, lbs, max_d)
-                    if key is None:
-                        self.stats.pruned += 1
-                        continue
-                    heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None, 0, 0))
+                key = self._shape_key(shape, layouts)
+                if key is not None:  # its layouts' nodes are built when this entry is popped
+                    heapq.heappush(heap, (key, next(tick), shape, layouts, None, None, SHAPE, 0, 0))
+                    continue
+                self._push_nodes(heap, tick, shape, layouts)
             if self.partial:
                 break
         # Heap entries: (key, tick, shape, layout, lbs, max_d, allocs, lo, hi). A node has
@@ -157,12 +158,17 @@ class Search:
         # every class only gains pipelines, a range lo..hi is bounded as a whole (pipelines of
         # its last, all-reduce and prices of its first allocation) and split in halves
         # (binary branch and bound); otherwise every allocation is bounded on its own. A range
-        # lo..hi with hi < 0 is a bounded leaf ready to score: allocs[lo].
+        # lo..hi with hi < 0 is a bounded leaf ready to score: allocs[lo]. A shape whose
+        # layouts share one bound (``_shape_bound``) enters as one entry with allocs SHAPE
+        # (``layout`` then holds its layouts): its nodes are built when it is popped.
         while heap and not self._late(have_work=False):
             key, _, shape, layout, lbs, max_d, allocs, lo, hi = heapq.heappop(heap)
             if self._beaten(key):  # the best bound left: nothing can win any more
                 self.stats.pruned += 1 + len(heap)
                 break
+            if allocs is SHAPE:
+                self._push_nodes(heap, tick, shape, layout)
+                continue
             if allocs is None:
                 allocs, path = self._allocations(shape, lbs, max_d)
                 ranges = [(0, len(allocs) - 1)] if path else [(i, i) for i in range(len(allocs))]
@@ -183,6 +189,21 @@ class Search:
         if not self.partial:
             self._refine()
         return self.found
+
+    def _push_nodes(self, heap: list, tick, shape: Shape, layouts) -> None:
+        """One heap node per region layout of ``shape`` that can hold a pipeline of every
+        class and meet the constraints, keyed by ``Bounder.node_key``."""
+        for layout in layouts:
+            max_d = self._max_pipelines(shape, layout)
+            if not any(max_d) or (len(max_d) > 1 and not all(max_d)):
+                self.stats.pruned += 1
+                continue
+            lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
+            key = self.bnd.node_key(shape, lbs, max_d)
+            if key is None:
+                self.stats.pruned += 1
+                continue
+            heapq.heappush(heap, (key, next(tick), shape, layout, lbs, max_d, None, 0, 0))
 
     def _poll(self) -> None:
         """Raise RequestCancelledError once ``should_stop`` says the caller gave up."""
@@ -421,9 +442,30 @@ class Search:
 
     def _shape_beaten(self, shape: Shape, layouts) -> bool:
         """Whether ``_shape_bound`` (over every layout) already loses to the incumbent, with
-        a 1e-9 margin on top of ``_beaten``'s own (float rounding between the two bounds)."""
+        a SHAPE_MARGIN on top of ``_beaten``'s own (float rounding between the two bounds)."""
         thr = self._shape_bound(shape, layouts)
-        return thr is not None and thr * (1 + 1e-9) < self.incumbent[0] * (1 - 1e-9)
+        return thr is not None and thr * (1 + SHAPE_MARGIN) < self.incumbent[0] * (1 - 1e-9)
+
+    def _shape_key(self, shape: Shape, layouts) -> float | None:
+        """A heap key no worse than the node key (``Bounder.node_key``) of any layout of
+        ``shape``, or None where none is known (then its nodes are built at once).
+        Throughput: ``_shape_bound``. Cost (without interleaving, where every region crossing
+        only slows a stage, ``_crossings_slow``): ``Bounder._cost_floor`` of the one-region
+        (B, F) of each class: a crossing adds x, y >= 0 to two stage steps, so B grows and
+        F = sum - B grows by x + y - (growth of B) >= x + y - max(x, y) >= 0, and the floor
+        (the least per-sample price times B, plus the bill times the least F) only grows.
+        Both are moved by SHAPE_MARGIN towards better (float rounding)."""
+        if self.opt.objective == "throughput":
+            if len(layouts) == 1:  # its one node costs what its bound does: built at once
+                return None
+            thr = self._shape_bound(shape, layouts)
+            return None if thr is None else -thr * (1 + SHAPE_MARGIN)
+        if self._virtual != 1 or not layouts:
+            return None
+        if not all(self._crossings_slow(shape, cls, layouts) for cls in shape.classes):
+            return None
+        lbs = [self._class_base(shape, c)[:3] for c in range(len(shape.classes))]
+        return self.bnd._cost_floor(shape, lbs, None) * (1 - SHAPE_MARGIN)
 
     def _shape_bound(self, shape: Shape, layouts) -> float | None:
         """An upper bound on iterations/s over the node keys of all ``layouts`` of ``shape``
@@ -434,6 +476,13 @@ class Search:
         pushed before the first pop, so a node the incumbent beats would end the search when
         popped (``_beaten``), after exactly the entries that precede it; without it the next
         pop, whose key is no better, ends it instead.
+
+        Why building a shape's layout nodes only when its entry (keyed by this bound, raised
+        by SHAPE_MARGIN) is popped changes no answer: every node it holds has a key no better
+        than the entry's, so the entry pops before any of them would have, and its nodes are
+        in the heap before their turn; an entry that is ``_beaten`` ends the search as the
+        best of its nodes would have. Only the order among nodes of exactly equal keys (and
+        the ``pruned`` count) can differ.
 
         Why it bounds every layout: a layout's classes have the single-region stage costs
         plus what crossing regions adds (``_class_lb``; checked >= 0 here, so B and the sum
@@ -448,11 +497,18 @@ class Search:
         ring of ``bounds``), each term at most what the layout's ``bounds`` has."""
         if self.opt.objective != "throughput" or self._virtual != 1 or not layouts:
             return None
+        key = (shape, len(layouts))  # a shape's layouts follow from its depth and GPU types
+        if key in self._shape_bounds:
+            return self._shape_bounds[key]
+        thr = self._shape_bounds[key] = self._shape_bound_uncached(shape, layouts)
+        return thr
+
+    def _shape_bound_uncached(self, shape: Shape, layouts) -> float | None:
         groups = {grp for layout in layouts for grp in layout}
         step = self.scorer.step(shape.depth)
         lbs, caps = [], []
         for c, cls in enumerate(shape.classes):
-            if not self._crossings_slow(cls, layouts):
+            if not self._crossings_slow(shape, cls, layouts):
                 return None
             lbs.append(self._class_base(shape, c)[:3])
             most = max(self._region_gpus(cls.gpu, grp) for grp in groups) // min(cls.tps)
@@ -479,9 +535,17 @@ class Search:
             opt /= max(1, sum(caps))
         return 1.0 / (max(gbs / rate + least_f, longest) + sync + opt)
 
-    def _crossings_slow(self, cls: ClassShape, layouts) -> bool:
-        """Whether every region crossing of ``layouts`` adds >= 0 to both stages at it
-        (``_cross_extra``; true where same-zone links are the fastest)."""
+    def _crossings_slow(self, shape: Shape, cls: ClassShape, layouts) -> bool:
+        """Whether every region crossing of ``layouts`` (those of ``shape``) adds >= 0 to both
+        stages at it (``_cross_extra``; true where same-zone links are the fastest); cached:
+        a shape's layouts follow from its depth and GPU types."""
+        key = (cls, tuple(c.gpu for c in shape.classes))
+        hit = self._slow.get(key)
+        if hit is None:
+            hit = self._slow[key] = self._crossings_slow_uncached(cls, layouts)
+        return hit
+
+    def _crossings_slow_uncached(self, cls: ClassShape, layouts) -> bool:
         for layout in layouts:
             for q in range(1, len(layout)):
                 if layout[q] != layout[q - 1]:

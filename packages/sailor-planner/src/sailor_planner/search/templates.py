@@ -100,7 +100,11 @@ def stage_tables(
 def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
     """(time, TP) matrices of one pipeline position: the first degree that surely fits, else
     the first that may fit, per range. Cached on the CostView: positions of different depths
-    share them."""
+    share them (under ZeRO only the lower bound is used, which has one microbatch in flight
+    whatever ``in_flight`` is, so every position with the same neighbours shares one)."""
+    sure_checks = (False,) if cv.job.options.shards_optimizer else (True, False)
+    if not sure_checks[0]:
+        in_flight = 1
     key = ("position", g, m, degrees, in_flight, neighbours, cap)
     hit = cv.memo.get(key)
     if hit is not None:
@@ -110,7 +114,7 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
     # Under ZeRO a range's memory depends on the data parallelism the search has not chosen
     # yet: "surely fits" (no sharding) would always pick a larger TP than the plan needs, so
     # the smallest degree that may fit is taken and the Scorer's exact check decides.
-    for sure in (False,) if cv.job.options.shards_optimizer else (True, False):
+    for sure in sure_checks:
         if not sure and np.isfinite(best[cv.upper]).all():
             break  # every range surely fits some degree: the lower bound adds nothing
         for d in degrees:

@@ -53,6 +53,17 @@ class ComponentCache:
         self.shard_collective: dict[tuple, float] = {}
         """(job, bytes, params or grads, ring kinds, lead replica) -> one layer's ZeRO-3
         gather / reduce-scatter seconds (layers of equal size share it)."""
+        self.layer_bytes: dict[tuple, list[float]] = {}
+        """(job, params or grads) -> unsharded bytes of every layer id."""
+        self.shard_layers: dict[tuple, list[float]] = {}
+        """(job, ring kinds, lead replica, params or grads) -> ``shard_collective`` of every
+        layer id."""
+        self.shard_exposed: dict[tuple, float] = {}
+        """(job, first, last, StageTime, GPU type, tp, mbs, ring kinds, lead replica) -> the
+        stage's exposed ZeRO-3 traffic per microbatch (``_exposed_shard_comm``)."""
+        self.largest_layer: dict[tuple, int] = {}
+        """(job, first, last, tp) -> parameters of the largest layer of first..last at TP tp
+        (what ZeRO-3 gathers at once)."""
         self.step_sync: dict[tuple, float] = {}
         """(endpoint kinds, ranks) -> seconds."""
         self.param_prefix: dict[int, list[int]] = {}

@@ -247,8 +247,12 @@ class MemoryComponents:
         shards = sharding(zero, self.shard_group(job, gpu_type, tp, dp))
         largest = 0
         if job.options.shards_parameters:
-            first, last, tp = r.layers
-            largest = max(job.model.params(i, tp) for i in range(first, last + 1))
+            key = (job.cache_id, *r.layers)
+            largest = self.cache.largest_layer.get(key)
+            if largest is None:
+                first, last, tp = r.layers
+                largest = max(job.model.params(i, tp) for i in range(first, last + 1))
+                self.cache.largest_layer[key] = largest
         return shards, gathered_weight_bytes(zero, job.dtype, r.params, largest)
 
     @staticmethod

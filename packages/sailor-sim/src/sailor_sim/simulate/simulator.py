@@ -608,7 +608,20 @@ class Simulator(MemoryComponents):
         layer i - 1 and reduce-scatters layer i + 1's gradients while layer i computes, and the
         last reduce-scatter is exposed. A gather (reduce-scatter) is half a ring all-reduce of
         the same bytes (``_layer_collective_s``). Per-layer compute is the profile's, with the
-        stage's recomputation spread over its layers by forward time."""
+        stage's recomputation spread over its layers by forward time. Memoized by its
+        arguments (the planner asks the same stage slice for many allocations)."""
+        key = (job.cache_id, first, last, t, gpu_type, tp, mbs, kinds, lead)
+        hit = self.cache.shard_exposed.get(key)
+        if hit is None:
+            hit = self.cache.shard_exposed[key] = self._exposed_shard_comm_uncached(
+                job, first, last, t, gpu_type, tp, mbs, kinds, lead
+            )
+        return hit
+
+    def _exposed_shard_comm_uncached(
+        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
+        kinds, lead: tuple[str, int],
+    ) -> float:  # fmt: skip
         table = self.profiles.table(
             job.model, get_gpu(gpu_type), job.dtype, mbs, tp, job.sequence_length, job.optimizer
         )
@@ -618,8 +631,8 @@ class Simulator(MemoryComponents):
         bwd = [
             table.span(table.backward, i, i) + share * f for i, f in zip(layers, fwd, strict=True)
         ]
-        gather = [self._ring_layer_collective_s(job, kinds, lead, i, "params") for i in layers]
-        scatter = [self._ring_layer_collective_s(job, kinds, lead, i, "grads") for i in layers]
+        gather = self._layer_collectives(job, kinds, lead, "params")[first : last + 1]
+        scatter = self._layer_collectives(job, kinds, lead, "grads")[first : last + 1]
         exposed = gather[0] + scatter[0]
         for k in range(len(fwd) - 1):
             exposed += max(0.0, gather[k + 1] - fwd[k])
@@ -630,21 +643,50 @@ class Simulator(MemoryComponents):
             exposed += max(0.0, overlapped - bwd[k])
         return exposed
 
+    def _layer_collectives(self, job: Job, kinds, lead, what: str) -> list[float]:
+        """``_ring_layer_collective_s`` of every layer id over one ring, each distinct layer
+        size computed once (memoized: the planner asks many stage ranges over one ring)."""
+        key = (job.cache_id, kinds, lead, what)
+        hit = self.cache.shard_layers.get(key)
+        if hit is None:
+            sizes = self.cache.layer_bytes.get((job.cache_id, what))
+            if sizes is None:
+                sizes = [self._layer_bytes(job, i, what) for i in range(job.model.num_layer_ids)]
+                self.cache.layer_bytes[(job.cache_id, what)] = sizes
+            by_size: dict[float, float] = {}
+            hit = []
+            for i, nbytes in enumerate(sizes):
+                seconds = by_size.get(nbytes)
+                if seconds is None:
+                    seconds = by_size[nbytes] = self._bytes_collective_s(
+                        job, kinds, lead, i, nbytes, what
+                    )
+                hit.append(seconds)
+            self.cache.shard_layers[key] = hit
+        return hit
+
     def _layer_collective_s(self, job: Job, stage: Stage, layer: int, what: str) -> float:
         """``_ring_layer_collective_s`` over ``stage``'s ring."""
         r0 = stage.replicas[0]
         kinds, lead = self._ring_kinds(stage), (r0.gpu_type, r0.tp)
         return self._ring_layer_collective_s(job, kinds, lead, layer, what)
 
+    def _layer_bytes(self, job: Job, layer: int, what: str) -> float:
+        """Unsharded bytes of one layer's parameters (``what`` = "params") or gradients."""
+        if what == "params":
+            return dtype_bytes(job.dtype) * self.unsharded_params(job, layer, layer)
+        return self.grad_bytes(job, layer, layer)
+
     def _ring_layer_collective_s(self, job: Job, kinds, lead, layer: int, what: str) -> float:
         """One layer's all-gather of its parameters or reduce-scatter of its gradients over the
         stage's shard group: half a ring all-reduce of the unsharded bytes (volume
         (n - 1) / n of them, n - 1 steps); hybrid: inside the node over NVLink / PCIe."""
-        params = self.unsharded_params(job, layer, layer)
-        if what == "params":
-            nbytes = dtype_bytes(job.dtype) * params
-        else:
-            nbytes = self.grad_bytes(job, layer, layer)
+        nbytes = self._layer_bytes(job, layer, what)
+        return self._bytes_collective_s(job, kinds, lead, layer, nbytes, what)
+
+    def _bytes_collective_s(self, job: Job, kinds, lead, layer: int, nbytes, what: str) -> float:
+        """``_ring_layer_collective_s`` of a layer of ``nbytes`` (layers of one size share
+        it)."""
         if nbytes == 0:
             return 0.0
         key = (job.cache_id, nbytes, what, kinds, lead)
