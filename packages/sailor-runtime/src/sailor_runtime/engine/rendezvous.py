@@ -83,8 +83,14 @@ class RendezvousStore(dist.Store):
     # ---- transport -----------------------------------------------------------------------------
     def _call(self, op: int, *fields: bytes) -> tuple[int, bytes]:
         with self._lock:
-            self._channel.send(bytes([op]) + proto.pack(*fields))
-            answer = self._channel.recv()
+            try:
+                self._channel.send(bytes([op]) + proto.pack(*fields))
+                answer = self._channel.recv()
+            except (OSError, proto.StoreProtocolError) as exc:
+                host, port = self._where[:2]
+                raise dist.DistNetworkError(
+                    f"the rendezvous store at {host}:{port} is gone ({exc})"
+                ) from None
         if answer[0] == proto.ERROR:
             raise dist.DistStoreError(proto.unpack(answer[1:])[0].decode())
         return answer[0], answer[1:]

@@ -38,6 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from .config import EngineError
+
 log = logging.getLogger("sailor.store")
 
 MAGIC = b"SAILOR-STORE-1\n"
@@ -57,7 +59,7 @@ SET, GET, ADD, CSET, CHECK, WAIT, DELETE, NUM, APPEND, MGET, MSET = range(1, 12)
 C2S, S2C = b"c", b"s"
 
 
-class StoreProtocolError(ConnectionError):
+class StoreProtocolError(EngineError):
     """The peer broke the protocol (a bad MAC, an oversize frame, a closed connection)."""
 
 
