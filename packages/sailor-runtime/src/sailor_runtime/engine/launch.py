@@ -111,7 +111,7 @@ def start_local(
     generation: int = 0,
     on_save_error: str = "stop",
 ) -> LocalRun:
-    """Start all ranks (non-blocking); this process hosts their TCPStore. ``nccl``: rank r
+    """Start all ranks (non-blocking); this process hosts their rendezvous store. ``nccl``: rank r
     on CUDA device r of this machine (``LOCAL_RANK``). ``generation``: the run fence their
     saves must match (``fence``; 0 = unfenced). ``training``: more TrainConfig keys
     (``config.TRAINING_KEYS``: data, recipe), replacing the ones above."""
