@@ -223,3 +223,11 @@ def test_local_ranks_train_through_the_store(tmp_path):
     assert codes == [0, 0], logs
     config = run.workdir / "train.json"
     assert config.stat().st_mode & 0o077 == 0
+
+
+def test_a_store_that_goes_away_fails_the_call(server):
+    c = client(server.port)
+    c.set("k", b"v")
+    server.close()
+    with pytest.raises(dist.DistNetworkError, match="gone"):
+        c.get("k")

@@ -26,6 +26,9 @@ import torch.distributed as dist
 from . import storeserver as proto
 from .config import EngineError
 
+ANSWER_SLACK_S = 30.0
+"""How long past its timeout an answer may take before the store counts as gone."""
+
 
 class StoreRefused(EngineError):
     """The rendezvous store refused this rank's key (another run's, or a forged one)."""
@@ -81,12 +84,18 @@ class RendezvousStore(dist.Store):
         return channel
 
     # ---- transport -----------------------------------------------------------------------------
-    def _call(self, op: int, *fields: bytes) -> tuple[int, bytes]:
+    def _call(self, op: int, *fields: bytes, wait_ms: int | None = None) -> tuple[int, bytes]:
+        """One request and its answer. The socket waits the store's timeout (a blocking op:
+        its own, 0 = forever) plus ``ANSWER_SLACK_S``, so a store that vanished without a
+        word (a partition) fails the call instead of hanging it."""
+        ms = self._timeout_ms() if wait_ms is None else wait_ms
         with self._lock:
             try:
+                self._channel.sock.settimeout(ms / 1000 + ANSWER_SLACK_S if ms > 0 else None)
                 self._channel.send(bytes([op]) + proto.pack(*fields))
                 answer = self._channel.recv()
             except (OSError, proto.StoreProtocolError) as exc:
+                self._channel.sock.close()  # half a frame may be in flight: never reuse it
                 host, port = self._where[:2]
                 raise dist.DistNetworkError(
                     f"the rendezvous store at {host}:{port} is gone ({exc})"
@@ -101,7 +110,8 @@ class RendezvousStore(dist.Store):
 
     def _blocking(self, op: int, keys: list[str], timeout: timedelta | None = None) -> bytes:
         ms = self._timeout_ms(timeout)
-        status, rest = self._call(op, struct.pack(">q", ms), *(k.encode() for k in keys))
+        fields = (k.encode() for k in keys)
+        status, rest = self._call(op, struct.pack(">q", ms), *fields, wait_ms=ms)
         if status == proto.TIMEOUT:
             raise dist.DistStoreError(f"wait timeout after {ms}ms, keys: {keys}")
         return rest
