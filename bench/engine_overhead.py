@@ -54,6 +54,7 @@ def _rank_main(args: argparse.Namespace) -> None:
             backend=backend,
             master_port=args.port,
             store_prefix=f"engine{trial}",
+            store_key=_store_key(f"engine{trial}"),
             store_is_external=True,
         )
         train(job, plan, rank, world, cfg)
@@ -77,10 +78,11 @@ def _ddp(job, rank: int, world: int, backend: str, args, prefix: str) -> list[fl
     from sailor_runtime.engine.rank.data import TextDataset
 
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-    store = dist.TCPStore("127.0.0.1", args.port, is_master=False, timeout=timedelta(seconds=300))
-    dist.init_process_group(
-        backend, store=dist.PrefixStore(prefix, store), rank=rank, world_size=world
-    )
+    from sailor_runtime.engine.rendezvous import RendezvousStore
+
+    key = bytes.fromhex(_store_key(prefix))
+    store = RendezvousStore("127.0.0.1", args.port, prefix, key, timedelta(seconds=300))
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world)
     try:
         last = job.model.num_layer_ids - 1
         model = build_stage(job.model, 0, last, device=device, seed=0)
@@ -133,14 +135,27 @@ def _job_and_plan(args, gpu_type: str):
     return job, Plan((Stage(0, last, (rep,) * args.ranks),)).check(job)
 
 
+def _store_key(prefix: str) -> str:
+    """The key of ``prefix`` in the launcher's store (its secret comes in the environment)."""
+    from sailor_runtime.engine.storeserver import namespace_key
+
+    return namespace_key(bytes.fromhex(os.environ[STORE_SECRET_ENV]), prefix).hex()
+
+
+STORE_SECRET_ENV = "SAILOR_BENCH_STORE_SECRET"
+
+
 def _launch(args: argparse.Namespace) -> dict:
-    """Start ``--ranks`` copies of this script as ranks around one TCPStore; their times."""
+    """Start ``--ranks`` copies of this script as ranks around one rendezvous store; their
+    times."""
     from sailor_runtime.engine.launch import host_store
 
-    store = host_store()
+    secret = os.urandom(32)
+    store = host_store(secret)
     procs = []
     for rank in range(args.ranks):
         env = {**os.environ, "RANK": str(rank), "OMP_NUM_THREADS": "1"}
+        env[STORE_SECRET_ENV] = secret.hex()
         # the same arguments; --out as resolved here (the ranks write where the parent reads)
         cmd = [sys.executable, __file__, *args.argv, "--out", args.out]
         cmd += ["--rank-of", str(store.port)]

@@ -108,6 +108,8 @@ def test_valid_assignment_passes(tmp_path):
         ({"ranks": []}, "assignment.ranks"),
         ({"master_port": 0}, "assignment.master_addr"),
         ({"store_prefix": "gen 3;rm"}, "assignment.store_prefix"),
+        ({"store_key": ""}, "assignment.store_key"),
+        ({"store_key": "A" * 64}, "assignment.store_key"),
         ({"backend": "mpi"}, "assignment.backend"),
         ({"run.steps": 0}, "assignment.run"),
         ({"run.checkpoint_every": 0}, "assignment.run.checkpoint_every"),

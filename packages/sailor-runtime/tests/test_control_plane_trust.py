@@ -77,12 +77,14 @@ def test_the_store_listens_on_the_controllers_host_only(controller):
         socket.create_connection((other, port), timeout=5).close()
 
 
-def test_rendezvous_keys_live_under_a_run_secret(controller):
+def test_rendezvous_keys_need_a_key_derived_from_the_run_secret(controller):
+    """The generation's namespace and its key travel; the run secret itself never does
+    (test_rendezvous_store.py: what the store does with a key)."""
     c, _ = controller
     plan = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 1, 8),)),)).check(JOB)
     msgs = build_assignments(c.cfg, 1, plan, {"w": [(0, 0)]}, c.store.port, c.run_secret)
-    prefix = msgs["w"].store_prefix
-    assert prefix.endswith("/gen-1") and c.run_secret in prefix and len(c.run_secret) >= 32
+    assert msgs["w"].store_prefix == "gen-1" and len(msgs["w"].store_key) == 64
+    assert c.run_secret not in str(msgs["w"]) and len(c.run_secret) >= 32
 
 
 # ---- item 4: worker identity and generations ------------------------------------------------

@@ -409,9 +409,9 @@ def reaches(source: str, port: int) -> bool:
 
 
 def test_only_the_controller_and_assigned_nodes_reach_the_rendezvous_store(cluster):
-    """torch's TCPStore lets any client list its keys (the run secret's prefix) and write
-    under them; its listening socket takes connections only from loopback, the controller and
-    the nodes it assigned (here 127.0.0.2; 127.0.0.3 is anyone else)."""
+    """Defence in depth beside the store's key (test_rendezvous_store.py): its listening
+    socket takes connections only from loopback, the controller and the nodes it assigned (here
+    127.0.0.2; 127.0.0.3 is anyone else)."""
     c, stub, _ = cluster
     port = c.store.port
     assert reaches("127.0.0.1", port)

@@ -20,6 +20,7 @@ BACKENDS = ("gloo", "nccl")
 MAX_GENERATION = 2**63 - 1
 """Generations are signed 64-bit on every side (a uint64 on the wire)."""
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._/-]{1,128}$")
+_KEY_RE = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class ValidAssignment:
     master_addr: str
     master_port: int
     store_prefix: str
+    store_key: str = field(repr=False)
+    """The key of this generation's namespace in the controller's store (hex)."""
     checkpoint_dir: str
     backend: str
     run: RunSpec
@@ -135,6 +138,11 @@ def validate_assignment(
             "must be 1-128 characters of letters, digits, '.', '_', '/', '-'",
             field="assignment.store_prefix",
         )
+    if not _KEY_RE.fullmatch(msg.store_key):
+        raise AssignmentError(
+            "must be 64 hex digits (the store key of this generation)",
+            field="assignment.store_key",
+        )
     if not msg.checkpoint_dir:
         raise AssignmentError("is empty", field="assignment.checkpoint_dir")
     run = _parse_run(msg)
@@ -157,6 +165,7 @@ def validate_assignment(
         controller_host if msg.master_addr in WILDCARDS else msg.master_addr,
         msg.master_port,
         msg.store_prefix,
+        msg.store_key,
         msg.checkpoint_dir,
         backend,
         run,

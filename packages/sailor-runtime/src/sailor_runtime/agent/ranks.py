@@ -247,6 +247,7 @@ def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:
         master_addr=a.master_addr,
         master_port=a.master_port,
         store_prefix=a.store_prefix,
+        store_key=a.store_key,
         store_is_external=True,
         generation=a.generation,  # its saves are fenced to this generation
         on_save_error=a.on_save_error,

@@ -7,15 +7,21 @@ import json
 from sailor_sim import Plan
 
 from ..engine.backend import resolve_backend
+from ..engine.storeserver import namespace_key
 from ..proto import agent_pb2
 from .placement import Placement
 
 
-def store_prefix(generation: int, run_secret: str = "") -> str:
-    """Rendezvous keys of a generation live under their own prefix in the one TCPStore, so a
-    straggler of an older generation can never meet a newer one; the run secret (known only to
-    assigned agents) keeps anyone else from guessing where to write."""
-    return f"{run_secret}/gen-{generation}" if run_secret else f"gen-{generation}"
+def store_prefix(generation: int) -> str:
+    """Rendezvous keys of a generation live in their own namespace of the controller's store,
+    so a straggler of an older generation can never meet a newer one."""
+    return f"gen-{generation}"
+
+
+def store_key(generation: int, run_secret: str) -> str:
+    """The key of a generation's namespace (hex), derived from the run secret: the store
+    answers only clients that hold it, and it opens that generation's keys and no other."""
+    return namespace_key(run_secret, store_prefix(generation)).hex()
 
 
 def build_assignments(
@@ -37,7 +43,8 @@ def build_assignments(
             ranks=[agent_pb2.RankSlot(rank=r, local_device=d) for r, d in slots],
             master_addr=cfg.advertise_host or cfg.store_host,
             master_port=store_port,
-            store_prefix=store_prefix(generation, run_secret),
+            store_prefix=store_prefix(generation),
+            store_key=store_key(generation, run_secret),
             checkpoint_dir=str(cfg.checkpoint_dir.resolve()),
             backend=resolve_backend(cfg.backend, plan),
             session=(sessions or {}).get(worker_id, ""),

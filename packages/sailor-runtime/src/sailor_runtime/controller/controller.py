@@ -7,14 +7,15 @@ answers), waits out a debounce window so that a burst of changes costs one re-pl
 runs `_reconfigure`: drop newcomers whose agent cannot be dialed -> plan on the live inventory
 -> place ranks -> (same plan and placement as running: keep training, no new generation) ->
 stop the old generation -> locate the last checkpoint -> assign the new generation (rendezvous
-prefix ``gen-N`` in the controller's TCPStore). Each phase is timed (state.PHASES). The
+namespace ``gen-N`` in the controller's store). Each phase is timed (state.PHASES). The
 generation number and its plan change in one locked step, so what is shown is what runs.
 
 Ownership and trust: the controller locks its run folder (``rundir``: one run, one job, one
-controller at a time) and numbers generations on from the last one recorded there. Its TCPStore
-listens on ``store_host`` only, takes connections only from the assigned nodes (storeguard), and
-rendezvous keys live under ``<run secret>/gen-N``: only the agents it assigns learn the
-address and the prefix. Each registration gets a session nonce; a
+controller at a time) and numbers generations on from the last one recorded there. Its
+rendezvous store (``engine.storeserver``) listens on ``store_host`` only, takes connections
+only from the assigned nodes (storeguard), and answers only clients that prove they hold a
+generation's key, HMAC(run secret, ``gen-N``): only the agents it assigns learn the key of their
+generation, and a client sees only that generation's keys. Each registration gets a session nonce; a
 live worker's id cannot be re-registered, heartbeated or removed without it, every Assignment
 and Stop carries it so agents refuse orders that are not from their controller, and a
 graceful leave retires it for good.
@@ -38,6 +39,7 @@ from ..engine.backend import BackendError, resolve_backend
 from ..engine.checkpoints import fence
 from ..engine.config import FATAL_EXIT, RunViews
 from ..engine.options import FSDP_ZERO, OptionsError, check_run
+from ..engine.storeserver import StoreServer, secret_keys
 from ..errors import (
     NoPlanError,
     PlacementError,
@@ -47,7 +49,7 @@ from ..errors import (
 from ..security import TlsFiles
 from . import rundir
 from .agents import AgentClients
-from .assignments import build_assignments
+from .assignments import build_assignments, store_prefix
 from .checkpoints import latest_checkpoint_step
 from .membership import Membership, Worker, check_registration, same_secret
 from .metricslog import MetricsLog, engine_fields
@@ -190,8 +192,6 @@ class Change:
 
 class Controller:
     def __init__(self, config: ControllerConfig) -> None:
-        import torch.distributed as dist  # late: only the controller process needs torch
-
         self.cfg = config
         engine_runs = engine_filter(config)  # bad options refused before anything is held
         self.run_lock = rundir.acquire(config.run_dir, config.job, config.seed, config.lr)
@@ -233,17 +233,11 @@ class Controller:
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
         listener = _listen(config.store_host, config.store_port)
-        port = listener.getsockname()[1]
         ipv4 = listener.family == socket.AF_INET
-        # The store owns the listening fd from here on: a Python socket object left holding
-        # it would close the same fd number again when collected, after the store closed it
-        # and the number was reused (seen as EBADF on a new socket and a TCPStore abort).
-        fd = listener.detach()
-        self.store_guard = StoreGuard(fd, config.store_host, ipv4)  # holds its own dup
+        self.store_guard = StoreGuard(listener.fileno(), config.store_host, ipv4)  # its own dup
         self.store_guard.allow([])  # loopback and the controller until nodes are assigned
-        self.store = dist.TCPStore(
-            config.store_host, port, is_master=True, wait_for_workers=False, master_listen_fd=fd
-        )
+        self.store = StoreServer(listener, secret_keys(self.run_secret))
+        """The rendezvous store: a client must prove it holds its generation's key."""
         self.planner = PlannerLink(
             config.planner_address,
             profile_dir=config.profile_dir,
@@ -270,6 +264,7 @@ class Controller:
         self.agents.close()
         with self._lock:  # a late heartbeat appends under the same lock
             self.metrics_log.close()
+        self.store.close()
         self.store_guard.close()
         self.run_lock.release()
 
@@ -610,6 +605,7 @@ class Controller:
         msgs = build_assignments(
             self.cfg, generation, plan, placement, self.store.port, self.run_secret, sessions
         )
+        self.store.drop(store_prefix(generation - 1))  # its ranks were stopped
         self._assigned_at = time.monotonic()
         replies = self.agents.assign_all({by_id[w].agent_address: m for w, m in msgs.items()})
         bad = [(w, replies[by_id[w].agent_address]) for w in msgs]
@@ -659,8 +655,7 @@ class Controller:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host`` only (the TCPStore would otherwise bind every
-    interface whatever --host says)."""
+    """The store's listening socket, on ``host`` only."""
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

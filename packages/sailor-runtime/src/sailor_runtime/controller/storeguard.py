@@ -1,12 +1,14 @@
 """Who may connect to the rendezvous store: the controller and the nodes it assigned.
 
-torch's TCPStore has no authentication: whoever connects may list its keys (``list_keys``) and
-write under any prefix, the run secret's included. The controller therefore attaches a classic
-BPF socket filter to the store's listening socket that drops connection attempts (SYNs) from
-every IPv4 source but loopback, the controller's own address and the addresses its assigned
-nodes registered from and advertise; it is replaced at every assignment. Established
-connections are untouched. IPv6 sources are not filtered (logged once): a store on IPv6 is
-guarded by the run secret alone.
+The store itself (``engine.storeserver``) answers only clients that prove they hold their
+generation's key, so this filter no longer guards the keys; it is kept as defence in depth: a
+host that was never assigned cannot even open a connection, so it cannot hold the store's
+handshake slots (``MAX_HANDSHAKES``) or reach its parser. The controller attaches a classic BPF
+socket filter to the store's listening socket that drops connection attempts (SYNs) from every
+IPv4 source but loopback, the controller's own address and the addresses its assigned nodes
+registered from and advertise; it is replaced at every assignment. Established connections are
+untouched. IPv6 sources are not filtered (logged once), nor is a store past ``MAX_SOURCES``
+nodes: there the key alone guards the store, as it does against a process on an allowed host.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ MAX_SOURCES = 250
 """A jump offset is one byte: past this many sources the filter is not replaced (logged)."""
 _LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
 UNFILTERED = (
-    "the rendezvous store is not filtered by address (IPv6, or more than %d nodes); the run "
-    "secret alone guards it"
+    "the rendezvous store is not filtered by address (IPv6, or more than %d nodes); its key "
+    "alone guards it"
 )
 
 

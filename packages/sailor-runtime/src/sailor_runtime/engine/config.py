@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +149,14 @@ class TrainConfig(RunViews):
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     store_prefix: str = "sailor"
-    """Every rendezvous key lives under this prefix (one per generation or run)."""
+    """The rendezvous store's namespace of this run (one per generation or run): every key of
+    its ranks lives there, and they see no other (``engine.storeserver``)."""
+    store_key: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
+    """The namespace's key (64 hex digits), which the store requires of every client; ranks
+    that share a config share it (the default: a fresh one)."""
     store_is_external: bool = False
-    """The TCPStore is hosted by someone else (the launcher); else rank 0 hosts it."""
+    """The store is hosted by someone else (the launcher, the controller); else rank 0 hosts
+    it."""
     timeout_s: float = 300.0
     data_dir: str | None = None
     """A folder of token shards from ``sailor data prepare`` (its ``train`` split is trained,
@@ -288,10 +294,13 @@ class TrainConfig(RunViews):
         return cls.from_dict(data)
 
     def write(self, path: str | Path) -> Path:
-        """Write atomically (a rank never reads half a file)."""
+        """Write atomically (a rank never reads half a file), readable by its owner only (it
+        holds the store key)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self.to_json())
         os.replace(tmp, path)
         return path
 
@@ -348,6 +357,10 @@ def _optional_str(v: Any) -> bool:
     return v is None or (isinstance(v, str) and v != "")
 
 
+def _hex_key(value: str) -> bool:
+    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "job": (Job, lambda v: True, "a Job"),
     "plan": (Plan, lambda v: True, "a Plan"),
@@ -362,6 +375,7 @@ _RULES: dict[str, tuple[type | str, Callable[[Any], bool], str]] = {
     "master_addr": (str, lambda v: v != "", "a host name or address"),
     "master_port": (int, lambda v: 1 <= v <= 65535, "a TCP port 1..65535"),
     "store_prefix": (str, lambda v: v != "", "a non-empty string"),
+    "store_key": (str, _hex_key, "64 hex digits"),
     "store_is_external": (bool, lambda v: True, "true or false"),
     "timeout_s": (float, lambda v: v > 0, "a number of seconds > 0"),
     "data_dir": ("str?", _optional_str, "a folder path or null"),

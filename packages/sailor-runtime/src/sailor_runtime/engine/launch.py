@@ -1,7 +1,8 @@
 """Run every rank of a plan as local processes (tests, benchmarks and ``sailor run --local``).
 
-``launch_local`` hosts the rendezvous TCPStore in the calling process (bound to port 0; the
-port it got is read back and written into the ranks' ``TrainConfig``, so no port race), writes
+``launch_local`` hosts the rendezvous store (``storeserver``, under a fresh secret) in the
+calling process (bound to port 0; the port it got and the run's namespace key are written into
+the ranks' ``TrainConfig``, so no port race and no other run's rank gets in), writes
 that one config file and starts ``RANK=r python -m sailor_runtime.engine.worker CONFIG.json``
 once per rank. ``launch_many`` runs several (job, plan) runs one after the other in the same
 processes (``multirun``), which saves the interpreter and torch start-up per run on small
@@ -12,31 +13,39 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
-
-import torch.distributed as dist
 
 from sailor_sim import ExecutionOptions, Job, Plan
 
 from .config import RANK_ENV, EngineError, LRSchedule, TrainConfig, training_overrides
+from .storeserver import StoreServer, namespace_key, secret_keys
 
 
-def host_store() -> dist.TCPStore:
-    """A TCPStore on 127.0.0.1 with an ephemeral port (read ``.port``)."""
-    return dist.TCPStore(
-        "127.0.0.1",
-        0,
-        world_size=None,
-        is_master=True,
-        timeout=timedelta(seconds=300),
-        wait_for_workers=False,
-    )
+class HostedStore:
+    """The launcher's rendezvous store on 127.0.0.1 (an ephemeral port, read ``.port``) under
+    a fresh secret; ``key(prefix)`` is the hex key ranks of that namespace present."""
+
+    def __init__(self, secret: bytes | None = None) -> None:
+        self._secret = secret or secrets.token_bytes(32)
+        self.server = StoreServer.listen("127.0.0.1", 0, secret_keys(self._secret))
+        self.port = self.server.port
+
+    def key(self, prefix: str) -> str:
+        return namespace_key(self._secret, prefix).hex()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def host_store(secret: bytes | None = None) -> HostedStore:
+    """The launcher's rendezvous store (``HostedStore``; ``secret``: a fresh one)."""
+    return HostedStore(secret)
 
 
 def _env(threads: int) -> dict[str, str]:
@@ -50,10 +59,17 @@ class LocalRun:
     """Processes of one local launch; ``wait`` returns their exit codes."""
 
     procs: list[subprocess.Popen]
-    store: dist.TCPStore
+    store: HostedStore
     workdir: Path
 
     def wait(self, timeout_s: float = 600.0) -> list[int]:
+        """Exit codes of every rank; the store closes once they have all exited."""
+        try:
+            return self._wait(timeout_s)
+        finally:
+            self.store.close()
+
+    def _wait(self, timeout_s: float) -> list[int]:
         deadline = time.monotonic() + timeout_s
         codes: list[int | None] = [None] * len(self.procs)
         while any(c is None for c in codes):
@@ -95,7 +111,7 @@ def start_local(
     generation: int = 0,
     on_save_error: str = "stop",
 ) -> LocalRun:
-    """Start all ranks (non-blocking); this process hosts their TCPStore. ``nccl``: rank r
+    """Start all ranks (non-blocking); this process hosts their rendezvous store. ``nccl``: rank r
     on CUDA device r of this machine (``LOCAL_RANK``). ``generation``: the run fence their
     saves must match (``fence``; 0 = unfenced). ``training``: more TrainConfig keys
     (``config.TRAINING_KEYS``: data, recipe), replacing the ones above."""
@@ -117,6 +133,7 @@ def start_local(
         memory_probe_step=memory_probe_step,
         master_port=store.port,
         store_prefix=store_prefix,
+        store_key=store.key(store_prefix),
         store_is_external=True,
         generation=generation,
         on_save_error=on_save_error,
@@ -145,18 +162,18 @@ def launch_local(job: Job, plan: Plan, *, timeout_s: float = 600.0, **kwargs) ->
     return start_local(job, plan, **kwargs).wait(timeout_s)
 
 
-STORE_FIELDS = ("master_addr", "master_port", "store_prefix", "store_is_external")
+STORE_FIELDS = ("master_addr", "master_port", "store_prefix", "store_key", "store_is_external")
 """The rendezvous of every ``launch_many`` run: the launcher's store, prefix ``run{i}``."""
 
 
-def run_config(run: dict, port: int, prefix: str) -> TrainConfig:
+def run_config(run: dict, port: int, prefix: str, key: str) -> TrainConfig:
     """The TrainConfig of one ``launch_many`` run: its keys are TrainConfig's (``metrics`` is
     accepted for ``metrics_path``) except the store's, which are filled in here."""
     taken = sorted(set(run) & set(STORE_FIELDS))
     if taken:
         raise EngineError(f"{taken} are set by launch_many; leave them out", field="run")
     data = {("metrics_path" if k == "metrics" else k): v for k, v in run.items()}
-    data.update(master_port=port, store_prefix=prefix, store_is_external=True)
+    data.update(master_port=port, store_prefix=prefix, store_key=key, store_is_external=True)
     return TrainConfig.from_dict(data)
 
 
@@ -167,11 +184,15 @@ def launch_many(runs: list[dict], *, log_dir: str | Path, timeout_s: float = 900
     its prefix (``run{i}``) are filled in here. Bad runs raise ``EngineError`` before any
     process starts."""
     store = host_store()
-    configs = [run_config(r, store.port, f"run{i}") for i, r in enumerate(runs)]
+    configs = [
+        run_config(r, store.port, f"run{i}", store.key(f"run{i}")) for i, r in enumerate(runs)
+    ]
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     spec = log_dir / "runs.json"
-    spec.write_text(json.dumps([c.to_dict() for c in configs]))
+    fd = os.open(spec, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the store keys
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps([c.to_dict() for c in configs]))
     cmd = [sys.executable, "-m", "sailor_runtime.engine.multirun", str(spec)]
     with open(log_dir / "ranks.log", "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env(1))

@@ -5,8 +5,10 @@
 CONFIG.json is ``TrainConfig.to_json()`` (``config``): the job, the plan, the rendezvous and
 every training knob, written once by whoever starts the ranks and read by each of them. ``RANK``
 is this process's rank (ranks are ordered stage-major, then replica, then TP rank:
-``topology``). Rank 0 hosts the TCPStore at master_addr:master_port unless the config says
-``store_is_external`` (the launcher hosts it); every key lives under ``store_prefix``. The rank
+``topology``). Rank 0 hosts the rendezvous store (``storeserver``) at master_addr:master_port
+unless the config says ``store_is_external`` (the launcher hosts it); every rank proves it holds
+``store_key`` and sees only the namespace ``store_prefix``. The config file is readable by its
+owner only. The rank
 resumes from the latest valid checkpoint, trains until ``steps``, saves every
 ``checkpoint_every`` steps and at the end, and the metrics rank appends one JSON line per step
 to ``metrics_path``.

@@ -26,33 +26,33 @@ from sailor_sim.proto import job_pb2 as sailor_dot_v1_dot_job__pb2
 from sailor_sim.proto import plan_pb2 as sailor_dot_v1_dot_plan__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15sailor/v1/agent.proto\x12\tsailor.v1\x1a\x13sailor/v1/job.proto\x1a\x14sailor/v1/plan.proto\"N\n\x07GpuInfo\x12\x10\n\x08gpu_type\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x0c\n\x04zone\x18\x04 \x01(\t\".\n\x08RankSlot\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x14\n\x0clocal_device\x18\x02 \x01(\r\"\xac\x03\n\nAssignment\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x1b\n\x03job\x18\x02 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\x1d\n\x04plan\x18\x03 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12\x12\n\nworld_size\x18\x04 \x01(\r\x12\"\n\x05ranks\x18\x05 \x03(\x0b\x32\x13.sailor.v1.RankSlot\x12\x13\n\x0bmaster_addr\x18\x06 \x01(\t\x12\x13\n\x0bmaster_port\x18\x07 \x01(\r\x12\x14\n\x0cstore_prefix\x18\x08 \x01(\t\x12\x16\n\x0e\x63heckpoint_dir\x18\t \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\r \x01(\t\x12\x0f\n\x07session\x18\x0f \x01(\t\x12\x15\n\ron_save_error\x18\x11 \x01(\t\x12\x10\n\x08training\x18\x12 \x01(\t\x12\x1f\n\x03run\x18\x13 \x01(\x0b\x32\x12.sailor.v1.RunSpecJ\x04\x08\n\x10\x0bJ\x04\x08\x0b\x10\x0cJ\x04\x08\x0c\x10\rJ\x04\x08\x0e\x10\x0fJ\x04\x08\x10\x10\x11R\x05stepsR\x10\x63heckpoint_everyR\x04seedR\x02lrR\x11\x65xecution_options\";\n\x0e\x41ssignResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x15\n\rranks_started\x18\x02 \x01(\r\"C\n\x0bStopRequest\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01\x12\x0f\n\x07session\x18\x03 \x01(\t\"%\n\x0cStopResponse\x12\x15\n\rranks_stopped\x18\x01 \x01(\r\"x\n\nRankStatus\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.sailor.v1.RankState\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x10\n\x08log_tail\x18\x05 \x01(\t\"\x14\n\x12\x41gentStatusRequest\"|\n\x0b\x41gentStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12 \n\x04gpus\x18\x03 \x01(\x0b\x32\x12.sailor.v1.GpuInfo\x12$\n\x05ranks\x18\x04 \x03(\x0b\x32\x15.sailor.v1.RankStatus*\x88\x01\n\tRankState\x12\x1a\n\x16RANK_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12RANK_STATE_RUNNING\x10\x01\x12\x18\n\x14RANK_STATE_SUCCEEDED\x10\x02\x12\x15\n\x11RANK_STATE_FAILED\x10\x03\x12\x16\n\x12RANK_STATE_STOPPED\x10\x04\x32\xcd\x01\n\x12WorkerAgentService\x12:\n\x06\x41ssign\x12\x15.sailor.v1.Assignment\x1a\x19.sailor.v1.AssignResponse\x12\x37\n\x04Stop\x12\x16.sailor.v1.StopRequest\x1a\x17.sailor.v1.StopResponse\x12\x42\n\tGetStatus\x12\x1d.sailor.v1.AgentStatusRequest\x1a\x16.sailor.v1.AgentStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15sailor/v1/agent.proto\x12\tsailor.v1\x1a\x13sailor/v1/job.proto\x1a\x14sailor/v1/plan.proto\"N\n\x07GpuInfo\x12\x10\n\x08gpu_type\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x0c\n\x04zone\x18\x04 \x01(\t\".\n\x08RankSlot\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x14\n\x0clocal_device\x18\x02 \x01(\r\"\xbf\x03\n\nAssignment\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x1b\n\x03job\x18\x02 \x01(\x0b\x32\x0e.sailor.v1.Job\x12\x1d\n\x04plan\x18\x03 \x01(\x0b\x32\x0f.sailor.v1.Plan\x12\x12\n\nworld_size\x18\x04 \x01(\r\x12\"\n\x05ranks\x18\x05 \x03(\x0b\x32\x13.sailor.v1.RankSlot\x12\x13\n\x0bmaster_addr\x18\x06 \x01(\t\x12\x13\n\x0bmaster_port\x18\x07 \x01(\r\x12\x14\n\x0cstore_prefix\x18\x08 \x01(\t\x12\x11\n\tstore_key\x18\x14 \x01(\t\x12\x16\n\x0e\x63heckpoint_dir\x18\t \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\r \x01(\t\x12\x0f\n\x07session\x18\x0f \x01(\t\x12\x15\n\ron_save_error\x18\x11 \x01(\t\x12\x10\n\x08training\x18\x12 \x01(\t\x12\x1f\n\x03run\x18\x13 \x01(\x0b\x32\x12.sailor.v1.RunSpecJ\x04\x08\n\x10\x0bJ\x04\x08\x0b\x10\x0cJ\x04\x08\x0c\x10\rJ\x04\x08\x0e\x10\x0fJ\x04\x08\x10\x10\x11R\x05stepsR\x10\x63heckpoint_everyR\x04seedR\x02lrR\x11\x65xecution_options\";\n\x0e\x41ssignResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x15\n\rranks_started\x18\x02 \x01(\r\"C\n\x0bStopRequest\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01\x12\x0f\n\x07session\x18\x03 \x01(\t\"%\n\x0cStopResponse\x12\x15\n\rranks_stopped\x18\x01 \x01(\r\"x\n\nRankStatus\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.sailor.v1.RankState\x12\x11\n\texit_code\x18\x04 \x01(\x05\x12\x10\n\x08log_tail\x18\x05 \x01(\t\"\x14\n\x12\x41gentStatusRequest\"|\n\x0b\x41gentStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12 \n\x04gpus\x18\x03 \x01(\x0b\x32\x12.sailor.v1.GpuInfo\x12$\n\x05ranks\x18\x04 \x03(\x0b\x32\x15.sailor.v1.RankStatus*\x88\x01\n\tRankState\x12\x1a\n\x16RANK_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12RANK_STATE_RUNNING\x10\x01\x12\x18\n\x14RANK_STATE_SUCCEEDED\x10\x02\x12\x15\n\x11RANK_STATE_FAILED\x10\x03\x12\x16\n\x12RANK_STATE_STOPPED\x10\x04\x32\xcd\x01\n\x12WorkerAgentService\x12:\n\x06\x41ssign\x12\x15.sailor.v1.Assignment\x1a\x19.sailor.v1.AssignResponse\x12\x37\n\x04Stop\x12\x16.sailor.v1.StopRequest\x1a\x17.sailor.v1.StopResponse\x12\x42\n\tGetStatus\x12\x1d.sailor.v1.AgentStatusRequest\x1a\x16.sailor.v1.AgentStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sailor.v1.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RANKSTATE']._serialized_start=1078
-  _globals['_RANKSTATE']._serialized_end=1214
+  _globals['_RANKSTATE']._serialized_start=1097
+  _globals['_RANKSTATE']._serialized_end=1233
   _globals['_GPUINFO']._serialized_start=79
   _globals['_GPUINFO']._serialized_end=157
   _globals['_RANKSLOT']._serialized_start=159
   _globals['_RANKSLOT']._serialized_end=205
   _globals['_ASSIGNMENT']._serialized_start=208
-  _globals['_ASSIGNMENT']._serialized_end=636
-  _globals['_ASSIGNRESPONSE']._serialized_start=638
-  _globals['_ASSIGNRESPONSE']._serialized_end=697
-  _globals['_STOPREQUEST']._serialized_start=699
-  _globals['_STOPREQUEST']._serialized_end=766
-  _globals['_STOPRESPONSE']._serialized_start=768
-  _globals['_STOPRESPONSE']._serialized_end=805
-  _globals['_RANKSTATUS']._serialized_start=807
-  _globals['_RANKSTATUS']._serialized_end=927
-  _globals['_AGENTSTATUSREQUEST']._serialized_start=929
-  _globals['_AGENTSTATUSREQUEST']._serialized_end=949
-  _globals['_AGENTSTATUS']._serialized_start=951
-  _globals['_AGENTSTATUS']._serialized_end=1075
-  _globals['_WORKERAGENTSERVICE']._serialized_start=1217
-  _globals['_WORKERAGENTSERVICE']._serialized_end=1422
+  _globals['_ASSIGNMENT']._serialized_end=655
+  _globals['_ASSIGNRESPONSE']._serialized_start=657
+  _globals['_ASSIGNRESPONSE']._serialized_end=716
+  _globals['_STOPREQUEST']._serialized_start=718
+  _globals['_STOPREQUEST']._serialized_end=785
+  _globals['_STOPRESPONSE']._serialized_start=787
+  _globals['_STOPRESPONSE']._serialized_end=824
+  _globals['_RANKSTATUS']._serialized_start=826
+  _globals['_RANKSTATUS']._serialized_end=946
+  _globals['_AGENTSTATUSREQUEST']._serialized_start=948
+  _globals['_AGENTSTATUSREQUEST']._serialized_end=968
+  _globals['_AGENTSTATUS']._serialized_start=970
+  _globals['_AGENTSTATUS']._serialized_end=1094
+  _globals['_WORKERAGENTSERVICE']._serialized_start=1236
+  _globals['_WORKERAGENTSERVICE']._serialized_end=1441
 # @@protoc_insertion_point(module_scope)

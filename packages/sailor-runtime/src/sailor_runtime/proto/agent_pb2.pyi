@@ -43,7 +43,7 @@ class RankSlot(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., local_device: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("generation", "job", "plan", "world_size", "ranks", "master_addr", "master_port", "store_prefix", "checkpoint_dir", "backend", "session", "on_save_error", "training", "run")
+    __slots__ = ("generation", "job", "plan", "world_size", "ranks", "master_addr", "master_port", "store_prefix", "store_key", "checkpoint_dir", "backend", "session", "on_save_error", "training", "run")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class Assignment(_message.Message):
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
     STORE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    STORE_KEY_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
@@ -66,13 +67,14 @@ class Assignment(_message.Message):
     master_addr: str
     master_port: int
     store_prefix: str
+    store_key: str
     checkpoint_dir: str
     backend: str
     session: str
     on_save_error: str
     training: str
     run: _job_pb2.RunSpec
-    def __init__(self, generation: _Optional[int] = ..., job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankSlot, _Mapping]]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., backend: _Optional[str] = ..., session: _Optional[str] = ..., on_save_error: _Optional[str] = ..., training: _Optional[str] = ..., run: _Optional[_Union[_job_pb2.RunSpec, _Mapping]] = ...) -> None: ...
+    def __init__(self, generation: _Optional[int] = ..., job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., plan: _Optional[_Union[_plan_pb2.Plan, _Mapping]] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankSlot, _Mapping]]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., store_key: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., backend: _Optional[str] = ..., session: _Optional[str] = ..., on_save_error: _Optional[str] = ..., training: _Optional[str] = ..., run: _Optional[_Union[_job_pb2.RunSpec, _Mapping]] = ...) -> None: ...
 
 class AssignResponse(_message.Message):
     __slots__ = ("generation", "ranks_started")

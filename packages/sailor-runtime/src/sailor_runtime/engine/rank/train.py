@@ -1,10 +1,12 @@
 """``train``: one rank of a heterogeneous plan, from rendezvous to the last step.
 
-Rendezvous: a ``TCPStore`` at (master_addr, master_port), hosted by rank 0 or, with
-``store_is_external``, by someone else (the controller); every key is under ``store_prefix``
-(one prefix per generation, so a restarted job never reads a dead one's keys). Backend ``gloo``
-(CPU) or ``nccl`` (one CUDA device per rank: ``LOCAL_RANK`` if set, else rank modulo the
-visible device count).
+Rendezvous: the authenticated store (``engine.storeserver``) at (master_addr, master_port),
+hosted by rank 0 or, with ``store_is_external``, by someone else (the controller, the local
+launcher); the rank's client (``engine.rendezvous.RendezvousStore``) proves it holds
+``store_key`` and sees only its namespace ``store_prefix`` (one per generation, so a restarted
+job never reads a dead one's keys). gloo and NCCL rendezvous through the same client. Backend
+``gloo`` (CPU) or ``nccl`` (one CUDA device per rank: ``LOCAL_RANK`` if set, else rank modulo
+the visible device count).
 
 Per step: every replica reads its samples (replica j takes samples ``offset_j ..`` of the
 global batch, ``offset_j`` = samples of replicas < j), runs its pipeline (``pipeline``), the
@@ -58,11 +60,15 @@ from ..parallel.schedule import chunk_layers
 from ..parallel.tied import head_copy, sync_tied_gradients, syncs_tied_copies
 from ..parallel.topology import Groups, Slot, Topology, build_groups
 from ..parallel.zero import ShardedAdamW
+from ..rendezvous import RendezvousStore
+from ..storeserver import StoreServer, one_key
 from .data import TextDataset
 from .memprobe import StepPeak, persistent_bytes
 from .stepmetrics import StepMeter
 
 log = logging.getLogger("sailor_runtime.engine")
+_HOSTED: list[StoreServer] = []
+"""The store a rank 0 hosts (without ``store_is_external``), kept for the process's life."""
 
 TORCH_DTYPES = {
     "fp32": torch.float32,
@@ -91,27 +97,24 @@ def _device(backend: str, rank: int) -> torch.device:
     return device
 
 
-def init_distributed(rank: int, world_size: int, cfg: TrainConfig) -> None:
+def init_distributed(rank: int, world_size: int, cfg: TrainConfig) -> RendezvousStore:
+    """Join the process group; the store returned must stay referenced until the group is
+    destroyed (torch calls a Python store's methods through its Python object)."""
     device = _device(cfg.backend, rank)  # before the process group: NCCL binds this device
     timeout = timedelta(seconds=cfg.timeout_s)
-    store = dist.TCPStore(
-        cfg.master_addr,
-        cfg.master_port,
-        world_size=None,
-        is_master=(rank == 0 and not cfg.store_is_external),
-        timeout=timeout,
-        wait_for_workers=False,
-    )
+    key = bytes.fromhex(cfg.store_key)
+    if rank == 0 and not cfg.store_is_external:
+        _HOSTED.append(  # lives as long as this process: others may still rendezvous late
+            StoreServer.listen(cfg.master_addr, cfg.master_port, one_key(cfg.store_prefix, key))
+        )
+    store = RendezvousStore(cfg.master_addr, cfg.master_port, cfg.store_prefix, key, timeout)
     dist.init_process_group(
-        cfg.backend,
-        store=dist.PrefixStore(cfg.store_prefix, store),
-        rank=rank,
-        world_size=world_size,
-        timeout=timeout,
+        cfg.backend, store=store, rank=rank, world_size=world_size, timeout=timeout
     )
     # The first operation on an NCCL communicator must involve every rank of it; the
     # pipeline's batched p2p (batch_isend_irecv) may not be that first operation.
     dist.all_reduce(torch.zeros(1, device=device))
+    return store
 
 
 def use_tf32(device: torch.device, param_dtype: torch.dtype, autocast) -> bool:
@@ -162,12 +165,13 @@ def precision(job: Job, cfg: TrainConfig) -> tuple[torch.dtype, torch.dtype | No
 def train(job: Job, plan: Plan, rank: int, world_size: int, cfg: TrainConfig) -> TrainResult:
     """Run this rank until ``cfg.steps``; collective with every other rank of the plan."""
     topo = check_inputs(job, plan, rank, world_size, cfg)
-    init_distributed(rank, world_size, cfg)
+    store = init_distributed(rank, world_size, cfg)
     log.info("rank %d/%d: joined %s", rank, world_size, cfg.store_prefix)
     try:
         return _train(job, plan, topo, rank, cfg)
     finally:
         dist.destroy_process_group()
+        store.close()
 
 
 def _train(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) -> TrainResult:
