@@ -143,22 +143,15 @@ def network(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
     """Measure p2p and all-reduce time over message sizes; fit latency + size / bandwidth."""
-    from .network.command import run_network
+    from .network.command import NetworkRequest, run_network
 
-    out = inputs.output_folder(out, "--out")
-    summary = run_network(
-        out,
-        device,
-        procs,
-        parse_bytes(min_bytes, "min_bytes"),
-        parse_bytes(max_bytes, "max_bytes"),
-        warmup,
-        reps,
-        zone,
-        peer_zone,
-        gpu_type,
-        busy_ms,
-    )
+    request = NetworkRequest(
+        out=inputs.output_folder(out, "--out"), device=device, procs=procs,
+        min_bytes=parse_bytes(min_bytes, "min_bytes"),
+        max_bytes=parse_bytes(max_bytes, "max_bytes"), warmup=warmup, reps=reps, zone=zone,
+        peer_zone=peer_zone, gpu_type=gpu_type, busy_ms=busy_ms,
+    )  # fmt: skip
+    summary = run_network(request)
     if summary is None:  # a non-zero rank of a multi-machine run writes nothing
         return
     typer.echo(json.dumps(summary, indent=1) if as_json else _network_text(summary))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from sailor_sim import get_zone
@@ -11,39 +12,65 @@ from ..devices import check_tp_fits, parse_device
 from ..errors import SweepError
 from ..launch import env_launched, run_from_env, run_local
 from ..profiles.provenance import gpu_type_for, provenance
-from .measure import NetConfig, message_sizes, network_worker
-from .profile import fit_ops, write_network_profile
+from .measure import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MIN_BYTES,
+    NetConfig,
+    message_sizes,
+    network_worker,
+)
+from .profile import LinkPlace, fit_ops, write_network_profile
 
 
-def run_network(
-    out,
-    device,
-    procs,
-    min_bytes,
-    max_bytes,
-    warmup,
-    reps,
-    zone,
-    peer_zone,
-    gpu_type,
-    busy_ms: float = 0.0,
-) -> dict | None:
-    """Measure, fit, write; returns a summary on the writing rank, None on the others."""
-    check_out_dir(out)
-    dev = parse_device(device)
-    get_zone(zone)
-    peer_zone = peer_zone or zone
-    get_zone(peer_zone)
-    if min_bytes > max_bytes or not message_sizes(min_bytes, max_bytes):
-        raise SweepError(
-            f"min_bytes {min_bytes} must be <= max_bytes {max_bytes}", field="max_bytes"
+@dataclass(frozen=True)
+class NetworkRequest:
+    """What ``sailor-profiler network`` is asked, as one value (the CLI's flags; ``run_network``
+    takes it whole). ``config`` checks it and gives the measurement's ``NetConfig``."""
+
+    out: Path
+    """Folder for links.json and tables."""
+    device: str = "cpu"
+    procs: int = 2
+    """Local processes (unless RANK etc. are set)."""
+    min_bytes: int = DEFAULT_MIN_BYTES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    warmup: int = 2
+    reps: int = 10
+    zone: str = "local"
+    peer_zone: str | None = None
+    """Zone of the peers; None: ``zone``."""
+    gpu_type: str | None = None
+    busy_ms: float = 0.0
+
+    def config(self) -> NetConfig:
+        """The measurement's settings; bad values raise ``SweepError`` naming the field."""
+        dev = parse_device(self.device)
+        get_zone(self.zone)
+        get_zone(self.peer)
+        min_bytes, max_bytes = self.min_bytes, self.max_bytes
+        if min_bytes > max_bytes or not message_sizes(min_bytes, max_bytes):
+            raise SweepError(
+                f"min_bytes {min_bytes} must be <= max_bytes {max_bytes}", field="max_bytes"
+            )
+        if self.reps < 1 or self.warmup < 0:
+            raise SweepError("need reps >= 1 and warmup >= 0", field="reps")
+        if not 0 <= self.busy_ms <= 60_000:
+            raise SweepError(f"busy_ms {self.busy_ms} must be between 0 and 60000", field="busy_ms")
+        return NetConfig(
+            dev, min_bytes, max_bytes, self.warmup, self.reps, busy_s=self.busy_ms / 1e3
         )
-    if reps < 1 or warmup < 0:
-        raise SweepError("need reps >= 1 and warmup >= 0", field="reps")
-    if not 0 <= busy_ms <= 60_000:
-        raise SweepError(f"busy_ms {busy_ms} must be between 0 and 60000", field="busy_ms")
-    gpu = gpu_type_for(dev, gpu_type)
-    cfg = NetConfig(dev, min_bytes, max_bytes, warmup, reps, busy_s=busy_ms / 1e3)
+
+    @property
+    def peer(self) -> str:
+        return self.peer_zone or self.zone
+
+
+def run_network(request: NetworkRequest) -> dict | None:
+    """Measure, fit, write; returns a summary on the writing rank, None on the others."""
+    check_out_dir(request.out)
+    cfg = request.config()
+    dev = cfg.device
+    gpu = gpu_type_for(dev, request.gpu_type)
     if env_launched():
         import os
 
@@ -52,6 +79,7 @@ def run_network(
             return None
         intra = os.environ.get("LOCAL_WORLD_SIZE") == os.environ["WORLD_SIZE"]
     else:
+        procs = request.procs
         if procs < 2:
             raise SweepError(f"need at least 2 processes, got {procs}", field="procs")
         check_tp_fits(dev, procs)
@@ -65,12 +93,18 @@ def run_network(
         )[0]
         intra = True
     prov = provenance(
-        dev, gpu, world_size=points[0].world_size, warmup=warmup, reps=reps, busy_ms=busy_ms
+        dev,
+        gpu,
+        world_size=points[0].world_size,
+        warmup=request.warmup,
+        reps=request.reps,
+        busy_ms=request.busy_ms,
     )
-    files = write_network_profile(points, out, gpu, zone, peer_zone, intra, prov)
+    place = LinkPlace(gpu, request.zone, request.peer, intra)
+    files = write_network_profile(points, request.out, place, prov)
     fits = fit_ops(points)
     return {
         "fits": {op: vars(f) for op, f in fits.items()},
-        "links": str(Path(out) / "links.json"),
+        "links": str(Path(request.out) / "links.json"),
         "files": [str(f) for f in files],
     }

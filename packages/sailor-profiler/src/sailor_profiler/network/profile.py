@@ -24,7 +24,7 @@ fitted
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..plots import plot_bandwidth
@@ -33,6 +33,17 @@ from .fit import LinkFit, fit_latency_bandwidth
 from .measure import NetPoint
 
 NETWORK_FORMAT = "sailor-network/1"
+
+
+@dataclass(frozen=True)
+class LinkPlace:
+    """Where a measurement ran, as the profile files it: the GPU type, the zone of this rank
+    group and of its peers, and whether every rank was on one machine (``intra_node``)."""
+
+    gpu_type: str
+    zone: str
+    peer_zone: str
+    intra_node: bool
 
 
 def fit_ops(points: list[NetPoint]) -> dict[str, LinkFit]:
@@ -60,14 +71,9 @@ def ring_fields(fits: dict[str, LinkFit], world: int) -> dict[str, float]:
 
 
 def network_document(
-    points: list[NetPoint],
-    fits: dict[str, LinkFit],
-    gpu_type: str,
-    zone: str,
-    peer_zone: str,
-    intra_node: bool,
-    provenance: dict,
+    points: list[NetPoint], fits: dict[str, LinkFit], place: LinkPlace, provenance: dict
 ) -> dict:
+    gpu_type, zone, peer_zone = place.gpu_type, place.zone, place.peer_zone
     world = points[0].world_size
     pairs = max(1, world // 2)
     where = f"{provenance.get('host', '?')} {provenance.get('date', '')}".strip()
@@ -88,7 +94,7 @@ def network_document(
             link.update(ring)
             link["source"] += f"; ring from the {world}-rank all-reduce"
         doc["links"].append(link)
-    if intra_node and "allreduce" in fits:
+    if place.intra_node and "allreduce" in fits:
         fit = fits["allreduce"]
         doc["intra_node"].append(
             {
@@ -104,19 +110,13 @@ def network_document(
 
 
 def write_network_profile(
-    points: list[NetPoint],
-    out: str | Path,
-    gpu_type: str,
-    zone: str,
-    peer_zone: str,
-    intra_node: bool,
-    provenance: dict,
+    points: list[NetPoint], out: str | Path, place: LinkPlace, provenance: dict
 ) -> list[Path]:
     out = Path(out)
     side = out / "profiler"
     side.mkdir(parents=True, exist_ok=True)
     fits = fit_ops(points)
-    doc = network_document(points, fits, gpu_type, zone, peer_zone, intra_node, provenance)
+    doc = network_document(points, fits, place, provenance)
     links = out / "links.json"
     _write_json(links, doc)
     sizes = sorted({p.message_bytes for p in points})
