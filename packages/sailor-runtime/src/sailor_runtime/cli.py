@@ -176,12 +176,10 @@ def run(
     steps, seq_len = spec.steps, spec.seq_len or RUN_DEFAULTS["seq_len"]
     try:
         types = cli_checks.check_run(
-            workers=workers, gpu_types=gpu_types, steps=steps,
-            global_batch_size=spec.global_batch_size, seq_len=seq_len,
-            checkpoint_every=spec.checkpoint_every, kill_rank_at_step=kill_rank_at_step,
-            kill_worker_at_step=kill_worker_at_step, add_worker_at_step=add_worker_at_step,
-            heartbeat_timeout=heartbeat_timeout, timeout=timeout, seed_value=spec.seed,
-            time_scale=time_scale, on_save_error=on_save_error,
+            dataclasses.replace(spec, seq_len=seq_len), workers=workers, gpu_types=gpu_types,
+            failures=(kill_rank_at_step, kill_worker_at_step, add_worker_at_step),
+            heartbeat_timeout=heartbeat_timeout, timeout=timeout, time_scale=time_scale,
+            on_save_error=on_save_error,
         )  # fmt: skip
     except SailorSimError as exc:
         _fail(exc)
@@ -337,11 +335,9 @@ def controller(
     seq_len = spec.seq_len or CONTROLLER_DEFAULTS["seq_len"]
     try:
         cli_checks.check_controller(
-            planner=planner, steps=spec.steps, checkpoint_every=spec.checkpoint_every,
-            global_batch_size=spec.global_batch_size, seq_len=seq_len, host=host, port=port,
-            min_workers=min_workers, heartbeat_interval=heartbeat_interval,
-            heartbeat_timeout=heartbeat_timeout, debounce=debounce, max_failures=max_failures,
-            seed_value=spec.seed, lr=spec.recipe.lr, on_save_error=on_save_error,
+            dataclasses.replace(spec, seq_len=seq_len), planner=planner, host=host, port=port,
+            min_workers=min_workers, heartbeat=(heartbeat_interval, heartbeat_timeout),
+            debounce=debounce, max_failures=max_failures, on_save_error=on_save_error,
             run_dir=run_dir,
         )  # fmt: skip
         check_bind(host, token, "the controller")

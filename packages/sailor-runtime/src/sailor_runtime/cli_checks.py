@@ -9,7 +9,7 @@ property-based test (tests/test_fuzz_runtime_cli.py) drives them and the command
 
 from __future__ import annotations
 
-from sailor_sim import ValidationError, inputs
+from sailor_sim import RunSpec, ValidationError, inputs
 
 from .engine.config import ON_SAVE_ERROR
 
@@ -36,31 +36,33 @@ def optional_step(value, flag: str) -> int | None:
     return count(value, flag, minimum=0) or None
 
 
+def check_spec(spec: RunSpec) -> None:
+    """The run's own settings (a ``RunSpec``, its ``seq_len`` filled in), named by their flags."""
+    count(spec.steps, "--steps")
+    count(spec.checkpoint_every, "--checkpoint-every")
+    count(spec.global_batch_size, "--global-batch-size")
+    count(spec.seq_len, "--seq-len")
+    seed(spec.seed)
+
+
 def check_controller(
+    spec: RunSpec,
     *,
     planner: str,
-    steps: int,
-    checkpoint_every: int,
-    global_batch_size: int,
-    seq_len: int,
     host: str,
     port: int,
     min_workers: int,
-    heartbeat_interval: float,
-    heartbeat_timeout: float,
+    heartbeat: tuple[float, float],
     debounce: float,
     max_failures: int,
-    seed_value: int,
-    lr: float,
     on_save_error: str,
     run_dir,
 ) -> None:
-    """Every option of `sailor controller`."""
+    """Every option of `sailor controller`: the run's (``spec``, ``check_spec``) and the
+    controller's own; ``heartbeat`` is (interval, timeout) in seconds."""
+    heartbeat_interval, heartbeat_timeout = heartbeat
     inputs.address(planner, "--planner")
-    count(steps, "--steps")
-    count(checkpoint_every, "--checkpoint-every")
-    count(global_batch_size, "--global-batch-size")
-    count(seq_len, "--seq-len")
+    check_spec(spec)
     inputs.host(host, "--host")
     inputs.port(port, "--port")
     count(min_workers, "--min-workers")
@@ -74,8 +76,7 @@ def check_controller(
         )
     inputs.positive_number(debounce, "--debounce", allow_zero=True)
     count(max_failures, "--max-failures", minimum=0)
-    seed(seed_value)
-    inputs.positive_number(lr, "--lr", allow_zero=True)  # 0 = the engine's default
+    inputs.positive_number(spec.recipe.lr, "--lr", allow_zero=True)  # 0 = the engine's default
     save_policy(on_save_error)
     inputs.output_folder(run_dir, "--run-dir")  # a read-only folder is refused now
 
@@ -105,37 +106,31 @@ def check_worker(
 
 
 def check_run(
+    spec: RunSpec,
     *,
     workers: int,
     gpu_types: str,
-    steps: int,
-    global_batch_size: int,
-    seq_len: int,
-    checkpoint_every: int,
-    kill_rank_at_step: int,
-    kill_worker_at_step: int,
-    add_worker_at_step: int,
+    failures: tuple[int, int, int],
     heartbeat_timeout: float,
-    seed_value: int,
     timeout: float,
     time_scale: float,
     on_save_error: str,
 ) -> tuple[str, ...]:
-    """Every option of `sailor run`; returns the worker types named by ``--gpu-types``."""
+    """Every option of `sailor run`: the run's (``spec``, ``check_spec``) and the local run's;
+    ``failures`` is (kill-rank, kill-worker, add-worker) at step. Returns the worker types
+    named by ``--gpu-types``."""
     count(workers, "--workers")
-    count(steps, "--steps")
-    count(global_batch_size, "--global-batch-size")
-    count(seq_len, "--seq-len")
-    count(checkpoint_every, "--checkpoint-every")
-    optional_step(kill_rank_at_step, "--kill-rank-at-step")
-    optional_step(kill_worker_at_step, "--kill-worker-at-step")
-    optional_step(add_worker_at_step, "--add-worker-at-step")
+    check_spec(spec)
+    for value, flag in zip(failures, FAILURE_FLAGS, strict=True):
+        optional_step(value, flag)
     seconds(heartbeat_timeout, "--heartbeat-timeout")
-    seed(seed_value)
     seconds(timeout, "--timeout")
     seconds(time_scale, "--time-scale")
     save_policy(on_save_error)
     return worker_types(gpu_types)
+
+
+FAILURE_FLAGS = ("--kill-rank-at-step", "--kill-worker-at-step", "--add-worker-at-step")
 
 
 def save_policy(value: str) -> str:

@@ -20,8 +20,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sailor_sim import ExecutionOptions, Job, Plan
+from sailor_sim import Job, Plan
 
 from .config import RANK_ENV, EngineError, LRSchedule, TrainConfig, training_overrides
 from .storeserver import StoreServer, namespace_key, secret_keys
@@ -92,51 +93,31 @@ def start_local(
     job: Job,
     plan: Plan,
     *,
-    steps: int,
-    checkpoint_dir: str | Path,
-    checkpoint_every: int = 0,
-    metrics_path: str | Path | None = None,
-    seed: int = 0,
-    lr: float = 1e-3,
-    schedule: str = "1f1b",
-    dtype: str | None = None,
-    precision: str | None = None,
-    options: ExecutionOptions | None = None,
-    backend: str = "gloo",
-    memory_probe_step: int = 0,
-    store_prefix: str = "sailor",
     env: dict[str, str] | None = None,
     log_dir: str | Path | None = None,
     training: dict | None = None,
-    generation: int = 0,
-    on_save_error: str = "stop",
+    **settings: Any,
 ) -> LocalRun:
-    """Start all ranks (non-blocking); this process hosts their rendezvous store. ``nccl``: rank r
-    on CUDA device r of this machine (``LOCAL_RANK``). ``generation``: the run fence their
-    saves must match (``fence``; 0 = unfenced). ``training``: more TrainConfig keys
-    (``config.TRAINING_KEYS``: data, recipe), replacing the ones above."""
+    """Start all ranks (non-blocking); this process hosts their rendezvous store. ``settings``
+    are ``TrainConfig.for_job``'s: a ``run`` (``RunSpec``) and any of its fields to replace
+    (``steps``, ``checkpoint_every``, ``seed``, ``precision``, ``options``), ``lr`` (an
+    ``LRSchedule``, or a float: its peak, decaying to a tenth) and the config's own fields
+    (``checkpoint_dir``, ``metrics_path``, ``backend``, ``schedule``, ``dtype``,
+    ``memory_probe_step``, ``store_prefix``, ``generation``, ``on_save_error``: ``nccl`` puts
+    rank r on CUDA device r of this machine, ``generation`` is the run fence their saves must
+    match). ``training``: more TrainConfig keys (``config.TRAINING_KEYS``: data, recipe),
+    replacing the ones above."""
     store = host_store()
-    settings = dict(
-        steps=steps, checkpoint_every=checkpoint_every, seed=seed,
-        lr=LRSchedule(max_lr=lr, min_lr=lr / 10), precision=precision,
-        options=options or ExecutionOptions(),
-    )  # fmt: skip
+    settings = _local_settings(settings)
     settings.update(training_overrides(training or {}))
+    prefix = settings.pop("store_prefix", TrainConfig.__dataclass_fields__["store_prefix"].default)
     cfg = TrainConfig.for_job(
         job,
         plan.check(job),
-        checkpoint_dir=str(checkpoint_dir),
-        metrics_path=str(metrics_path) if metrics_path else None,
-        schedule=schedule,
-        dtype=dtype,
-        backend=backend,
-        memory_probe_step=memory_probe_step,
         master_port=store.port,
-        store_prefix=store_prefix,
-        store_key=store.key(store_prefix),
+        store_prefix=prefix,
+        store_key=store.key(prefix),
         store_is_external=True,
-        generation=generation,
-        on_save_error=on_save_error,
         **settings,
     )
     workdir = Path(tempfile.mkdtemp(prefix="sailor-launch-"))
@@ -154,6 +135,19 @@ def start_local(
             )
         )
     return LocalRun(procs, store, workdir)
+
+
+def _local_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """``start_local``'s settings in ``TrainConfig.for_job``'s shape: paths as strings, a
+    float ``lr`` as its ``LRSchedule``."""
+    out = dict(settings)
+    for name in ("checkpoint_dir", "metrics_path"):
+        if out.get(name) is not None:
+            out[name] = str(out[name])
+    lr = out.get("lr")
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool):
+        out["lr"] = LRSchedule(max_lr=lr, min_lr=lr / 10)
+    return out
 
 
 def launch_local(job: Job, plan: Plan, *, timeout_s: float = 600.0, **kwargs) -> list[int]:
