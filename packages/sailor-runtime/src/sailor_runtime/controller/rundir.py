@@ -24,6 +24,7 @@ import grpc
 
 from sailor_sim import Job
 
+from ..durable import durable_write
 from ..errors import SailorRuntimeError
 
 LOCK_FILE = "run.lock"
@@ -146,9 +147,5 @@ def save_generation(run_dir: Path, generation: int) -> None:
     """Record ``generation`` before it is assigned (atomically: write, fsync, rename)."""
     if not 0 < generation <= MAX_GENERATION:
         raise RunDirError(f"generation {generation} is out of 1..2^63-1", field="generation")
-    tmp = run_dir / f".{GENERATION_FILE}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(str(generation))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, run_dir / GENERATION_FILE)
+    durable_write(run_dir / GENERATION_FILE, str(generation).encode(),
+                  run_dir / f".{GENERATION_FILE}.tmp")  # fmt: skip

@@ -53,6 +53,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from sailor_profiler import full_shape, get_split
 
+from ...durable import durable_write
 from . import fence, integrity
 
 FORMAT = "sailor-ckpt-v2-dcp"
@@ -113,15 +114,6 @@ class TPLayout:
             shape=shape,
             stride=torch.empty(shape, device="meta").stride(),
         )
-
-
-def _fsync_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _serialize(obj) -> bytes:
@@ -234,7 +226,7 @@ class AsyncSaver:
         try:  # a full disk here must not take this rank out of the collective save below
             tmp.mkdir(parents=True, exist_ok=True)
             if trainer is not None:
-                _fsync_write(tmp / "trainer.pt", _serialize(trainer))
+                durable_write(tmp / "trainer.pt", _serialize(trainer))
         except OSError as exc:
             self.error = self.error or exc
         self._future = dcp.async_save(
@@ -264,7 +256,7 @@ class AsyncSaver:
                 if p.is_file() and p.name != "manifest.json"
             }
             manifest = dict(manifest, files=files)
-            _fsync_write(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
+            durable_write(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
             final = step_dir(self.root, step)
             fence.check(self.root, self.generation)  # a newer generation owns the folder now?
             if final.exists():  # an older save of the same step (a rerun): replace it

@@ -12,9 +12,9 @@ Stop) stops with ``SupersededError`` instead. Each save writes into its own
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ...durable import durable_write
 from ..config import EngineError
 
 FENCE_FILE = "fence"
@@ -28,12 +28,7 @@ def write_fence(checkpoint_dir: str | Path, generation: int) -> None:
     """Record ``generation`` as the only one allowed to write (write, fsync, rename)."""
     folder = Path(checkpoint_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{FENCE_FILE}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(str(generation))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, folder / FENCE_FILE)
+    durable_write(folder / FENCE_FILE, str(generation).encode(), folder / f".{FENCE_FILE}.tmp")
 
 
 def current(checkpoint_dir: str | Path) -> int:
