@@ -34,7 +34,7 @@ from sailor_runtime.engine.examples import R
 from sailor_runtime.engine.options import options_from_dict
 from sailor_sim import Simulator
 from sailor_sim.spec.job import Job
-from sailor_sim.spec.plan import Plan, Stage
+from sailor_sim.spec.plan import Plan, Stage, StageSlice
 
 JOB = Job.create("tiny-llama", 8, 128)
 ONE = Plan((Stage(0, 7, (R(1, 8, 1),)),))
@@ -107,9 +107,8 @@ def predicted(sim: Simulator, plan: Plan, opts: dict) -> dict[str, int]:
     job = dataclasses.replace(JOB, dtype=precision or JOB.dtype, options=options)
     stage, rep = plan.stages[0], plan.stages[0].replicas[0]
     terms = sim.replica_memory(
-        job, stage.first_layer, stage.last_layer, "CPU", rep.tp, rep.microbatch_size, 0, 1,
-        rep.num_microbatches, len(stage.replicas),
-    )  # fmt: skip
+        job, StageSlice.of(stage, rep), 0, 1, rep.num_microbatches, len(stage.replicas)
+    )
     terms.pop("framework")
     return terms
 

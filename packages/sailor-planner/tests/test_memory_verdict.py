@@ -13,7 +13,7 @@ from sailor_planner.search.balance import ClassLoad
 from sailor_planner.search.branch_bound import Search
 from sailor_planner.search.partition import even_bounds
 from sailor_planner.search.templates import ClassShape, Shape
-from sailor_sim import Inventory, Job
+from sailor_sim import Inventory, Job, StageSlice
 
 ZONE = "us-central1-a"
 
@@ -113,7 +113,7 @@ def test_tables_hold_the_simulators_gathered_weights(sim, zero) -> None:
     extra = cv._parts(g, mbs, tp)[2]
     for a in range(cv.n):
         for b in range(a, cv.n):
-            terms = sim.replica_memory(job, a, b, g, tp, mbs, 0, 1, 1, 2)
+            terms = sim.replica_memory(job, StageSlice(a, b, g, tp, mbs), 0, 1, 1, 2)
             want = terms["transient"] + terms.get("gathered_weights", 0)
             assert extra[a, b] == want, (a, b)
             if zero == "zero2":

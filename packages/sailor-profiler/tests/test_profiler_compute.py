@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sailor_profiler.cli import app
-from sailor_sim import Job, Plan, get_model
+from sailor_sim import Job, Plan, StageSlice, get_model
 from sailor_sim.profiles.files import read_profile_file
 from sailor_sim.simulate.simulator import Simulator
 
@@ -116,7 +116,7 @@ def test_simulator_simulates_a_plan_with_the_profile(profile_dir, tp, pp):
     estimate = sim.estimate(job, plan)
     assert estimate.iteration_time_s > 0 and estimate.fits
     assert estimate.sources == ("measured",)
-    first_stage = sim.stage_time(job, 0, 3, "CPU", tp, 2)
+    first_stage = sim.stage_time(job, StageSlice(0, 3, "CPU", tp, 2))
     entry = next(
         e
         for e in read_profile_file(profile_dir / "tiny-gpt__CPU__fp32__s128.json")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sailor_sim import Job, Simulator, get_gpu
+from sailor_sim import Job, Simulator, StageSlice, get_gpu
 from sailor_sim.cli.app import app
 from sailor_sim.simulate.metrics import model_flops_per_token
 from sailor_sim.spec.quickplan import balanced_split
@@ -103,7 +103,7 @@ def test_balanced_split_is_no_slower_than_even():
     def slowest(split):
         first, worst = 0, 0.0
         for size in split:
-            st = sim.stage_time(job, first, first + size - 1, "H100-80", 2, 1)
+            st = sim.stage_time(job, StageSlice(first, first + size - 1, "H100-80", 2, 1))
             worst, first = max(worst, st.per_microbatch_s), first + size
         return worst
 

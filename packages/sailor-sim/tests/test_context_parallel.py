@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from sailor_sim import Job, Plan, PlanError, Replica, Simulator, Stage, ValidationError
+from sailor_sim import (
+    Job,
+    Plan,
+    PlanError,
+    Replica,
+    Simulator,
+    Stage,
+    StageSlice,
+    ValidationError,
+)
 from sailor_sim.simulate.features.context_parallel import attention_extra_flops, kv_exchange_exposed
 from sailor_sim.simulate.network import LinkCurve
 from sailor_sim.spec.options import ExecutionOptions
@@ -26,7 +35,7 @@ def estimate(j: Job, tp: int = 2, dp: int = 8, gpu: str = "H100-80"):
 def test_activations_divide_by_cp_and_the_plan_needs_cp_times_the_samples():
     sim = Simulator()
     model = job().model
-    args = (0, model.head_layer_id, "H100-80", 2, 1, 0, 1, 1, 8)
+    args = (StageSlice(0, model.head_layer_id, "H100-80", 2, 1), 0, 1, 1, 8)
     one = sim.replica_memory(job(1), *args)["activations"]
     four = sim.replica_memory(job(4), *args)["activations"]
     assert four * 4 == pytest.approx(one, rel=1e-6)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sailor_sim import Job, Plan, PlanError, Simulator, ValidationError
+from sailor_sim import Job, Plan, PlanError, Simulator, StageSlice, ValidationError
 from sailor_sim.model.moe import all_to_all_time
 from sailor_sim.simulate.network import LinkCurve
 from sailor_sim.spec.options import ExecutionOptions
@@ -28,7 +28,7 @@ def estimate(j: Job, tp: int = 1, pp: int = 4, dp: int = 8):
 def test_each_gpu_holds_one_ep_th_of_the_experts():
     model = job().model
     sim = Simulator()
-    args = (1, model.num_layers, "H100-80", 1, 1, 0, 1, 1, 8)
+    args = (StageSlice(1, model.num_layers, "H100-80", 1, 1), 0, 1, 1, 8)
     full, split = sim.replica_memory(job(1), *args), sim.replica_memory(job(8), *args)
     experts = sum(model.param_terms(i)["mlp_experts"] for i in range(1, model.num_layers + 1))
     assert full["weights"] - split["weights"] == (experts - experts // 8) * 2  # bf16 weights

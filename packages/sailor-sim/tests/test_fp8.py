@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from sailor_sim import Job, Plan, Simulator, ValidationError, get_gpu
+from sailor_sim import Job, Plan, Simulator, StageSlice, ValidationError, get_gpu
 from sailor_sim.catalog.gpus import GPU_CATALOG
 from sailor_sim.cli.app import app
 from sailor_sim.profiles import analytic
@@ -106,7 +106,7 @@ def test_fp8_memory_terms():
     sim = Simulator()
     bf16, fp8 = job(), job(fp8="delayed")
     model = bf16.model
-    args = (0, model.head_layer_id, "H100-80", 2, 1, 0, 1, 1, 1)
+    args = (StageSlice(0, model.head_layer_id, "H100-80", 2, 1), 0, 1, 1, 1)
     base, terms = sim.replica_memory(bf16, *args), sim.replica_memory(fp8, *args)
     linear = sum(
         v

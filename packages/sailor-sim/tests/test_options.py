@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sailor_sim import Job, Plan, Simulator, ValidationError
+from sailor_sim import Job, Plan, Simulator, StageSlice, ValidationError
 from sailor_sim.spec.options import ExecutionOptions
 
 A = "us-central1-a"
@@ -84,7 +84,7 @@ def test_recomputation_trades_memory_for_time():
     assert extra[0] == 0 < extra[1] < extra[2]
     # full: one more forward of the blocks (layer ids 1..L) per microbatch
     j = job(recompute="full", flash_attention=False)
-    blocks = Simulator().stage_time(j, 1, j.model.num_layers, "A100-40", 1, 1).forward_s
+    blocks = Simulator().stage_time(j, StageSlice(1, j.model.num_layers, "A100-40", 1, 1)).forward_s
     assert extra[2] == pytest.approx(blocks * 64 / 4, rel=1e-9)
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sailor_sim import Estimate, Job, Plan, PlanError, Replica, Simulator, Stage
+from sailor_sim import Estimate, Job, Plan, PlanError, Replica, Simulator, Stage, StageSlice
 from sailor_sim.simulate.network import Endpoint
 from sailor_sim.spec.examples import example_job, example_plan
 
@@ -46,16 +46,16 @@ def test_total_is_sum_of_breakdown(sim, job):
 
 def test_memory_monotone_in_microbatch_size(sim, job):
     peaks = [
-        sum(sim.replica_memory(job, 0, 12, "A100-40", 1, mbs, 0, 2, 8).values())
+        sum(sim.replica_memory(job, StageSlice(0, 12, "A100-40", 1, mbs), 0, 2, 8).values())
         for mbs in (1, 2, 4, 8)
     ]
     assert peaks == sorted(peaks) and len(set(peaks)) == 4
 
 
 def test_in_flight_is_min_of_stages_left_and_microbatches(sim, job):
-    few = sim.replica_memory(job, 0, 5, "A100-40", 1, 1, 0, 4, 2)
-    many = sim.replica_memory(job, 0, 5, "A100-40", 1, 1, 0, 4, 16)
-    one = sim.replica_memory(job, 0, 5, "A100-40", 1, 1, 0, 4, 1)
+    few = sim.replica_memory(job, StageSlice(0, 5, "A100-40", 1, 1), 0, 4, 2)
+    many = sim.replica_memory(job, StageSlice(0, 5, "A100-40", 1, 1), 0, 4, 16)
+    one = sim.replica_memory(job, StageSlice(0, 5, "A100-40", 1, 1), 0, 4, 1)
     assert many["activations"] == 2 * few["activations"] == 4 * one["activations"]
 
 
@@ -111,14 +111,14 @@ def test_slow_replica_slows_only_unless_rebalanced(sim):
 
 
 def test_tp_comm_added_for_analytic_profiles(sim, job):
-    st1 = sim.stage_time(job, 0, 25, "A100-40", 1, 2)
-    st2 = sim.stage_time(job, 0, 25, "A100-40", 2, 2)
+    st1 = sim.stage_time(job, StageSlice(0, 25, "A100-40", 1, 2))
+    st2 = sim.stage_time(job, StageSlice(0, 25, "A100-40", 2, 2))
     assert st1.tp_comm_s == 0 and st2.tp_comm_s > 0
     assert st2.forward_s < st1.forward_s
 
 
 def test_missing_profile_never_zero(sim, job):
-    st = sim.stage_time(job, 0, 25, "L4", 1, 3)
+    st = sim.stage_time(job, StageSlice(0, 25, "L4", 1, 3))
     assert st.forward_s > 0 and st.backward_s > 0 and st.optimizer_s > 0
     assert st.source == "analytic"
 
@@ -203,7 +203,10 @@ def test_estimate_composes_public_components(sim, job):
     plan = two_stage(job, B, dp=1, mbs=2)
     s0, s1 = plan.stages
     r0, r1 = s0.replicas[0], s1.replicas[0]
-    times = [sim.stage_time(job, s.first_layer, s.last_layer, "A100-40", 1, 2) for s in (s0, s1)]
+    times = [
+        sim.stage_time(job, StageSlice(s.first_layer, s.last_layer, "A100-40", 1, 2))
+        for s in (s0, s1)
+    ]
     p2p = [sim.p2p_time(job, s0.last_layer, r0, r1)]
     pipe = timing.pipeline_time(times, p2p, r0.num_microbatches)
     per_mb = [t.per_microbatch_s + timing.MICROBATCH_OVERHEAD_S for t in times]
@@ -215,7 +218,7 @@ def test_estimate_composes_public_components(sim, job):
     assert sync == pytest.approx(timing.step_sync_time(link, 2)) and sync >= 2 * link.latency_s
     assert e.time_breakdown_s["step_sync"] == sync
     assert e.iteration_time_s == pytest.approx(pipe.total_s + tail + sync)
-    mem = sim.replica_memory(job, 0, 12, "A100-40", 1, 2, 0, 2, r0.num_microbatches)
+    mem = sim.replica_memory(job, StageSlice(0, 12, "A100-40", 1, 2), 0, 2, r0.num_microbatches)
     assert e.memory[0].breakdown_bytes == mem
 
 
@@ -228,10 +231,10 @@ def test_profile_dir_measured_entries_win(tmp_path, job):
     save_profile_dir(ProfileStore([ProfileEntry(key, 2048, layers, "measured")]), tmp_path)
     (tmp_path / "links.json").write_text('{"format": "sailor-network/1", "links": []}')
     measured = Simulator.from_profile_dir(tmp_path)
-    st = measured.stage_time(job, 0, 25, "A100-40", 2, 2)
+    st = measured.stage_time(job, StageSlice(0, 25, "A100-40", 2, 2))
     assert st.source == "measured" and st.tp_comm_s == 0.0  # measured with TP: comm inside
     assert st.forward_s == pytest.approx(26e-3) and st.backward_s == pytest.approx(52e-3)
-    other = measured.stage_time(job, 0, 25, "A100-40", 2, 8)
+    other = measured.stage_time(job, StageSlice(0, 25, "A100-40", 2, 8))
     assert other.source.startswith("interpolated:roofline-scaled from mbs 2")
 
 
@@ -336,11 +339,11 @@ def test_ring_time_and_replica_peak_are_the_estimates_components() -> None:
     assert timing.bus_efficiency("GH-96") == 0.4 < timing.bus_efficiency("A100-40")
     last = job.model.head_layer_id
     for i, (first, end) in enumerate([(0, 12), (13, last)]):
-        peak, cap = sim.replica_peak(job, first, end, "GH-96", 1, 4, i, 2, 8, 4)
-        terms = sim.replica_memory(job, first, end, "GH-96", 1, 4, i, 2, 8, 4)
+        peak, cap = sim.replica_peak(job, StageSlice(first, end, "GH-96", 1, 4), i, 2, 8, 4)
+        terms = sim.replica_memory(job, StageSlice(first, end, "GH-96", 1, 4), i, 2, 8, 4)
         assert peak == sum(terms.values()) and cap == get_gpu("GH-96").memory_bytes
     # The head's transient is 3x its fp32 logits (logits, softmax, gradient).
-    terms = sim.replica_memory(job, 13, last, "GH-96", 2, 4, 1, 2, 8, 4)
+    terms = sim.replica_memory(job, StageSlice(13, last, "GH-96", 2, 4), 1, 2, 8, 4)
     assert terms["transient"] == 3 * 4 * 2048 * job.model.vocab_size // 2 * 4
 
 

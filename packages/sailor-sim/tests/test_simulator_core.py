@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sailor_sim import Job, Plan, Replica, Simulator, Stage
+from sailor_sim import Job, Plan, Replica, Simulator, Stage, StageSlice
 from sailor_sim.catalog import prices
 from sailor_sim.catalog.gpus import GPU_CATALOG, register_gpu
 from sailor_sim.simulate import timing
@@ -61,7 +61,10 @@ def test_terms_are_the_public_functions_on_the_critical_pipeline(job):
     plan = Plan.uniform(job, "A100-40", A, pp=2, dp=1, tp=2, microbatch_size=2)
     s0, s1 = plan.stages
     r0, r1 = s0.replicas[0], s1.replicas[0]
-    times = [sim.stage_time(job, s.first_layer, s.last_layer, "A100-40", 2, 2) for s in (s0, s1)]
+    times = [
+        sim.stage_time(job, StageSlice(s.first_layer, s.last_layer, "A100-40", 2, 2))
+        for s in (s0, s1)
+    ]
     p2p = [sim.p2p_time(job, s0.last_layer, r0, r1)]
     pipe = timing.pipeline_time(times, p2p, r0.num_microbatches)
     drain = [times[0].backward_s + p2p[0]]

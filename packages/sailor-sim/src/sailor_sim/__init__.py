@@ -36,7 +36,7 @@ from .simulate.simulator import Simulator, StageTime
 from .spec import derive as specs
 from .spec.job import GpuPool, Inventory, Job
 from .spec.options import ExecutionOptions
-from .spec.plan import Plan, Replica, Stage, even_split
+from .spec.plan import Plan, Replica, Stage, StageSlice, even_split
 from .spec.run import RunSpec
 
 __version__ = "0.1.0"
@@ -87,6 +87,7 @@ __all__ = [
     "PlanError",
     "ProfileError",
     "Replica",
+    "StageSlice",
     "SailorPlanRecord",
     "SailorError",
     "SailorSimError",

@@ -17,6 +17,7 @@ from sailor_sim import (
     Plan,
     Replica,
     Stage,
+    StageSlice,
     exposed_tail,
     get_gpu,
     microbatch_step,
@@ -189,7 +190,7 @@ class Scorer:
         if hit is not None:
             return hit
         times = [
-            self.sim.stage_time(self.job, a, b, cls.gpu, tp, cls.mbs)
+            self.sim.stage_time(self.job, StageSlice(a, b, cls.gpu, tp, cls.mbs))
             for (a, b), tp in zip(shape.bounds, cls.tps, strict=True)
         ]
         reps = [
@@ -244,7 +245,7 @@ class Scorer:
         return True
 
     def _replica_fits(self, a, b, g, tp, mbs, i, p, m, d) -> bool:
-        peak, capacity = self.sim.replica_peak(self.job, a, b, g, tp, mbs, i, p, m, d)
+        peak, capacity = self.sim.replica_peak(self.job, StageSlice(a, b, g, tp, mbs), i, p, m, d)
         return peak <= capacity
 
     def sync(self, shape: Shape, stage: int, kinds: tuple, max_mb: int, first) -> tuple:
@@ -275,7 +276,7 @@ class Scorer:
         if hit is None:
             cls = shape.classes[group.cls]
             times = [
-                self.sim.sharded_time(self.job, a, b, t, cls.gpu, tp, cls.mbs, k, lead)
+                self.sim.sharded_time(self.job, StageSlice(a, b, cls.gpu, tp, cls.mbs), t, k, lead)
                 for t, (a, b), tp, k, lead in zip(
                     info[0], shape.bounds, cls.tps, kinds, firsts, strict=True
                 )

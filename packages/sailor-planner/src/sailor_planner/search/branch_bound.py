@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable
 
-from sailor_sim import SailorSimError, check_replica, get_gpu
+from sailor_sim import SailorSimError, StageSlice, check_replica, get_gpu
 
 from ..errors import RequestCancelledError, WorkLimitError
 from ..provenance import beyond_profiles
@@ -562,7 +562,9 @@ class Search:
             cls = shape.classes[c]
             costs = self._fastest_costs(shape, c)
             (a, last), tp = shape.bounds[0], cls.tps[0]
-            opt = self.cv.sim.stage_time(self.job, a, last, cls.gpu, tp, cls.mbs).optimizer_s
+            opt = self.cv.sim.stage_time(
+                self.job, StageSlice(a, last, cls.gpu, tp, cls.mbs)
+            ).optimizer_s
             hit = self._lbs[key] = (*lower_bounds(costs, self._virtual), opt, costs)
         return hit
 

@@ -5,8 +5,9 @@ For one job, ``CostView`` turns ``Simulator.stage_time`` and the memory terms of
 a..b in O(1) and a whole pipeline position at once:
 
 - ``time_prefix(g, m, t)``: prefix sums of per-microbatch seconds (forward + backward + TP
-  communication) from ``stage_time(job, 0, l, ...)``; a range's time is a difference of two
-  entries, which is what ``stage_time`` itself computes from the profile's prefix sums.
+  communication) from ``stage_time(job, StageSlice(0, l, ...))``; a range's time is a
+  difference of two entries, which is what ``stage_time`` itself computes from the profile's
+  prefix sums.
 - ``peak_matrix(g, m, t, i, p, mm, dp)``: peak bytes of one GPU for every range a..b at stage i of
   p with mm microbatches: ``memory.static_bytes``, ``memory.transient_bytes`` and
   ``memory.peak_bytes`` (the simulator's own functions) applied to whole [a, b] arrays.
@@ -29,6 +30,7 @@ import numpy as np
 from sailor_sim import (
     GRAD_BYTES,
     Job,
+    StageSlice,
     activation_factor,
     framework_overhead,
     gathered_weight_bytes,
@@ -113,7 +115,7 @@ class CostView:
             arr = np.zeros(self.n + 1)
             opt = np.zeros(self.n + 1)
             for last in range(self.n):
-                st = self.sim.stage_time(self.job, 0, last, g, t, m)
+                st = self.sim.stage_time(self.job, StageSlice(0, last, g, t, m))
                 arr[last + 1] = st.per_microbatch_s
                 opt[last + 1] = st.optimizer_s
             self._time[key], self._opt[key] = arr, opt

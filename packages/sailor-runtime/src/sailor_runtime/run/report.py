@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sailor_sim import Job, Plan
+from sailor_sim import Job, Plan, StageSlice
 
 from ..topology import rank_layout
 
@@ -42,14 +42,12 @@ def why_lines(job: Job, plan: Plan, profile_dir: str, types: list[str]) -> list[
     sim = simulator(profile_dir)
     lines = ["  why (measured compute, this machine's profile):"]
     for t in types:
-        st = sim.stage_time(job, 1, 1, t, 1, 1)
+        st = sim.stage_time(job, StageSlice(1, 1, t, 1, 1))
         ms = (st.forward_s + st.backward_s) * 1e3
         lines.append(f"    {t:8} one block, one sample: {ms:7.2f} ms forward+backward")
     for i, stage in enumerate(plan.stages):
         for j, rep in enumerate(stage.replicas):
-            st = sim.stage_time(
-                job, stage.first_layer, stage.last_layer, rep.gpu_type, rep.tp, rep.microbatch_size
-            )
+            st = sim.stage_time(job, StageSlice.of(stage, rep))
             busy = st.per_microbatch_s * rep.num_microbatches
             lines.append(
                 f"    stage {i} replica {j} on {rep.gpu_type:8} layers {stage.first_layer}-"

@@ -18,6 +18,7 @@ from ..catalog.cluster import describe_network
 from ..errors import SailorSimError, ValidationError
 from ..spec import derive as specs
 from ..spec.options import ExecutionOptions, check_replica
+from ..spec.plan import StageSlice
 from ..spec.run import TRAINING_FIELDS, RunSpec
 from .catalog import register as _register_catalog_commands
 from .options import FabricFlag, P2p, with_p2p
@@ -344,7 +345,9 @@ def memory(
         for i, size in enumerate(sizes):
             last = first + size - 1
             if stage is None or stage == i:
-                terms = sim.replica_memory(job, first, last, gpu_type.name, tp, mbs, i, pp, m, dp)
+                terms = sim.replica_memory(
+                    job, StageSlice(first, last, gpu_type.name, tp, mbs), i, pp, m, dp
+                )
                 peak = sum(terms.values())
                 rows.append(
                     {

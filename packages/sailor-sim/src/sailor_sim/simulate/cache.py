@@ -24,11 +24,11 @@ class ComponentCache:
 
     def __init__(self) -> None:
         self.stage_time: dict[tuple, Any] = {}
-        """(job, first, last, GPU type, tp, mbs) -> StageTime."""
+        """(job, StageSlice) -> StageTime."""
         self.layer_table: dict[tuple, Any] = {}
         """(job, GPU type, mbs, tp) -> the profile's LayerTable under the job's options."""
         self.range_memory: dict[tuple, tuple] = {}
-        """(job, first, last, GPU type, tp, mbs) -> position-independent memory parts."""
+        """(job, StageSlice) -> position-independent memory parts."""
         self.replica_info: dict[tuple, Any] = {}
         """(job, first, last, i, p, replicas in the stage (under ZeRO: their signature),
         replica id) -> ReplicaInfo."""
@@ -59,7 +59,7 @@ class ComponentCache:
         """(job, ring kinds, lead replica, params or grads) -> ``shard_collective`` of every
         layer id."""
         self.shard_exposed: dict[tuple, float] = {}
-        """(job, first, last, StageTime, GPU type, tp, mbs, ring kinds, lead replica) -> the
+        """(job, StageSlice, StageTime, ring kinds, lead replica) -> the
         stage's exposed ZeRO-3 traffic per microbatch (``_exposed_shard_comm``)."""
         self.largest_layer: dict[tuple, int] = {}
         """(job, first, last, tp) -> parameters of the largest layer of first..last at TP tp

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 from ..spec.job import Job
-from ..spec.plan import Plan, Replica, Stage
+from ..spec.plan import Plan, Replica, Stage, StageSlice
 from . import timing
 from .result import Estimate, ReplicaMemory
 from .timing import StageTime
@@ -313,10 +313,7 @@ def replica_memories(
         d = len(s.replicas)
         for j, r in enumerate(s.replicas):
             info = sm.infos[sm.replica_of[j]]
-            terms = parts.replica_memory(
-                job, s.first_layer, s.last_layer, r.gpu_type, r.tp, r.microbatch_size, i, p,
-                r.num_microbatches, d,
-            )  # fmt: skip
+            terms = parts.replica_memory(job, StageSlice.of(s, r), i, p, r.num_microbatches, d)
             fits = info.peak_bytes <= info.capacity_bytes
             out.append(
                 ReplicaMemory(i, j, r.gpu_type, r.zone, info.peak_bytes, info.capacity_bytes,

@@ -26,6 +26,7 @@ from ..spec.options import (
     stash_bytes,
     uses_flash,
 )
+from ..spec.plan import StageSlice
 from .features.fp8 import FP8_WEIGHT_COPIES, fp8_weight_copy_bytes
 from .memory import (
     GRAD_BYTES,
@@ -141,28 +142,20 @@ class MemoryComponents:
         return hit
 
     def replica_memory(
-        self,
-        job: Job,
-        first: int,
-        last: int,
-        gpu_type: str,
-        tp: int,
-        mbs: int,
-        stage_index: int,
-        num_stages: int,
-        num_microbatches: int,
-        dp: int = 1,
-    ) -> dict[str, int]:
-        """Named peak-memory terms of one GPU of a replica (sum = peak); ``dp`` = replicas of
-        the stage (the ZeRO shard group)."""
+        self, job: Job, s: StageSlice, stage_index: int, num_stages: int,
+        num_microbatches: int, dp: int = 1,
+    ) -> dict[str, int]:  # fmt: skip
+        """Named peak-memory terms of one GPU of a replica computing ``s`` at stage
+        ``stage_index`` of ``num_stages`` (sum = peak); ``dp`` = replicas of the stage (the
+        ZeRO shard group)."""
         self.refresh()
-        r = self._range_memory(job, first, last, gpu_type, tp, mbs)
+        r = self._range_memory(job, s)
         i, p = stage_index, num_stages
-        shards, gathered = self._sharded(job, r, gpu_type, tp, dp)
-        buffer, communicators = position_terms(r.act_out, tp, dp, i, p)
+        shards, gathered = self._sharded(job, r, s.gpu_type, s.tp, dp)
+        buffer, communicators = position_terms(r.act_out, s.tp, dp, i, p)
         extra = {"fp8_weight_copies": r.fp8_weights, "gathered_weights": gathered}
         return memory_terms(
-            gpu=get_gpu(gpu_type),
+            gpu=get_gpu(s.gpu_type),
             dtype=job.dtype,
             optimizer=job.optimizer,
             params=r.params,
@@ -177,68 +170,61 @@ class MemoryComponents:
         )
 
     def replica_peak(
-        self,
-        job: Job,
-        first: int,
-        last: int,
-        gpu_type: str,
-        tp: int,
-        mbs: int,
-        stage_index: int,
-        num_stages: int,
-        num_microbatches: int,
-        dp: int = 1,
-    ) -> tuple[int, int]:
+        self, job: Job, s: StageSlice, stage_index: int, num_stages: int,
+        num_microbatches: int, dp: int = 1,
+    ) -> tuple[int, int]:  # fmt: skip
         """(peak bytes, capacity) of one GPU of a replica: ``sum(replica_memory(...))``
         without building the dict, O(1) after the first call per layer range."""
         self.refresh()
-        return self._peak(
-            job, first, last, gpu_type, tp, mbs, stage_index, num_stages, num_microbatches, dp
-        )
+        return self._peak(job, s, stage_index, num_stages, num_microbatches, dp)
 
-    def _peak(self, job: Job, first, last, gpu_type, tp, mbs, i, p, m, dp) -> tuple[int, int]:
-        r = self._range_memory(job, first, last, gpu_type, tp, mbs)
+    def _peak(self, job: Job, s: StageSlice, i, p, m, dp) -> tuple[int, int]:
+        r = self._range_memory(job, s)
         static = r.static
         if job.options.zero != "none":
-            shards, gathered = self._sharded(job, r, gpu_type, tp, dp)
+            shards, gathered = self._sharded(job, r, s.gpu_type, s.tp, dp)
             static = static_bytes(r.params, job.dtype, job.optimizer, r.grad_bytes, shards)
             static += r.fp8_weights + gathered
-        buffer, communicators = position_terms(r.act_out, tp, dp, i, p)
+        buffer, communicators = position_terms(r.act_out, s.tp, dp, i, p)
         act = self._activation(job, r, i, p)
         peak = peak_bytes(
             r.overhead, static, act, in_flight(i, p, m), r.transient, buffer, communicators
         )
         return peak, r.capacity
 
-    def _range_memory(self, job: Job, first, last, gpu_type, tp, mbs) -> RangeMemory:
+    def _range_memory(self, job: Job, s: StageSlice) -> RangeMemory:
         cache = self.cache.range_memory
-        key = (job.cache_id, first, last, gpu_type, tp, mbs)
+        key = (job.cache_id, s)
         hit = cache.get(key)
         if hit is None:
-            model, gpu, dtype = job.model, get_gpu(gpu_type), job.dtype
-            seq = job.local_sequence_length  # a context-parallel rank's share of each sample
-            t = self.layer_table(job, gpu_type, mbs, tp)
-            transient = transient_bytes(model, last, mbs, seq, dtype, tp)
-            if job.options.recompute == "full" and first <= model.num_layers and last >= 1:
-                flash = uses_flash(job.options, gpu, dtype)
-                transient += recompute_transient(model, last, mbs, seq, dtype, tp, flash)
-            params = t.span(t.params, first, last)  # held: 1/ep of the experts (layer_table)
-            grad = GRAD_BYTES[dtype] if job.options.grad_dtype == "fp32" else 2
-            fp8_prefix = self.fp8_copy_prefix(job, tp)
-            fp8_weights = fp8_prefix[last + 1] - fp8_prefix[first]
-            hit = cache[key] = RangeMemory(
-                params,
-                t.span(t.activation, first, last),
-                transient,
-                model.activation_out_bytes(0, mbs, seq, dtype),
-                framework_overhead(gpu),
-                gpu.memory_bytes,
-                (first, last, tp),
-                grad,
-                static_bytes(params, dtype, job.optimizer, grad) + fp8_weights,
-                fp8_weights,
-            )
+            hit = cache[key] = self._range_memory_uncached(job, s)
         return hit
+
+    def _range_memory_uncached(self, job: Job, s: StageSlice) -> RangeMemory:
+        first, last, tp, mbs = s.first, s.last, s.tp, s.mbs
+        model, gpu, dtype = job.model, get_gpu(s.gpu_type), job.dtype
+        seq = job.local_sequence_length  # a context-parallel rank's share of each sample
+        t = self.layer_table(job, s.gpu_type, mbs, tp)
+        transient = transient_bytes(model, last, mbs, seq, dtype, tp)
+        if job.options.recompute == "full" and first <= model.num_layers and last >= 1:
+            flash = uses_flash(job.options, gpu, dtype)
+            transient += recompute_transient(model, last, mbs, seq, dtype, tp, flash)
+        params = t.span(t.params, first, last)  # held: 1/ep of the experts (layer_table)
+        grad = GRAD_BYTES[dtype] if job.options.grad_dtype == "fp32" else 2
+        fp8_prefix = self.fp8_copy_prefix(job, tp)
+        fp8_weights = fp8_prefix[last + 1] - fp8_prefix[first]
+        return RangeMemory(
+            params,
+            t.span(t.activation, first, last),
+            transient,
+            model.activation_out_bytes(0, mbs, seq, dtype),
+            framework_overhead(gpu),
+            gpu.memory_bytes,
+            (first, last, tp),
+            grad,
+            static_bytes(params, dtype, job.optimizer, grad) + fp8_weights,
+            fp8_weights,
+        )
 
     def _sharded(self, job: Job, r: RangeMemory, gpu_type, tp, dp) -> tuple[tuple, int]:
         """(weights, gradients, optimizer) divisors under ZeRO, and the bytes of parameters

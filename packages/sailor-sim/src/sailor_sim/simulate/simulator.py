@@ -3,11 +3,12 @@
 ``Simulator.estimate(job, plan)`` is ``compose.estimate_plan`` over these components, which
 the planner also calls on partial plans, so its numbers are the estimate's:
 
-- ``stage_time(job, first, last, gpu_type, tp, mbs) -> StageTime``: per-microbatch forward,
-  backward and TP-communication seconds of a layer range on one replica, and its optimizer step.
-  O(1) after the first call per (model, GPU, dtype, mbs, TP): prefix sums over the profile.
-- ``replica_memory(...)`` / ``replica_peak(...)``: named peak-memory terms of one GPU of a
-  replica at stage i of p, and their sum against the GPU's capacity.
+- ``stage_time(job, StageSlice(first, last, gpu_type, tp, mbs)) -> StageTime``: per-microbatch
+  forward, backward and TP-communication seconds of a layer range on one replica, and its
+  optimizer step. O(1) after the first call per (model, GPU, dtype, mbs, TP): prefix sums over
+  the profile.
+- ``replica_memory(job, slice, i, p, m, dp)`` / ``replica_peak(...)``: named peak-memory terms
+  of one GPU of a replica at stage i of p, and their sum against the GPU's capacity.
 - ``p2p_time(job, boundary_layer, src, dst)``: one microbatch's activation (or its gradient)
   from replica ``src`` to ``dst`` across a stage boundary; ``p2p_egress_usd`` its egress.
 - ``dp_sync_time(job, first, last, replicas)`` / ``ring_time``: the data-parallel gradient
@@ -44,7 +45,7 @@ from ..spec.options import (
     recomputed_forward_fraction,
     uses_flash,
 )
-from ..spec.plan import Plan, Replica, Stage
+from ..spec.plan import Plan, Replica, Stage, StageSlice
 from . import timing
 from .cache import ComponentCache
 from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
@@ -131,68 +132,75 @@ class Simulator(MemoryComponents):
             check_interleave(plan, job.model.head_layer_id, options.virtual_stages)
 
     # ---- time components -------------------------------------------------------------------
-    def stage_time(
-        self, job: Job, first: int, last: int, gpu_type: str, tp: int, mbs: int
-    ) -> StageTime:
-        """Per-microbatch seconds of layers first..last on one replica (TP group of ``tp``
-        GPUs of ``gpu_type``, microbatch ``mbs``) and its optimizer step; O(1) per call."""
+    def stage_time(self, job: Job, s: StageSlice) -> StageTime:
+        """Per-microbatch seconds of the slice's layers on one replica (its TP group and
+        microbatch) and its optimizer step; O(1) per call."""
         self.refresh()
-        return self._stage_time(job, first, last, gpu_type, tp, mbs)
+        return self._stage_time(job, s)
 
-    def _stage_time(self, job: Job, first, last, gpu_type, tp, mbs) -> StageTime:
+    def _stage_time(self, job: Job, s: StageSlice) -> StageTime:
         cache = self.cache.stage_time
-        key = (job.cache_id, first, last, gpu_type, tp, mbs)
+        key = (job.cache_id, s)
         hit = cache.get(key)
         if hit is None:
-            gpu = get_gpu(gpu_type)
-            # A context-parallel rank processes seq / cp tokens of each sample.
-            t = self.profiles.table(
-                job.model, gpu, job.dtype, mbs, tp, job.local_sequence_length, job.optimizer
-            )
-            tp_s = 0.0
-            if tp > 1 and not t.entry.includes_tp_comm:
-                link = self.network.intra_node(gpu.name, tp)
-                seq, dtype = job.local_sequence_length, job.dtype
-                tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
-            fwd, bwd = t.span(t.forward, first, last), t.span(t.backward, first, last)
-            if job.options.context_parallel > 1:
-                extra = self._cp_attention_s(job, gpu, first, last, mbs, tp)
-                fwd, bwd = fwd + extra, bwd + 2 * extra
-            if job.options.fp8 != "none":
-                fwd, bwd = self._fp8_time(job, gpu, first, last, mbs, tp, fwd, bwd)
-            recompute = self._recompute_s(job, t, gpu, first, last, mbs, tp, tp_s)
-            hit = cache[key] = StageTime(
-                fwd,
-                bwd,
-                tp_s,
-                t.span(t.optimizer, first, last),
-                t.entry.source,
-                recompute,
-                framework_s=self._framework_s(job, gpu, t.entry, fwd + bwd + recompute),
-            )
+            hit = cache[key] = self._stage_time_uncached(job, s)
         return hit
 
+    def _stage_time_uncached(self, job: Job, s: StageSlice) -> StageTime:
+        first, last, tp, mbs = s.first, s.last, s.tp, s.mbs
+        gpu = get_gpu(s.gpu_type)
+        # A context-parallel rank processes seq / cp tokens of each sample.
+        t = self.profiles.table(
+            job.model, gpu, job.dtype, mbs, tp, job.local_sequence_length, job.optimizer
+        )
+        tp_s = 0.0
+        if tp > 1 and not t.entry.includes_tp_comm:
+            link = self.network.intra_node(gpu.name, tp)
+            seq, dtype = job.local_sequence_length, job.dtype
+            tp_s = timing.tp_comm_time(job.model, first, last, mbs, seq, dtype, link, tp)
+        fwd, bwd = t.span(t.forward, first, last), t.span(t.backward, first, last)
+        if job.options.context_parallel > 1:
+            extra = self._cp_attention_s(job, s)
+            fwd, bwd = fwd + extra, bwd + 2 * extra
+        if job.options.fp8 != "none":
+            fwd, bwd = self._fp8_time(job, s, fwd, bwd)
+        recompute = self._recompute_s(job, t, s, tp_s)
+        return StageTime(
+            fwd,
+            bwd,
+            tp_s,
+            t.span(t.optimizer, first, last),
+            t.entry.source,
+            recompute,
+            framework_s=self._framework_s(job, gpu, t.entry, fwd + bwd + recompute),
+        )
+
     @staticmethod
-    def _cp_attention_s(job: Job, gpu, first, last, mbs, tp) -> float:
+    def _cp_attention_s(job: Job, s: StageSlice) -> float:
         """Forward seconds a context-parallel rank's queries spend attending to the keys of
         the other ranks' chunks (``context_parallel.attention_extra_flops``), at the attention
         core's achieved FLOP/s; backward does twice the work."""
-        blocks = max(0, min(last, job.model.num_layers) - max(first, 1) + 1)
+        blocks = max(0, min(s.last, job.model.num_layers) - max(s.first, 1) + 1)
         flops = attention_extra_flops(
-            job.model, mbs, job.sequence_length, tp, job.options.context_parallel
+            job.model, s.mbs, job.sequence_length, s.tp, job.options.context_parallel
         )
-        return blocks * flops / attention_flop_s(gpu, job.dtype)
+        return blocks * flops / attention_flop_s(get_gpu(s.gpu_type), job.dtype)
 
     @staticmethod
-    def _fp8_time(job: Job, gpu, first, last, mbs, tp, forward, backward) -> tuple[float, float]:
-        """16-bit seconds of layers first..last with their block GEMMs in FP8 (``fp8.py``);
+    def _fp8_time(job: Job, s: StageSlice, forward, backward) -> tuple[float, float]:
+        """16-bit seconds of the slice's layers with their block GEMMs in FP8 (``fp8.py``);
         never below the whole range sped up as much as a GEMM is (the peak ratio over the FP8
         efficiency ratio: a measured profile can be faster than the analytic GEMM share the
         saving is computed from)."""
-        seq, dtype, recipe = job.local_sequence_length, job.dtype, job.options.fp8
+        gpu, seq, dtype, recipe = (
+            get_gpu(s.gpu_type),
+            job.local_sequence_length,
+            job.dtype,
+            job.options.fp8,
+        )
         d_fwd = d_bwd = 0.0
-        for layer_id in range(first, last + 1):
-            f, b = fp8_time_delta(job.model, layer_id, gpu, dtype, mbs, seq, tp, recipe)
+        for layer_id in range(s.first, s.last + 1):
+            f, b = fp8_time_delta(job.model, layer_id, gpu, dtype, s.mbs, seq, s.tp, recipe)
             d_fwd, d_bwd = d_fwd + f, d_bwd + b
         floor = fp8_speedup_bound(gpu, dtype)
         return max(forward + d_fwd, forward * floor), max(backward + d_bwd, backward * floor)
@@ -213,22 +221,23 @@ class Simulator(MemoryComponents):
             return 0.0
         return compute_s * (1.0 / found[0] - 1.0)
 
-    def _recompute_s(self, job: Job, t, gpu, first, last, mbs, tp, tp_s) -> float:
+    def _recompute_s(self, job: Job, t, s: StageSlice, tp_s: float) -> float:
         """Forward work done again in backward (``options.recomputed_forward_fraction`` of
         the blocks' forward seconds; full recomputation also repeats their forward TP
         all-reduces: half of ``tp_s``)."""
-        a, b = max(first, 1), min(last, job.model.num_layers)
+        a, b = max(s.first, 1), min(s.last, job.model.num_layers)
         if a > b:
             return 0.0
         # Flash's extra QK^T in backward is in a measured profile's backward already.
+        gpu = get_gpu(s.gpu_type)
         flash = uses_flash(job.options, gpu, job.dtype) and not profiled_with_flash(t.entry)
         seq = job.local_sequence_length
-        share = recomputed_forward_fraction(job.model, mbs, seq, tp, job.options, flash)
+        share = recomputed_forward_fraction(job.model, s.mbs, seq, s.tp, job.options, flash)
         extra = share * t.span(t.forward, a, b)
         if job.options.recompute == "full":
             extra += 0.5 * tp_s
         if job.options.context_parallel > 1:  # the attention over the other ranks' keys
-            cp_s = self._cp_attention_s(job, gpu, first, last, mbs, tp)
+            cp_s = self._cp_attention_s(job, s)
             extra += cp_s if job.options.recompute == "full" else 0.5 * cp_s if flash else 0.0
         return extra
 
@@ -514,9 +523,9 @@ class Simulator(MemoryComponents):
         hit = self.cache.replica_compute.get(key)
         if hit is None:
             self._check_replica(job, stage, i, p, r)
-            g, tp, mbs, d = r.gpu_type, r.tp, r.microbatch_size, len(stage.replicas)
-            peak, capacity = self._peak(job, first, last, g, tp, mbs, i, p, r.num_microbatches, d)
-            t = self._sharded_time(job, stage, self._stage_time(job, first, last, g, tp, mbs), r)
+            s = StageSlice.of(stage, r)
+            peak, capacity = self._peak(job, s, i, p, r.num_microbatches, len(stage.replicas))
+            t = self._sharded_time(job, stage, self._stage_time(job, s), r)
             expert = self._expert_comm_s(job, first, last, r)
             context = self._context_comm_s(job, first, last, r)
             if expert or context:  # (0 in stage_time; _replace costs microseconds)
@@ -531,10 +540,8 @@ class Simulator(MemoryComponents):
         if not job.options.shards_optimizer:
             return t
         r0 = stage.replicas[0]
-        return self.sharded_time(
-            job, stage.first_layer, stage.last_layer, t, r.gpu_type, r.tp, r.microbatch_size,
-            self._ring_kinds(stage), (r0.gpu_type, r0.tp),
-        )  # fmt: skip
+        lead = (r0.gpu_type, r0.tp)
+        return self.sharded_time(job, StageSlice.of(stage, r), t, self._ring_kinds(stage), lead)
 
     def _ring_kinds(self, stage: Stage):
         kinds = self.cache.ring_kinds.get(stage._sig)
@@ -543,20 +550,18 @@ class Simulator(MemoryComponents):
         return kinds
 
     def sharded_time(
-        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
-        kinds, lead: tuple[str, int],
-    ) -> StageTime:  # fmt: skip
-        """``_sharded_time`` of a replica (``gpu_type``, ``tp``, ``mbs``) of layers first..last
-        in a stage whose replicas form the ring ``kinds`` (``timing.ring_kinds`` runs) and whose
-        first replica is ``lead`` = (GPU type, TP): the planner scores candidates with it
-        without building stages."""
+        self, job: Job, s: StageSlice, t: StageTime, kinds, lead: tuple[str, int]
+    ) -> StageTime:
+        """``_sharded_time`` of a replica computing slice ``s`` in a stage whose replicas form
+        the ring ``kinds`` (``timing.ring_kinds`` runs) and whose first replica is ``lead`` =
+        (GPU type, TP): the planner scores candidates with it without building stages."""
         if not job.options.shards_optimizer:
             return t
         replicas = sum(count for _, count in kinds)
-        group = self.shard_group(job, gpu_type, tp, replicas)
+        group = self.shard_group(job, s.gpu_type, s.tp, replicas)
         exposed = 0.0
         if job.options.shards_parameters and replicas > 1:
-            exposed = self._exposed_shard_comm(job, first, last, t, gpu_type, tp, mbs, kinds, lead)
+            exposed = self._exposed_shard_comm(job, s, t, kinds, lead)
         return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
 
     def _expert_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
@@ -598,9 +603,8 @@ class Simulator(MemoryComponents):
         )
 
     def _exposed_shard_comm(
-        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
-        kinds, lead: tuple[str, int],
-    ) -> float:  # fmt: skip
+        self, job: Job, s: StageSlice, t: StageTime, kinds, lead: tuple[str, int]
+    ) -> float:
         """Seconds per microbatch of ZeRO-3 / FSDP traffic not hidden behind compute, layer
         by layer as FSDP runs it (one unit per layer, prefetch of one unit ahead): forward
         gathers layer i + 1's parameters while layer i computes, so the first gather is
@@ -610,21 +614,22 @@ class Simulator(MemoryComponents):
         the same bytes (``_layer_collective_s``). Per-layer compute is the profile's, with the
         stage's recomputation spread over its layers by forward time. Memoized by its
         arguments (the planner asks the same stage slice for many allocations)."""
-        key = (job.cache_id, first, last, t, gpu_type, tp, mbs, kinds, lead)
+        key = (job.cache_id, s, t, kinds, lead)
         hit = self.cache.shard_exposed.get(key)
         if hit is None:
             hit = self.cache.shard_exposed[key] = self._exposed_shard_comm_uncached(
-                job, first, last, t, gpu_type, tp, mbs, kinds, lead
+                job, s, t, kinds, lead
             )
         return hit
 
     def _exposed_shard_comm_uncached(
-        self, job: Job, first: int, last: int, t: StageTime, gpu_type: str, tp: int, mbs: int,
-        kinds, lead: tuple[str, int],
-    ) -> float:  # fmt: skip
+        self, job: Job, s: StageSlice, t: StageTime, kinds, lead: tuple[str, int]
+    ) -> float:
+        first, last = s.first, s.last
         table = self.profiles.table(
-            job.model, get_gpu(gpu_type), job.dtype, mbs, tp, job.sequence_length, job.optimizer
-        )
+            job.model, get_gpu(s.gpu_type), job.dtype, s.mbs, s.tp, job.sequence_length,
+            job.optimizer,
+        )  # fmt: skip
         layers = range(first, last + 1)
         fwd = [table.span(table.forward, i, i) for i in layers]
         share = t.recompute_s / t.forward_s if t.forward_s > 0 else 0.0

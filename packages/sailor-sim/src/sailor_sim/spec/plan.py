@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..catalog.gpus import get_gpu
 from ..catalog.zones import get_zone
@@ -34,6 +34,24 @@ def _intern(table: dict[tuple, int], key: tuple) -> int:
     if found is None:
         found = table.setdefault(key, next(_NEXT_ID))  # atomic under the GIL: ids stay unique
     return found
+
+
+class StageSlice(NamedTuple):
+    """What one replica of a stage computes: layer ids first..last (inclusive) on a TP group
+    of ``tp`` GPUs of ``gpu_type`` at microbatch ``mbs``. Stage times and range memory depend
+    on nothing else of the plan (besides the job), so the simulator's caches are keyed by it;
+    a plain tuple, so it hashes and compares in C."""
+
+    first: int
+    last: int
+    gpu_type: str
+    tp: int
+    mbs: int
+
+    @classmethod
+    def of(cls, stage: Stage, replica: Replica) -> StageSlice:
+        return cls(stage.first_layer, stage.last_layer, replica.gpu_type, replica.tp,
+                   replica.microbatch_size)  # fmt: skip
 
 
 @dataclass(frozen=True)

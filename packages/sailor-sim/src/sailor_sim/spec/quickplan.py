@@ -13,7 +13,7 @@ from functools import cache
 
 from ..errors import ValidationError
 from .job import Job
-from .plan import Plan
+from .plan import Plan, StageSlice
 
 
 def balanced_split(sim, job: Job, gpu_type: str, tp: int, mbs: int, pp: int) -> list[int]:
@@ -24,7 +24,7 @@ def balanced_split(sim, job: Job, gpu_type: str, tp: int, mbs: int, pp: int) -> 
 
     @cache
     def cost(first: int, last: int) -> float:
-        return sim.stage_time(job, first, last, gpu_type, tp, mbs).per_microbatch_s
+        return sim.stage_time(job, StageSlice(first, last, gpu_type, tp, mbs)).per_microbatch_s
 
     inf = float("inf")
     # best[k][i]: the slowest stage when layers 0..i-1 form k stages; cut[k][i]: last cut
