@@ -70,10 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     if launch_many(runs, log_dir=root / "logs"):
         print((root / "logs" / "ranks.log").read_text()[-4000:])
         return 1
-    dtype = torch.float64 if a.dtype == "fp64" else torch.float32
     device = "cuda" if a.backend == "nccl" else "cpu"
     refs = {
-        m: reference_run(job, a.steps, dtype=dtype, device=device)[0] for m, job in JOBS.items()
+        m: reference_run(job, device, steps=a.steps, dtype=a.dtype)[0] for m, job in JOBS.items()
     }
     bar = LOSS_RTOL[a.dtype]
     print(

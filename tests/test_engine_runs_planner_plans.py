@@ -32,7 +32,7 @@ def test_planner_plans_train_like_one_process(tmp_path):
              "metrics": str(tmp_path / f"plan{i}.jsonl")} for i, p in enumerate(plans)]
     status = launch_many(runs, log_dir=tmp_path / "logs")
     assert status == 0, (tmp_path / "logs" / "ranks.log").read_text()[-4000:]
-    ref, _ = reference_run(job, STEPS)
+    ref, _ = reference_run(job, steps=STEPS)
     for i, plan in enumerate(plans):
         got = pl.read_ndjson(tmp_path / f"plan{i}.jsonl").sort("step")["loss"].to_list()
         torch.testing.assert_close(torch.tensor(got, dtype=torch.float64),

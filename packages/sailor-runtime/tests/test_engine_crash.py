@@ -76,7 +76,7 @@ def test_kill_during_async_save_keeps_previous_checkpoint(tmp_path):
     } <= set(df.columns)
     resumed = df.filter(pl.col("step") >= 4).unique("step", keep="last").sort("step")
     assert resumed["consumed_samples"].to_list() == [32, 40, 48]
-    ref, _ = reference_run(JOB, 6)
+    ref, _ = reference_run(JOB, steps=6)
     torch.testing.assert_close(
         torch.tensor(resumed["loss"].to_list(), dtype=torch.float64),
         torch.tensor(ref[3:], dtype=torch.float64),

@@ -69,8 +69,8 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference():
     """Single-process baselines: fp32 per model, and fp64 for tiny-gpt."""
-    out = {m: reference_run(job, STEPS) for m, job in JOBS.items()}
-    out["gpt-fp64"] = reference_run(JOBS["gpt"], STEPS, dtype=torch.float64)
+    out = {m: reference_run(job, steps=STEPS) for m, job in JOBS.items()}
+    out["gpt-fp64"] = reference_run(JOBS["gpt"], steps=STEPS, dtype="fp64")
     return out
 
 

@@ -89,9 +89,9 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference():
     return {
-        "fp32": reference_run(JOB, STEPS),
-        "math": reference_run(JOB, STEPS, flash_attention=False),
-        "bf16": reference_run(JOB, STEPS, autocast=torch.bfloat16),
+        "fp32": reference_run(JOB, steps=STEPS),
+        "math": reference_run(JOB, steps=STEPS, options=ExecutionOptions(flash_attention=False)),
+        "bf16": reference_run(JOB, steps=STEPS, precision="bf16"),
     }
 
 

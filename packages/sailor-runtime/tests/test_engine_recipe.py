@@ -46,9 +46,9 @@ def test_pipelined_tp_plan_with_the_recipe_equals_one_process(tmp_path):
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     got = torch.tensor([m["loss"] for m in lines], dtype=torch.float64)
     assert [m["lr"] for m in lines] == [LR.lr(s) for s in range(STEPS)]
-    want, _ = reference_run(JOBS["gpt"], STEPS, lr=LR, optim=OPTIM, dtype=torch.float64)
+    want, _ = reference_run(JOBS["gpt"], steps=STEPS, lr=LR, optim=OPTIM, dtype="fp64")
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
     # The groups matter: decaying everything gives other losses.
     decay_all = OptimConfig(betas=OPTIM.betas, weight_decay=0.5, clip_norm=0.5)
-    other, _ = reference_run(JOBS["gpt"], STEPS, lr=LR, optim=decay_all, dtype=torch.float64)
+    other, _ = reference_run(JOBS["gpt"], steps=STEPS, lr=LR, optim=decay_all, dtype="fp64")
     assert max(abs(a - b) for a, b in zip(other[2:], want[2:], strict=True)) > 1e-8

@@ -98,12 +98,12 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference():
-    return reference_run(JOB, STEPS)
+    return reference_run(JOB, steps=STEPS)
 
 
 @pytest.fixture(scope="module")
 def reference_bf16():
-    return reference_run(JOB, STEPS, autocast=torch.bfloat16)
+    return reference_run(JOB, steps=STEPS, precision="bf16")
 
 
 def _losses(root: Path, name: str) -> torch.Tensor:

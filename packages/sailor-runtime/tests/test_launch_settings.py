@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from sailor_runtime import cli_checks
-from sailor_runtime.engine.config import TrainConfig
+from sailor_runtime.engine.config import EngineError, TrainConfig
 from sailor_runtime.engine.launch import _local_settings, start_local
+from sailor_runtime.engine.reference import reference_config, reference_run
 from sailor_sim import Job, LRSchedule, Plan, Replica, RunSpec, Stage, ValidationError
 
 JOB = Job.create("tiny-gpt", 8, 32)
@@ -21,7 +22,7 @@ RUN_FIELDS = {f.name for f in fields(RunSpec)} | {"lr", "seed_value"}
 
 
 @pytest.mark.parametrize(
-    "function", [start_local, cli_checks.check_run, cli_checks.check_controller]
+    "function", [start_local, cli_checks.check_run, cli_checks.check_controller, reference_run]
 )
 def test_no_run_setting_is_a_parameter(function):
     assert not RUN_FIELDS & set(inspect.signature(function).parameters)
@@ -61,3 +62,19 @@ def test_the_checks_read_the_spec_and_name_the_flag():
             run_dir=Path("."),
         )  # fmt: skip
     assert info.value.field == "--heartbeat-timeout"
+
+
+def test_the_reference_reads_the_settings_an_engine_run_of_the_same_names_gets():
+    """The single-process baseline takes the engine's setting names through the same rule
+    (``TrainConfig.for_job``): same values, same defaults, same refusals."""
+    settings = dict(steps=3, seed=5, lr=LRSchedule(max_lr=2e-3), precision="bf16")
+    ref = reference_config(JOB, **settings)
+    engine = TrainConfig.for_job(JOB, PLAN, **settings)
+    for name in ("steps", "seed", "lr_schedule", "optim", "precision", "options"):
+        assert getattr(ref, name) == getattr(engine, name), name
+    with pytest.raises(EngineError) as info:
+        reference_run(JOB, steps=1, precision="fp16")  # no loss scaling in the reference
+    assert info.value.field == "precision"
+    with pytest.raises(EngineError) as info:
+        reference_config(JOB, seed=-1)
+    assert info.value.field == "seed"

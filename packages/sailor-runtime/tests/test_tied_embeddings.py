@@ -115,7 +115,7 @@ def test_tied_model_over_stages_with_mixed_tp_equals_one_process(tied_runs, name
     job = _job(tied_runs, name)
     metrics = tied_runs / f"{name}.jsonl"
     got = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
-    want, ref = reference_run(job, STEPS, optim=OPTIM, lr=None, dtype=torch.float64)
+    want, ref = reference_run(job, steps=STEPS, optim=OPTIM, dtype="fp64")
     head = str(job.model.head_layer_id)
     assert ref.layers[head].lm_head.weight is ref.layers["0"].word.weight  # one matrix
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-10, atol=0)

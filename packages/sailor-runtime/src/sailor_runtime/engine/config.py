@@ -391,11 +391,11 @@ SETTING_KEYS = ("steps", "checkpoint_every", "seed", "lr", "optim", "precision",
 
 
 def _job_run(job: Job) -> RunSpec:
-    """The run of a config built from a job alone: its model, batch and sequence, the
-    engine's recipe (``ENGINE_RECIPE``) and default options."""
+    """The run of a config built from a job alone: its model, batch, sequence and execution
+    options, and the engine's recipe (``ENGINE_RECIPE``)."""
     return _spec(lambda: RunSpec(
         model=job.model.name, global_batch_size=job.global_batch_size,
-        seq_len=job.sequence_length, recipe=ENGINE_RECIPE,
+        seq_len=job.sequence_length, options=job.options, recipe=ENGINE_RECIPE,
     ))  # fmt: skip
 
 
