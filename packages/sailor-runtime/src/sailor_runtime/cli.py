@@ -135,8 +135,10 @@ def run(
     ),
     data: Annotated[
         Path | None,
-        typer.Option(help="Token shards from `sailor data prepare` (default: a generated "
-                     "byte corpus, no validation split)."),
+        typer.Option(
+            help="Token shards from `sailor data prepare` (default: a generated "
+            "byte corpus, no validation split)."
+        ),
     ] = None,
     eval_every: int = typer.Option(0, help="Validation loss every N steps (needs --data)."),
     eval_batches: int = typer.Option(2, help="Global batches of validation data per eval."),
