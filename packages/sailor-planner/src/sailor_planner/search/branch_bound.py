@@ -179,7 +179,10 @@ class Search:
                 mid = (lo + hi) // 2
                 ranges = [(lo, mid), (mid + 1, hi)]
             for a, b in ranges:
-                thr, cost, hourly = self.bnd.bounds(shape, lbs, allocs[b], fewest=allocs[a])
+                one = layout[0] if a == b else None  # a leaf: its ring's zones bound it too
+                thr, cost, hourly = self.bnd.bounds(
+                    shape, lbs, allocs[b], fewest=allocs[a], stage0_zones=one
+                )
                 if not self.bnd.meets(thr, cost, hourly):
                     self.stats.pruned += b - a + 1
                     continue
