@@ -95,6 +95,10 @@ class Search:
         self._next_poll = 0.0
         self.cv, self.scorer, self.memo = cv, scorer, memo
         self.incumbent = incumbent if options.top_k == 1 else None
+        # The frontier is drawn from every candidate scored: where it is asked for, the
+        # tighter bounds of a leaf (``Bounder.spanning_ring``) and of a placement
+        # (``_draft_loses``) stay off, so they skip nothing it would have shown.
+        self.tight = options.pareto_points == 0
         self.job = cv.job
         self.opt = options
         self.stats = SearchStats()
@@ -179,7 +183,8 @@ class Search:
                 mid = (lo + hi) // 2
                 ranges = [(lo, mid), (mid + 1, hi)]
             for a, b in ranges:
-                one = layout[0] if a == b else None  # a leaf: its ring's zones bound it too
+                leaf = a == b and self.tight  # a leaf: its ring's zones bound it too
+                one = layout[0] if leaf else None
                 thr, cost, hourly = self.bnd.bounds(
                     shape, lbs, allocs[b], fewest=allocs[a], stage0_zones=one
                 )
@@ -414,7 +419,11 @@ class Search:
             if groups in seen:
                 continue
             seen.add(groups)
-            s = self.scorer.score(shape, groups, layout)
+            draft = self.scorer.draft(shape, groups)
+            if self.tight and self._draft_loses(draft):
+                self.stats.pruned += 1
+                continue
+            s = self.scorer.finish(draft, layout)
             self.stats.candidates_evaluated += 1
             if s is None or not self.found.add(s):
                 self.stats.infeasible += 1
@@ -422,6 +431,16 @@ class Search:
             if best is None or self.found.key(s) < self.found.key(best):
                 best = s
         return best
+
+    def _draft_loses(self, draft) -> bool:
+        """Whether a placement cannot meet the constraints or beat the kept best, by
+        ``Scorer.bound`` (its own groups' timing and stage 0's ring, before balancing): the
+        same test as a leaf's, on a bound at least as tight (a leaf's bound holds for every
+        placement of it; this one for one placement)."""
+        thr, cost, hourly = self.scorer.bound(draft)
+        if not self.bnd.meets(thr, cost, hourly):
+            return True
+        return self._beaten(cost if self.opt.objective == "cost" else -thr)
 
     def _class_lb(self, shape: Shape, c: int, layout) -> tuple[float, float, float]:
         """(B, F, optimizer step of stage 0) of a class on a region layout: a pipeline of it

@@ -1,0 +1,182 @@
+"""Bounds that keep the 4096-GPU search short (issue 22): a leaf's spanning ring
+(``Bounder.spanning_ring``: where stage 0's replicas cannot fit in one zone, the ring's slowest
+edge between zones) and a placement's own bound before it is balanced (``Scorer.bound``). Each
+must never promise less than a scored candidate reaches (the Sailor fits' edges between zones
+are asymmetric: every edge into us-central1-a is fast), must prune, and must change no
+answer."""
+
+import itertools
+
+import pytest
+
+from sailor_planner.planner import Planner
+from sailor_planner.request import SearchOptions
+from sailor_planner.search.allocate import Scorer, place
+from sailor_planner.search.bounds import Bounder
+from sailor_planner.search.branch_bound import Memo, Search
+from sailor_planner.search.costs import CostView
+from sailor_sim import ExecutionOptions, Inventory, Job
+
+CENTRAL = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
+SMALL_ZONES = [f"{g}@{z}={n}" for g, n in (("A100-40", 8), ("GH-96", 4)) for z in CENTRAL]
+"""Two types in the four zones of one region, few GPUs per zone: rings span zones early."""
+
+
+@pytest.mark.parametrize("source", ["sim", "sailor_planner"])
+def test_leaf_bounds_with_the_spanning_ring_hold_for_every_scored_candidate(request, source):
+    sim = request.getfixturevalue(source)
+    sim = getattr(sim, "sim", sim)  # the planner fixture holds its simulator
+    job = Job.create("OPT-350M", 64, 2048, "fp32")
+    cv = CostView(sim, job)
+    options = SearchOptions(microbatch_sizes=(1, 2))
+    search = Search(cv, Scorer(cv), Memo(), Inventory.parse(SMALL_ZONES), options)
+    checked, tighter = 0, 0
+    for depth in (1, 2, 3):
+        singles = {g: search._single_shapes(g, depth) for g in search.types}
+        shapes = [x[0] for g in search.types for x in singles[g][:4]]
+        shapes += search._mixed_shapes(depth, singles)[:6]
+        for shape in shapes:
+            for layout in search._layouts(depth, shape):
+                max_d = search._max_pipelines(shape, layout)
+                lbs = [search._class_lb(shape, c, layout) for c in range(len(shape.classes))]
+                lo = 1 if len(max_d) > 1 else 0
+                for counts in itertools.product(*(range(lo, d + 1) for d in max_d)):
+                    if not any(counts):
+                        continue
+                    thr, cost, _ = search.bnd.bounds(shape, lbs, counts, stage0_zones=layout[0])
+                    for groups in _placements(search, shape, layout, counts):
+                        scored = search.scorer.score(shape, groups, layout)
+                        if scored is None:
+                            continue
+                        assert scored.throughput <= thr * (1 + 1e-9), (shape, groups)
+                        assert scored.cost_per_iteration >= cost * (1 - 1e-9), (shape, groups)
+                        checked += 1
+                        tighter += search.bnd.bounds(shape, lbs, counts)[0] > thr
+    assert checked >= 200 and tighter >= 20, (checked, tighter)
+
+
+def test_the_spanning_ring_prunes_and_changes_no_answer(sailor_planner, monkeypatch):
+    """With the bound and without it (0 s for every ring): the same plans and estimates for
+    both objectives, and fewer candidates scored with it."""
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    inventory = Inventory.parse(SMALL_ZONES)
+
+    def answers():
+        out, scored = [], 0
+        for objective in ("throughput", "cost"):
+            r = Planner(sailor_planner.sim).plan(job, inventory, SearchOptions(objective=objective))
+            out.append([(p.plan.to_json(), p.estimate, p.options) for p in r.plans])
+            scored += r.stats.candidates_evaluated
+        return out, scored
+
+    with_bound, fewer = answers()
+    monkeypatch.setattr(Bounder, "spanning_ring", lambda self, shape, counts, zones: 0.0)
+    without, more = answers()
+    assert without == with_bound
+    assert fewer < more, (fewer, more)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ExecutionOptions(),
+        ExecutionOptions(zero="zero1"),
+        ExecutionOptions(zero="zero3"),
+        ExecutionOptions(zero="hybrid"),
+        ExecutionOptions(virtual_stages=2),
+        ExecutionOptions(recompute="full"),
+    ],
+    ids=["plain", "zero1", "zero3", "hybrid", "v2", "recompute"],
+)
+@pytest.mark.parametrize("source", ["sim", "sailor_planner"])
+def test_a_placements_bound_holds_for_its_score(request, source, options):
+    """``Scorer.bound`` of every placement (both orders, one-type and mixed shapes, in one
+    region and across a region boundary) is at least the throughput it scores and at most its
+    $/iteration and $/hour."""
+    sim = request.getfixturevalue(source)
+    sim = getattr(sim, "sim", sim)
+    job = Job.create("OPT-350M", 64, 2048, "fp32", options=options)
+    inventory = Inventory.parse(SMALL_ZONES + ["A100-40@us-west1-b=8"])
+    cv = CostView(sim, job)
+    search = Search(cv, Scorer(cv), Memo(), inventory, SearchOptions(microbatch_sizes=(1, 2)))
+    checked, mixed, crossing = 0, 0, 0
+    for depth in (1, 2, 4):
+        singles = {g: search._single_shapes(g, depth) for g in search.types}
+        shapes = [x[0] for g in search.types for x in singles[g][:3]]
+        shapes += search._mixed_shapes(depth, singles)[:4]
+        for shape in shapes:
+            for layout in search._layouts(depth, shape):
+                for counts in _some_counts(search._max_pipelines(shape, layout)):
+                    for groups in _placements(search, shape, layout, counts):
+                        draft = search.scorer.draft(shape, groups)
+                        scored = search.scorer.finish(draft, layout)
+                        if scored is None:
+                            continue
+                        thr, cost, hourly = search.scorer.bound(draft)
+                        where = (shape, groups)
+                        assert scored.throughput <= thr * (1 + 1e-9), where
+                        assert scored.cost_per_iteration >= cost * (1 - 1e-9), where
+                        assert scored.cost_per_hour >= hourly * (1 - 1e-9), where
+                        checked += 1
+                        mixed += len(shape.classes) > 1
+                        crossing += layout[0] != layout[-1]
+    one_stage = options.zero in ("zero3", "hybrid")  # sharded weights: no pipelining
+    assert checked >= 50 and mixed >= 10, (checked, mixed)
+    assert one_stage or crossing >= 10, crossing
+
+
+def _some_counts(max_d):
+    """Pipelines per class: 1, 2, half and all of each class's most (at least 1 per class)."""
+    picks = [sorted({v for v in (1, 2, d // 2, d) if 1 <= v <= d}) for d in max_d]
+    return itertools.product(*picks)
+
+
+def _placements(search, shape, layout, counts):
+    out = set()
+    for order in search.orders:
+        zones = tuple(order[grp] for grp in layout)
+        for stage_major in (False, True):
+            groups = place(shape, zones, counts, search.free, stage_major=stage_major)
+            if groups is not None:
+                out.add(groups)
+    return out
+
+
+@pytest.mark.parametrize("objective", ["throughput", "cost"])
+def test_skipping_placements_by_their_bound_changes_no_answer(
+    sailor_planner, monkeypatch, objective
+):
+    """With ``Search._draft_loses`` and without it: the same plans, estimates and options,
+    and fewer candidates scored with it."""
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    inventory = Inventory.parse(SMALL_ZONES)
+
+    def answer():
+        r = Planner(sailor_planner.sim).plan(job, inventory, SearchOptions(objective=objective))
+        return [(p.plan.to_json(), p.estimate, p.options) for p in r.plans], r.stats
+
+    with_bound, fewer = answer()
+    monkeypatch.setattr(Search, "_draft_loses", lambda self, draft: False)
+    without, more = answer()
+    assert without == with_bound
+    assert fewer.candidates_evaluated < more.candidates_evaluated
+
+
+def test_a_frontier_request_keeps_every_candidate_the_looser_bounds_score(
+    sailor_planner, monkeypatch
+):
+    """The Pareto frontier is drawn from every scored candidate: with ``pareto_points`` the
+    tighter bounds stay off, so the frontier and the count scored are those without them."""
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    inventory = Inventory.parse(SMALL_ZONES)
+    options = SearchOptions(pareto_points=6)
+
+    def answer():
+        r = Planner(sailor_planner.sim).plan(job, inventory, options)
+        frontier = [(p.plan.to_json(), p.estimate) for p in r.pareto]
+        return frontier, r.stats.candidates_evaluated
+
+    with_rules = answer()
+    monkeypatch.setattr(Search, "_draft_loses", lambda self, draft: False)
+    monkeypatch.setattr(Bounder, "spanning_ring", lambda self, shape, counts, zones: 0.0)
+    assert answer() == with_rules
