@@ -1,6 +1,7 @@
 """Bounds that keep the 4096-GPU search short (issue 22): a leaf's spanning ring
 (``Bounder.spanning_ring``: where stage 0's replicas cannot fit in one zone, the ring's slowest
-edge between zones) and a placement's own bound before it is balanced (``Scorer.bound``). Each
+edge between zones) and a placement's own bounds before it is balanced (its stage-0 ring,
+``Search._ring_loses``; its groups' timing, ``Scorer.bound``). Each
 must never promise less than a scored candidate reaches (the Sailor fits' edges between zones
 are asymmetric: every edge into us-central1-a is fast), must prune, and must change no
 answer."""
@@ -91,7 +92,8 @@ def test_the_spanning_ring_prunes_and_changes_no_answer(sailor_planner, monkeypa
 @pytest.mark.parametrize("source", ["sim", "sailor_planner"])
 def test_a_placements_bound_holds_for_its_score(request, source, options):
     """``Scorer.bound`` of every placement (both orders, one-type and mixed shapes, in one
-    region and across a region boundary) is at least the throughput it scores and at most its
+    region and across a region boundary), and its leaf's bound with the placement's own stage-0
+    ring (``Search._ring_loses``), are at least the throughput it scores and at most its
     $/iteration and $/hour."""
     sim = request.getfixturevalue(source)
     sim = getattr(sim, "sim", sim)
@@ -106,17 +108,22 @@ def test_a_placements_bound_holds_for_its_score(request, source, options):
         shapes += search._mixed_shapes(depth, singles)[:4]
         for shape in shapes:
             for layout in search._layouts(depth, shape):
+                lbs = [search._class_lb(shape, c, layout) for c in range(len(shape.classes))]
                 for counts in _some_counts(search._max_pipelines(shape, layout)):
                     for groups in _placements(search, shape, layout, counts):
                         draft = search.scorer.draft(shape, groups)
                         scored = search.scorer.finish(draft, layout)
                         if scored is None:
                             continue
-                        thr, cost, hourly = search.scorer.bound(draft)
-                        where = (shape, groups)
-                        assert scored.throughput <= thr * (1 + 1e-9), where
-                        assert scored.cost_per_iteration >= cost * (1 - 1e-9), where
-                        assert scored.cost_per_hour >= hourly * (1 - 1e-9), where
+                        ring = search.scorer.first_ring(shape, groups)
+                        for thr, cost, hourly in (
+                            search.scorer.bound(draft),
+                            search.bnd.bounds(shape, lbs, counts, stage0_ring=ring),
+                        ):
+                            where = (shape, groups)
+                            assert scored.throughput <= thr * (1 + 1e-9), where
+                            assert scored.cost_per_iteration >= cost * (1 - 1e-9), where
+                            assert scored.cost_per_hour >= hourly * (1 - 1e-9), where
                         checked += 1
                         mixed += len(shape.classes) > 1
                         crossing += layout[0] != layout[-1]
@@ -146,8 +153,8 @@ def _placements(search, shape, layout, counts):
 def test_skipping_placements_by_their_bound_changes_no_answer(
     sailor_planner, monkeypatch, objective
 ):
-    """With ``Search._draft_loses`` and without it: the same plans, estimates and options,
-    and fewer candidates scored with it."""
+    """With ``Search._ring_loses`` and ``_draft_loses`` and without them: the same plans,
+    estimates and options, and fewer candidates scored with them."""
     job = Job.create("OPT-350M", 256, 2048, "fp32")
     inventory = Inventory.parse(SMALL_ZONES)
 
@@ -157,6 +164,7 @@ def test_skipping_placements_by_their_bound_changes_no_answer(
 
     with_bound, fewer = answer()
     monkeypatch.setattr(Search, "_draft_loses", lambda self, draft: False)
+    monkeypatch.setattr(Search, "_ring_loses", lambda self, shape, lbs, counts, groups: False)
     without, more = answer()
     assert without == with_bound
     assert fewer.candidates_evaluated < more.candidates_evaluated
@@ -178,5 +186,6 @@ def test_a_frontier_request_keeps_every_candidate_the_looser_bounds_score(
 
     with_rules = answer()
     monkeypatch.setattr(Search, "_draft_loses", lambda self, draft: False)
+    monkeypatch.setattr(Search, "_ring_loses", lambda self, shape, lbs, counts, groups: False)
     monkeypatch.setattr(Bounder, "spanning_ring", lambda self, shape, counts, zones: 0.0)
     assert answer() == with_rules

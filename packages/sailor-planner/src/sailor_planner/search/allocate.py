@@ -302,15 +302,7 @@ class Scorer:
         group's timing (``group_timing``, under ZeRO ``_sharded``)."""
         d = sum(g.count for g in groups)
         p = shape.depth
-        # Each stage's ring: runs of (zone, GPU, TP) replicas, as timing.ring_kinds makes them.
-        kinds = []
-        for i in range(p):
-            runs: dict[tuple, int] = {}
-            for g in groups:
-                cls = shape.classes[g.cls]
-                k = (g.pattern[i], cls.gpu, cls.tps[i])
-                runs[k] = runs.get(k, 0) + g.count
-            kinds.append(tuple(sorted(runs.items())))
+        kinds = [self.ring_kinds(shape, groups, i) for i in range(p)]
         lead = shape.classes[groups[0].cls]
         firsts = [(lead.gpu, lead.tps[i]) for i in range(p)]
         info = [
@@ -318,6 +310,26 @@ class Scorer:
             for g in groups
         ]
         return Draft(shape, groups, kinds, firsts, info)
+
+    @staticmethod
+    def ring_kinds(shape: Shape, groups: tuple[Group, ...], stage: int) -> tuple:
+        """Stage ``stage``'s ring: runs of (zone, GPU, TP) replicas, as timing.ring_kinds
+        makes them."""
+        runs: dict[tuple, int] = {}
+        for g in groups:
+            cls = shape.classes[g.cls]
+            k = (g.pattern[stage], cls.gpu, cls.tps[stage])
+            runs[k] = runs.get(k, 0) + g.count
+        return tuple(sorted(runs.items()))
+
+    def first_ring(self, shape: Shape, groups: tuple[Group, ...]) -> float:
+        """Seconds of stage 0's sync over ``groups`` as ``finish`` counts them (ZeRO-3's are
+        0: its traffic is per microbatch, in the stage times)."""
+        if self.job.options.zero == "zero3":  # its sync key needs the loads; 0 s anyway
+            return 0.0
+        lead = shape.classes[groups[0].cls]
+        kinds = self.ring_kinds(shape, groups, 0)
+        return self.sync(shape, 0, kinds, 1, (lead.gpu, lead.tps[0])).seconds
 
     def bound(self, draft: Draft) -> tuple[float, float, float]:
         """(upper bound on iterations/s, lower bounds on $/iteration and $/hour) of what
@@ -338,9 +350,7 @@ class Scorer:
             spread += g.count * mbs * x[3] / x[2]
             longest = max(longest, x[2] + x[3])
         pipes = max((self.job.sample_slots + spread) / rate, longest)
-        sync0 = 0.0
-        if self.job.options.zero != "zero3":  # its seconds are 0, its key needs the loads
-            sync0 = self.sync(shape, 0, draft.kinds[0], 1, draft.firsts[0]).seconds
+        sync0 = self.first_ring(shape, groups)
         opt0 = max(x[0][0].optimizer_s for x in info)
         t = pipes + sync0 + opt0 + self._step_sync(shape, groups)
         usd_per_s = sum(g.count * x[4] for g, x in zip(groups, info, strict=True))

@@ -83,6 +83,7 @@ class Bounder:
         sync_replicas: int | None = None,
         fewest=None,
         stage0_zones: tuple[str, ...] | None = None,
+        stage0_ring: float = 0.0,
     ) -> tuple[float, float, float]:
         """(upper bound on iterations/s, lower bounds on $/iteration and $/hour).
 
@@ -94,7 +95,8 @@ class Bounder:
         with more pipelines than in ``counts``) the bound holds for every allocation between the
         two: T only falls and the all-reduce and the bill only grow as pipelines are added.
         With ``stage0_zones`` (the zones stage 0 may use; one allocation: ``fewest`` unset) the
-        all-reduce is at least ``spanning_ring``'s.
+        all-reduce is at least ``spanning_ring``'s, and at least ``stage0_ring`` (one
+        placement's own: ``Scorer.first_ring``).
         """
         gbs = self.job.sample_slots
         fewest = counts if fewest is None else fewest
@@ -122,6 +124,7 @@ class Bounder:
             sync = max(sync, self.spanning_ring(shape, counts, stage0_zones))
         if self.job.options.zero == "hybrid":  # its volume falls as replicas are added
             sync = 0.0
+        sync = max(sync, stage0_ring)  # exact where known: the tail starts with it
         if self.job.options.shards_optimizer:  # a shard over at most every replica
             opt /= max(1, sum(counts))
         t = max((gbs + spread) / rate, longest) + sync + opt

@@ -406,6 +406,7 @@ class Search:
 
     def _evaluate_placements(self, shape: Shape, layout, counts) -> Scored | None:
         best = None
+        lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
         placements, seen = [], set()
         for order in self.orders:  # zones of a region in each order that may matter
             zones = tuple(order[grp] for grp in layout)
@@ -419,6 +420,9 @@ class Search:
             if groups in seen:
                 continue
             seen.add(groups)
+            if self.tight and self._ring_loses(shape, lbs, counts, groups):
+                self.stats.pruned += 1
+                continue
             draft = self.scorer.draft(shape, groups)
             if self.tight and self._draft_loses(draft):
                 self.stats.pruned += 1
@@ -432,12 +436,24 @@ class Search:
                 best = s
         return best
 
+    def _ring_loses(self, shape: Shape, lbs, counts, groups) -> bool:
+        """``_draft_loses`` on a cheaper bound, first: the leaf's own (``Bounder.bounds``)
+        with stage 0's sync of this placement (``Scorer.first_ring``), before any group's
+        timing is computed (placing whole pipelines in zones often splits stage 0's ring
+        across zones)."""
+        ring = self.scorer.first_ring(shape, groups)
+        return self._loses(*self.bnd.bounds(shape, lbs, counts, stage0_ring=ring))
+
     def _draft_loses(self, draft) -> bool:
         """Whether a placement cannot meet the constraints or beat the kept best, by
         ``Scorer.bound`` (its own groups' timing and stage 0's ring, before balancing): the
         same test as a leaf's, on a bound at least as tight (a leaf's bound holds for every
         placement of it; this one for one placement)."""
-        thr, cost, hourly = self.scorer.bound(draft)
+        return self._loses(*self.scorer.bound(draft))
+
+    def _loses(self, thr: float, cost: float, hourly: float) -> bool:
+        """Whether bounds (iterations/s at most, $/iteration and $/hour at least) of a
+        candidate rule it out: it cannot meet the constraints or beat the kept best."""
         if not self.bnd.meets(thr, cost, hourly):
             return True
         return self._beaten(cost if self.opt.objective == "cost" else -thr)
@@ -568,12 +584,18 @@ class Search:
         return hit
 
     def _crossings_slow_uncached(self, cls: ClassShape, layouts) -> bool:
+        checked = set()  # what a crossing adds depends on its TP pair and regions only
         for layout in layouts:
             for q in range(1, len(layout)):
-                if layout[q] != layout[q - 1]:
-                    extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
-                    if extra[0] < 0 or extra[1] < 0:
-                        return False
+                if layout[q] == layout[q - 1]:
+                    continue
+                crossing = (cls.tps[q - 1 : q + 1], layout[q - 1], layout[q])
+                if crossing in checked:
+                    continue
+                checked.add(crossing)
+                extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
+                if extra[0] < 0 or extra[1] < 0:
+                    return False
         return True
 
     def _class_base(self, shape: Shape, c: int) -> tuple:
