@@ -14,7 +14,7 @@ from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
 from sailor_planner.search.allocate import Scorer, place
 from sailor_planner.search.bounds import Bounder
-from sailor_planner.search.branch_bound import Memo, Search
+from sailor_planner.search.branch_bound import REFINE_STARTS, Memo, Search
 from sailor_planner.search.costs import CostView
 from sailor_sim import ExecutionOptions, Inventory, Job
 
@@ -189,3 +189,20 @@ def test_a_frontier_request_keeps_every_candidate_the_looser_bounds_score(
     monkeypatch.setattr(Search, "_ring_loses", lambda self, shape, lbs, counts, groups: False)
     monkeypatch.setattr(Bounder, "spanning_ring", lambda self, shape, counts, zones: 0.0)
     assert answer() == with_rules
+
+
+def test_placements_that_may_start_the_local_search_are_scored(sailor_planner):
+    """``_refine`` walks from the best candidate of each of the REFINE_STARTS best shapes: a
+    placement that may beat the worst of them is scored even where the kept best beats it,
+    so skipping placements leaves the local search's starts as they were."""
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    cv = CostView(sailor_planner.sim, job)
+    options = SearchOptions()
+    search = Search(cv, Scorer(cv), Memo(), Inventory.parse(SMALL_ZONES), options)
+    found = search.run()
+    kept = found.threshold.throughput
+    start = found.shape_threshold(REFINE_STARTS).throughput
+    assert start < kept * (1 - 1e-6), (start, kept)  # the instance tells the two apart
+    between = (start + kept) / 2
+    assert not search._loses(between, 0.0, 0.0)
+    assert search._loses(start * (1 - 1e-6), 0.0, 0.0)

@@ -95,8 +95,8 @@ class Bounder:
         with more pipelines than in ``counts``) the bound holds for every allocation between the
         two: T only falls and the all-reduce and the bill only grow as pipelines are added.
         With ``stage0_zones`` (the zones stage 0 may use; one allocation: ``fewest`` unset) the
-        all-reduce is at least ``spanning_ring``'s, and at least ``stage0_ring`` (one
-        placement's own: ``Scorer.first_ring``).
+        all-reduce is at least ``spanning_ring``'s; with ``stage0_ring`` (one placement's own
+        stage-0 sync, ``Scorer.first_ring``), at least that.
         """
         gbs = self.job.sample_slots
         fewest = counts if fewest is None else fewest

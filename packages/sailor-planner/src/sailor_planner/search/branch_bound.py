@@ -69,6 +69,8 @@ SHAPE_MARGIN = 1e-9
 (float rounding between it and ``Bounder.node_key``)."""
 SHAPE = object()
 """The ``allocs`` field of a heap entry that holds a shape whose layout nodes are not built."""
+REFINE_STARTS = 3
+"""Best distinct shapes the local search (``_refine``) walks from."""
 POLL_S = 0.01
 """Seconds between two asks of ``should_stop``: a cancelled request stops well within 100 ms."""
 
@@ -97,7 +99,7 @@ class Search:
         self.incumbent = incumbent if options.top_k == 1 else None
         # The frontier is drawn from every candidate scored: where it is asked for, the
         # tighter bounds of a leaf (``Bounder.spanning_ring``) and of a placement
-        # (``_draft_loses``) stay off, so they skip nothing it would have shown.
+        # (``_ring_loses``, ``_draft_loses``) stay off, so they skip nothing it would show.
         self.tight = options.pareto_points == 0
         self.job = cv.job
         self.opt = options
@@ -177,7 +179,7 @@ class Search:
                 allocs, path = self._allocations(shape, lbs, max_d)
                 ranges = [(0, len(allocs) - 1)] if path else [(i, i) for i in range(len(allocs))]
             elif hi < 0:
-                self._evaluate(shape, layout, allocs[lo])
+                self._evaluate(shape, layout, allocs[lo], prune=self.tight)
                 continue
             else:
                 mid = (lo + hi) // 2
@@ -395,16 +397,17 @@ class Search:
                 out += [(a,) * q + (b,) * (p - q) for q in range(1, p)]
         return out
 
-    def _evaluate(self, shape: Shape, layout, counts) -> Scored | None:
-        """Score an allocation under both placements (when they differ); the better one."""
+    def _evaluate(self, shape: Shape, layout, counts, prune: bool = False) -> Scored | None:
+        """Score an allocation under both placements (when they differ); the better one.
+        ``prune``: skip placements whose own bounds rule them out (``_placement_loses``)."""
         self._poll()
         start = time.perf_counter()
         try:
-            return self._evaluate_placements(shape, layout, counts)
+            return self._evaluate_placements(shape, layout, counts, prune)
         finally:
             self.stats.scoring_s += time.perf_counter() - start
 
-    def _evaluate_placements(self, shape: Shape, layout, counts) -> Scored | None:
+    def _evaluate_placements(self, shape: Shape, layout, counts, prune: bool) -> Scored | None:
         best = None
         lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
         placements, seen = [], set()
@@ -420,11 +423,11 @@ class Search:
             if groups in seen:
                 continue
             seen.add(groups)
-            if self.tight and self._ring_loses(shape, lbs, counts, groups):
+            if prune and self._ring_loses(shape, lbs, counts, groups):
                 self.stats.pruned += 1
                 continue
             draft = self.scorer.draft(shape, groups)
-            if self.tight and self._draft_loses(draft):
+            if prune and self._draft_loses(draft):
                 self.stats.pruned += 1
                 continue
             s = self.scorer.finish(draft, layout)
@@ -453,10 +456,21 @@ class Search:
 
     def _loses(self, thr: float, cost: float, hourly: float) -> bool:
         """Whether bounds (iterations/s at most, $/iteration and $/hour at least) of a
-        candidate rule it out: it cannot meet the constraints or beat the kept best."""
+        placement rule it out: it cannot meet the constraints, or beat neither the kept best
+        nor the best candidate of the REFINE_STARTS-th best shape. The second keeps what
+        ``_refine`` starts from: a placement that cannot beat that candidate is not the best
+        of a shape among the REFINE_STARTS best (shapes' bests only improve)."""
         if not self.bnd.meets(thr, cost, hourly):
             return True
-        return self._beaten(cost if self.opt.objective == "cost" else -thr)
+        key = cost if self.opt.objective == "cost" else -thr
+        start = self.found.shape_threshold(REFINE_STARTS)
+        return start is not None and self._beaten(key) and self._worse(key, start)
+
+    def _worse(self, key: float, s: Scored) -> bool:
+        """Whether heap key ``key`` (a bound) cannot beat candidate ``s`` (as ``_beaten``)."""
+        if self.opt.objective == "cost":
+            return key > s.cost_per_iteration * (1 + 1e-9)
+        return -key < s.throughput * (1 - 1e-9)
 
     def _class_lb(self, shape: Shape, c: int, layout) -> tuple[float, float, float]:
         """(B, F, optimizer step of stage 0) of a class on a region layout: a pipeline of it
@@ -744,7 +758,7 @@ class Search:
                     out.append(counts)
         return out, True
 
-    def _refine(self, rounds: int = 3, steps: int = 30) -> None:
+    def _refine(self, rounds: int = REFINE_STARTS, steps: int = 30) -> None:
         """Local search on pipelines per class around the best distinct candidates."""
         if not self.found.admitted:
             return
