@@ -6,12 +6,14 @@ must never promise less than a scored candidate reaches (the Sailor fits' edges 
 are asymmetric: every edge into us-central1-a is fast), must prune, and must change no
 answer."""
 
+import heapq
 import itertools
 
 import pytest
 
 from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
+from sailor_planner.search import branch_bound
 from sailor_planner.search.allocate import Scorer, place
 from sailor_planner.search.bounds import Bounder
 from sailor_planner.search.branch_bound import REFINE_STARTS, Memo, Search
@@ -56,19 +58,27 @@ def test_leaf_bounds_with_the_spanning_ring_hold_for_every_scored_candidate(requ
     assert checked >= 200 and tighter >= 20, (checked, tighter)
 
 
-def test_the_spanning_ring_prunes_and_changes_no_answer(sailor_planner, monkeypatch):
+def test_the_spanning_ring_skips_leaves_and_changes_no_answer(sailor_planner, monkeypatch):
     """With the bound and without it (0 s for every ring): the same plans and estimates for
-    both objectives, and fewer candidates scored with it."""
+    both objectives, and fewer placements built with it (``Search._leaf_loses`` skips a leaf
+    before placing it)."""
     job = Job.create("OPT-350M", 256, 2048, "fp32")
     inventory = Inventory.parse(SMALL_ZONES)
+    placed = []
+
+    def counting(*args, **kwargs):
+        placed.append(1)
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(branch_bound, "place", counting)
 
     def answers():
-        out, scored = [], 0
+        out = []
+        placed.clear()
         for objective in ("throughput", "cost"):
             r = Planner(sailor_planner.sim).plan(job, inventory, SearchOptions(objective=objective))
             out.append([(p.plan.to_json(), p.estimate, p.options) for p in r.plans])
-            scored += r.stats.candidates_evaluated
-        return out, scored
+        return out, len(placed)
 
     with_bound, fewer = answers()
     monkeypatch.setattr(Bounder, "spanning_ring", lambda self, shape, counts, zones: 0.0)
@@ -153,21 +163,35 @@ def _placements(search, shape, layout, counts):
 def test_skipping_placements_by_their_bound_changes_no_answer(
     sailor_planner, monkeypatch, objective
 ):
-    """With ``Search._ring_loses`` and ``_draft_loses`` and without them: the same plans,
-    estimates and options, and fewer candidates scored with them."""
+    """With every skip (``Search._loses``: a leaf's spanning ring, a placement's ring and
+    draft bounds) and without: the search pops the same heap entries in the same order and
+    gives the same plans, estimates and options, scoring fewer candidates with them."""
     job = Job.create("OPT-350M", 256, 2048, "fp32")
     inventory = Inventory.parse(SMALL_ZONES)
+    popped = []
+
+    class Recording:
+        heappush = staticmethod(heapq.heappush)
+
+        @staticmethod
+        def heappop(heap):
+            entry = heapq.heappop(heap)
+            popped.append((entry[0], entry[7], entry[8]))
+            return entry
+
+    monkeypatch.setattr(branch_bound, "heapq", Recording)
 
     def answer():
+        popped.clear()
         r = Planner(sailor_planner.sim).plan(job, inventory, SearchOptions(objective=objective))
-        return [(p.plan.to_json(), p.estimate, p.options) for p in r.plans], r.stats
+        plans = [(p.plan.to_json(), p.estimate, p.options) for p in r.plans]
+        return plans, list(popped), r.stats.candidates_evaluated
 
-    with_bound, fewer = answer()
-    monkeypatch.setattr(Search, "_draft_loses", lambda self, draft: False)
-    monkeypatch.setattr(Search, "_ring_loses", lambda self, shape, lbs, counts, groups: False)
-    without, more = answer()
-    assert without == with_bound
-    assert fewer.candidates_evaluated < more.candidates_evaluated
+    with_skips = answer()
+    monkeypatch.setattr(Search, "_loses", lambda self, thr, cost, hourly: False)
+    without = answer()
+    assert without[:2] == with_skips[:2]
+    assert with_skips[2] < without[2], (with_skips[2], without[2])
 
 
 def test_a_frontier_request_keeps_every_candidate_the_looser_bounds_score(

@@ -98,8 +98,8 @@ class Search:
         self.cv, self.scorer, self.memo = cv, scorer, memo
         self.incumbent = incumbent if options.top_k == 1 else None
         # The frontier is drawn from every candidate scored: where it is asked for, the
-        # tighter bounds of a leaf (``Bounder.spanning_ring``) and of a placement
-        # (``_ring_loses``, ``_draft_loses``) stay off, so they skip nothing it would show.
+        # tighter bounds of a leaf (``_leaf_loses``) and of a placement (``_ring_loses``,
+        # ``_draft_loses``) stay off, so they skip nothing it would show.
         self.tight = options.pareto_points == 0
         self.job = cv.job
         self.opt = options
@@ -179,17 +179,13 @@ class Search:
                 allocs, path = self._allocations(shape, lbs, max_d)
                 ranges = [(0, len(allocs) - 1)] if path else [(i, i) for i in range(len(allocs))]
             elif hi < 0:
-                self._evaluate(shape, layout, allocs[lo], prune=self.tight)
+                self._evaluate(shape, layout, allocs[lo], lbs if self.tight else None)
                 continue
             else:
                 mid = (lo + hi) // 2
                 ranges = [(lo, mid), (mid + 1, hi)]
             for a, b in ranges:
-                leaf = a == b and self.tight  # a leaf: its ring's zones bound it too
-                one = layout[0] if leaf else None
-                thr, cost, hourly = self.bnd.bounds(
-                    shape, lbs, allocs[b], fewest=allocs[a], stage0_zones=one
-                )
+                thr, cost, hourly = self.bnd.bounds(shape, lbs, allocs[b], fewest=allocs[a])
                 if not self.bnd.meets(thr, cost, hourly):
                     self.stats.pruned += b - a + 1
                     continue
@@ -397,19 +393,23 @@ class Search:
                 out += [(a,) * q + (b,) * (p - q) for q in range(1, p)]
         return out
 
-    def _evaluate(self, shape: Shape, layout, counts, prune: bool = False) -> Scored | None:
+    def _evaluate(self, shape: Shape, layout, counts, lbs=None) -> Scored | None:
         """Score an allocation under both placements (when they differ); the better one.
-        ``prune``: skip placements whose own bounds rule them out (``_placement_loses``)."""
+        With ``lbs`` (its node's ``_class_lb`` per class) it skips what its own bounds rule
+        out (``_loses``)."""
         self._poll()
         start = time.perf_counter()
         try:
-            return self._evaluate_placements(shape, layout, counts, prune)
+            return self._evaluate_placements(shape, layout, counts, lbs)
         finally:
             self.stats.scoring_s += time.perf_counter() - start
 
-    def _evaluate_placements(self, shape: Shape, layout, counts, prune: bool) -> Scored | None:
+    def _evaluate_placements(self, shape: Shape, layout, counts, lbs) -> Scored | None:
         best = None
-        lbs = [self._class_lb(shape, c, layout) for c in range(len(shape.classes))]
+        prune = lbs is not None
+        if prune and self._leaf_loses(shape, lbs, counts, layout):
+            self.stats.pruned += 1
+            return None
         placements, seen = [], set()
         for order in self.orders:  # zones of a region in each order that may matter
             zones = tuple(order[grp] for grp in layout)
@@ -439,6 +439,12 @@ class Search:
                 best = s
         return best
 
+    def _leaf_loses(self, shape: Shape, lbs, counts, layout) -> bool:
+        """``_loses`` on the leaf's bound with ``Bounder.spanning_ring`` (stage 0's ring in
+        the zones of its region), before any placement: where stage 0's replicas cannot fit
+        in one zone, the ring's edges between zones are 8x slower in the Sailor fits."""
+        return self._loses(*self.bnd.bounds(shape, lbs, counts, stage0_zones=layout[0]))
+
     def _ring_loses(self, shape: Shape, lbs, counts, groups) -> bool:
         """``_draft_loses`` on a cheaper bound, first: the leaf's own (``Bounder.bounds``)
         with stage 0's sync of this placement (``Scorer.first_ring``), before any group's
@@ -455,11 +461,16 @@ class Search:
         return self._loses(*self.scorer.bound(draft))
 
     def _loses(self, thr: float, cost: float, hourly: float) -> bool:
-        """Whether bounds (iterations/s at most, $/iteration and $/hour at least) of a
-        placement rule it out: it cannot meet the constraints, or beat neither the kept best
-        nor the best candidate of the REFINE_STARTS-th best shape. The second keeps what
-        ``_refine`` starts from: a placement that cannot beat that candidate is not the best
-        of a shape among the REFINE_STARTS best (shapes' bests only improve)."""
+        """Whether bounds (iterations/s at most, $/iteration and $/hour at least) of a leaf
+        or placement rule it out: it cannot meet the constraints, or beat neither the kept
+        best nor the best candidate of the REFINE_STARTS-th best shape.
+
+        Why skipping it changes no answer: the heap keys are those of a search without
+        these skips, and what it pops depends only on them and the kept best, which a
+        candidate that cannot beat it leaves as it is; so the same entries are popped. The
+        second condition keeps what ``_refine`` starts from: a candidate that cannot beat
+        that one is not the best of a shape among the REFINE_STARTS best (shapes' bests only
+        improve). Candidates that could meet neither change only what is never ranked."""
         if not self.bnd.meets(thr, cost, hourly):
             return True
         key = cost if self.opt.objective == "cost" else -thr
