@@ -27,6 +27,8 @@ SMALL_ZONES = [f"{g}@{z}={n}" for g, n in (("A100-40", 8), ("GH-96", 4)) for z i
 
 @pytest.mark.parametrize("source", ["sim", "sailor_planner"])
 def test_leaf_bounds_with_the_spanning_ring_hold_for_every_scored_candidate(request, source):
+    """A leaf's skip bound (``Search._leaf_loses``: pipelines without p2p, stage 0's sync at
+    least ``spanning_ring``) holds for every placement of it, with and without mixed types."""
     sim = request.getfixturevalue(source)
     sim = getattr(sim, "sim", sim)  # the planner fixture holds its simulator
     job = Job.create("OPT-350M", 64, 2048, "fp32")
@@ -41,12 +43,13 @@ def test_leaf_bounds_with_the_spanning_ring_hold_for_every_scored_candidate(requ
         for shape in shapes:
             for layout in search._layouts(depth, shape):
                 max_d = search._max_pipelines(shape, layout)
-                lbs = [search._class_lb(shape, c, layout) for c in range(len(shape.classes))]
+                floors = [search._class_floor(shape, c) for c in range(len(shape.classes))]
                 lo = 1 if len(max_d) > 1 else 0
                 for counts in itertools.product(*(range(lo, d + 1) for d in max_d)):
                     if not any(counts):
                         continue
-                    thr, cost, _ = search.bnd.bounds(shape, lbs, counts, stage0_zones=layout[0])
+                    ring = search.bnd.spanning_ring(shape, counts, layout[0])
+                    thr, cost, _ = search.bnd.bounds(shape, floors, counts, ring=ring)
                     for groups in _placements(search, shape, layout, counts):
                         scored = search.scorer.score(shape, groups, layout)
                         if scored is None:
@@ -54,7 +57,7 @@ def test_leaf_bounds_with_the_spanning_ring_hold_for_every_scored_candidate(requ
                         assert scored.throughput <= thr * (1 + 1e-9), (shape, groups)
                         assert scored.cost_per_iteration >= cost * (1 - 1e-9), (shape, groups)
                         checked += 1
-                        tighter += search.bnd.bounds(shape, lbs, counts)[0] > thr
+                        tighter += ring > 0
     assert checked >= 200 and tighter >= 20, (checked, tighter)
 
 
@@ -102,9 +105,9 @@ def test_the_spanning_ring_skips_leaves_and_changes_no_answer(sailor_planner, mo
 @pytest.mark.parametrize("source", ["sim", "sailor_planner"])
 def test_a_placements_bound_holds_for_its_score(request, source, options):
     """``Scorer.bound`` of every placement (both orders, one-type and mixed shapes, in one
-    region and across a region boundary), and its leaf's bound with the placement's own stage-0
-    ring (``Search._ring_loses``), are at least the throughput it scores and at most its
-    $/iteration and $/hour."""
+    region and across a region boundary), and the bound with pipelines without p2p and the
+    placement's own stage-0 ring (``Search._ring_loses``), are at least the throughput it
+    scores and at most its $/iteration and $/hour."""
     sim = request.getfixturevalue(source)
     sim = getattr(sim, "sim", sim)
     job = Job.create("OPT-350M", 64, 2048, "fp32", options=options)
@@ -118,7 +121,7 @@ def test_a_placements_bound_holds_for_its_score(request, source, options):
         shapes += search._mixed_shapes(depth, singles)[:4]
         for shape in shapes:
             for layout in search._layouts(depth, shape):
-                lbs = [search._class_lb(shape, c, layout) for c in range(len(shape.classes))]
+                floors = [search._class_floor(shape, c) for c in range(len(shape.classes))]
                 for counts in _some_counts(search._max_pipelines(shape, layout)):
                     for groups in _placements(search, shape, layout, counts):
                         draft = search.scorer.draft(shape, groups)
@@ -128,7 +131,7 @@ def test_a_placements_bound_holds_for_its_score(request, source, options):
                         ring = search.scorer.first_ring(shape, groups)
                         for thr, cost, hourly in (
                             search.scorer.bound(draft),
-                            search.bnd.bounds(shape, lbs, counts, stage0_ring=ring),
+                            search.bnd.bounds(shape, floors, counts, ring=ring),
                         ):
                             where = (shape, groups)
                             assert scored.throughput <= thr * (1 + 1e-9), where
@@ -230,3 +233,39 @@ def test_placements_that_may_start_the_local_search_are_scored(sailor_planner):
     between = (start + kept) / 2
     assert not search._loses(between, 0.0, 0.0)
     assert search._loses(start * (1 - 1e-6), 0.0, 0.0)
+
+
+def test_skip_bounds_hold_on_the_512_gpu_bench_inventory(sailor_planner, monkeypatch):
+    """Every leaf the search pops on the bench's 512-GPU inventory, every placement of it:
+    the skip bounds (``_leaf_loses``, ``_ring_loses``, ``_draft_loses``) are at least what it
+    scores. Here a stage-major pipeline's p2p from us-central1-a to -b beats both zones' own
+    (the Sailor fits), so a bound on the stage tables' same-zone costs (``_class_lb``) would
+    not hold; the skip bounds count no p2p at all."""
+    job = Job.create("OPT-350M", 1024, 2048, "fp32")
+    inventory = Inventory.parse(
+        [f"{g}@{z}=128" for g in ("A100-40", "V100-16") for z in CENTRAL[:2]]
+    )
+    checked = []
+    original = Search._evaluate_placements
+
+    def checking(self, shape, layout, counts, lbs):
+        if lbs is not None:
+            floors = [self._class_floor(shape, c) for c in range(len(shape.classes))]
+            leaf = self.bnd.spanning_ring(shape, counts, layout[0])
+            leaf = self.bnd.bounds(shape, floors, counts, ring=leaf)[0]
+            for groups in _placements(self, shape, layout, counts):
+                draft = self.scorer.draft(shape, groups)
+                scored = self.scorer.finish(draft, layout)
+                if scored is None:
+                    continue
+                ring = self.scorer.first_ring(shape, groups)
+                ring = self.bnd.bounds(shape, floors, counts, ring=ring)[0]
+                for bound in (leaf, ring, self.scorer.bound(draft)[0]):
+                    assert scored.throughput <= bound * (1 + 1e-9), (shape, groups)
+                checked.append(1)
+        return original(self, shape, layout, counts, lbs)
+
+    monkeypatch.setattr(Search, "_evaluate_placements", checking)
+    for objective in ("throughput", "cost"):
+        Planner(sailor_planner.sim).plan(job, inventory, SearchOptions(objective=objective))
+    assert len(checked) >= 1000, len(checked)

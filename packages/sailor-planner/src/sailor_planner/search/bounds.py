@@ -82,8 +82,7 @@ class Bounder:
         counts,
         sync_replicas: int | None = None,
         fewest=None,
-        stage0_zones: tuple[str, ...] | None = None,
-        stage0_ring: float = 0.0,
+        ring: float | None = None,
     ) -> tuple[float, float, float]:
         """(upper bound on iterations/s, lower bounds on $/iteration and $/hour).
 
@@ -94,9 +93,8 @@ class Bounder:
         at their cheapest price; egress only adds. With ``fewest`` (same classes used, no class
         with more pipelines than in ``counts``) the bound holds for every allocation between the
         two: T only falls and the all-reduce and the bill only grow as pipelines are added.
-        With ``stage0_zones`` (the zones stage 0 may use; one allocation: ``fewest`` unset) the
-        all-reduce is at least ``spanning_ring``'s; with ``stage0_ring`` (one placement's own
-        stage-0 sync, ``Scorer.first_ring``), at least that.
+        With ``ring`` (seconds stage 0's sync takes at least, on no assumption about links:
+        ``spanning_ring``, ``Scorer.first_ring``) that is the sync instead.
         """
         gbs = self.job.sample_slots
         fewest = counts if fewest is None else fewest
@@ -117,14 +115,12 @@ class Bounder:
             kinds = (
                 [(kinds[0][0], sync_replicas)] if len(kinds) == 1 else [(k, 1) for k, _ in kinds]
             )
-        sync = self._fastest_ring(shape, tuple(sorted(kinds)))
-        if stage0_zones is not None:
-            if fewest is not counts:
-                raise ValueError("stage0_zones bounds one allocation, not a range")
-            sync = max(sync, self.spanning_ring(shape, counts, stage0_zones))
-        if self.job.options.zero == "hybrid":  # its volume falls as replicas are added
-            sync = 0.0
-        sync = max(sync, stage0_ring)  # exact where known: the tail starts with it
+        if ring is not None:
+            sync = ring
+        else:
+            sync = self._fastest_ring(shape, tuple(sorted(kinds)))
+            if self.job.options.zero == "hybrid":  # its volume falls as replicas are added
+                sync = 0.0
         if self.job.options.shards_optimizer:  # a shard over at most every replica
             opt /= max(1, sum(counts))
         t = max((gbs + spread) / rate, longest) + sync + opt

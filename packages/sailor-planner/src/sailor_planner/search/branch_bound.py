@@ -407,9 +407,11 @@ class Search:
     def _evaluate_placements(self, shape: Shape, layout, counts, lbs) -> Scored | None:
         best = None
         prune = lbs is not None
-        if prune and self._leaf_loses(shape, lbs, counts, layout):
-            self.stats.pruned += 1
-            return None
+        if prune:
+            floors = [self._class_floor(shape, c) for c in range(len(shape.classes))]
+            if self._leaf_loses(shape, floors, counts, layout):
+                self.stats.pruned += 1
+                return None
         placements, seen = [], set()
         for order in self.orders:  # zones of a region in each order that may matter
             zones = tuple(order[grp] for grp in layout)
@@ -423,7 +425,7 @@ class Search:
             if groups in seen:
                 continue
             seen.add(groups)
-            if prune and self._ring_loses(shape, lbs, counts, groups):
+            if prune and self._ring_loses(shape, floors, counts, groups):
                 self.stats.pruned += 1
                 continue
             draft = self.scorer.draft(shape, groups)
@@ -439,19 +441,38 @@ class Search:
                 best = s
         return best
 
-    def _leaf_loses(self, shape: Shape, lbs, counts, layout) -> bool:
-        """``_loses`` on the leaf's bound with ``Bounder.spanning_ring`` (stage 0's ring in
-        the zones of its region), before any placement: where stage 0's replicas cannot fit
-        in one zone, the ring's edges between zones are 8x slower in the Sailor fits."""
-        return self._loses(*self.bnd.bounds(shape, lbs, counts, stage0_zones=layout[0]))
+    def _leaf_loses(self, shape: Shape, floors, counts, layout) -> bool:
+        """``_loses`` on a bound of every placement of a leaf, before any: pipelines without
+        p2p (``_class_floor``) and stage 0's sync at least ``Bounder.spanning_ring`` (where
+        stage 0's replicas cannot fit in one zone of its region: the Sailor fits' edges
+        between zones are 8x slower)."""
+        ring = self.bnd.spanning_ring(shape, counts, layout[0])
+        return self._loses(*self.bnd.bounds(shape, floors, counts, ring=ring))
 
-    def _ring_loses(self, shape: Shape, lbs, counts, groups) -> bool:
-        """``_draft_loses`` on a cheaper bound, first: the leaf's own (``Bounder.bounds``)
-        with stage 0's sync of this placement (``Scorer.first_ring``), before any group's
-        timing is computed (placing whole pipelines in zones often splits stage 0's ring
-        across zones)."""
+    def _ring_loses(self, shape: Shape, floors, counts, groups) -> bool:
+        """``_loses`` on a cheaper bound than ``_draft_loses``'s, first: pipelines without
+        p2p (``_class_floor``) and this placement's own stage-0 sync (``Scorer.first_ring``),
+        before any group's timing is computed (placing whole pipelines in zones often splits
+        stage 0's ring across zones)."""
         ring = self.scorer.first_ring(shape, groups)
-        return self._loses(*self.bnd.bounds(shape, lbs, counts, stage0_ring=ring))
+        return self._loses(*self.bnd.bounds(shape, floors, counts, ring=ring))
+
+    def _class_floor(self, shape: Shape, c: int) -> tuple[float, float, float]:
+        """(B, F, optimizer step of stage 0) of class ``c`` with no p2p at all: the tables'
+        stage costs less every neighbour's same-zone p2p they count. Unlike ``_class_lb`` it
+        rests on no assumption about links (the Sailor fits' us-central1-a -> b p2p beats
+        both zones' own); cached."""
+        key = ("floor", shape, c)
+        hit = self._lbs.get(key)
+        if hit is None:
+            cls, p = shape.classes[c], shape.depth
+            costs = [
+                cost - ((i > 0) + (i < p - 1)) * self._same_zone_p2p(cls.gpu, cls.mbs, tp)
+                for i, (cost, tp) in enumerate(zip(self.memo.lbs[shape][c], cls.tps, strict=True))
+            ]
+            opt = self._class_base(shape, c)[2]
+            hit = self._lbs[key] = (*lower_bounds(costs, self._virtual), opt)
+        return hit
 
     def _draft_loses(self, draft) -> bool:
         """Whether a placement cannot meet the constraints or beat the kept best, by
