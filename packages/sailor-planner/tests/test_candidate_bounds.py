@@ -197,24 +197,26 @@ def test_skipping_placements_by_their_bound_changes_no_answer(
     assert with_skips[2] < without[2], (with_skips[2], without[2])
 
 
-def test_a_frontier_request_keeps_every_candidate_the_looser_bounds_score(
-    sailor_planner, monkeypatch
-):
-    """The Pareto frontier is drawn from every scored candidate: with ``pareto_points`` the
-    tighter bounds stay off, so the frontier and the count scored are those without them."""
+@pytest.mark.parametrize(
+    "options",
+    [SearchOptions(pareto_points=6), SearchOptions(top_k=2, rescore=4)],
+    ids=["pareto", "rescore"],
+)
+def test_reading_beyond_the_kept_best_turns_the_skips_off(sailor_planner, monkeypatch, options):
+    """A Pareto frontier is drawn from every scored candidate, and a re-scoring of more than
+    the kept best (top_k + 2) reads candidates beyond it: there the skips stay off, so the
+    plans, the frontier and the count scored are those without them."""
     job = Job.create("OPT-350M", 256, 2048, "fp32")
     inventory = Inventory.parse(SMALL_ZONES)
-    options = SearchOptions(pareto_points=6)
 
     def answer():
         r = Planner(sailor_planner.sim).plan(job, inventory, options)
+        plans = [(p.plan.to_json(), p.estimate) for p in r.plans]
         frontier = [(p.plan.to_json(), p.estimate) for p in r.pareto]
-        return frontier, r.stats.candidates_evaluated
+        return plans, frontier, r.stats.candidates_evaluated
 
     with_rules = answer()
-    monkeypatch.setattr(Search, "_draft_loses", lambda self, draft: False)
-    monkeypatch.setattr(Search, "_ring_loses", lambda self, shape, lbs, counts, groups: False)
-    monkeypatch.setattr(Bounder, "spanning_ring", lambda self, shape, counts, zones: 0.0)
+    monkeypatch.setattr(Search, "_loses", lambda self, thr, cost, hourly: False)
     assert answer() == with_rules
 
 

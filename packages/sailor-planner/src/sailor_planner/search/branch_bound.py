@@ -97,10 +97,11 @@ class Search:
         self._next_poll = 0.0
         self.cv, self.scorer, self.memo = cv, scorer, memo
         self.incumbent = incumbent if options.top_k == 1 else None
-        # The frontier is drawn from every candidate scored: where it is asked for, the
-        # tighter bounds of a leaf (``_leaf_loses``) and of a placement (``_ring_loses``,
-        # ``_draft_loses``) stay off, so they skip nothing it would show.
-        self.tight = options.pareto_points == 0
+        # Skipping by the tighter bounds of a leaf (``_leaf_loses``) and of a placement
+        # (``_ring_loses``, ``_draft_loses``) keeps the kept best exact. It stays off where
+        # more is read: a Pareto frontier (drawn from every candidate scored), or more
+        # candidates re-scored than the kept best holds.
+        self.tight = options.pareto_points == 0 and options.rescore <= KEEP_MARGIN
         self.job = cv.job
         self.opt = options
         self.stats = SearchStats()
