@@ -12,6 +12,7 @@ of identical pipelines for balancing and scoring.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sailor_sim import (
     Plan,
@@ -59,6 +60,17 @@ class Scored:
     @property
     def throughput(self) -> float:
         return 1.0 / self.iteration_s
+
+
+class Draft(NamedTuple):
+    """A candidate before balancing (``Scorer.draft``): each stage's ring runs, each stage's
+    lead (GPU, TP), each group's timing."""
+
+    shape: Shape
+    groups: tuple[Group, ...]
+    kinds: list
+    firsts: list
+    info: list
 
 
 def place(
@@ -286,25 +298,80 @@ class Scorer:
             hit = self._group_cache[key] = (times, info[1], two - one, 2 * one - two, *info[4:])
         return hit
 
-    def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
-        gbs = self.job.sample_slots
+    def draft(self, shape: Shape, groups: tuple[Group, ...]) -> Draft:
+        """What scoring ``groups`` starts from: each stage's ring, its lead replica, and each
+        group's timing (``group_timing``, under ZeRO ``_sharded``)."""
         d = sum(g.count for g in groups)
         p = shape.depth
-        # Each stage's ring: runs of (zone, GPU, TP) replicas, as timing.ring_kinds makes them.
-        kinds = []
-        for i in range(p):
-            runs: dict[tuple, int] = {}
-            for g in groups:
-                cls = shape.classes[g.cls]
-                k = (g.pattern[i], cls.gpu, cls.tps[i])
-                runs[k] = runs.get(k, 0) + g.count
-            kinds.append(tuple(sorted(runs.items())))
+        kinds = [self.ring_kinds(shape, groups, i) for i in range(p)]
         lead = shape.classes[groups[0].cls]
         firsts = [(lead.gpu, lead.tps[i]) for i in range(p)]
         info = [
             self._sharded(shape, g, self.group_timing(shape, g.cls, g.pattern, d), kinds, firsts)
             for g in groups
         ]
+        return Draft(shape, groups, kinds, firsts, info)
+
+    @staticmethod
+    def ring_kinds(shape: Shape, groups: tuple[Group, ...], stage: int) -> tuple:
+        """Stage ``stage``'s ring: runs of (zone, GPU, TP) replicas, as timing.ring_kinds
+        makes them."""
+        runs: dict[tuple, int] = {}
+        for g in groups:
+            cls = shape.classes[g.cls]
+            k = (g.pattern[stage], cls.gpu, cls.tps[stage])
+            runs[k] = runs.get(k, 0) + g.count
+        return tuple(sorted(runs.items()))
+
+    def first_ring(self, shape: Shape, groups: tuple[Group, ...]) -> float:
+        """Seconds of stage 0's sync over ``groups`` as ``finish`` counts them (ZeRO-3's are
+        0: its traffic is per microbatch, in the stage times)."""
+        if self.job.options.zero == "zero3":  # its sync key needs the loads; 0 s anyway
+            return 0.0
+        lead = shape.classes[groups[0].cls]
+        kinds = self.ring_kinds(shape, groups, 0)
+        return self.sync(shape, 0, kinds, 1, (lead.gpu, lead.tps[0])).seconds
+
+    def bound(self, draft: Draft) -> tuple[float, float, float]:
+        """(upper bound on iterations/s, lower bounds on $/iteration and $/hour) of what
+        ``finish`` scores for ``draft``, without balancing it.
+
+        Why it is sound: a pipeline of a group with M microbatches takes M B + F
+        (``timing.pipeline_time`` is linear in M; B and F as ``group_timing`` derives them),
+        the critical one T at least every pipeline's; the microbatches must carry the global
+        batch, so T >= (gbs + sum_j d_j mbs_j F_j / B_j) / sum_j (d_j mbs_j / B_j), and T >=
+        B_j + F_j (one microbatch each). The tail (``exposed_tail``) is at least stage 0's
+        sync and optimizer step, and the step sync is added whole. The bill is exact, egress
+        only adds."""
+        shape, groups, info = draft.shape, draft.groups, draft.info
+        rate = spread = longest = 0.0
+        for g, x in zip(groups, info, strict=True):
+            mbs = shape.classes[g.cls].mbs
+            rate += g.count * mbs / x[2]
+            spread += g.count * mbs * x[3] / x[2]
+            longest = max(longest, x[2] + x[3])
+        pipes = max((self.job.sample_slots + spread) / rate, longest)
+        sync0 = self.first_ring(shape, groups)
+        opt0 = max(x[0][0].optimizer_s for x in info)
+        t = pipes + sync0 + opt0 + self._step_sync(shape, groups)
+        usd_per_s = sum(g.count * x[4] for g, x in zip(groups, info, strict=True))
+        return 1.0 / t, usd_per_s * t, usd_per_s * 3600.0
+
+    def _step_sync(self, shape: Shape, groups: tuple[Group, ...]) -> float:
+        """The per-step whole-world all-reduce, as Simulator.estimate adds it."""
+        gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)
+        endpoints = {(z, shape.classes[g.cls].gpu) for g in groups for z in g.pattern}
+        return self.sim.step_sync_time(endpoints, gpus)
+
+    def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
+        return self.finish(self.draft(shape, groups), layout)
+
+    def finish(self, draft: Draft, layout: tuple = ()) -> Scored | None:
+        """The candidate ``draft`` stands for, balanced and scored; None where no balance
+        exists or a replica does not fit."""
+        shape, groups, kinds, firsts, info = draft
+        gbs = self.job.sample_slots
+        p = shape.depth
         loads = balance(
             gbs,
             [g.count for g in groups],
@@ -333,9 +400,7 @@ class Scorer:
         drain = [crit[0][i].backward_s + crit[1][i] for i in range(p - 1)]
         tail = exposed_tail(syncs, opts, drain)[0]
         gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)
-        # The per-step whole-world all-reduce, as Simulator.estimate adds it.
-        endpoints = {(z, shape.classes[g.cls].gpu) for g in groups for z in g.pattern}
-        iteration = crit_total + tail + self.sim.step_sync_time(endpoints, gpus)
+        iteration = crit_total + tail + self._step_sync(shape, groups)
         usd_per_s = sum(g.count * x[4] for g, x in zip(groups, info, strict=True))
         for g, x, load in zip(groups, info, loads, strict=True):
             micro = load.total(g.count)

@@ -24,7 +24,9 @@ class Bounder:
         for (g, z), n in free.items():
             if n > 0:
                 self.zones_of.setdefault(g, set()).add(z)
+        self.free = free
         self._sync: dict[tuple, float] = {}
+        self._spanning: dict[tuple, float] = {}
 
     def node_key(self, shape: Shape, lbs, max_d) -> float | None:
         """A bound over every allocation of a (shape, layout), or None if none can meet the
@@ -74,7 +76,13 @@ class Bounder:
         return per_sample * gbs + usd_min * extra
 
     def bounds(
-        self, shape: Shape, lbs, counts, sync_replicas: int | None = None, fewest=None
+        self,
+        shape: Shape,
+        lbs,
+        counts,
+        sync_replicas: int | None = None,
+        fewest=None,
+        ring: float | None = None,
     ) -> tuple[float, float, float]:
         """(upper bound on iterations/s, lower bounds on $/iteration and $/hour).
 
@@ -85,6 +93,8 @@ class Bounder:
         at their cheapest price; egress only adds. With ``fewest`` (same classes used, no class
         with more pipelines than in ``counts``) the bound holds for every allocation between the
         two: T only falls and the all-reduce and the bill only grow as pipelines are added.
+        With ``ring`` (seconds stage 0's sync takes at least, on no assumption about links:
+        ``spanning_ring``, ``Scorer.first_ring``) that is the sync instead.
         """
         gbs = self.job.sample_slots
         fewest = counts if fewest is None else fewest
@@ -105,9 +115,12 @@ class Bounder:
             kinds = (
                 [(kinds[0][0], sync_replicas)] if len(kinds) == 1 else [(k, 1) for k, _ in kinds]
             )
-        sync = self._fastest_ring(shape, tuple(sorted(kinds)))
-        if self.job.options.zero == "hybrid":  # its volume falls as replicas are added
-            sync = 0.0
+        if ring is not None:
+            sync = ring
+        else:
+            sync = self._fastest_ring(shape, tuple(sorted(kinds)))
+            if self.job.options.zero == "hybrid":  # its volume falls as replicas are added
+                sync = 0.0
         if self.job.options.shards_optimizer:  # a shard over at most every replica
             opt /= max(1, sum(counts))
         t = max((gbs + spread) / rate, longest) + sync + opt
@@ -130,6 +143,49 @@ class Bounder:
                 for z in sorted(zones)
             )
         return hit
+
+    def spanning_ring(self, shape: Shape, counts, zones: tuple[str, ...]) -> float:
+        """A lower bound on the seconds of stage 0's sync when ``counts`` pipelines per class
+        cannot put their stage-0 replicas in one zone of ``zones`` (else 0).
+
+        Why it is sound: some GPU type then needs more GPUs at stage 0 than any of these zones
+        holds, so the ring visits two zones or more, entering each of them and leaving each
+        of them over an edge between zones, and it takes as long as its slowest edge
+        (``Simulator.ring_time``), every edge over all of its replicas. So it takes at least
+        the second least of the zones' fastest inbound edges, and of their fastest outbound
+        ones (``Simulator.ring_edge_time``, over the zones of ``zones`` and the shape's stage-0
+        kinds). The same-zone bound (``_fastest_ring``) puts every replica in one zone; the
+        Sailor fits make every edge into us-central1-a fast but the others 8x slower."""
+        first, last = shape.bounds[0]
+        if self.scorer.sim.ring_sync_bytes(self.job, first, last) is None:
+            return 0.0  # ZeRO-3, hybrid: the sync is not one ring's seconds
+        need: dict[str, int] = {}
+        for d, cls in zip(counts, shape.classes, strict=True):
+            need[cls.gpu] = need.get(cls.gpu, 0) + d * cls.tps[0]
+        if all(n <= max(self.free.get((g, z), 0) for z in zones) for g, n in need.items()):
+            return 0.0
+        used = zip(counts, shape.classes, strict=True)
+        stage0 = tuple(sorted({(cls.gpu, cls.tps[0]) for d, cls in used if d}))
+        key = (shape.bounds[0], stage0, zones, sum(counts))
+        hit = self._spanning.get(key)
+        if hit is None:
+            hit = self._spanning[key] = self._spanning_uncached(shape, stage0, zones, sum(counts))
+        return hit
+
+    def _spanning_uncached(self, shape: Shape, stage0, zones, ranks: int) -> float:
+        first, last = shape.bounds[0]
+        kinds = [(z, g, tp) for z in zones for g, tp in stage0 if self.free.get((g, z), 0)]
+        inbound: dict[str, float] = {}
+        outbound: dict[str, float] = {}
+        for a in kinds:
+            for b in kinds:
+                if a[0] != b[0]:
+                    t = self.scorer.sim.ring_edge_time(self.job, first, last, a, b, ranks)
+                    inbound[b[0]] = min(inbound.get(b[0], math.inf), t)
+                    outbound[a[0]] = min(outbound.get(a[0], math.inf), t)
+        if len(inbound) < 2:  # no two zones hold the types: no placement fits, 0 bounds it
+            return 0.0
+        return max(sorted(inbound.values())[1], sorted(outbound.values())[1])
 
     def meets(self, thr: float, cost: float, hourly: float) -> bool:
         c = self.opt.constraints

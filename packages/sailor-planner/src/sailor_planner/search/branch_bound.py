@@ -69,6 +69,8 @@ SHAPE_MARGIN = 1e-9
 (float rounding between it and ``Bounder.node_key``)."""
 SHAPE = object()
 """The ``allocs`` field of a heap entry that holds a shape whose layout nodes are not built."""
+REFINE_STARTS = 3
+"""Best distinct shapes the local search (``_refine``) walks from."""
 POLL_S = 0.01
 """Seconds between two asks of ``should_stop``: a cancelled request stops well within 100 ms."""
 
@@ -95,6 +97,11 @@ class Search:
         self._next_poll = 0.0
         self.cv, self.scorer, self.memo = cv, scorer, memo
         self.incumbent = incumbent if options.top_k == 1 else None
+        # Skipping by the tighter bounds of a leaf (``_leaf_loses``) and of a placement
+        # (``_ring_loses``, ``_draft_loses``) keeps the kept best exact. It stays off where
+        # more is read: a Pareto frontier (drawn from every candidate scored), or more
+        # candidates re-scored than the kept best holds.
+        self.tight = options.pareto_points == 0 and options.rescore <= KEEP_MARGIN
         self.job = cv.job
         self.opt = options
         self.stats = SearchStats()
@@ -173,7 +180,7 @@ class Search:
                 allocs, path = self._allocations(shape, lbs, max_d)
                 ranges = [(0, len(allocs) - 1)] if path else [(i, i) for i in range(len(allocs))]
             elif hi < 0:
-                self._evaluate(shape, layout, allocs[lo])
+                self._evaluate(shape, layout, allocs[lo], lbs if self.tight else None)
                 continue
             else:
                 mid = (lo + hi) // 2
@@ -387,17 +394,25 @@ class Search:
                 out += [(a,) * q + (b,) * (p - q) for q in range(1, p)]
         return out
 
-    def _evaluate(self, shape: Shape, layout, counts) -> Scored | None:
-        """Score an allocation under both placements (when they differ); the better one."""
+    def _evaluate(self, shape: Shape, layout, counts, lbs=None) -> Scored | None:
+        """Score an allocation under both placements (when they differ); the better one.
+        With ``lbs`` (its node's ``_class_lb`` per class) it skips what its own bounds rule
+        out (``_loses``)."""
         self._poll()
         start = time.perf_counter()
         try:
-            return self._evaluate_placements(shape, layout, counts)
+            return self._evaluate_placements(shape, layout, counts, lbs)
         finally:
             self.stats.scoring_s += time.perf_counter() - start
 
-    def _evaluate_placements(self, shape: Shape, layout, counts) -> Scored | None:
+    def _evaluate_placements(self, shape: Shape, layout, counts, lbs) -> Scored | None:
         best = None
+        prune = lbs is not None
+        if prune:
+            floors = [self._class_floor(shape, c) for c in range(len(shape.classes))]
+            if self._leaf_loses(shape, floors, counts, layout):
+                self.stats.pruned += 1
+                return None
         placements, seen = [], set()
         for order in self.orders:  # zones of a region in each order that may matter
             zones = tuple(order[grp] for grp in layout)
@@ -411,7 +426,14 @@ class Search:
             if groups in seen:
                 continue
             seen.add(groups)
-            s = self.scorer.score(shape, groups, layout)
+            if prune and self._ring_loses(shape, floors, counts, groups):
+                self.stats.pruned += 1
+                continue
+            draft = self.scorer.draft(shape, groups)
+            if prune and self._draft_loses(draft):
+                self.stats.pruned += 1
+                continue
+            s = self.scorer.finish(draft, layout)
             self.stats.candidates_evaluated += 1
             if s is None or not self.found.add(s):
                 self.stats.infeasible += 1
@@ -419,6 +441,69 @@ class Search:
             if best is None or self.found.key(s) < self.found.key(best):
                 best = s
         return best
+
+    def _leaf_loses(self, shape: Shape, floors, counts, layout) -> bool:
+        """``_loses`` on a bound of every placement of a leaf, before any: pipelines without
+        p2p (``_class_floor``) and stage 0's sync at least ``Bounder.spanning_ring`` (where
+        stage 0's replicas cannot fit in one zone of its region: the Sailor fits' edges
+        between zones are 8x slower)."""
+        ring = self.bnd.spanning_ring(shape, counts, layout[0])
+        return self._loses(*self.bnd.bounds(shape, floors, counts, ring=ring))
+
+    def _ring_loses(self, shape: Shape, floors, counts, groups) -> bool:
+        """``_loses`` on a cheaper bound than ``_draft_loses``'s, first: pipelines without
+        p2p (``_class_floor``) and this placement's own stage-0 sync (``Scorer.first_ring``),
+        before any group's timing is computed (placing whole pipelines in zones often splits
+        stage 0's ring across zones)."""
+        ring = self.scorer.first_ring(shape, groups)
+        return self._loses(*self.bnd.bounds(shape, floors, counts, ring=ring))
+
+    def _class_floor(self, shape: Shape, c: int) -> tuple[float, float, float]:
+        """(B, F, optimizer step of stage 0) of class ``c`` with no p2p at all: the tables'
+        stage costs less every neighbour's same-zone p2p they count. Unlike ``_class_lb`` it
+        rests on no assumption about links (the Sailor fits' us-central1-a -> b p2p beats
+        both zones' own); cached."""
+        key = ("floor", shape, c)
+        hit = self._lbs.get(key)
+        if hit is None:
+            cls, p = shape.classes[c], shape.depth
+            costs = [
+                cost - ((i > 0) + (i < p - 1)) * self._same_zone_p2p(cls.gpu, cls.mbs, tp)
+                for i, (cost, tp) in enumerate(zip(self.memo.lbs[shape][c], cls.tps, strict=True))
+            ]
+            opt = self._class_base(shape, c)[2]
+            hit = self._lbs[key] = (*lower_bounds(costs, self._virtual), opt)
+        return hit
+
+    def _draft_loses(self, draft) -> bool:
+        """Whether a placement cannot meet the constraints or beat the kept best, by
+        ``Scorer.bound`` (its own groups' timing and stage 0's ring, before balancing): the
+        same test as a leaf's, on a bound at least as tight (a leaf's bound holds for every
+        placement of it; this one for one placement)."""
+        return self._loses(*self.scorer.bound(draft))
+
+    def _loses(self, thr: float, cost: float, hourly: float) -> bool:
+        """Whether bounds (iterations/s at most, $/iteration and $/hour at least) of a leaf
+        or placement rule it out: it cannot meet the constraints, or beat neither the kept
+        best nor the best candidate of the REFINE_STARTS-th best shape.
+
+        Why skipping it changes no answer: the heap keys are those of a search without
+        these skips, and what it pops depends only on them and the kept best, which a
+        candidate that cannot beat it leaves as it is; so the same entries are popped. The
+        second condition keeps what ``_refine`` starts from: a candidate that cannot beat
+        that one is not the best of a shape among the REFINE_STARTS best (shapes' bests only
+        improve). Candidates that could meet neither change only what is never ranked."""
+        if not self.bnd.meets(thr, cost, hourly):
+            return True
+        key = cost if self.opt.objective == "cost" else -thr
+        start = self.found.shape_threshold(REFINE_STARTS)
+        return start is not None and self._beaten(key) and self._worse(key, start)
+
+    def _worse(self, key: float, s: Scored) -> bool:
+        """Whether heap key ``key`` (a bound) cannot beat candidate ``s`` (as ``_beaten``)."""
+        if self.opt.objective == "cost":
+            return key > s.cost_per_iteration * (1 + 1e-9)
+        return -key < s.throughput * (1 - 1e-9)
 
     def _class_lb(self, shape: Shape, c: int, layout) -> tuple[float, float, float]:
         """(B, F, optimizer step of stage 0) of a class on a region layout: a pipeline of it
@@ -546,12 +631,18 @@ class Search:
         return hit
 
     def _crossings_slow_uncached(self, cls: ClassShape, layouts) -> bool:
+        checked = set()  # what a crossing adds depends on its TP pair and regions only
         for layout in layouts:
             for q in range(1, len(layout)):
-                if layout[q] != layout[q - 1]:
-                    extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
-                    if extra[0] < 0 or extra[1] < 0:
-                        return False
+                if layout[q] == layout[q - 1]:
+                    continue
+                crossing = (cls.tps[q - 1 : q + 1], layout[q - 1], layout[q])
+                if crossing in checked:
+                    continue
+                checked.add(crossing)
+                extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
+                if extra[0] < 0 or extra[1] < 0:
+                    return False
         return True
 
     def _class_base(self, shape: Shape, c: int) -> tuple:
@@ -702,7 +793,7 @@ class Search:
                     out.append(counts)
         return out, True
 
-    def _refine(self, rounds: int = 3, steps: int = 30) -> None:
+    def _refine(self, rounds: int = REFINE_STARTS, steps: int = 30) -> None:
         """Local search on pipelines per class around the best distinct candidates."""
         if not self.found.admitted:
             return

@@ -35,6 +35,10 @@ class Found:
     scored: list = field(default_factory=list)
     best: Scored | None = None
     top: list = field(default_factory=list)
+    shape_best: dict = field(default_factory=dict)
+    """Per shape, the first admitted candidate of the best key (what ``Search._refine``
+    starts from)."""
+    _shape_ranks: list | None = None
 
     def key(self, s: Scored) -> tuple:
         if self.objective == "cost":
@@ -48,9 +52,19 @@ class Found:
         self.admitted.append(s)
         if self.best is None or self.key(s) < self.key(self.best):
             self.best = s
+        held = self.shape_best.get(s.shape)
+        if held is None or self.key(s) < self.key(held):
+            self.shape_best[s.shape] = s
+            self._shape_ranks = None
         bisect.insort(self.top, (self.key(s), id(s), s))
         del self.top[self.keep :]
         return True
+
+    def shape_threshold(self, n: int) -> Scored | None:
+        """The best candidate of the n-th best shape (None: fewer shapes admitted yet)."""
+        if self._shape_ranks is None:
+            self._shape_ranks = sorted(self.shape_best.values(), key=self.key)
+        return self._shape_ranks[n - 1] if len(self._shape_ranks) >= n else None
 
     @property
     def threshold(self) -> Scored | None:

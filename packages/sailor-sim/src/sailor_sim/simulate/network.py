@@ -143,6 +143,8 @@ class NetworkModel:
         """Same-zone inter-node fits per (GPU type, count), e.g. Sailor's network_coeffs."""
         self.intra: dict[tuple[str, int], LinkCurve] = {}
         self._cache: dict[tuple, LinkCurve] = {}
+        self._by_pair: dict[tuple, list[tuple[int, LinkCurve]]] | None = None
+        """``links`` by (zone, GPU type) of both ends: (count, curve) each (built on use)."""
         self.cluster = None
         """A ``cluster.Cluster`` (``--fabric``): the fabric between nodes of one zone, instead
         of the catalog default of the GPU type's instances; set with ``set_cluster``."""
@@ -151,6 +153,7 @@ class NetworkModel:
 
     def add_link(self, src: Endpoint, dst: Endpoint, curve: LinkCurve) -> None:
         self.links[(src, dst)] = curve
+        self._by_pair = None
         self._cache.clear()
         self.version += 1
 
@@ -193,12 +196,8 @@ class NetworkModel:
         if exact is not None:
             return exact
         count = src.count
-        near = [
-            (abs(math.log2(s.count / count)), s.count, c)
-            for (s, d), c in self.links.items()
-            if (s.zone, s.gpu_type, d.zone, d.gpu_type)
-            == (src.zone, src.gpu_type, dst.zone, dst.gpu_type)
-        ]
+        pair = (src.zone, src.gpu_type, dst.zone, dst.gpu_type)
+        near = [(abs(math.log2(n / count)), n, c) for n, c in self._measured(pair)]
         rel = relationship(src.zone, dst.zone)
         if not near and rel == SAME_ZONE and src.gpu_type == dst.gpu_type:
             near = [
@@ -224,6 +223,16 @@ class NetworkModel:
                 return fabric
         bw, latency, source = DEFAULT_LINKS[rel]
         return LinkCurve(bw * count, latency, f"default {rel}: {source}")
+
+    def _measured(self, pair: tuple) -> list[tuple[int, LinkCurve]]:
+        """(source count, curve) of every measured link between the (zone, GPU type) ends of
+        ``pair``, from an index of ``links`` (a scan of all of them per lookup was slow)."""
+        if self._by_pair is None:
+            index: dict[tuple, list[tuple[int, LinkCurve]]] = {}
+            for (s, d), c in self.links.items():
+                index.setdefault((s.zone, s.gpu_type, d.zone, d.gpu_type), []).append((s.count, c))
+            self._by_pair = index
+        return self._by_pair.get(pair, [])
 
     def intra_node(self, gpu_type: str, count: int) -> LinkCurve:
         """Curve between GPUs of one node; ``count`` = GPUs taking part (e.g. the TP degree)."""

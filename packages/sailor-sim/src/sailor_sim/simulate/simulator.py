@@ -350,12 +350,11 @@ class Simulator(MemoryComponents):
         microbatch) and the first of which is ``gpu_type`` at ``tp`` (hybrid shards inside
         its nodes). The planner scores candidates with it without building stages."""
         zero = job.options.zero
+        one_ring = self.ring_sync_bytes(job, first, last)
+        if one_ring is not None:  # no ZeRO, ZeRO-1/2: one ring's seconds
+            return DataParallelSync(*self.ring_time(job, first, last, kinds, one_ring))
         grad = self.grad_bytes(job, first, last)
         weights = dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)
-        if zero == "none":
-            return DataParallelSync(*self.ring_time(job, first, last, kinds, grad))
-        if zero in ("zero1", "zero2"):
-            return DataParallelSync(*self.ring_time(job, first, last, kinds, (grad + weights) / 2))
         per_mb = (2 * weights + grad) / 2
         if zero == "zero3":
             seconds, usd = self.ring_time(job, first, last, kinds, per_mb)
@@ -373,6 +372,32 @@ class Simulator(MemoryComponents):
             else (0.0, 0.0)
         )
         return DataParallelSync(across[0], across[1], inside)
+
+    def ring_sync_bytes(self, job: Job, first: int, last: int) -> float | None:
+        """Bytes whose ring all-reduce is all of ``ring_sync``'s seconds for layers
+        first..last: the gradients without ZeRO, half of gradients + weights (reduce-scatter
+        and all-gather) under ZeRO-1/2; None under ZeRO-3 and hybrid sharding, whose seconds
+        are not one ring's."""
+        zero = job.options.zero
+        if zero not in ("none", "zero1", "zero2"):
+            return None
+        grad = self.grad_bytes(job, first, last)
+        if zero == "none":
+            return grad
+        return (grad + dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)) / 2
+
+    def ring_edge_time(
+        self, job: Job, first: int, last: int, a: timing.RingKind, b: timing.RingKind, ranks: int
+    ) -> float:
+        """Seconds of ``ring_sync``'s ring over ``ranks`` replicas if its slowest edge were the
+        a -> b edge between two zones (``ring_time`` takes the slowest of its edges, so any ring
+        with this edge takes at least this long); ``ring_sync_bytes`` must not be None."""
+        if a[0] == b[0]:
+            raise ValueError("ring_edge_time is for an edge between two zones")
+        nbytes = self.ring_sync_bytes(job, first, last)
+        if nbytes is None:
+            raise ValueError(f"ZeRO {job.options.zero}: the sync is not one ring's seconds")
+        return self._edge_time(a, b, ranks, 0, nbytes)
 
     @staticmethod
     def _max_microbatches(stage: Stage) -> int:
