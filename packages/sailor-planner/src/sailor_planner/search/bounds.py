@@ -1,7 +1,13 @@
 """Bounds of the branch and bound: upper bounds on iterations/s and lower bounds on $/iteration
 and $/hour of an allocation, of a range of allocations, and of every allocation of a
-(shape, layout) node. Each is sound given that same-zone links are the fastest (true for the
-default network and for the Sailor fits); see ``bounds`` for the derivation.
+(shape, layout) node; see ``bounds`` for the derivation. Stage steps are sound whatever the
+links (the search lowers their p2p to the fastest between any two zones of the type). Stage
+0's ring is bounded by the fastest one-zone ring, sound where no ring across zones beats every
+zone's own: true for the default network, not always for the Sailor fits, where two replicas
+in us-central1-a and -b use only a -> b and b -> a. Bounding those too (the least of the
+one-zone ring and ``spanning_ring``'s bound over each region's zones) was measured to score 4x
+the candidates of the 512-GPU bench case (52 -> 206, search 0.27 -> 0.44 s) for the same
+answers; ``bench/planner_optimality.py`` shows no gap on the Sailor instances.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ class Bounder:
         self.zones_of: dict[str, set[str]] = {}
         """Zones holding each GPU type: a bound's ring takes the fastest zone that holds all
         its types (zones differ in link speed, e.g. the Sailor fits of us-central1-a and -b;
-        same-zone links are the fastest)."""
+        see the module's note on rings across zones)."""
         for (g, z), n in free.items():
             if n > 0:
                 self.zones_of.setdefault(g, set()).add(z)

@@ -510,9 +510,10 @@ class Search:
         takes at least M * B + F (``templates.lower_bounds``), and stage 0 steps its optimizer
         after it. The tables count each neighbour's p2p on the reference zone's link, which is
         not the fastest at every size where links cross (the Sailor fits: us-central1-b's A100
-        link beats -a's at some sizes, -a is the reference): each stage's step is lowered to
-        the fastest same-zone p2p of the type. Where the layout crosses regions, the two
-        stages at that boundary send over the fastest link between the regions instead."""
+        link beats -a's at some sizes, -a is the reference; -a -> -b beats both): each stage's
+        step is lowered to the fastest p2p of the type between any two of its zones. Where the
+        layout crosses regions, the two stages at that boundary send over the fastest link
+        between the regions instead."""
         cls = shape.classes[c]
         hit = self._class_base(shape, c)
         if layout[0] == layout[-1]:  # one region (layouts cross a boundary at most once)
@@ -622,7 +623,7 @@ class Search:
 
     def _crossings_slow(self, shape: Shape, cls: ClassShape, layouts) -> bool:
         """Whether every region crossing of ``layouts`` (those of ``shape``) adds >= 0 to both
-        stages at it (``_cross_extra``; true where same-zone links are the fastest); cached:
+        stages at it (``_cross_extra``, measured against the fastest p2p of the type); cached:
         a shape's layouts follow from its depth and GPU types."""
         key = (cls, tuple(c.gpu for c in shape.classes))
         hit = self._slow.get(key)
@@ -660,8 +661,8 @@ class Search:
         return hit
 
     def _fastest_costs(self, shape: Shape, c: int) -> tuple[float, ...]:
-        """The tables' stage costs with every neighbour's p2p at the fastest same-zone link
-        of the type (``_p2p_slack``)."""
+        """The tables' stage costs with every neighbour's p2p at the fastest link between two
+        zones of the type (``_p2p_slack``)."""
         cls, p = shape.classes[c], shape.depth
         return tuple(
             cost - ((i > 0) + (i < p - 1)) * self._p2p_slack(cls.gpu, cls.mbs, tp)
@@ -669,29 +670,36 @@ class Search:
         )
 
     def _p2p_slack(self, g: str, m: int, tp: int) -> float:
-        """How much the tables' same-zone p2p (reference zone) exceeds the fastest same-zone
-        p2p of type ``g`` in any zone holding it."""
+        """How much the tables' same-zone p2p (reference zone) exceeds the fastest p2p of type
+        ``g`` between any two zones holding it (``_fastest_p2p``)."""
         return self._same_zone_p2p(g, m, tp) - self._fastest_p2p(g, m, tp)
 
     def _fastest_p2p(self, g: str, m: int, tp: int) -> float:
+        """The fastest p2p of type ``g`` at TP ``tp`` from any zone holding it to any zone
+        holding it, the same or another: a pipeline's neighbours may sit in two zones whose
+        link beats both zones' own (the Sailor fits' us-central1-a -> b does), so the fastest
+        same-zone link alone is no lower bound."""
         key = ("fastest", g, m, tp)
         hit = self._p2p.get(key)
         if hit is None:
             zones = sorted(z for (t, z), n in self.free.items() if t == g and n > 0)
-            hit = self._p2p[key] = min(self._zone_p2p(g, z, m, tp) for z in zones)
+            hit = self._p2p[key] = min(self._zone_p2p(g, a, m, tp, b) for a in zones for b in zones)
         return hit
 
-    def _zone_p2p(self, g: str, z: str, m: int, tp: int) -> float:
+    def _zone_p2p(self, g: str, z: str, m: int, tp: int, to: str | None = None) -> float:
+        """One microbatch's p2p of type ``g`` at TP ``tp`` from zone ``z`` to zone ``to``
+        (default: the same zone)."""
         if self.cv.n <= 1:
             return 0.0
         r = self.scorer.replica(g, z, tp, m)
-        return self.cv.sim.p2p_time(self.job, 0, r, r)
+        dst = r if to is None or to == z else self.scorer.replica(g, to, tp, m)
+        return self.cv.sim.p2p_time(self.job, 0, r, dst)
 
     def _cross_extra(self, cls: ClassShape, q: int, src, dst) -> tuple[float, float]:
         """What crossing from region group ``src`` to ``dst`` at boundary ``q`` adds to the
-        steps of stages q - 1 and q beyond the fastest same-zone p2p: the fastest p2p between
-        a zone of each, one pipeline alone (more share the NICs). The boundary's layer id does
-        not change the tensor sent (``Simulator.p2p``), so it is not part of the key."""
+        steps of stages q - 1 and q beyond the fastest p2p (``_fastest_p2p``): the fastest p2p
+        between a zone of each, one pipeline alone (more share the NICs). The boundary's layer
+        id does not change the tensor sent (``Simulator.p2p``), so it is not part of the key."""
         tps = cls.tps[q - 1 : q + 1]
         key = (cls.gpu, cls.mbs, tps, src, dst)
         hit = self._cross.get(key)
