@@ -297,3 +297,18 @@ def test_a_class_bound_holds_for_every_zone_pattern_of_its_pipelines(sailor_plan
                     checked += 1
                     crossing += len(set(pattern)) > 1
     assert checked >= 100 and crossing >= 50, (checked, crossing)
+
+
+def test_stage_tables_of_another_reference_zone_are_not_the_cached_ones(sailor_planner):
+    """A Planner keeps one CostView per job across requests; two inventories whose reference
+    zones differ (the Sailor fits: us-central1-a's and -b's A100 links differ) get the tables
+    a fresh CostView builds for each, not the first zone's p2p."""
+    from sailor_planner.search.templates import stage_tables
+
+    job = Job.create("OPT-350M", 1024, 2048, "fp32")
+    shared = CostView(sailor_planner.sim, job)
+    for zone in CENTRAL[:2]:
+        got = stage_tables(shared, "A100-40", 3, 4, 1, zone)
+        want = stage_tables(CostView(sailor_planner.sim, job), "A100-40", 3, 4, 1, zone)
+        for a, b in zip(got.cost, want.cost, strict=True):
+            assert (a == b).all(), zone

@@ -99,13 +99,16 @@ def stage_tables(
 
 def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
     """(time, TP) matrices of one pipeline position: the first degree that surely fits, else
-    the first that may fit, per range. Cached on the CostView: positions of different depths
-    share them (under ZeRO only the lower bound is used, which has one microbatch in flight
-    whatever ``in_flight`` is, so every position with the same neighbours shares one)."""
+    the first that may fit, per range. Cached on the CostView by everything they depend on,
+    the p2p included: positions of different depths share them (under ZeRO only the lower
+    bound is used, which has one microbatch in flight whatever ``in_flight`` is, so every
+    position with the same neighbours shares one)."""
     sure_checks = (False,) if cv.job.options.shards_optimizer else (True, False)
     if not sure_checks[0]:
         in_flight = 1
-    key = ("position", g, m, degrees, in_flight, neighbours, cap)
+    # The p2p each degree counts (its zone's) is part of the key: a Planner keeps one
+    # CostView per job across requests whose inventories may have other reference zones.
+    key = ("position", g, m, degrees, in_flight, neighbours, cap, tuple(p2p[d] for d in degrees))
     hit = cv.memo.get(key)
     if hit is not None:
         return hit
