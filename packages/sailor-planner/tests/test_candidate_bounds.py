@@ -312,3 +312,32 @@ def test_stage_tables_of_another_reference_zone_are_not_the_cached_ones(sailor_p
         want = stage_tables(CostView(sailor_planner.sim, job), "A100-40", 3, 4, 1, zone)
         for a, b in zip(got.cost, want.cost, strict=True):
             assert (a == b).all(), zone
+
+
+@pytest.mark.parametrize("replicas", [2, 3, 6])
+def test_the_ring_bound_holds_for_rings_across_zones(sailor_planner, replicas):
+    """``Bounder._fastest_ring`` is at most the sync of stage 0's ring however its replicas
+    spread over the zones: in the Sailor fits a ring over us-central1-a and -b (edges a -> b
+    and b -> a) beats both zones' own rings, which the one-zone bound alone missed. With more
+    replicas than zones, two share a zone and the ring also has an edge inside it."""
+    job = Job.create("OPT-350M", 1024, 2048, "fp32")
+    inventory = Inventory.parse(
+        [f"{g}@{z}=128" for g in ("A100-40", "V100-16") for z in CENTRAL[:2]]
+    )
+    cv = CostView(sailor_planner.sim, job)
+    search = Search(cv, Scorer(cv), Memo(), inventory, SearchOptions())
+    checked = 0
+    for depth in (1, 2):
+        for g in search.types:
+            for shape, *_ in search._single_shapes(g, depth)[:4]:
+                kind = (g, shape.classes[0].tps[0])
+                bound = search.bnd._fastest_ring(shape, ((kind, replicas),))
+                for in_a in range(replicas + 1):
+                    counts = (in_a, replicas - in_a)
+                    runs = tuple(
+                        ((z, *kind), n) for z, n in zip(CENTRAL[:2], counts, strict=True) if n
+                    )
+                    sync = search.scorer.sync(shape, 0, runs, 1, kind).seconds
+                    assert bound <= sync * (1 + 1e-9), (shape, runs, bound, sync)
+                    checked += 1
+    assert checked >= 20, checked

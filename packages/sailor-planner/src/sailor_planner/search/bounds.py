@@ -1,13 +1,9 @@
 """Bounds of the branch and bound: upper bounds on iterations/s and lower bounds on $/iteration
 and $/hour of an allocation, of a range of allocations, and of every allocation of a
-(shape, layout) node; see ``bounds`` for the derivation. Stage steps are sound whatever the
-links (the search lowers their p2p to the fastest between any two zones of the type). Stage
-0's ring is bounded by the fastest one-zone ring, sound where no ring across zones beats every
-zone's own: true for the default network, not always for the Sailor fits, where two replicas
-in us-central1-a and -b use only a -> b and b -> a. Bounding those too (the least of the
-one-zone ring and ``spanning_ring``'s bound over each region's zones) was measured to score 4x
-the candidates of the 512-GPU bench case (52 -> 206, search 0.27 -> 0.44 s) for the same
-answers; ``bench/planner_optimality.py`` shows no gap on the Sailor instances.
+(shape, layout) node, sound whatever the links: a ring or a p2p between two zones may beat
+both zones' own (the Sailor fits' us-central1-a -> b does), so the bounds take the fastest
+of either (``_fastest_ring``, the search's ``_fastest_p2p``); see ``bounds`` for the
+derivation.
 """
 
 from __future__ import annotations
@@ -19,14 +15,15 @@ from .templates import Shape
 
 
 class Bounder:
-    def __init__(self, job, scorer, options, free: dict) -> None:
+    def __init__(self, job, scorer, options, free: dict, groups=None) -> None:
         self.job = job
+        self.groups = [tuple(sorted({z for _g, z in free}))] if groups is None else groups
+        """Zone groups a stage's replicas may spread over (``state.region_groups``)."""
         self.scorer = scorer
         self.opt = options
         self.zones_of: dict[str, set[str]] = {}
         """Zones holding each GPU type: a bound's ring takes the fastest zone that holds all
-        its types (zones differ in link speed, e.g. the Sailor fits of us-central1-a and -b;
-        see the module's note on rings across zones)."""
+        its types, or a ring across zones where that can be faster (``_fastest_ring``)."""
         for (g, z), n in free.items():
             if n > 0:
                 self.zones_of.setdefault(g, set()).add(z)
@@ -133,21 +130,80 @@ class Bounder:
         return 1.0 / t, usd * t, usd * 3600.0
 
     def _fastest_ring(self, shape: Shape, kinds: tuple) -> float:
-        """Seconds of stage 0's data-parallel sync (``Simulator.ring_sync``: the all-reduce,
-        or ZeRO's volumes; ZeRO-3's is per microbatch, inside the stage times, so 0 here)
-        over ``kinds`` ((GPU, TP), replicas) in the zone where it is fastest."""
+        """A lower bound on the seconds of stage 0's data-parallel sync (``Simulator.ring_sync``:
+        the all-reduce, or ZeRO's volumes; ZeRO-3's is per microbatch, inside the stage times,
+        so 0 here) over ``kinds`` ((GPU, TP), replicas): in the zone where it is fastest, or
+        across zones where a ring through two or more can be faster."""
         key = (shape.bounds[0], kinds)
         hit = self._sync.get(key)
         if hit is None:
             types = [g for (g, _tp), _n in kinds]
             zones = set.intersection(*(self.zones_of.get(g, set()) for g in types))
             zones = zones or set.union(*(self.zones_of.get(g, set()) for g in types))
-            hit = self._sync[key] = min(
+            one_zone = min(
                 self.scorer.sync(
                     shape, 0, tuple(sorted(((z, *k), n) for k, n in kinds)), 1, kinds[0][0]
                 ).seconds
                 for z in sorted(zones)
             )
+            hit = self._sync[key] = min(one_zone, self._any_spanning_ring(shape, kinds))
+        return hit
+
+    def _any_spanning_ring(self, shape: Shape, kinds: tuple) -> float:
+        """A lower bound on stage 0's sync over ``kinds`` where its replicas sit in two zones
+        or more of one region group (``_spanning_uncached`` over the group's zones holding
+        the types), inf where no two zones hold them: a ring across zones can beat every
+        zone's own (two replicas in us-central1-a and -b of the Sailor fits only use a -> b
+        and b -> a), so the one-zone ring alone is no lower bound. With more replicas than
+        the group has such zones, one zone holds two, side by side in the ring (its runs are
+        sorted by zone first, ``timing.ring_kinds``), so the ring also takes at least the
+        fastest edge inside a zone (``_zone_edge_floor``)."""
+        first, last = shape.bounds[0]
+        nbytes = self.scorer.sim.ring_sync_bytes(self.job, first, last)
+        if nbytes is None:
+            return math.inf  # ZeRO-3, hybrid: not one ring's seconds (the one-zone value)
+        ranks = sum(n for _k, n in kinds)
+        if ranks < 2:
+            return math.inf
+        stage0 = tuple(sorted({k for k, _n in kinds}))
+        held = set.union(*(self.zones_of.get(g, set()) for g, _tp in stage0))
+        best = math.inf
+        for group in self.groups:  # a stage's replicas stay in one group of its layout
+            zones = tuple(sorted(held.intersection(group)))
+            if len(zones) < 2:
+                continue
+            # Over 2 ranks: a ring all-reduce only slows as ranks join (2 (n - 1) / n of the
+            # bytes per rank, n - 1 latency steps), so one bound serves every ring size.
+            key = (nbytes, stage0, zones, 2)  # equal ranges' rings share it
+            hit = self._spanning.get(key)
+            if hit is None:
+                hit = self._spanning[key] = self._spanning_uncached(shape, stage0, zones, 2)
+            if hit <= 0:
+                continue
+            if ranks > len(zones):
+                hit = max(hit, self._zone_edge_floor(shape, nbytes, stage0, zones, ranks))
+            best = min(best, hit)
+        return best
+
+    def _zone_edge_floor(self, shape: Shape, nbytes, stage0, zones, ranks: int) -> float:
+        """The fastest ring edge inside any of ``zones`` between stage-0 kinds it holds, over
+        ``ranks`` replicas (``Simulator.zone_edge_time``); 0 where one is hierarchical (its
+        seconds depend on the run: no floor taken)."""
+        key = ("zone", nbytes, stage0, zones, ranks)
+        hit = self._spanning.get(key)
+        if hit is None:
+            first, last = shape.bounds[0]
+            sim, hit = self.scorer.sim, math.inf
+            for z in zones:
+                held = [(z, g, tp) for g, tp in stage0 if self.free.get((g, z), 0)]
+                for a in held:
+                    for b in held:
+                        t = sim.zone_edge_time(self.job, first, last, a, b, ranks)
+                        if t is None:
+                            self._spanning[key] = 0.0
+                            return 0.0
+                        hit = min(hit, t)
+            hit = self._spanning[key] = 0.0 if hit == math.inf else hit
         return hit
 
     def spanning_ring(self, shape: Shape, counts, zones: tuple[str, ...]) -> float:
@@ -163,7 +219,8 @@ class Bounder:
         kinds). The same-zone bound (``_fastest_ring``) puts every replica in one zone; the
         Sailor fits make every edge into us-central1-a fast but the others 8x slower."""
         first, last = shape.bounds[0]
-        if self.scorer.sim.ring_sync_bytes(self.job, first, last) is None:
+        nbytes = self.scorer.sim.ring_sync_bytes(self.job, first, last)
+        if nbytes is None:
             return 0.0  # ZeRO-3, hybrid: the sync is not one ring's seconds
         need: dict[str, int] = {}
         for d, cls in zip(counts, shape.classes, strict=True):
@@ -172,7 +229,7 @@ class Bounder:
             return 0.0
         used = zip(counts, shape.classes, strict=True)
         stage0 = tuple(sorted({(cls.gpu, cls.tps[0]) for d, cls in used if d}))
-        key = (shape.bounds[0], stage0, zones, sum(counts))
+        key = (nbytes, stage0, zones, sum(counts))  # equal ranges' rings share it
         hit = self._spanning.get(key)
         if hit is None:
             hit = self._spanning[key] = self._spanning_uncached(shape, stage0, zones, sum(counts))

@@ -117,7 +117,7 @@ class Search:
         self.ref_zone = {g: fastest_zone(self.cv.sim, g, self.free) for g in self.types}
         self.orders = zone_orders(self.groups, self.free, self.cv.sim, self.types)
         self.total = sum(self.free.values())
-        self.bnd = Bounder(self.job, scorer, options, self.free)
+        self.bnd = Bounder(self.job, scorer, options, self.free, self.groups)
         self._cross: dict[tuple, float] = {}
         self._lbs: dict[tuple, tuple] = {}
         self._shape_bounds: dict[tuple, float | None] = {}

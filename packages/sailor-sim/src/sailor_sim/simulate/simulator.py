@@ -399,6 +399,23 @@ class Simulator(MemoryComponents):
             raise ValueError(f"ZeRO {job.options.zero}: the sync is not one ring's seconds")
         return self._edge_time(a, b, ranks, 0, nbytes)
 
+    def zone_edge_time(
+        self, job: Job, first: int, last: int, a: timing.RingKind, b: timing.RingKind, ranks: int
+    ) -> float | None:
+        """``ring_edge_time`` of an edge inside one zone (a run of one kind, or two kinds side
+        by side); None where it all-reduces hierarchically, its seconds then depending on the
+        run's length."""
+        if a[0] != b[0]:
+            raise ValueError("zone_edge_time is for an edge inside one zone")
+        nbytes = self.ring_sync_bytes(job, first, last)
+        if nbytes is None:
+            raise ValueError(f"ZeRO {job.options.zero}: the sync is not one ring's seconds")
+        curves = self.cache.ring_curve
+        curve = curves.get((a, b), False)
+        if curve is False:
+            curve = curves[(a, b)] = self._edge_curve(a, b)
+        return None if curve is None else self._edge_time(a, b, ranks, 0, nbytes)
+
     @staticmethod
     def _max_microbatches(stage: Stage) -> int:
         return max(r.num_microbatches for r in stage.replicas)
