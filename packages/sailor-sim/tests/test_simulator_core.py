@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 from pathlib import Path
 
 import pytest
 
-from sailor_sim import Job, Plan, Replica, Simulator, Stage, StageSlice
+from sailor_sim import Job, Plan, Replica, Simulator, Stage, StageSlice, revision
 from sailor_sim.catalog import prices
 from sailor_sim.catalog.gpus import GPU_CATALOG, register_gpu
 from sailor_sim.simulate import timing
@@ -79,18 +80,32 @@ def test_a_live_simulator_follows_set_price(job):
     sim = Simulator()
     plan = plans(job)[0]
     before = sim.estimate(job, plan).cost_per_hour_usd
-    saved = {k: dict(v) for k, v in prices.PRICE_CATALOG.items()}
-    try:
+    with catalog_prices_restored():
         prices.set_price("A100-40", 10 * prices.price_per_gpu_hour("A100-40", A))
         live = sim.estimate(job, plan).cost_per_hour_usd
         fresh = Simulator().estimate(job, plan).cost_per_hour_usd
         assert live == pytest.approx(fresh, rel=1e-12)
         assert live == pytest.approx(10 * before, rel=1e-9)
-    finally:
-        prices.PRICE_CATALOG.clear()
-        prices.PRICE_CATALOG.update(saved)
-        prices.set_price("A100-40", saved["A100-40"]["*"][0], source=saved["A100-40"]["*"][1])
     assert sim.estimate(job, plan).cost_per_hour_usd == pytest.approx(before, rel=1e-12)
+
+
+@contextlib.contextmanager
+def catalog_prices_restored():
+    """The price catalogs as they were, and a revision bump, after the block: a catch-all
+    ``set_price`` drops a GPU's per-region prices, which later tests (the planner's, in the
+    same process) price plans with."""
+    saved = {t: {k: dict(v) for k, v in c.items()} for t, c in _price_tables().items()}
+    try:
+        yield
+    finally:
+        for name, table in _price_tables().items():
+            table.clear()
+            table.update(saved[name])
+        revision.bump()
+
+
+def _price_tables() -> dict:
+    return {"on_demand": prices.PRICE_CATALOG, "spot": prices.SPOT_PRICE_CATALOG}
 
 
 def test_a_live_simulator_follows_gpu_and_network_changes(job):
@@ -121,8 +136,9 @@ def test_one_cache_object_dropped_whole(job):
     sim.estimate(job, plans(job)[2])
     assert sum(sim.cache.sizes().values()) > 0
     clears = sim.cache.clears
-    prices.set_price("A100-40", prices.price_per_gpu_hour("A100-40", A))  # same value: a bump
-    sim.refresh()
+    with catalog_prices_restored():
+        prices.set_price("A100-40", prices.price_per_gpu_hour("A100-40", A))  # a bump
+        sim.refresh()
     assert sim.cache.clears == clears + 1
     assert sum(sim.cache.sizes().values()) == 0
 
