@@ -29,7 +29,10 @@ class Bounder:
                 self.zones_of.setdefault(g, set()).add(z)
         self.free = free
         self._sync: dict[tuple, float] = {}
-        self._spanning: dict[tuple, float] = {}
+        self._spanning_rings: dict[tuple, float] = {}
+        """(ring bytes, stage-0 kinds, zones, ranks) -> ``_spanning_uncached``."""
+        self._zone_floor: dict[tuple, float] = {}
+        """(ring bytes, stage-0 kinds, zones, ranks) -> ``_zone_edge_floor_uncached``."""
 
     def node_key(self, shape: Shape, lbs, max_d) -> float | None:
         """A bound over every allocation of a (shape, layout), or None if none can meet the
@@ -174,10 +177,7 @@ class Bounder:
                 continue
             # Over 2 ranks: a ring all-reduce only slows as ranks join (2 (n - 1) / n of the
             # bytes per rank, n - 1 latency steps), so one bound serves every ring size.
-            key = (nbytes, stage0, zones, 2)  # equal ranges' rings share it
-            hit = self._spanning.get(key)
-            if hit is None:
-                hit = self._spanning[key] = self._spanning_uncached(shape, stage0, zones, 2)
+            hit = self._spanning(shape, nbytes, stage0, zones, 2)
             if hit <= 0:
                 continue
             if ranks > len(zones):
@@ -189,22 +189,26 @@ class Bounder:
         """The fastest ring edge inside any of ``zones`` between stage-0 kinds it holds, over
         ``ranks`` replicas (``Simulator.zone_edge_time``); 0 where one is hierarchical (its
         seconds depend on the run: no floor taken)."""
-        key = ("zone", nbytes, stage0, zones, ranks)
-        hit = self._spanning.get(key)
+        key = (nbytes, stage0, zones, ranks)
+        hit = self._zone_floor.get(key)
         if hit is None:
-            first, last = shape.bounds[0]
-            sim, hit = self.scorer.sim, math.inf
-            for z in zones:
-                held = [(z, g, tp) for g, tp in stage0 if self.free.get((g, z), 0)]
-                for a in held:
-                    for b in held:
-                        t = sim.zone_edge_time(self.job, first, last, a, b, ranks)
-                        if t is None:
-                            self._spanning[key] = 0.0
-                            return 0.0
-                        hit = min(hit, t)
-            hit = self._spanning[key] = 0.0 if hit == math.inf else hit
+            hit = self._zone_floor[key] = self._zone_edge_floor_uncached(
+                shape, stage0, zones, ranks
+            )
         return hit
+
+    def _zone_edge_floor_uncached(self, shape: Shape, stage0, zones, ranks: int) -> float:
+        first, last = shape.bounds[0]
+        fastest = math.inf
+        for z in zones:
+            held = [(z, g, tp) for g, tp in stage0 if self.free.get((g, z), 0)]
+            for a in held:
+                for b in held:
+                    t = self.scorer.sim.zone_edge_time(self.job, first, last, a, b, ranks)
+                    if t is None:
+                        return 0.0
+                    fastest = min(fastest, t)
+        return 0.0 if fastest == math.inf else fastest
 
     def spanning_ring(self, shape: Shape, counts, zones: tuple[str, ...]) -> float:
         """A lower bound on the seconds of stage 0's sync when ``counts`` pipelines per class
@@ -229,10 +233,14 @@ class Bounder:
             return 0.0
         used = zip(counts, shape.classes, strict=True)
         stage0 = tuple(sorted({(cls.gpu, cls.tps[0]) for d, cls in used if d}))
-        key = (nbytes, stage0, zones, sum(counts))  # equal ranges' rings share it
-        hit = self._spanning.get(key)
+        return self._spanning(shape, nbytes, stage0, zones, sum(counts))
+
+    def _spanning(self, shape: Shape, nbytes, stage0, zones, ranks: int) -> float:
+        """``_spanning_uncached``, cached by the ring's bytes: equal ranges' rings share it."""
+        key = (nbytes, stage0, zones, ranks)
+        hit = self._spanning_rings.get(key)
         if hit is None:
-            hit = self._spanning[key] = self._spanning_uncached(shape, stage0, zones, sum(counts))
+            hit = self._spanning_rings[key] = self._spanning_uncached(shape, stage0, zones, ranks)
         return hit
 
     def _spanning_uncached(self, shape: Shape, stage0, zones, ranks: int) -> float:
