@@ -66,3 +66,57 @@ def test_slice_of_a_stage_replica_is_what_estimate_computes():
     terms = sim.replica_memory(job, s, 0, plan.num_stages, replica.num_microbatches,
                                len(stage.replicas))  # fmt: skip
     assert sum(terms.values()) == est.memory[0].peak_bytes
+
+
+# ---- the caches' ids live in the cache, not in the plan's value types -----------------------
+def _rebuilt(plan: Plan) -> Plan:
+    """An equal plan of new objects (as a request, a file or the planner builds one)."""
+    return Plan.from_dict(plan.to_dict())
+
+
+def test_value_types_carry_no_cache_ids_and_plan_holds_no_intern_table():
+    import sailor_sim.spec.plan as plan_module
+
+    plan = example_plan()
+    stage, replica = plan.stages[0], plan.stages[0].replicas[0]
+    for value in (plan, stage, replica):
+        ids = [k for k in vars(value) if k.endswith(("_id", "_sig", "_full"))]
+        assert not ids, f"{type(value).__name__} carries cache ids {ids}: they belong in the cache"
+    tables = [k for k, v in vars(plan_module).items() if k.isupper() and isinstance(v, dict)]
+    assert not tables, f"process-wide intern tables in spec/plan.py: {tables}"
+
+
+def test_equal_plans_of_new_objects_share_the_cache_entries():
+    job, plan = example_job(), example_plan()
+    sim = Simulator()
+    first = sim.estimate(job, plan)
+    sizes = sim.cache.sizes()
+    again = sim.estimate(job, _rebuilt(plan))
+    assert again == first
+    assert sim.cache.sizes() == sizes  # same ids, same summaries, nothing computed twice
+    stage = plan.stages[0]
+    copy = _rebuilt(plan).stages[0]
+    assert copy is not stage and sim.cache.stage_id(copy) == sim.cache.stage_id(stage)
+    r = stage.replicas[0]
+    assert sim.cache.replica_id(copy.replicas[0]) == sim.cache.replica_id(r)
+
+
+def test_ids_are_dropped_with_the_tables_that_use_them():
+    job, plan = example_job(), example_plan()
+    sim = Simulator()
+    sim.estimate(job, plan)
+    assert sim.cache.replica_ids and sim.cache.stage_ids
+    sim.cache.clear()
+    assert not sim.cache.replica_ids and not sim.cache.stage_ids and not sim.cache.stage_summary
+    assert sim.estimate(job, plan) == Simulator().estimate(job, plan)
+
+
+def test_replicas_that_differ_only_by_zone_share_their_compute_id():
+    from sailor_sim import Replica
+
+    sim = Simulator()
+    a = Replica("A100-40", "us-central1-a", 2, 2, 4)
+    b = Replica("A100-40", "us-central1-b", 2, 2, 4)
+    c = Replica("A100-40", "us-central1-a", 2, 4, 4)
+    assert sim.cache.replica_id(a) != sim.cache.replica_id(b)
+    assert sim.cache.compute_id(a) == sim.cache.compute_id(b) != sim.cache.compute_id(c)

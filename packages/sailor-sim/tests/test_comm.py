@@ -161,7 +161,7 @@ def _zero3(cluster_kind: str = "InfiniBand HDR", dp: int = 16):
     sim = Simulator(network=net)
     plan = Plan.uniform(j, "A100-80", Z, pp=1, dp=dp, tp=1, microbatch_size=1)
     stage, r = plan.stages[0], plan.stages[0].replicas[0]
-    t = sim._replica_compute(j, stage, 0, 1, r, stage._sig)[0]
+    t = sim._replica_compute(j, stage, 0, 1, r, sim.cache.stage_id(stage))[0]
     return sim, j, stage, t
 
 

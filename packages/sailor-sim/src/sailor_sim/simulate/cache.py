@@ -7,12 +7,14 @@ drops every table at once when any of them moved, so a live simulator follows ``
 ``register_gpu``, a new profile entry or a new link exactly as a fresh one would.
 
 Keys are plain tuples of small ints and strings: a job enters as ``Job.cache_id`` (equal jobs,
-one id), a replica as ``Replica._id``, a stage's replica list as ``Stage._sig`` /
-``Stage._full`` (interned in ``plan.py``), so lookups hash a few ints.
+one id), a replica and a stage's replica list as the small ids this cache assigns them
+(``replica_id``, ``stage_id``), so lookups hash a few ints, not tuples of tuples. The ids live
+here, not in the plan's value types, and are dropped with the tables that use them.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from .. import revision
@@ -72,12 +74,45 @@ class ComponentCache:
         """(GPU type, zone) -> $/s of one GPU."""
         self.stage_summary: dict[tuple, Any] = {}
         """(job, stage with replicas, i, p) -> compose.StageSummary."""
+        self.replica_ids: dict[tuple, int] = {}
+        """A replica's fields (``Replica._key``), or all but its zone -> its id."""
+        self.stage_ids: dict[tuple, int] = {}
+        """A stage's replicas' fields (``Stage._rkeys``) -> its id (equal lists, one id)."""
+        self._next_id = itertools.count()
         self._stamp: tuple = ()
         self.clears = 0
         """How many times the tables were dropped (tests read it)."""
 
     def _tables(self) -> list:
         return [v for k, v in vars(self).items() if not k.startswith("_") and k != "clears"]
+
+    # ---- ids: equal values get one small int, so keys hash ints -------------------------------
+    # (Each lookup inlined: ``summarize`` asks for every stage of every plan it composes.)
+    def replica_id(self, replica) -> int:
+        """The id of ``replica`` (equal replicas, one id)."""
+        key = replica._key
+        found = self.replica_ids.get(key)
+        if found is None:  # setdefault with a shared counter: atomic under the GIL, ids unique
+            found = self.replica_ids.setdefault(key, next(self._next_id))
+        return found
+
+    def compute_id(self, replica) -> int:
+        """The id of what ``replica``'s time and memory depend on: all but its zone, which only
+        prices it (replicas that differ only by zone share it)."""
+        gpu_type, _zone, *rest = replica._key
+        key = (gpu_type, *rest)
+        found = self.replica_ids.get(key)
+        if found is None:
+            found = self.replica_ids.setdefault(key, next(self._next_id))
+        return found
+
+    def stage_id(self, stage) -> int:
+        """The id of ``stage``'s replica list (equal lists, one id; not its layer range)."""
+        key = stage._rkeys
+        found = self.stage_ids.get(key)
+        if found is None:
+            found = self.stage_ids.setdefault(key, next(self._next_id))
+        return found
 
     def refresh(self, profiles, network) -> bool:
         """Drop every table if the profiles, the network or a catalog changed since the last

@@ -78,11 +78,15 @@ class Components(Protocol):
 
     def summaries(self) -> dict: ...
 
+    def ids(self):
+        """Assigns cache ids: ``replica_id(replica)``, ``stage_id(stage)`` (``ComponentCache``)."""
 
-def p2p_key(src: Replica, dst: Replica, stage_replicas: int) -> int:
-    """One int for a boundary's (src replica, dst replica, replicas of the sending stage):
-    replica ids are small interned ints, and an int hashes faster than a tuple."""
-    return (((stage_replicas << 32) | src._id) << 32) | dst._id
+
+def p2p_key(src_id: int, dst_id: int, stage_replicas: int) -> int:
+    """One int for a boundary's (src replica id, dst replica id, replicas of the sending
+    stage): replica ids are small ints (``ComponentCache.replica_id``), and an int hashes faster
+    than a tuple."""
+    return (((stage_replicas << 32) | src_id) << 32) | dst_id
 
 
 class StageSummary(NamedTuple):
@@ -94,9 +98,9 @@ class StageSummary(NamedTuple):
     """Per distinct replica."""
     replica_of: tuple[int, ...]
     """For each replica position j, the index of its distinct replica."""
-    choices: tuple[tuple[Replica, float], ...]
-    """Per distinct replica: it and its ``StageTime.per_microbatch_s`` plus the schedule
-    overhead (what a pipeline through it reads)."""
+    choices: tuple[tuple[Replica, float, int], ...]
+    """Per distinct replica: it, its ``StageTime.per_microbatch_s`` plus the schedule overhead
+    (what a pipeline through it reads) and its id (``p2p_key``)."""
     sync: DataParallelSync
     optimizer_s: float
     """The slowest replica's optimizer step."""
@@ -121,24 +125,25 @@ class CriticalPipeline(NamedTuple):
 
 def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> StageSummary:
     """Summarize stage ``i`` of ``p``: equal replicas are looked up once."""
-    index: dict[int, int] = {}
+    index: dict[tuple, int] = {}
     distinct: list[Replica] = []
     infos: list[ReplicaInfo] = []
-    choices: list[tuple[Replica, float]] = []
+    choices: list[tuple[Replica, float, int]] = []
     replica_of: list[int] = []
     prices: list[float] = []
     usd = optimizer = 0.0
     peak, fits, gpus = 0, True, 0
     for r in stage.replicas:
-        k = index.get(r._id)
+        k = index.get(r._key)
         if k is None:
-            k = index[r._id] = len(distinct)
+            k = index[r._key] = len(distinct)
             info = parts.replica_info(job, stage, i, p, r)
             distinct.append(r)
             infos.append(info)
             prices.append(info.usd_per_s)
             t = info.stage_time
-            choices.append((r, t.per_microbatch_s + timing.MICROBATCH_OVERHEAD_S))
+            seconds = t.per_microbatch_s + timing.MICROBATCH_OVERHEAD_S
+            choices.append((r, seconds, parts.ids().replica_id(r)))
             optimizer = max(optimizer, t.optimizer_s)
             peak = max(peak, info.peak_bytes)
             fits = fits and info.peak_bytes <= info.capacity_bytes
@@ -161,12 +166,12 @@ def stage_summary(parts: Components, job: Job, stage: Stage, i: int, p: int) -> 
 
 
 def summarize(parts: Components, job: Job, plan: Plan) -> list[StageSummary]:
-    """Every stage's summary, memoized per (job, stage, position, depth)."""
-    cache = parts.summaries()
+    """Every stage's summary, memoized per (job, layer range, replicas, position, depth)."""
+    cache, stage_id = parts.summaries(), parts.ids().stage_id
     p = len(plan.stages)
     out = []
     for i, s in enumerate(plan.stages):
-        key = (job.cache_id, s._full, i, p)
+        key = (job.cache_id, s.first_layer, s.last_layer, stage_id(s), i, p)
         summary = cache.get(key)
         if summary is None:
             summary = cache[key] = stage_summary(parts, job, s, i, p)
@@ -199,17 +204,17 @@ def critical_pipeline(
         for sm, s in zip(summaries[1:], stages[:-1], strict=True)
     ]
     for path, count in pipelines(summaries).items():
-        src, seconds = head[path[0]]
+        src, seconds, src_id = head[path[0]]
         per_mb, p2p_s, usd = [seconds], [], 0.0
         for (stage_choices, after, sent_by, high), k in zip(boundaries, path[1:], strict=True):
-            dst, seconds = stage_choices[k]
+            dst, seconds, dst_id = stage_choices[k]
             per_mb.append(seconds)
-            link = known.get(((high | src._id) << 32) | dst._id)
+            link = known.get(((high | src_id) << 32) | dst_id)
             if link is None:
                 link = parts.p2p(job, after, src, dst, sent_by)
             p2p_s.append(link.seconds)
             usd += link.egress_usd
-            src = dst
+            src, src_id = dst, dst_id
         m = src.num_microbatches  # the same in every stage of a pipeline
         egress += count * m * usd
         total = timing.pipeline_total(per_mb, p2p_s, m, virtual, duplex)

@@ -269,7 +269,7 @@ class Simulator(MemoryComponents):
         one per node on PCIe nodes). Every boundary but the head's sends the same tensor, and
         the head never sends, so the layer id does not enter the key."""
         cache = self.p2p_known(job)
-        key = p2p_key(src, dst, stage_replicas)
+        key = p2p_key(self.cache.replica_id(src), self.cache.replica_id(dst), stage_replicas)
         hit = cache.get(key)
         if hit is None:
             hit = cache[key] = self._p2p(job, boundary_layer, src, dst, stage_replicas)
@@ -324,7 +324,7 @@ class Simulator(MemoryComponents):
         # Keyed by the range's parameter count, not its bounds: equal blocks at other
         # depths sync the same bytes (the planner meets many such ranges).
         params = self.unsharded_params(job, stage.first_layer, stage.last_layer)
-        key = (job.cache_id, params, stage._sig)
+        key = (job.cache_id, params, self.cache.stage_id(stage))
         hit = cache.get(key)
         if hit is None:
             hit = cache[key] = self._stage_sync(job, stage)
@@ -548,8 +548,8 @@ class Simulator(MemoryComponents):
         r, first, last, d = replica, stage.first_layer, stage.last_layer, len(stage.replicas)
         # Under ZeRO the replica's time depends on its stage's ring (the shard traffic), not
         # only on how many replicas the stage has.
-        ring = stage._sig if job.options.shards_optimizer else d
-        key = (job.cache_id, first, last, i, p, ring, r._id)
+        ring = self.cache.stage_id(stage) if job.options.shards_optimizer else d
+        key = (job.cache_id, first, last, i, p, ring, self.cache.replica_id(r))
         hit = self.cache.replica_info.get(key)
         if hit is None:
             t, peak, capacity = self._replica_compute(job, stage, i, p, r, ring)
@@ -561,7 +561,7 @@ class Simulator(MemoryComponents):
         """(StageTime, peak bytes, capacity) of a replica, whatever its zone: replicas that
         differ only by zone (the planner's usual case) compute them once."""
         first, last = stage.first_layer, stage.last_layer
-        key = (job.cache_id, first, last, i, p, ring, r._compute_id)
+        key = (job.cache_id, first, last, i, p, ring, self.cache.compute_id(r))
         hit = self.cache.replica_compute.get(key)
         if hit is None:
             self._check_replica(job, stage, i, p, r)
@@ -586,9 +586,10 @@ class Simulator(MemoryComponents):
         return self.sharded_time(job, StageSlice.of(stage, r), t, self._ring_kinds(stage), lead)
 
     def _ring_kinds(self, stage: Stage):
-        kinds = self.cache.ring_kinds.get(stage._sig)
+        sig = self.cache.stage_id(stage)
+        kinds = self.cache.ring_kinds.get(sig)
         if kinds is None:
-            kinds = self.cache.ring_kinds[stage._sig] = timing.ring_kinds(stage.replicas)
+            kinds = self.cache.ring_kinds[sig] = timing.ring_kinds(stage.replicas)
         return kinds
 
     def sharded_time(
@@ -779,3 +780,7 @@ class Simulator(MemoryComponents):
     def summaries(self) -> dict:
         """The table ``compose`` memoizes stage summaries in."""
         return self.cache.stage_summary
+
+    def ids(self) -> ComponentCache:
+        """What assigns replicas and stages the ids ``compose``'s keys use."""
+        return self.cache

@@ -8,7 +8,6 @@ them (heterogeneous data parallelism); their samples per iteration add up to the
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -20,20 +19,6 @@ from ..catalog.zones import get_zone
 from ..errors import PlanError, SailorSimError, ValidationError
 from ..inputs import integral, parse_json
 from .job import Job, _reject_unknown
-
-# Interned ids of replica field tuples and of stages' replica lists: equal values get the same
-# small int, so the simulator's caches hash and compare ints instead of tuples of tuples.
-# Bounded by the distinct replicas / replica lists a process ever builds.
-_REPLICA_IDS: dict[tuple, int] = {}
-_STAGE_SIGS: dict[tuple, int] = {}
-_NEXT_ID = itertools.count()
-
-
-def _intern(table: dict[tuple, int], key: tuple) -> int:
-    found = table.get(key)
-    if found is None:
-        found = table.setdefault(key, next(_NEXT_ID))  # atomic under the GIL: ids stay unique
-    return found
 
 
 class StageSlice(NamedTuple):
@@ -68,15 +53,12 @@ class Replica:
         object.__setattr__(self, "gpu_type", get_gpu(self.gpu_type).name)
         get_zone(self.zone)
         self._validate()
-        # Replicas key the simulator's caches; hashing five fields on every lookup is too slow
-        # for the planner's inner loop, so the hash is computed once.
+        # The fields as a plain tuple, hashed once: a dataclass hash of five fields is a Python
+        # call per lookup, and plans are compared and hashed in the planner's inner loop. (The
+        # simulator's caches key on small ids they assign to these tuples: ``ComponentCache``.)
         key = (self.gpu_type, self.zone, self.tp, self.microbatch_size, self.num_microbatches)
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_hash", hash(key))
-        object.__setattr__(self, "_id", _intern(_REPLICA_IDS, key))
-        # What its time and memory depend on (all but the zone, which only prices it).
-        compute = (self.gpu_type, self.tp, self.microbatch_size, self.num_microbatches)
-        object.__setattr__(self, "_compute_id", _intern(_REPLICA_IDS, compute))
 
     def __hash__(self) -> int:
         return self._hash
@@ -128,14 +110,10 @@ class Stage:
             )
         if not self.replicas:
             raise ValidationError("a stage needs at least one replica", field="replicas")
-        # Plain-tuple signature of the replicas: hashed and compared in C by the simulator's
-        # caches (the dataclass __hash__/__eq__ are Python calls).
+        # The replicas' field tuples in one plain tuple: hashed and compared in C where the
+        # simulator assigns the stage its cache id (``ComponentCache.stage_id``).
         object.__setattr__(self, "_rkeys", tuple(r._key for r in self.replicas))
-        object.__setattr__(self, "_sig", _intern(_STAGE_SIGS, tuple(r._id for r in self.replicas)))
         object.__setattr__(self, "_samples", sum(r.samples for r in self.replicas))
-        object.__setattr__(
-            self, "_full", _intern(_STAGE_SIGS, (self.first_layer, self.last_layer, self._sig))
-        )
 
     @property
     def layer_ids(self) -> range:
