@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -40,3 +41,38 @@ def validation_files(sailor_root) -> list[Path]:
     if len(files) != 15:
         pytest.skip(f"expected 15 validation plans, found {len(files)}")
     return files
+
+
+@contextlib.contextmanager
+def catalog_prices_restored():
+    """The price catalogs as they were before the block, after it: a catch-all ``set_price``
+    drops a GPU's per-region prices, and the published bench prices B200 / GB200 at 0, which
+    later tests in the same process (the planner's) would price plans with. The catalog
+    revision is bumped only when the block changed them, so live simulators keep their caches
+    otherwise."""
+    from sailor_sim import revision
+    from sailor_sim.catalog import prices
+
+    tables = (prices.PRICE_CATALOG, prices.SPOT_PRICE_CATALOG)
+    saved = [{gpu: dict(by_region) for gpu, by_region in t.items()} for t in tables]
+    try:
+        yield
+    finally:
+        if any(t != s for t, s in zip(tables, saved, strict=True)):
+            for table, before in zip(tables, saved, strict=True):
+                table.clear()
+                table.update(before)
+            revision.bump()
+
+
+@pytest.fixture(autouse=True)
+def _price_catalogs_restored():
+    """Every test leaves the price catalogs as it found them."""
+    with catalog_prices_restored():
+        yield
+
+
+@pytest.fixture
+def prices_restored():
+    """``catalog_prices_restored`` for a test that restores them itself, mid-test."""
+    return catalog_prices_restored

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import math
 from pathlib import Path
 
 import pytest
 
-from sailor_sim import Job, Plan, Replica, Simulator, Stage, StageSlice, revision
+from sailor_sim import Job, Plan, Replica, Simulator, Stage, StageSlice
 from sailor_sim.catalog import prices
 from sailor_sim.catalog.gpus import GPU_CATALOG, register_gpu
 from sailor_sim.simulate import timing
@@ -74,38 +73,19 @@ def test_terms_are_the_public_functions_on_the_critical_pipeline(job):
     assert sim.estimate(job, plan).time_breakdown_s == pytest.approx(expected, rel=1e-12)
 
 
-def test_a_live_simulator_follows_set_price(job):
+def test_a_live_simulator_follows_set_price(job, prices_restored):
     """A price cached by a live simulator must not survive set_price (it used to: $80.53/h
     before and after, while a fresh simulator said $851.14/h)."""
     sim = Simulator()
     plan = plans(job)[0]
     before = sim.estimate(job, plan).cost_per_hour_usd
-    with catalog_prices_restored():
+    with prices_restored():
         prices.set_price("A100-40", 10 * prices.price_per_gpu_hour("A100-40", A))
         live = sim.estimate(job, plan).cost_per_hour_usd
         fresh = Simulator().estimate(job, plan).cost_per_hour_usd
         assert live == pytest.approx(fresh, rel=1e-12)
         assert live == pytest.approx(10 * before, rel=1e-9)
     assert sim.estimate(job, plan).cost_per_hour_usd == pytest.approx(before, rel=1e-12)
-
-
-@contextlib.contextmanager
-def catalog_prices_restored():
-    """The price catalogs as they were, and a revision bump, after the block: a catch-all
-    ``set_price`` drops a GPU's per-region prices, which later tests (the planner's, in the
-    same process) price plans with."""
-    saved = {t: {k: dict(v) for k, v in c.items()} for t, c in _price_tables().items()}
-    try:
-        yield
-    finally:
-        for name, table in _price_tables().items():
-            table.clear()
-            table.update(saved[name])
-        revision.bump()
-
-
-def _price_tables() -> dict:
-    return {"on_demand": prices.PRICE_CATALOG, "spot": prices.SPOT_PRICE_CATALOG}
 
 
 def test_a_live_simulator_follows_gpu_and_network_changes(job):
@@ -131,12 +111,12 @@ def test_a_live_simulator_follows_gpu_and_network_changes(job):
     assert sim.estimate(job, two).time_breakdown_s["p2p"] > 5 * t0
 
 
-def test_one_cache_object_dropped_whole(job):
+def test_one_cache_object_dropped_whole(job, prices_restored):
     sim = Simulator()
     sim.estimate(job, plans(job)[2])
     assert sum(sim.cache.sizes().values()) > 0
     clears = sim.cache.clears
-    with catalog_prices_restored():
+    with prices_restored():
         prices.set_price("A100-40", prices.price_per_gpu_hour("A100-40", A))  # a bump
         sim.refresh()
     assert sim.cache.clears == clears + 1
