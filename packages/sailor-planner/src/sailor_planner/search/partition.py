@@ -53,30 +53,35 @@ def _stage_bounds(cuts: tuple[int, ...], n: int) -> Bounds:
 
 
 @lru_cache(maxsize=256)
-def _all_splits(n: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cut points, stage starts, stage ends) of every split of n layer ids into p stages."""
+def _all_splits(n: int, p: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """(cut points, per stage the flat index ``start * n + end`` of its range) of every split
+    of n layer ids into p stages."""
     cuts = np.array(list(combinations(range(1, n), p - 1)), dtype=np.int64)
     starts = np.concatenate([np.zeros((len(cuts), 1), dtype=np.int64), cuts], axis=1)
     ends = np.concatenate([cuts - 1, np.full((len(cuts), 1), n - 1, dtype=np.int64)], axis=1)
-    return cuts, starts, ends
+    return cuts, tuple(starts[:, s] * n + ends[:, s] for s in range(p))
 
 
 def _enumerate(costs: list[np.ndarray], p: int, n: int) -> list[Bounds]:
     if p == 1:
         t = costs[1][0, n - 1]
         return [((0, n - 1),)] if math.isfinite(t) else []
-    cuts, starts, ends = _all_splits(n, p)
-    times = np.stack([costs[p - s][starts[:, s], ends[:, s]] for s in range(p)], axis=1)
-    bottleneck = times.max(axis=1)
-    total = times.sum(axis=1)
+    cuts, ranges = _all_splits(n, p)
+    # one array per stage, reduced stage by stage: the same sums in the same order as a sum
+    # over each split's row, at a fraction of the cost of a reduction along short rows
+    times = [np.take(costs[p - s], ranges[s]) for s in range(p)]
+    bottleneck, total = times[0], times[0]
+    for t in times[1:]:
+        bottleneck = np.maximum(bottleneck, t)
+        total = total + t
     ok = np.isfinite(bottleneck)
     if not ok.any():
         return []
     idx = np.nonzero(ok)[0]
     order = idx[np.lexsort((total[idx], bottleneck[idx]))]
     kept, best_total = [], math.inf
-    for i in order:  # non-dominated in (bottleneck, total): totals strictly decrease
-        if total[i] < best_total - 1e-12:
+    for i in _frontier_candidates(order, total).tolist():
+        if total[i] < best_total - 1e-12:  # non-dominated in (bottleneck, total)
             kept.append(i)
             best_total = total[i]
     if len(kept) > MAX_KEPT:  # the extremes and evenly spaced points between them
@@ -85,21 +90,38 @@ def _enumerate(costs: list[np.ndarray], p: int, n: int) -> list[Bounds]:
     return [_stage_bounds(tuple(int(c) for c in cuts[i]), n) for i in kept]
 
 
+def _frontier_candidates(order: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """The entries of ``order`` whose total is below every earlier one's (plus a margin wider
+    than the frontier loop's 1e-12): the loop keeps no other, since every entry before a kept
+    one has a total >= the last kept total - 1e-12."""
+    totals = total[order]
+    earlier = np.minimum.accumulate(np.concatenate(([math.inf], totals[:-1])))
+    return order[totals < earlier + 1e-9]
+
+
 def _dp(costs: list[np.ndarray], p: int, n: int) -> Bounds | None:
     """Vectorised DP: key = bottleneck + TIE * total / p, exact on the bottleneck. The cost
     matrices are inf where a > b (no such range), so no mask is needed."""
-    inf = np.array([math.inf])
     first = costs[p][0, :]  # stage 0 holds 0..b, with p stages from it on
     f_max, f_sum = first, first
     choice = np.zeros((p, n), dtype=np.int64)
     a_idx = np.arange(n)
+    prev_max = np.empty(n)
+    prev_sum = np.empty(n)
+    prev_max[0] = prev_sum[0] = math.inf
+    key = np.empty((n, n))
+    tie = np.empty((n, n))
     for s in range(1, p):
         c = costs[p - s]  # c[a, b]
         # stage s starts at a: the prefix 0..a-1 (none for a = 0)
-        prev_max = np.concatenate((inf, f_max[:-1]))
-        prev_sum = np.concatenate((inf, f_sum[:-1]))
-        key = np.maximum(prev_max[:, None], c) + TIE * (prev_sum[:, None] + c) / p
-        best_a = np.argmin(key, axis=0)
+        prev_max[1:] = f_max[:-1]
+        prev_sum[1:] = f_sum[:-1]
+        np.add(prev_sum[:, None], c, out=tie)
+        np.multiply(TIE, tie, out=tie)
+        np.divide(tie, p, out=tie)
+        np.maximum(prev_max[:, None], c, out=key)
+        np.add(key, tie, out=key)
+        best_a = key.argmin(axis=0)
         picked = c[best_a, a_idx]
         f_max = np.maximum(prev_max[best_a], picked)
         f_sum = prev_sum[best_a] + picked
