@@ -45,7 +45,6 @@ from .templates import (
     ClassShape,
     Shape,
     StageTables,
-    bottleneck,
     class_for,
     joint_splits,
     lower_bounds,
@@ -323,9 +322,10 @@ class Search:
                     cls = class_for(tab, g, m, bounds)
                     if cls is None:
                         continue
-                    neck = bottleneck(tab, bounds)
+                    costs = stage_costs(tab, bounds)
+                    neck = max(costs)  # templates.bottleneck, from the costs read once
                     shape = Shape(bounds, (cls,))
-                    self.memo.lbs[shape] = (stage_costs(tab, bounds),)
+                    self.memo.lbs[shape] = (costs,)
                     out.append((shape, m / (neck * cls.gpus), neck, t))
         out.sort(key=lambda x: -x[1])
         return out
@@ -466,11 +466,8 @@ class Search:
         key = ("floor", shape, c)
         hit = self._lbs.get(key)
         if hit is None:
-            cls, p = shape.classes[c], shape.depth
-            costs = [
-                cost - ((i > 0) + (i < p - 1)) * self._same_zone_p2p(cls.gpu, cls.mbs, tp)
-                for i, (cost, tp) in enumerate(zip(self.memo.lbs[shape][c], cls.tps, strict=True))
-            ]
+            p2p = self._neighbour_p2p(shape.classes[c], self._same_zone_p2p)
+            costs = [cost - x for cost, x in zip(self.memo.lbs[shape][c], p2p, strict=True)]
             opt = self._class_base(shape, c)[2]
             hit = self._lbs[key] = (*lower_bounds(costs, self._virtual), opt)
         return hit
@@ -663,11 +660,22 @@ class Search:
     def _fastest_costs(self, shape: Shape, c: int) -> tuple[float, ...]:
         """The tables' stage costs with every neighbour's p2p at the fastest link between two
         zones of the type (``_p2p_slack``)."""
-        cls, p = shape.classes[c], shape.depth
-        return tuple(
-            cost - ((i > 0) + (i < p - 1)) * self._p2p_slack(cls.gpu, cls.mbs, tp)
-            for i, (cost, tp) in enumerate(zip(self.memo.lbs[shape][c], cls.tps, strict=True))
-        )
+        slack = self._neighbour_p2p(shape.classes[c], self._p2p_slack)
+        return tuple(cost - x for cost, x in zip(self.memo.lbs[shape][c], slack, strict=True))
+
+    def _neighbour_p2p(self, cls: ClassShape, per_neighbour) -> tuple[float, ...]:
+        """Per stage of a pipeline of ``cls``: its neighbours times ``per_neighbour(GPU, mbs,
+        TP)`` seconds (``_same_zone_p2p``, ``_p2p_slack``); cached per class, which the shapes
+        of every split share."""
+        key = (cls, per_neighbour.__name__)
+        hit = self._p2p.get(key)
+        if hit is None:
+            p = len(cls.tps)
+            hit = self._p2p[key] = tuple(
+                ((i > 0) + (i < p - 1)) * per_neighbour(cls.gpu, cls.mbs, tp)
+                for i, tp in enumerate(cls.tps)
+            )
+        return hit
 
     def _p2p_slack(self, g: str, m: int, tp: int) -> float:
         """How much the tables' same-zone p2p (reference zone) exceeds the fastest p2p of type

@@ -132,11 +132,15 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
 
 
 def _p2p_same_zone(cv: CostView, g: str, m: int, degrees: list[int], zone: str) -> dict[int, float]:
-    """Seconds of one microbatch's activation send to a same-zone neighbour of the same type."""
-    out = {}
-    for d in degrees:
-        r = Replica(g, zone, d, m, 1)
-        out[d] = cv.sim.p2p_time(cv.job, 0, r, r) if cv.job.model.num_layer_ids > 1 else 0.0
+    """Seconds of one microbatch's activation send to a same-zone neighbour of the same type,
+    per TP degree (cached on the CostView: every depth asks for the same ones)."""
+    key = ("p2p", g, m, tuple(degrees), zone)
+    out = cv.memo.get(key)
+    if out is None:
+        out = cv.memo[key] = {}
+        for d in degrees:
+            r = Replica(g, zone, d, m, 1)
+            out[d] = cv.sim.p2p_time(cv.job, 0, r, r) if cv.job.model.num_layer_ids > 1 else 0.0
     return out
 
 
