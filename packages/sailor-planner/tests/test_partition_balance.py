@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from sailor_planner.search.balance import balance
-from sailor_planner.search.partition import _dp, _enumerate, best_splits, even_bounds, num_splits
+from sailor_planner.search.partition import (
+    _dp,
+    _enumerate,
+    best_splits,
+    best_splits_many,
+    even_bounds,
+    num_splits,
+)
 
 
 def _matrices(rng, n: int, p: int) -> list:
@@ -137,3 +144,16 @@ def test_enumeration_matches_the_plain_frontier(seed: int, p: int) -> None:
     if seed % 3 == 0:
         costs[p][0, : n // 3] = math.inf  # a first stage too short to fit
     assert _enumerate(costs, p, n) == _reference_enumerate(costs, p, n)
+
+
+@pytest.mark.parametrize("p", [5, 8, 12])
+def test_the_dp_over_several_cost_lists_gives_each_ones_own_split(p: int) -> None:
+    """``best_splits_many`` (the configurations of one GPU type at one depth in one DP) returns
+    for every cost list what it returns for that list alone, unfit ranges included."""
+    n = 14
+    lists = [_matrices(np.random.default_rng(seed), n, p) for seed in range(7)]
+    lists[2][p][0, :2] = math.inf  # a first stage that cannot end before layer id 2
+    lists[4][1][:, :] = math.inf  # no last stage fits: no split
+    alone = [best_splits(costs, p, exact_limit=0) for costs in lists]
+    assert best_splits_many(lists, p, exact_limit=0) == alone
+    assert alone[4] == [] and all(alone[i] for i in (0, 1, 2, 3, 5, 6))

@@ -293,6 +293,24 @@ class Search:
         return hit
 
     def _single_shapes_uncached(self, g: str, p: int) -> list[tuple]:
+        configs = self._single_tables(g, p)
+        out = []
+        for (m, t, tab), splits in zip(configs, self._splits(g, p, configs), strict=True):
+            for bounds in splits:
+                cls = class_for(tab, g, m, bounds)
+                if cls is None:
+                    continue
+                costs = stage_costs(tab, bounds)
+                neck = max(costs)  # templates.bottleneck, from the costs read once
+                shape = Shape(bounds, (cls,))
+                self.memo.lbs[shape] = (costs,)
+                out.append((shape, m / (neck * cls.gpus), neck, t))
+        out.sort(key=lambda x: -x[1])
+        return out
+
+    def _single_tables(self, g: str, p: int) -> list[tuple]:
+        """(microbatch size, TP spec, stage tables) of every configuration of type ``g`` at
+        depth ``p`` that can run."""
         out = []
         for m in self.opt.microbatch_sizes:
             if m > self.job.sample_slots:
@@ -311,24 +329,20 @@ class Search:
                 if tab is None:
                     self.stats.pruned += 1
                     continue
-                key = (g, p, m, t, self.ref_zone[g], self.opt.exact_partition_limit)
-                splits = self.memo.splits.get(key)
-                if splits is None:
-                    splits = single_type_splits(tab, p, self.opt.exact_partition_limit, self.cv.n)
-                    self.memo.splits[key] = splits
-                else:
-                    self.stats.memo_hits += 1
-                for bounds in splits:
-                    cls = class_for(tab, g, m, bounds)
-                    if cls is None:
-                        continue
-                    costs = stage_costs(tab, bounds)
-                    neck = max(costs)  # templates.bottleneck, from the costs read once
-                    shape = Shape(bounds, (cls,))
-                    self.memo.lbs[shape] = (costs,)
-                    out.append((shape, m / (neck * cls.gpus), neck, t))
-        out.sort(key=lambda x: -x[1])
+                out.append((m, t, tab))
         return out
+
+    def _splits(self, g: str, p: int, configs: list[tuple]) -> list[list]:
+        """Per configuration its splits (memoized), those not known yet found together
+        (``templates.single_type_splits``: one DP over all of them)."""
+        limit = self.opt.exact_partition_limit
+        keys = [(g, p, m, t, self.ref_zone[g], limit) for m, t, _tab in configs]
+        missing = [i for i, key in enumerate(keys) if key not in self.memo.splits]
+        self.stats.memo_hits += len(keys) - len(missing)
+        tables = [configs[i][2] for i in missing]
+        for i, splits in zip(missing, single_type_splits(tables, p, limit, self.cv.n), strict=True):
+            self.memo.splits[keys[i]] = splits
+        return [self.memo.splits[key] for key in keys]
 
     def _runs(self, g: str, p: int, t) -> bool:
         """Whether the job's execution options can run a depth-``p`` pipeline of type ``g``

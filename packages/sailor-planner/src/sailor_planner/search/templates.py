@@ -26,7 +26,7 @@ import numpy as np
 from sailor_sim import Replica
 
 from .costs import INF, CostView
-from .partition import Bounds, best_splits, even_bounds
+from .partition import Bounds, best_splits, best_splits_many, even_bounds
 
 
 @dataclass(frozen=True)
@@ -203,13 +203,17 @@ def bottleneck(tables: StageTables, bounds: Bounds) -> float:
     return max(tables.cost[i][a, b] for i, (a, b) in enumerate(bounds))
 
 
-def single_type_splits(tables: StageTables, p: int, exact_limit: int, n: int) -> list[Bounds]:
-    """Best splits for one class, plus the even split (what a homogeneous planner uses)."""
-    splits = best_splits(by_position(tables, p), p, exact_limit)
+def single_type_splits(
+    tables: list[StageTables], p: int, exact_limit: int, n: int
+) -> list[list[Bounds]]:
+    """Per table (configurations of one GPU type at depth p), the best splits for one class
+    plus the even split (what a homogeneous planner uses); the DP runs on all at once."""
+    found = best_splits_many([by_position(tab, p) for tab in tables], p, exact_limit)
     even = even_bounds(n, p) if p <= n else None
-    if even is not None and even not in splits and math.isfinite(bottleneck(tables, even)):
-        splits.append(even)
-    return splits
+    for tab, splits in zip(tables, found, strict=True):
+        if even is not None and even not in splits and math.isfinite(bottleneck(tab, even)):
+            splits.append(even)
+    return found
 
 
 def joint_splits(
