@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from sailor_planner.search.balance import balance
-from sailor_planner.search.partition import _dp, _enumerate, best_splits, even_bounds, num_splits
+from sailor_planner.search.partition import (
+    _dp,
+    _enumerate,
+    best_splits,
+    best_splits_many,
+    even_bounds,
+    num_splits,
+)
 
 
 def _matrices(rng, n: int, p: int) -> list:
@@ -98,3 +105,55 @@ def test_balance_hits_the_batch_and_the_best_makespan(gbs, pipes, mbs, neck, fil
 def test_balance_rejects_more_pipelines_than_samples() -> None:
     assert balance(4, [5], [1], [1.0], [0.0]) is None
     assert balance(6, [1], [4], [1.0], [0.0]) is None  # 6 samples are not whole microbatches of 4
+
+
+def _reference_enumerate(costs, p: int, n: int) -> list:
+    """The enumeration as first written: every split's row reduced on its own, and the
+    (bottleneck, total) frontier walked over every split (``_enumerate`` must match it)."""
+    from sailor_planner.search.partition import MAX_KEPT, _stage_bounds
+
+    cuts = np.array(list(itertools.combinations(range(1, n), p - 1)), dtype=np.int64)
+    starts = np.concatenate([np.zeros((len(cuts), 1), dtype=np.int64), cuts], axis=1)
+    ends = np.concatenate([cuts - 1, np.full((len(cuts), 1), n - 1, dtype=np.int64)], axis=1)
+    times = np.stack([costs[p - s][starts[:, s], ends[:, s]] for s in range(p)], axis=1)
+    bottleneck, total = times.max(axis=1), times.sum(axis=1)
+    idx = np.nonzero(np.isfinite(bottleneck))[0]
+    kept, best_total = [], math.inf
+    for i in idx[np.lexsort((total[idx], bottleneck[idx]))]:
+        if total[i] < best_total - 1e-12:
+            kept.append(i)
+            best_total = total[i]
+    if len(kept) > MAX_KEPT:
+        pick = np.linspace(0, len(kept) - 1, MAX_KEPT).round().astype(int)
+        kept = [kept[j] for j in sorted(set(pick))]
+    return [_stage_bounds(tuple(int(c) for c in cuts[i]), n) for i in kept]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_enumeration_matches_the_plain_frontier(seed: int, p: int) -> None:
+    """The vectorised frontier (stage-by-stage reduction, ``_frontier_candidates``) returns
+    exactly the splits of the plain one, with ties, near-ties and unfit ranges."""
+    rng = np.random.default_rng(seed)
+    n = 12
+    costs = _matrices(rng, n, p)
+    if seed % 2:  # equal layers: many splits share a bottleneck and a total
+        costs = _matrices(np.random.default_rng(0), n, p)
+        for k in range(1, p + 1):
+            costs[k] = np.round(costs[k], 1)
+    if seed % 3 == 0:
+        costs[p][0, : n // 3] = math.inf  # a first stage too short to fit
+    assert _enumerate(costs, p, n) == _reference_enumerate(costs, p, n)
+
+
+@pytest.mark.parametrize("p", [5, 8, 12])
+def test_the_dp_over_several_cost_lists_gives_each_ones_own_split(p: int) -> None:
+    """``best_splits_many`` (the configurations of one GPU type at one depth in one DP) returns
+    for every cost list what it returns for that list alone, unfit ranges included."""
+    n = 14
+    lists = [_matrices(np.random.default_rng(seed), n, p) for seed in range(7)]
+    lists[2][p][0, :2] = math.inf  # a first stage that cannot end before layer id 2
+    lists[4][1][:, :] = math.inf  # no last stage fits: no split
+    alone = [best_splits(costs, p, exact_limit=0) for costs in lists]
+    assert best_splits_many(lists, p, exact_limit=0) == alone
+    assert alone[4] == [] and all(alone[i] for i in (0, 1, 2, 3, 5, 6))

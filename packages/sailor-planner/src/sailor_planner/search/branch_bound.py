@@ -45,7 +45,6 @@ from .templates import (
     ClassShape,
     Shape,
     StageTables,
-    bottleneck,
     class_for,
     joint_splits,
     lower_bounds,
@@ -294,6 +293,24 @@ class Search:
         return hit
 
     def _single_shapes_uncached(self, g: str, p: int) -> list[tuple]:
+        configs = self._single_tables(g, p)
+        out = []
+        for (m, t, tab), splits in zip(configs, self._splits(g, p, configs), strict=True):
+            for bounds in splits:
+                cls = class_for(tab, g, m, bounds)
+                if cls is None:
+                    continue
+                costs = stage_costs(tab, bounds)
+                neck = max(costs)  # templates.bottleneck, from the costs read once
+                shape = Shape(bounds, (cls,))
+                self.memo.lbs[shape] = (costs,)
+                out.append((shape, m / (neck * cls.gpus), neck, t))
+        out.sort(key=lambda x: -x[1])
+        return out
+
+    def _single_tables(self, g: str, p: int) -> list[tuple]:
+        """(microbatch size, TP spec, stage tables) of every configuration of type ``g`` at
+        depth ``p`` that can run."""
         out = []
         for m in self.opt.microbatch_sizes:
             if m > self.job.sample_slots:
@@ -312,23 +329,20 @@ class Search:
                 if tab is None:
                     self.stats.pruned += 1
                     continue
-                key = (g, p, m, t, self.ref_zone[g], self.opt.exact_partition_limit)
-                splits = self.memo.splits.get(key)
-                if splits is None:
-                    splits = single_type_splits(tab, p, self.opt.exact_partition_limit, self.cv.n)
-                    self.memo.splits[key] = splits
-                else:
-                    self.stats.memo_hits += 1
-                for bounds in splits:
-                    cls = class_for(tab, g, m, bounds)
-                    if cls is None:
-                        continue
-                    neck = bottleneck(tab, bounds)
-                    shape = Shape(bounds, (cls,))
-                    self.memo.lbs[shape] = (stage_costs(tab, bounds),)
-                    out.append((shape, m / (neck * cls.gpus), neck, t))
-        out.sort(key=lambda x: -x[1])
+                out.append((m, t, tab))
         return out
+
+    def _splits(self, g: str, p: int, configs: list[tuple]) -> list[list]:
+        """Per configuration its splits (memoized), those not known yet found together
+        (``templates.single_type_splits``: one DP over all of them)."""
+        limit = self.opt.exact_partition_limit
+        keys = [(g, p, m, t, self.ref_zone[g], limit) for m, t, _tab in configs]
+        missing = [i for i, key in enumerate(keys) if key not in self.memo.splits]
+        self.stats.memo_hits += len(keys) - len(missing)
+        tables = [configs[i][2] for i in missing]
+        for i, splits in zip(missing, single_type_splits(tables, p, limit, self.cv.n), strict=True):
+            self.memo.splits[keys[i]] = splits
+        return [self.memo.splits[key] for key in keys]
 
     def _runs(self, g: str, p: int, t) -> bool:
         """Whether the job's execution options can run a depth-``p`` pipeline of type ``g``
@@ -466,11 +480,8 @@ class Search:
         key = ("floor", shape, c)
         hit = self._lbs.get(key)
         if hit is None:
-            cls, p = shape.classes[c], shape.depth
-            costs = [
-                cost - ((i > 0) + (i < p - 1)) * self._same_zone_p2p(cls.gpu, cls.mbs, tp)
-                for i, (cost, tp) in enumerate(zip(self.memo.lbs[shape][c], cls.tps, strict=True))
-            ]
+            p2p = self._neighbour_p2p(shape.classes[c], self._same_zone_p2p)
+            costs = [cost - x for cost, x in zip(self.memo.lbs[shape][c], p2p, strict=True)]
             opt = self._class_base(shape, c)[2]
             hit = self._lbs[key] = (*lower_bounds(costs, self._virtual), opt)
         return hit
@@ -663,11 +674,22 @@ class Search:
     def _fastest_costs(self, shape: Shape, c: int) -> tuple[float, ...]:
         """The tables' stage costs with every neighbour's p2p at the fastest link between two
         zones of the type (``_p2p_slack``)."""
-        cls, p = shape.classes[c], shape.depth
-        return tuple(
-            cost - ((i > 0) + (i < p - 1)) * self._p2p_slack(cls.gpu, cls.mbs, tp)
-            for i, (cost, tp) in enumerate(zip(self.memo.lbs[shape][c], cls.tps, strict=True))
-        )
+        slack = self._neighbour_p2p(shape.classes[c], self._p2p_slack)
+        return tuple(cost - x for cost, x in zip(self.memo.lbs[shape][c], slack, strict=True))
+
+    def _neighbour_p2p(self, cls: ClassShape, per_neighbour) -> tuple[float, ...]:
+        """Per stage of a pipeline of ``cls``: its neighbours times ``per_neighbour(GPU, mbs,
+        TP)`` seconds (``_same_zone_p2p``, ``_p2p_slack``); cached per class, which the shapes
+        of every split share."""
+        key = (cls, per_neighbour.__name__)
+        hit = self._p2p.get(key)
+        if hit is None:
+            p = len(cls.tps)
+            hit = self._p2p[key] = tuple(
+                ((i > 0) + (i < p - 1)) * per_neighbour(cls.gpu, cls.mbs, tp)
+                for i, tp in enumerate(cls.tps)
+            )
+        return hit
 
     def _p2p_slack(self, g: str, m: int, tp: int) -> float:
         """How much the tables' same-zone p2p (reference zone) exceeds the fastest p2p of type

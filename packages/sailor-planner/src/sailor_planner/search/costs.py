@@ -100,12 +100,17 @@ class CostView:
         return get_gpu(gpu_type).supports(self.job.dtype)
 
     def profiled_oom(self, g: str, m: int, t: int) -> bool:
-        """The profile marks (g, m, t) 'oom': the simulator refuses it, so the search skips it."""
-        job = self.job
-        entry = self.sim.profiles.oom_entry(
-            job.model, g, job.dtype, m, t, job.local_sequence_length
-        )
-        return entry is not None
+        """The profile marks (g, m, t) 'oom': the simulator refuses it, so the search skips it
+        (cached: every depth asks)."""
+        key = ("oom", g, m, t)
+        hit = self.memo.get(key)
+        if hit is None:
+            job = self.job
+            entry = self.sim.profiles.oom_entry(
+                job.model, g, job.dtype, m, t, job.local_sequence_length
+            )
+            hit = self.memo[key] = entry is not None
+        return hit
 
     # ---- time -------------------------------------------------------------------------------
     def time_prefix(self, g: str, m: int, t: int) -> np.ndarray:

@@ -37,13 +37,23 @@ def num_splits(n: int, p: int) -> int:
 
 def best_splits(costs: list[np.ndarray], p: int, exact_limit: int) -> list[Bounds]:
     """Best splits of ``n`` layer ids into ``p`` stages; ``costs[k]`` for k = 1..p (index k)."""
-    n = costs[1].shape[0]
-    if not 1 <= p <= n:
+    return best_splits_many([costs], p, exact_limit)[0]
+
+
+def best_splits_many(
+    costs_list: list[list[np.ndarray]], p: int, exact_limit: int
+) -> list[list[Bounds]]:
+    """``best_splits`` of several cost lists of one depth (the configurations of one GPU type
+    at depth p): the DP runs on all of them at once, the same splits at a fraction of the
+    numpy calls."""
+    if not costs_list:
         return []
+    n = costs_list[0][1].shape[0]
+    if not 1 <= p <= n:
+        return [[] for _ in costs_list]
     if num_splits(n, p) <= exact_limit:
-        return _enumerate(costs, p, n)
-    dp = _dp(costs, p, n)
-    return [dp] if dp else []
+        return [_enumerate(costs, p, n) for costs in costs_list]
+    return [[dp] if dp else [] for dp in _dp_many(costs_list, p, n)]
 
 
 def _stage_bounds(cuts: tuple[int, ...], n: int) -> Bounds:
@@ -53,30 +63,35 @@ def _stage_bounds(cuts: tuple[int, ...], n: int) -> Bounds:
 
 
 @lru_cache(maxsize=256)
-def _all_splits(n: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cut points, stage starts, stage ends) of every split of n layer ids into p stages."""
+def _all_splits(n: int, p: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """(cut points, per stage the flat index ``start * n + end`` of its range) of every split
+    of n layer ids into p stages."""
     cuts = np.array(list(combinations(range(1, n), p - 1)), dtype=np.int64)
     starts = np.concatenate([np.zeros((len(cuts), 1), dtype=np.int64), cuts], axis=1)
     ends = np.concatenate([cuts - 1, np.full((len(cuts), 1), n - 1, dtype=np.int64)], axis=1)
-    return cuts, starts, ends
+    return cuts, tuple(starts[:, s] * n + ends[:, s] for s in range(p))
 
 
 def _enumerate(costs: list[np.ndarray], p: int, n: int) -> list[Bounds]:
     if p == 1:
         t = costs[1][0, n - 1]
         return [((0, n - 1),)] if math.isfinite(t) else []
-    cuts, starts, ends = _all_splits(n, p)
-    times = np.stack([costs[p - s][starts[:, s], ends[:, s]] for s in range(p)], axis=1)
-    bottleneck = times.max(axis=1)
-    total = times.sum(axis=1)
+    cuts, ranges = _all_splits(n, p)
+    # one array per stage, reduced stage by stage: the same sums in the same order as a sum
+    # over each split's row, at a fraction of the cost of a reduction along short rows
+    times = [np.take(costs[p - s], ranges[s]) for s in range(p)]
+    bottleneck, total = times[0], times[0]
+    for t in times[1:]:
+        bottleneck = np.maximum(bottleneck, t)
+        total = total + t
     ok = np.isfinite(bottleneck)
     if not ok.any():
         return []
     idx = np.nonzero(ok)[0]
     order = idx[np.lexsort((total[idx], bottleneck[idx]))]
     kept, best_total = [], math.inf
-    for i in order:  # non-dominated in (bottleneck, total): totals strictly decrease
-        if total[i] < best_total - 1e-12:
+    for i in _frontier_candidates(order, total).tolist():
+        if total[i] < best_total - 1e-12:  # non-dominated in (bottleneck, total)
             kept.append(i)
             best_total = total[i]
     if len(kept) > MAX_KEPT:  # the extremes and evenly spaced points between them
@@ -85,27 +100,62 @@ def _enumerate(costs: list[np.ndarray], p: int, n: int) -> list[Bounds]:
     return [_stage_bounds(tuple(int(c) for c in cuts[i]), n) for i in kept]
 
 
+def _frontier_candidates(order: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """The entries of ``order`` whose total is below every earlier one's (plus a margin wider
+    than the frontier loop's 1e-12): the loop keeps no other, since every entry before a kept
+    one has a total >= the last kept total - 1e-12."""
+    totals = total[order]
+    earlier = np.minimum.accumulate(np.concatenate(([math.inf], totals[:-1])))
+    return order[totals < earlier + 1e-9]
+
+
 def _dp(costs: list[np.ndarray], p: int, n: int) -> Bounds | None:
-    """Vectorised DP: key = bottleneck + TIE * total / p, exact on the bottleneck. The cost
-    matrices are inf where a > b (no such range), so no mask is needed."""
-    inf = np.array([math.inf])
-    first = costs[p][0, :]  # stage 0 holds 0..b, with p stages from it on
+    """The DP of one cost list (``_dp_many``)."""
+    return _dp_many([costs], p, n)[0]
+
+
+def _dp_many(costs_list: list[list[np.ndarray]], p: int, n: int) -> list[Bounds | None]:
+    """Vectorised DP over K cost lists at once: key = bottleneck + TIE * total / p, exact on
+    the bottleneck. Every list's arithmetic is elementwise what one list's alone would be
+    (the same splits bit for bit). The cost matrices are inf where a > b (no such range), so
+    no mask is needed."""
+    k = len(costs_list)
+    first = _stacked([costs[p][0, :] for costs in costs_list])  # stage 0 holds 0..b
     f_max, f_sum = first, first
-    choice = np.zeros((p, n), dtype=np.int64)
-    a_idx = np.arange(n)
+    choice = np.zeros((p, k, n), dtype=np.int64)
+    rows, cols = np.arange(k)[:, None], np.arange(n)[None, :]
+    prev_max = np.empty((k, n))
+    prev_sum = np.empty((k, n))
+    prev_max[:, 0] = prev_sum[:, 0] = math.inf
+    key = np.empty((k, n, n))
+    tie = np.empty((k, n, n))
     for s in range(1, p):
-        c = costs[p - s]  # c[a, b]
+        c = _stacked([costs[p - s] for costs in costs_list])  # c[j, a, b]
         # stage s starts at a: the prefix 0..a-1 (none for a = 0)
-        prev_max = np.concatenate((inf, f_max[:-1]))
-        prev_sum = np.concatenate((inf, f_sum[:-1]))
-        key = np.maximum(prev_max[:, None], c) + TIE * (prev_sum[:, None] + c) / p
-        best_a = np.argmin(key, axis=0)
-        picked = c[best_a, a_idx]
-        f_max = np.maximum(prev_max[best_a], picked)
-        f_sum = prev_sum[best_a] + picked
+        prev_max[:, 1:] = f_max[:, :-1]
+        prev_sum[:, 1:] = f_sum[:, :-1]
+        np.add(prev_sum[:, :, None], c, out=tie)
+        np.multiply(TIE, tie, out=tie)
+        np.divide(tie, p, out=tie)
+        np.maximum(prev_max[:, :, None], c, out=key)
+        np.add(key, tie, out=key)
+        best_a = key.argmin(axis=1)
+        picked = c[rows, best_a, cols]
+        f_max = np.maximum(prev_max[rows, best_a], picked)
+        f_sum = prev_sum[rows, best_a] + picked
         choice[s] = best_a
-    if not math.isfinite(f_max[n - 1]):
-        return None
+    return [
+        _walk_back(choice[:, j], p, n) if math.isfinite(f_max[j, n - 1]) else None for j in range(k)
+    ]
+
+
+def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    """``np.stack``, without a copy for one array."""
+    return arrays[0][None] if len(arrays) == 1 else np.stack(arrays)
+
+
+def _walk_back(choice: np.ndarray, p: int, n: int) -> Bounds:
+    """The DP's split: from the last stage back, each stage's chosen start."""
     bounds, b = [], n - 1
     for s in range(p - 1, 0, -1):
         a = int(choice[s][b])

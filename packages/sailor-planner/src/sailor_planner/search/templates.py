@@ -26,7 +26,7 @@ import numpy as np
 from sailor_sim import Replica
 
 from .costs import INF, CostView
-from .partition import Bounds, best_splits, even_bounds
+from .partition import Bounds, best_splits, best_splits_many, even_bounds
 
 
 @dataclass(frozen=True)
@@ -132,11 +132,15 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
 
 
 def _p2p_same_zone(cv: CostView, g: str, m: int, degrees: list[int], zone: str) -> dict[int, float]:
-    """Seconds of one microbatch's activation send to a same-zone neighbour of the same type."""
-    out = {}
-    for d in degrees:
-        r = Replica(g, zone, d, m, 1)
-        out[d] = cv.sim.p2p_time(cv.job, 0, r, r) if cv.job.model.num_layer_ids > 1 else 0.0
+    """Seconds of one microbatch's activation send to a same-zone neighbour of the same type,
+    per TP degree (cached on the CostView: every depth asks for the same ones)."""
+    key = ("p2p", g, m, tuple(degrees), zone)
+    out = cv.memo.get(key)
+    if out is None:
+        out = cv.memo[key] = {}
+        for d in degrees:
+            r = Replica(g, zone, d, m, 1)
+            out[d] = cv.sim.p2p_time(cv.job, 0, r, r) if cv.job.model.num_layer_ids > 1 else 0.0
     return out
 
 
@@ -199,13 +203,17 @@ def bottleneck(tables: StageTables, bounds: Bounds) -> float:
     return max(tables.cost[i][a, b] for i, (a, b) in enumerate(bounds))
 
 
-def single_type_splits(tables: StageTables, p: int, exact_limit: int, n: int) -> list[Bounds]:
-    """Best splits for one class, plus the even split (what a homogeneous planner uses)."""
-    splits = best_splits(by_position(tables, p), p, exact_limit)
+def single_type_splits(
+    tables: list[StageTables], p: int, exact_limit: int, n: int
+) -> list[list[Bounds]]:
+    """Per table (configurations of one GPU type at depth p), the best splits for one class
+    plus the even split (what a homogeneous planner uses); the DP runs on all at once."""
+    found = best_splits_many([by_position(tab, p) for tab in tables], p, exact_limit)
     even = even_bounds(n, p) if p <= n else None
-    if even is not None and even not in splits and math.isfinite(bottleneck(tables, even)):
-        splits.append(even)
-    return splits
+    for tab, splits in zip(tables, found, strict=True):
+        if even is not None and even not in splits and math.isfinite(bottleneck(tab, even)):
+            splits.append(even)
+    return found
 
 
 def joint_splits(
