@@ -1,6 +1,7 @@
 """`sailor-planner plan`: JSON output and one-line errors (the real console script)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from sailor_planner import cli
 from sailor_planner.cli import app
 from sailor_sim import Job, Plan
 from sailor_sim.simulate.simulator import Simulator
@@ -169,3 +171,33 @@ def test_pareto_prints_a_table_and_ranked_rows_name_their_zones() -> None:
     head, frontier = text.split("frontier", 1)
     assert "zones" in head and "@us-" in head
     assert frontier.count("$/iter") == 1 and "@us-" in frontier
+
+
+PROCESS_SETUP = """
+import gc, os, sys
+sys.argv = ["sailor-planner", "version"]
+from sailor_planner import cli
+try:
+    cli.main()
+except SystemExit:
+    pass
+print(os.environ.get("OPENBLAS_NUM_THREADS"), gc.get_threshold()[0] == cli.SEARCH_GC_THRESHOLD)
+"""
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("4", "4")])
+def test_the_command_sets_up_its_process_for_searching(given, expected):
+    """The console script runs with one BLAS thread (idle OpenBLAS workers cost ~0.1 s CPU of
+    a plan command) unless the user chose a count, and with the search's GC threshold; the
+    library leaves both alone (``import sailor_planner.planner`` changes neither)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    out = subprocess.run([sys.executable, "-c", PROCESS_SETUP], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)  # fmt: skip
+    assert out.stdout.split()[-2:] == [expected, "True"], out.stdout + out.stderr
+    library = subprocess.run(
+        [sys.executable, "-c", "import gc, sailor_planner.planner; print(gc.get_threshold()[0])"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert int(library.stdout) < cli.SEARCH_GC_THRESHOLD

@@ -6,6 +6,13 @@ this module.
 
 from __future__ import annotations
 
+import gc
+import os
+
+# Before numpy loads (the search imports it): the planner's arrays never reach BLAS, and on a
+# 2-core machine OpenBLAS's idle worker threads cost ~0.1 s CPU of the 0.8 s plan command. A
+# value the user set wins; the library (``Planner``) leaves the environment alone.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from pathlib import Path
 from typing import Annotated
 
@@ -181,8 +188,17 @@ def serve(
         fail(exc)
 
 
+SEARCH_GC_THRESHOLD = 20_000
+"""Container allocations between young-generation collections in a ``sailor-planner`` process
+(CPython's default: 700). A search allocates millions of short-lived tuples while its tables
+stay alive, so at the default most collections find nothing to free: 12 % of the 512-GPU
+plan command's CPU (bench/planner_search_time.py), none with this threshold. The process is
+ours, so the setting is too; the library (``Planner``) leaves the collector alone."""
+
+
 def main() -> None:
     """The ``sailor-planner`` entry point: any error is one line on stderr, never a traceback."""
+    gc.set_threshold(SEARCH_GC_THRESHOLD, *gc.get_threshold()[1:])
     run_app(app, "sailor-planner")
 
 
