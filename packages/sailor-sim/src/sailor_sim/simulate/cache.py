@@ -46,7 +46,8 @@ class ComponentCache:
         self.ring_kinds: dict[int, tuple] = {}
         """stage replica signature -> ``timing.ring_kinds`` of its replicas."""
         self.ring_edge: dict[tuple, tuple[float, float]] = {}
-        """(gradient bytes, ring edge, ranks) -> (all-reduce seconds, egress $)."""
+        """(all-reduce bytes, ring edge a, b, ranks, run length inside a zone or 0) ->
+        (all-reduce seconds, egress $)."""
         self.ring_curve: dict[tuple, Any] = {}
         """ring edge (a, b) -> ``timing.edge_curve`` (curve, parallel rings, bus efficiency),
         or None where the edge all-reduces hierarchically (its size enters every lookup)."""

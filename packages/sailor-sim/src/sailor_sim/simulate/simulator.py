@@ -397,7 +397,7 @@ class Simulator(MemoryComponents):
         nbytes = self.ring_sync_bytes(job, first, last)
         if nbytes is None:
             raise ValueError(f"ZeRO {job.options.zero}: the sync is not one ring's seconds")
-        return self._edge_time(a, b, ranks, 0, nbytes)
+        return self._ring_edge(a, b, ranks, 0, nbytes)[0]
 
     def zone_edge_time(
         self, job: Job, first: int, last: int, a: timing.RingKind, b: timing.RingKind, ranks: int
@@ -430,20 +430,27 @@ class Simulator(MemoryComponents):
         if n < 2:
             return 0.0, 0.0
         grad = self.grad_bytes(job, first, last) if nbytes is None else nbytes
-        cache = self.cache.ring_edge
-        counts = dict(kinds)
+        cache, counts = self.cache.ring_edge, dict(kinds)
         seconds, usd = 0.0, 0.0
         for a, b in timing.kind_edges(kinds):
-            key = (grad, a, b, n, counts[a] if a == b else 0)
-            edge = cache.get(key)
-            if edge is None:
-                edge = cache[key] = (
-                    self._edge_time(a, b, n, counts[a], grad),
-                    timing.edge_egress_usd(self.network, a, b, n, grad),
-                )
+            run = counts[a] if a == b else 0
+            edge = cache.get((grad, a, b, n, run)) or self._ring_edge(a, b, n, run, grad)
             seconds = max(seconds, edge[0])
             usd += edge[1]
         return seconds, usd
+
+    def _ring_edge(self, a, b, ranks: int, run: int, nbytes: float) -> tuple[float, float]:
+        """(all-reduce seconds, egress $) of one ring edge (``_edge_time``), computed once per
+        key of ``ComponentCache.ring_edge``: the planner's ring bounds ask for the same edges
+        over many shapes. (Callers look the key up first: the hit is the hot path.)"""
+        key = (nbytes, a, b, ranks, run)
+        edge = self.cache.ring_edge.get(key)
+        if edge is None:
+            edge = self.cache.ring_edge[key] = (
+                self._edge_time(a, b, ranks, run, nbytes),
+                timing.edge_egress_usd(self.network, a, b, ranks, nbytes),
+            )
+        return edge
 
     def _edge_time(self, a, b, ranks: int, run: int, nbytes: float) -> float:
         """A ring edge's all-reduce seconds: inside a run of ``run`` equal replicas,
