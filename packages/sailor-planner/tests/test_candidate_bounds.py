@@ -36,28 +36,22 @@ def test_leaf_bounds_with_the_spanning_ring_hold_for_every_scored_candidate(requ
     options = SearchOptions(microbatch_sizes=(1, 2))
     search = Search(cv, Scorer(cv), Memo(), Inventory.parse(SMALL_ZONES), options)
     checked, tighter = 0, 0
-    for depth in (1, 2, 3):
-        singles = {g: search._single_shapes(g, depth) for g in search.types}
-        shapes = [x[0] for g in search.types for x in singles[g][:4]]
-        shapes += search._mixed_shapes(depth, singles)[:6]
-        for shape in shapes:
-            for layout in search._layouts(depth, shape):
-                max_d = search._max_pipelines(shape, layout)
-                floors = [search._class_floor(shape, c) for c in range(len(shape.classes))]
-                lo = 1 if len(max_d) > 1 else 0
-                for counts in itertools.product(*(range(lo, d + 1) for d in max_d)):
-                    if not any(counts):
-                        continue
-                    ring = search.bnd.spanning_ring(shape, counts, layout[0])
-                    thr, cost, _ = search.bnd.bounds(shape, floors, counts, ring=ring)
-                    for groups in _placements(search, shape, layout, counts):
-                        scored = search.scorer.score(shape, groups, layout)
-                        if scored is None:
-                            continue
-                        assert scored.throughput <= thr * (1 + 1e-9), (shape, groups)
-                        assert scored.cost_per_iteration >= cost * (1 - 1e-9), (shape, groups)
-                        checked += 1
-                        tighter += ring > 0
+    for shape, layout, floors in _shape_layouts(search, (1, 2, 3), singles=4, mixed=6):
+        max_d = search._max_pipelines(shape, layout)
+        lo = 1 if len(max_d) > 1 else 0
+        for counts in itertools.product(*(range(lo, d + 1) for d in max_d)):
+            if not any(counts):
+                continue
+            ring = search.bnd.spanning_ring(shape, counts, layout[0])
+            thr, cost, _ = search.bnd.bounds(shape, floors, counts, ring=ring)
+            for groups in _placements(search, shape, layout, counts):
+                scored = search.scorer.score(shape, groups, layout)
+                if scored is None:
+                    continue
+                assert scored.throughput <= thr * (1 + 1e-9), (shape, groups)
+                assert scored.cost_per_iteration >= cost * (1 - 1e-9), (shape, groups)
+                checked += 1
+                tighter += ring > 0
     assert checked >= 200 and tighter >= 20, (checked, tighter)
 
 
@@ -115,34 +109,47 @@ def test_a_placements_bound_holds_for_its_score(request, source, options):
     cv = CostView(sim, job)
     search = Search(cv, Scorer(cv), Memo(), inventory, SearchOptions(microbatch_sizes=(1, 2)))
     checked, mixed, crossing = 0, 0, 0
-    for depth in (1, 2, 4):
-        singles = {g: search._single_shapes(g, depth) for g in search.types}
-        shapes = [x[0] for g in search.types for x in singles[g][:3]]
-        shapes += search._mixed_shapes(depth, singles)[:4]
-        for shape in shapes:
-            for layout in search._layouts(depth, shape):
-                floors = [search._class_floor(shape, c) for c in range(len(shape.classes))]
-                for counts in _some_counts(search._max_pipelines(shape, layout)):
-                    for groups in _placements(search, shape, layout, counts):
-                        draft = search.scorer.draft(shape, groups)
-                        scored = search.scorer.finish(draft, layout)
-                        if scored is None:
-                            continue
-                        ring = search.scorer.first_ring(shape, groups)
-                        for thr, cost, hourly in (
-                            search.scorer.bound(draft),
-                            search.bnd.bounds(shape, floors, counts, ring=ring),
-                        ):
-                            where = (shape, groups)
-                            assert scored.throughput <= thr * (1 + 1e-9), where
-                            assert scored.cost_per_iteration >= cost * (1 - 1e-9), where
-                            assert scored.cost_per_hour >= hourly * (1 - 1e-9), where
-                        checked += 1
-                        mixed += len(shape.classes) > 1
-                        crossing += layout[0] != layout[-1]
+    for shape, layout, floors in _shape_layouts(search, (1, 2, 4), singles=3, mixed=4):
+        for counts in _some_counts(search._max_pipelines(shape, layout)):
+            for groups in _placements(search, shape, layout, counts):
+                draft, scored, ring = _scored(search, shape, layout, groups)
+                if scored is None:
+                    continue
+                for thr, cost, hourly in (
+                    search.scorer.bound(draft),
+                    search.bnd.bounds(shape, floors, counts, ring=ring),
+                ):
+                    where = (shape, groups)
+                    assert scored.throughput <= thr * (1 + 1e-9), where
+                    assert scored.cost_per_iteration >= cost * (1 - 1e-9), where
+                    assert scored.cost_per_hour >= hourly * (1 - 1e-9), where
+                checked += 1
+                mixed += len(shape.classes) > 1
+                crossing += layout[0] != layout[-1]
     one_stage = options.zero in ("zero3", "hybrid")  # sharded weights: no pipelining
     assert checked >= 50 and mixed >= 10, (checked, mixed)
     assert one_stage or crossing >= 10, crossing
+
+
+def _shape_layouts(search, depths, singles: int, mixed: int):
+    """(shape, layout, per-class floors) for the best ``singles`` one-type shapes of every
+    type and the best ``mixed`` mixed shapes at each depth, over every layout of each."""
+    for depth in depths:
+        ranked = {g: search._single_shapes(g, depth) for g in search.types}
+        shapes = [x[0] for g in search.types for x in ranked[g][:singles]]
+        shapes += search._mixed_shapes(depth, ranked)[:mixed]
+        for shape in shapes:
+            floors = [search._class_floor(shape, c) for c in range(len(shape.classes))]
+            for layout in search._layouts(depth, shape):
+                yield shape, layout, floors
+
+
+def _scored(search, shape, layout, groups):
+    """(the placement's draft, its score or None where it does not fit, its stage-0 ring)."""
+    draft = search.scorer.draft(shape, groups)
+    scored = search.scorer.finish(draft, layout)
+    ring = search.scorer.first_ring(shape, groups) if scored is not None else None
+    return draft, scored, ring
 
 
 def _some_counts(max_d):
@@ -256,11 +263,9 @@ def test_skip_bounds_hold_on_the_512_gpu_bench_inventory(sailor_planner, monkeyp
             leaf = self.bnd.spanning_ring(shape, counts, layout[0])
             leaf = self.bnd.bounds(shape, floors, counts, ring=leaf)[0]
             for groups in _placements(self, shape, layout, counts):
-                draft = self.scorer.draft(shape, groups)
-                scored = self.scorer.finish(draft, layout)
+                draft, scored, ring = _scored(self, shape, layout, groups)
                 if scored is None:
                     continue
-                ring = self.scorer.first_ring(shape, groups)
                 ring = self.bnd.bounds(shape, floors, counts, ring=ring)[0]
                 for bound in (leaf, ring, self.scorer.bound(draft)[0]):
                     assert scored.throughput <= bound * (1 + 1e-9), (shape, groups)
