@@ -2,6 +2,7 @@
 
     uv run python bench/gpu_smoke.py [--model tiny-llama] [--gbs 8] [--seq 256] [--steps 6]
                                      [--pp 0|1|2] [--device auto|cpu|cuda] [--out DIR]
+                                     [--recompute full|selective|none] [--zero none|zero1|zero2|zero3]
 
 One script, one code path on any machine. ``auto``: CUDA when a GPU is visible (ranks on NCCL,
 the catalog type from the device's name), else CPU (ranks on gloo, type ``CPU``): CI runs it
@@ -16,7 +17,8 @@ pipeline across two GPUs over NCCL (batched p2p) unless ``--pp 1``.
    tensor memory (the simulator's memory terms without its framework term), written to
    ``prediction.json`` before any training starts.
 3. Train ``--steps`` steps of the plan (PP ``--pp``, DP 1, TP 1) with bf16 autocast, SDPA and
-   full recompute; checkpoint at the half; a second launch resumes from it and trains to the
+   ``--recompute`` (default full) and ``--zero`` (default none; zero2/zero3 run FSDP2, on one
+   stage, so ``--pp 1``); checkpoint at the half; a second launch resumes from it and trains to the
    end (its first step must be the half + 1).
 4. Reshard the final checkpoint into a CPU layout: the full model built on the CPU in fp32,
    every tensor read from the checkpoint by layer id (whatever plan wrote it), and one forward
@@ -47,15 +49,19 @@ from pathlib import Path
 def _lib():
     import torch
 
+    return torch
+
+
+def _options(recompute: str, zero: str):
+    """The options the prediction and the training share (bf16; SDPA: flash unset)."""
     from sailor_sim import ExecutionOptions
 
-    return torch, ExecutionOptions(recompute="full")  # trained in bf16; SDPA (flash unset)
+    return ExecutionOptions(recompute=recompute, zero=zero)
 
 
 def pick_device(asked: str) -> tuple[str, str, str]:
     """(device for the profiler, backend, catalog GPU type)."""
-    torch, _ = _lib()
-    cuda = torch.cuda.is_available()
+    cuda = _lib().cuda.is_available()
     if asked == "cuda" and not cuda:
         raise SystemExit("error: --device cuda asked but no CUDA device is visible; use cpu")
     if asked == "cpu" or not cuda:
@@ -110,7 +116,7 @@ def train(root: Path, job, plan, backend: str, steps: int) -> tuple[list, dict]:
     """Two launches into one checkpoint folder: to the half, then resumed to the end."""
     from sailor_runtime.engine.launch import launch_local
 
-    _, options = _lib()
+    options = job.options
     half = steps // 2
     metrics = root / "resumed.jsonl"
     for name, upto in (("first", half), ("resumed", steps)):
@@ -141,7 +147,7 @@ def reshard_to_cpu(root: Path, job) -> float:
     from sailor_profiler.zoo import build_stage
     from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 
-    torch, _ = _lib()
+    torch = _lib()
     path, manifest = ckpt.latest(root / "ckpt")
     layers = ckpt.read_layers(path)
     model = build_stage(job.model, 0, job.model.num_layer_ids - 1, device="cpu", seed=None)
@@ -200,15 +206,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-bar", type=float, default=0.5)
     p.add_argument("--memory-bar", type=float, default=0.5)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--recompute", choices=("full", "selective", "none"), default="full")
+    p.add_argument("--zero", choices=("none", "zero1", "zero2", "zero3"), default="none")
     a = p.parse_args(argv)
     if a.steps < 4 or a.pp < 0 or a.gbs < 1 or a.seq < 2:
         p.error("need --steps >= 4 (half, resumed, 2 timed), --pp >= 0, --gbs >= 1, --seq >= 2")
-    torch, options = _lib()
+    if a.zero in ("zero2", "zero3") and a.pp > 1:
+        p.error(f"--zero {a.zero} runs FSDP2 on one stage; use --pp 1 or --zero zero1")
+    torch = _lib()
     from sailor_sim.spec.job import Job
+
+    options = _options(a.recompute, a.zero)
 
     device, backend, gpu_type = pick_device(a.device)
     if a.pp == 0:  # the 2-rank NCCL pipeline whenever the machine has the GPUs for it
-        a.pp = 2 if device == "cuda" and torch.cuda.device_count() >= 2 else 1
+        fsdp = a.zero in ("zero2", "zero3")
+        a.pp = 2 if device == "cuda" and torch.cuda.device_count() >= 2 and not fsdp else 1
     if device == "cuda" and a.pp > torch.cuda.device_count():
         p.error(f"--pp {a.pp} needs {a.pp} GPUs; {torch.cuda.device_count()} visible")
     root = a.out or Path(tempfile.mkdtemp(prefix="sailor-gpu-smoke-"))
@@ -224,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     (root / "measured.json").write_text(json.dumps(meas, indent=1))
     print(
         f"{job.model.name}, gbs {a.gbs}, seq {a.seq}, PP {a.pp}, {gpu_type} x {plan.num_gpus}, "
-        f"{backend}, bf16 + SDPA + full recompute; resumed at step {a.steps // 2}; "
+        f"{backend}, bf16 + SDPA + recompute {a.recompute} + zero {a.zero}; resumed at step {a.steps // 2}; "
         f"checkpoint resharded to CPU: loss {cpu_loss:.4f}; files in {root}"
     )
     misses = report(pred, meas, {"step_time_s": a.time_bar, "memory_bytes": a.memory_bar})

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[1] / "bench" / "gpu_smoke.py"
 
 
@@ -25,8 +27,12 @@ def test_smoke_runs_end_to_end_on_cpu(tmp_path):
     out = tmp_path / "smoke"
     cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--gbs", "4", "--seq", "32"]
     cmd += ["--steps", "4", "--time-bar", "20", "--out", str(out)]
+    cmd += ["--recompute", "selective", "--zero", "zero3"]  # the options reach both sides
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "recompute selective + zero zero3" in done.stdout
+    ckpt = json.loads(next((out / "ckpt").rglob("manifest.json")).read_text())
+    assert ckpt["options"]["zero"] == "zero3", ckpt
     for figure in ("step_time_s", "tokens_per_s", "mfu", "memory_bytes"):
         assert figure in done.stdout
     assert "resharded to CPU" in done.stdout and "gloo" in done.stdout
@@ -48,8 +54,12 @@ def test_verdict_names_misses_and_missing_figures():
     assert missing and missing[0].startswith("memory_bytes: missing")
 
 
-def test_bad_arguments_exit_2_with_one_line():
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--steps", "2"], "--steps >= 4"), (["--zero", "zero3", "--pp", "2"], "FSDP2 on one stage")],
+)
+def test_bad_arguments_exit_2_with_one_line(args, message):
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--steps", "2"], capture_output=True, text=True, timeout=60
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 2 and "--steps >= 4" in done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1]
