@@ -2,7 +2,8 @@
 
     uv run python bench/gpu_smoke.py [--model tiny-llama] [--gbs 8] [--seq 256] [--steps 6]
                                      [--pp 0|1|2] [--device auto|cpu|cuda] [--out DIR]
-                                     [--recompute full|selective|none] [--zero none|zero1|zero2|zero3]
+                                     [--recompute full|selective|none]
+                                     [--zero none|zero1|zero2|zero3]
 
 One script, one code path on any machine. ``auto``: CUDA when a GPU is visible (ranks on NCCL,
 the catalog type from the device's name), else CPU (ranks on gloo, type ``CPU``): CI runs it
@@ -237,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     (root / "measured.json").write_text(json.dumps(meas, indent=1))
     print(
         f"{job.model.name}, gbs {a.gbs}, seq {a.seq}, PP {a.pp}, {gpu_type} x {plan.num_gpus}, "
-        f"{backend}, bf16 + SDPA + recompute {a.recompute} + zero {a.zero}; resumed at step {a.steps // 2}; "
+        f"{backend}, bf16 + SDPA + recompute {a.recompute} + zero {a.zero}; "
+        f"resumed at step {a.steps // 2}; "
         f"checkpoint resharded to CPU: loss {cpu_loss:.4f}; files in {root}"
     )
     misses = report(pred, meas, {"step_time_s": a.time_bar, "memory_bytes": a.memory_bar})
