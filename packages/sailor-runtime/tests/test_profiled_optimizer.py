@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from sailor_profiler import adamw_implementation
+from sailor_profiler.compute.measure import _time_optimizer, marginal_step
 from sailor_profiler.compute.optim import _CLIP_COEF, adamw_step, optimizer_step_fn
+from sailor_profiler.timing import Stat
 from sailor_runtime.engine.parallel.optim import apply_update, make_optimizer
 from sailor_runtime.engine.rank import train as rank_train
 from sailor_sim.spec.recipe import OptimConfig
@@ -62,3 +64,26 @@ def test_the_timed_step_on_a_cpu_layer_is_the_cpu_engines():
     optimizer_step_fn(layer, "adamw")()
     for ours, engine in zip(layer.parameters(), expected, strict=True):
         assert torch.equal(ours.detach(), engine)
+
+
+def test_a_step_over_two_copies_updates_the_layer_as_the_engine_does():
+    """The second copy only adds its own update: the layer's own result is the engine's."""
+    layer = _layer_with_grads()
+    expected = _engine_update(layer, adamw_implementation("cpu"))
+    optimizer_step_fn(layer, "adamw", copies=2)()
+    for ours, engine in zip(layer.parameters(), expected, strict=True):
+        assert torch.equal(ours.detach(), engine)
+
+
+def test_a_layer_is_charged_what_it_adds_to_a_step_not_the_steps_fixed_part():
+    one = Stat(median=1.0, p25=0.9, p75=1.1, n=3)  # one copy: 0.7 per layer + 0.3 fixed
+    got = marginal_step(one, Stat(1.7, 1.6, 1.8, 3))
+    assert (got.median, got.p25, got.p75, got.n) == pytest.approx((0.7, 0.6, 0.8, 3))
+    # noise made the second copy look free: half the two-copy step, never 0 or less
+    assert marginal_step(one, Stat(0.98, 0.9, 1.0, 3)).median == pytest.approx(0.49)
+
+
+def test_the_profiled_optimizer_time_is_a_positive_share_on_cpu():
+    layer = _layer_with_grads()
+    stat = _time_optimizer(layer, "adamw", "cpu", warmup=1, reps=3)
+    assert 0 < stat.median and stat.n == 3

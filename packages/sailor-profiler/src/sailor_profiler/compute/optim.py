@@ -62,12 +62,23 @@ def adamw_step(params: list[torch.Tensor], weight_decay: float, impl: str) -> Ca
     return step
 
 
-def optimizer_step_fn(layer: nn.Module, optimizer: str) -> Callable[[], None]:
-    """A closure doing one optimizer step on ``layer``'s parameters (their grads must exist)."""
+def _twin(p: torch.Tensor) -> torch.Tensor:
+    """A trainable copy of ``p`` with a copy of its gradient."""
+    twin = p.detach().clone().requires_grad_(True)
+    twin.grad = p.grad.detach().clone()
+    return twin
+
+
+def optimizer_step_fn(layer: nn.Module, optimizer: str, copies: int = 1) -> Callable[[], None]:
+    """A closure doing one optimizer step on ``layer``'s parameters (their grads must exist)
+    and on ``copies - 1`` clones of them: one step over all of them, as the engine steps a
+    whole stage (one norm read, one AdamW call), so the difference between two and one copy
+    is what one more layer adds to a step (``measure._time_optimizer``)."""
     params = [p for p in layer.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+    params = params + [_twin(p) for _ in range(copies - 1) for p in params]
     impl = adamw_implementation(params[0].device.type)  # the engine's on this device
     if all(p.dtype == torch.float32 for p in params):
         return _make(optimizer, params, impl)
