@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project checks on a GPU machine, in one bounded command.
 #
-#   bash bench/gpu_session.sh [SECONDS] [STEPS]      (default 400 s; STEPS: a comma list, default all)
+#   bash bench/gpu_session.sh [SECONDS] [STEPS]      (default 560 s; STEPS: a comma list, default all)
 #
 # For a machine with PyTorch + CUDA but no package index (the device tool's machines): the
 # wheels under .whl/ (our four packages, `uv build --all-packages --wheel -o .whl`, and the
@@ -15,9 +15,10 @@
 #   tests      the tests that need CUDA, and the engine's unit tests, on this GPU
 #   run        `make demo`'s run on this GPU: Shakespeare text, profile, plan, train bf16, eval
 #   smoke-big  bench/gpu_smoke.py on OPT-350M, gbs 8, seq 2048: prediction vs measurement
+#   options    the same with recompute none and selective (each option's term on a GPU)
 #   overhead   bench/engine_overhead.py, 1 rank: our engine against plain DDP on one GPU
 set -u
-BUDGET=${1:-400}
+BUDGET=${1:-560}
 ONLY=${2:-all}
 OUT=${OUT:-/tmp/sailor-gpu-session}
 mkdir -p "$OUT" "$OUT/runs"
@@ -76,6 +77,9 @@ step run 150 bash -c "sailor data prepare --out '$R/text' --vocab-size 1024 &&
     --warmup-steps 5 --precision bf16 --gbs 16 --seq 64 --steps 60 --checkpoint-every 10 \
     --run-dir '$R/run' --json '$R/run/summary.json' --timeout 140"
 step smoke-big 150 python3 bench/gpu_smoke.py --model OPT-350M --gbs 8 --seq 2048 --out "$R/big"
+step options 200 bash -c "python3 bench/gpu_smoke.py --model OPT-350M --gbs 8 --seq 2048 \
+    --recompute none --out '$R/none' && python3 bench/gpu_smoke.py --model OPT-350M --gbs 8 \
+    --seq 2048 --recompute selective --out '$R/selective'"
 step overhead 100 python3 bench/engine_overhead.py --ranks 1 --model GPT-1.7B --gbs 4 --seq 1024 \
     --steps 8 --trials 2
 # the runs' small files (predictions, metrics, summaries, rank logs), not checkpoints
