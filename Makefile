@@ -16,9 +16,10 @@ setup:
 	$(UV) sync --all-packages --locked
 
 # Test files spread over TEST_WORKERS processes (pytest-xdist; a file's tests stay together, so
-# a module's fixtures are built once). 2 = CI's cores: the package tests run in one process
-# each and the runtime's multi-process tests wait on start-ups, so two at once take 12.6 min
-# where one at a time took 18.2 (2026-11-26). TEST_WORKERS=0 runs them in this process.
+# a module's fixtures are built once). 2 = CI's cores: the in-process package tests use one
+# core, and the runtime's multi-process tests spend much of their time waiting on start-ups, so
+# two files at once took 12.6 min where one at a time took 18.2 (2026-11-26). TEST_WORKERS=0
+# runs every test in pytest's own process.
 TEST_WORKERS ?= 2
 
 test: setup lint

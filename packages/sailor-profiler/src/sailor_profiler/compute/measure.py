@@ -193,9 +193,9 @@ def _time_step(step, device: str, warmup: int, reps: int) -> Stat:
 
 
 def marginal_step(one: Stat, two: Stat) -> Stat:
-    """The second copy's share of a two-copy step: two - one; half the two-copy step where
-    timing noise makes that difference no larger than zero (a step's fixed part cannot exceed
-    it: every copy's update reads and writes its own states)."""
+    """The second copy's share of a two-copy step: two - one. Where timing noise makes that
+    zero or less, half the two-copy step: each copy's update reads and writes its own
+    parameters and states, so no copy is free."""
     extra = two.median - one.median
     if extra <= 0:
         return Stat(two.median / 2, two.p25 / 2, two.p75 / 2, two.n)
