@@ -8,7 +8,7 @@ import pytest
 
 from sailor_planner.search.balance import balance
 from sailor_planner.search.partition import (
-    _dp,
+    _dp_many,
     _enumerate,
     best_splits,
     best_splits_many,
@@ -49,7 +49,7 @@ def test_dp_and_enumeration_reach_the_optimal_bottleneck(seed: int, p: int) -> N
     exact = _enumerate(costs, p, n)
     got = min(max(costs[p - s][a, b] for s, (a, b) in enumerate(bounds)) for bounds in exact)
     assert got == pytest.approx(best)
-    dp = _dp(costs, p, n)
+    dp = _dp_many([costs], p, n)[0]
     assert max(costs[p - s][a, b] for s, (a, b) in enumerate(dp)) == pytest.approx(best, rel=2e-3)
     for bounds in exact + [dp]:  # contiguous cover of every layer id
         assert bounds[0][0] == 0 and bounds[-1][1] == n - 1

@@ -109,11 +109,6 @@ def _frontier_candidates(order: np.ndarray, total: np.ndarray) -> np.ndarray:
     return order[totals < earlier + 1e-9]
 
 
-def _dp(costs: list[np.ndarray], p: int, n: int) -> Bounds | None:
-    """The DP of one cost list (``_dp_many``)."""
-    return _dp_many([costs], p, n)[0]
-
-
 def _dp_many(costs_list: list[list[np.ndarray]], p: int, n: int) -> list[Bounds | None]:
     """Vectorised DP over K cost lists at once: key = bottleneck + TIE * total / p, exact on
     the bottleneck. Every list's arithmetic is elementwise what one list's alone would be

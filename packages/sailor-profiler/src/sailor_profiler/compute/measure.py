@@ -85,6 +85,15 @@ def _is_oom(exc: BaseException) -> bool:
     )
 
 
+def _recover_from_oom(exc: BaseException, device: str) -> None:
+    """Re-raise ``exc`` unless it is an out-of-memory error (a result; anything else is a
+    bug); after one, hand the device's cached blocks back for what is measured next."""
+    if not _is_oom(exc):
+        raise exc
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
 def _available_bytes(cfg: ComputeConfig, device: str, tp: int) -> int:
     if cfg.memory_limit_bytes is not None:
         return cfg.memory_limit_bytes
@@ -172,11 +181,8 @@ def _time_optimizer(layer, optimizer: str, device: str, warmup: int, reps: int) 
     one = _time_step(optimizer_step_fn(layer, optimizer), device, warmup, reps)
     try:
         two = _time_step(optimizer_step_fn(layer, optimizer, copies=2), device, warmup, reps)
-    except Exception as exc:  # out of memory: keep the one-copy figure; anything else: a bug
-        if not _is_oom(exc):
-            raise
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
+    except Exception as exc:  # out of memory: keep the one-copy figure
+        _recover_from_oom(exc, device)
         return one
     return marginal_step(one, two)
 
@@ -235,11 +241,8 @@ def _profile_layer(rank: _Rank, layer, lid: int, kind: str, mbs: int, opt_cache)
             memory = measure_activation_memory(layer, inputs, kind)
         if "opt" not in opt_cache:  # the step does not depend on the microbatch size
             opt_cache["opt"] = _time_optimizer(layer, cfg.optimizer, device, cfg.warmup, cfg.reps)
-    except Exception as exc:  # out-of-memory is a result; anything else is a bug: re-raise
-        if not _is_oom(exc):
-            raise
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
+    except Exception as exc:  # out-of-memory is a result
+        _recover_from_oom(exc, device)
         return LayerResult(lid, kind, mbs, tp, "oom", params, note=f"out of memory: {exc}"[:200])
     return LayerResult(lid, kind, mbs, tp, "ok", params, fwd, bwd, opt_cache["opt"], memory)
 
