@@ -74,6 +74,30 @@ def test_flash_attention_default_on_where_supported():
     assert fp32.time_breakdown_s["recompute"] == 0
 
 
+@pytest.mark.parametrize("seq", [2048, 16384])
+def test_attention_without_flash_pays_for_its_score_matrix(seq):
+    """Without flash the (b, a, s, s) scores cross memory SCORE_PASSES_FORWARD times forward
+    and SCORE_PASSES_BACKWARD times backward: slower than flash, which instead recomputes
+    QK^T in backward, once the sequence is long; the gap is exactly that traffic."""
+    from sailor_sim.catalog.gpus import get_gpu
+    from sailor_sim.profiles import analytic
+
+    def step(flash: bool):
+        j = Job.create(
+            "LLaMA-3.1-8B", 8, seq, "bf16", "adam", ExecutionOptions(flash_attention=flash)
+        )
+        return j, Simulator().stage_time(j, StageSlice(0, j.model.head_layer_id, "H100-80", 8, 1))
+
+    (j, eager), (_, flash) = step(False), step(True)
+    fwd, bwd = analytic.score_matrix_s(j.model, get_gpu("H100-80"), "bf16", 1, seq, 8)
+    blocks = j.model.num_layers
+    assert eager.forward_s - flash.forward_s == pytest.approx(blocks * fwd, rel=1e-9)
+    assert eager.backward_s - flash.backward_s == pytest.approx(blocks * bwd, rel=1e-9)
+    assert flash.recompute_s > 0 == eager.recompute_s  # flash rebuilds the scores instead
+    if seq >= 16384:
+        assert eager.per_microbatch_s > 1.3 * flash.per_microbatch_s
+
+
 def test_recomputation_trades_memory_for_time():
     es = {
         r: estimate(job(recompute=r, flash_attention=False)) for r in ("none", "selective", "full")

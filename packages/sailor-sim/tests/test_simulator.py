@@ -434,3 +434,31 @@ def test_ring_time_keeps_edge_curves_not_answers_across_ring_sizes() -> None:
                     edges.append(timing.edge_allreduce_time(warm.network, a, b, n, grad))
             assert got[0] == max(edges)
     assert warm.cache.ring_curve and warm.cache.ring_hierarchical
+
+
+def test_tied_head_is_held_once_in_one_stage(sim):
+    """A tied model (GPT-1.7B, Megatron GPT) in one stage holds the shared matrix once: its
+    weights, gradients, optimizer states and all-reduce volume are the untied model's less
+    the head's matrix; split over two stages the head keeps its own copy (counted by
+    ``params(head)``), as the runtime's ``engine.parallel.tied`` does."""
+    tied = Job.create("GPT-1.7B", global_batch_size=8, sequence_length=1024, dtype="bf16")
+    model = dataclasses.replace(tied.model, tie_word_embeddings=False)
+    untied = dataclasses.replace(tied, model=model)
+    head = tied.model.head_layer_id
+    matrix = tied.model.param_terms(head, 1)["lm_head"]
+    assert matrix == tied.model.vocab_size * tied.model.hidden_size
+    one = StageSlice(0, head, "A100-80", 1, 1)
+    weights = {
+        j.model.tie_word_embeddings: sim.replica_memory(j, one, 0, 1, 8, dp=2)["weights"]
+        for j in (tied, untied)
+    }
+    assert weights[False] - weights[True] == matrix * 2  # bf16 weights
+    assert sim.unsharded_params(untied, 0, head) - sim.unsharded_params(tied, 0, head) == matrix
+    # over two stages the last one holds the head's copy whether tied or not
+    last = StageSlice(head - 2, head, "A100-80", 1, 1)
+    assert sim.replica_memory(tied, last, 1, 2, 8) == sim.replica_memory(untied, last, 1, 2, 8)
+    one_stage = Plan.uniform(tied, "A100-80", "us-central1-a", pp=1, dp=2, tp=1)
+    t, u = sim.estimate(tied, one_stage), sim.estimate(untied, one_stage)
+    assert t.time_breakdown_s["optimizer"] < u.time_breakdown_s["optimizer"]
+    assert t.time_breakdown_s["dp_sync"] < u.time_breakdown_s["dp_sync"]
+    assert t.peak_memory_bytes < u.peak_memory_bytes

@@ -397,7 +397,8 @@ class Scorer:
             egress += sync.egress_usd
             syncs.append(sync.seconds)
             opts.append(max(x[0][i].optimizer_s for x in info))
-        drain = [crit[0][i].backward_s + crit[1][i] for i in range(p - 1)]
+        # as compose.time_terms: each stage's drain is its backward, recomputation and p2p
+        drain = [crit[0][i].backward_s + crit[0][i].recompute_s + crit[1][i] for i in range(p - 1)]
         tail = exposed_tail(syncs, opts, drain)[0]
         gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)
         iteration = crit_total + tail + self._step_sync(shape, groups)

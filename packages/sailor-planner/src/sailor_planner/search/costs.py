@@ -59,7 +59,6 @@ class CostView:
         self.model = job.model
         self.n = job.model.num_layer_ids
         self._time: dict[tuple, np.ndarray] = {}
-        self._opt: dict[tuple, np.ndarray] = {}
         self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._tmat: dict[tuple, np.ndarray] = {}
         self._fit: dict[tuple, np.ndarray] = {}
@@ -118,12 +117,10 @@ class CostView:
         arr = self._time.get(key)
         if arr is None:
             arr = np.zeros(self.n + 1)
-            opt = np.zeros(self.n + 1)
             for last in range(self.n):
                 st = self.sim.stage_time(self.job, StageSlice(0, last, g, t, m))
                 arr[last + 1] = st.per_microbatch_s
-                opt[last + 1] = st.optimizer_s
-            self._time[key], self._opt[key] = arr, opt
+            self._time[key] = arr
         else:
             self.hits += 1
         return arr
@@ -182,6 +179,7 @@ class CostView:
             params_pre = np.array(table.params, dtype=float)
             act_pre = np.array(table.activation, dtype=float)
             params = params_pre[None, 1:] - params_pre[:-1, None]
+            params[0, -1] -= model.shared_head_params(0, self.n - 1, t)  # a tied matrix once
             acts = act_pre[None, 1:] - act_pre[:-1, None]
             transient = np.array(
                 [transient_bytes(model, b, m, seq, job.dtype, t) for b in range(self.n)],

@@ -394,6 +394,16 @@ class ModelSpec:
         """Parameter count of one layer per GPU of a TP group."""
         return sum(self.param_terms(layer_id, tp).values())
 
+    def shared_head_params(self, first: int, last: int, tp: int = 1) -> int:
+        """Parameters per GPU of a TP group that layer ids first..last hold once, not twice:
+        a tied model's head reuses the embedding's matrix when one stage holds both (Megatron
+        ``share_embeddings_and_output_weights`` with one pipeline stage, and the runtime's
+        ``engine.parallel.tied``); over several stages the head keeps its own copy, which
+        ``params(head)`` counts. 0 otherwise."""
+        if not self.tie_word_embeddings or first > 0 or last < self.head_layer_id:
+            return 0
+        return self.param_terms(self.head_layer_id, tp)["lm_head"]
+
     def total_params(self) -> int:
         """Parameters of the model as published: the tokenizer's vocabulary (no padding rows)
         and a tied head counted once. What the GPUs hold is ``sum(params(i))``."""

@@ -310,6 +310,36 @@ def elementwise_bytes(model: ModelSpec, layer_id: int, mbs: int, seq: int, tp: i
     return int(tokens * per_token * e)
 
 
+SCORE_PASSES_FORWARD = 4
+"""Times each element of a block's (b, a, s, s) attention scores crosses HBM in the forward
+pass of attention without flash: QK^T writes the scores, one fused scale-mask-softmax kernel
+reads them and writes the probabilities, the context matmul reads those (Megatron-LM's
+``FusedScaleMaskSoftmax``, megatron/core/fusions/fused_softmax.py). Flash attention keeps them
+in on-chip memory (Dao et al. 2022, Sec. 3.2): none."""
+SCORE_PASSES_BACKWARD = 6
+"""... and in backward: the context matmul's backward writes the probabilities' gradient, the
+softmax backward reads it and the probabilities and writes the scores' gradient, which the
+QK^T backward reads twice (for dQ and dK)."""
+DROPOUT_PASSES = 2
+"""Attention dropout adds, each way, one read and one write of the probabilities plus one byte
+of mask per element (written forward, read backward; Korthikanti et al. 2022, Sec. 4.1)."""
+
+
+def score_matrix_s(model: ModelSpec, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int):
+    """(forward s, backward s) one block of attention without flash spends moving its
+    materialized score matrix through memory, at ``MEMORY_EFFICIENCY`` of the bandwidth: memory
+    bound, and absent from matmul FLOP counts, so it is what makes such attention slower than
+    flash at long sequences (it grows with s^2 while the block's matmuls grow with s)."""
+    elements = mbs * (model.num_heads / tp) * seq * seq
+    e = dtype_bytes(dtype)
+    attn_p = model.dropout if model.attention_dropout is None else model.attention_dropout
+    per_way = DROPOUT_PASSES * e + 1 if attn_p > 0 else 0
+    bandwidth = gpu.memory_bandwidth * MEMORY_EFFICIENCY
+    forward = elements * (SCORE_PASSES_FORWARD * e + per_way) / bandwidth
+    backward = elements * (SCORE_PASSES_BACKWARD * e + per_way) / bandwidth
+    return forward, backward
+
+
 def calibrated_times(
     model: ModelSpec, layer_id: int, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int, fit
 ) -> tuple[float, float]:

@@ -210,6 +210,7 @@ class MemoryComponents:
             flash = uses_flash(job.options, gpu, dtype)
             transient += recompute_transient(model, last, mbs, seq, dtype, tp, flash)
         params = t.span(t.params, first, last)  # held: 1/ep of the experts (layer_table)
+        params -= model.shared_head_params(first, last, tp)  # a tied matrix held once
         grad = GRAD_BYTES[dtype] if job.options.grad_dtype == "fp32" else 2
         fp8_prefix = self.fp8_copy_prefix(job, tp)
         fp8_weights = fp8_prefix[last + 1] - fp8_prefix[first]

@@ -34,7 +34,7 @@ from ..model.moe import (
     expert_comm_per_microbatch,
     experts_held_elsewhere,
 )
-from ..profiles.analytic import attention_flop_s
+from ..profiles.analytic import attention_flop_s, score_matrix_s
 from ..profiles.files import load_profile_dir
 from ..profiles.store import LINKS_FILE, ProfileStore
 from ..spec.interleave import check_interleave
@@ -164,16 +164,56 @@ class Simulator(MemoryComponents):
             fwd, bwd = fwd + extra, bwd + 2 * extra
         if job.options.fp8 != "none":
             fwd, bwd = self._fp8_time(job, s, fwd, bwd)
+        scores = self._score_matrix_s(job, t.entry, s)
+        fwd, bwd = fwd + scores[0], bwd + scores[1]
         recompute = self._recompute_s(job, t, s, tp_s)
+        if job.options.recompute in ("full", "selective"):  # both redo the attention core
+            recompute += scores[0]
         return StageTime(
             fwd,
             bwd,
             tp_s,
-            t.span(t.optimizer, first, last),
+            self._optimizer_s(job, t, s),
             t.entry.source,
             recompute,
             framework_s=self._framework_s(job, gpu, t.entry, fwd + bwd + recompute),
         )
+
+    @staticmethod
+    def _score_matrix_s(job: Job, entry, s: StageSlice) -> tuple[float, float]:
+        """(forward s, backward s) the slice's blocks spend moving attention scores through
+        memory (``analytic.score_matrix_s``) where attention materializes them and the
+        profile does not hold that traffic. Analytic profiles count FLOPs only: added without
+        flash. The imported Megatron-DeepSpeed tables measured math attention: they hold it.
+        Ours measured the engine's SDPA, which the engine runs unless flash is turned off
+        (``flash_attention=False``: then its math attention)."""
+        gpu = get_gpu(s.gpu_type)
+        if entry.source.startswith("imported"):
+            return 0.0, 0.0
+        if entry.measured:
+            materialized = job.options.flash_attention is False
+        else:
+            materialized = not uses_flash(job.options, gpu, job.dtype)
+        if not materialized:
+            return 0.0, 0.0
+        blocks = max(0, min(s.last, job.model.num_layers) - max(s.first, 1) + 1)
+        if not blocks:
+            return 0.0, 0.0
+        seq = job.local_sequence_length
+        fwd, bwd = score_matrix_s(job.model, gpu, job.dtype, s.mbs, seq, s.tp)
+        return blocks * fwd, blocks * bwd
+
+    @staticmethod
+    def _optimizer_s(job: Job, t, s: StageSlice) -> float:
+        """The profile's optimizer step of the slice's layers, less the head's share for a
+        matrix the slice holds once (``ModelSpec.shared_head_params``: a tied model in one
+        stage steps the shared matrix once)."""
+        step = t.span(t.optimizer, s.first, s.last)
+        shared = job.model.shared_head_params(s.first, s.last, s.tp)
+        if shared:
+            head = job.model.head_layer_id
+            step -= t.span(t.optimizer, head, head) * shared / job.model.params(head, s.tp)
+        return step
 
     @staticmethod
     def _cp_attention_s(job: Job, s: StageSlice) -> float:
@@ -512,7 +552,7 @@ class Simulator(MemoryComponents):
                 held = job.model.params(i) - experts_held_elsewhere(job.model, i, i, 1, ep)
                 prefix.append(prefix[-1] + held)
             cache[job.cache_id] = prefix
-        return prefix[last + 1] - prefix[first]
+        return prefix[last + 1] - prefix[first] - job.model.shared_head_params(first, last)
 
     def step_sync_time(self, endpoints, ranks: int) -> float:
         """The per-step whole-world all-reduce of loss and gradient norm
