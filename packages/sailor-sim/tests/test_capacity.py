@@ -82,3 +82,43 @@ def test_bad_input_is_a_typed_error(kwargs) -> None:
 def test_no_solution_is_a_typed_error() -> None:
     with pytest.raises(SailorSimError, match="microbatch"):
         sailor_sim.largest_microbatch("LLaMA-3.1-70B", "V100-16", gbs=8, dtype="fp16")
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, tp=True), "tp"),
+        (lambda: sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, dp="8"), "dp"),
+        (lambda: sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, pp=2.5), "pp"),
+        (lambda: sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, mbs="1"), "mbs"),
+        (lambda: sailor_sim.largest_microbatch("tiny-llama", "H100-80", gbs="64"), "gbs"),
+        (lambda: sailor_sim.largest_microbatch("tiny-llama", "H100-80", gbs=64, dp="2"), "dp"),
+        (lambda: sailor_sim.largest_microbatch("tiny-llama", "H100-80", gbs=64, limit="4"),
+         "limit"),
+        (lambda: sailor_sim.largest_sequence("tiny-llama", "H100-80", gbs=64, step=True), "step"),
+        (lambda: sailor_sim.gpus_for_tokens("tiny-llama", "H100-80", gbs=64, tokens=1e6, days=1,
+                                            max_dp="8"), "max_dp"),
+    ],
+)  # fmt: skip
+def test_integer_arguments_refuse_bools_strings_and_fractions(call, field) -> None:
+    """``True`` used to pass as 1 (a plan printing 'tpTrue') and "8" to reach a raw
+    TypeError: every integer argument goes through ``inputs.integral``."""
+    with pytest.raises(sailor_sim.ValidationError) as e:
+        call()
+    assert e.value.field == field
+
+
+def test_a_whole_float_degree_becomes_an_int() -> None:
+    assert "mbs1]" in sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, mbs=1.0).plan
+
+
+def test_gpus_for_tokens_says_the_model_does_not_fit_rather_than_blaming_days() -> None:
+    with pytest.raises(sailor_sim.ValidationError, match="does not fit") as e:
+        sailor_sim.gpus_for_tokens("LLaMA-3.1-70B", "H100", gbs=512, seq=4096, dtype="bf16",
+                                   tokens=1e10, days=30)  # fmt: skip
+    assert e.value.field == "memory"
+    assert all(fix in str(e.value) for fix in ("tp/pp", "ZeRO", "recomputation"))
+    with pytest.raises(sailor_sim.ValidationError) as slow:  # fits, but far too slow
+        sailor_sim.gpus_for_tokens("tiny-llama", "H100", gbs=8, seq=512, dtype="bf16",
+                                   tokens=1e15, days=1)  # fmt: skip
+    assert slow.value.field == "days"

@@ -123,6 +123,10 @@ def test_bad_homogeneous_options_are_one_line_errors(tmp_path):
     one_line_error(run(*base, "--gpu", "H100-80", "--tp", "16"), "tp")
     one_line_error(run(*base, "--gpu", "H100-80", "--provider", "oracle"), "provider")
     one_line_error(run(*base, "--gpu", "H100-80", "--split", "9,9"), "split")
+    one_line_error(run(*base, "--gpu", "H100-80", "--split", "10,10,10"),
+                   "10,10,10 has 3 stages but pp (--pp) is 1")  # fmt: skip
+    one_line_error(run(*base, "--gpu", "H100-80", "--pp", "3", "--split", "10,10,10"),
+                   "adds up to 30 layer ids, not the 34 of LLaMA-3.1-8B")  # fmt: skip
     one_line_error(run(*base, "--gpu", "A10G", "--provider", "gcp"), "offered on aws")
     one_line_error(run(*base, "--gpu", "H100-80", "--zone", "us-east-1a", "--provider", "gcp"),
                    "zone")  # fmt: skip

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import inputs
 from .errors import ValidationError
 from .model.spec import ModelSpec, get_model
 from .spec.job import Job
@@ -183,40 +184,58 @@ def estimate(
     )
 
 
-def largest_microbatch(model, gpu: str, *, limit: int = 1024, **kwargs) -> CapacityEstimate:
+def largest_microbatch(
+    model, gpu: str, *, gbs: int, dp: int = 1, limit: int = 1024, **kwargs
+) -> CapacityEstimate:
     """The estimate at the largest microbatch size (<= ``limit``, dividing the per-replica
     batch) that fits in memory; ``ValidationError`` when even 1 does not fit."""
     kwargs.pop("mbs", None)
-    per_replica = kwargs["gbs"] // kwargs.get("dp", 1)
+    gbs, dp, limit = _integers(gbs=gbs, dp=dp, limit=limit)
+    per_replica = gbs // dp
     sizes = [m for m in range(1, min(limit, per_replica) + 1) if per_replica % m == 0]
-    return _largest(lambda m: estimate(model, gpu, mbs=m, **kwargs), sizes, "microbatch size")
+    return _largest(
+        lambda m: estimate(model, gpu, gbs=gbs, dp=dp, mbs=m, **kwargs), sizes, "microbatch size"
+    )
 
 
 def largest_sequence(model, gpu: str, *, step: int = 256, **kwargs) -> CapacityEstimate:
     """The estimate at the longest sequence (a multiple of ``step`` up to the model's maximum)
     that fits; ``ValidationError`` when even ``step`` does not fit."""
     kwargs.pop("seq", None)
+    (step,) = _integers(step=step)
     top = get_model(model).max_seq_len
     lengths = list(range(step, top + 1, step)) or [top]
     return _largest(lambda s: estimate(model, gpu, seq=s, **kwargs), lengths, "sequence length")
 
 
 def gpus_for_tokens(
-    model, gpu: str, *, tokens: float, days: float, max_dp: int = 4096, **kwargs
-) -> CapacityEstimate:
+    model, gpu: str, *, gbs: int, tokens: float, days: float, mbs: int = 1, max_dp: int = 4096,
+    **kwargs,
+) -> CapacityEstimate:  # fmt: skip
     """The estimate at the fewest data-parallel replicas (``dp``; the global batch is kept)
-    that train ``tokens`` tokens within ``days`` days and fit; ``ValidationError`` if none
-    up to ``max_dp`` does."""
+    that train ``tokens`` tokens within ``days`` days and fit; ``ValidationError`` naming
+    ``memory`` if no such dp fits at all, else naming ``days`` if none is fast enough."""
     _positive(tokens, "tokens")
     _positive(days, "days")
     kwargs.pop("dp", None)
-    gbs, mbs = kwargs["gbs"], kwargs.get("mbs", 1)
+    gbs, mbs, max_dp = _integers(gbs=gbs, mbs=mbs, max_dp=max_dp)
+    smallest = None  # the estimate with the lowest peak memory: what the error reports
     for dp in range(1, max_dp + 1):
         if gbs % (dp * mbs):
             continue
-        e = estimate(model, gpu, dp=dp, **kwargs)
+        e = estimate(model, gpu, gbs=gbs, mbs=mbs, dp=dp, **kwargs)
         if e.fits and e.hours_for_tokens(tokens) <= days * 24:
             return e
+        if smallest is None or e.peak_memory_bytes < smallest.peak_memory_bytes:
+            smallest = e
+    if smallest is not None and not smallest.fits:
+        raise ValidationError(
+            f"{smallest.model} does not fit in {smallest.gpu} memory at any dp <= {max_dp} "
+            f"dividing gbs {gbs} (at best {smallest.peak_memory_bytes / 2**30:.1f} of "
+            f"{smallest.memory_capacity_bytes / 2**30:.1f} GiB per GPU, {smallest.plan}); "
+            "split it with tp/pp, shard it with ZeRO or use recomputation (options)",
+            field="memory",
+        )
     raise ValidationError(
         f"no dp <= {max_dp} dividing gbs {gbs} trains {tokens:.3g} tokens in {days} days; "
         "raise gbs, max_dp or days",
@@ -241,6 +260,12 @@ def _largest(run, candidates: list[int], what: str) -> CapacityEstimate:
             field=what.replace(" ", "_"),
         )
     return best
+
+
+def _integers(**named: Any) -> list[int]:
+    """The named integer arguments as ints, in order (``inputs.integral``: 2.5, "2" and True
+    are refused with a ``ValidationError`` naming the argument)."""
+    return [inputs.integral(value, name) for name, value in named.items()]
 
 
 def _positive(value: float, name: str) -> None:
