@@ -207,3 +207,60 @@ def test_every_table_fits_120_columns(tmp_path):
         lines = r.output.replace(str(tmp_path), "").splitlines()
         widest = max(len(line) for line in lines)
         assert widest <= 120, [line for line in lines if len(line) > 120]
+
+
+EIGHT_GPUS = ("--model", "LLaMA-3.1-8B", "--dp", "8", "--gbs", "64", "--seq", "8192",
+              "--dtype", "bf16")  # fmt: skip
+
+
+def _provider_rows(output: str) -> dict[str, list[str]]:
+    """The $/hour table's rows by provider: [region, on demand, spot]."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("provider"))
+    rows = {}
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        provider, *cells = line.split()
+        rows[provider] = cells
+    return rows
+
+
+def test_a_gpu_no_cloud_offers_shows_its_outside_price_as_other_not_as_every_cloud():
+    """MI300X has only a rental price: it used to fill the gcp, aws and azure rows alike."""
+    r = run("simulate", "--gpu", "MI300X", *EIGHT_GPUS)
+    assert r.exit_code == 0, r.output
+    rows = _provider_rows(r.output)
+    assert [rows[p][1:] for p in ("gcp", "aws", "azure")] == [["-", "-"]] * 3
+    assert rows["other"] == ["-", "48.00", "-"]  # 8 x 6.00 rental, no spot quote
+    out = json.loads(run("simulate", "--gpu", "MI300X", *EIGHT_GPUS, "--json").output)
+    costs = {c["provider"]: c for c in out["cost_by_provider"]}
+    assert costs["aws"]["usd_per_hour"] is None and "MI300X" in costs["aws"]["missing"]
+    assert costs["other"]["usd_per_hour"] == 48.0 and costs["other"]["spot_usd_per_hour"] is None
+    assert "other" not in _provider_rows(run("simulate", "--gpu", "H100", *EIGHT_GPUS).output)
+
+
+def test_compare_empty_hides_the_provider_table():
+    r = run("simulate", "--gpu", "H100", *EIGHT_GPUS, "--compare", "")
+    assert r.exit_code == 0, r.output
+    assert "$/hour on demand" not in r.output and "iteration time" in r.output
+    out = json.loads(
+        run("simulate", "--gpu", "H100", *EIGHT_GPUS, "--compare", "", "--json").output
+    )
+    assert out["cost_by_provider"] == []
+    spaced = json.loads(
+        run("simulate", "--gpu", "H100", *EIGHT_GPUS, "--compare", "aws, gcp", "--json").output
+    )
+    assert [c["provider"] for c in spaced["cost_by_provider"]] == ["aws", "gcp"]
+
+
+def test_the_provider_table_shows_the_region_asked_for_and_rounds_to_cents():
+    where = ("--provider", "aws", "--region", "us-west-2")
+    rows = _provider_rows(run("simulate", "--gpu", "H100", *EIGHT_GPUS, *where).output)
+    assert rows["aws"][0] == "us-west-2" and rows["gcp"][0] == "us-central1"
+    out = json.loads(run("simulate", "--gpu", "H100", *EIGHT_GPUS, *where, "--json").output)
+    for row in out["cost_by_provider"]:
+        for key in ("usd_per_hour", "spot_usd_per_hour"):
+            assert row[key] == round(row[key], 2), row  # as the table prints it
+    aws = next(c for c in out["cost_by_provider"] if c["provider"] == "aws")
+    assert aws["region"] == "us-west-2" and aws["spot_usd_per_hour"] == 24.77  # not 24.768

@@ -6,7 +6,12 @@ offers the GPU, plus ``'*'``, the price in zones outside the three clouds ('loca
 own): GCP's where GCP offers the GPU (the original Sailor prices), else the first offer or the
 'other' (rental) price. A zone of a cloud provider that does not offer the GPU has no price
 (``UnknownNameError`` naming the providers that do) unless an 'other' price or ``set_price``
-gives one.
+gives one. 'Other' prices are on demand only: rentals quote no spot price.
+
+A GPU type whose only price is the catch-all (``outside_only``: an 'other' rental price, or a
+user's ``set_price(region='*')``) is priced in cloud zones by that catch-all, so a plan placed
+there still has a cost; the per-provider comparison (``metrics.cost_by_provider``) asks with
+``catch_all=False`` instead, so such a price is not shown as if every cloud offered it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ def _build(spot: bool) -> PriceTable:
             by_region.setdefault(region, (price, source))
         if "*" not in by_region or offer.provider == "gcp":
             by_region["*"] = (price, source)
+    if spot:
+        return table  # 'other' prices are rentals on demand: no spot quote
     for other in OTHER_PRICES.values():
         table.setdefault(other.gpu_type, {}).setdefault(
             "*", (other.usd_per_gpu_hour, f"{other.source}, {other.date}")
@@ -64,14 +71,18 @@ EGRESS_PER_GB: dict[str, float] = {
 }
 
 
-def price_entry(gpu_type: str, zone: str, spot: bool = False) -> tuple[float, str]:
-    """($/GPU-hour, source) of a GPU type in a zone; raises if no price is known."""
+def price_entry(
+    gpu_type: str, zone: str, spot: bool = False, *, catch_all: bool = True
+) -> tuple[float, str]:
+    """($/GPU-hour, source) of a GPU type in a zone; raises if no price is known. With
+    ``catch_all=False`` a cloud zone takes only its provider's own price (an offer, or a price
+    set for its region), never a GPU's catch-all one (``outside_only``)."""
     gpu = get_gpu(gpu_type)
     z = get_zone(zone)
     by_region = (SPOT_PRICE_CATALOG if spot else PRICE_CATALOG).get(gpu.name, {})
     entry = by_region.get(z.region)
-    catch_all_only = set(by_region) == {"*"}  # 'other' prices, or set_price(region='*')
-    if entry is None and (z.provider not in DEFAULT_REGIONS or catch_all_only):
+    outside = z.provider not in DEFAULT_REGIONS
+    if entry is None and (outside or (catch_all and outside_only(gpu.name, spot))):
         entry = by_region.get("*")
     if entry is None:
         sellers = sorted({o.provider for o in offers_for(gpu.name)})
@@ -82,6 +93,13 @@ def price_entry(gpu_type: str, zone: str, spot: bool = False) -> tuple[float, st
             field="gpu_type",
         )
     return entry
+
+
+def outside_only(gpu_type: str, spot: bool = False) -> bool:
+    """Whether a GPU type's only price is the catch-all '*' one: an 'other' (rental) price, or
+    one a user set with ``set_price(region='*')`` (``--catalog``), not a cloud's offer."""
+    by_region = (SPOT_PRICE_CATALOG if spot else PRICE_CATALOG).get(get_gpu(gpu_type).name, {})
+    return set(by_region) == {"*"}
 
 
 def price_per_gpu_hour(gpu_type: str, zone: str, spot: bool = False) -> float:

@@ -218,7 +218,9 @@ def simulate(
     ),
     region: str = typer.Option(None, help="With --gpu: a region, e.g. us-east-1."),
     compare: str = typer.Option(
-        "gcp,aws,azure", help="Providers whose $/hour for the plan's GPUs to list ('' = none)."
+        "gcp,aws,azure",
+        help="Providers whose $/hour for the plan's GPUs to list ('' = none); a row 'other' "
+        "adds a price from outside the clouds (a rental, --catalog) where a GPU has one.",
     ),
     iterations: float = typer.Option(None, help="Whole-run figures for this many iterations."),
     tokens: float = typer.Option(None, help="Whole-run figures for this many tokens."),
@@ -255,7 +257,7 @@ def simulate(
             )
         estimate = sim.estimate(job, plan, iterations=iterations, tokens=tokens)
         rate = metrics.throughput(job, plan, estimate)
-        providers = [p for p in compare.split(",") if p.strip()]
+        providers = [p.strip() for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
         inputs.check_finite(estimate.to_dict(), "estimate")
         network = describe_network(sim.network, plan)
