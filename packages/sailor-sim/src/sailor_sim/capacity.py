@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from . import inputs
-from .errors import ValidationError
+from .errors import PriceUnavailableError, ValidationError
 from .model.spec import ModelSpec, get_model
+from .simulate.result import Estimate
+from .simulate.simulator import Simulator
 from .spec.job import Job
 from .spec.options import ExecutionOptions
 
@@ -67,6 +69,9 @@ class CapacityEstimate:
     provenance: list[dict[str, Any]]
     assumed: dict[str, str] = field(default_factory=dict)
     """Defaults chosen for the caller: field -> what and why."""
+    notes: list[str] = field(default_factory=list)
+    """What else the caller should know, one line each: no price for the GPU in the zone (the
+    per-provider costs still come), a sequence beyond the model's positions."""
     job: Job | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,7 +152,6 @@ def estimate(
     ``SailorSimError`` subclass naming the bad argument."""
     from .catalog.zones import default_zone
     from .simulate.metrics import cost_by_provider, provenance, throughput
-    from .simulate.simulator import Simulator
     from .spec.quickplan import homogeneous_plan
 
     job, assumed = make_job(model, gbs, seq, dtype, optimizer, options)
@@ -156,11 +160,13 @@ def estimate(
         zone = default_zone("gcp")
         assumed["zone"] = f"{zone} (gcp's default; fabric and $ follow the zone)"
     plan = homogeneous_plan(sim, job, gpu, zone, tp=tp, pp=pp, dp=dp, mbs=mbs)
-    est = sim.estimate(job, plan)
+    est, missing = estimate_maybe_unpriced(sim, job, plan)
+    notes = [note for note in (sequence_note(job),) if note]
+    if missing is not None:
+        notes.append(price_note(missing))
     rate = throughput(job, plan, est)
     fullest = max(est.memory, key=lambda m: m.peak_bytes)
     by_provider = {r["provider"]: r for r in cost_by_provider(plan, list(PROVIDERS))}
-    assert isinstance(sim, Simulator)
     return CapacityEstimate(
         model=job.model.name,
         gpu=gpu,
@@ -180,7 +186,67 @@ def estimate(
         spot_cost_per_hour_usd={p: r.get("spot_usd_per_hour") for p, r in by_provider.items()},
         provenance=provenance(est.sources, job, plan),
         assumed=assumed,
+        notes=notes,
         job=job,
+    )
+
+
+def estimate_maybe_unpriced(
+    sim: Simulator, job: Job, plan, **run: Any
+) -> tuple[Estimate, PriceUnavailableError | None]:
+    """``sim.estimate(job, plan, **run)``, and None; or, when a GPU of the plan has no price in
+    its zone, the estimate without cost (its cost fields None: time, memory and throughput do
+    not depend on prices) and the error saying where the GPU is offered."""
+    try:
+        return sim.estimate(job, plan, **run), None
+    except PriceUnavailableError as missing:
+        # Its own cache: a zero price must not stay in ``sim``'s cached replicas.
+        free = _PricelessSimulator(sim.profiles, sim.network).estimate(job, plan, **run)
+        no_cost = {"cost_per_iteration_usd": None, "cost_per_hour_usd": None}
+        return Estimate.fast({**free.__dict__, **no_cost, "cost_breakdown_usd": {}}), missing
+
+
+class _PricelessSimulator(Simulator):
+    """A simulator whose GPUs cost nothing (``usd_per_s`` is its only price lookup)."""
+
+    def usd_per_s(self, gpu_type: str, zone: str, gpus: int = 1) -> float:
+        return 0.0
+
+
+_PLACE_FIX = {
+    "api": "zone={zone!r}",
+    "flags": "--provider {provider}",
+    "plan": "a zone of {provider} in the plan (e.g. {zone})",
+}
+"""How a caller places the GPU where a provider offers it, by how the plan was given."""
+_PRICE_FIX = {"api": "a price from set_price() or load_catalog()", "flags": "--catalog FILE"}
+
+
+def price_note(missing: PriceUnavailableError, given: str = "api") -> str:
+    """One line: which GPU has no price where, so no cost, and the fixes for a plan ``given``
+    as 'api' arguments, CLI 'flags' (--gpu) or a 'plan' file."""
+    from .catalog.zones import default_zone
+
+    places = [
+        _PLACE_FIX[given].format(provider=p, zone=default_zone(p)) for p in missing.offered_on
+    ]
+    fixes = [*places, _PRICE_FIX.get(given, _PRICE_FIX["flags"])]
+    offered = f"on {', '.join(missing.offered_on)}" if missing.offered_on else "by no provider"
+    return (
+        f"no price for {missing.gpu_type} in {missing.zone} ({missing.provider}), so no cost; "
+        f"it is offered {offered}: use {' or '.join(fixes)}"
+    )
+
+
+def sequence_note(job: Job) -> str | None:
+    """A line when the sequence is longer than a rotary model's positions (it needs RoPE
+    scaling or a long-context variant: allowed, but worth saying), else None."""
+    model, seq = job.model, job.sequence_length
+    if model.position != "rotary" or seq <= model.max_seq_len:
+        return None
+    return (
+        f"sequence {seq} is beyond the {model.max_seq_len} positions of {model.name} "
+        "(max_position_embeddings): it needs RoPE scaling or a long-context variant"
     )
 
 
@@ -280,7 +346,5 @@ def _default_simulator():
     """One built-in-catalog simulator per process (its caches pay off across calls)."""
     global _SIMULATOR
     if _SIMULATOR is None:
-        from .simulate.simulator import Simulator
-
         _SIMULATOR = Simulator()
     return _SIMULATOR

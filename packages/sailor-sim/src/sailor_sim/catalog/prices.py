@@ -5,7 +5,7 @@ Built from the instance offers in ``data/instances.json`` (each with its source 
 offers the GPU, plus ``'*'``, the price in zones outside the three clouds ('local', a cluster's
 own): GCP's where GCP offers the GPU (the original Sailor prices), else the first offer or the
 'other' (rental) price. A zone of a cloud provider that does not offer the GPU has no price
-(``UnknownNameError`` naming the providers that do) unless an 'other' price or ``set_price``
+(``PriceUnavailableError`` naming the providers that do) unless an 'other' price or ``set_price``
 gives one. 'Other' prices are on demand only: rentals quote no spot price.
 
 A GPU type whose only price is the catch-all (``outside_only``: an 'other' rental price, or a
@@ -17,7 +17,7 @@ there still has a cost; the per-provider comparison (``metrics.cost_by_provider`
 from __future__ import annotations
 
 from .. import revision
-from ..errors import UnknownNameError
+from ..errors import PriceUnavailableError, UnknownNameError
 from .gpus import get_gpu
 from .instances import OFFERS, OTHER_PRICES, offers_for
 from .zones import (
@@ -87,10 +87,14 @@ def price_entry(
     if entry is None:
         sellers = sorted({o.provider for o in offers_for(gpu.name)})
         where = f"on {', '.join(sellers)}" if sellers else "nowhere in the catalog"
-        raise UnknownNameError(
-            f"no price for {gpu.name} in {zone} ({z.provider}); it is offered {where}; add one "
-            "with set_price()",
-            field="gpu_type",
+        place = "place it in a zone of one of those, or " if sellers else ""
+        raise PriceUnavailableError(
+            f"no price for {gpu.name} in {zone} ({z.provider}); it is offered {where}; {place}"
+            "give a price with set_price() (sailor-sim --catalog FILE)",
+            gpu_type=gpu.name,
+            zone=z.name,
+            provider=z.provider,
+            offered_on=sellers,
         )
     return entry
 
@@ -115,7 +119,7 @@ def zones_offering(gpu_types, spot: bool = False) -> list[str]:
     def priced(zone: str) -> bool:
         try:
             return all(price_entry(g, zone, spot)[0] > 0 for g in gpu_types)
-        except UnknownNameError:
+        except (UnknownNameError, PriceUnavailableError):
             return False
 
     return sorted(z for z in ZONE_CATALOG if priced(z))

@@ -134,17 +134,17 @@ def _priced(counts: dict[str, int], zone: str, catch_all: bool = True) -> dict[s
     """The cost fields of one ``cost_by_provider`` row: ``counts`` GPUs (type -> count) in
     ``zone``, on demand and spot; ``None`` and what is ``missing`` when a type has no price."""
     from ..catalog.prices import price_entry
-    from ..errors import UnknownNameError
+    from ..errors import PriceUnavailableError
 
     try:
         entries = [(n, price_entry(g, zone, catch_all=catch_all)) for g, n in counts.items()]
-    except UnknownNameError as exc:
+    except PriceUnavailableError as exc:
         return {"usd_per_hour": None, "spot_usd_per_hour": None, "missing": str(exc)}
     try:
         spot = sum(
             n * price_entry(g, zone, True, catch_all=catch_all)[0] for g, n in counts.items()
         )
-    except UnknownNameError:  # priced on demand only (a rental, a user catalog's price)
+    except PriceUnavailableError:  # priced on demand only (a rental, a user catalog's price)
         spot = None
     return {
         "usd_per_hour": _cents(sum(n * price for n, (price, _) in entries)),
