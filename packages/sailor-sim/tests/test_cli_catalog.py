@@ -322,3 +322,18 @@ def test_a_sequence_beyond_max_position_embeddings_is_a_note_not_an_error(tmp_pa
     within = json.loads(run("simulate", "--model", str(config), "--dtype", "bf16", "--seq",
                             "8192", "--gpu", "H100-80", "--gbs", "8", "--json").output)  # fmt: skip
     assert within["notes"] == []
+
+
+def test_the_optimizer_default_is_the_one_help_shows():
+    help_text = run("simulate", "--help").output
+    helped = re.search(r"--optimizer\b.*?\[default: \(?(\w+)\)?\]", help_text, re.S)
+    out = json.loads(run("simulate", "--gpu", "H100", *EIGHT_GPUS, "--json").output)
+    assert helped is not None and out["job"]["optimizer"] == helped.group(1) == "adamw"
+
+
+def test_gpus_without_bf16_show_a_dash_not_zero():
+    rows = {line.split()[0]: line.split() for line in run("gpus").output.splitlines()[1:]}
+    assert rows["T4"][3] == "-" and rows["V100-16"][3] == "-"
+    assert float(rows["A100-40"][3]) > 0
+    listed = {g["name"]: g for g in json.loads(run("gpus", "--json").output)}
+    assert listed["T4"]["bf16_tflops"] is None and listed["A100-40"]["bf16_tflops"] > 0

@@ -65,10 +65,10 @@ def _job_flags(spec: RunSpec, given: frozenset[str], p2p: str | None = None):
 
 def _job(model, gbs, seq, dtype, optimizer, options):
     """The CLI's Job: defaults a user would pick (``capacity.make_job``), stated by
-    ``_assumed`` in the output."""
+    ``_assumed`` in the output; the optimizer's is RunSpec's, the one --help shows."""
     from ..capacity import make_job
 
-    return make_job(model, gbs, seq, dtype, optimizer or "adam", options)[0]
+    return make_job(model, gbs, seq, dtype, optimizer or RunSpec.optimizer, options)[0]
 
 
 def _assumed(model, seq, dtype) -> dict[str, str]:
