@@ -337,3 +337,15 @@ def test_gpus_without_bf16_show_a_dash_not_zero():
     assert float(rows["A100-40"][3]) > 0
     listed = {g["name"]: g for g in json.loads(run("gpus", "--json").output)}
     assert listed["T4"]["bf16_tflops"] is None and listed["A100-40"]["bf16_tflops"] > 0
+
+
+def test_the_readme_context_parallel_example_runs():
+    """It lacked --dp: context_parallel 4 must divide the replicas, so it failed."""
+    line = next(
+        line
+        for line in README.read_text().splitlines()
+        if line.startswith("uv run sailor-sim memory") and "--cp" in line
+    )
+    r = run(*line.split()[3:])
+    assert r.exit_code == 0, r.output
+    assert "context_parallel=4" in r.output
