@@ -82,3 +82,80 @@ def test_bad_input_is_a_typed_error(kwargs) -> None:
 def test_no_solution_is_a_typed_error() -> None:
     with pytest.raises(SailorSimError, match="microbatch"):
         sailor_sim.largest_microbatch("LLaMA-3.1-70B", "V100-16", gbs=8, dtype="fp16")
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, tp=True), "tp"),
+        (lambda: sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, dp="8"), "dp"),
+        (lambda: sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, pp=2.5), "pp"),
+        (lambda: sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, mbs="1"), "mbs"),
+        (lambda: sailor_sim.largest_microbatch("tiny-llama", "H100-80", gbs="64"), "gbs"),
+        (lambda: sailor_sim.largest_microbatch("tiny-llama", "H100-80", gbs=64, dp="2"), "dp"),
+        (lambda: sailor_sim.largest_microbatch("tiny-llama", "H100-80", gbs=64, limit="4"),
+         "limit"),
+        (lambda: sailor_sim.largest_sequence("tiny-llama", "H100-80", gbs=64, step=True), "step"),
+        (lambda: sailor_sim.gpus_for_tokens("tiny-llama", "H100-80", gbs=64, tokens=1e6, days=1,
+                                            max_dp="8"), "max_dp"),
+    ],
+)  # fmt: skip
+def test_integer_arguments_refuse_bools_strings_and_fractions(call, field) -> None:
+    """``True`` used to pass as 1 (a plan printing 'tpTrue') and "8" to reach a raw
+    TypeError: every integer argument goes through ``inputs.integral``."""
+    with pytest.raises(sailor_sim.ValidationError) as e:
+        call()
+    assert e.value.field == field
+
+
+def test_a_whole_float_degree_becomes_an_int() -> None:
+    assert "mbs1]" in sailor_sim.estimate("tiny-llama", "H100-80", gbs=64, mbs=1.0).plan
+
+
+def test_gpus_for_tokens_says_the_model_does_not_fit_rather_than_blaming_days() -> None:
+    with pytest.raises(sailor_sim.ValidationError, match="does not fit") as e:
+        sailor_sim.gpus_for_tokens("LLaMA-3.1-70B", "H100", gbs=512, seq=4096, dtype="bf16",
+                                   tokens=1e10, days=30)  # fmt: skip
+    assert e.value.field == "memory"
+    assert all(fix in str(e.value) for fix in ("tp/pp", "ZeRO", "recomputation"))
+    with pytest.raises(sailor_sim.ValidationError) as slow:  # fits, but far too slow
+        sailor_sim.gpus_for_tokens("tiny-llama", "H100", gbs=8, seq=512, dtype="bf16",
+                                   tokens=1e15, days=1)  # fmt: skip
+    assert slow.value.field == "days"
+
+
+def test_a_gpu_without_a_price_in_the_zone_still_gets_an_estimate(prices_restored) -> None:
+    """B200 is offered on aws only: the default (gcp) zone used to raise 'no price'."""
+    e = sailor_sim.estimate("LLaMA-3.1-8B", "B200", dp=8, gbs=64, seq=8192, dtype="bf16")
+    assert e.iteration_time_s > 0 and 0 < e.mfu < 1 and e.peak_memory_bytes > 0
+    assert e.cost_per_hour_usd["gcp"] is None and e.cost_per_hour_usd["aws"] > 0
+    (note,) = e.notes
+    assert "no price for B200 in us-central1-a (gcp)" in note and "zone='us-east-1a'" in note
+    sailor_sim.set_price("B200", 5.0, region="us-central1")  # the same plan, priced
+    priced = sailor_sim.estimate("LLaMA-3.1-8B", "B200", dp=8, gbs=64, seq=8192, dtype="bf16")
+    assert priced.notes == [] and priced.cost_per_hour_usd["gcp"] == 8 * 5.0
+    assert priced.iteration_time_s == e.iteration_time_s and priced.mfu == e.mfu
+
+
+def test_the_simulator_still_refuses_an_unpriced_plan() -> None:
+    """What the planner relies on to skip pools it cannot price; and the estimate without
+    cost must not leave a zero price in the simulator's caches."""
+    from sailor_sim import Job, Plan, PriceUnavailableError, Simulator
+    from sailor_sim.capacity import estimate_maybe_unpriced
+
+    sim = Simulator()
+    job = Job.create("tiny-llama", 8, 512, "bf16")
+    plan = Plan.uniform(job, "A10G", "us-central1-a", dp=2, microbatch_size=1)
+    with pytest.raises(PriceUnavailableError):
+        sim.estimate(job, plan)
+    free, missing = estimate_maybe_unpriced(sim, job, plan)
+    assert free.cost_per_hour_usd is None and missing.gpu_type == "A10G"
+    with pytest.raises(PriceUnavailableError):
+        sim.estimate(job, plan)
+
+
+def test_a_sequence_beyond_the_models_positions_is_noted() -> None:
+    long = sailor_sim.estimate("LLaMA-2-7B", "H100-80", gbs=8, seq=8192, dtype="bf16")
+    (note,) = long.notes
+    assert "beyond the 4096 positions of LLaMA-2-7B" in note and "RoPE scaling" in note
+    assert sailor_sim.estimate("LLaMA-2-7B", "H100-80", gbs=8, seq=4096, dtype="bf16").notes == []

@@ -74,9 +74,13 @@ def test_prices_differ_by_provider_and_keep_the_sailor_figures():
     assert 0 < spot < aws
     price, source = price_entry("H100-80", "eastus-1")
     assert "azure" in source and "2026-11-09" in source  # provider, and the source's date
-    with pytest.raises(Exception, match="offered on aws") as e:
+    from sailor_sim import PriceUnavailableError, UnknownNameError
+
+    with pytest.raises(PriceUnavailableError, match="offered on aws") as e:
         price_per_gpu_hour("A10G", "us-central1-a")
-    assert e.value.field == "gpu_type"
+    assert e.value.field == "gpu_type" and e.value.offered_on == ["aws"]
+    assert not isinstance(e.value, UnknownNameError)  # the GPU is known; its price is not
+    assert "zone of one of those" in str(e.value) and "--catalog FILE" in str(e.value)
 
 
 def test_set_price_catch_all_applies_everywhere():

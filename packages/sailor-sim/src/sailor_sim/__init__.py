@@ -20,6 +20,7 @@ from .catalog.zones import ZONE_CATALOG, Zone, default_zone, get_zone, register_
 from .dtypes import DTYPES, dtype_bytes
 from .errors import (
     PlanError,
+    PriceUnavailableError,
     ProfileError,
     SailorError,
     SailorSimError,
@@ -85,6 +86,7 @@ __all__ = [
     "ModelSpec",
     "Plan",
     "PlanError",
+    "PriceUnavailableError",
     "ProfileError",
     "Replica",
     "StageSlice",

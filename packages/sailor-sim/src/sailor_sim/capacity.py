@@ -28,8 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ValidationError
+from . import inputs
+from .errors import PriceUnavailableError, ValidationError
 from .model.spec import ModelSpec, get_model
+from .simulate.result import Estimate
+from .simulate.simulator import Simulator
 from .spec.job import Job
 from .spec.options import ExecutionOptions
 
@@ -66,6 +69,9 @@ class CapacityEstimate:
     provenance: list[dict[str, Any]]
     assumed: dict[str, str] = field(default_factory=dict)
     """Defaults chosen for the caller: field -> what and why."""
+    notes: list[str] = field(default_factory=list)
+    """What else the caller should know, one line each: no price for the GPU in the zone (the
+    per-provider costs still come), a sequence beyond the model's positions."""
     job: Job | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,7 +152,6 @@ def estimate(
     ``SailorSimError`` subclass naming the bad argument."""
     from .catalog.zones import default_zone
     from .simulate.metrics import cost_by_provider, provenance, throughput
-    from .simulate.simulator import Simulator
     from .spec.quickplan import homogeneous_plan
 
     job, assumed = make_job(model, gbs, seq, dtype, optimizer, options)
@@ -155,11 +160,13 @@ def estimate(
         zone = default_zone("gcp")
         assumed["zone"] = f"{zone} (gcp's default; fabric and $ follow the zone)"
     plan = homogeneous_plan(sim, job, gpu, zone, tp=tp, pp=pp, dp=dp, mbs=mbs)
-    est = sim.estimate(job, plan)
+    est, missing = estimate_maybe_unpriced(sim, job, plan)
+    notes = [note for note in (sequence_note(job),) if note]
+    if missing is not None:
+        notes.append(price_note(missing))
     rate = throughput(job, plan, est)
     fullest = max(est.memory, key=lambda m: m.peak_bytes)
     by_provider = {r["provider"]: r for r in cost_by_provider(plan, list(PROVIDERS))}
-    assert isinstance(sim, Simulator)
     return CapacityEstimate(
         model=job.model.name,
         gpu=gpu,
@@ -179,44 +186,122 @@ def estimate(
         spot_cost_per_hour_usd={p: r.get("spot_usd_per_hour") for p, r in by_provider.items()},
         provenance=provenance(est.sources, job, plan),
         assumed=assumed,
+        notes=notes,
         job=job,
     )
 
 
-def largest_microbatch(model, gpu: str, *, limit: int = 1024, **kwargs) -> CapacityEstimate:
+def estimate_maybe_unpriced(
+    sim: Simulator, job: Job, plan, **run: Any
+) -> tuple[Estimate, PriceUnavailableError | None]:
+    """``sim.estimate(job, plan, **run)``, and None; or, when a GPU of the plan has no price in
+    its zone, the estimate without cost (its cost fields None: time, memory and throughput do
+    not depend on prices) and the error saying where the GPU is offered."""
+    try:
+        return sim.estimate(job, plan, **run), None
+    except PriceUnavailableError as missing:
+        # Its own cache: a zero price must not stay in ``sim``'s cached replicas.
+        free = _PricelessSimulator(sim.profiles, sim.network).estimate(job, plan, **run)
+        no_cost = {"cost_per_iteration_usd": None, "cost_per_hour_usd": None}
+        return Estimate.fast({**free.__dict__, **no_cost, "cost_breakdown_usd": {}}), missing
+
+
+class _PricelessSimulator(Simulator):
+    """A simulator whose GPUs cost nothing (``usd_per_s`` is its only price lookup)."""
+
+    def usd_per_s(self, gpu_type: str, zone: str, gpus: int = 1) -> float:
+        return 0.0
+
+
+_PLACE_FIX = {
+    "api": "zone={zone!r}",
+    "flags": "--provider {provider}",
+    "plan": "a zone of {provider} in the plan (e.g. {zone})",
+}
+"""How a caller places the GPU where a provider offers it, by how the plan was given."""
+_PRICE_FIX = {"api": "a price from set_price() or load_catalog()", "flags": "--catalog FILE"}
+
+
+def price_note(missing: PriceUnavailableError, given: str = "api") -> str:
+    """One line: which GPU has no price where, so no cost, and the fixes for a plan ``given``
+    as 'api' arguments, CLI 'flags' (--gpu) or a 'plan' file."""
+    from .catalog.zones import default_zone
+
+    places = [
+        _PLACE_FIX[given].format(provider=p, zone=default_zone(p)) for p in missing.offered_on
+    ]
+    fixes = [*places, _PRICE_FIX.get(given, _PRICE_FIX["flags"])]
+    offered = f"on {', '.join(missing.offered_on)}" if missing.offered_on else "by no provider"
+    return (
+        f"no price for {missing.gpu_type} in {missing.zone} ({missing.provider}), so no cost; "
+        f"it is offered {offered}: use {' or '.join(fixes)}"
+    )
+
+
+def sequence_note(job: Job) -> str | None:
+    """A line when the sequence is longer than a rotary model's positions (it needs RoPE
+    scaling or a long-context variant: allowed, but worth saying), else None."""
+    model, seq = job.model, job.sequence_length
+    if model.position != "rotary" or seq <= model.max_seq_len:
+        return None
+    return (
+        f"sequence {seq} is beyond the {model.max_seq_len} positions of {model.name} "
+        "(max_position_embeddings): it needs RoPE scaling or a long-context variant"
+    )
+
+
+def largest_microbatch(
+    model, gpu: str, *, gbs: int, dp: int = 1, limit: int = 1024, **kwargs
+) -> CapacityEstimate:
     """The estimate at the largest microbatch size (<= ``limit``, dividing the per-replica
     batch) that fits in memory; ``ValidationError`` when even 1 does not fit."""
     kwargs.pop("mbs", None)
-    per_replica = kwargs["gbs"] // kwargs.get("dp", 1)
+    gbs, dp, limit = _integers(gbs=gbs, dp=dp, limit=limit)
+    per_replica = gbs // dp
     sizes = [m for m in range(1, min(limit, per_replica) + 1) if per_replica % m == 0]
-    return _largest(lambda m: estimate(model, gpu, mbs=m, **kwargs), sizes, "microbatch size")
+    return _largest(
+        lambda m: estimate(model, gpu, gbs=gbs, dp=dp, mbs=m, **kwargs), sizes, "microbatch size"
+    )
 
 
 def largest_sequence(model, gpu: str, *, step: int = 256, **kwargs) -> CapacityEstimate:
     """The estimate at the longest sequence (a multiple of ``step`` up to the model's maximum)
     that fits; ``ValidationError`` when even ``step`` does not fit."""
     kwargs.pop("seq", None)
+    (step,) = _integers(step=step)
     top = get_model(model).max_seq_len
     lengths = list(range(step, top + 1, step)) or [top]
     return _largest(lambda s: estimate(model, gpu, seq=s, **kwargs), lengths, "sequence length")
 
 
 def gpus_for_tokens(
-    model, gpu: str, *, tokens: float, days: float, max_dp: int = 4096, **kwargs
-) -> CapacityEstimate:
+    model, gpu: str, *, gbs: int, tokens: float, days: float, mbs: int = 1, max_dp: int = 4096,
+    **kwargs,
+) -> CapacityEstimate:  # fmt: skip
     """The estimate at the fewest data-parallel replicas (``dp``; the global batch is kept)
-    that train ``tokens`` tokens within ``days`` days and fit; ``ValidationError`` if none
-    up to ``max_dp`` does."""
+    that train ``tokens`` tokens within ``days`` days and fit; ``ValidationError`` naming
+    ``memory`` if no such dp fits at all, else naming ``days`` if none is fast enough."""
     _positive(tokens, "tokens")
     _positive(days, "days")
     kwargs.pop("dp", None)
-    gbs, mbs = kwargs["gbs"], kwargs.get("mbs", 1)
+    gbs, mbs, max_dp = _integers(gbs=gbs, mbs=mbs, max_dp=max_dp)
+    smallest = None  # the estimate with the lowest peak memory: what the error reports
     for dp in range(1, max_dp + 1):
         if gbs % (dp * mbs):
             continue
-        e = estimate(model, gpu, dp=dp, **kwargs)
+        e = estimate(model, gpu, gbs=gbs, mbs=mbs, dp=dp, **kwargs)
         if e.fits and e.hours_for_tokens(tokens) <= days * 24:
             return e
+        if smallest is None or e.peak_memory_bytes < smallest.peak_memory_bytes:
+            smallest = e
+    if smallest is not None and not smallest.fits:
+        raise ValidationError(
+            f"{smallest.model} does not fit in {smallest.gpu} memory at any dp <= {max_dp} "
+            f"dividing gbs {gbs} (at best {smallest.peak_memory_bytes / 2**30:.1f} of "
+            f"{smallest.memory_capacity_bytes / 2**30:.1f} GiB per GPU, {smallest.plan}); "
+            "split it with tp/pp, shard it with ZeRO or use recomputation (options)",
+            field="memory",
+        )
     raise ValidationError(
         f"no dp <= {max_dp} dividing gbs {gbs} trains {tokens:.3g} tokens in {days} days; "
         "raise gbs, max_dp or days",
@@ -243,6 +328,12 @@ def _largest(run, candidates: list[int], what: str) -> CapacityEstimate:
     return best
 
 
+def _integers(**named: Any) -> list[int]:
+    """The named integer arguments as ints, in order (``inputs.integral``: 2.5, "2" and True
+    are refused with a ``ValidationError`` naming the argument)."""
+    return [inputs.integral(value, name) for name, value in named.items()]
+
+
 def _positive(value: float, name: str) -> None:
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
         raise ValidationError(f"must be a positive finite number, got {value!r}", field=name)
@@ -255,7 +346,5 @@ def _default_simulator():
     """One built-in-catalog simulator per process (its caches pay off across calls)."""
     global _SIMULATOR
     if _SIMULATOR is None:
-        from .simulate.simulator import Simulator
-
         _SIMULATOR = Simulator()
     return _SIMULATOR

@@ -33,6 +33,21 @@ class UnknownNameError(SailorSimError):
     """A model, GPU type, zone or price that no catalog knows."""
 
 
+class PriceUnavailableError(SailorSimError):
+    """A known GPU type without a price in a zone: its provider does not offer it and no price
+    was given. Carries what a caller needs to say how to fix it."""
+
+    def __init__(
+        self, message: str, *, gpu_type: str, zone: str, provider: str, offered_on: list[str]
+    ) -> None:
+        self.gpu_type = gpu_type
+        self.zone = zone
+        self.provider = provider
+        self.offered_on = offered_on
+        """Providers whose offers include the GPU type (empty: none in the catalog)."""
+        super().__init__(message, field="gpu_type")
+
+
 class PlanError(ValidationError):
     """A plan that cannot run the job (coverage, TP, batch accounting)."""
 

@@ -5,14 +5,19 @@ Built from the instance offers in ``data/instances.json`` (each with its source 
 offers the GPU, plus ``'*'``, the price in zones outside the three clouds ('local', a cluster's
 own): GCP's where GCP offers the GPU (the original Sailor prices), else the first offer or the
 'other' (rental) price. A zone of a cloud provider that does not offer the GPU has no price
-(``UnknownNameError`` naming the providers that do) unless an 'other' price or ``set_price``
-gives one.
+(``PriceUnavailableError`` naming the providers that do) unless an 'other' price or ``set_price``
+gives one. 'Other' prices are on demand only: rentals quote no spot price.
+
+A GPU type whose only price is the catch-all (``outside_only``: an 'other' rental price, or a
+user's ``set_price(region='*')``) is priced in cloud zones by that catch-all, so a plan placed
+there still has a cost; the per-provider comparison (``metrics.cost_by_provider``) asks with
+``catch_all=False`` instead, so such a price is not shown as if every cloud offered it.
 """
 
 from __future__ import annotations
 
 from .. import revision
-from ..errors import UnknownNameError
+from ..errors import PriceUnavailableError, UnknownNameError
 from .gpus import get_gpu
 from .instances import OFFERS, OTHER_PRICES, offers_for
 from .zones import (
@@ -43,6 +48,8 @@ def _build(spot: bool) -> PriceTable:
             by_region.setdefault(region, (price, source))
         if "*" not in by_region or offer.provider == "gcp":
             by_region["*"] = (price, source)
+    if spot:
+        return table  # 'other' prices are rentals on demand: no spot quote
     for other in OTHER_PRICES.values():
         table.setdefault(other.gpu_type, {}).setdefault(
             "*", (other.usd_per_gpu_hour, f"{other.source}, {other.date}")
@@ -64,24 +71,39 @@ EGRESS_PER_GB: dict[str, float] = {
 }
 
 
-def price_entry(gpu_type: str, zone: str, spot: bool = False) -> tuple[float, str]:
-    """($/GPU-hour, source) of a GPU type in a zone; raises if no price is known."""
+def price_entry(
+    gpu_type: str, zone: str, spot: bool = False, *, catch_all: bool = True
+) -> tuple[float, str]:
+    """($/GPU-hour, source) of a GPU type in a zone; raises if no price is known. With
+    ``catch_all=False`` a cloud zone takes only its provider's own price (an offer, or a price
+    set for its region), never a GPU's catch-all one (``outside_only``)."""
     gpu = get_gpu(gpu_type)
     z = get_zone(zone)
     by_region = (SPOT_PRICE_CATALOG if spot else PRICE_CATALOG).get(gpu.name, {})
     entry = by_region.get(z.region)
-    catch_all_only = set(by_region) == {"*"}  # 'other' prices, or set_price(region='*')
-    if entry is None and (z.provider not in DEFAULT_REGIONS or catch_all_only):
+    outside = z.provider not in DEFAULT_REGIONS
+    if entry is None and (outside or (catch_all and outside_only(gpu.name, spot))):
         entry = by_region.get("*")
     if entry is None:
         sellers = sorted({o.provider for o in offers_for(gpu.name)})
         where = f"on {', '.join(sellers)}" if sellers else "nowhere in the catalog"
-        raise UnknownNameError(
-            f"no price for {gpu.name} in {zone} ({z.provider}); it is offered {where}; add one "
-            "with set_price()",
-            field="gpu_type",
+        place = "place it in a zone of one of those, or " if sellers else ""
+        raise PriceUnavailableError(
+            f"no price for {gpu.name} in {zone} ({z.provider}); it is offered {where}; {place}"
+            "give a price with set_price() (sailor-sim --catalog FILE)",
+            gpu_type=gpu.name,
+            zone=z.name,
+            provider=z.provider,
+            offered_on=sellers,
         )
     return entry
+
+
+def outside_only(gpu_type: str, spot: bool = False) -> bool:
+    """Whether a GPU type's only price is the catch-all '*' one: an 'other' (rental) price, or
+    one a user set with ``set_price(region='*')`` (``--catalog``), not a cloud's offer."""
+    by_region = (SPOT_PRICE_CATALOG if spot else PRICE_CATALOG).get(get_gpu(gpu_type).name, {})
+    return set(by_region) == {"*"}
 
 
 def price_per_gpu_hour(gpu_type: str, zone: str, spot: bool = False) -> float:
@@ -97,7 +119,7 @@ def zones_offering(gpu_types, spot: bool = False) -> list[str]:
     def priced(zone: str) -> bool:
         try:
             return all(price_entry(g, zone, spot)[0] > 0 for g in gpu_types)
-        except UnknownNameError:
+        except (UnknownNameError, PriceUnavailableError):
             return False
 
     return sorted(z for z in ZONE_CATALOG if priced(z))

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__, inputs
+from ..capacity import estimate_maybe_unpriced
 from ..catalog.cluster import describe_network
 from ..errors import SailorSimError, ValidationError
 from ..spec import derive as specs
@@ -64,10 +65,10 @@ def _job_flags(spec: RunSpec, given: frozenset[str], p2p: str | None = None):
 
 def _job(model, gbs, seq, dtype, optimizer, options):
     """The CLI's Job: defaults a user would pick (``capacity.make_job``), stated by
-    ``_assumed`` in the output."""
+    ``_assumed`` in the output; the optimizer's is RunSpec's, the one --help shows."""
     from ..capacity import make_job
 
-    return make_job(model, gbs, seq, dtype, optimizer or "adam", options)[0]
+    return make_job(model, gbs, seq, dtype, optimizer or RunSpec.optimizer, options)[0]
 
 
 def _assumed(model, seq, dtype) -> dict[str, str]:
@@ -84,6 +85,18 @@ def _assumed(model, seq, dtype) -> dict[str, str]:
     if seq is None:
         out["seq"] = default_sequence(get_model(model))[1]
     return out
+
+
+def _notes(job, missing=None, given: str = "flags") -> list[str]:
+    """The lines the output adds after 'Assumed': a sequence beyond the model's positions, and
+    a GPU without a price where the plan puts it (``missing``; the fixes fit how the plan was
+    ``given``: 'flags' or a 'plan' file)."""
+    from ..capacity import price_note, sequence_note
+
+    notes = [note for note in (sequence_note(job),) if note]
+    if missing is not None:
+        notes.append(price_note(missing, given))
+    return notes
 
 
 def _simulator(sailor_root: Path | None, profiles: Path | None):
@@ -218,7 +231,9 @@ def simulate(
     ),
     region: str = typer.Option(None, help="With --gpu: a region, e.g. us-east-1."),
     compare: str = typer.Option(
-        "gcp,aws,azure", help="Providers whose $/hour for the plan's GPUs to list ('' = none)."
+        "gcp,aws,azure",
+        help="Providers whose $/hour for the plan's GPUs to list ('' = none); a row 'other' "
+        "adds a price from outside the clouds (a rental, --catalog) where a GPU has one.",
     ),
     iterations: float = typer.Option(None, help="Whole-run figures for this many iterations."),
     tokens: float = typer.Option(None, help="Whole-run figures for this many tokens."),
@@ -253,9 +268,12 @@ def simulate(
             job, plan = _load_plan_and_job(
                 plan_file, sailor_plan, model, gbs, seq, dtype, optimizer, options
             )
-        estimate = sim.estimate(job, plan, iterations=iterations, tokens=tokens)
+        estimate, missing = estimate_maybe_unpriced(
+            sim, job, plan, iterations=iterations, tokens=tokens
+        )
+        notes = _notes(job, missing, "flags" if gpu is not None else "plan")
         rate = metrics.throughput(job, plan, estimate)
-        providers = [p for p in compare.split(",") if p.strip()]
+        providers = [p.strip() for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
         inputs.check_finite(estimate.to_dict(), "estimate")
         network = describe_network(sim.network, plan)
@@ -274,6 +292,7 @@ def simulate(
         out["plan"] = plan.to_dict()
         out["job"] = job.to_dict()
         out["assumed"] = _assumed(model, seq, dtype)
+        out["notes"] = notes
         typer.echo(json.dumps(out))
         return
     typer.echo(f"Job: {job.model.name}, global batch {job.global_batch_size}, "
@@ -284,6 +303,8 @@ def simulate(
         echo_wrapped(f"Network: {line}")
     for name, why in _assumed(model, seq, dtype).items():
         echo_wrapped(f"Assumed {name}: {why}")
+    for note in notes:
+        echo_wrapped(f"Note: {note}")
     print_estimate(estimate, rate, by_provider, metrics.provenance(estimate.sources, job, plan))
 
 
@@ -364,13 +385,17 @@ def memory(
         inputs.check_finite(rows, "stages")
     except SailorSimError as exc:
         fail(exc)
+    notes = _notes(job)
     if as_json:
-        typer.echo(json.dumps({"model": job.model.name, "gpu_type": gpu_type.name, "stages": rows}))
+        out = {"model": job.model.name, "gpu_type": gpu_type.name, "stages": rows, "notes": notes}
+        typer.echo(json.dumps(out))
         return
     typer.echo(f"{job.model.name} on {gpu_type.name}: TP {tp}, PP {pp}, mbs {mbs}, {job.dtype}")
     typer.echo(f"Options: {job.options.describe()}")
     for name, why in _assumed(model, seq, dtype).items():
         typer.echo(f"Assumed {name}: {why}")
+    for note in notes:
+        echo_wrapped(f"Note: {note}")
     terms = list(rows[0]["breakdown_bytes"])
     table(
         [

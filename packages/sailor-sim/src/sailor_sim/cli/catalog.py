@@ -118,7 +118,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
             "name": g.name,
             "vendor": g.vendor,
             "memory_gib": round(g.memory_bytes / GiB, 1),
-            "bf16_tflops": g.bf16_flops / 1e12,
+            "bf16_tflops": g.bf16_flops / 1e12 if g.bf16_flops else None,  # None: no bf16
             "gpus_per_node": g.gpus_per_node,
             "intra_node_gbps": g.intra_node_bandwidth / 1e9,
             "intra_node_link": g.intra_node_link,
@@ -131,7 +131,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
         return
     _echo_table(
         ["gpu", "vendor", "memory GiB", "bf16 TFLOP/s", "per node", "intra GB/s", "link"],
-        [list(r.values())[:7] for r in rows],
+        [["-" if v is None else v for v in list(r.values())[:7]] for r in rows],
     )
 
 

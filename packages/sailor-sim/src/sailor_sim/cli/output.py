@@ -96,10 +96,11 @@ def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
             "peak memory",
             f"{e.peak_memory_bytes / GiB:.2f} GiB per GPU ({'fits' if e.fits else 'OOM'})",
         ),  # fmt: skip
-        ("cost", f"${e.cost_per_iteration_usd:.4f} / iteration, ${e.cost_per_hour_usd:.2f} / hour"),
+        ("cost", _cost_text(e)),
     ]
     if e.run_iterations is not None:
-        rows.append(("whole run", f"{e.run_hours:.2f} h, ${e.run_cost_usd:,.2f}"))
+        run_cost = "-" if e.run_cost_usd is None else f"${e.run_cost_usd:,.2f}"
+        rows.append(("whole run", f"{e.run_hours:.2f} h, {run_cost}"))
     for p in trust if trust is not None else provenance(e.sources):
         rows.append(("provenance", f"{p['source']}: {p['trust']}"))
     table(["", "value"], rows)
@@ -144,6 +145,12 @@ def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
             for m in seen.values()
         ],
     )
+
+
+def _cost_text(e) -> str:
+    if e.cost_per_iteration_usd is None:  # no price for a GPU of the plan: a note says why
+        return "-"
+    return f"${e.cost_per_iteration_usd:.4f} / iteration, ${e.cost_per_hour_usd:.2f} / hour"
 
 
 def table(header, rows) -> None:

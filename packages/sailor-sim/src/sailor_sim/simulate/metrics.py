@@ -20,6 +20,7 @@ from typing import Any
 
 from ..catalog.gpus import get_gpu
 from ..catalog.hostcpu import cpu_type_peak_flops
+from ..catalog.prices import outside_only
 from ..catalog.zones import DEFAULT_REGIONS, default_zone, get_zone
 
 GiB = 1024**3
@@ -92,43 +93,68 @@ def gpus_by_type(plan) -> dict[str, int]:
     return counts
 
 
-def cost_by_provider(plan, providers=None, regions=None) -> list[dict[str, Any]]:
-    """$/hour of the plan's GPUs at each provider (its default region, or the one given in
-    ``regions``), on demand and spot, with the sources; providers lacking one of the plan's
-    GPU types get ``None`` and say which one."""
-    from ..catalog.prices import price_entry
-    from ..errors import UnknownNameError
+OUTSIDE_ROW = "other"
+"""The ``cost_by_provider`` row of prices outside the clouds (rentals, a user catalog's)."""
 
+
+def cost_by_provider(plan, providers=None, regions=None) -> list[dict[str, Any]]:
+    """$/hour of the plan's GPUs at each provider, on demand and spot, rounded to cents as the
+    price lists are, with the sources; providers lacking one of the plan's GPU types get
+    ``None`` and say which one. ``providers``: default all three clouds, ``[]`` none (no rows).
+    Each provider's region is the one given in ``regions``, else the one the plan's replicas
+    use on that provider, else its default region. When one of the plan's GPU types is priced
+    only outside the clouds (``prices.outside_only``: a rental price, or a catch-all from a
+    user catalog), a last row ``other`` (region '-') holds that price: the clouds' rows never
+    borrow it."""
+    if providers is None:
+        providers = list(DEFAULT_REGIONS)
+    counts = gpus_by_type(plan)
+    regions = {**plan_regions(plan), **(regions or {})}
     rows = []
-    for provider in providers or list(DEFAULT_REGIONS):
-        zone = default_zone(provider, (regions or {}).get(provider))
-        row: dict[str, Any] = {"provider": provider, "region": get_zone(zone).region}
-        try:
-            on_demand, spot = 0.0, _spot_usd_per_hour(plan, zone)
-            sources = []
-            for gpu_type, count in gpus_by_type(plan).items():
-                price, source = price_entry(gpu_type, zone)
-                on_demand += count * price
-                sources.append(source)
-            row.update(usd_per_hour=on_demand, spot_usd_per_hour=spot, sources=sources)
-        except UnknownNameError as exc:
-            row.update(usd_per_hour=None, spot_usd_per_hour=None, missing=str(exc))
-        rows.append(row)
+    for provider in providers:
+        zone = default_zone(provider, regions.get(provider))
+        row = {"provider": provider, "region": get_zone(zone).region}
+        rows.append({**row, **_priced(counts, zone, catch_all=False)})
+    if rows and any(outside_only(g) for g in counts):
+        rows.append({"provider": OUTSIDE_ROW, "region": "-", **_priced(counts, "local")})
     return rows
 
 
-def _spot_usd_per_hour(plan, zone: str) -> float | None:
-    """Spot $/hour of the plan's GPUs in ``zone``; None when one of them has no spot price
-    (a GPU priced on demand only, e.g. from a user catalog)."""
+def plan_regions(plan) -> dict[str, str]:
+    """Provider -> the region of the plan's first replica on that provider."""
+    out: dict[str, str] = {}
+    for stage in plan.stages:
+        for r in stage.replicas:
+            zone = get_zone(r.zone)
+            out.setdefault(zone.provider, zone.region)
+    return out
+
+
+def _priced(counts: dict[str, int], zone: str, catch_all: bool = True) -> dict[str, Any]:
+    """The cost fields of one ``cost_by_provider`` row: ``counts`` GPUs (type -> count) in
+    ``zone``, on demand and spot; ``None`` and what is ``missing`` when a type has no price."""
     from ..catalog.prices import price_entry
-    from ..errors import UnknownNameError
+    from ..errors import PriceUnavailableError
 
     try:
-        return sum(
-            count * price_entry(g, zone, spot=True)[0] for g, count in gpus_by_type(plan).items()
+        entries = [(n, price_entry(g, zone, catch_all=catch_all)) for g, n in counts.items()]
+    except PriceUnavailableError as exc:
+        return {"usd_per_hour": None, "spot_usd_per_hour": None, "missing": str(exc)}
+    try:
+        spot = sum(
+            n * price_entry(g, zone, True, catch_all=catch_all)[0] for g, n in counts.items()
         )
-    except UnknownNameError:
-        return None
+    except PriceUnavailableError:  # priced on demand only (a rental, a user catalog's price)
+        spot = None
+    return {
+        "usd_per_hour": _cents(sum(n * price for n, (price, _) in entries)),
+        "spot_usd_per_hour": None if spot is None else _cents(spot),
+        "sources": [source for _, (_, source) in entries],
+    }
+
+
+def _cents(usd: float) -> float:
+    return round(usd, 2)
 
 
 # What each profile source means, and the validation error measured for it (bench/ scripts).

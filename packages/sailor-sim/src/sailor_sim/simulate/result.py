@@ -50,8 +50,11 @@ class Estimate:
     samples_per_s: float
     peak_memory_bytes: int
     fits: bool
-    cost_per_iteration_usd: float
-    cost_per_hour_usd: float
+    cost_per_iteration_usd: float | None
+    """None (with ``cost_per_hour_usd``) only in an estimate without cost: a GPU of the plan has
+    no price in its zone (``capacity.estimate_maybe_unpriced``; ``Simulator.estimate`` raises
+    ``PriceUnavailableError`` instead)."""
+    cost_per_hour_usd: float | None
     time_breakdown_s: dict[str, float]
     cost_breakdown_usd: dict[str, float]
     memory: tuple[ReplicaMemory, ...] = ()
@@ -80,7 +83,7 @@ class Estimate:
 
     @property
     def run_cost_usd(self) -> float | None:
-        if self.run_iterations is None:
+        if self.run_iterations is None or self.cost_per_iteration_usd is None:
             return None
         return self.run_iterations * self.cost_per_iteration_usd
 

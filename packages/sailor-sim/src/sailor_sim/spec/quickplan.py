@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
+from .. import inputs
 from ..errors import ValidationError
 from .job import Job
 from .plan import Plan, StageSlice
@@ -57,10 +58,10 @@ def homogeneous_plan(
     mbs: int = 1,
     split: str | Sequence[int] = "even",
 ) -> Plan:
-    """A checked homogeneous plan; ``split`` is 'even', 'balanced' or layer ids per stage."""
-    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("mbs", mbs)):
-        if value < 1:
-            raise ValidationError(f"must be >= 1, got {value}", field=name)
+    """A checked homogeneous plan; ``split`` is 'even', 'balanced' or layer ids per stage.
+    The degrees must be integers >= 1 (``inputs.integral``: True and "2" are refused)."""
+    degrees = {"tp": tp, "pp": pp, "dp": dp, "mbs": mbs}
+    tp, pp, dp, mbs = (inputs.integral(value, name) for name, value in degrees.items())
     if isinstance(split, str):
         if split not in ("even", "balanced"):
             raise ValidationError(
@@ -70,10 +71,29 @@ def homogeneous_plan(
         job.model.check_tp(tp)
         sizes = None if split == "even" else balanced_split(sim, job, gpu_type, tp, mbs, pp)
     else:
-        sizes = list(split)
+        sizes = _checked_split(split, pp, job)
     return Plan.uniform(
         job, gpu_type, zone, pp=pp, dp=dp, tp=tp, microbatch_size=mbs, layer_split=sizes
     )
+
+
+def _checked_split(split: Sequence[int], pp: int, job: Job) -> list[int]:
+    """Explicit layer-id counts, one per stage, that add up to the model's layer ids."""
+    sizes = [inputs.integral(n, "split") for n in split]
+    given = ",".join(map(str, sizes))
+    if len(sizes) != pp:
+        raise ValidationError(
+            f"{given} has {len(sizes)} stages but pp (--pp) is {pp}; give one count per stage "
+            f"or set pp to {len(sizes)}",
+            field="split",
+        )
+    n = job.model.num_layer_ids
+    if sum(sizes) != n:
+        raise ValidationError(
+            f"{given} adds up to {sum(sizes)} layer ids, not the {n} of {job.model.name}",
+            field="split",
+        )
+    return sizes
 
 
 def parse_split(text: str | None) -> str | list[int]:
