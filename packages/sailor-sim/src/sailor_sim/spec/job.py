@@ -16,6 +16,8 @@ from ..errors import SailorSimError, ValidationError
 from ..model.moe import check_expert_parallel
 from ..model.spec import ModelSpec, get_model, model_wire_name
 from ..simulate.features.context_parallel import check_context_parallel
+from .interleave import FIELD as VIRTUAL_STAGES_FIELD
+from .interleave import model_problem as interleave_model_problem
 from .options import ExecutionOptions, check_options
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -65,6 +67,11 @@ class Job:
         if not isinstance(self.options, ExecutionOptions):
             raise ValidationError("must be ExecutionOptions or a dict of them", field="options")
         check_options(self.options, self.dtype)
+        problem = interleave_model_problem(
+            self.options.virtual_stages, self.model.num_layers, self.model.name
+        )
+        if problem is not None:  # before a search builds tables per chunk
+            raise ValidationError(problem, field=VIRTUAL_STAGES_FIELD)
         check_expert_parallel(self.model.moe, self.options.expert_parallel, self.model.name)
         check_context_parallel(self.options.context_parallel, self.sequence_length)
         # Equal jobs (up to the global batch, which no cached component depends on) share one

@@ -1,0 +1,68 @@
+"""Requests a user got wrong, refused the same way everywhere: one line naming the field and
+the fix, exit status 2 from the real CLI, INVALID_ARGUMENT from a real server (127.0.0.1:0)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sailor_planner.proto import planner_pb2, planner_pb2_grpc
+from sailor_planner.service.server import create_server
+from sailor_sim import Inventory, Job
+
+SCRIPT = str(Path(sys.executable).parent / "sailor-planner")
+JOB = Job.create("OPT-350M", 64, 2048)
+SMALL = Inventory.parse(["A100-40@us-central1-a=8"])
+PLAN_FLAGS = ("--model", "OPT-350M", "--gbs", "64", "--seq-len", "2048")
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def stub():
+    server, port = create_server("127.0.0.1:0")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield planner_pb2_grpc.PlannerServiceStub(channel)
+    server.stop(grace=None)
+
+
+def refused(call, request) -> grpc.RpcError:
+    """The RpcError ``call(request)`` raises (INVALID_ARGUMENT expected by the callers)."""
+    with pytest.raises(grpc.RpcError) as err:
+        result = call(request, timeout=30)
+        if not isinstance(result, planner_pb2.PlanResponse):
+            list(result)  # a stream: its first message raises
+    return err.value
+
+
+def plan_request(**fields) -> planner_pb2.PlanRequest:
+    return planner_pb2.PlanRequest(job=JOB.to_proto(), inventory=SMALL.to_proto(), **fields)
+
+
+# ---- 1. virtual stages beyond what the model's layers can cut --------------------------------
+def test_huge_virtual_stages_is_invalid_argument_at_once(stub) -> None:
+    request = plan_request()
+    request.job.options.virtual_stages = 4_000_000_000
+    start = time.perf_counter()
+    err = refused(stub.Plan, request)
+    assert time.perf_counter() - start < 10
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "job.options.virtual_stages" in err.details()
+    assert "virtual_stages <= 12" in err.details()
+
+
+def test_cli_refuses_huge_virtual_stages_with_exit_2() -> None:
+    out = cli(
+        "plan", *PLAN_FLAGS, "--gpus", "A100-40@us-central1-a=8",
+        "--virtual-stages", "4000000000", "--deadline", "2", timeout=30,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "options.virtual_stages" in out.stderr
+    assert "virtual_stages <= 12" in out.stderr
