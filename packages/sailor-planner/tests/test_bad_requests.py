@@ -66,3 +66,22 @@ def test_cli_refuses_huge_virtual_stages_with_exit_2() -> None:
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "options.virtual_stages" in out.stderr
     assert "virtual_stages <= 12" in out.stderr
+
+
+# ---- 7. a pool listed twice ------------------------------------------------------------------
+def test_duplicate_pool_is_refused_over_grpc(stub) -> None:
+    request = plan_request()
+    request.inventory.pools.add(gpu_type="A100-40", zone="us-central1-a", count=8)
+    err = refused(stub.Plan, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "inventory.pools: A100-40@us-central1-a is listed twice" in err.details()
+
+
+def test_duplicate_pool_is_refused_by_the_cli_and_the_client_types() -> None:
+    gpus = ("--gpus", "A100-40@us-central1-a=8", "--gpus", "A100-40@us-central1-a=4")
+    out = cli("plan", *PLAN_FLAGS, *gpus)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "A100-40@us-central1-a is listed twice" in out.stderr
+    with pytest.raises(ValueError, match="listed twice"):  # what PlannerClient.plan is given
+        Inventory.from_dict({"pools": [{"gpu_type": "A100-40", "zone": "us-central1-a",
+                                        "count": 8}] * 2})  # fmt: skip

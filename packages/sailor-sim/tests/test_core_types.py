@@ -96,3 +96,15 @@ def test_read_sailor_plan_bad_input(tmp_path):
         read_sailor_plan(path)
     with pytest.raises(PlanError, match="not an original Sailor plan"):
         read_sailor_plan({"mbs": 1})
+
+
+def test_inventory_refuses_a_pool_listed_twice() -> None:
+    """Summing two lines of one pool would plan on GPUs counted twice (any spelling)."""
+    import pytest
+
+    from sailor_sim import Inventory
+
+    with pytest.raises(ValueError, match=r"pools: A100-40@us-central1-a is listed twice"):
+        Inventory.parse(["A100-40@us-central1-a=8", "a100-40@us-central1-a=8"])
+    two = Inventory.parse(["A100-40@us-central1-a=8", "A100-40@us-central1-b=8"])
+    assert two.total_gpus == 16

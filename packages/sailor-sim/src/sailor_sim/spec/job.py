@@ -200,16 +200,22 @@ class GpuPool:
 
 @dataclass(frozen=True)
 class Inventory:
-    """What can be allocated: GPUs per (type, zone). Pools of the same key are merged."""
+    """What can be allocated: GPUs per (type, zone). A (type, zone) listed twice is refused:
+    summing would plan on GPUs a copy-pasted line counts twice."""
 
     pools: tuple[GpuPool, ...]
 
     def __post_init__(self) -> None:
         merged: dict[tuple[str, str], int] = {}
         for pool in self.pools:
-            merged[(pool.gpu_type, pool.zone)] = (
-                merged.get((pool.gpu_type, pool.zone), 0) + pool.count
-            )
+            key = (pool.gpu_type, pool.zone)
+            if key in merged:
+                raise ValidationError(
+                    f"{pool.gpu_type}@{pool.zone} is listed twice ({merged[key]} and "
+                    f"{pool.count} GPUs); list each pool once with its total count",
+                    field="pools",
+                )
+            merged[key] = pool.count
         object.__setattr__(
             self, "pools", tuple(GpuPool(g, z, c) for (g, z), c in sorted(merged.items()) if c > 0)
         )
