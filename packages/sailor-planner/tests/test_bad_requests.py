@@ -85,3 +85,27 @@ def test_duplicate_pool_is_refused_by_the_cli_and_the_client_types() -> None:
     with pytest.raises(ValueError, match="listed twice"):  # what PlannerClient.plan is given
         Inventory.from_dict({"pools": [{"gpu_type": "A100-40", "zone": "us-central1-a",
                                         "count": 8}] * 2})  # fmt: skip
+
+
+# ---- 7. one limit for top_k and pareto_points, on every front end ----------------------------
+@pytest.mark.parametrize("field", ["top_k", "pareto_points"])
+def test_grpc_refuses_more_than_the_limit(stub, field: str) -> None:
+    from sailor_planner.request import MAX_PARETO_POINTS, MAX_TOP_K
+
+    limit = {"top_k": MAX_TOP_K, "pareto_points": MAX_PARETO_POINTS}[field]
+    err = refused(stub.Plan, plan_request(**{field: limit + 1}))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details().startswith(f"{field}: must be an integer from")
+    assert f"to {limit}" in err.details()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field"),
+    [("--top", "101", "top_k"), ("--top", "0", "top_k"), ("--pareto", "-1", "pareto_points"),
+     ("--pareto", "101", "pareto_points")],
+)  # fmt: skip
+def test_cli_refuses_what_grpc_refuses(flag: str, value: str, field: str) -> None:
+    out = cli("plan", *PLAN_FLAGS, "--gpus", "A100-40@us-central1-a=8", flag, value)
+    assert out.returncode == 2, out.stdout
+    assert out.stderr.count("\n") == 1
+    assert f"{field}: must be an integer from" in out.stderr and flag in out.stderr

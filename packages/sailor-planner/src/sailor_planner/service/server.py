@@ -40,7 +40,6 @@ from .paths import DataRoots
 
 SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
 DEFAULT_TOP_K = 1
-MAX_TOP_K = 100
 # Part of the client's deadline kept for re-scoring, serializing and the trip back.
 DEADLINE_MARGIN_S = 0.15
 DEADLINE_SHARE = 0.7
@@ -84,9 +83,7 @@ def _prefixed(where: str, build):
 def _options(req, context, limits: ServerLimits) -> SearchOptions:
     if req.objective not in _OBJECTIVES:
         raise RequestError(f"unknown objective {req.objective}", field="objective")
-    top_k = req.top_k or DEFAULT_TOP_K
-    if top_k > MAX_TOP_K:
-        raise RequestError(f"must be <= {MAX_TOP_K}, got {top_k}", field="top_k")
+    top_k = req.top_k or DEFAULT_TOP_K  # its limit and pareto_points': SearchOptions
     constraints = _prefixed(
         "constraints",
         lambda: Constraints.from_optional(
@@ -107,7 +104,7 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
         top_k=top_k,
         allow_cross_region_data_parallel=req.allow_cross_region_data_parallel,
         deadline_s=deadline,
-        pareto_points=min(req.pareto_points, MAX_TOP_K),
+        pareto_points=req.pareto_points,
         max_candidates=limits.max_candidates,
         profiled_only=req.profiled_only,
         **chosen,
