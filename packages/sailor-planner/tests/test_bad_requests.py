@@ -109,3 +109,45 @@ def test_cli_refuses_what_grpc_refuses(flag: str, value: str, field: str) -> Non
     assert out.returncode == 2, out.stdout
     assert out.stderr.count("\n") == 1
     assert f"{field}: must be an integer from" in out.stderr and flag in out.stderr
+
+
+# ---- 2, 7. Replay: a policy named twice, absurd timestamps -----------------------------------
+ROWS = [
+    {"timestamp": t, "zone": "us-central1-a", "gpu_type": "A100-40", "available": n}
+    for t, n in ((0, 8), (3600, 4), (7200, 8))
+]
+
+
+def replay_request(rows=ROWS, **fields) -> planner_pb2.ReplayRequest:
+    from sailor_planner.replay.rpc import request_for
+
+    return request_for(JOB, rows, **fields)
+
+
+def test_replay_refuses_a_policy_named_twice(stub) -> None:
+    err = refused(stub.Replay, replay_request(policies=["sailor", "static", "sailor"]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details() == "policies: duplicate 'sailor'; name each policy once"
+
+
+@pytest.mark.parametrize("seconds", [1e300, -1e300, 2e11])
+def test_replay_refuses_absurd_timestamps(stub, seconds: float) -> None:
+    rows = [*ROWS[:2], {**ROWS[2], "timestamp": seconds}]
+    err = refused(stub.Replay, replay_request(sorted(rows, key=lambda r: r["timestamp"])))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "column timestamp: must be a finite number of seconds within +-1e+11" in err.details()
+
+
+def test_replay_refuses_an_absurd_hold_last(stub) -> None:
+    err = refused(stub.Replay, replay_request(hold_last_s=1e300))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details().startswith("hold_last_s: must be a positive number of seconds up to")
+
+
+def test_replay_cli_refuses_a_policy_named_twice(tmp_path) -> None:
+    trace = tmp_path / "trace.csv"
+    lines = [f"{r['timestamp']},{r['zone']},{r['gpu_type']},{r['available']}" for r in ROWS]
+    trace.write_text("timestamp,zone,gpu_type,available\n" + "\n".join(lines) + "\n")
+    out = cli("replay", "--trace", str(trace), *PLAN_FLAGS, "--policies", "sailor,sailor")
+    assert out.returncode == 2, out.stdout
+    assert out.stderr == "error: policies: duplicate 'sailor'; name each policy once\n"
