@@ -106,8 +106,9 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
             out.print(line, markup=False, highlight=False)
         if result.pareto:
             out.print(
-                f"throughput-vs-cost frontier ({len(result.pareto)} points, cheapest first; "
-                "no point beaten on both by another or by a ranked plan):",
+                f"throughput-vs-cost frontier ({len(result.pareto)} points meeting the "
+                "constraints, cheapest first; no point beaten on both by another or by a "
+                "ranked plan):",
                 markup=False,
                 highlight=False,
             )

@@ -89,8 +89,8 @@ class SearchOptions:
     """Candidates (beyond top_k) re-scored with the full simulator before ranking: the search
     scores with the simulator's own components, so only a memory verdict can differ."""
     pareto_points: int = 0
-    """Most points of the throughput-vs-cost frontier returned (re-scored with the simulator);
-    0 = none."""
+    """Most points of the throughput-vs-cost frontier returned (re-scored with the simulator;
+    each fits and meets ``constraints``); 0 = none."""
     deadline_s: float | None = None
     """Wall-clock seconds after which the search stops and returns its best so far (partial)."""
     max_candidates: int | None = None
