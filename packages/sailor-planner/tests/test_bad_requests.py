@@ -151,3 +151,59 @@ def test_replay_cli_refuses_a_policy_named_twice(tmp_path) -> None:
     out = cli("replay", "--trace", str(trace), *PLAN_FLAGS, "--policies", "sailor,sailor")
     assert out.returncode == 2, out.stdout
     assert out.stderr == "error: policies: duplicate 'sailor'; name each policy once\n"
+
+
+# ---- 8. messages: full field paths, missing model fields, piped tables -----------------------
+def _plan_with_tp(tp: int):
+    from sailor_sim import Plan
+
+    plan = Plan.uniform(JOB, "A100-40", "us-central1-a", pp=2, dp=2, microbatch_size=2)
+    wire = plan.to_proto()
+    wire.stages[1].replicas[1].tp = tp
+    return wire
+
+
+def test_simulate_names_the_replica_of_a_bad_tp(stub) -> None:
+    request = planner_pb2.SimulateRequest(job=JOB.to_proto(), plan=_plan_with_tp(3))
+    err = refused(stub.Simulate, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details().startswith("plan.stages[1].replicas[1].tp: must be a power of two")
+
+
+def test_replan_names_the_previous_plans_field_once(stub) -> None:
+    request = planner_pb2.ReplanRequest(request=plan_request(), previous_plan=_plan_with_tp(3))
+    err = refused(stub.Replan, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details().startswith("previous_plan.stages[1].replicas[1].tp: must be a power")
+
+
+def test_a_batch_mismatch_names_indexed_replicas(stub) -> None:
+    from sailor_sim import Plan
+
+    wrong = Job.create("OPT-350M", 48, 2048)  # the plan processes 64 samples
+    plan = Plan.uniform(JOB, "A100-40", "us-central1-a", pp=2, dp=2, microbatch_size=2)
+    request = planner_pb2.SimulateRequest(job=wrong.to_proto(), plan=plan.to_proto())
+    err = refused(stub.Simulate, request)
+    assert err.details().startswith("plan.stages[0].replicas[*].num_microbatches: replicas")
+
+
+def test_a_model_missing_fields_is_named_field_by_field(stub) -> None:
+    request = plan_request()
+    request.job.model = '{"num_layers": -1}'
+    err = refused(stub.Plan, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = err.details()
+    assert details.startswith("job.model: JSON content lacks the ModelSpec fields name, family,")
+    assert "__init__" not in details and "positional" not in details
+
+
+def test_piped_tables_keep_every_row_on_one_line() -> None:
+    pools = ("--gpus", "A100-40@us-central1-a=128", "--gpus", "V100-16@us-central1-b=64")
+    out = cli("plan", "--model", "OPT-350M", "--gbs", "1024", "--seq-len", "2048", *pools,
+              "--top", "3", "--pareto", "3")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if line.lstrip()[:1].isdigit()]
+    assert len(rows) >= 4  # 3 ranked, >= 1 frontier point
+    for row in rows:  # zones, plan and options whole on the row's own line
+        assert "A100-40@us-central1-a=128" in row or "V100-16@us-central1-b=" in row, row
+        assert row.count("[") == row.count("]") >= 1, row

@@ -74,10 +74,21 @@ def _prefixed(where: str, build):
     try:
         return build()
     except (SailorSimError, SailorPlannerError) as exc:
-        inner = exc.field or ""
         message = str(exc).split(": ", 1)[1] if exc.field else str(exc)
-        name = inner if inner.startswith(where) else f"{where}.{inner}" if inner else where
-        raise RequestError(message, field=name) from None
+        raise RequestError(message, field=_field_path(where, exc.field or "")) from None
+
+
+def _field_path(where: str, inner: str) -> str:
+    """``inner`` (a field path of the object built) under the request field ``where``. A
+    ``Plan`` names its fields ``plan.stages[...]``: under ``previous_plan`` that is
+    ``previous_plan.stages[...]``, not ``previous_plan.plan.stages[...]``."""
+    if not inner:
+        return where
+    if inner.startswith(where):
+        return inner
+    if where.endswith("plan") and (inner == "plan" or inner.startswith("plan.")):
+        return where + inner[len("plan") :]
+    return f"{where}.{inner}"
 
 
 def _options(req, context, limits: ServerLimits) -> SearchOptions:
@@ -295,8 +306,26 @@ def serve(
     scheme = "TLS" if access.tls_cert else "plaintext"
     print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound} ({scheme})", flush=True)
     stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        received.append(signum)
+        stop.set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, on_signal)
     while not stop.wait(0.5):
         pass
+    print(shutdown_line(received[0], server.planner_service.slots.load()), flush=True)
     server.stop(grace=STOP_GRACE_S).wait()
+
+
+def shutdown_line(signum: int, load: tuple[int, int]) -> str:
+    """What the server says when a signal stops it: the operator sees what was cut short."""
+    running, queued = load
+    n = running + queued
+    return (
+        f"sailor-planner shutting down ({signal.Signals(signum).name}): {n} "
+        f"request{'s' * (n != 1)} in flight ({running} running, {queued} queued), cancelled "
+        f"unless done within {STOP_GRACE_S:g} s"
+    )
