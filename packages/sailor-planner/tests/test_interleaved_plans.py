@@ -3,8 +3,8 @@
 the stage count, a layer in every chunk), and stays optimal against exhaustive enumeration.
 
 The planner keeps the job's virtual_stages (an option it never varies, ``execution.py``): it
-does not fall back to plain 1F1B on a pipelined plan. The one v = 1 answer it can give is the
-lean ZeRO-3 search's one-stage plan, which carries its own options (virtual_stages=1)."""
+does not fall back to plain 1F1B, and an interleaved job skips the lean ZeRO-3 search (one-stage
+plans, which cannot interleave)."""
 
 from __future__ import annotations
 
@@ -54,8 +54,7 @@ def test_planner_never_returns_a_plan_interleaving_cannot_run(sim, case, v):
     assert result.plans
     for ranked in (*result.plans, *result.pareto):
         assert _problem(job, ranked) is None, ranked.plan.describe()
-        if ranked.plan.num_stages > 1:  # no silent fallback to plain 1F1B
-            assert (ranked.options or job.options).virtual_stages == v
+        assert (ranked.options or job.options).virtual_stages == v  # no fallback to 1F1B
 
 
 @pytest.mark.parametrize("case", CASES[1:3], ids=lambda c: f"{c[0]}-gbs{c[1]}")
@@ -124,11 +123,33 @@ def test_optimal_against_exhaustive_enumeration_with_interleaving(sim, pools, ob
 
 
 def test_no_interleavable_plan_says_so(sim):
-    """tiny-gpt (6 blocks) cannot cut 2 stages into 4 chunks each with a layer in every one:
-    the error names virtual_stages instead of blaming memory alone."""
-    job = _job("tiny-gpt", 8, 64, 4)
-    with pytest.raises(NoFeasiblePlanError, match="virtual_stages=4"):
-        Planner(sim).plan(job, Inventory.parse(["A100-40@us-central1-a=8"]))
+    """tiny-gpt (6 blocks) cannot cut any 2 stages into 4 chunks with a layer in every one:
+    the job is refused, naming the most it can take. With 3 it can, but not on one GPU: the
+    error names virtual_stages instead of blaming memory alone."""
+    with pytest.raises(ValueError, match=r"options\.virtual_stages: .*at most 3"):
+        _job("tiny-gpt", 8, 64, 4)
+    with pytest.raises(NoFeasiblePlanError, match="virtual_stages=3"):
+        Planner(sim).plan(_job("tiny-gpt", 8, 64, 3), Inventory.parse(["A100-40@us-central1-a=1"]))
+
+
+def test_cli_keeps_the_jobs_virtual_stages(tmp_path):
+    """The option search never drops the job's virtual stages (README): OPT-350M on 8 A100s
+    with 4 virtual stages once ranked one-stage ZeRO-3 plans with virtual_stages=1 first."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = str(Path(sys.executable).parent / "sailor-planner")
+    args = ["plan", "--model", "OPT-350M", "--gbs", "64", "--seq-len", "2048", "--gpus",
+            "A100-40@us-central1-a=8", "--virtual-stages", "4", "--top", "3", "--pareto", "4",
+            "--json"]  # fmt: skip
+    out = subprocess.run([script, *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    for ranked in data["plans"] + data["pareto"]:
+        assert ranked["options"]["virtual_stages"] == 4
+        assert len(ranked["plan"]["stages"]) >= 2
 
 
 @pytest.mark.parametrize(

@@ -219,10 +219,13 @@ def test_cli_plan_s_makes_the_replay_reproducible(tmp_path) -> None:
 
 
 def test_a_state_held_open_for_centuries_replays_at_once_with_exact_totals(tmp_path, planner):
-    """The last state held open for ~3e8 years (hostile input over the Replay RPC) is integrated
-    in closed form, not one step per checkpoint; samples and dollars equal the step-by-step
-    sums over a shorter horizon scaled by the cycles."""
-    short, long_ = 10 * 1000.0, 1e16
+    """The last state held open for ~3,000 years (the most hold_last_s takes, trace.MAX_SECONDS;
+    hostile input over the Replay RPC) is integrated in closed form, not one step per
+    checkpoint; samples and dollars equal the step-by-step sums over a shorter horizon scaled
+    by the cycles."""
+    from sailor_planner.replay.trace import MAX_SECONDS
+
+    short, long_ = 10 * 1000.0, MAX_SECONDS
     results = {}
     for hold in (short, long_):
         path = trace_file(tmp_path, [f"0,{A100},8,,"], name=f"h{hold:.0f}.csv")

@@ -216,11 +216,14 @@ def test_a_signal_stops_the_server_during_a_large_replay(signum):
             os.kill(proc.pid, signum)
             proc.wait(timeout=30)
             took = time.monotonic() - sent
+            said = proc.stdout.read() if proc.stdout else ""
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert took < 2.5, f"{signal.Signals(signum).name}: stopped after {took:.2f} s"
+    name = signal.Signals(signum).name
+    assert f"shutting down ({name}): 1 request in flight (1 running, 0 queued)" in said, said
 
 
 def _drain(stream):

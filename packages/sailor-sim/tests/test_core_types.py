@@ -96,3 +96,27 @@ def test_read_sailor_plan_bad_input(tmp_path):
         read_sailor_plan(path)
     with pytest.raises(PlanError, match="not an original Sailor plan"):
         read_sailor_plan({"mbs": 1})
+
+
+def test_inventory_refuses_a_pool_listed_twice() -> None:
+    """Summing two lines of one pool would plan on GPUs counted twice (any spelling)."""
+    import pytest
+
+    from sailor_sim import Inventory
+
+    with pytest.raises(ValueError, match=r"pools: A100-40@us-central1-a is listed twice"):
+        Inventory.parse(["A100-40@us-central1-a=8", "a100-40@us-central1-a=8"])
+    two = Inventory.parse(["A100-40@us-central1-a=8", "A100-40@us-central1-b=8"])
+    assert two.total_gpus == 16
+
+
+def test_unset_job_fields_on_the_wire_are_the_documented_defaults() -> None:
+    """job.proto: sequence_length 0 = the model's max_seq_len, dtype "" = fp32, optimizer
+    "" = adam."""
+    from sailor_sim import Job
+    from sailor_sim.model.spec import get_model
+    from sailor_sim.proto import job_pb2
+
+    job = Job.from_proto(job_pb2.Job(model="OPT-350M", global_batch_size=8))
+    assert job.sequence_length == get_model("OPT-350M").max_seq_len
+    assert (job.dtype, job.optimizer) == ("fp32", "adam")

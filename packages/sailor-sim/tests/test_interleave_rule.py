@@ -99,3 +99,28 @@ def test_one_statement_of_the_rule():
 def test_the_rule_is_torch_free():
     code = "import sys, sailor_sim.spec.interleave; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("num_layers", [1, 2, 3, 4, 7, 24])
+def test_most_chunks_is_the_most_any_two_stage_split_cuts(num_layers: int) -> None:
+    """The job's bound is the rule's: some split of the layer ids into >= 2 stages runs
+    ``most_chunks`` virtual stages, none runs one more (two stages need the fewest blocks)."""
+    head = num_layers + 1
+
+    def some_split_runs(v: int) -> bool:
+        return any(
+            interleave.stage_problem(0, 0, cut, head, v) is None
+            and interleave.stage_problem(1, cut + 1, head, head, v) is None
+            for cut in range(head)
+        )
+
+    most = interleave.most_chunks(num_layers)
+    assert most == 1 or some_split_runs(most)
+    assert not some_split_runs(most + 1)
+
+
+def test_job_refuses_more_virtual_stages_than_the_model_has_layers_for() -> None:
+    job(12)  # OPT-350M: 24 blocks, 12 chunks of two stages
+    with pytest.raises(ValueError, match=r"options\.virtual_stages: .*at most 12") as err:
+        job(4_000_000_000)
+    assert "use virtual_stages <= 12" in str(err.value)

@@ -249,16 +249,21 @@ class Planner:
         return chosen[: options.top_k]
 
     def _pareto(self, job, searched, options, stats, ranked) -> list[RankedPlan]:
-        """Throughput-vs-$/iteration frontier (constraints ignored) of every scored candidate
-        and the ranked plans (under their chosen options), re-scored with the simulator, at
-        most ``pareto_points`` of it spread evenly, cheapest first: no point is dominated by
-        another or by a ranked plan."""
+        """Throughput-vs-$/iteration frontier of the feasible candidates (they fit and meet
+        the request's constraints, by the simulator's figures) and the ranked plans (under
+        their chosen options), at most ``pareto_points`` of it spread evenly, cheapest first:
+        no point is dominated by another or by a ranked plan."""
         if options.pareto_points <= 0:
             return []
         k = options.pareto_points
+        admits = lambda r: self._admits(options, r)  # noqa: E731 (fits and meets constraints)
         points = []
         for searched_job, found in searched:
-            frontier = _non_dominated(found.scored, lambda s: (s.cost_per_iteration, s.throughput))
+            # the search's admitted candidates meet the constraints by its own figures; the
+            # re-scored points are checked again below
+            frontier = _non_dominated(
+                found.admitted, lambda s: (s.cost_per_iteration, s.throughput)
+            )
             for s in _spread(frontier, k):
                 r = self._estimate(searched_job, build_plan(s), stats)
                 if r is not None:
@@ -269,7 +274,7 @@ class Planner:
                     self.sim,
                     job,
                     r,
-                    lambda c: c.estimate.fits,
+                    admits,
                     lambda c: (
                         -c.estimate.throughput_iters_per_s,
                         c.estimate.cost_per_iteration_usd,
@@ -277,7 +282,7 @@ class Planner:
                 )
                 for r in points
             ]
-        points = [r for r in points if r.estimate.fits] + list(ranked)
+        points = [r for r in points if admits(r)] + list(ranked)
         points = _non_dominated(
             points, lambda r: (r.estimate.cost_per_iteration_usd, r.estimate.throughput_iters_per_s)
         )

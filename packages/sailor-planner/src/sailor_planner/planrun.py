@@ -51,6 +51,20 @@ class PlanArgs:
     for the links between nodes; None: the GPU types' catalog defaults."""
 
 
+PIPED_WIDTH = 4096
+"""Columns rich lays tables out in when stdout is not a terminal (a file, a pipe, a test):
+wide enough that no table wraps, so every row stays on one line for grep and awk. (Rich
+assumes 80 there and folds values mid-token.)"""
+
+
+def stdout_console(**kwargs) -> Console:
+    """The console of a command's tables: the terminal's width, or ``PIPED_WIDTH`` piped."""
+    console = Console(**kwargs)
+    if console.is_terminal:
+        return console
+    return Console(width=PIPED_WIDTH, **kwargs)
+
+
 def search(args: PlanArgs) -> PlanResult:
     """Run the planner for ``args``; raises the sim or planner error family on bad input."""
     from .request import Constraints, SearchOptions
@@ -88,7 +102,7 @@ def search(args: PlanArgs) -> PlanResult:
 
 def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = None) -> int:
     """Search and print; returns the exit status (2 with one `error:` line on bad input)."""
-    out = out or Console(soft_wrap=True)
+    out = out or stdout_console(soft_wrap=True)
     err = err or Console(stderr=True, soft_wrap=True, highlight=False)
     start = time.perf_counter()
     try:
@@ -106,8 +120,9 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
             out.print(line, markup=False, highlight=False)
         if result.pareto:
             out.print(
-                f"throughput-vs-cost frontier ({len(result.pareto)} points, cheapest first; "
-                "no point beaten on both by another or by a ranked plan):",
+                f"throughput-vs-cost frontier ({len(result.pareto)} points meeting the "
+                "constraints, cheapest first; no point beaten on both by another or by a "
+                "ranked plan):",
                 markup=False,
                 highlight=False,
             )

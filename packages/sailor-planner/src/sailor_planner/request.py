@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from .errors import RequestError
 
 OBJECTIVES = ("throughput", "cost")
+MAX_TOP_K = 100
+"""Most ranked plans one request returns (CLI --top, gRPC top_k): each is re-scored by the
+simulator and sent whole."""
+MAX_PARETO_POINTS = 100
+"""Most frontier points one request returns (CLI --pareto, gRPC pareto_points), for the same
+reason."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,8 @@ class SearchOptions:
     """Candidates (beyond top_k) re-scored with the full simulator before ranking: the search
     scores with the simulator's own components, so only a memory verdict can differ."""
     pareto_points: int = 0
-    """Most points of the throughput-vs-cost frontier returned (re-scored with the simulator);
-    0 = none."""
+    """Most points of the throughput-vs-cost frontier returned (re-scored with the simulator;
+    each fits and meets ``constraints``); 0 = none."""
     deadline_s: float | None = None
     """Wall-clock seconds after which the search stops and returns its best so far (partial)."""
     max_candidates: int | None = None
@@ -107,8 +113,8 @@ class SearchOptions:
                 f"unknown objective {self.objective!r}; use one of {', '.join(OBJECTIVES)}",
                 field="objective",
             )
-        if self.top_k < 1:
-            raise RequestError(f"must be >= 1, got {self.top_k}", field="top_k")
+        _in_range("top_k", self.top_k, 1, MAX_TOP_K, "--top")
+        _in_range("pareto_points", self.pareto_points, 0, MAX_PARETO_POINTS, "--pareto")
         if self.max_pipeline_depth < 1:
             raise RequestError(
                 f"must be >= 1, got {self.max_pipeline_depth}", field="max_pipeline_depth"
@@ -119,3 +125,12 @@ class SearchOptions:
             raise RequestError(f"must be >= 1, got {self.max_candidates}", field="max_candidates")
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise RequestError(f"must be positive, got {self.deadline_s}", field="deadline_s")
+
+
+def _in_range(name: str, value: int, low: int, high: int, flag: str) -> None:
+    """One limit for every front end: the CLI, gRPC and ``Planner`` callers all build
+    ``SearchOptions``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequestError(
+            f"must be an integer from {low} to {high} (CLI {flag}), got {value!r}", field=name
+        )

@@ -7,15 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from sailor_sim import TRAINING_FIELDS, RunSpec, SailorSimError, specs
 
 from ..errors import SailorPlannerError
-
-PIPED_WIDTH = 160
-"""Columns of the table when stdout is not a terminal (a file, a pipe, a test)."""
 
 
 def policy_table(result) -> Table:
@@ -124,9 +120,9 @@ def replay_command(
         out["plot"] = str(plot) if plot else None
         typer.echo(json.dumps(out))
     else:
-        out = Console(highlight=False)
-        if not out.is_terminal:  # piped: rich would assume 80 columns and squeeze the table
-            out = Console(highlight=False, width=PIPED_WIDTH)
+        from ..planrun import stdout_console
+
+        out = stdout_console(highlight=False)  # piped: one line per row, never folded
         out.print(policy_table(result))
         for line in notes(result) + ([f"plot: {plot}"] if plot is not None else []):
             out.print(line, markup=False, soft_wrap=True)

@@ -60,6 +60,12 @@ class ReplayRequest:
                 f"{', '.join(KNOWN_POLICIES)}",
                 field="policies",
             )
+        repeated = sorted({p for p in self.policies if self.policies.count(p) > 1})
+        if repeated:  # one summary per policy: a repeat would be merged into doubled figures
+            raise RequestError(
+                f"duplicate {', '.join(repr(p) for p in repeated)}; name each policy once",
+                field="policies",
+            )
 
     def to_proto(self, profile_dir: str = "", sailor_root: str = "") -> planner_pb2.ReplayRequest:
         """The wire request; raises ``RequestError`` for search knobs the wire cannot carry."""

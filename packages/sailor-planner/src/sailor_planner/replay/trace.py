@@ -41,6 +41,10 @@ OPTIONAL_COLUMNS = ("price", "preempted")
 
 Pool = tuple[str, str]
 """(GPU type, zone)."""
+MAX_SECONDS = 1e11
+"""Largest timestamp magnitude and ``hold_last_s``, in seconds (Unix time of about the year
+5100): any real trace fits, in any origin. Beyond it a value is a unit or typing mistake, and
+a replay over it reports meaningless figures (1e300 gave 1.9e301 samples)."""
 
 
 class TraceError(RequestError):
@@ -153,8 +157,11 @@ def _seconds(value: Any, where: str) -> float:
                 f"{text!r} is neither seconds nor an ISO-8601 date-time (e.g. 2024-04-08T10:00:00)",
                 field=where,
             ) from None
-    if not math.isfinite(seconds):
-        raise TraceError(f"must be a finite number of seconds, got {text!r}", field=where)
+    if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
+        raise TraceError(
+            f"must be a finite number of seconds within +-{MAX_SECONDS:g}, got {text!r}",
+            field=where,
+        )
     return seconds
 
 
@@ -298,9 +305,10 @@ def _build(
     """Events -> states (counts carried forward; identical neighbours merged)."""
     if not events:
         raise TraceError(f"{name} has no rows", field="trace")
-    if hold_last_s is not None and not (math.isfinite(hold_last_s) and hold_last_s > 0):
+    if hold_last_s is not None and not (0 < hold_last_s <= MAX_SECONDS):  # NaN fails too
         raise TraceError(
-            f"must be a positive number of seconds, got {hold_last_s}", field="hold_last_s"
+            f"must be a positive number of seconds up to {MAX_SECONDS:g}, got {hold_last_s}",
+            field="hold_last_s",
         )
     if hold_last_s is None and len(events) < 2:
         raise TraceError(

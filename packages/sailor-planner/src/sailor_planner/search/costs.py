@@ -81,9 +81,16 @@ class CostView:
         if hit is None:
             head = self.model.head_layer_id
             hit = np.zeros((self.n, self.n), dtype=bool)
+            # The rule depends on a range only through (length, holds the embedding, holds
+            # the head): ask it once per kind, O(n v), not per range, O(n^2 v).
+            verdicts: dict[tuple, bool] = {}
             for a in range(self.n):
                 for b in range(a, self.n):
-                    hit[a, b] = stage_problem(0, a, b, head, v) is None
+                    kind = (b - a, a == 0, b == head)
+                    ok = verdicts.get(kind)
+                    if ok is None:
+                        ok = verdicts[kind] = stage_problem(0, a, b, head, v) is None
+                    hit[a, b] = ok
             self.memo[("chunkable", v)] = hit
         return hit
 

@@ -5,7 +5,8 @@ zero3 on one-stage plans) and sequence parallelism (when every replica has tp > 
 memory for time. For each of the best plans the search found with the job's own options, every
 valid combination is scored with ``Simulator.estimate`` and the best that fits and meets the
 constraints is kept, with the options it needs (``RankedPlan.options``). The other options
-(precision, flash attention, interleaving, p2p scatter/gather) stay as the job sets them.
+(precision, flash attention, interleaving, p2p scatter/gather) stay as the job sets them; so a
+job with ``virtual_stages`` > 1 never gets ZeRO-3 (one stage, nothing to interleave).
 
 Expert parallelism is searched only for mixture-of-experts models (``expert_degrees``: the
 powers of two that divide the experts and every stage's replica count), so dense jobs pay
@@ -104,6 +105,8 @@ def lean(
     (sharded optimizer states and master weights; any pipeline depth) and with ZeRO-3
     (parameters and gradients sharded too; one-stage plans only, pipelined candidates are
     refused). The planner searches under these too, so plans that fit only with them exist.
+    Interleaved jobs (``virtual_stages`` > 1) skip ZeRO-3: it cannot pipeline, and the job's
+    virtual stages are never changed by the search.
     A MoE job (``moe``: its ``MoESpec``) also splits its experts over up to
     ``LEAN_EXPERT_PARALLEL`` replicas; plans whose replica counts it does not divide are
     refused when re-scored. FP8 jobs skip ZeRO-3 (not modelled with FP8 weight caches).
@@ -112,11 +115,11 @@ def lean(
     if moe is not None and ep == 1:
         ep = math.gcd(moe.num_experts, LEAN_EXPERT_PARALLEL)
     out = [dataclasses.replace(options, recompute="full", zero="zero1", expert_parallel=ep)]
-    if options.fp8 == "none":
+    # ZeRO-3 plans are one stage, so they cannot interleave: a job that asks for virtual
+    # stages keeps them (README: "kept as given") and skips this set.
+    if options.fp8 == "none" and options.virtual_stages == 1:
         out.append(
-            dataclasses.replace(
-                options, recompute="full", zero="zero3", virtual_stages=1, expert_parallel=ep
-            )
+            dataclasses.replace(options, recompute="full", zero="zero3", expert_parallel=ep)
         )
     cp = LEAN_CONTEXT_PARALLEL
     long = sequence_length >= LONG_SEQUENCE and sequence_length % (2 * cp) == 0

@@ -40,7 +40,6 @@ from .paths import DataRoots
 
 SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name
 DEFAULT_TOP_K = 1
-MAX_TOP_K = 100
 # Part of the client's deadline kept for re-scoring, serializing and the trip back.
 DEADLINE_MARGIN_S = 0.15
 DEADLINE_SHARE = 0.7
@@ -75,18 +74,27 @@ def _prefixed(where: str, build):
     try:
         return build()
     except (SailorSimError, SailorPlannerError) as exc:
-        inner = exc.field or ""
         message = str(exc).split(": ", 1)[1] if exc.field else str(exc)
-        name = inner if inner.startswith(where) else f"{where}.{inner}" if inner else where
-        raise RequestError(message, field=name) from None
+        raise RequestError(message, field=_field_path(where, exc.field or "")) from None
+
+
+def _field_path(where: str, inner: str) -> str:
+    """``inner`` (a field path of the object built) under the request field ``where``. A
+    ``Plan`` names its fields ``plan.stages[...]``: under ``previous_plan`` that is
+    ``previous_plan.stages[...]``, not ``previous_plan.plan.stages[...]``."""
+    if not inner:
+        return where
+    if inner.startswith(where):
+        return inner
+    if where.endswith("plan") and (inner == "plan" or inner.startswith("plan.")):
+        return where + inner[len("plan") :]
+    return f"{where}.{inner}"
 
 
 def _options(req, context, limits: ServerLimits) -> SearchOptions:
     if req.objective not in _OBJECTIVES:
         raise RequestError(f"unknown objective {req.objective}", field="objective")
-    top_k = req.top_k or DEFAULT_TOP_K
-    if top_k > MAX_TOP_K:
-        raise RequestError(f"must be <= {MAX_TOP_K}, got {top_k}", field="top_k")
+    top_k = req.top_k or DEFAULT_TOP_K  # its limit and pareto_points': SearchOptions
     constraints = _prefixed(
         "constraints",
         lambda: Constraints.from_optional(
@@ -107,7 +115,7 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
         top_k=top_k,
         allow_cross_region_data_parallel=req.allow_cross_region_data_parallel,
         deadline_s=deadline,
-        pareto_points=min(req.pareto_points, MAX_TOP_K),
+        pareto_points=req.pareto_points,
         max_candidates=limits.max_candidates,
         profiled_only=req.profiled_only,
         **chosen,
@@ -298,8 +306,26 @@ def serve(
     scheme = "TLS" if access.tls_cert else "plaintext"
     print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound} ({scheme})", flush=True)
     stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        received.append(signum)
+        stop.set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, on_signal)
     while not stop.wait(0.5):
         pass
+    print(shutdown_line(received[0], server.planner_service.slots.load()), flush=True)
     server.stop(grace=STOP_GRACE_S).wait()
+
+
+def shutdown_line(signum: int, load: tuple[int, int]) -> str:
+    """What the server says when a signal stops it: the operator sees what was cut short."""
+    running, queued = load
+    n = running + queued
+    return (
+        f"sailor-planner shutting down ({signal.Signals(signum).name}): {n} "
+        f"request{'s' * (n != 1)} in flight ({running} running, {queued} queued), cancelled "
+        f"unless done within {STOP_GRACE_S:g} s"
+    )

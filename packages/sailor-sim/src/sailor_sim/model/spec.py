@@ -592,10 +592,22 @@ def model_from_json(text: str) -> ModelSpec:
             raise ValidationError("must be a number, a string, a bool or null", field=key)
         if nested and any(isinstance(v, dict | list) for v in value.values()):
             raise ValidationError("must hold numbers, strings, bools or nulls", field=key)
+    required = [n for n, f in known.items() if _is_required(f)]
+    missing = [n for n in required if n not in data]
+    if missing:  # named by the spec's own field names, not a Python signature error
+        raise ValidationError(
+            f"JSON content lacks the ModelSpec field{'s' * (len(missing) > 1)} "
+            f"{', '.join(missing)} (required: {', '.join(required)})",
+            field="model",
+        )
     try:
         return ModelSpec(**data)
-    except TypeError as exc:  # a missing field, or a string where a number belongs
+    except TypeError as exc:  # a string where a number belongs
         raise ValidationError(f"is not a valid ModelSpec ({exc!s:.120})", field="model") from None
+
+
+def _is_required(field: dataclasses.Field) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
 def get_model(name: str | ModelSpec) -> ModelSpec:

@@ -12,8 +12,10 @@ per stage (``ExecutionOptions.virtual_stages``) runs a plan only when
   prices), cut into v chunks by ``chunk_sizes`` (``stage_problem``; ``chunk_layers`` deals
   them to ranks as the engine runs them).
 
-Who asks: the simulator (``check_replica`` refuses p < 2, ``Simulator.check`` raises
-``PlanError`` on field ``options.virtual_stages`` for the rest), the planner (the search masks
+Who asks: ``Job`` (``model_problem``: more virtual stages than any plan of the model can cut,
+refused before a search builds tables per chunk), the simulator (``check_replica`` refuses
+p < 2, ``Simulator.check`` raises ``PlanError`` on field ``options.virtual_stages`` for the
+rest), the planner (the search masks
 stage ranges with ``stage_problem`` and balances microbatches in steps of
 ``microbatch_step``), and the engine (``sailor_runtime.engine.parallel.schedule.interleave_problem``
 and ``chunk_layers`` are these).
@@ -65,6 +67,27 @@ def chunk_sizes(first: int, last: int, head_layer_id: int, chunks: int) -> list[
     sizes[0] += emb
     sizes[-1] += head
     return sizes
+
+
+def most_chunks(num_layers: int) -> int:
+    """The most virtual stages any plan of a model with ``num_layers`` transformer blocks can
+    run. The fewest blocks v chunks per stage need is on a two-stage plan: v on the first stage
+    (``chunk_sizes`` gives the remainder to the first chunks, so the embedding cannot fill the
+    last one) and v - 1 on the last (the head fills its last chunk): 2 v - 1 <= num_layers."""
+    return max(1, (num_layers + 1) // 2)
+
+
+def model_problem(chunks: int, num_layers: int, model_name: str) -> str | None:
+    """Why no plan of a model with ``num_layers`` blocks runs ``chunks`` virtual stages, or
+    None (checked on the job, before any search builds per-chunk tables)."""
+    most = most_chunks(num_layers)
+    if chunks <= most:
+        return None
+    return (
+        f"{chunks} virtual stages need a layer in every chunk of >= 2 pipeline stages, and "
+        f"{model_name} has {num_layers} transformer blocks: at most {most}; use "
+        f"virtual_stages <= {most}"
+    )
 
 
 def stage_problem(stage: int, first: int, last: int, head_layer_id: int, chunks: int):

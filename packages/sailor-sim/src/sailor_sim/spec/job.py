@@ -16,6 +16,8 @@ from ..errors import SailorSimError, ValidationError
 from ..model.moe import check_expert_parallel
 from ..model.spec import ModelSpec, get_model, model_wire_name
 from ..simulate.features.context_parallel import check_context_parallel
+from .interleave import FIELD as VIRTUAL_STAGES_FIELD
+from .interleave import model_problem as interleave_model_problem
 from .options import ExecutionOptions, check_options
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -65,6 +67,11 @@ class Job:
         if not isinstance(self.options, ExecutionOptions):
             raise ValidationError("must be ExecutionOptions or a dict of them", field="options")
         check_options(self.options, self.dtype)
+        problem = interleave_model_problem(
+            self.options.virtual_stages, self.model.num_layers, self.model.name
+        )
+        if problem is not None:  # before a search builds tables per chunk
+            raise ValidationError(problem, field=VIRTUAL_STAGES_FIELD)
         check_expert_parallel(self.model.moe, self.options.expert_parallel, self.model.name)
         check_context_parallel(self.options.context_parallel, self.sequence_length)
         # Equal jobs (up to the global batch, which no cached component depends on) share one
@@ -193,16 +200,22 @@ class GpuPool:
 
 @dataclass(frozen=True)
 class Inventory:
-    """What can be allocated: GPUs per (type, zone). Pools of the same key are merged."""
+    """What can be allocated: GPUs per (type, zone). A (type, zone) listed twice is refused:
+    summing would plan on GPUs a copy-pasted line counts twice."""
 
     pools: tuple[GpuPool, ...]
 
     def __post_init__(self) -> None:
         merged: dict[tuple[str, str], int] = {}
         for pool in self.pools:
-            merged[(pool.gpu_type, pool.zone)] = (
-                merged.get((pool.gpu_type, pool.zone), 0) + pool.count
-            )
+            key = (pool.gpu_type, pool.zone)
+            if key in merged:
+                raise ValidationError(
+                    f"{pool.gpu_type}@{pool.zone} is listed twice ({merged[key]} and "
+                    f"{pool.count} GPUs); list each pool once with its total count",
+                    field="pools",
+                )
+            merged[key] = pool.count
         object.__setattr__(
             self, "pools", tuple(GpuPool(g, z, c) for (g, z), c in sorted(merged.items()) if c > 0)
         )

@@ -141,12 +141,13 @@ class Plan:
                     field=f"plan.stages[{i}].first_layer",
                 )
             expected_first = stage.last_layer + 1
-        depth = {len(s.replicas) for s in self.stages}
-        if len(depth) != 1:
+        counts = [len(s.replicas) for s in self.stages]
+        odd = next((i for i, n in enumerate(counts) if n != counts[0]), None)
+        if odd is not None:
             raise PlanError(
-                f"stages have {[len(s.replicas) for s in self.stages]} replicas; every stage needs "
-                "the same number of replicas (replica j of each stage forms pipeline j)",
-                field="plan.stages.replicas",
+                f"stages have {counts} replicas; every stage needs the same number of replicas "
+                "(replica j of each stage forms pipeline j)",
+                field=f"plan.stages[{odd}].replicas",
             )
         for j in range(self.num_pipelines):
             first = self.stages[0].replicas[j]
@@ -251,7 +252,7 @@ class Plan:
             raise PlanError(
                 f"replicas process {per} samples (sum {self.samples_per_iteration}) per iteration, "
                 f"but {want}; adjust microbatch sizes or counts",
-                field="plan.stages.replicas.num_microbatches",
+                field="plan.stages[0].replicas[*].num_microbatches",  # a pipeline's: stage 0's
             )
         return self
 
@@ -348,22 +349,26 @@ class Plan:
 
     @classmethod
     def from_proto(cls, msg) -> Plan:
-        return cls(
-            tuple(
+        """Errors name the full path of the field, e.g. ``plan.stages[0].replicas[1].tp``."""
+        stages = []
+        for i, s in enumerate(msg.stages):
+            where = f"plan.stages[{i}]"
+            replicas = tuple(
                 _at(
-                    f"plan.stages[{i}]",
-                    lambda s=s: Stage(
-                        s.first_layer,
-                        s.last_layer,
-                        tuple(
-                            Replica(r.gpu_type, r.zone, r.tp, r.microbatch_size, r.num_microbatches)
-                            for r in s.replicas
-                        ),
+                    f"{where}.replicas[{j}]",
+                    lambda r=r: Replica(
+                        r.gpu_type, r.zone, r.tp, r.microbatch_size, r.num_microbatches
                     ),
                 )
-                for i, s in enumerate(msg.stages)
+                for j, r in enumerate(s.replicas)
             )
-        )
+            stages.append(
+                _at(
+                    where,
+                    lambda s=s, replicas=replicas: Stage(s.first_layer, s.last_layer, replicas),
+                )
+            )
+        return cls(tuple(stages))
 
     # ---- construction helpers --------------------------------------------------------------
     @classmethod
