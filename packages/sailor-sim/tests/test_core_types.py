@@ -108,6 +108,10 @@ def test_inventory_refuses_a_pool_listed_twice() -> None:
         Inventory.parse(["A100-40@us-central1-a=8", "a100-40@us-central1-a=8"])
     two = Inventory.parse(["A100-40@us-central1-a=8", "A100-40@us-central1-b=8"])
     assert two.total_gpus == 16
+    # counts already summed per key (the controller's live inventory, per worker report)
+    # add up across spellings of one type instead of being refused
+    live = Inventory.of({("A100-40", "us-central1-a"): 8, ("a100-40", "us-central1-a"): 4})
+    assert [(p.gpu_type, p.count) for p in live.pools] == [("A100-40", 12)]
 
 
 def test_unset_job_fields_on_the_wire_are_the_documented_defaults() -> None:

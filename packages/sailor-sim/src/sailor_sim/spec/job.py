@@ -222,8 +222,15 @@ class Inventory:
 
     @classmethod
     def of(cls, counts: Mapping[tuple[str, str], int] | Iterable[GpuPool]) -> Inventory:
+        """From pools, or from counts per (GPU type, zone): counts already summed by their
+        keys, so two spellings of one type (e.g. what two workers report) add up."""
         if isinstance(counts, Mapping):
-            return cls(tuple(GpuPool(g, z, c) for (g, z), c in counts.items()))
+            summed: dict[tuple[str, str], int] = {}
+            for (g, z), c in counts.items():
+                pool = GpuPool(g, z, c)
+                key = (pool.gpu_type, pool.zone)
+                summed[key] = summed.get(key, 0) + pool.count
+            return cls(tuple(GpuPool(g, z, c) for (g, z), c in summed.items()))
         return cls(tuple(counts))
 
     @classmethod
