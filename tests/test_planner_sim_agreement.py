@@ -65,9 +65,11 @@ def test_planner_estimate_equals_sailor_sim_simulate(tmp_path, extra) -> None:
         "--json",
     )  # fmt: skip
     # simulate --json is Estimate.to_dict() plus throughput, provenance, cost_by_provider, plan,
-    # the network it assumed and the defaults it took
+    # the network it assumed, the defaults it took and its notes (no price in a zone, a
+    # sequence beyond the model's positions: the planner refuses unpriced pools)
     assert {k: simulated[k] for k in planned["estimate"]} == planned["estimate"]
     assert set(simulated) - set(planned["estimate"]) <= {
-        "throughput", "provenance", "cost_by_provider", "plan", "job", "network", "assumed"
+        "throughput", "provenance", "cost_by_provider", "plan", "job", "network", "assumed",
+        "notes",
     }  # fmt: skip
     assert planned["estimate"]["fits"]
