@@ -26,6 +26,7 @@ from .ranks import RankRunner
 from .service import AgentServicer, create_agent_server, rank_statuses
 
 log = logging.getLogger("sailor.agent")
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class WorkerAgent:
@@ -99,20 +100,18 @@ class WorkerAgent:
             session=self.session,
         )
         deadline = time.monotonic() + self.register_timeout_s
+        said_waiting = False
         while True:
             try:
                 reply = self._stub.Register(request, timeout=5, metadata=self.metadata)
                 break
             except grpc.RpcError as exc:
-                if (
-                    exc.code()
-                    not in (
-                        grpc.StatusCode.UNAVAILABLE,
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                    )
-                    or time.monotonic() > deadline
-                ):
+                if exc.code() not in _UNREACHABLE or time.monotonic() > deadline:
                     raise
+                if not said_waiting:  # else a worker started before its controller is silent
+                    log.warning("waiting for the controller at %s (for up to %.0f s)...",
+                                self.controller, self.register_timeout_s)  # fmt: skip
+                    said_waiting = True
                 time.sleep(0.5)
         self.worker_id = reply.worker_id
         self.session = reply.session
