@@ -21,6 +21,7 @@ from sailor_sim import (
     RunSpec,
     SailorError,
     SailorSimError,
+    default_dtype,
     get_gpu,
     inputs,
     specs,
@@ -89,10 +90,19 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-RUN_DEFAULTS = {"model": "tiny-gpt", "seq_len": 64, "steps": 20, "checkpoint_every": 5,
-                "precision": "fp32"}  # fmt: skip
-"""`sailor run`'s own defaults for RunSpec fields: a tiny model trained briefly on CPUs."""
+RUN_DEFAULTS = {"model": "tiny-gpt", "seq_len": 64, "steps": 20, "checkpoint_every": 5}
+"""`sailor run`'s own defaults for RunSpec fields: a tiny model trained briefly on CPUs. No
+precision: RunSpec's documented default (the config's torch_dtype, else fp32) holds."""
 CONTROLLER_DEFAULTS = {**RUN_DEFAULTS, "global_batch_size": 8, "seq_len": 32}
+
+
+def _with_default_precision(spec: RunSpec) -> RunSpec:
+    """``spec`` with its precision decided: as given, else the model's config.json
+    ``torch_dtype`` (bfloat16 -> bf16, float16 -> fp16, float32 -> fp32), else fp32. Decided
+    once here, so the planner's job and every rank train in the same one."""
+    if spec.precision is not None:
+        return spec
+    return dataclasses.replace(spec, precision=default_dtype(spec.model)[0])
 
 
 def _engine_options(spec: RunSpec):
@@ -171,6 +181,7 @@ def run(
     from .run.summary import render
 
     _logging(verbose)
+    spec = _with_default_precision(spec)
     if not local:
         _fail(SailorRuntimeError(
             "only --local is built in; for several machines start `sailor controller` and "
@@ -334,6 +345,7 @@ def controller(
 
     _logging(verbose)
     token = resolve_token(token)
+    spec = _with_default_precision(spec)
     seq_len = spec.seq_len or CONTROLLER_DEFAULTS["seq_len"]
     try:
         cli_checks.check_controller(
@@ -355,7 +367,7 @@ def controller(
             trusted_ca(planner_ca, "--planner-ca")  # a bad CA file now, not at the first plan
         _engine_options(spec)
         job = Job.create(
-            spec.model, spec.global_batch_size, seq_len, spec.precision or "fp32", "adam",
+            spec.model, spec.global_batch_size, seq_len, spec.precision, "adam",
             spec.options,
         )  # fmt: skip
         training = training_json(data, eval_every, eval_batches, job.model.vocab_size)
