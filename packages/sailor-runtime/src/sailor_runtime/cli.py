@@ -117,6 +117,21 @@ def _engine_options(spec: RunSpec):
     return spec.options
 
 
+def _exit_if_trained(checkpoint_dir: Path, steps: int) -> None:
+    """End the command (exit 0, one line) when the run's checkpoint is already at or past
+    ``steps``: a rerun asking for fewer steps than were trained has nothing to do. Damaged
+    checkpoints are warned about, and a folder of nothing but damaged ones is refused."""
+    from .controller.checkpoints import already_trained, resume_step
+
+    try:
+        step = resume_step(checkpoint_dir)
+    except SailorRuntimeError as exc:
+        _fail(exc)
+    if step >= steps:
+        typer.echo(already_trained(step, steps, checkpoint_dir), err=True)
+        raise typer.Exit(0)
+
+
 def run(
     spec: RunSpec,
     local: bool = typer.Option(False, "--local", help="Run everything on this machine."),
@@ -229,6 +244,8 @@ def run(
             inputs.output_file(json_out, "--json")
     except SailorSimError as exc:
         _fail(exc)
+    if run_dir is not None:  # a rerun: nothing starts when there is nothing to train
+        _exit_if_trained(run_dir / "checkpoints", steps)
     if add_worker_at_step and add_worker_at_step >= steps:
         typer.echo(
             f"warning: --add-worker-at-step {add_worker_at_step} is not before --steps {steps}: "
@@ -381,6 +398,9 @@ def controller(
             planner_ca=planner_ca, on_save_error=on_save_error, training=training,
         )  # fmt: skip
         c = Controller(cfg)
+        if c.resume_step >= spec.steps:
+            c.close()
+            _exit_if_trained(cfg.checkpoint_dir, spec.steps)
         server, bound = create_controller_server(c, f"{host}:{port}", token, tls)
     except SailorError as exc:
         _fail(exc)

@@ -50,7 +50,7 @@ from ..security import TlsFiles
 from . import rundir
 from .agents import AgentClients
 from .assignments import build_assignments, store_prefix
-from .checkpoints import latest_checkpoint_step
+from .checkpoints import latest_checkpoint_step, resume_step
 from .membership import Membership, Worker, check_registration, same_secret
 from .metricslog import MetricsLog, engine_fields
 from .placement import Placement, place
@@ -195,7 +195,13 @@ class Controller:
         self.cfg = config
         engine_runs = engine_filter(config)  # bad options refused before anything is held
         self.run_lock = rundir.acquire(config.run_dir, config.job, config.seed, config.lr)
-        config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        try:  # damaged checkpoints only: refused now, before anything trains over them
+            config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            self.resume_step = resume_step(config.checkpoint_dir)
+            """The step the run resumes after (its newest usable checkpoint; 0 = none)."""
+        except BaseException:
+            self.run_lock.release()
+            raise
         self.membership = Membership(config.heartbeat_timeout_s)
         self.state = ControllerState.WAITING
         self.message = "waiting for workers"
