@@ -317,6 +317,10 @@ class Controller:
             w = self.membership.join(worker_id, address, gpus, hostname, secrets.token_hex(16))
             w.seen_from = seen_from
             self.addresses[w.worker_id] = address
+            if old is None:  # a new agent (perhaps a restarted one reusing its id and port)
+                self.assigned_ever.discard(w.worker_id)  # a newcomer: dialed before planned on
+        if old is None:
+            self.agents.forget(address)
         what = "re-registered" if old else "joined"
         self._note(Change(f"{w.worker_id} {what} with {gpus.describe()}", False, time.monotonic()))
         return w
@@ -602,6 +606,7 @@ class Controller:
             fence.write_fence(self.cfg.checkpoint_dir, generation)  # older ranks stop saving
             self.generation = generation
         sessions = {w.worker_id: w.session for w in workers}
+        newcomers = set(placement) - self.assigned_ever
         self.assigned_ever.update(placement)
         assigned = [by_id[wid] for wid in placement]
         self.store_guard.allow(  # its ranks connect from where the node registered or listens
@@ -629,8 +634,9 @@ class Controller:
         )
         for wid, err in bad:
             log.warning("assign to %s failed: %s", wid, err.details())
-            if self.membership.mark_dead(wid):
-                self._note(Change(f"{wid} refused its assignment", True, time.monotonic()))
+            if self.membership.mark_dead(wid):  # nothing ran on a newcomer: no training failure
+                failure = wid not in newcomers
+                self._note(Change(f"{wid} refused its assignment", failure, time.monotonic()))
 
     def shutdown(self, reason: str) -> None:
         """End the run now: stop every rank and answer `shutdown` to the agents' heartbeats
