@@ -330,9 +330,11 @@ def test_a_signalled_controller_stops_its_workers_ranks(tmp_path):
             controller.send_signal(signal.SIGTERM)
             wait_for(lambda: agent.stops, 10)
             beat = controller_pb2.HeartbeatRequest(worker_id="w1", session=session)
-            assert stub.Heartbeat(beat, timeout=5).shutdown
+            reply = stub.Heartbeat(beat, timeout=5)
+            assert reply.shutdown and reply.unfinished  # the worker must not exit 0
         assert agent.stops == [session]
-        assert controller.wait(30) == 1  # stopped before the run was done
+        assert controller.wait(30) == 130  # stopped, as `sailor run` by a signal
+        assert b"stopped by a signal" in controller.communicate()[0]
     finally:
         if controller.poll() is None:
             controller.kill()

@@ -284,7 +284,7 @@ def run(
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        typer.echo(f"stopped by a signal; checkpoints so far are in {run_dir}", err=True)
+        typer.echo(_stopped_line(run_dir), err=True)
         raise typer.Exit(130) from None
     typer.echo(render(summary))
     for warning in summary.warnings:
@@ -411,20 +411,39 @@ def controller(
     typer.echo(f"controller listening on {host}:{bound}", err=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    interrupted = False
     try:
         while not c.finished and not stop.wait(0.5):
             pass
     except KeyboardInterrupt:
         pass
     finally:
-        if not c.finished:  # stopped by a signal: the ranks must not train on without us
+        interrupted = not c.finished
+        if interrupted:  # stopped by a signal: the ranks must not train on without us
             c.shutdown("the controller was stopped")
-        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
+        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown` and send their metrics
         c.close()
         server.stop(grace=0.5)
+    if interrupted:
+        typer.echo(_stopped_line(run_dir), err=True)
+        raise typer.Exit(130)
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
     if c.state.name != "DONE":
         raise typer.Exit(1)
+
+
+def _stopped_line(run_dir: Path) -> str:
+    """What `sailor run` and `sailor controller` say when a signal stopped them: where the
+    run resumes."""
+    from .controller.checkpoints import latest_checkpoint_step
+
+    step = latest_checkpoint_step(run_dir / "checkpoints")
+    if not step:
+        return f"stopped by a signal before the first checkpoint; nothing to resume in {run_dir}"
+    return (
+        f"stopped by a signal; the last checkpoint is step {step} in {run_dir}/checkpoints "
+        f"(run again with --run-dir {run_dir} to resume from it)"
+    )
 
 
 def add_run_commands(target: typer.Typer, spec_cls: type[RunSpec] = RunSpec) -> typer.Typer:
@@ -491,8 +510,11 @@ def worker(
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
-    """Run a worker agent: register with the controller and run the ranks it assigns."""
-    from .agent.agent import WorkerAgent
+    """Run a worker agent: register with the controller and run the ranks it assigns. Exit
+    status: 0 once the run finished, 1 after --controller-timeout without the controller, 2 on
+    bad input or a refused registration, 3 when the controller ended the run unfinished (it
+    was stopped, or the run failed)."""
+    from .agent.agent import UNFINISHED_EXIT, WorkerAgent
     from .agent.gpus import node_gpus
     from .security import check_bind, resolve_token
 
@@ -529,7 +551,10 @@ def worker(
         agent.leave("interrupted")
     finally:
         agent.close()
-    sys.exit(1 if agent.lost_controller else 0)
+    if agent.unfinished:
+        typer.echo(f"worker: the run ended unfinished (the controller was stopped, or the run "
+                   f"failed); exit {UNFINISHED_EXIT}", err=True)  # fmt: skip
+    sys.exit(1 if agent.lost_controller else UNFINISHED_EXIT if agent.unfinished else 0)
 
 
 @app.command("slurm-node")

@@ -338,7 +338,8 @@ class Controller:
         self, worker_id: str, ranks, metrics, session: str = ""
     ) -> tuple[bool, int, bool]:
         """Record a heartbeat; returns (known, generation, shutdown). One with the wrong
-        session is not the worker's: it is ignored (and told it is unknown)."""
+        session is not the worker's: it is ignored (and told it is unknown). Whether a
+        shutdown is a success is ``unfinished``."""
         now = time.monotonic()
         with self._lock:
             w = self.membership.get(worker_id, session)
@@ -639,12 +640,21 @@ class Controller:
                 self._note(Change(f"{wid} refused its assignment", failure, time.monotonic()))
 
     def shutdown(self, reason: str) -> None:
-        """End the run now: stop every rank and answer `shutdown` to the agents' heartbeats
-        (a controller stopped by a signal leaves nothing training)."""
-        self._fail(f"{reason} at step {self.step}")
+        """End the run now: stop every rank and answer `shutdown` (``unfinished``) to the
+        agents' heartbeats (a controller stopped by a signal leaves nothing training). Not an
+        error: the run stopped, and resumes from its last checkpoint when started again."""
+        self._end(f"{reason} at step {self.step}", logging.INFO)
+
+    @property
+    def unfinished(self) -> bool:
+        """The run ended without finishing (failed, or stopped): agents must not exit 0."""
+        return self.state == ControllerState.FAILED
 
     def _fail(self, message: str) -> None:
-        log.error("%s", message)
+        self._end(message, logging.ERROR)
+
+    def _end(self, message: str, level: int) -> None:
+        log.log(level, "%s", message)
         with self._lock:
             self.state = ControllerState.FAILED
             self.message = message
