@@ -97,8 +97,9 @@ def test_verify_names_the_file_at_fault(tmp_path):
 def sailor_run(run_dir: Path, steps: int) -> subprocess.CompletedProcess:
     """`sailor run --local` on ``run_dir`` (a rerun: it must decide before starting anything)."""
     cmd = [sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--workers", "1",
-           "--no-profile", "--steps", str(steps), "--run-dir", str(run_dir), "--timeout", "60"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # fmt: skip
+           "--no-profile", "--steps", str(steps), "--run-dir", str(run_dir),
+           "--timeout", "60"]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
 def test_a_rerun_with_nothing_to_train_or_only_damaged_checkpoints_says_so(tmp_path):

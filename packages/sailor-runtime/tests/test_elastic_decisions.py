@@ -478,8 +478,12 @@ def test_a_leaving_agent_sends_the_metrics_its_ranks_wrote_since_the_last_heartb
 
     c = Controller(
         ControllerConfig.for_job(
-            job=JOB, steps=40, checkpoint_every=2, run_dir=tmp_path / "run",
-            planner_address="127.0.0.1:9", min_workers=5,
+            job=JOB,
+            steps=40,
+            checkpoint_every=2,
+            run_dir=tmp_path / "run",
+            planner_address="127.0.0.1:9",
+            min_workers=5,
         )  # fmt: skip
     )
     server, port = create_controller_server(c, "127.0.0.1:0")

@@ -8,10 +8,10 @@ the rank process (gloo) reads it from its TrainConfig and logs it. The same run 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import typer
@@ -20,7 +20,6 @@ from sailor_runtime.cli import add_run_commands, app
 from sailor_runtime.engine.config import TrainConfig
 from sailor_runtime.run.processes import start_planner, start_worker
 from sailor_sim import RunSpec, inputs
-
 
 BF16_CONFIG = Path(__file__).parents[3] / "examples" / "shakespeare-demo" / "config.json"
 """A config.json whose torch_dtype is bfloat16 (and no --precision flag below)."""
