@@ -122,3 +122,51 @@ def test_a_worker_added_after_the_last_step_is_warned_about(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert first.startswith("warning: --add-worker-at-step 50") and "not be used" in first
+
+
+def test_a_taken_port_is_one_line_from_every_server(tmp_path):
+    """No gRPC C-core line (``add_port.cc ... Failed to add port``) before ours."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        one_line_error(cli("sailor-planner", "serve", "--port", port), "in use")
+        controller = ["controller", "--planner", "127.0.0.1:9", "--run-dir", str(tmp_path / "r")]
+        one_line_error(cli("sailor", *controller, "--port", port), "in use")
+        worker = ["worker", "--controller", "127.0.0.1:9", "--gpu-type", "CPU", "--cold"]
+        one_line_error(cli("sailor", *worker, "--workdir", str(tmp_path / "w"), "--port", port),
+                       "in use")  # fmt: skip
+
+
+def test_a_model_file_that_is_not_a_config_json_is_named_so(tmp_path):
+    (tmp_path / "mytext.txt").write_text("to be or not to be\n")
+    r = subprocess.run(
+        [sys.executable, "-c", ENTRY["sailor"], "run", "--local", "--model", "mytext.txt"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    one_line_error(r, "is a file but not a JSON config.json")
+
+
+def test_a_worker_without_its_controller_says_it_waits(tmp_path):
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ENTRY["sailor"], "worker", "--controller", address,
+         "--gpu-type", "CPU", "--cold", "--workdir", str(tmp_path / "w")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        first = proc.stderr.readline() if proc.stderr else ""  # blocks until the line comes
+    finally:
+        proc.kill()
+        proc.wait()
+    assert f"waiting for the controller at {address}" in first, first
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

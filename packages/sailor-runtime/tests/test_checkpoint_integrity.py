@@ -32,12 +32,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def train(tmp_path: Path, steps: int) -> subprocess.CompletedProcess:
+def train(tmp_path: Path, steps: int, checkpoints: Path | None = None):
     cfg = TrainConfig.for_job(
         job=JOB,
         plan=PLAN,
         steps=steps,
-        checkpoint_dir=str(tmp_path / "ckpt"),
+        checkpoint_dir=str(checkpoints or tmp_path / "ckpt"),
         checkpoint_every=2,
         metrics_path=str(tmp_path / "metrics.jsonl"),
         master_port=free_port(),
@@ -92,3 +92,36 @@ def test_verify_names_the_file_at_fault(tmp_path):
     assert "a.pt" in integrity.verify(tmp_path, files)
     assert "missing" in integrity.verify(tmp_path, {"../x": 3})
     assert "malformed" in integrity.verify(tmp_path, {"a.pt": {"sha256": 1}})
+
+
+def sailor_run(run_dir: Path, steps: int) -> subprocess.CompletedProcess:
+    """`sailor run --local` on ``run_dir`` (a rerun: it must decide before starting anything)."""
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "run", "--local", "--workers", "1",
+           "--no-profile", "--steps", str(steps), "--run-dir", str(run_dir),
+           "--timeout", "60"]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_a_rerun_with_nothing_to_train_or_only_damaged_checkpoints_says_so(tmp_path):
+    """Checkpoints at steps 2 and 4, written by the real engine into a run folder."""
+    run_dir = tmp_path / "run"
+    first = train(tmp_path, 4, run_dir / "checkpoints")
+    assert first.returncode == 0, first.stderr[-2000:]
+    # --steps below the checkpoint: one line, exit 0, and no 0/3-steps summary.
+    done = sailor_run(run_dir, 3)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "checkpoint in" in done.stderr and "at step 4, already past --steps 3" in done.stderr
+    assert "run DONE" not in done.stdout and "error -100%" not in done.stdout
+    # Every checkpoint damaged: one warning each (a broken manifest, a changed .distcp file),
+    # then a refusal naming the folder and the fix; never a silent restart from step 0.
+    (ckpt.step_dir(run_dir / "checkpoints", 2) / "manifest.json").write_text("{garbage")
+    flip_bytes(ckpt.step_dir(run_dir / "checkpoints", 4) / "__0_0.distcp")
+    refused = sailor_run(run_dir, 8)
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
+    warnings = [line for line in refused.stderr.splitlines() if "skipped" in line]
+    assert len(warnings) == 2, refused.stderr[-2000:]
+    assert "step_00000002" in warnings[1] and "manifest.json" in warnings[1]
+    assert "step_00000004" in warnings[0] and "__0_0.distcp" in warnings[0]
+    error = refused.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: ") and str(run_dir / "checkpoints") in error, error
+    assert "move them away" in error and "resumed-after" not in refused.stdout

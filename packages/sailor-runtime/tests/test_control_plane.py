@@ -262,3 +262,30 @@ def test_a_tp_group_may_span_local_agents_of_one_machine():
     plan = Plan((Stage(0, 7, (Replica("CPU", "local", 2, 1, 8),)),)).check(job)
     placement = place(plan, [worker("a", "CPU", 1, 0), worker("b", "CPU", 1, 1)])
     assert placement == {"a": [(0, 0)], "b": [(1, 0)]}
+
+
+def test_an_agent_restarted_on_its_old_port_gets_a_fresh_channel(controller, tmp_path):
+    """kill -9 of an assigned agent, then the same id and port again: the controller's channel
+    to that address failed to reconnect (gRPC's back-off) and must not be reused, and the
+    agent is a newcomer again (dialed before it is planned on; its failed assign is no
+    training failure)."""
+    c, stub, _ = controller
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    _register(stub, addr=address)
+    c.assigned_ever.add("w1")  # it trained, then died: its channel now fails to reconnect
+    c.membership.mark_dead("w1")
+    stale = c.agents.status_all([address])[address]
+    assert isinstance(stale, grpc.RpcError) and stale.code() == grpc.StatusCode.UNAVAILABLE
+    servicer = AgentServicer("w1", NodeGpus("CPU", 1, 0, "local"), RankRunner(tmp_path / "a"))
+    server, _ = create_agent_server(servicer, address, token="s3cret")
+    server.start()
+    try:
+        _register(stub, addr=address)
+        reply = c.agents.status_all([address])[address]
+    finally:
+        server.stop(0)
+    assert not isinstance(reply, grpc.RpcError), reply
+    assert reply.worker_id == "w1" and "w1" not in c.assigned_ever

@@ -5,6 +5,7 @@ against a real controller server on 127.0.0.1, which is then stopped."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -67,3 +68,41 @@ def test_a_worker_outliving_its_controller_stops_after_the_grace_period(tmp_path
     assert code == 1, out[-2000:]
     assert f"no controller for {GRACE_S:.0f} s; stopping" in out, out[-2000:]
     assert took >= GRACE_S - 0.5, f"gave up after {took:.1f} s, before its grace period"
+
+
+@pytest.mark.timeout(180)
+def test_a_controller_stopped_by_a_signal_says_so_and_its_workers_do_not_exit_0(tmp_path):
+    """SIGTERM to `sailor controller` (a real process) is a stop, not a failure: exit 130 and
+    one line naming where the run resumes. Its worker (a real `sailor worker`) must not exit 0,
+    which SkyPilot and Slurm would read as a run that succeeded."""
+    port_file, log = tmp_path / "port", tmp_path / "controller.log"
+    with open(log, "w") as out:  # min-workers 5: it never plans, so no planner is needed
+        controller = subprocess.Popen(
+            [sys.executable, "-m", "sailor_runtime.cli", "controller", "--planner",
+             "127.0.0.1:9", "--run-dir", str(tmp_path / "run"), "--port-file", str(port_file),
+             "--min-workers", "5", "--heartbeat-interval", "0.2"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+    worker = None
+    try:
+        wait_for(lambda: port_file.exists() and port_file.read_text().strip(), 120, "the port")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "sailor_runtime.cli", "worker", "--controller",
+             f"127.0.0.1:{port_file.read_text().strip()}", "--gpu-type", "CPU", "--worker-id",
+             "w1", "--cold", "--workdir", str(tmp_path / "w")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        wait_for(lambda: "registered w1" in log.read_text(), 120, "the registration")
+        controller.send_signal(signal.SIGTERM)
+        code = controller.wait(timeout=60)
+        worker_code = worker.wait(timeout=60)
+    finally:
+        for p in (controller, worker):
+            if p is not None and p.poll() is None:
+                p.kill()
+    said, worker_said = log.read_text(), worker.communicate()[0]
+    assert code == 130, said[-2000:]
+    assert "stopped by a signal" in said.splitlines()[-1], said[-2000:]
+    assert "FAILED" not in said and " ERROR " not in said, said[-2000:]
+    assert worker_code == 3, worker_said[-2000:]
+    assert "run ended unfinished" in worker_said, worker_said[-2000:]

@@ -29,7 +29,14 @@ def documents() -> list[dict]:
 
 
 def flags(container: dict) -> dict[str, str]:
-    return dict(a[2:].split("=", 1) for a in container["command"] if a.startswith("--"))
+    argv = container["command"] + container.get("args", [])
+    return dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
+
+
+def controller_container(docs: list[dict]) -> dict:
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "controller")
 
 
 @pytest.mark.parametrize("doc", documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
@@ -68,11 +75,10 @@ def test_one_worker_statefulset_per_gpu_pool_selects_its_gpu_type_and_zone():
 def test_the_service_exposes_the_controller_and_store_ports():
     docs = documents()
     deployment = next(d for d in docs if d["kind"] == "Deployment")
-    service = next(d for d in docs if d["kind"] == "Service")
-    controller = next(
-        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "controller"
+    service = next(
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "sailor-controller"
     )
-    f = flags(controller)
+    f = flags(controller_container(docs))
     assert f["host"] == "0.0.0.0" and f["advertise-host"] == service["metadata"]["name"]
     ports = {p["port"] for p in service["spec"]["ports"]}
     assert {int(f["port"]), int(f["store-port"])} <= ports
@@ -80,3 +86,32 @@ def test_the_service_exposes_the_controller_and_store_ports():
         service["spec"]["selector"].items()
         <= deployment["spec"]["template"]["metadata"]["labels"].items()
     )
+
+
+def test_each_worker_statefulset_has_the_headless_service_it_names():
+    docs = documents()
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    for sts in (d for d in docs if d["kind"] == "StatefulSet"):
+        service = services.get(sts["spec"]["serviceName"])
+        assert service is not None, f"no Service {sts['spec']['serviceName']}"
+        assert service["spec"]["clusterIP"] == "None"  # headless: one DNS name per pod
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_sailor_run_args_become_controller_flags(tmp_path):
+    """The controller's command, run by a real sh with `sailor` standing in as a script that
+    prints its arguments: SAILOR_RUN_ARGS (real text: --data, --eval-every) arrives as flags
+    of their own after the manifest's."""
+    import os
+    import subprocess
+
+    container = controller_container(documents())
+    (tmp_path / "sailor").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    (tmp_path / "sailor").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}",
+           "SAILOR_RUN_ARGS": "--data=/sailor-run/data --eval-every=100"}  # fmt: skip
+    out = subprocess.run(container["command"] + container["args"], env=env, capture_output=True,
+                         text=True, timeout=30, check=True).stdout.splitlines()  # fmt: skip
+    assert out[0] == "controller" and out[-2:] == ["--data=/sailor-run/data", "--eval-every=100"]
+    assert out[1:-2] == container["args"]

@@ -54,3 +54,40 @@ def test_the_controller_is_on_demand_with_its_ports_open():
     assert config["resources"]["use_spot"] is False
     assert config["resources"]["ports"] == [29400, 29401]
     assert "--port 29400 --store-port 29401" in config["run"]
+
+
+MANAGED_TASK_ID = "sky-managed-2026-11-26-17-05-12-123456_sailor-workers-a100-us-central1-a_1-0"
+"""A managed job's SKYPILOT_TASK_ID (the same across its recoveries): 79 characters."""
+
+
+def worker_id_of(path: Path, task_id: str, node_rank: int) -> str:
+    """The --worker-id the task's run script builds, computed by bash from its own line."""
+    import subprocess
+
+    [line] = [x for x in yaml.safe_load(path.read_text())["run"].splitlines()
+              if x.strip().startswith("worker_id=")]  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "SKYPILOT_TASK_ID": task_id,
+           "SKYPILOT_NODE_RANK": str(node_rank)}  # fmt: skip
+    script = f'set -euo pipefail\n{line}\nprintf %s "$worker_id"'
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=30, check=True).stdout  # fmt: skip
+
+
+@pytest.mark.parametrize("path", POOLS, ids=lambda p: p.name)
+def test_a_managed_jobs_worker_ids_pass_sailor_workers_check(path):
+    from sailor_sim import inputs
+
+    assert len(MANAGED_TASK_ID) > 64
+    ids = [worker_id_of(path, MANAGED_TASK_ID, rank) for rank in (0, 1)]
+    for worker_id in ids:
+        assert inputs.safe_id(worker_id, "--worker-id") == worker_id  # `sailor worker`'s check
+    assert ids[0] != ids[1]  # one per node
+    assert worker_id_of(path, MANAGED_TASK_ID, 0) == ids[0]  # the same after a recovery
+    assert worker_id_of(path, MANAGED_TASK_ID.replace("_1-0", "_2-0"), 0) != ids[0]
+    assert '--worker-id "$worker_id"' in yaml.safe_load(path.read_text())["run"]
+
+
+def test_the_controller_passes_sailor_run_args_on():
+    config = yaml.safe_load((SKY / "controller.yaml").read_text())
+    assert "SAILOR_RUN_ARGS" in config["envs"] and "$SAILOR_RUN_ARGS" in config["run"]
+    assert "SAILOR_TLS" not in (SKY / "controller.yaml").read_text()  # no promise of missing files

@@ -330,9 +330,11 @@ def test_a_signalled_controller_stops_its_workers_ranks(tmp_path):
             controller.send_signal(signal.SIGTERM)
             wait_for(lambda: agent.stops, 10)
             beat = controller_pb2.HeartbeatRequest(worker_id="w1", session=session)
-            assert stub.Heartbeat(beat, timeout=5).shutdown
+            reply = stub.Heartbeat(beat, timeout=5)
+            assert reply.shutdown and reply.unfinished  # the worker must not exit 0
         assert agent.stops == [session]
-        assert controller.wait(30) == 1  # stopped before the run was done
+        assert controller.wait(30) == 130  # stopped, as `sailor run` by a signal
+        assert b"stopped by a signal" in controller.communicate()[0]
     finally:
         if controller.poll() is None:
             controller.kill()
@@ -461,3 +463,52 @@ def test_an_agent_that_left_does_not_register_again(tmp_path):
         agent.close()
         c.close()
         server.stop(0)
+
+
+def test_a_leaving_agent_sends_the_metrics_its_ranks_wrote_since_the_last_heartbeat(tmp_path):
+    """Steps trained after the last heartbeat (up to a checkpoint the resumed run starts
+    after) must reach metrics.jsonl when the agent is stopped: its leave drains them, as do
+    ranks a re-plan replaced. A real agent and controller; the ranks' metrics files are real
+    files of two exited processes (a generation replaced, then the one stopped)."""
+    import json
+
+    from sailor_runtime.agent.agent import WorkerAgent
+    from sailor_runtime.agent.ranks import RankProcess
+    from sailor_runtime.controller.metricslog import read_metrics
+
+    c = Controller(
+        ControllerConfig.for_job(
+            job=JOB,
+            steps=40,
+            checkpoint_every=2,
+            run_dir=tmp_path / "run",
+            planner_address="127.0.0.1:9",
+            min_workers=5,
+        )  # fmt: skip
+    )
+    server, port = create_controller_server(c, "127.0.0.1:0")
+    server.start()
+    agent = WorkerAgent(f"127.0.0.1:{port}", NodeGpus("CPU", 1, 0, "local"), tmp_path / "w",
+                        worker_id="w1", warm=False)  # fmt: skip
+
+    def exited_rank(generation: int, steps: range) -> RankProcess:
+        path = tmp_path / f"gen-{generation}.metrics.jsonl"
+        path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in steps))
+        done = subprocess.Popen([sys.executable, "-c", ""])
+        done.wait()
+        return RankProcess(generation, 0, done, tmp_path / "rank.log", path)
+
+    try:
+        agent.server.start()
+        agent.register()
+        agent.runner.procs.append(exited_rank(1, range(1, 5)))  # stopped at step 4
+        agent.runner._spawn = lambda assignment: []  # the next generation's ranks: none here
+        agent.runner.start(None)  # a re-plan: the exited ranks are dropped
+        agent.runner.procs.append(exited_rank(2, range(3, 7)))  # resumed after step 2
+        agent.leave("SIGTERM")  # no heartbeat was sent before
+    finally:
+        agent.close()
+        c.close()
+        server.stop(0)
+    steps = [m["step"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")]
+    assert steps == [1, 2, 3, 4, 3, 4, 5, 6], steps

@@ -3,7 +3,8 @@ worker agents, their zygotes and ranks: real processes) gets SIGTERM, SIGINT or 
 on one agent, then on `sailor run` itself; every process below the one signalled must be gone.
 
 Survivors are counted from a snapshot of the process tree taken just before each signal, so a
-process that outlives its parent (reparented to init) is still counted.
+process that outlives its parent (reparented to init) is still counted. After SIGTERM (a stop,
+not a kill) metrics.jsonl must also hold every step up to the last checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from sailor_runtime.controller.checkpoints import latest_checkpoint_step
+from sailor_runtime.controller.metricslog import read_metrics
 
 ENTRY = "from sailor_runtime.cli import entry; entry()"
 GONE_WITHIN_S = 20.0
@@ -130,6 +134,16 @@ def ranks_again(agent: int, folder: Path, timeout_s: float = 120.0) -> set[int]:
     raise AssertionError(f"agent {agent} runs no rank after the re-plan{logs_of(folder)}")
 
 
+def assert_metrics_reach(checkpoint_step: int, run_dir: Path) -> None:
+    """metrics.jsonl has every step up to the last checkpoint: a resumed run starts after it,
+    so a step trained after the last heartbeat and not drained at the stop, or at a re-plan,
+    would be a gap in the loss curve for good."""
+    assert checkpoint_step > 0, "no checkpoint was written"
+    steps = {m["step"] for m in read_metrics(run_dir / "metrics.jsonl")}
+    missing = sorted(set(range(1, checkpoint_step + 1)) - steps)
+    assert not missing, f"no metrics for steps {missing} (checkpoint {checkpoint_step})"
+
+
 CASES = [
     # (signals to agents, one by one; then the signal to `sailor run`)
     ((signal.SIGTERM, signal.SIGINT), signal.SIGTERM),
@@ -165,6 +179,11 @@ def test_signals_to_agents_and_to_sailor_run_leave_nothing_behind(tmp_path, to_a
 
         everything = descendants(run.pid)
         assert len(everything) >= 3  # the planner server, an agent, its zygote (and ranks)
+        checkpoints = tmp_path / "run" / "checkpoints"
+        if to_run == signal.SIGTERM:  # a checkpoint to check the metrics against, below
+            deadline = time.monotonic() + 120
+            while not latest_checkpoint_step(checkpoints) and time.monotonic() < deadline:
+                time.sleep(0.2)
         os.kill(run.pid, to_run)
         try:
             run.wait(timeout=60)
@@ -175,6 +194,8 @@ def test_signals_to_agents_and_to_sailor_run_leave_nothing_behind(tmp_path, to_a
         assert not left, (name, [cmdline(p) for p in left], logs_of(tmp_path))
         late = survivors(in_session(run.pid), GONE_WITHIN_S)  # started after a snapshot
         assert not late, (name, [cmdline(p) for p in late], logs_of(tmp_path))
+        if to_run == signal.SIGTERM:  # stopped, not killed: nothing trained goes unrecorded
+            assert_metrics_reach(latest_checkpoint_step(checkpoints), tmp_path / "run")
     finally:
         try:
             os.killpg(run.pid, signal.SIGKILL)

@@ -2,7 +2,8 @@
 declaration. The test declares one field on a RunSpec subclass and nothing else; it becomes a
 `sailor controller` flag (the real command, registered with that spec), travels to a real
 worker agent (`sailor worker`, its own process) in the assignment's one RunSpec message, and
-the rank process (gloo) reads it from its TrainConfig and logs it."""
+the rank process (gloo) reads it from its TrainConfig and logs it. The same run checks that
+--precision defaults, as its help says, to the model config.json's torch_dtype."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import dataclasses
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import typer
@@ -18,6 +20,9 @@ from sailor_runtime.cli import add_run_commands, app
 from sailor_runtime.engine.config import TrainConfig
 from sailor_runtime.run.processes import start_planner, start_worker
 from sailor_sim import RunSpec, inputs
+
+BF16_CONFIG = Path(__file__).parents[3] / "examples" / "shakespeare-demo" / "config.json"
+"""A config.json whose torch_dtype is bfloat16 (and no --precision flag below)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,7 @@ def test_a_field_added_to_runspec_reaches_the_rank_with_no_other_declaration(tmp
     argv = [
         "controller", "--planner", planner.address, "--run-dir", str(run_dir),
         "--port-file", str(port_file), "--quiet", "--grad-noise", "0.5",
+        "--model", str(BF16_CONFIG),
         "--steps", "2", "--checkpoint-every", "1", "--global-batch-size", "2", "--seq-len", "16",
         "--heartbeat-interval", "0.3", "--heartbeat-timeout", "10", "--debounce", "0.1",
     ]  # fmt: skip
@@ -64,6 +70,7 @@ def test_a_field_added_to_runspec_reaches_the_rank_with_no_other_declaration(tmp
     assert configs, "no rank was started"
     received = TrainConfig.read(configs[-1])
     assert received.run.grad_noise == 0.5 and received.run.steps == received.steps == 2
+    assert received.run.precision == "bf16"  # from torch_dtype "bfloat16"
     # The agent and the rank know only RunSpec: the field came back from the wire alone.
     assert isinstance(received.run, RunSpec) and not isinstance(received.run, NoisyRun)
     logs = "".join(p.read_text() for p in configs[-1].parent.glob("rank-*.log"))

@@ -21,6 +21,7 @@ from sailor_sim import (
     RunSpec,
     SailorError,
     SailorSimError,
+    default_dtype,
     get_gpu,
     inputs,
     specs,
@@ -89,10 +90,19 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-RUN_DEFAULTS = {"model": "tiny-gpt", "seq_len": 64, "steps": 20, "checkpoint_every": 5,
-                "precision": "fp32"}  # fmt: skip
-"""`sailor run`'s own defaults for RunSpec fields: a tiny model trained briefly on CPUs."""
+RUN_DEFAULTS = {"model": "tiny-gpt", "seq_len": 64, "steps": 20, "checkpoint_every": 5}
+"""`sailor run`'s own defaults for RunSpec fields: a tiny model trained briefly on CPUs. No
+precision: RunSpec's documented default (the config's torch_dtype, else fp32) holds."""
 CONTROLLER_DEFAULTS = {**RUN_DEFAULTS, "global_batch_size": 8, "seq_len": 32}
+
+
+def _with_default_precision(spec: RunSpec) -> RunSpec:
+    """``spec`` with its precision decided: as given, else the model's config.json
+    ``torch_dtype`` (bfloat16 -> bf16, float16 -> fp16, float32 -> fp32), else fp32. Decided
+    once here, so the planner's job and every rank train in the same one."""
+    if spec.precision is not None:
+        return spec
+    return dataclasses.replace(spec, precision=default_dtype(spec.model)[0])
 
 
 def _engine_options(spec: RunSpec):
@@ -105,6 +115,21 @@ def _engine_options(spec: RunSpec):
     except OptionsError as exc:
         _fail(exc)
     return spec.options
+
+
+def _exit_if_trained(checkpoint_dir: Path, steps: int) -> None:
+    """End the command (exit 0, one line) when the run's checkpoint is already at or past
+    ``steps``: a rerun asking for fewer steps than were trained has nothing to do. Damaged
+    checkpoints are warned about, and a folder of nothing but damaged ones is refused."""
+    from .controller.checkpoints import already_trained, resume_step
+
+    try:
+        step = resume_step(checkpoint_dir)
+    except SailorRuntimeError as exc:
+        _fail(exc)
+    if step >= steps:
+        typer.echo(already_trained(step, steps, checkpoint_dir), err=True)
+        raise typer.Exit(0)
 
 
 def run(
@@ -171,6 +196,7 @@ def run(
     from .run.summary import render
 
     _logging(verbose)
+    spec = _with_default_precision(spec)
     if not local:
         _fail(SailorRuntimeError(
             "only --local is built in; for several machines start `sailor controller` and "
@@ -218,6 +244,8 @@ def run(
             inputs.output_file(json_out, "--json")
     except SailorSimError as exc:
         _fail(exc)
+    if run_dir is not None:  # a rerun: nothing starts when there is nothing to train
+        _exit_if_trained(run_dir / "checkpoints", steps)
     if add_worker_at_step and add_worker_at_step >= steps:
         typer.echo(
             f"warning: --add-worker-at-step {add_worker_at_step} is not before --steps {steps}: "
@@ -256,7 +284,7 @@ def run(
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        typer.echo(f"stopped by a signal; checkpoints so far are in {run_dir}", err=True)
+        typer.echo(_stopped_line(run_dir), err=True)
         raise typer.Exit(130) from None
     typer.echo(render(summary))
     for warning in summary.warnings:
@@ -334,6 +362,7 @@ def controller(
 
     _logging(verbose)
     token = resolve_token(token)
+    spec = _with_default_precision(spec)
     seq_len = spec.seq_len or CONTROLLER_DEFAULTS["seq_len"]
     try:
         cli_checks.check_controller(
@@ -355,7 +384,7 @@ def controller(
             trusted_ca(planner_ca, "--planner-ca")  # a bad CA file now, not at the first plan
         _engine_options(spec)
         job = Job.create(
-            spec.model, spec.global_batch_size, seq_len, spec.precision or "fp32", "adam",
+            spec.model, spec.global_batch_size, seq_len, spec.precision, "adam",
             spec.options,
         )  # fmt: skip
         training = training_json(data, eval_every, eval_batches, job.model.vocab_size)
@@ -369,6 +398,9 @@ def controller(
             planner_ca=planner_ca, on_save_error=on_save_error, training=training,
         )  # fmt: skip
         c = Controller(cfg)
+        if c.resume_step >= spec.steps:
+            c.close()
+            _exit_if_trained(cfg.checkpoint_dir, spec.steps)
         server, bound = create_controller_server(c, f"{host}:{port}", token, tls)
     except SailorError as exc:
         _fail(exc)
@@ -379,20 +411,39 @@ def controller(
     typer.echo(f"controller listening on {host}:{bound}", err=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    interrupted = False
     try:
         while not c.finished and not stop.wait(0.5):
             pass
     except KeyboardInterrupt:
         pass
     finally:
-        if not c.finished:  # stopped by a signal: the ranks must not train on without us
+        interrupted = not c.finished
+        if interrupted:  # stopped by a signal: the ranks must not train on without us
             c.shutdown("the controller was stopped")
-        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown`
+        time.sleep(3 * heartbeat_interval)  # let agents hear `shutdown` and send their metrics
         c.close()
         server.stop(grace=0.5)
+    if interrupted:
+        typer.echo(_stopped_line(run_dir), err=True)
+        raise typer.Exit(130)
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
     if c.state.name != "DONE":
         raise typer.Exit(1)
+
+
+def _stopped_line(run_dir: Path) -> str:
+    """What `sailor run` and `sailor controller` say when a signal stopped them: where the
+    run resumes."""
+    from .controller.checkpoints import latest_checkpoint_step
+
+    step = latest_checkpoint_step(run_dir / "checkpoints")
+    if not step:
+        return f"stopped by a signal before the first checkpoint; nothing to resume in {run_dir}"
+    return (
+        f"stopped by a signal; the last checkpoint is step {step} in {run_dir}/checkpoints "
+        f"(run again with --run-dir {run_dir} to resume from it)"
+    )
 
 
 def add_run_commands(target: typer.Typer, spec_cls: type[RunSpec] = RunSpec) -> typer.Typer:
@@ -459,8 +510,11 @@ def worker(
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
 ) -> None:
-    """Run a worker agent: register with the controller and run the ranks it assigns."""
-    from .agent.agent import WorkerAgent
+    """Run a worker agent: register with the controller and run the ranks it assigns. Exit
+    status: 0 once the run finished, 1 after --controller-timeout without the controller, 2 on
+    bad input or a refused registration, 3 when the controller ended the run unfinished (it
+    was stopped, or the run failed)."""
+    from .agent.agent import UNFINISHED_EXIT, WorkerAgent
     from .agent.gpus import node_gpus
     from .security import check_bind, resolve_token
 
@@ -497,7 +551,10 @@ def worker(
         agent.leave("interrupted")
     finally:
         agent.close()
-    sys.exit(1 if agent.lost_controller else 0)
+    if agent.unfinished:
+        typer.echo(f"worker: the run ended unfinished (the controller was stopped, or the run "
+                   f"failed); exit {UNFINISHED_EXIT}", err=True)  # fmt: skip
+    sys.exit(1 if agent.lost_controller else UNFINISHED_EXIT if agent.unfinished else 0)
 
 
 @app.command("slurm-node")

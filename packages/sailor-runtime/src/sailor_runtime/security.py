@@ -120,6 +120,7 @@ def _reason(exc: Exception) -> str:
 def listen(server: grpc.Server, address: str, token: str | None, tls: TlsFiles) -> int:
     """Bind ``server`` to ``address`` (TLS when ``tls`` has a cert and key); the bound port."""
     credentials = Access(token, tls.check().cert, tls.key).credentials()
+    inputs.listenable(address, "--port")
     try:
         if credentials is None:
             port = server.add_insecure_port(address)

@@ -7,6 +7,7 @@ simulator that predicts iteration time, memory and cost of any heterogeneous pla
 from . import inputs
 from .capacity import (
     CapacityEstimate,
+    default_dtype,
     estimate,
     gpus_for_tokens,
     largest_microbatch,
@@ -44,6 +45,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CapacityEstimate",
+    "default_dtype",
     "estimate",
     "gpus_for_tokens",
     "largest_microbatch",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import inputs
-from .errors import PriceUnavailableError, ValidationError
+from .errors import PriceUnavailableError, SailorSimError, ValidationError
 from .model.spec import ModelSpec, get_model
 from .simulate.result import Estimate
 from .simulate.simulator import Simulator
@@ -87,16 +87,23 @@ class CapacityEstimate:
 
 def default_dtype(model: str | ModelSpec) -> tuple[str, str]:
     """(dtype, reason): a config.json's ``torch_dtype``, else fp32."""
-    if isinstance(model, str) and (model.endswith(".json") or Path(model).is_dir()):
+    if isinstance(model, str) and (model.endswith(".json") or _is_dir(model)):
         file = Path(model).expanduser()
-        file = file / "config.json" if file.is_dir() else file
-        try:
-            raw = json.loads(file.read_text()).get("torch_dtype")
-        except (OSError, ValueError, AttributeError):
+        file = file / "config.json" if _is_dir(model) else file
+        try:  # bounded, regular files only (never a FIFO); reading the model says what is wrong
+            raw = json.loads(inputs.read_text(file, "model")).get("torch_dtype")
+        except (SailorSimError, OSError, ValueError, AttributeError):
             raw = None
         if raw in _HF_DTYPES:
             return _HF_DTYPES[raw], f"torch_dtype {raw!r} of {file.name}"
     return "fp32", "no torch_dtype in the model definition"
+
+
+def _is_dir(model: str) -> bool:
+    try:
+        return Path(model).expanduser().is_dir()
+    except (OSError, ValueError):  # a name too long for a path, or with a NUL
+        return False
 
 
 def default_sequence(spec: ModelSpec) -> tuple[int, str]:

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import socket
 import stat
 import sys
 import tempfile
@@ -66,6 +67,30 @@ def integral(value: Any, field: str, *, minimum: int | None = 1, maximum: int = 
 def port(value: Any, field: str = "port") -> int:
     """A TCP port, 0..65535 (0 = pick a free one); grpc would wrap 70000 to 4464 silently."""
     return integral(value, field, minimum=0, maximum=65535)
+
+
+def listenable(address: str, field: str = "--port") -> None:
+    """Refuse ``HOST:PORT`` when this machine cannot listen there (the port is taken, or the
+    host is not one of its addresses), before gRPC tries: gRPC's own failure prints a C-core
+    log line (``add_port.cc ... Failed to add port``) ahead of ours. Port 0 always binds."""
+    where, _, port_text = address.rpartition(":")
+    if port_text == "0":
+        return
+    host_name = where.strip("[]")
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            host_name, int(port_text), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+            probe.bind(sockaddr)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ValidationError(
+            f"cannot listen on {address} ({reason}); pick another {field} (0: any free one) "
+            "or a --host of this machine",
+            field=field,
+        ) from None
 
 
 # ---- names and addresses ----------------------------------------------------------------------

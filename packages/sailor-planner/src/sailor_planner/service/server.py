@@ -270,6 +270,7 @@ def create_server(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     credentials = access.credentials()
+    inputs.listenable(address, "--port")
     try:
         if credentials is None:
             port = server.add_insecure_port(address)

@@ -26,6 +26,10 @@ from .ranks import RankRunner
 from .service import AgentServicer, create_agent_server, rank_statuses
 
 log = logging.getLogger("sailor.agent")
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+UNFINISHED_EXIT = 3
+"""`sailor worker`'s exit status when the controller ended the run unfinished (it was stopped,
+or the run failed): not 0, which SkyPilot and Slurm read as a job that succeeded."""
 
 
 class WorkerAgent:
@@ -73,6 +77,12 @@ class WorkerAgent:
         """Give up (stop the ranks, exit non-zero) after this long without the controller."""
         self.last_contact = time.monotonic()
         self.lost_controller = False
+        self.unfinished = False
+        """The controller ended the run before it finished (stopped, or failed)."""
+        self._pending: list = []
+        """Step metrics read from the ranks but not yet acknowledged by the controller."""
+        self._send_lock = threading.RLock()
+        """One heartbeat at a time: the loop's, or the last one of a leave."""
         self.interval_s = 1.0
         self.session = ""
         """RegisterResponse.session: proves heartbeats, leave and assignments are this node's."""
@@ -99,20 +109,18 @@ class WorkerAgent:
             session=self.session,
         )
         deadline = time.monotonic() + self.register_timeout_s
+        said_waiting = False
         while True:
             try:
                 reply = self._stub.Register(request, timeout=5, metadata=self.metadata)
                 break
             except grpc.RpcError as exc:
-                if (
-                    exc.code()
-                    not in (
-                        grpc.StatusCode.UNAVAILABLE,
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                    )
-                    or time.monotonic() > deadline
-                ):
+                if exc.code() not in _UNREACHABLE or time.monotonic() > deadline:
                     raise
+                if not said_waiting:  # else a worker started before its controller is silent
+                    log.warning("waiting for the controller at %s (for up to %.0f s)...",
+                                self.controller, self.register_timeout_s)  # fmt: skip
+                    said_waiting = True
                 time.sleep(0.5)
         self.worker_id = reply.worker_id
         self.session = reply.session
@@ -125,6 +133,7 @@ class WorkerAgent:
     def leave(self, reason: str = "leaving") -> None:
         self.leaving.set()  # from here on a `known=false` heartbeat must not re-register
         self.runner.stop(0, grace_s=1.0)
+        self._drain_metrics()  # while the controller still knows this node
         try:
             self._stub.Leave(
                 controller_pb2.LeaveRequest(
@@ -160,8 +169,9 @@ class WorkerAgent:
             )
         return out
 
-    def heartbeat_once(self, pending: list) -> list:
-        """Send one heartbeat; returns metrics still to send (kept when the call fails)."""
+    def _send(self, pending: list):
+        """One Heartbeat call with ``pending`` and the ranks' new metrics: (reply, metrics
+        still unsent); the reply is None when the call failed (the metrics are kept)."""
         pending = pending + self._metrics()
         request = controller_pb2.HeartbeatRequest(
             worker_id=self.worker_id,
@@ -171,40 +181,67 @@ class WorkerAgent:
             session=self.session,
         )
         try:
-            reply = self._stub.Heartbeat(request, timeout=5, metadata=self.metadata)
+            return self._stub.Heartbeat(request, timeout=5, metadata=self.metadata), []
         except grpc.RpcError as exc:
             log.warning("heartbeat failed: %s %s", exc.code(), exc.details())
-            if time.monotonic() - self.last_contact > self.controller_timeout_s:
-                log.error("no controller for %.0f s; stopping", self.controller_timeout_s)
+            return None, pending
+
+    def _drain_metrics(self) -> None:
+        """Send what the stopped ranks wrote since the last heartbeat: the steps up to the
+        checkpoint they saved must reach metrics.jsonl, since a resumed run starts after it."""
+        with self._send_lock:
+            _, self._pending = self._send(self._pending)
+
+    def heartbeat_once(self, pending: list) -> list:
+        """Send one heartbeat; returns metrics still to send (kept when the call fails)."""
+        with self._send_lock:
+            reply, pending = self._send(pending)
+            if reply is None:
+                if time.monotonic() - self.last_contact > self.controller_timeout_s:
+                    log.error("no controller for %.0f s; stopping", self.controller_timeout_s)
+                    self.runner.stop(0, grace_s=1.0)
+                    self.lost_controller = True
+                    self.done.set()
+                return pending
+            self.last_contact = time.monotonic()
+            if reply.shutdown:
+                self._end_run(reply.unfinished)
+            elif not reply.known and self.leaving.is_set():
+                log.info("left the run; not registering again")
+            elif not reply.known:
+                log.warning(
+                    "controller does not know %s; stopping ranks, registering again",
+                    self.worker_id,
+                )
                 self.runner.stop(0, grace_s=1.0)
-                self.lost_controller = True
-                self.done.set()
-            return pending
-        self.last_contact = time.monotonic()
-        if reply.shutdown:
+                self.register()
+            return []
+
+    def _end_run(self, unfinished: bool) -> None:
+        """The controller ended the run: stop the ranks, send their last metrics, exit (with
+        ``UNFINISHED_EXIT`` when the run did not finish: no launcher may count it a success)."""
+        self.unfinished = unfinished
+        if unfinished:
+            log.error(
+                "the controller ended the run before it finished (it was stopped, or the run "
+                "failed: see its log); exiting with status %d", UNFINISHED_EXIT,
+            )  # fmt: skip
+        else:
             log.info("controller says the run is over")
-            self.runner.stop(0, grace_s=5.0)
-            self.done.set()
-        elif not reply.known and self.leaving.is_set():
-            log.info("left the run; not registering again")
-        elif not reply.known:
-            log.warning(
-                "controller does not know %s; stopping ranks, registering again", self.worker_id
-            )
-            self.runner.stop(0, grace_s=1.0)
-            self.register()
-        return []
+        self.runner.stop(0, grace_s=5.0)
+        self._drain_metrics()
+        self.done.set()
 
     def _heartbeat_loop(self) -> None:
         """Every interval, and at once when a rank exits: a failed rank is the controller's
         first sign of a failed peer node, so reporting it early shortens every re-plan."""
-        pending: list = []
         while not self.done.is_set():
             self.runner.rank_exited.wait(self.interval_s)
             self.runner.rank_exited.clear()
             if self.done.is_set():
                 break
             try:
-                pending = self.heartbeat_once(pending)
+                with self._send_lock:
+                    self._pending = self.heartbeat_once(self._pending)
             except Exception:  # noqa: BLE001 - the loop must survive anything
                 log.exception("heartbeat loop error")

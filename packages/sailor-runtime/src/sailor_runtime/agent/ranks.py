@@ -93,6 +93,11 @@ class RankRunner:
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._metrics_lock = threading.Lock()
+        """One reader of the metrics files at a time (heartbeats, and ``start`` dropping the
+        stopped ranks), so no line is sent twice or skipped."""
+        self._unsent: list[tuple[RankProcess, dict]] = []
+        """Metrics of ranks dropped by ``start`` that no heartbeat has sent yet."""
         self._forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rank-forker")
         self._zygote: Zygote | None = None
         self._closed = False
@@ -164,8 +169,12 @@ class RankRunner:
         """Stop every older rank, then start the ranks of ``a``; returns how many started."""
         self.stop(generation=0, grace_s=1.0)
         started = self._forker.submit(self._spawn, a).result()
-        with self._lock:
-            self.procs = [p for p in self.procs if p.popen.poll() is None] + started
+        with self._metrics_lock:
+            with self._lock:
+                gone = [p for p in self.procs if p.popen.poll() is not None]
+                self.procs = [p for p in self.procs if p.popen.poll() is None] + started
+            # the steps they trained since the last heartbeat stay in the run's metrics
+            self._unsent += _read_new_metrics(gone)
         return len(started)
 
     def stop(self, generation: int = 0, grace_s: float = 1.0) -> int:
@@ -205,30 +214,38 @@ class RankRunner:
         return [(p, *p.state()) for p in procs]
 
     def new_metrics(self) -> list[tuple[RankProcess, dict]]:
-        """Complete JSON lines appended to each rank's metrics file since the last call."""
-        out: list[tuple[RankProcess, dict]] = []
+        """Complete JSON lines appended to each rank's metrics file since the last call (and
+        those of ranks dropped since)."""
         with self._lock:
             procs = list(self.procs)
-        for p in procs:
-            if p.metrics_path is None:
-                continue
+        with self._metrics_lock:
+            out, self._unsent = self._unsent, []
+            return out + _read_new_metrics(procs)
+
+
+def _read_new_metrics(procs: list[RankProcess]) -> list[tuple[RankProcess, dict]]:
+    """The complete JSON lines appended to the metrics files of ``procs`` since last read."""
+    out: list[tuple[RankProcess, dict]] = []
+    for p in procs:
+        if p.metrics_path is None:
+            continue
+        try:
+            with open(p.metrics_path, "rb") as f:
+                f.seek(p.metrics_offset)
+                data = f.read()
+        except OSError:
+            continue
+        p.metrics_offset += len(data)
+        lines = (p.partial + data).split(b"\n")
+        p.partial = lines.pop()
+        for line in lines:
             try:
-                with open(p.metrics_path, "rb") as f:
-                    f.seek(p.metrics_offset)
-                    data = f.read()
-            except OSError:
+                record = json.loads(line)
+            except ValueError:
                 continue
-            p.metrics_offset += len(data)
-            lines = (p.partial + data).split(b"\n")
-            p.partial = lines.pop()
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and "step" in record:
-                    out.append((p, record))
-        return out
+            if isinstance(record, dict) and "step" in record:
+                out.append((p, record))
+    return out
 
 
 def train_config(a: ValidAssignment, gen_dir: Path) -> TrainConfig:

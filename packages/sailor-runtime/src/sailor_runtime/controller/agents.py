@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,18 +13,31 @@ from ..security import TlsFiles, call_metadata
 
 
 class AgentClients:
-    """One channel per agent address, reused across generations."""
+    """One channel per agent address, reused across generations (and made afresh when an
+    agent registers anew there: ``forget``)."""
 
     def __init__(self, token: str | None, tls: TlsFiles | None = None) -> None:
         self.metadata = call_metadata(token)
         self.tls = tls or TlsFiles()
         self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+        """Channels are made by the fan-out threads and dropped by registrations."""
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-call")
 
     def stub(self, address: str) -> agent_pb2_grpc.WorkerAgentServiceStub:
-        if address not in self._channels:
-            self._channels[address] = self.tls.channel(address)
-        return agent_pb2_grpc.WorkerAgentServiceStub(self._channels[address])
+        with self._lock:
+            if address not in self._channels:
+                self._channels[address] = self.tls.channel(address)
+            return agent_pb2_grpc.WorkerAgentServiceStub(self._channels[address])
+
+    def forget(self, address: str) -> None:
+        """Drop the channel to ``address``: an agent restarted there gets a fresh one. The old
+        one may sit in gRPC's reconnect back-off after failing to reach the dead agent, and
+        would fail calls to the new one at once ("Connection refused")."""
+        with self._lock:
+            channel = self._channels.pop(address, None)
+        if channel is not None:
+            channel.close()
 
     def fan_out(
         self, calls: dict[str, Callable[[agent_pb2_grpc.WorkerAgentServiceStub], object]]
@@ -67,6 +81,8 @@ class AgentClients:
         )
 
     def close(self) -> None:
-        for ch in self._channels.values():
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for ch in channels:
             ch.close()
         self._pool.shutdown(wait=False)

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import SailorRuntimeError
+
+
+class UnusableCheckpointsError(SailorRuntimeError):
+    """Checkpoints exist but none can be loaded: starting from step 0 would train over them."""
+
 
 def latest_checkpoint_step(directory: str | Path) -> int:
     """Global step of the newest valid checkpoint in ``directory``; 0 when there is none.
@@ -16,3 +22,33 @@ def latest_checkpoint_step(directory: str | Path) -> int:
 
     found = checkpoint.latest(Path(directory))
     return int(found[1].get("step", 0)) if found else 0
+
+
+def resume_step(directory: str | Path) -> int:
+    """The step a run in ``directory`` resumes after (0: no checkpoint, a fresh start). Each
+    damaged checkpoint is logged once; when there are checkpoints but none is usable, the run
+    is refused rather than silently restarted from step 0 (it would overwrite them)."""
+    from ..engine.checkpoints import checkpoint
+
+    directory = Path(directory)
+    found = checkpoint.latest(directory)
+    if found is not None:
+        return int(found[1].get("step", 0))
+    damaged = checkpoint.complete_dirs(directory)
+    if damaged:
+        raise UnusableCheckpointsError(
+            f"none of the {len(damaged)} checkpoints in {directory} is usable (see the warnings "
+            f"above); restore a good one, or move them away (mv {directory} "
+            f"{directory}.damaged) to train from step 0",
+            field="--run-dir",
+        )
+    return 0
+
+
+def already_trained(step: int, steps: int, directory: str | Path) -> str:
+    """The line that says a run has nothing to train: its checkpoint is at or past --steps."""
+    where = "already at" if step == steps else "already past"
+    return (
+        f"nothing to train: the checkpoint in {directory} is at step {step}, {where} --steps "
+        f"{steps}; give --steps above {step} to train on"
+    )

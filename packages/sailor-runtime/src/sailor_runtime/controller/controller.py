@@ -50,7 +50,7 @@ from ..security import TlsFiles
 from . import rundir
 from .agents import AgentClients
 from .assignments import build_assignments, store_prefix
-from .checkpoints import latest_checkpoint_step
+from .checkpoints import latest_checkpoint_step, resume_step
 from .membership import Membership, Worker, check_registration, same_secret
 from .metricslog import MetricsLog, engine_fields
 from .placement import Placement, place
@@ -195,7 +195,13 @@ class Controller:
         self.cfg = config
         engine_runs = engine_filter(config)  # bad options refused before anything is held
         self.run_lock = rundir.acquire(config.run_dir, config.job, config.seed, config.lr)
-        config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        try:  # damaged checkpoints only: refused now, before anything trains over them
+            config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            self.resume_step = resume_step(config.checkpoint_dir)
+            """The step the run resumes after (its newest usable checkpoint; 0 = none)."""
+        except BaseException:
+            self.run_lock.release()
+            raise
         self.membership = Membership(config.heartbeat_timeout_s)
         self.state = ControllerState.WAITING
         self.message = "waiting for workers"
@@ -311,6 +317,10 @@ class Controller:
             w = self.membership.join(worker_id, address, gpus, hostname, secrets.token_hex(16))
             w.seen_from = seen_from
             self.addresses[w.worker_id] = address
+            if old is None:  # a new agent (perhaps a restarted one reusing its id and port)
+                self.assigned_ever.discard(w.worker_id)  # a newcomer: dialed before planned on
+        if old is None:
+            self.agents.forget(address)
         what = "re-registered" if old else "joined"
         self._note(Change(f"{w.worker_id} {what} with {gpus.describe()}", False, time.monotonic()))
         return w
@@ -328,7 +338,8 @@ class Controller:
         self, worker_id: str, ranks, metrics, session: str = ""
     ) -> tuple[bool, int, bool]:
         """Record a heartbeat; returns (known, generation, shutdown). One with the wrong
-        session is not the worker's: it is ignored (and told it is unknown)."""
+        session is not the worker's: it is ignored (and told it is unknown). Whether a
+        shutdown is a success is ``unfinished``."""
         now = time.monotonic()
         with self._lock:
             w = self.membership.get(worker_id, session)
@@ -596,6 +607,7 @@ class Controller:
             fence.write_fence(self.cfg.checkpoint_dir, generation)  # older ranks stop saving
             self.generation = generation
         sessions = {w.worker_id: w.session for w in workers}
+        newcomers = set(placement) - self.assigned_ever
         self.assigned_ever.update(placement)
         assigned = [by_id[wid] for wid in placement]
         self.store_guard.allow(  # its ranks connect from where the node registered or listens
@@ -623,16 +635,26 @@ class Controller:
         )
         for wid, err in bad:
             log.warning("assign to %s failed: %s", wid, err.details())
-            if self.membership.mark_dead(wid):
-                self._note(Change(f"{wid} refused its assignment", True, time.monotonic()))
+            if self.membership.mark_dead(wid):  # nothing ran on a newcomer: no training failure
+                failure = wid not in newcomers
+                self._note(Change(f"{wid} refused its assignment", failure, time.monotonic()))
 
     def shutdown(self, reason: str) -> None:
-        """End the run now: stop every rank and answer `shutdown` to the agents' heartbeats
-        (a controller stopped by a signal leaves nothing training)."""
-        self._fail(f"{reason} at step {self.step}")
+        """End the run now: stop every rank and answer `shutdown` (``unfinished``) to the
+        agents' heartbeats (a controller stopped by a signal leaves nothing training). Not an
+        error: the run stopped, and resumes from its last checkpoint when started again."""
+        self._end(f"{reason} at step {self.step}", logging.INFO)
+
+    @property
+    def unfinished(self) -> bool:
+        """The run ended without finishing (failed, or stopped): agents must not exit 0."""
+        return self.state == ControllerState.FAILED
 
     def _fail(self, message: str) -> None:
-        log.error("%s", message)
+        self._end(message, logging.ERROR)
+
+    def _end(self, message: str, level: int) -> None:
+        log.log(level, "%s", message)
         with self._lock:
             self.state = ControllerState.FAILED
             self.message = message

@@ -60,8 +60,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         except Exception as exc:  # noqa: BLE001 - bad input becomes a clear status
             self._abort(context, "Heartbeat", exc)
         return controller_pb2.HeartbeatResponse(
-            known=known, generation=generation, shutdown=shutdown
-        )
+            known=known, generation=generation, shutdown=shutdown,
+            unfinished=shutdown and self.c.unfinished,
+        )  # fmt: skip
 
     def Leave(self, request, context):
         try:

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from sailor_runtime.proto import agent_pb2 as sailor_dot_v1_dot_agent__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asailor/v1/controller.proto\x12\tsailor.v1\x1a\x15sailor/v1/agent.proto\"\x80\x01\n\x0fRegisterRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\ragent_address\x18\x02 \x01(\t\x12 \n\x04gpus\x18\x03 \x01(\x0b\x32\x12.sailor.v1.GpuInfo\x12\x10\n\x08hostname\x18\x04 \x01(\t\x12\x0f\n\x07session\x18\x05 \x01(\t\"q\n\x10RegisterResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x1b\n\x13heartbeat_timeout_s\x18\x03 \x01(\x01\x12\x0f\n\x07session\x18\x04 \x01(\t\"\xa8\x01\n\x0bStepMetrics\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12\x0c\n\x04loss\x18\x04 \x01(\x01\x12\x18\n\x10iteration_time_s\x18\x05 \x01(\x01\x12\x15\n\rsamples_per_s\x18\x06 \x01(\x01\x12\x18\n\x10\x63onsumed_samples\x18\x07 \x01(\x04\x12\x10\n\x08raw_json\x18\x08 \x01(\t\"\x99\x01\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12$\n\x05ranks\x18\x03 \x03(\x0b\x32\x15.sailor.v1.RankStatus\x12\'\n\x07metrics\x18\x04 \x03(\x0b\x32\x16.sailor.v1.StepMetrics\x12\x0f\n\x07session\x18\x05 \x01(\t\"H\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x10\n\x08shutdown\x18\x03 \x01(\x08\"B\n\x0cLeaveRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07session\x18\x03 \x01(\t\"\x0f\n\rLeaveResponse\"\x0f\n\rStatusRequest\"\x8a\x01\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\ragent_address\x18\x02 \x01(\t\x12 \n\x04gpus\x18\x03 \x01(\x0b\x32\x12.sailor.v1.GpuInfo\x12\r\n\x05\x61live\x18\x04 \x01(\x08\x12\x1f\n\x17seconds_since_heartbeat\x18\x05 \x01(\x01\"+\n\tPhaseTime\x12\r\n\x05phase\x18\x01 \x01(\t\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\"\xad\x01\n\x0fReconfiguration\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12$\n\x06phases\x18\x03 \x03(\x0b\x32\x14.sailor.v1.PhaseTime\x12\x0f\n\x07total_s\x18\x04 \x01(\x01\x12\x19\n\x11resumed_from_step\x18\x05 \x01(\x04\x12\x11\n\tplan_json\x18\x06 \x01(\t\x12\x11\n\tinventory\x18\x07 \x01(\t\"\xa5\x02\n\x10\x43ontrollerStatus\x12)\n\x05state\x18\x01 \x01(\x0e\x32\x1a.sailor.v1.ControllerState\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x11\n\tplan_json\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12\x14\n\x0ctarget_steps\x18\x05 \x01(\x04\x12\x0c\n\x04loss\x18\x06 \x01(\x01\x12\x1c\n\x14last_checkpoint_step\x18\x07 \x01(\x04\x12(\n\x07workers\x18\x08 \x03(\x0b\x32\x17.sailor.v1.WorkerStatus\x12\x34\n\x10reconfigurations\x18\t \x03(\x0b\x32\x1a.sailor.v1.Reconfiguration\x12\x0f\n\x07message\x18\n \x01(\t*\xcb\x01\n\x0f\x43ontrollerState\x12 \n\x1c\x43ONTROLLER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43ONTROLLER_STATE_WAITING\x10\x01\x12\"\n\x1e\x43ONTROLLER_STATE_RECONFIGURING\x10\x02\x12\x1c\n\x18\x43ONTROLLER_STATE_RUNNING\x10\x03\x12\x19\n\x15\x43ONTROLLER_STATE_DONE\x10\x04\x12\x1b\n\x17\x43ONTROLLER_STATE_FAILED\x10\x05\x32\xa0\x02\n\x11\x43ontrollerService\x12\x43\n\x08Register\x12\x1a.sailor.v1.RegisterRequest\x1a\x1b.sailor.v1.RegisterResponse\x12\x46\n\tHeartbeat\x12\x1b.sailor.v1.HeartbeatRequest\x1a\x1c.sailor.v1.HeartbeatResponse\x12:\n\x05Leave\x12\x17.sailor.v1.LeaveRequest\x1a\x18.sailor.v1.LeaveResponse\x12\x42\n\tGetStatus\x12\x18.sailor.v1.StatusRequest\x1a\x1b.sailor.v1.ControllerStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asailor/v1/controller.proto\x12\tsailor.v1\x1a\x15sailor/v1/agent.proto\"\x80\x01\n\x0fRegisterRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\ragent_address\x18\x02 \x01(\t\x12 \n\x04gpus\x18\x03 \x01(\x0b\x32\x12.sailor.v1.GpuInfo\x12\x10\n\x08hostname\x18\x04 \x01(\t\x12\x0f\n\x07session\x18\x05 \x01(\t\"q\n\x10RegisterResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x1b\n\x13heartbeat_timeout_s\x18\x03 \x01(\x01\x12\x0f\n\x07session\x18\x04 \x01(\t\"\xa8\x01\n\x0bStepMetrics\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12\x0c\n\x04loss\x18\x04 \x01(\x01\x12\x18\n\x10iteration_time_s\x18\x05 \x01(\x01\x12\x15\n\rsamples_per_s\x18\x06 \x01(\x01\x12\x18\n\x10\x63onsumed_samples\x18\x07 \x01(\x04\x12\x10\n\x08raw_json\x18\x08 \x01(\t\"\x99\x01\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12$\n\x05ranks\x18\x03 \x03(\x0b\x32\x15.sailor.v1.RankStatus\x12\'\n\x07metrics\x18\x04 \x03(\x0b\x32\x16.sailor.v1.StepMetrics\x12\x0f\n\x07session\x18\x05 \x01(\t\"\\\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x10\n\x08shutdown\x18\x03 \x01(\x08\x12\x12\n\nunfinished\x18\x04 \x01(\x08\"B\n\x0cLeaveRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07session\x18\x03 \x01(\t\"\x0f\n\rLeaveResponse\"\x0f\n\rStatusRequest\"\x8a\x01\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\ragent_address\x18\x02 \x01(\t\x12 \n\x04gpus\x18\x03 \x01(\x0b\x32\x12.sailor.v1.GpuInfo\x12\r\n\x05\x61live\x18\x04 \x01(\x08\x12\x1f\n\x17seconds_since_heartbeat\x18\x05 \x01(\x01\"+\n\tPhaseTime\x12\r\n\x05phase\x18\x01 \x01(\t\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\"\xad\x01\n\x0fReconfiguration\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12$\n\x06phases\x18\x03 \x03(\x0b\x32\x14.sailor.v1.PhaseTime\x12\x0f\n\x07total_s\x18\x04 \x01(\x01\x12\x19\n\x11resumed_from_step\x18\x05 \x01(\x04\x12\x11\n\tplan_json\x18\x06 \x01(\t\x12\x11\n\tinventory\x18\x07 \x01(\t\"\xa5\x02\n\x10\x43ontrollerStatus\x12)\n\x05state\x18\x01 \x01(\x0e\x32\x1a.sailor.v1.ControllerState\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x11\n\tplan_json\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12\x14\n\x0ctarget_steps\x18\x05 \x01(\x04\x12\x0c\n\x04loss\x18\x06 \x01(\x01\x12\x1c\n\x14last_checkpoint_step\x18\x07 \x01(\x04\x12(\n\x07workers\x18\x08 \x03(\x0b\x32\x17.sailor.v1.WorkerStatus\x12\x34\n\x10reconfigurations\x18\t \x03(\x0b\x32\x1a.sailor.v1.Reconfiguration\x12\x0f\n\x07message\x18\n \x01(\t*\xcb\x01\n\x0f\x43ontrollerState\x12 \n\x1c\x43ONTROLLER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43ONTROLLER_STATE_WAITING\x10\x01\x12\"\n\x1e\x43ONTROLLER_STATE_RECONFIGURING\x10\x02\x12\x1c\n\x18\x43ONTROLLER_STATE_RUNNING\x10\x03\x12\x19\n\x15\x43ONTROLLER_STATE_DONE\x10\x04\x12\x1b\n\x17\x43ONTROLLER_STATE_FAILED\x10\x05\x32\xa0\x02\n\x11\x43ontrollerService\x12\x43\n\x08Register\x12\x1a.sailor.v1.RegisterRequest\x1a\x1b.sailor.v1.RegisterResponse\x12\x46\n\tHeartbeat\x12\x1b.sailor.v1.HeartbeatRequest\x1a\x1c.sailor.v1.HeartbeatResponse\x12:\n\x05Leave\x12\x17.sailor.v1.LeaveRequest\x1a\x18.sailor.v1.LeaveResponse\x12\x42\n\tGetStatus\x12\x18.sailor.v1.StatusRequest\x1a\x1b.sailor.v1.ControllerStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sailor.v1.controller_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONTROLLERSTATE']._serialized_start=1472
-  _globals['_CONTROLLERSTATE']._serialized_end=1675
+  _globals['_CONTROLLERSTATE']._serialized_start=1492
+  _globals['_CONTROLLERSTATE']._serialized_end=1695
   _globals['_REGISTERREQUEST']._serialized_start=65
   _globals['_REGISTERREQUEST']._serialized_end=193
   _globals['_REGISTERRESPONSE']._serialized_start=195
@@ -43,21 +43,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEATREQUEST']._serialized_start=482
   _globals['_HEARTBEATREQUEST']._serialized_end=635
   _globals['_HEARTBEATRESPONSE']._serialized_start=637
-  _globals['_HEARTBEATRESPONSE']._serialized_end=709
-  _globals['_LEAVEREQUEST']._serialized_start=711
-  _globals['_LEAVEREQUEST']._serialized_end=777
-  _globals['_LEAVERESPONSE']._serialized_start=779
-  _globals['_LEAVERESPONSE']._serialized_end=794
-  _globals['_STATUSREQUEST']._serialized_start=796
-  _globals['_STATUSREQUEST']._serialized_end=811
-  _globals['_WORKERSTATUS']._serialized_start=814
-  _globals['_WORKERSTATUS']._serialized_end=952
-  _globals['_PHASETIME']._serialized_start=954
-  _globals['_PHASETIME']._serialized_end=997
-  _globals['_RECONFIGURATION']._serialized_start=1000
-  _globals['_RECONFIGURATION']._serialized_end=1173
-  _globals['_CONTROLLERSTATUS']._serialized_start=1176
-  _globals['_CONTROLLERSTATUS']._serialized_end=1469
-  _globals['_CONTROLLERSERVICE']._serialized_start=1678
-  _globals['_CONTROLLERSERVICE']._serialized_end=1966
+  _globals['_HEARTBEATRESPONSE']._serialized_end=729
+  _globals['_LEAVEREQUEST']._serialized_start=731
+  _globals['_LEAVEREQUEST']._serialized_end=797
+  _globals['_LEAVERESPONSE']._serialized_start=799
+  _globals['_LEAVERESPONSE']._serialized_end=814
+  _globals['_STATUSREQUEST']._serialized_start=816
+  _globals['_STATUSREQUEST']._serialized_end=831
+  _globals['_WORKERSTATUS']._serialized_start=834
+  _globals['_WORKERSTATUS']._serialized_end=972
+  _globals['_PHASETIME']._serialized_start=974
+  _globals['_PHASETIME']._serialized_end=1017
+  _globals['_RECONFIGURATION']._serialized_start=1020
+  _globals['_RECONFIGURATION']._serialized_end=1193
+  _globals['_CONTROLLERSTATUS']._serialized_start=1196
+  _globals['_CONTROLLERSTATUS']._serialized_end=1489
+  _globals['_CONTROLLERSERVICE']._serialized_start=1698
+  _globals['_CONTROLLERSERVICE']._serialized_end=1986
 # @@protoc_insertion_point(module_scope)

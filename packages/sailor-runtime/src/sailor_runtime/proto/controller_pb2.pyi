@@ -84,14 +84,16 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., generation: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[_agent_pb2.RankStatus, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[StepMetrics, _Mapping]]] = ..., session: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("known", "generation", "shutdown")
+    __slots__ = ("known", "generation", "shutdown", "unfinished")
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    UNFINISHED_FIELD_NUMBER: _ClassVar[int]
     known: bool
     generation: int
     shutdown: bool
-    def __init__(self, known: _Optional[bool] = ..., generation: _Optional[int] = ..., shutdown: _Optional[bool] = ...) -> None: ...
+    unfinished: bool
+    def __init__(self, known: _Optional[bool] = ..., generation: _Optional[int] = ..., shutdown: _Optional[bool] = ..., unfinished: _Optional[bool] = ...) -> None: ...
 
 class LeaveRequest(_message.Message):
     __slots__ = ("worker_id", "reason", "session")

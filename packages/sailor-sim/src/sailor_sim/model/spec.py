@@ -34,6 +34,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from ..catalog.readers import model_entries
 from ..dtypes import check_dtype, dtype_bytes
@@ -627,11 +628,24 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
 
     if looks_like_config_path(name):
         return read_hf_config(name)
+    if _is_file(name):  # a path the user meant, not a catalog name they mistyped
+        raise ValidationError(
+            f"{name!r} is a file but not a JSON config.json; pass the path of a Hugging Face "
+            "config.json (a .json file, or a folder holding one) or a catalog model name",
+            field="model",
+        )
     raise UnknownNameError(
         f"unknown model {name!r}; known models: {', '.join(MODEL_CATALOG)}, or pass the path "
         "of a Hugging Face config.json",
         field="model",
     )
+
+
+def _is_file(name: str) -> bool:
+    try:
+        return Path(name).expanduser().is_file()
+    except (OSError, ValueError):  # a name too long for a path, or with a NUL
+        return False
 
 
 def read_hf_config(path) -> ModelSpec:

@@ -260,7 +260,7 @@ class AsyncSaver:
             final = step_dir(self.root, step)
             fence.check(self.root, self.generation)  # a newer generation owns the folder now?
             if final.exists():  # an older save of the same step (a rerun): replace it
-                shutil.rmtree(final)
+                _remove(final)
             os.rename(tmp, final)
             _fsync_dir(self.root)
             self._prune()
@@ -268,9 +268,19 @@ class AsyncSaver:
             self.error = exc
 
     def _prune(self) -> None:
-        done = sorted(p for p in self.root.glob("step_*") if not p.name.endswith(".tmp"))
-        for old in done[: -self.keep] if self.keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in complete_dirs(self.root)[: -self.keep] if self.keep > 0 else []:
+            _remove(old)
+
+
+def _remove(step_folder: Path) -> None:
+    """Delete a checkpoint folder: renamed out of sight first (a ``.tmp`` name, which readers
+    skip), so no reader sees it half deleted and warns that it is damaged."""
+    gone = step_folder.with_name(f"{step_folder.name}.removed.tmp")
+    try:
+        os.rename(step_folder, gone)
+    except OSError:
+        gone = step_folder
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -289,41 +299,54 @@ def remove_partial(root: str | Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def read_manifest(path: Path) -> dict | None:
-    """The manifest of a complete checkpoint directory, or None if it is not one (logged with
-    the file at fault when the folder claims to be complete)."""
+def manifest_problem(path: Path) -> tuple[dict | None, str]:
+    """(manifest, "") of a complete checkpoint folder, or (None, why it is not usable)."""
     try:
         manifest = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
+    except FileNotFoundError:
+        return None, "it has no manifest.json (a damaged folder: saves write it before the rename)"
+    except (OSError, ValueError) as exc:
+        return None, f"its manifest.json is unreadable or not JSON ({str(exc)[:80]})"
     if not isinstance(manifest, dict):
-        return None
+        return None, "its manifest.json is not a JSON object"
     if manifest.get("format") != FORMAT:
-        log.warning(
-            "checkpoint %s skipped: its format is %r, this engine reads %r (a checkpoint "
-            "written before torch.distributed.checkpoint); trying the next older one",
-            path,
-            manifest.get("format"),
-            FORMAT,
+        return None, (
+            f"its format is {manifest.get('format')!r}, this engine reads {FORMAT!r} (a "
+            "checkpoint written before torch.distributed.checkpoint)"
         )
-        return None
     files = manifest.get("files")
     problem = "its manifest lists no files" if not isinstance(files, dict) or not files else None
     problem = problem or integrity.verify(path, files)
-    if problem:
+    return (None, problem) if problem else (manifest, "")
+
+
+_warned: set[tuple[str, str]] = set()
+"""(folder, problem) already logged by this process: one warning per bad checkpoint, however
+often the folder is scanned (the controller looks at every re-plan)."""
+
+
+def read_manifest(path: Path) -> dict | None:
+    """The manifest of a complete checkpoint directory, or None if it is not usable (logged
+    once, with the file at fault)."""
+    manifest, problem = manifest_problem(path)
+    if problem and (str(path), problem) not in _warned:
+        _warned.add((str(path), problem))
         log.warning("checkpoint %s skipped: %s; trying the next older one", path, problem)
-        return None
     return manifest
+
+
+def complete_dirs(root: str | Path) -> list[Path]:
+    """The step folders under ``root`` that claim to be checkpoints (not ``.tmp``), oldest
+    first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob("step_*") if not p.name.endswith(".tmp"))
 
 
 def latest(root: str | Path) -> tuple[Path, dict] | None:
     """The newest valid checkpoint under ``root`` (and its manifest), or None."""
-    root = Path(root)
-    if not root.is_dir():
-        return None
-    for p in sorted(root.glob("step_*"), reverse=True):
-        if p.name.endswith(".tmp"):
-            continue
+    for p in reversed(complete_dirs(root)):
         manifest = read_manifest(p)
         if manifest is not None:
             return p, manifest
