@@ -50,6 +50,23 @@ def test_framework_term_is_named_and_equals_its_fitted_share():
     assert terms["framework"] == pytest.approx(compute * (1 / f - 1), rel=1e-6)
 
 
+def test_sharded_data_parallel_stages_share_one_framework_term():
+    """ZeRO-2 and ZeRO-3 run in the same sharded-data-parallel framework (the runtime's FSDP2):
+    one framework term, so switching between them changes only the communication; ZeRO-1
+    (Megatron's distributed optimizer) keeps the Megatron style's."""
+    zero1, zero2, zero3 = (_estimate("H100-80", z) for z in ("zero1", "zero2", "zero3"))
+    assert zero2["framework"] == zero3["framework"]
+    assert zero1["framework"] < zero2["framework"]
+    share = {z: t["framework"] / (t["compute"] + t["recompute"]) for z, t in
+             (("zero1", zero1), ("zero2", zero2))}  # fmt: skip
+    assert share["zero1"] == pytest.approx(
+        1 / analytic.FRAMEWORK_EFFICIENCY[("megatron", "hopper")] - 1
+    )
+    assert share["zero2"] == pytest.approx(
+        1 / analytic.FRAMEWORK_EFFICIENCY[("fsdp", "hopper")] - 1
+    )
+
+
 def test_a_style_without_runs_on_a_family_borrows_the_styles_fit():
     """No published Megatron-style Hopper run: the Megatron framework efficiency fitted on
     Ampere transfers (software overhead), not the Hopper FSDP one."""
