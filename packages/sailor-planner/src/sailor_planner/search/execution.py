@@ -118,9 +118,7 @@ def lean(
     # ZeRO-3 plans are one stage, so they cannot interleave: a job that asks for virtual
     # stages keeps them (README: "kept as given") and skips this set.
     if options.fp8 == "none" and options.virtual_stages == 1:
-        out.append(
-            dataclasses.replace(options, recompute="full", zero="zero3", expert_parallel=ep)
-        )
+        out.append(dataclasses.replace(options, recompute="full", zero="zero3", expert_parallel=ep))
     cp = LEAN_CONTEXT_PARALLEL
     long = sequence_length >= LONG_SEQUENCE and sequence_length % (2 * cp) == 0
     if long and options.context_parallel == 1 and options.flash_attention is not False:
