@@ -40,3 +40,18 @@ def sailor_planner() -> Planner:
 def sailor_root(sailor_planner) -> Path:
     """The original Sailor checkout (skips like ``sailor_planner`` when absent)."""
     return SAILOR_ROOT
+
+
+@pytest.fixture(scope="module")
+def stub():
+    """A PlannerService stub on a real server of this module's own (127.0.0.1, an ephemeral
+    port), stopped after the module."""
+    import grpc
+
+    from sailor_planner.proto import planner_pb2_grpc
+    from sailor_planner.service.server import create_server
+
+    server, port = create_server("127.0.0.1:0")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield planner_pb2_grpc.PlannerServiceStub(channel)
+    server.stop(grace=None)

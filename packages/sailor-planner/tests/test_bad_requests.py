@@ -11,8 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sailor_planner.proto import planner_pb2, planner_pb2_grpc
-from sailor_planner.service.server import create_server
+from sailor_planner.proto import planner_pb2
 from sailor_sim import Inventory, Job
 
 SCRIPT = str(Path(sys.executable).parent / "sailor-planner")
@@ -23,14 +22,6 @@ PLAN_FLAGS = ("--model", "OPT-350M", "--gbs", "64", "--seq-len", "2048")
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def stub():
-    server, port = create_server("127.0.0.1:0")
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield planner_pb2_grpc.PlannerServiceStub(channel)
-    server.stop(grace=None)
 
 
 def refused(call, request) -> grpc.RpcError:

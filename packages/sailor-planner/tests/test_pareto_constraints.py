@@ -9,12 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import grpc
 import pytest
 
-from sailor_planner.proto import planner_pb2_grpc
 from sailor_planner.service.client import PlannerClient
-from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job
 
 REFERENCE = Path(
@@ -26,14 +23,6 @@ JOB = Job.create("OPT-350M", 512, 2048)
 TWO_REGIONS = Inventory.parse(
     ["A100-40@us-central1-a=16", "A100-40@us-west1-b=16", "V100-16@us-central1-a=32"]
 )
-
-
-@pytest.fixture(scope="module")
-def stub():
-    server, port = create_server("127.0.0.1:0")
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield planner_pb2_grpc.PlannerServiceStub(channel)
-    server.stop(grace=None)
 
 
 def frontier(stub, **constraints):

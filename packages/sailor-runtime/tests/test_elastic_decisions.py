@@ -433,15 +433,16 @@ def test_only_the_controller_and_assigned_nodes_reach_the_rendezvous_store(clust
         agent.server.stop(0)
 
 
-def test_an_agent_that_left_does_not_register_again(tmp_path):
-    """The race seen in real runs: a heartbeat in flight while the agent leaves is answered
-    `known=false`, and the agent used to register again 2 ms after its leave."""
+def controller_and_agent(tmp_path, steps: int):
+    """A real controller (gRPC on 127.0.0.1, an ephemeral port; no planner behind it, and
+    min_workers 5 so it never plans) and a real agent 'w1' on one CPU that knows it: the
+    (controller, its server, the agent) a test closes."""
     from sailor_runtime.agent.agent import WorkerAgent
 
     c = Controller(
         ControllerConfig.for_job(
             job=JOB,
-            steps=4,
+            steps=steps,
             checkpoint_every=2,
             run_dir=tmp_path / "run",
             planner_address="127.0.0.1:9",
@@ -452,6 +453,13 @@ def test_an_agent_that_left_does_not_register_again(tmp_path):
     server.start()
     agent = WorkerAgent(f"127.0.0.1:{port}", NodeGpus("CPU", 1, 0, "local"), tmp_path / "w",
                         worker_id="w1", warm=False)  # fmt: skip
+    return c, server, agent
+
+
+def test_an_agent_that_left_does_not_register_again(tmp_path):
+    """The race seen in real runs: a heartbeat in flight while the agent leaves is answered
+    `known=false`, and the agent used to register again 2 ms after its leave."""
+    c, server, agent = controller_and_agent(tmp_path, steps=4)
     try:
         agent.server.start()
         agent.register()
@@ -472,24 +480,10 @@ def test_a_leaving_agent_sends_the_metrics_its_ranks_wrote_since_the_last_heartb
     files of two exited processes (a generation replaced, then the one stopped)."""
     import json
 
-    from sailor_runtime.agent.agent import WorkerAgent
     from sailor_runtime.agent.ranks import RankProcess
     from sailor_runtime.controller.metricslog import read_metrics
 
-    c = Controller(
-        ControllerConfig.for_job(
-            job=JOB,
-            steps=40,
-            checkpoint_every=2,
-            run_dir=tmp_path / "run",
-            planner_address="127.0.0.1:9",
-            min_workers=5,
-        )  # fmt: skip
-    )
-    server, port = create_controller_server(c, "127.0.0.1:0")
-    server.start()
-    agent = WorkerAgent(f"127.0.0.1:{port}", NodeGpus("CPU", 1, 0, "local"), tmp_path / "w",
-                        worker_id="w1", warm=False)  # fmt: skip
+    c, server, agent = controller_and_agent(tmp_path, steps=40)
 
     def exited_rank(generation: int, steps: range) -> RankProcess:
         path = tmp_path / f"gen-{generation}.metrics.jsonl"
