@@ -462,27 +462,3 @@ def test_tied_head_is_held_once_in_one_stage(sim):
     assert t.time_breakdown_s["optimizer"] < u.time_breakdown_s["optimizer"]
     assert t.time_breakdown_s["dp_sync"] < u.time_breakdown_s["dp_sync"]
     assert t.peak_memory_bytes < u.peak_memory_bytes
-
-
-def test_tied_copies_on_two_stages_cost_one_world_all_reduce_of_the_matrix(sim):
-    """Split over stages, a tied model's two copies are summed each step by one whole-world
-    all-reduce of the full [vocab, hidden] gradient (the runtime's engine.parallel.tied):
-    step_sync carries it, bandwidth-bound; the untied model and one stage pay the loss and
-    norm only. The planner's search adds the same (test_search_scores_equal...)."""
-    from sailor_sim.simulate import timing
-
-    tied = Job.create("GPT-1.7B", global_batch_size=16, sequence_length=1024, dtype="bf16")
-    model = dataclasses.replace(tied.model, tie_word_embeddings=False)
-    untied = dataclasses.replace(tied, model=model)
-    two = Plan.uniform(tied, "A100-80", "us-central1-a", pp=2, dp=2, tp=1)
-    one = Plan.uniform(tied, "A100-80", "us-central1-a", pp=1, dp=4, tp=1)
-    matrix = tied.model.vocab_size * tied.model.hidden_size * 4  # fp32 main gradients
-    assert sim.world_sync_bytes(tied, 2) == timing.STEP_SYNC_BYTES + matrix
-    assert sim.world_sync_bytes(tied, 1) == sim.world_sync_bytes(untied, 2)
-    step = {j.model.tie_word_embeddings: sim.estimate(j, two).time_breakdown_s["step_sync"]
-            for j in (tied, untied)}  # fmt: skip
-    assert step[True] > 100 * step[False]
-    assert step[True] == pytest.approx(sim.plan_step_sync_time(two, tied), rel=1e-12)
-    assert sim.estimate(tied, one).time_breakdown_s["step_sync"] == pytest.approx(
-        sim.estimate(untied, one).time_breakdown_s["step_sync"], rel=1e-12
-    )

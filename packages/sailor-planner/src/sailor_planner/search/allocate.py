@@ -358,11 +358,10 @@ class Scorer:
         return 1.0 / t, usd_per_s * t, usd_per_s * 3600.0
 
     def _step_sync(self, shape: Shape, groups: tuple[Group, ...]) -> float:
-        """The per-step whole-world all-reduces, as Simulator.estimate adds them."""
+        """The per-step whole-world all-reduce, as Simulator.estimate adds it."""
         gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)
         endpoints = {(z, shape.classes[g.cls].gpu) for g in groups for z in g.pattern}
-        nbytes = self.sim.world_sync_bytes(self.job, shape.depth)
-        return self.sim.step_sync_time(endpoints, gpus, nbytes)
+        return self.sim.step_sync_time(endpoints, gpus)
 
     def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
         return self.finish(self.draft(shape, groups), layout)

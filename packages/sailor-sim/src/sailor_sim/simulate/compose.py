@@ -72,9 +72,7 @@ class Components(Protocol):
     def p2p_known(self, job: Job) -> dict:
         """``job``'s ``p2p`` results so far, by ``p2p_key``."""
 
-    def step_sync_time(self, endpoints, ranks: int, nbytes: float) -> float: ...
-
-    def world_sync_bytes(self, job: Job, num_stages: int) -> float: ...
+    def step_sync_time(self, endpoints, ranks: int) -> float: ...
 
     def replica_memory(self, job: Job, *args) -> dict[str, int]: ...
 
@@ -278,9 +276,8 @@ def estimate_plan(
     summaries = summarize(parts, job, plan)
     totals = plan_totals(summaries)
     critical, p2p_egress = critical_pipeline(parts, job, plan, summaries)
-    # The per-step whole-world all-reduces: loss and gradient norm, a tied matrix over stages.
-    world_bytes = parts.world_sync_bytes(job, len(plan.stages))
-    step_sync = parts.step_sync_time(totals.endpoints, totals.gpus, world_bytes)
+    # The per-step whole-world all-reduce of loss and gradient norm.
+    step_sync = parts.step_sync_time(totals.endpoints, totals.gpus)
     terms = time_terms(critical, totals, step_sync)
     iteration = sum(terms.values())
     egress = p2p_egress + totals.dp_egress_usd

@@ -13,8 +13,8 @@ the planner also calls on partial plans, so its numbers are the estimate's:
   from replica ``src`` to ``dst`` across a stage boundary; ``p2p_egress_usd`` its egress.
 - ``dp_sync_time(job, first, last, replicas)`` / ``ring_time``: the data-parallel gradient
   all-reduce of a stage over its replicas, by the ring's slowest edge.
-- ``step_sync_time(endpoints, ranks, nbytes)``: the per-step whole-world all-reduces of loss
-  and gradient norm (latency-bound) and of a tied matrix split over stages.
+- ``step_sync_time(endpoints, ranks)``: the per-step whole-world all-reduce of loss and
+  gradient norm (latency-bound).
 - ``timing.pipeline_time`` / ``timing.iteration_terms``: how they add up (``compose``).
 
 Every memoized number lives in one ``ComponentCache`` (``self.cache``), dropped whole when the
@@ -554,14 +554,13 @@ class Simulator(MemoryComponents):
             cache[job.cache_id] = prefix
         return prefix[last + 1] - prefix[first] - job.model.shared_head_params(first, last)
 
-    def step_sync_time(self, endpoints, ranks: int, nbytes: float = timing.STEP_SYNC_BYTES):
-        """The per-step whole-world all-reduces (``timing.step_sync_time``, ``nbytes``:
-        ``world_sync_bytes``) over ``ranks`` GPUs whose (zone, GPU type) kinds are
-        ``endpoints``, over the pair of kinds whose link takes longest (the slowest latency
-        for the loss and norm alone, the slowest bandwidth for a tied matrix)."""
+    def step_sync_time(self, endpoints, ranks: int) -> float:
+        """The per-step whole-world all-reduce of loss and gradient norm
+        (``timing.step_sync_time``) over ``ranks`` GPUs whose (zone, GPU type) kinds are
+        ``endpoints``; the ring's latency is that of the slowest pair of kinds."""
         self.refresh()
         cache = self.cache.step_sync
-        key = (frozenset(endpoints), ranks, nbytes)
+        key = (frozenset(endpoints), ranks)
         hit = cache.get(key)
         if hit is None:
             kinds = sorted(key[0])
@@ -570,26 +569,15 @@ class Simulator(MemoryComponents):
                 for k, (za, ga) in enumerate(kinds)
                 for zb, gb in kinds[k:]
             ]
-            hit = cache[key] = max(
-                (timing.step_sync_time(link, ranks, nbytes) for link in links), default=0.0
-            )
+            worst = max(links, key=lambda c: c.latency_s) if links else None
+            hit = cache[key] = 0.0 if worst is None else timing.step_sync_time(worst, ranks)
         return hit
 
-    def world_sync_bytes(self, job: Job, num_stages: int) -> float:
-        """Bytes of the per-step whole-world all-reduces of a plan of ``num_stages``: the loss
-        and gradient norm, plus a tied model's shared matrix over several stages."""
-        grad = GRAD_BYTES[job.dtype] if job.options.grad_dtype == "fp32" else 2
-        return timing.STEP_SYNC_BYTES + timing.tied_sync_bytes(job.model, num_stages, grad)
-
-    def plan_step_sync_time(self, plan: Plan, job: Job | None = None) -> float:
-        """``step_sync_time`` over every GPU of ``plan`` (what ``estimate`` adds for ``job``;
-        without it, the loss and gradient norm only)."""
+    def plan_step_sync_time(self, plan: Plan) -> float:
+        """``step_sync_time`` over every GPU of ``plan`` (what ``estimate`` adds)."""
         endpoints = {(r.zone, r.gpu_type) for s in plan.stages for r in s.replicas}
         ranks = sum(r.tp for s in plan.stages for r in s.replicas)
-        nbytes = timing.STEP_SYNC_BYTES
-        if job is not None:
-            nbytes = self.world_sync_bytes(job, len(plan.stages))
-        return self.step_sync_time(endpoints, ranks, nbytes)
+        return self.step_sync_time(endpoints, ranks)
 
     def usd_per_s(self, gpu_type: str, zone: str, gpus: int = 1) -> float:
         """$/s of ``gpus`` GPUs of a type in a zone (the price catalog, cached until it

@@ -274,23 +274,12 @@ STEP_SYNC_BYTES = 16
 """The per-step whole-world all-reduce: two float64 (loss and squared gradient norm)."""
 
 
-def step_sync_time(link: LinkCurve, ranks: int, nbytes: float = STEP_SYNC_BYTES) -> float:
-    """The per-step all-reduces over every rank (``allreduce_time`` of ``nbytes`` over
-    ``link``): the loss and the squared gradient norm (global-norm clipping: Megatron-LM's
-    ``clip_grad_norm_fp32`` all-reduces the norm over the model-parallel world, our engine's
-    ``world_sums`` over the whole world), latency-bound, and the shared matrix of a tied model
-    over several stages (``tied_sync_bytes``), bandwidth-bound."""
-    return allreduce_time(link, nbytes, ranks, 1, 1.0)
-
-
-def tied_sync_bytes(model, num_stages: int, grad_bytes: int) -> int:
-    """Bytes of the per-step whole-world all-reduce that sums a tied model's two copies of its
-    embedding / head gradient when they sit on different stages: the full [vocab, hidden]
-    matrix, as the runtime's ``engine.parallel.tied`` reduces it (its stages may use
-    different TP degrees, so it sums in full-vocabulary coordinates); 0 in one stage."""
-    if not model.tie_word_embeddings or num_stages < 2:
-        return 0
-    return model.vocab_size * model.hidden_size * grad_bytes
+def step_sync_time(link: LinkCurve, ranks: int) -> float:
+    """The per-step all-reduce over every rank of the loss and the squared gradient norm
+    (global-norm clipping: Megatron-LM's ``clip_grad_norm_fp32`` all-reduces the norm over the
+    model-parallel world, our engine's ``world_sums`` over the whole world). Latency-bound:
+    a ring of 2(n-1) steps (``allreduce_time``) over the plan's slowest-latency link."""
+    return allreduce_time(link, STEP_SYNC_BYTES, ranks, 1, 1.0)  # latency-bound: no bytes
 
 
 RingKind = tuple[str, str, int]
@@ -494,6 +483,5 @@ __all__ = [
     "relationship",
     "ring_kinds",
     "step_sync_time",
-    "tied_sync_bytes",
     "tp_comm_time",
 ]
