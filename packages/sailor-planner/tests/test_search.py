@@ -176,14 +176,18 @@ def test_pareto_frontier_trades_cost_for_throughput(planner) -> None:
     assert max(t for _, t in points) == pytest.approx(best.throughput_iters_per_s)
 
 
-def test_search_scores_equal_the_simulators_estimates(sim) -> None:
+@pytest.mark.parametrize(
+    ("model", "dtype"),
+    [("OPT-350M", "fp32"), ("GPT-1.7B", "bf16")],  # GPT-1.7B: tied (the matrix over stages)
+)
+def test_search_scores_equal_the_simulators_estimates(sim, model, dtype) -> None:
     """The branch and bound ranks with the simulator's own components: every candidate it
     scored has exactly the iteration time and cost ``Simulator.estimate`` gives its plan."""
     from sailor_planner.search.allocate import build_plan
     from sailor_planner.search.branch_bound import Search
 
     planner = Planner(sim)
-    job = Job.create("OPT-350M", 1024, 2048)
+    job = Job.create(model, 1024, 2048, dtype)
     inventory = Inventory.parse(
         ["A100-40@us-central1-a=32", "V100-16@us-central1-a=32", "A100-40@us-west1-b=16"]
     )
@@ -192,6 +196,7 @@ def test_search_scores_equal_the_simulators_estimates(sim) -> None:
     search.tight = False  # every placement the leaves reach is scored: more to compare
     found = search.run()
     assert len(found.scored) >= 10
+    assert any(s.shape.depth > 1 for s in found.scored[:60])
     for s in found.scored[:60]:
         e = sim.estimate(job, build_plan(s))
         assert e.iteration_time_s == pytest.approx(s.iteration_s, rel=1e-12)
