@@ -3,9 +3,10 @@
 #
 #   bash bench/gpu_session.sh [SECONDS] [STEPS]      (default 560 s; STEPS: a comma list, default all)
 #
-# For a machine with PyTorch + CUDA but no package index (the device tool's machines): the
+# For a machine with PyTorch + CUDA but no package index (the device tool's machines; build .whl/
+# first with `bash bench/gpu_wheels.sh`): the
 # wheels under .whl/ (our four packages, `uv build --all-packages --wheel -o .whl`, and the
-# third-party ones the image lacks: polars, protobuf, grpcio*, typer + pydantic) are installed into the
+# third-party ones the image lacks: polars, protobuf, grpcio*, typer + pydantic; see bench/gpu_wheels.sh) are installed into the
 # python3 that holds torch. Each step runs under `timeout`, bounded by what is left of SECONDS,
 # and logs to $OUT/<step>.log (at most 8 files come back: the logs, summary.txt and one tarball
 # of the runs' JSON). A failed step does not stop the next; summary.txt lists each step's exit code.
