@@ -46,8 +46,29 @@ def test_plan_json_has_plan_estimate_and_search_time() -> None:
     job = Job.create("OPT-350M", 256, 2048, "fp32")
     plan = Plan.from_dict(data["plan"])
     expected = Simulator().estimate(job, plan).to_dict()
-    assert data["estimate"] == json.loads(json.dumps(expected))
+    assert {k: data["estimate"][k] for k in expected} == json.loads(json.dumps(expected))
     assert data["search_time_s"] > 0 and data["stats"]["candidates_evaluated"] > 0
+
+
+def test_plan_json_estimate_is_what_simulate_json_prints(tmp_path) -> None:
+    """Every figure of ``plan --json``'s estimate (tokens/s, MFU, provenance and cost per
+    provider included) is ``sailor-sim simulate --json``'s for the same plan and options."""
+    job_flags = ["--model", "OPT-350M", "--gbs", "64", "--seq-len", "2048", "--dtype", "bf16"]
+    job_flags += ["--zero", "zero1", "--recompute", "selective"]
+    out = run("plan", *job_flags, "--gpus", "A100-40@us-central1-a=8", "--fixed-options", "--json")
+    assert out.returncode == 0, out.stderr
+    estimate = json.loads(out.stdout)["estimate"]
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(json.loads(out.stdout)["plan"]))
+    sim = subprocess.run(
+        [str(Path(sys.executable).parent / "sailor-sim"), "simulate", str(plan_file), *job_flags,
+         "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert sim.returncode == 0, sim.stderr
+    simulated = json.loads(sim.stdout)
+    assert {"throughput", "provenance", "cost_by_provider"} <= set(estimate)
+    assert estimate == {k: simulated[k] for k in estimate}
 
 
 def test_plan_from_an_inventory_file_with_a_budget(tmp_path) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from sailor_planner.errors import NoFeasiblePlanError
 from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
 from sailor_planner.search.execution import expert_degrees, lean, variants
@@ -26,13 +29,17 @@ def test_expert_degrees_only_for_moe_and_dividing_every_stage():
     assert lean(dense.options, dense.model.moe)[0].expert_parallel == 1
 
 
-def test_a_moe_job_gets_expert_parallelism_where_it_fits_only_with_it():
+def test_a_moe_job_gets_expert_parallelism_and_no_more_memory_than_there_is():
     """Mixtral holds 47 B parameters: at 16 bytes of model states each (bf16 weights, fp32
-    gradients, master weights and Adam), 8 x 80 GB hold them under no pipeline split or ZeRO
-    stage (ZeRO-3 over 8: 94 GB per GPU); only splitting the experts fits."""
+    gradients, master weights and Adam) 747 GB, more than 8 x 80 GB hold however they are
+    split; expert parallelism divides the experts, not their bytes, and ZeRO can shard an
+    expert's states only over the ranks holding that expert (the planner once found an EP 8 +
+    ZeRO plan 'fitting' there). On 16 H100s the best plan splits the experts 4 ways, ahead of
+    every plan without EP."""
     job = Job.create(MIXTRAL, 64, 4096, "bf16")
-    inventory = Inventory.parse([f"H100-80@{A}=8"])
-    result = Planner(Simulator()).plan(job, inventory, SearchOptions(search_execution_options=True))
+    with pytest.raises(NoFeasiblePlanError, match="no plan fits in memory"):
+        Planner(Simulator()).plan(job, Inventory.parse([f"H100-80@{A}=8"]), SearchOptions())
+    result = Planner(Simulator()).plan(job, Inventory.parse([f"H100-80@{A}=16"]), SearchOptions())
     best = result.best
     assert best.estimate.fits and best.options.expert_parallel > 1
     assert best.estimate.time_breakdown_s["expert_comm"] > 0

@@ -91,3 +91,27 @@ def test_model_flops_count_the_activated_parameters():
         model_flops_per_token(dense, 4096)
         == 6.0 * dense.matmul_params() + 12 * 32 * 32 * 128 * 4096
     )
+
+
+@pytest.mark.parametrize("zero", ["zero1", "zero3"])
+def test_zero_shards_expert_states_only_over_the_ranks_holding_the_same_experts(zero):
+    """Under EP 8 over 8 replicas each rank holds its own experts: ZeRO has no one to shard
+    their states with (Megatron-Core's expert data-parallel group has dp / ep = 1 rank), so
+    they stay whole while the dense parameters' states split 8 ways. Mixtral-8x7B on 8 H100s
+    at EP 8 + ZeRO-1 used to 'fit' with the experts' Adam states sharded 8 ways too."""
+    model = job().model
+    sim = Simulator()
+    args = (StageSlice(0, model.num_layer_ids - 1, "H100-80", 1, 1), 0, 1, 1, 8)
+    alone = sim.replica_memory(job(8), *args)  # no ZeRO: every state whole
+    sharded = sim.replica_memory(job(8, zero=zero), *args)
+    held = sum(model.param_terms(i)["mlp_experts"] for i in range(1, model.num_layers + 1)) // 8
+    dense = model.total_params() - 8 * held
+    # Adam (2 x fp32) + fp32 master weights = 12 bytes per parameter
+    assert alone["optimizer_states"] == (dense + held) * 12
+    assert sharded["optimizer_states"] == dense * 12 // 8 + held * 12
+    # with 16 replicas, two ranks hold each expert: their states split in two
+    wider = sim.replica_memory(job(8, zero=zero), *args[:-1], 16)
+    assert wider["optimizer_states"] == dense * 12 // 16 + held * 12 // 2
+    j = job(8, zero="zero1")
+    est = Simulator().estimate(j, Plan.uniform(j, "H100-80", A, tp=1, pp=1, dp=8))
+    assert not est.fits  # ~47 GB of expert states alone per GPU, beside the weights

@@ -30,8 +30,35 @@ full recomputation adds one forward pass, at most 1/3 of a step's compute (backw
 forward, Narayanan et al. 2021 Sec. 3.5; flash's longer backward lowers the share), and ZeRO-1
 moves the same ring volume as the all-reduce (ZeRO Sec. 7), so the best variant is at least
 3/4 as long; 0.7 leaves a margin."""
+OPTION_BREADTH = 3
+"""Plans ranked for the option search, whatever top_k below it: plan #2 under its best options
+can beat plan #1 under its own (LLaMA-3-8B fp32, 16 H100, gbs 512: 57.6 s/iter against 59.6),
+so --top 1 must not shrink what the option search sees; 3 is what the branch and bound keeps
+exact for top_k 1 (``KEEP_MARGIN``), so its pruning is unchanged. --top 1 to 3 agree on their
+first plan; a larger --top puts more plans through the option search, which can only find a
+better first plan."""
+CONTEXT_PARALLEL_HINT = 8192
+"""Sequence length from which a plan that fits nowhere is also told about context parallelism
+(one sample's activations grow with it; at 8192 a LLaMA-70B block's input is 128 MB per sample)."""
 MAX_JOBS = 16
 """Jobs whose tables a Planner keeps (least recently used dropped first)."""
+
+
+def _no_plan_fix(job: Job, options: SearchOptions, constrained: bool) -> str:
+    """What to change when no plan is found. Memory is set by the microbatch, not the global
+    batch: a smaller batch helps only where it leaves fewer microbatches than stages in
+    flight, so the fixes named are the ones that shrink a GPU's share."""
+    if constrained:
+        return "relax the constraints or add GPUs"
+    fixes = ["add GPUs or GPUs with more memory"]
+    if not options.search_execution_options:
+        fixes.append("let the planner try ZeRO and recomputation (drop --fixed-options)")
+    if job.options.context_parallel == 1 and job.sequence_length >= CONTEXT_PARALLEL_HINT:
+        fixes.append(
+            f"split each {job.sequence_length}-token sequence over GPUs (--cp N, context "
+            "parallelism) or train on shorter sequences"
+        )
+    return "; ".join(fixes)
 
 
 class Planner:
@@ -80,7 +107,8 @@ class Planner:
         search = Search(cv, scorer, memo, inventory, options, incumbent, should_stop)
         found = search.run()
         stats = search.stats
-        ranked = self._rank(job, found, options, stats, seed)
+        breadth = max(options.top_k, OPTION_BREADTH) if options.search_execution_options else 0
+        ranked = self._rank(job, found, options, stats, seed, breadth)
         partial = search.partial
         searched = [(job, found)]  # (job under some options, its candidates) for the frontier
         if options.search_execution_options:
@@ -120,7 +148,7 @@ class Planner:
             raise NoFeasiblePlanError(
                 f"{why} on {inventory.total_gpus} GPUs "
                 f"({', '.join(f'{p.count}x {p.gpu_type}@{p.zone}' for p in inventory.pools)}); "
-                "add GPUs, relax the constraints, or lower the global batch size",
+                + _no_plan_fix(job, options, constrained),
                 field="constraints" if constrained else "inventory",
             )
         return PlanResult(tuple(ranked), tuple(pareto), stats.elapsed_s, partial, stats)
@@ -159,10 +187,11 @@ class Planner:
         r = RankedPlan(previous, est)
         return r if self._admits(options, r) else None
 
-    def _rank(self, job, found, options, stats, seed) -> list[RankedPlan]:
-        """Re-score the best candidates with the simulator; keep the top_k that fit and respect
-        the constraints by the simulator's own figures."""
-        want = options.top_k + options.rescore
+    def _rank(self, job, found, options, stats, seed, breadth=0) -> list[RankedPlan]:
+        """Re-score the best candidates with the simulator; keep the max(top_k, breadth) that
+        fit and respect the constraints by the simulator's own figures."""
+        keep = max(options.top_k, breadth)
+        want = keep + options.rescore
         ordered = sorted(found.admitted, key=found.key)
         out: list[RankedPlan] = []
         seen: set[str] = set()
@@ -185,7 +214,7 @@ class Planner:
             stats.rescored += 1
             out.append(seed)
         out.sort(key=lambda r: self._key(options, r))
-        return out[: options.top_k]
+        return out[:keep]
 
     def _lean_search(self, job, inventory, options, start, stats, should_stop, incumbent):
         """The search again under the job's leanest options (``execution.lean``: ZeRO-1 for
@@ -221,7 +250,8 @@ class Planner:
             )
             found = search.run()
             stats.absorb(search.stats)
-            ranked = self._rank(lean_job, found, options, stats, None)
+            breadth = max(options.top_k, OPTION_BREADTH)
+            ranked = self._rank(lean_job, found, options, stats, None, breadth)
             out += [RankedPlan(r.plan, r.estimate, r.options or lean_options) for r in ranked]
             searched.append((lean_job, found))
             partial = partial or search.partial

@@ -65,8 +65,9 @@ def stdout_console(**kwargs) -> Console:
     return Console(width=PIPED_WIDTH, **kwargs)
 
 
-def search(args: PlanArgs) -> PlanResult:
-    """Run the planner for ``args``; raises the sim or planner error family on bad input."""
+def search(args: PlanArgs) -> tuple[Job, PlanResult]:
+    """Run the planner for ``args``: the job and the result; raises the sim or planner error
+    family on bad input."""
     from .request import Constraints, SearchOptions
     from .sources import planner_for
 
@@ -97,7 +98,7 @@ def search(args: PlanArgs) -> PlanResult:
         sim = load_simulator(profile_dir, sailor_root)
         sim.network.set_cluster(resolve_cluster(args.fabric))
         planner = Planner(sim)
-    return planner.plan(job, inventory, options)
+    return job, planner.plan(job, inventory, options)
 
 
 def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = None) -> int:
@@ -106,12 +107,12 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
     err = err or Console(stderr=True, soft_wrap=True, highlight=False)
     start = time.perf_counter()
     try:
-        result = search(args)
+        job, result = search(args)
     except (SailorPlannerError, SailorSimError, OSError) as exc:
         err.print(f"error: {exc}", markup=False)
         return 2
     if args.as_json:
-        data = result.to_dict()
+        data = result.to_dict(job)
         data["command_time_s"] = time.perf_counter() - start
         print(json.dumps(data), file=out.file)
     else:

@@ -27,12 +27,33 @@ class RankedPlan:
 
         return extrapolated(self.estimate.sources)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {"plan": self.plan.to_dict(), "estimate": self.estimate.to_dict()}
+    def to_dict(self, job=None) -> dict[str, Any]:
+        """With ``job``, the estimate also carries ``throughput`` (tokens/s, MFU),
+        ``provenance`` and ``cost_by_provider`` as ``sailor-sim simulate --json`` does."""
+        out = {"plan": self.plan.to_dict(), "estimate": self.estimate_dict(job)}
         if self.options is not None:
             out["options"] = self.options.to_dict()
         out["extrapolated"] = list(self.extrapolated)
         return out
+
+    def estimate_dict(self, job=None) -> dict[str, Any]:
+        """The estimate's JSON object; with ``job`` the figures ``plan_metrics`` puts on the
+        wire too, under the same names as ``sailor-sim simulate --json``."""
+        out = self.estimate.to_dict()
+        if job is not None:
+            from sailor_sim import cost_by_provider, provenance, throughput
+
+            job = self.job_under_options(job)
+            out["throughput"] = throughput(job, self.plan, self.estimate).to_dict()
+            out["provenance"] = provenance(self.estimate.sources, job, self.plan)
+            out["cost_by_provider"] = cost_by_provider(self.plan)
+        return out
+
+    def job_under_options(self, job):
+        """``job`` with the options this plan's estimate assumes."""
+        import dataclasses
+
+        return job if self.options is None else dataclasses.replace(job, options=self.options)
 
     def to_proto(self, job=None):
         """The wire RankedPlan; with ``job`` also its metrics (tokens/s, MFU, provenance,
@@ -121,18 +142,19 @@ class PlanResult:
     def best(self) -> RankedPlan:
         return self.plans[0]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The CLI's ``--json`` object: the best plan and its estimate at the top level."""
+    def to_dict(self, job=None) -> dict[str, Any]:
+        """The CLI's ``--json`` object: the best plan and its estimate at the top level (with
+        ``job``, each estimate with its throughput, provenance and cost per provider)."""
         best = self.plans[0]
         return {
             "plan": best.plan.to_dict(),
-            "estimate": best.estimate.to_dict(),
+            "estimate": best.estimate_dict(job),
             **({"options": best.options.to_dict()} if best.options is not None else {}),
             "search_time_s": self.search_time_s,
             "partial": self.partial,
             "stats": self.stats.to_dict(),
-            "plans": [p.to_dict() for p in self.plans],
-            "pareto": [p.to_dict() for p in self.pareto],
+            "plans": [p.to_dict(job) for p in self.plans],
+            "pareto": [p.to_dict(job) for p in self.pareto],
         }
 
     def to_proto(self, job=None):
@@ -150,14 +172,11 @@ class PlanResult:
 def plan_metrics(job, ranked: RankedPlan):
     """``sailor.v1.PlanMetrics`` of a ranked plan: ``sailor_sim.simulate.metrics``' throughput,
     provenance and cost per provider, under the options its estimate assumes."""
-    import dataclasses
-
     from sailor_sim import cost_by_provider, provenance, throughput
 
     from .proto import planner_pb2
 
-    if ranked.options is not None:
-        job = dataclasses.replace(job, options=ranked.options)
+    job = ranked.job_under_options(job)
     rate = throughput(job, ranked.plan, ranked.estimate)
     trust = provenance(ranked.estimate.sources, job, ranked.plan)
     costs = cost_by_provider(ranked.plan)

@@ -249,14 +249,15 @@ class Scorer:
                 ok = self._fits.get(key)
                 if ok is None:
                     ok = self._fits[key] = all(
-                        self._replica_fits(a, b, cls.gpu, tp, cls.mbs, i, p, m, d)
+                        self.replica_fits(a, b, cls.gpu, tp, cls.mbs, i, p, m, d)
                         for i, ((a, b), tp) in enumerate(zip(shape.bounds, cls.tps, strict=True))
                     )
                 if not ok:
                     return False
         return True
 
-    def _replica_fits(self, a, b, g, tp, mbs, i, p, m, d) -> bool:
+    def replica_fits(self, a, b, g, tp, mbs, i, p, m, d) -> bool:
+        """The simulator's verdict on one replica (stage i of p, m microbatches, d replicas)."""
         peak, capacity = self.sim.replica_peak(self.job, StageSlice(a, b, g, tp, mbs), i, p, m, d)
         return peak <= capacity
 

@@ -21,6 +21,8 @@ class Memo:
     singles: dict = field(default_factory=dict)
     lbs: dict = field(default_factory=dict)
     """Per shape, per class: (B, F) lower bounds of a pipeline's 1F1B time."""
+    may_fit: dict = field(default_factory=dict)
+    """Per (single-type shape, most replicas): whether it may fit in a mixed plan."""
 
 
 @dataclass
@@ -84,20 +86,6 @@ def ladder(top: int, lo: int) -> list[int]:
     if lo == 0:
         out.add(0)
     return sorted(out)
-
-
-def distinct_configs(singles, k: int | None) -> list[tuple]:
-    """The k best (mbs, TP spec) of one type (all when k is None) with their bottleneck."""
-    out, seen = [], set()
-    for shape, _rate, neck, spec in singles:
-        key = (shape.classes[0].mbs, spec)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((key[0], spec, neck))
-        if len(out) == k:
-            break
-    return out
 
 
 def region_groups(inventory, cross_region: bool) -> list[tuple[str, ...]]:

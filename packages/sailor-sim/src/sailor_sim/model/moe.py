@@ -109,16 +109,31 @@ def check_expert_parallel(moe: MoESpec | None, ep: int, model_name: str) -> None
         )
 
 
-def experts_held_elsewhere(model, first: int, last: int, tp: int, ep: int) -> int:
-    """Parameters of layers first..last (per GPU of a TP group) that expert parallelism puts
-    on the other ``ep - 1`` ranks of the expert group: (1 - 1/ep) of the routed experts."""
-    if ep == 1 or model.moe is None:
+def routed_expert_params(model, first: int, last: int, tp: int) -> int:
+    """Parameters of the routed experts in layers first..last (per GPU of a TP group)."""
+    if model.moe is None:
         return 0
     total = 0
     for layer_id in range(max(first, 1), min(last, model.num_layers) + 1):
         if model.is_moe_block(layer_id):
             total += model.param_terms(layer_id, tp)["mlp_experts"]
+    return total
+
+
+def experts_held_elsewhere(model, first: int, last: int, tp: int, ep: int) -> int:
+    """Parameters of layers first..last (per GPU of a TP group) that expert parallelism puts
+    on the other ``ep - 1`` ranks of the expert group: (1 - 1/ep) of the routed experts."""
+    if ep == 1:
+        return 0
+    total = routed_expert_params(model, first, last, tp)
     return total - total // ep
+
+
+def experts_held(model, first: int, last: int, tp: int, ep: int) -> int:
+    """The routed-expert parameters of layers first..last that one GPU holds: 1/ep of them.
+    ZeRO can shard their states only over the ranks holding the same experts (the stage's
+    data-parallel ranks / ep; Megatron-Core's expert data-parallel group), not over all."""
+    return routed_expert_params(model, first, last, tp) // ep
 
 
 ALL_TO_ALLS_PER_MICROBATCH = 4

@@ -103,12 +103,19 @@ def position_terms(
 
 
 def model_state_terms(
-    params: int, dtype: str, optimizer: str, grad_bytes: int | None = None, shards=(1, 1, 1)
-) -> dict[str, int]:
+    params: int, dtype: str, optimizer: str, grad_bytes: int | None = None, shards=(1, 1, 1),
+    experts: tuple[int, tuple[int, int, int]] | None = None,
+) -> dict[str, int]:  # fmt: skip
     """weights, gradients and optimizer states (with fp32 master weights in mixed precision)
     of ``params`` parameters (an int, or a numpy array of them); ``shards`` = (weights,
     gradients, optimizer) divisors under ZeRO (``sharding``); ``grad_bytes`` per gradient
-    (default ``GRAD_BYTES``)."""
+    (default ``GRAD_BYTES``). ``experts`` = (routed-expert parameters among ``params``, their
+    own divisors): under expert parallelism ZeRO shards them over fewer ranks."""
+    if experts is not None and experts[0]:
+        held, expert_shards = experts
+        dense = model_state_terms(params - held, dtype, optimizer, grad_bytes, shards)
+        routed = model_state_terms(held, dtype, optimizer, grad_bytes, expert_shards)
+        return {k: dense[k] + routed[k] for k in dense}
     g = GRAD_BYTES[dtype] if grad_bytes is None else grad_bytes
     w_shard, g_shard, o_shard = shards
     state = OPTIMIZER_STATE_BYTES[optimizer] + MASTER_WEIGHT_BYTES[dtype]
@@ -168,12 +175,14 @@ def memory_terms(
     grad_bytes: int | None = None,
     shards: tuple[int, int, int] = (1, 1, 1),
     extra: dict[str, int] | None = None,
+    experts: tuple[int, tuple[int, int, int]] | None = None,
 ) -> dict[str, int]:
     """Named bytes of one GPU; their sum is the peak. ``extra``: further persistent tensors by
-    name (e.g. ``fp8_weight_copies``), counted like the model states."""
+    name (e.g. ``fp8_weight_copies``), counted like the model states; ``experts`` as in
+    ``model_state_terms``."""
     over = framework_overhead(gpu)
     terms = {
-        **model_state_terms(params, dtype, optimizer, grad_bytes, shards),
+        **model_state_terms(params, dtype, optimizer, grad_bytes, shards, experts),
         **(extra or {}),
         **_running_terms(over, activation_per_microbatch, in_flight_microbatches, transient,
                          p2p_buffer, communicators),
@@ -197,10 +206,13 @@ def framework_bytes(over: FrameworkOverhead, tensors):
     return over.cuda_context + _floor(over.allocator_reserve_fraction * tensors)
 
 
-def static_bytes(params, dtype: str, optimizer: str, grad_bytes=None, shards=(1, 1, 1)):
+def static_bytes(
+    params, dtype: str, optimizer: str, grad_bytes=None, shards=(1, 1, 1), experts=None
+):
     """weights + gradients + optimizer_states of ``memory_terms`` for ``params`` parameters
     (an int, or a numpy array of them: the planner's [a, b] tables)."""
-    return sum(model_state_terms(params, dtype, optimizer, grad_bytes, shards).values())
+    terms = model_state_terms(params, dtype, optimizer, grad_bytes, shards, experts)
+    return sum(terms.values())
 
 
 def peak_bytes(

@@ -16,7 +16,7 @@ import dataclasses
 from typing import NamedTuple
 
 from ..catalog.gpus import get_gpu
-from ..model.moe import experts_held_elsewhere
+from ..model.moe import experts_held, experts_held_elsewhere
 from ..spec.job import Job
 from ..spec.options import (
     ExecutionOptions,
@@ -63,6 +63,8 @@ class RangeMemory(NamedTuple):
     """weights + gradients + optimizer states, unsharded (+ ``fp8_weights``)."""
     fp8_weights: int = 0
     """Cached FP8 copies of the linear weights (``fp8.fp8_weight_copy_bytes``)."""
+    expert_params: int = 0
+    """Routed-expert parameters among ``params`` (``moe.experts_held``; 0 without EP > 1)."""
 
 
 def _rescaled(measured: int, base: int, now: int, whole: bool) -> int:
@@ -151,7 +153,7 @@ class MemoryComponents:
         self.refresh()
         r = self._range_memory(job, s)
         i, p = stage_index, num_stages
-        shards, gathered = self._sharded(job, r, s.gpu_type, s.tp, dp)
+        shards, gathered, experts = self._sharded(job, r, s.gpu_type, s.tp, dp)
         buffer, communicators = position_terms(r.act_out, s.tp, dp, i, p)
         extra = {"fp8_weight_copies": r.fp8_weights, "gathered_weights": gathered}
         return memory_terms(
@@ -167,6 +169,7 @@ class MemoryComponents:
             grad_bytes=r.grad_bytes,
             shards=shards,
             extra={k: v for k, v in extra.items() if v} or None,
+            experts=experts,
         )
 
     def replica_peak(
@@ -182,8 +185,10 @@ class MemoryComponents:
         r = self._range_memory(job, s)
         static = r.static
         if job.options.zero != "none":
-            shards, gathered = self._sharded(job, r, s.gpu_type, s.tp, dp)
-            static = static_bytes(r.params, job.dtype, job.optimizer, r.grad_bytes, shards)
+            shards, gathered, experts = self._sharded(job, r, s.gpu_type, s.tp, dp)
+            static = static_bytes(
+                r.params, job.dtype, job.optimizer, r.grad_bytes, shards, experts
+            )
             static += r.fp8_weights + gathered
         buffer, communicators = position_terms(r.act_out, s.tp, dp, i, p)
         act = self._activation(job, r, i, p)
@@ -225,13 +230,20 @@ class MemoryComponents:
             grad,
             static_bytes(params, dtype, job.optimizer, grad) + fp8_weights,
             fp8_weights,
+            experts_held(model, first, last, tp, job.options.expert_parallel),
         )
 
-    def _sharded(self, job: Job, r: RangeMemory, gpu_type, tp, dp) -> tuple[tuple, int]:
-        """(weights, gradients, optimizer) divisors under ZeRO, and the bytes of parameters
-        gathered from their shards (``memory.gathered_weight_bytes``)."""
+    def _sharded(self, job: Job, r: RangeMemory, gpu_type, tp, dp) -> tuple[tuple, int, tuple]:
+        """(weights, gradients, optimizer) divisors under ZeRO, the bytes of parameters
+        gathered from their shards (``memory.gathered_weight_bytes``), and (routed-expert
+        parameters, their divisors): the ranks holding the same experts are the shard group
+        / ep (Mixtral-8x7B on 8 H100s at EP 8 and ZeRO-1 has one rank per expert, so its
+        experts' optimizer states are not sharded at all)."""
         zero = job.options.zero
-        shards = sharding(zero, self.shard_group(job, gpu_type, tp, dp))
+        group = self.shard_group(job, gpu_type, tp, dp)
+        shards = sharding(zero, group)
+        ep = job.options.expert_parallel
+        experts = (r.expert_params, sharding(zero, max(1, group // ep)))
         largest = 0
         if job.options.shards_parameters:
             key = (job.cache_id, *r.layers)
@@ -240,7 +252,7 @@ class MemoryComponents:
                 first, last, tp = r.layers
                 largest = max(job.model.params(i, tp) for i in range(first, last + 1))
                 self.cache.largest_layer[key] = largest
-        return shards, gathered_weight_bytes(zero, job.dtype, r.params, largest)
+        return shards, gathered_weight_bytes(zero, job.dtype, r.params, largest), experts
 
     @staticmethod
     def _activation(job: Job, r: RangeMemory, i: int, p: int) -> int:
