@@ -186,9 +186,7 @@ class MemoryComponents:
         static = r.static
         if job.options.zero != "none":
             shards, gathered, experts = self._sharded(job, r, s.gpu_type, s.tp, dp)
-            static = static_bytes(
-                r.params, job.dtype, job.optimizer, r.grad_bytes, shards, experts
-            )
+            static = static_bytes(r.params, job.dtype, job.optimizer, r.grad_bytes, shards, experts)
             static += r.fp8_weights + gathered
         buffer, communicators = position_terms(r.act_out, s.tp, dp, i, p)
         act = self._activation(job, r, i, p)
