@@ -258,7 +258,8 @@ class Scorer:
 
     def replica_fits(self, a, b, g, tp, mbs, i, p, m, d) -> bool:
         """The simulator's verdict on one replica (stage i of p, m microbatches, d replicas)."""
-        peak, capacity = self.sim.replica_peak(self.job, StageSlice(a, b, g, tp, mbs), i, p, m, d)
+        slice_ = StageSlice(a, b, g, tp, mbs)
+        peak, capacity = self.sim.replica_peak(self.cv.memory_job, slice_, i, p, m, d)
         return peak <= capacity
 
     def sync(self, shape: Shape, stage: int, kinds: tuple, max_mb: int, first) -> tuple:

@@ -53,9 +53,13 @@ UNBOUNDED_SHARDS = 2**30
 class CostView:
     """Tabulated simulator components for one job (thread-safe for reads after building)."""
 
-    def __init__(self, sim, job: Job) -> None:
+    def __init__(self, sim, job: Job, memory_job: Job | None = None) -> None:
+        """``memory_job``: the job whose memory the tables and verdicts use, where it differs
+        from the one whose times they hold (the planner's relaxed lean search: the times of
+        the job's own recomputation, the memory of full recomputation); default ``job``."""
         self.sim = sim
         self.job = job
+        self.memory_job = memory_job or job
         self.model = job.model
         self.n = job.model.num_layer_ids
         self._time: dict[tuple, np.ndarray] = {}
@@ -180,7 +184,8 @@ class CostView:
         key = (g, m, t)
         parts = self._mem_parts.get(key)
         if parts is None:
-            job, model, seq = self.job, self.model, self.job.local_sequence_length
+            job, model = self.memory_job, self.model
+            seq = job.local_sequence_length
             # the profile's table with the activations the job's options stash
             table = self.sim.layer_table(job, g, m, t)
             params_pre = np.array(table.params, dtype=float)
@@ -212,7 +217,7 @@ class CostView:
         """[a, b] bytes of parameters gathered from their shards (``gathered_weight_bytes``,
         as ``Simulator.replica_memory``): ZeRO-2 the range's held parameters, ZeRO-3 twice
         the largest layer of a..b (a running maximum along each row)."""
-        job = self.job
+        job = self.memory_job
         largest = 0
         if job.options.shards_parameters:
             layer = np.array([self.model.params(i, t) for i in range(self.n)], dtype=float)
@@ -223,7 +228,7 @@ class CostView:
         """[a, b] = peak bytes of one GPU holding layer ids a..b at stage i of p (``mm``
         microbatches, data parallel when ``dp``): ``memory.peak_bytes`` over the arrays, as
         ``Simulator.replica_peak`` computes it for one range."""
-        job = self.job
+        job = self.memory_job
         static, acts, transient, params, grad = self._parts(g, m, t)
         if not dp and job.options.zero != "none":
             # the least a plan can need: the sharded states spread over "all" GPUs (-> 0),
