@@ -62,6 +62,17 @@ TIED_RUNS = {
         ),
         1,
     ),
+    # The same TP per replica on both stages: each (replica, TP rank) pair sums its own rows.
+    "pairs": (
+        2,
+        Plan(
+            (
+                Stage(0, 1, (_cpu(2, 2, 2), _cpu(1, 4, 1))),
+                Stage(2, 3, (_cpu(2, 2, 2), _cpu(1, 4, 1))),
+            )
+        ),
+        1,
+    ),
     # Interleaved, 2 chunks per rank: the embedding in chunk 0 of stage 0, the head's copy in
     # chunk 1 of stage 1 (layer ids 0-1 and 4 on stage 0, 2-3 and 5 on stage 1).
     "interleaved": (
@@ -119,3 +130,22 @@ def test_tied_model_over_stages_with_mixed_tp_equals_one_process(tied_runs, name
     head = str(job.model.head_layer_id)
     assert ref.layers[head].lm_head.weight is ref.layers["0"].word.weight  # one matrix
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-10, atol=0)
+
+
+def test_tied_copies_are_summed_by_the_ranks_that_hold_them():
+    """Same TP per replica on the first and last stage: pairs of ranks with the same rows
+    (Megatron's embedding group), no middle stage involved; mixed TP: one group of the two
+    stages' ranks (full-vocabulary coordinates)."""
+    from sailor_runtime.engine.parallel.topology import Topology, tied_group_ranks
+
+    three = Plan(
+        (
+            Stage(0, 0, (_cpu(2, 2, 2), _cpu(1, 4, 1))),
+            Stage(1, 2, (_cpu(1, 2, 2), _cpu(1, 4, 1))),
+            Stage(3, 3, (_cpu(2, 2, 2), _cpu(1, 4, 1))),
+        )
+    )
+    # ranks: stage 0 = 0,1 (replica 0, TP 2), 2; stage 1 = 3, 4; stage 2 = 5,6, 7
+    assert tied_group_ranks(Topology(three)) == ([[0, 5], [1, 6], [2, 7]], True)
+    groups, pairs = tied_group_ranks(Topology(TIED_RUNS["plain"][1]))
+    assert not pairs and groups == [[0, 1, 2, 3, 4, 5]]

@@ -6,12 +6,14 @@ live on different ranks, each keeps a copy, both initialized alike; after the da
 reduction every copy's gradient is replaced by the sum of the two (Megatron's embedding group,
 Shoeybi et al. 2019), so both copies take the same AdamW step and stay equal.
 
-The stages may use different TP degrees (a vocabulary shard of one is not a shard of the
-other), so the sum is formed in full-vocabulary coordinates: replica 0's ranks of the two
-stages add their shard into a zero [vocab, hidden] buffer at their rows, one all-reduce over
-the world adds them (ranks without a copy add zeros), and each copy reads its rows back.
-That is one extra all-reduce of the embedding's size per step, only for tied models with
-more than one stage.
+Where each replica has the same TP degree on both stages, TP rank t of a replica holds the
+same vocabulary rows in both copies: the two ranks all-reduce their shard between themselves
+(``topology.tied_group_ranks``), 1/tp of the matrix, and no other rank takes part. The stages
+may also use different TP degrees (a vocabulary shard of one is not a shard of the other);
+then the sum is formed in full-vocabulary coordinates: replica 0's ranks of the two stages add
+their shard into a zero [vocab, hidden] buffer at their rows, one all-reduce over the ranks of
+the two stages adds them (ranks without a shard of replica 0 add zeros), and each copy reads
+its rows back. Only tied models with more than one stage sync at all.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from sailor_sim import Plan
 from .topology import Slot
 
 
-def syncs_tied_copies(model, plan: Plan) -> bool:
-    """Whether this run keeps two copies (a tied model over more than one stage); the same
-    answer on every rank."""
-    return model.spec.tie_word_embeddings and len(plan.stages) > 1
+def syncs_tied_copies(spec, plan: Plan) -> bool:
+    """Whether this run keeps two copies (a tied model, ``spec`` its ModelSpec, over more than
+    one stage); the same answer on every rank."""
+    return spec.tie_word_embeddings and len(plan.stages) > 1
 
 
 def tied_copies(model) -> list[torch.nn.Parameter]:
@@ -52,17 +54,24 @@ def head_copy(model) -> torch.nn.Parameter | None:
     return None
 
 
-def sync_tied_gradients(model, slot: Slot) -> None:
-    """Collective over the world: every copy's gradient becomes the sum of both copies'."""
-    spec = model.spec
+def sync_tied_gradients(model, slot: Slot, groups) -> None:
+    """Every copy's gradient becomes the sum of both copies' (a collective over ``groups.tied``;
+    nothing on a rank outside the two stages)."""
+    if groups.tied is None:
+        return
     copies = tied_copies(model)
-    ref = copies[0] if copies else next(model.parameters())
+    if groups.tied_pairs:  # the same rows on both ranks of the pair
+        for p in copies:
+            dist.all_reduce(p.grad, group=groups.tied)
+        return
+    spec = model.spec
+    ref = copies[0]
     full = torch.zeros(spec.vocab_size, spec.hidden_size, dtype=ref.dtype, device=ref.device)
     rows = _rows(model, spec.vocab_size)
     if slot.replica == 0:  # every replica holds the same reduced gradient: count it once
         for p in copies:
             full[rows].add_(p.grad)
-    dist.all_reduce(full)
+    dist.all_reduce(full, group=groups.tied)
     for p in copies:
         p.grad.copy_(full[rows])
 

@@ -8,6 +8,8 @@ Groups, created on every rank in this one order (torch.distributed requires it):
    its split dimension; DP group f (0 <= f < T) holds, from each replica j, the TP rank that
    owns fine piece f, i.e. ``f // (T / tp_j)`` (TP degrees are powers of two, so they nest).
    A replica with tp < T is in several of these groups, each with a slice of its gradient.
+3. for a tied embedding over several stages (``tied``), the groups that sum its two copies
+   (``tied_group_ranks``).
 """
 
 from __future__ import annotations
@@ -28,10 +30,36 @@ class Groups:
     tp: object | None
     dp: dict[int, object]
     """Fine piece -> DP group, for the pieces this rank holds (empty with one replica)."""
+    tied: object | None = None
+    """The group summing this rank's copy of a tied matrix with the other stage's (None: this
+    rank holds no copy, or the model is not tied over stages)."""
+    tied_pairs: bool = False
+    """``tied`` is a pair of ranks holding the same vocabulary rows (``tied_group_ranks``)."""
 
 
-def build_groups(topo: Topology, rank: int) -> Groups:
-    """Create every group on every rank in the documented order; keep this rank's."""
+def tied_group_ranks(topo: Topology) -> tuple[list[list[int]], bool]:
+    """The groups that sum the copies of a tied matrix (the embedding on stage 0, the head on
+    the last stage), and whether they are pairs. Where every replica has the same TP degree
+    on both stages, TP rank t of replica j holds the same vocabulary rows in both copies, so
+    each (j, t) pair sums its shard alone (Megatron's embedding group, Shoeybi et al. 2019):
+    1/tp of the matrix between two ranks, and no other stage takes part. Otherwise one group
+    of every rank of the two stages sums the copies in full-vocabulary coordinates."""
+    last = topo.num_stages - 1
+    replicas = range(topo.num_replicas)
+    if all(topo.tp(0, j) == topo.tp(last, j) for j in replicas):
+        pairs = [
+            [topo.rank(0, j, t), topo.rank(last, j, t)]
+            for j in replicas
+            for t in range(topo.tp(0, j))
+        ]
+        return pairs, True
+    ends = [r for j in replicas for r in topo.tp_ranks(0, j) + topo.tp_ranks(last, j)]
+    return [sorted(ends)], False
+
+
+def build_groups(topo: Topology, rank: int, tied: bool = False) -> Groups:
+    """Create every group on every rank in the documented order; keep this rank's. ``tied``:
+    the embedding and head are one matrix held by two stages (``tied.syncs_tied_copies``)."""
     me = topo.slot(rank)
     tp_group = None
     for i in range(topo.num_stages):
@@ -48,4 +76,11 @@ def build_groups(topo: Topology, rank: int) -> Groups:
                 g = dist.new_group(members)
                 if rank in members and i == me.stage:
                     dp[f] = g
-    return Groups(tp_group, dp)
+    groups = Groups(tp_group, dp)
+    if tied:
+        members_list, groups.tied_pairs = tied_group_ranks(topo)
+        for members in members_list:
+            g = dist.new_group(members)
+            if rank in members:
+                groups.tied = g
+    return groups

@@ -246,7 +246,7 @@ def _setup(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     rank: torch.distributed requires it."""
     device = _device(cfg.backend, rank)
     slot = topo.slot(rank)
-    groups = build_groups(topo, rank)
+    groups = build_groups(topo, rank, tied=syncs_tied_copies(job.model, plan))
     log.info("rank %d: groups built", rank)
     rep = plan.stages[slot.stage].replicas[slot.replica]
     param_dtype, autocast = precision(job, cfg)
@@ -264,7 +264,7 @@ def _setup(job: Job, plan: Plan, topo: Topology, rank: int, cfg: TrainConfig) ->
     )
     params = list(model.parameters())
     decayed = decayed_params(model, cfg.optim.no_decay)
-    tied = syncs_tied_copies(model, plan)
+    tied = syncs_tied_copies(model.spec, plan)
     if tied and mesh is not None:
         raise EngineError(
             "a tied embedding over several pipeline stages cannot be sharded with FSDP yet; "
@@ -401,7 +401,7 @@ def _synced_norm_share(s: RankState):
         return _fsdp_norm_share(s.params, s.slot, s.mesh)
     reduce_data_parallel(s.params, s.topo, s.slot, s.groups)
     if s.tied:
-        sync_tied_gradients(s.model, s.slot)
+        sync_tied_gradients(s.model, s.slot, s.groups)
     return local_norm_sq(s.norm_params, s.slot)
 
 
