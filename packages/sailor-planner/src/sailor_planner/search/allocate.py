@@ -360,10 +360,20 @@ class Scorer:
         return 1.0 / t, usd_per_s * t, usd_per_s * 3600.0
 
     def _step_sync(self, shape: Shape, groups: tuple[Group, ...]) -> float:
-        """The per-step whole-world all-reduce, as Simulator.estimate adds it."""
+        """The per-step whole-world all-reduce and a tied matrix's sum between the first and
+        last stage, as Simulator.estimate adds them (``compose.tied_ends``)."""
         gpus = sum(g.count * shape.classes[g.cls].gpus for g in groups)
         endpoints = {(z, shape.classes[g.cls].gpu) for g in groups for z in g.pattern}
-        return self.sim.step_sync_time(endpoints, gpus)
+        sync = self.sim.step_sync_time(endpoints, gpus)
+        if shape.depth > 1 and self.job.model.tie_word_embeddings:
+            kinds: dict[tuple, int] = {}
+            for g in groups:
+                cls = shape.classes[g.cls]
+                ends = ((g.pattern[0], cls.gpu, cls.tps[0]), (g.pattern[-1], cls.gpu, cls.tps[-1]))
+                kinds[ends] = kinds.get(ends, 0) + g.count
+            ends = tuple(sorted((a, b, n) for (a, b), n in kinds.items()))
+            sync += self.sim.tied_sync_time(self.job, ends)
+        return sync
 
     def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
         return self.finish(self.draft(shape, groups), layout)

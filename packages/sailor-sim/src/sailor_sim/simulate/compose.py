@@ -19,6 +19,7 @@ through this same code.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple, Protocol
 
 from ..spec.job import Job
@@ -73,6 +74,8 @@ class Components(Protocol):
         """``job``'s ``p2p`` results so far, by ``p2p_key``."""
 
     def step_sync_time(self, endpoints, ranks: int) -> float: ...
+
+    def tied_sync_time(self, job: Job, ends: tuple) -> float: ...
 
     def replica_memory(self, job: Job, *args) -> dict[str, int]: ...
 
@@ -269,6 +272,20 @@ def time_terms(critical: CriticalPipeline, totals: PlanTotals, step_sync_s: floa
     return timing.iteration_terms(pipe, totals.dp_sync_s, totals.optimizer_s, drain, step_sync_s)
 
 
+def tied_ends(plan: Plan) -> tuple:
+    """Per kind of pipeline, ((zone, GPU type, TP) of its first stage's replica, the same of
+    its last stage's, how many pipelines), sorted; empty for one stage. Pipeline j is replica
+    j of every stage, as the runtime pairs the copies of a tied matrix."""
+    if len(plan.stages) < 2:
+        return ()
+    first, last = plan.stages[0].replicas, plan.stages[-1].replicas
+    kinds = Counter(
+        ((a.zone, a.gpu_type, a.tp), (b.zone, b.gpu_type, b.tp))
+        for a, b in zip(first, last, strict=True)
+    )
+    return tuple(sorted((a, b, n) for (a, b), n in kinds.items()))
+
+
 def estimate_plan(
     parts: Components, job: Job, plan: Plan, iterations=None, tokens=None
 ) -> Estimate:
@@ -276,8 +293,9 @@ def estimate_plan(
     summaries = summarize(parts, job, plan)
     totals = plan_totals(summaries)
     critical, p2p_egress = critical_pipeline(parts, job, plan, summaries)
-    # The per-step whole-world all-reduce of loss and gradient norm.
+    # The per-step whole-world all-reduce of loss and gradient norm, and a tied matrix's sum.
     step_sync = parts.step_sync_time(totals.endpoints, totals.gpus)
+    step_sync += parts.tied_sync_time(job, tied_ends(plan))
     terms = time_terms(critical, totals, step_sync)
     iteration = sum(terms.values())
     egress = p2p_egress + totals.dp_egress_usd

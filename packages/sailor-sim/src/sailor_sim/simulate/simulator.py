@@ -579,6 +579,44 @@ class Simulator(MemoryComponents):
         ranks = sum(r.tp for s in plan.stages for r in s.replicas)
         return self.step_sync_time(endpoints, ranks)
 
+    def tied_sync_time(self, job: Job, ends: tuple) -> float:
+        """Seconds of the per-step sum of a tied matrix's two copies, the embedding's on the
+        first stage and the head's on the last (the runtime's ``engine.parallel.tied``);
+        ``ends`` = ``tied_ends`` of the plan: per kind of pipeline ((zone, GPU type, TP) of
+        its first stage, the same of its last, pipelines), empty for one stage. Where every
+        pipeline has one TP degree at both ends, each pair of ranks holding the same rows
+        all-reduces its 1/tp of the [vocab, hidden] gradient (Megatron's embedding group),
+        all pairs at once: the slowest pair's link. Otherwise the ranks of both stages
+        all-reduce the full matrix, over the slowest of their links."""
+        model = job.model
+        if not ends or not model.tie_word_embeddings:
+            return 0.0
+        self.refresh()
+        key = ("tied", job.cache_id, ends)
+        hit = self.cache.step_sync.get(key)
+        if hit is None:
+            grad = GRAD_BYTES[job.dtype] if job.options.grad_dtype == "fp32" else 2
+            full = model.vocab_size * model.hidden_size * grad
+
+            def link(a, b):
+                return self.network.link(Endpoint(a[0], a[1], 1), Endpoint(b[0], b[1], 1))
+
+            if all(first[2] == last[2] for first, last, _n in ends):
+                hit = max(
+                    timing.allreduce_time(link(first, last), full / first[2], 2, 1, 1.0)
+                    for first, last, _n in ends
+                )
+            else:
+                kinds = sorted({(e[0], e[1]) for first, last, _n in ends for e in (first, last)})
+                ranks = sum(n * (first[2] + last[2]) for first, last, n in ends)
+                hit = max(
+                    timing.allreduce_time(link(a, b), full, ranks, 1, 1.0)
+                    for k, a in enumerate(kinds)
+                    for b in kinds[k:]
+                )
+            self.cache.step_sync[key] = hit
+        return hit
+
     def usd_per_s(self, gpu_type: str, zone: str, gpus: int = 1) -> float:
         """$/s of ``gpus`` GPUs of a type in a zone (the price catalog, cached until it
         changes)."""
