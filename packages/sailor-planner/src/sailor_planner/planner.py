@@ -64,6 +64,18 @@ def _no_plan_fix(job: Job, options: SearchOptions, constrained: bool) -> str:
     return "; ".join(fixes)
 
 
+def _distinct_plans(found, ordered=None):
+    """(position in the search's order, plan, its JSON) of each distinct plan among the
+    admitted candidates of ``found``, best first (``ordered``: them, already sorted)."""
+    seen: set[str] = set()
+    for n, s in enumerate(ordered or sorted(found.admitted, key=found.key)):
+        plan = build_plan(s)
+        text = plan.to_json(indent=None)
+        if text not in seen:
+            seen.add(text)
+            yield n, plan, text
+
+
 class Planner:
     def __init__(self, simulator) -> None:
         self.sim = simulator
@@ -193,24 +205,18 @@ class Planner:
         fit and respect the constraints by the simulator's own figures."""
         keep = max(options.top_k, breadth)
         want = keep + options.rescore
-        ordered = sorted(found.admitted, key=found.key)
         out: list[RankedPlan] = []
         seen: set[str] = set()
-        pos = 0
-        while pos < len(ordered) and len(out) < want:
-            batch = ordered[pos : pos + want]
-            pos += want
-            for s in batch:
-                plan = build_plan(s)
-                text = plan.to_json(indent=None)
-                if text in seen:
-                    continue
-                seen.add(text)
-                r = self._estimate(job, plan, stats)
-                if r is not None and self._admits(options, r):
-                    out.append(r)
-            if pos > 20 * want:
-                break
+        batch = 0
+        for n, plan, text in _distinct_plans(found):
+            if n // want > batch:  # in batches of `want`: stop after one with enough, or 21
+                batch = n // want
+                if len(out) >= want or batch > 20:
+                    break
+            seen.add(text)
+            r = self._estimate(job, plan, stats)
+            if r is not None and self._admits(options, r):
+                out.append(r)
         if seed is not None and seed.plan.to_json(indent=None) not in seen:
             stats.rescored += 1
             out.append(seed)
@@ -229,17 +235,12 @@ class Planner:
         admits = lambda r: self._admits(options, r)  # noqa: E731
         key = lambda r: self._key(options, r)  # noqa: E731
         out: list[RankedPlan] = []
-        seen: set[str] = set()
-        for n, s in enumerate(sorted(found.admitted, key=found.key)):
-            if len(out) >= keep and found.key(s)[0] >= key(out[keep - 1])[0]:
+        ordered = sorted(found.admitted, key=found.key)
+        for n, plan, _text in _distinct_plans(found, ordered):
+            if len(out) >= keep and found.key(ordered[n])[0] >= key(out[keep - 1])[0]:
                 break  # its best variant is no better than its optimistic score
             if n >= RELAXED_VISITS * keep:
                 break
-            plan = build_plan(s)
-            text = plan.to_json(indent=None)
-            if text in seen:
-                continue
-            seen.add(text)
             r = self._estimate(lean_job, plan, stats)
             if r is None or not r.estimate.fits:
                 continue
