@@ -41,19 +41,24 @@ class RankedPlan:
         wire too, under the same names as ``sailor-sim simulate --json``."""
         out = self.estimate.to_dict()
         if job is not None:
-            from sailor_sim import cost_by_provider, provenance, throughput
-
-            job = self.job_under_options(job)
-            out["throughput"] = throughput(job, self.plan, self.estimate).to_dict()
-            out["provenance"] = provenance(self.estimate.sources, job, self.plan)
-            out["cost_by_provider"] = cost_by_provider(self.plan)
+            rate, trust, costs = self.metrics(job)
+            out["throughput"] = rate.to_dict()
+            out["provenance"] = trust
+            out["cost_by_provider"] = costs
         return out
 
-    def job_under_options(self, job):
-        """``job`` with the options this plan's estimate assumes."""
+    def metrics(self, job):
+        """(throughput, provenance, cost per provider) of this plan for ``job`` under the
+        options its estimate assumes: ``sailor_sim.simulate.metrics``, as ``sailor-sim
+        simulate`` prints them (the CLI's JSON and the wire's PlanMetrics)."""
         import dataclasses
 
-        return job if self.options is None else dataclasses.replace(job, options=self.options)
+        from sailor_sim import cost_by_provider, provenance, throughput
+
+        if self.options is not None:
+            job = dataclasses.replace(job, options=self.options)
+        rate = throughput(job, self.plan, self.estimate)
+        return rate, provenance(self.estimate.sources, job, self.plan), cost_by_provider(self.plan)
 
     def to_proto(self, job=None):
         """The wire RankedPlan; with ``job`` also its metrics (tokens/s, MFU, provenance,
@@ -172,14 +177,9 @@ class PlanResult:
 def plan_metrics(job, ranked: RankedPlan):
     """``sailor.v1.PlanMetrics`` of a ranked plan: ``sailor_sim.simulate.metrics``' throughput,
     provenance and cost per provider, under the options its estimate assumes."""
-    from sailor_sim import cost_by_provider, provenance, throughput
-
     from .proto import planner_pb2
 
-    job = ranked.job_under_options(job)
-    rate = throughput(job, ranked.plan, ranked.estimate)
-    trust = provenance(ranked.estimate.sources, job, ranked.plan)
-    costs = cost_by_provider(ranked.plan)
+    rate, trust, costs = ranked.metrics(job)
     return planner_pb2.PlanMetrics(
         tokens_per_s=rate.tokens_per_s,
         tokens_per_s_per_gpu=rate.tokens_per_s_per_gpu,

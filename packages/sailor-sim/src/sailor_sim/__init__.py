@@ -138,6 +138,7 @@ _FACE = {
     "interleave_problem": "spec.interleave",
     "microbatch_step": "spec.interleave",
     "stage_problem": "spec.interleave",
+    "count_tied_ends": "simulate.compose",
     "exposed_tail": "simulate.timing",
     "framework_overhead": "simulate.memory",
     "gathered_weight_bytes": "simulate.memory",

@@ -19,6 +19,7 @@ from sailor_sim import (
     Replica,
     Stage,
     StageSlice,
+    count_tied_ends,
     exposed_tail,
     get_gpu,
     microbatch_step,
@@ -366,12 +367,10 @@ class Scorer:
         endpoints = {(z, shape.classes[g.cls].gpu) for g in groups for z in g.pattern}
         sync = self.sim.step_sync_time(endpoints, gpus)
         if shape.depth > 1 and self.job.model.tie_word_embeddings:
-            kinds: dict[tuple, int] = {}
-            for g in groups:
-                cls = shape.classes[g.cls]
-                ends = ((g.pattern[0], cls.gpu, cls.tps[0]), (g.pattern[-1], cls.gpu, cls.tps[-1]))
-                kinds[ends] = kinds.get(ends, 0) + g.count
-            ends = tuple(sorted((a, b, n) for (a, b), n in kinds.items()))
+            ends = count_tied_ends(
+                (((g.pattern[0], c.gpu, c.tps[0]), (g.pattern[-1], c.gpu, c.tps[-1])), g.count)
+                for g, c in ((g, shape.classes[g.cls]) for g in groups)
+            )
             sync += self.sim.tied_sync_time(self.job, ends)
         return sync
 

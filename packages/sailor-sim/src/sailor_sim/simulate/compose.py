@@ -279,10 +279,17 @@ def tied_ends(plan: Plan) -> tuple:
     if len(plan.stages) < 2:
         return ()
     first, last = plan.stages[0].replicas, plan.stages[-1].replicas
-    kinds = Counter(
-        ((a.zone, a.gpu_type, a.tp), (b.zone, b.gpu_type, b.tp))
+    return count_tied_ends(
+        (((a.zone, a.gpu_type, a.tp), (b.zone, b.gpu_type, b.tp)), 1)
         for a, b in zip(first, last, strict=True)
     )
+
+
+def count_tied_ends(pipelines) -> tuple:
+    """``tied_ends`` from ((first end, last end), pipelines) items, the same ends summed."""
+    kinds: Counter = Counter()
+    for ends, n in pipelines:
+        kinds[ends] += n
     return tuple(sorted((a, b, n) for (a, b), n in kinds.items()))
 
 
