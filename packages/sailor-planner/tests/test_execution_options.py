@@ -11,7 +11,11 @@ from sailor_planner.errors import NoFeasiblePlanError
 from sailor_planner.planner import Planner
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
 from sailor_planner.request import SearchOptions
+from sailor_planner.search.allocate import Scorer
+from sailor_planner.search.branch_bound import Search
+from sailor_planner.search.costs import CostView
 from sailor_planner.search.execution import variants
+from sailor_planner.search.templates import ClassShape, Shape, fits_every_allocation
 from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job, Plan, Simulator
 from sailor_sim.spec.options import ExecutionOptions
@@ -178,3 +182,76 @@ def test_the_best_plan_does_not_depend_on_top_k():
     assert one[0].plan == three[0].plan and one[0].options == three[0].options
     assert one[0].estimate.iteration_time_s == pytest.approx(three[0].estimate.iteration_time_s)
     assert one[0].estimate.iteration_time_s < 58.5
+
+
+def test_option_search_shares_time_tables_across_zero_stages():
+    """The lean searches (ZeRO-1, ZeRO-3 under relaxed recomputation) read the first
+    search's time tables where their stage times are the same (``Job.timing_id``), and a view
+    refuses tables of other times."""
+    sim = Simulator()
+    job = Job.create("LLaMA-3-8B", 64, 4096, "bf16")
+    planner = Planner(sim)
+    planner.plan(job, Inventory.parse(["H100-80@us-central1-a=8"]), SearchOptions())
+    views = [cv for cv, _scorer, _memo in planner._per_job.values()]
+    assert len(views) >= 2, "the option search ran no lean search"
+    base = next(cv for cv in views if cv.job == job)
+    for cv in views:
+        same = cv.job.timing_id == job.timing_id
+        assert (cv._time is base._time) == same and (cv._tmat is base._tmat) == same
+    assert any(cv is not base and cv._time is base._time for cv in views)
+    zero3 = dataclasses.replace(job, options=dataclasses.replace(job.options, zero="zero3"))
+    with pytest.raises(ValueError, match="other stage times"):
+        CostView(sim, zero3, times_of=base)
+
+
+def _zero1_scorer(sim, job):
+    """The ZeRO-1 lean search's scorer (full recomputation's memory, no recomputation's
+    times), as the planner builds it."""
+    lean1 = dataclasses.replace(job.options, recompute="full", zero="zero1")
+    timed = dataclasses.replace(lean1, recompute="none")
+    cv = CostView(
+        sim, dataclasses.replace(job, options=timed), dataclasses.replace(job, options=lean1)
+    )
+    return Scorer(cv)
+
+
+def test_fits_every_allocation_holds_only_where_one_and_two_replicas_fit():
+    """OPT-350M (fp32, 5.6 GB of states) on one V100-16 holds every layer with ZeRO-1 and full
+    recomputation at mbs 1, with one replica or more; LLaMA-3.1-8B (bf16, 128 GB of states)
+    fits no one-stage replica of 8 L4 with ZeRO-1 whatever the replicas; a job without ZeRO
+    is refused (its memory grows with nothing the check varies)."""
+    sim = Simulator()
+    small = Job.create("OPT-350M", 64, 2048, "fp32")
+    shape = Shape(((0, small.model.num_layer_ids - 1),), (ClassShape("V100-16", 1, (1,)),))
+    assert fits_every_allocation(_zero1_scorer(sim, small), shape)
+    big = Job.create("LLaMA-3.1-8B", 16, 8192, "bf16")
+    shape = Shape(((0, big.model.num_layer_ids - 1),), (ClassShape("L4", 1, (1,)),))
+    assert not fits_every_allocation(_zero1_scorer(sim, big), shape)
+    with pytest.raises(ValueError, match="no ZeRO"):
+        fits_every_allocation(Scorer(CostView(sim, small)), shape)
+
+
+def test_the_zero3_search_scores_no_shape_the_zero1_search_covers(monkeypatch):
+    """A one-stage shape whose every plan fits under ZeRO-1 (and full recomputation) is the
+    ZeRO-1 search's: the ZeRO-3 search skips it (OPT-350M on 16 A100-80 + 16 H100-80, where
+    every one fits; before, it scored 471 candidates), so it scores nothing, and the ranked
+    plan is the same as with every shape scored (a Pareto frontier reads every candidate:
+    then nothing is skipped)."""
+    sim = Simulator()
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    inventory = Inventory.parse(["A100-80@us-central1-a=16", "H100-80@us-central1-b=16"])
+    scored: dict[str, int] = {}
+    evaluate = Search._evaluate
+
+    def counting(self, shape, *args):
+        zero = self.cv.memory_job.options.zero
+        scored[zero] = scored.get(zero, 0) + 1
+        return evaluate(self, shape, *args)
+
+    monkeypatch.setattr(Search, "_evaluate", counting)
+    best = Planner(sim).plan(job, inventory, SearchOptions()).best
+    assert scored.get("none", 0) > 0 and scored.get("zero3", 0) == 0
+    scored.clear()
+    every = Planner(sim).plan(job, inventory, SearchOptions(pareto_points=3)).best
+    assert scored.get("zero3", 0) > 0, "the frontier's ZeRO-3 search skipped shapes"
+    assert every.plan == best.plan and every.options == best.options

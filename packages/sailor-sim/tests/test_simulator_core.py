@@ -179,3 +179,20 @@ def test_cached_numbers_never_leak_between_plans(zero):
     live = Simulator()
     live.estimate(job, two_zones)
     assert live.estimate(job, same_zone).to_dict() == Simulator().estimate(job, same_zone).to_dict()
+
+
+def test_zero_stages_share_stage_times_by_execution_style():
+    """``Job.timing_id``: ZeRO enters a slice's time only through its execution style (the
+    framework share of analytic profiles), so ZeRO-1 shares the times of no ZeRO and ZeRO-2
+    those of ZeRO-3, and the cache keyed by it returns what a fresh simulator computes."""
+    base = Job.create("LLaMA-3-8B", 64, 4096, "bf16")
+    jobs = {z: Job.create("LLaMA-3-8B", 64, 4096, "bf16", options={"zero": z}) for z in (
+        "none", "zero1", "zero2", "zero3")}  # fmt: skip
+    assert jobs["zero1"].timing_id == base.timing_id == jobs["none"].timing_id
+    assert jobs["zero2"].timing_id == jobs["zero3"].timing_id != base.timing_id
+    s = StageSlice(0, 8, "H100-80", 2, 1)
+    shared = Simulator()
+    for zero, job in jobs.items():  # each against a simulator that never saw another job
+        assert shared.stage_time(job, s) == Simulator().stage_time(job, s), zero
+    # analytic H100 profiles: the FSDP style's fitted efficiency is not Megatron's
+    assert shared.stage_time(jobs["zero3"], s) != shared.stage_time(base, s)

@@ -13,16 +13,24 @@ import threading
 import time
 from collections.abc import Callable
 
-from sailor_sim import Inventory, Job, Plan, SailorSimError, check_options_on, get_gpu
+from sailor_sim import (
+    ExecutionOptions,
+    Inventory,
+    Job,
+    Plan,
+    SailorSimError,
+    check_options_on,
+    get_gpu,
+)
 
 from .errors import NoFeasiblePlanError
 from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search.allocate import Scorer, build_plan
-from .search.branch_bound import Memo, Search
+from .search.branch_bound import Memo, Search, reads_only_the_best
 from .search.costs import CostView
 from .search.execution import best_options, fitted_expert_parallel, lean
-from .search.templates import surely_fits
+from .search.templates import fits_every_allocation, surely_fits
 
 LEAN_SLOWDOWN = 0.95
 """A lower bound of (a lean plan's time under its best variant) / (its time as the lean search
@@ -91,12 +99,20 @@ class Planner:
         with self._lock:
             state = self._per_job.pop(key, None)
             if state is None:
-                cv = CostView(self.sim, job, memory_job)
+                cv = CostView(self.sim, job, memory_job, self._times_of(job))
                 state = (cv, Scorer(cv), Memo())
             self._per_job[key] = state  # most recently used last
             while len(self._per_job) > MAX_JOBS:  # a long-running server stays bounded
                 self._per_job.pop(next(iter(self._per_job)))
         return state
+
+    def _times_of(self, job: Job) -> CostView | None:
+        """A kept view whose stage times are ``job``'s (``Job.timing_id``), to share its time
+        tables; called under the lock."""
+        for cv, _scorer, _memo in self._per_job.values():
+            if cv.job.timing_id == job.timing_id:
+                return cv
+        return None
 
     def plan(
         self,
@@ -256,11 +272,16 @@ class Planner:
         in memory only with recomputation or sharding (LLaMA-8B in bf16 on 8 GPUs without
         ZeRO) are invisible to a search with the job's own options. Its incumbent is the
         first search's best relaxed by ``LEAN_SLOWDOWN``: a lean plan that cannot reach it
-        cannot win under any variant either, so such branches are pruned. Returns the ranked
+        cannot win under any variant either, so such branches are pruned. Each search skips
+        the shapes an earlier one covers (every plan fits under its options: the job's own,
+        then ZeRO-1's for the ZeRO-3 search, ``templates.fits_every_allocation``); where a
+        covered plan runs faster under a later set's options (ZeRO-3 hiding its traffic),
+        ``best_options`` finds that variant for the plans ranked. Returns the ranked
         plans (their estimates under the lean options), whether a search was partial, and
         (lean job, its candidates) per search for the frontier."""
         out, partial, searched = [], False, []
         base_cv = self._state(job)[0]
+        earlier: list[tuple[ExecutionOptions, Scorer]] = []  # lean sets searched, in order
         for lean_options in lean(job.options, job.model.moe, job.sequence_length):
             lean_job = dataclasses.replace(job, options=lean_options)
             if lean_job == job:
@@ -281,7 +302,11 @@ class Planner:
             timed_job = dataclasses.replace(job, options=timed)
             cv, scorer, memo = self._state(timed_job, lean_job)
             # Shapes whose every plan fits under the job's own options were searched by the
-            # first search: the lean one is for the plans that fit only with its options.
+            # first search, and those whose every plan fits under an earlier lean set by
+            # that search: this one is for the plans that fit only with its options.
+            wider = [sc for o, sc in earlier if _same_replicas(o, lean_options)]
+            if not reads_only_the_best(options):  # a frontier reads every candidate scored
+                wider = []
             search = Search(
                 cv,
                 scorer,
@@ -290,8 +315,9 @@ class Planner:
                 budget,
                 incumbent,
                 should_stop,
-                covered=lambda shape, base=base_cv: surely_fits(base, shape),
+                covered=_covered_by(base_cv, wider, scorer),
             )
+            earlier.append((lean_options, scorer))
             found = search.run()
             stats.absorb(search.stats)
             ranked = self._rank_relaxed(job, lean_job, found, options, stats)
@@ -397,6 +423,24 @@ def _remaining(options: SearchOptions, start: float, stats) -> SearchOptions | N
         if budget <= 0:
             return None
     return dataclasses.replace(options, deadline_s=left, max_candidates=budget)
+
+
+def _covered_by(base: CostView, wider: list[Scorer], own: Scorer) -> Callable:
+    """The shapes a lean search (``own``) skips: every plan fits under the job's own options
+    (``base``, searched first) or under an earlier lean set's (``wider``)."""
+
+    def covered(shape) -> bool:
+        return surely_fits(base, shape) or any(
+            fits_every_allocation(sc, shape, own) for sc in wider
+        )
+
+    return covered
+
+
+def _same_replicas(a: ExecutionOptions, b: ExecutionOptions) -> bool:
+    """Whether a shape means the same replicas under both option sets (context and expert
+    parallel degrees lay replicas out: a shape of one is another plan under the other)."""
+    return (a.context_parallel, a.expert_parallel) == (b.context_parallel, b.expert_parallel)
 
 
 def _fits_inventory(plan: Plan, inventory: Inventory) -> bool:

@@ -177,15 +177,15 @@ class Bounder:
                 continue
             # Over 2 ranks: a ring all-reduce only slows as ranks join (2 (n - 1) / n of the
             # bytes per rank, n - 1 latency steps), so one bound serves every ring size.
-            hit = self._spanning(shape, nbytes, stage0, zones, 2)
+            hit = self._spanning(nbytes, stage0, zones, 2)
             if hit <= 0:
                 continue
             if ranks > len(zones):
-                hit = max(hit, self._zone_edge_floor(shape, nbytes, stage0, zones, ranks))
+                hit = max(hit, self._zone_edge_floor(nbytes, stage0, zones, ranks))
             best = min(best, hit)
         return best
 
-    def _zone_edge_floor(self, shape: Shape, nbytes, stage0, zones, ranks: int) -> float:
+    def _zone_edge_floor(self, nbytes, stage0, zones, ranks: int) -> float:
         """The fastest ring edge inside any of ``zones`` between stage-0 kinds it holds, over
         ``ranks`` replicas (``Simulator.zone_edge_time``); 0 where one is hierarchical (its
         seconds depend on the run: no floor taken)."""
@@ -193,18 +193,18 @@ class Bounder:
         hit = self._zone_floor.get(key)
         if hit is None:
             hit = self._zone_floor[key] = self._zone_edge_floor_uncached(
-                shape, stage0, zones, ranks
+                nbytes, stage0, zones, ranks
             )
         return hit
 
-    def _zone_edge_floor_uncached(self, shape: Shape, stage0, zones, ranks: int) -> float:
-        first, last = shape.bounds[0]
+    def _zone_edge_floor_uncached(self, nbytes, stage0, zones, ranks: int) -> float:
+        seconds = self.scorer.sim.zone_edge_seconds  # = zone_edge_time, bytes computed once
         fastest = math.inf
         for z in zones:
             held = [(z, g, tp) for g, tp in stage0 if self.free.get((g, z), 0)]
             for a in held:
                 for b in held:
-                    t = self.scorer.sim.zone_edge_time(self.job, first, last, a, b, ranks)
+                    t = seconds(a, b, ranks, nbytes)
                     if t is None:
                         return 0.0
                     fastest = min(fastest, t)
@@ -233,25 +233,25 @@ class Bounder:
             return 0.0
         used = zip(counts, shape.classes, strict=True)
         stage0 = tuple(sorted({(cls.gpu, cls.tps[0]) for d, cls in used if d}))
-        return self._spanning(shape, nbytes, stage0, zones, sum(counts))
+        return self._spanning(nbytes, stage0, zones, sum(counts))
 
-    def _spanning(self, shape: Shape, nbytes, stage0, zones, ranks: int) -> float:
+    def _spanning(self, nbytes, stage0, zones, ranks: int) -> float:
         """``_spanning_uncached``, cached by the ring's bytes: equal ranges' rings share it."""
         key = (nbytes, stage0, zones, ranks)
         hit = self._spanning_rings.get(key)
         if hit is None:
-            hit = self._spanning_rings[key] = self._spanning_uncached(shape, stage0, zones, ranks)
+            hit = self._spanning_rings[key] = self._spanning_uncached(nbytes, stage0, zones, ranks)
         return hit
 
-    def _spanning_uncached(self, shape: Shape, stage0, zones, ranks: int) -> float:
-        first, last = shape.bounds[0]
+    def _spanning_uncached(self, nbytes, stage0, zones, ranks: int) -> float:
+        seconds = self.scorer.sim.edge_seconds  # = ring_edge_time, bytes computed once
         kinds = [(z, g, tp) for z in zones for g, tp in stage0 if self.free.get((g, z), 0)]
         inbound: dict[str, float] = {}
         outbound: dict[str, float] = {}
         for a in kinds:
             for b in kinds:
                 if a[0] != b[0]:
-                    t = self.scorer.sim.ring_edge_time(self.job, first, last, a, b, ranks)
+                    t = seconds(a, b, ranks, nbytes)
                     inbound[b[0]] = min(inbound.get(b[0], math.inf), t)
                     outbound[a[0]] = min(outbound.get(a[0], math.inf), t)
         if len(inbound) < 2:  # no two zones hold the types: no placement fits, 0 bounds it

@@ -73,6 +73,13 @@ POLL_S = 0.01
 """Seconds between two asks of ``should_stop``: a cancelled request stops well within 100 ms."""
 
 
+def reads_only_the_best(options: SearchOptions) -> bool:
+    """Whether the request reads only the kept best candidates: no Pareto frontier (drawn from
+    every candidate scored) and no more candidates re-scored than the kept best holds. Work
+    that cannot change the kept best is skipped only then."""
+    return options.pareto_points == 0 and options.rescore <= KEEP_MARGIN
+
+
 class Search:
     def __init__(
         self,
@@ -96,10 +103,8 @@ class Search:
         self.cv, self.scorer, self.memo = cv, scorer, memo
         self.incumbent = incumbent if options.top_k == 1 else None
         # Skipping by the tighter bounds of a leaf (``_leaf_loses``) and of a placement
-        # (``_ring_loses``, ``_draft_loses``) keeps the kept best exact. It stays off where
-        # more is read: a Pareto frontier (drawn from every candidate scored), or more
-        # candidates re-scored than the kept best holds.
-        self.tight = options.pareto_points == 0 and options.rescore <= KEEP_MARGIN
+        # (``_ring_loses``, ``_draft_loses``) keeps the kept best exact.
+        self.tight = reads_only_the_best(options)
         self.job = cv.job
         self.opt = options
         self.stats = SearchStats()

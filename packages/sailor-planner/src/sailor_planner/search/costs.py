@@ -53,18 +53,27 @@ UNBOUNDED_SHARDS = 2**30
 class CostView:
     """Tabulated simulator components for one job (thread-safe for reads after building)."""
 
-    def __init__(self, sim, job: Job, memory_job: Job | None = None) -> None:
+    def __init__(
+        self, sim, job: Job, memory_job: Job | None = None, times_of: CostView | None = None
+    ) -> None:
         """``memory_job``: the job whose memory the tables and verdicts use, where it differs
         from the one whose times they hold (the planner's relaxed lean search: the times of
-        the job's own recomputation, the memory of full recomputation); default ``job``."""
+        the job's own recomputation, the memory of full recomputation); default ``job``.
+        ``times_of``: a view of the same simulator whose job has the same ``Job.timing_id``
+        (its stage times are this job's): its time tables are shared, not rebuilt (the
+        option search's ZeRO stages)."""
         self.sim = sim
         self.job = job
         self.memory_job = memory_job or job
         self.model = job.model
         self.n = job.model.num_layer_ids
-        self._time: dict[tuple, np.ndarray] = {}
         self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._tmat: dict[tuple, np.ndarray] = {}
+        if times_of is not None and (
+            times_of.sim is not sim or times_of.job.timing_id != job.timing_id
+        ):
+            raise ValueError("times_of: another simulator or other stage times")
+        self._time: dict[tuple, np.ndarray] = {} if times_of is None else times_of._time
+        self._tmat: dict[tuple, np.ndarray] = {} if times_of is None else times_of._tmat
         self._fit: dict[tuple, np.ndarray] = {}
         self.memo: dict[tuple, object] = {}
         """Derived tables of other modules (e.g. per-position stage costs), same lifetime."""

@@ -163,6 +163,27 @@ def surely_fits(cv: CostView, shape: Shape) -> bool:
     return True
 
 
+def fits_every_allocation(scorer, shape: Shape, of=None) -> bool:
+    """Whether every plan of ``shape`` that fits under ``of``'s memory job (a Scorer; None:
+    every plan) fits under ``scorer``'s, a ZeRO one: each stage at its TP with the most
+    microbatches in flight, with one replica and with two (``Scorer.replica_fits``, the
+    simulator's verdict); ZeRO's shards only shrink as replicas join, so a stage that fits
+    with two fits with more. A one-replica plan that does not fit under ``of`` needs no
+    check. (The ZeRO-3 lean search skips the shapes the ZeRO-1 one covers this way.)"""
+    if not scorer.cv.memory_job.options.shards_optimizer:
+        raise ValueError("fits_every_allocation: the memory job has no ZeRO")
+    p = shape.depth
+    for cls in shape.classes:
+        mm = max(1, scorer.cv.job.sample_slots // cls.mbs)
+        for i, ((a, b), tp) in enumerate(zip(shape.bounds, cls.tps, strict=True)):
+            stage = (a, b, cls.gpu, tp, cls.mbs, i, p, min(p - i, mm))
+            if not scorer.replica_fits(*stage, 2):
+                return False
+            if not scorer.replica_fits(*stage, 1) and (of is None or of.replica_fits(*stage, 1)):
+                return False
+    return True
+
+
 def by_position(tables: StageTables, p: int) -> list:
     """``best_splits`` wants index k = stages from here to the end (k = p - i)."""
     out = [None] * (p + 1)

@@ -26,7 +26,7 @@ class ComponentCache:
 
     def __init__(self) -> None:
         self.stage_time: dict[tuple, Any] = {}
-        """(job, StageSlice) -> StageTime."""
+        """(``Job.timing_id``, StageSlice) -> StageTime."""
         self.layer_table: dict[tuple, Any] = {}
         """(job, GPU type, mbs, tp) -> the profile's LayerTable under the job's options."""
         self.range_memory: dict[tuple, tuple] = {}

@@ -140,7 +140,7 @@ class Simulator(MemoryComponents):
 
     def _stage_time(self, job: Job, s: StageSlice) -> StageTime:
         cache = self.cache.stage_time
-        key = (job.cache_id, s)
+        key = (job.timing_id, s)  # ZeRO stages of one execution style share their times
         hit = cache.get(key)
         if hit is None:
             hit = cache[key] = self._stage_time_uncached(job, s)
@@ -437,7 +437,13 @@ class Simulator(MemoryComponents):
         nbytes = self.ring_sync_bytes(job, first, last)
         if nbytes is None:
             raise ValueError(f"ZeRO {job.options.zero}: the sync is not one ring's seconds")
-        return self._ring_edge(a, b, ranks, 0, nbytes)[0]
+        return self.edge_seconds(a, b, ranks, nbytes)
+
+    def edge_seconds(self, a: timing.RingKind, b: timing.RingKind, ranks: int, nbytes) -> float:
+        """``ring_edge_time`` of a ring all-reducing ``nbytes`` (``ring_sync_bytes``, which
+        the caller computed once for many edges)."""
+        edge = self.cache.ring_edge.get((nbytes, a, b, ranks, 0))
+        return (edge or self._ring_edge(a, b, ranks, 0, nbytes))[0]
 
     def zone_edge_time(
         self, job: Job, first: int, last: int, a: timing.RingKind, b: timing.RingKind, ranks: int
@@ -450,11 +456,17 @@ class Simulator(MemoryComponents):
         nbytes = self.ring_sync_bytes(job, first, last)
         if nbytes is None:
             raise ValueError(f"ZeRO {job.options.zero}: the sync is not one ring's seconds")
+        return self.zone_edge_seconds(a, b, ranks, nbytes)
+
+    def zone_edge_seconds(
+        self, a: timing.RingKind, b: timing.RingKind, ranks: int, nbytes
+    ) -> float | None:
+        """``zone_edge_time`` of a ring all-reducing ``nbytes`` (``ring_sync_bytes``)."""
         curves = self.cache.ring_curve
         curve = curves.get((a, b), False)
         if curve is False:
             curve = curves[(a, b)] = self._edge_curve(a, b)
-        return None if curve is None else self._edge_time(a, b, ranks, 0, nbytes)
+        return None if curve is None else self.edge_seconds(a, b, ranks, nbytes)
 
     @staticmethod
     def _max_microbatches(stage: Stage) -> int:

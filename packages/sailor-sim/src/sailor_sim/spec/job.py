@@ -26,6 +26,8 @@ FP8_PRECISION = "fp8"
 _JOB_IDS: dict[tuple, int] = {}
 _NEXT_JOB_ID = itertools.count()
 """Interned ``Job.cache_id`` per distinct (model, sequence, dtype, optimizer, options)."""
+_TIMING_IDS: dict[int, int] = {}
+"""``Job.cache_id`` -> ``Job.timing_id``."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,27 @@ class Job:
         if found is None:
             found = _JOB_IDS.setdefault(what, next(_NEXT_JOB_ID))  # atomic under the GIL
         object.__setattr__(self, "cache_id", found)
+
+    @property
+    def timing_id(self) -> int:
+        """The ``cache_id`` of this job with its ZeRO stage reduced to its execution style
+        (``profiles.trust.execution_style``): jobs that share it have equal
+        ``Simulator.stage_time`` for every slice. ZeRO enters a slice's per-microbatch time
+        only through that style (the framework share of analytic profiles); its traffic and
+        its optimizer shard are ``Simulator.sharded_time``'s and ``ring_sync``'s. The
+        planner's option search reads one set of time tables for the stages it tries."""
+        found = _TIMING_IDS.get(self.cache_id)
+        if found is None:
+            from ..profiles.trust import SHARDED_ZERO
+
+            zero = "zero3" if self.options.zero in SHARDED_ZERO else "none"
+            what = (self.model, self.sequence_length, self.dtype, self.optimizer)
+            what += (dataclasses.replace(self.options, zero=zero),)
+            found = _JOB_IDS.get(what)
+            if found is None:
+                found = _JOB_IDS.setdefault(what, next(_NEXT_JOB_ID))
+            found = _TIMING_IDS.setdefault(self.cache_id, found)
+        return found
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickled in another process: its own interned id, not the sender's."""
