@@ -222,3 +222,21 @@ def test_the_command_sets_up_its_process_for_searching(given, expected):
         env=env, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert int(library.stdout) < cli.SEARCH_GC_THRESHOLD
+
+
+def test_plan_exits_without_teardown_and_loses_no_output(tmp_path) -> None:
+    """``plan`` ends with ``os._exit`` after flushing (``cli.exit_now``): its whole output
+    reaches a file as well as a pipe, with the command's exit status, and a bad request is
+    still one line and exit 2."""
+    args = ["plan", "--model", "OPT-350M", "--gbs", "64", "--top", "3", "--pareto", "4"]
+    args += ["--gpus", "A100-40@us-central1-a=4", "--gpus", "V100-16@us-central1-b=4", "--json"]
+    target = tmp_path / "out.json"
+    with target.open("w") as f:
+        done = subprocess.run([SCRIPT, *args], stdout=f, stderr=subprocess.PIPE, timeout=120)
+    assert done.returncode == 0, done.stderr
+    written = json.loads(target.read_text())
+    piped = json.loads(run(*args).stdout)
+    assert len(written["plans"]) == len(piped["plans"]) == 3 and written["pareto"]
+    bad = run("plan", "--model", "OPT-350M", "--gbs", "0", "--gpus", "A100-40@us-central1-a=4")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("error:")
