@@ -11,7 +11,7 @@ from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
 from sailor_planner.search.allocate import Scorer
 from sailor_planner.search.bounds import Bounder
-from sailor_planner.search.branch_bound import Memo, Search
+from sailor_planner.search.branch_bound import LOOSE_SHAPE, SHAPE, Memo, Search
 from sailor_planner.search.costs import CostView
 from sailor_sim import Inventory, Job
 
@@ -160,7 +160,8 @@ def test_a_shapes_heap_key_is_no_worse_than_any_of_its_layout_nodes(
 ):
     """``Search._shape_key`` stands for every layout node of its shape until it is popped: it
     must be at least as good (lower) as each node's ``Bounder.node_key``, or the search could
-    end before reaching a node that beats the best candidate. Fails if the bound is unsound."""
+    end before reaching a node that beats the best candidate; so must the full key a loose
+    entry goes back under (``_full_shape_key``). Fails if a bound is unsound."""
     job = Job.create("OPT-350M", 256, 2048, "fp32")
     inventory = Inventory.parse(TWO_TYPES_FOUR_ZONES)
     checked = []
@@ -168,7 +169,12 @@ def test_a_shapes_heap_key_is_no_worse_than_any_of_its_layout_nodes(
     current = []
 
     def pushing(self, heap, tick, shape, layouts):
-        current.append(self._shape_key(shape, layouts))
+        key, kind = self._shape_key(shape, layouts)
+        if key is not None and kind is LOOSE_SHAPE:
+            full = self._full_shape_key(shape, layouts)
+            assert key <= full, (shape, key, full)
+            key = full  # the tighter of the two
+        current.append(key)
         try:
             original_push(self, heap, tick, shape, layouts)
         finally:
@@ -191,8 +197,9 @@ def test_a_shapes_heap_key_is_no_worse_than_any_of_its_layout_nodes(
 def test_building_layout_nodes_when_their_shape_is_popped_changes_no_answer(
     sailor_planner, monkeypatch, objective
 ):
-    """Layout nodes built lazily (a shape's entry keyed by ``_shape_key``) and all at once:
-    the same plans, estimates and options."""
+    """Layout nodes built lazily (a shape's entry keyed by ``_shape_key``, a loose key
+    tightened at the top of the heap), all at once, and lazily under full keys from the
+    start: the same plans, estimates and options."""
     job = Job.create("OPT-350M", 256, 2048, "fp32")
     inventory = Inventory.parse(TWO_TYPES_FOUR_ZONES)
 
@@ -201,5 +208,15 @@ def test_building_layout_nodes_when_their_shape_is_popped_changes_no_answer(
         return [(p.plan.to_json(), p.estimate, p.options) for p in r.plans]
 
     lazy = answer()
-    monkeypatch.setattr(Search, "_shape_key", lambda self, shape, layouts: None)
+    shape_key = Search._shape_key
+
+    def full_keys(self, shape, layouts):
+        key, kind = shape_key(self, shape, layouts)
+        if kind is LOOSE_SHAPE and key is not None:
+            return self._full_shape_key(shape, layouts), SHAPE
+        return key, kind
+
+    monkeypatch.setattr(Search, "_shape_key", full_keys)
+    assert answer() == lazy
+    monkeypatch.setattr(Search, "_shape_key", lambda self, shape, layouts: (None, SHAPE))
     assert answer() == lazy

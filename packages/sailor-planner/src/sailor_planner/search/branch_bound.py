@@ -67,6 +67,10 @@ SHAPE_MARGIN = 1e-9
 (float rounding between it and ``Bounder.node_key``)."""
 SHAPE = object()
 """The ``allocs`` field of a heap entry that holds a shape whose layout nodes are not built."""
+LOOSE_SHAPE = object()
+"""As SHAPE, keyed by the shape's bound without stage 0's sync (``_shape_bound`` with
+``sync=False``): the sync's bound is computed only if the entry reaches the top of the heap,
+then the entry goes back under its full key (most shapes never get there)."""
 REFINE_STARTS = 3
 """Best distinct shapes the local search (``_refine``) walks from."""
 POLL_S = 0.01
@@ -156,9 +160,9 @@ class Search:
                     # every layout's node would be beaten on its first pop (see _shape_bound)
                     self.stats.pruned += len(layouts)
                     continue
-                key = self._shape_key(shape, layouts)
+                key, kind = self._shape_key(shape, layouts)
                 if key is not None:  # its layouts' nodes are built when this entry is popped
-                    heapq.heappush(heap, (key, next(tick), shape, layouts, None, None, SHAPE, 0, 0))
+                    heapq.heappush(heap, (key, next(tick), shape, layouts, None, None, kind, 0, 0))
                     continue
                 self._push_nodes(heap, tick, shape, layouts)
             if self.partial:
@@ -176,6 +180,12 @@ class Search:
             if self._beaten(key):  # the best bound left: nothing can win any more
                 self.stats.pruned += 1 + len(heap)
                 break
+            if allocs is LOOSE_SHAPE:  # back under its full key, unless it stays the best
+                full = self._full_shape_key(shape, layout)
+                if (heap and full > heap[0][0]) or self._beaten(full):
+                    heapq.heappush(heap, (full, next(tick), shape, layout, None, None, SHAPE, 0, 0))
+                    continue
+                allocs = SHAPE
             if allocs is SHAPE:
                 self._push_nodes(heap, tick, shape, layout)
                 continue
@@ -581,35 +591,51 @@ class Search:
 
     def _shape_beaten(self, shape: Shape, layouts) -> bool:
         """Whether ``_shape_bound`` (over every layout) already loses to the incumbent, with
-        a SHAPE_MARGIN on top of ``_beaten``'s own (float rounding between the two bounds)."""
-        thr = self._shape_bound(shape, layouts)
-        return thr is not None and thr * (1 + SHAPE_MARGIN) < self.incumbent[0] * (1 - 1e-9)
+        a SHAPE_MARGIN on top of ``_beaten``'s own (float rounding between the two bounds);
+        the bound without the sync first (looser: where it loses, so does the full one)."""
+        for sync in (False, True):
+            thr = self._shape_bound(shape, layouts, sync)
+            if thr is None or thr * (1 + SHAPE_MARGIN) >= self.incumbent[0] * (1 - 1e-9):
+                return False
+        return True
 
-    def _shape_key(self, shape: Shape, layouts) -> float | None:
-        """A heap key no worse than the node key (``Bounder.node_key``) of any layout of
-        ``shape``, or None where none is known (then its nodes are built at once).
-        Throughput: ``_shape_bound``. Cost (without interleaving, where every region crossing
-        only slows a stage, ``_crossings_slow``): ``Bounder._cost_floor`` of the one-region
-        (B, F) of each class: a crossing adds x, y >= 0 to two stage steps, so B grows and
-        F = sum - B grows by x + y - (growth of B) >= x + y - max(x, y) >= 0, and the floor
-        (the least per-sample price times B, plus the bill times the least F) only grows.
-        Both are moved by SHAPE_MARGIN towards better (float rounding)."""
+    def _shape_key(self, shape: Shape, layouts) -> tuple[float | None, object]:
+        """(A heap key no worse than the node key (``Bounder.node_key``) of any layout of
+        ``shape``, or None where none is known (then its nodes are built at once); the kind of
+        its heap entry, SHAPE or LOOSE_SHAPE).
+        Throughput: ``_shape_bound`` without the sync, a LOOSE_SHAPE entry
+        (``_full_shape_key`` once it reaches the top). Cost (without interleaving, where
+        every region crossing only slows a stage, ``_crossings_slow``): ``Bounder._cost_floor``
+        of the one-region (B, F) of each class: a crossing adds x, y >= 0 to two stage steps,
+        so B grows and F = sum - B grows by x + y - (growth of B) >= x + y - max(x, y) >= 0,
+        and the floor (the least per-sample price times B, plus the bill times the least F)
+        only grows. Both are moved by SHAPE_MARGIN towards better (float rounding)."""
         if self.opt.objective == "throughput":
             if len(layouts) == 1:  # its one node costs what its bound does: built at once
-                return None
-            thr = self._shape_bound(shape, layouts)
-            return None if thr is None else -thr * (1 + SHAPE_MARGIN)
+                return None, SHAPE
+            thr = self._shape_bound(shape, layouts, sync=False)
+            return (None if thr is None else -thr * (1 + SHAPE_MARGIN)), LOOSE_SHAPE
         if self._virtual != 1 or not layouts:
-            return None
+            return None, SHAPE
         if not all(self._crossings_slow(shape, cls, layouts) for cls in shape.classes):
-            return None
+            return None, SHAPE
         lbs = [self._class_base(shape, c)[:3] for c in range(len(shape.classes))]
-        return self.bnd._cost_floor(shape, lbs, None) * (1 - SHAPE_MARGIN)
+        return self.bnd._cost_floor(shape, lbs, None) * (1 - SHAPE_MARGIN), SHAPE
 
-    def _shape_bound(self, shape: Shape, layouts) -> float | None:
+    def _full_shape_key(self, shape: Shape, layouts) -> float:
+        """The throughput key of a LOOSE_SHAPE entry with stage 0's sync bounded: the key
+        ``_shape_key`` would give it, were its sync free to compute. Popping entries by these
+        keys builds the same nodes in the same order as keying every shape fully: a loose
+        key is no worse than its full one, and an entry whose full key is not the best left
+        goes back to wait for its turn."""
+        return -self._shape_bound(shape, layouts) * (1 + SHAPE_MARGIN)
+
+    def _shape_bound(self, shape: Shape, layouts, sync: bool = True) -> float | None:
         """An upper bound on iterations/s over the node keys of all ``layouts`` of ``shape``
         (``Bounder.node_key``, throughput objective), computed once for the shape, or None
         where none is given (cost objective, interleaving, a crossing that speeds a stage up).
+        ``sync=False``: with stage 0's sync taken as 0 (a looser bound, much cheaper: the
+        sync's bound rings through the zones).
 
         Why a skipped shape changes no answer: the incumbent is fixed and the nodes are all
         pushed before the first pop, so a node the incumbent beats would end the search when
@@ -636,13 +662,13 @@ class Search:
         ring of ``bounds``), each term at most what the layout's ``bounds`` has."""
         if self.opt.objective != "throughput" or self._virtual != 1 or not layouts:
             return None
-        key = (shape, len(layouts))  # a shape's layouts follow from its depth and GPU types
+        key = (shape, len(layouts), sync)  # a shape's layouts follow from its depth and types
         if key in self._shape_bounds:
             return self._shape_bounds[key]
-        thr = self._shape_bounds[key] = self._shape_bound_uncached(shape, layouts)
+        thr = self._shape_bounds[key] = self._shape_bound_uncached(shape, layouts, sync)
         return thr
 
-    def _shape_bound_uncached(self, shape: Shape, layouts) -> float | None:
+    def _shape_bound_uncached(self, shape: Shape, layouts, sync: bool) -> float | None:
         groups = {grp for layout in layouts for grp in layout}
         step = self.scorer.step(shape.depth)
         lbs, caps = [], []
@@ -655,10 +681,11 @@ class Search:
         if not all(caps):
             return None  # a class with no pipeline anywhere: the per-layout path prunes it
         bnd = self.bnd
+        ring = None if sync else 0.0  # ``bounds``'s sync: its ring bound, or none
         if len(caps) == 1:
-            thr = bnd.bounds(shape, lbs, [1], sync_replicas=1)[0]
+            thr = bnd.bounds(shape, lbs, [1], sync_replicas=1, ring=ring)[0]
             if caps[0] >= 2:
-                thr = max(thr, bnd.bounds(shape, lbs, caps, sync_replicas=2)[0])
+                thr = max(thr, bnd.bounds(shape, lbs, caps, sync_replicas=2, ring=ring)[0])
             return thr
         gbs = self.job.sample_slots
         pairs = zip(caps, shape.classes, lbs, strict=True)
@@ -667,12 +694,12 @@ class Search:
         longest = max(b + f for b, f, _o in lbs)
         opt = max(o for _b, _f, o in lbs)
         kinds = tuple(sorted(((cls.gpu, cls.tps[0]), 1) for cls in shape.classes))
-        sync = bnd._fastest_ring(shape, kinds)
+        ring = bnd._fastest_ring(shape, kinds) if sync else 0.0
         if self.job.options.zero == "hybrid":
-            sync = 0.0
+            ring = 0.0
         if self.job.options.shards_optimizer:
             opt /= max(1, sum(caps))
-        return 1.0 / (max(gbs / rate + least_f, longest) + sync + opt)
+        return 1.0 / (max(gbs / rate + least_f, longest) + ring + opt)
 
     def _crossings_slow(self, shape: Shape, cls: ClassShape, layouts) -> bool:
         """Whether every region crossing of ``layouts`` (those of ``shape``) adds >= 0 to both
