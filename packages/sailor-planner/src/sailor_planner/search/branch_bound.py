@@ -652,8 +652,8 @@ class Search:
         Why it bounds every layout: a layout's classes have the single-region stage costs
         plus what crossing regions adds (``_class_lb``; checked >= 0 here, so B and the sum
         of the steps, B + F without interleaving, only grow), and at most
-        D = min(samples / mbs, the most GPUs of the type in one region group / its least TP)
-        pipelines (``_max_pipelines``). One class: the node key is ``bounds`` at 1 and at
+        D = min(samples / mbs, the GPUs of the type in the region groups of a layout / the GPUs
+        of one pipeline) pipelines (``_max_pipelines`` gives a layout no more). One class: the node key is ``bounds`` at 1 and at
         max_d pipelines, and ``bounds``'s time, gbs B / (d mbs) + F (gbs >= d mbs) and the
         optimizer shard, falls as d grows and rises with B and B + F: evaluated at D with the
         single-region costs it is no smaller. Several classes: T >= max(gbs / sum_j D_j
@@ -669,15 +669,18 @@ class Search:
         return thr
 
     def _shape_bound_uncached(self, shape: Shape, layouts, sync: bool) -> float | None:
-        groups = {grp for layout in layouts for grp in layout}
-        step = self.scorer.step(shape.depth)
-        lbs, caps = [], []
+        lbs = []
         for c, cls in enumerate(shape.classes):
             if not self._crossings_slow(shape, cls, layouts):
                 return None
             lbs.append(self._class_base(shape, c)[:3])
-            most = max(self._region_gpus(cls.gpu, grp) for grp in groups) // min(cls.tps)
-            caps.append(min(most, self.job.sample_slots // (cls.mbs * step)))
+        # Per class, at most the GPUs of the type in a layout's region groups over one
+        # pipeline's GPUs (each layout's node has its own, ``_max_pipelines``, no more).
+        spans = {frozenset(layout) for layout in layouts}
+        step, caps = self.scorer.step(shape.depth), []
+        for cls in shape.classes:
+            most = max(sum(self._region_gpus(cls.gpu, grp) for grp in span) for span in spans)
+            caps.append(min(most // cls.gpus, self.job.sample_slots // (cls.mbs * step)))
         if not all(caps):
             return None  # a class with no pipeline anywhere: the per-layout path prunes it
         bnd = self.bnd
