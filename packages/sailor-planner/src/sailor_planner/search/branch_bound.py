@@ -651,15 +651,16 @@ class Search:
 
         Why it bounds every layout: a layout's classes have the single-region stage costs
         plus what crossing regions adds (``_class_lb``; checked >= 0 here, so B and the sum
-        of the steps, B + F without interleaving, only grow), and at most
-        D = min(samples / mbs, the GPUs of the type in the region groups of a layout / the GPUs
-        of one pipeline) pipelines (``_max_pipelines`` gives a layout no more). One class:
-        the node key is ``bounds`` at 1 and at max_d pipelines, and ``bounds``'s time,
-        gbs B / (d mbs) + F (gbs >= d mbs) and the optimizer shard, falls as d grows and
-        rises with B and B + F: evaluated at D with the single-region costs it is no smaller. Several classes: T >= max(gbs / sum_j D_j
-        mbs_j / B_j + min_j F_j, max_j (B_j + F_j)) + sync + optimizer (the samples' weighted
-        mean of F is at least its least; the sync is the layout-independent two-replica
-        ring of ``bounds``), each term at most what the layout's ``bounds`` has."""
+        of the steps, B + F without interleaving, only grow), and at most D = min(samples /
+        mbs, the GPUs of the type in the region groups of a layout / the GPUs of one
+        pipeline) pipelines (``_max_pipelines`` gives a layout no more). One class: the node
+        key is ``bounds`` at 1 and at max_d pipelines, and ``bounds``'s time, gbs B / (d
+        mbs) + F (gbs >= d mbs) and the optimizer shard, falls as d grows and rises with B
+        and B + F: evaluated at D with the single-region costs it is no smaller. Several
+        classes: T >= max(gbs / sum_j D_j mbs_j / B_j + min_j F_j, max_j (B_j + F_j)) + sync
+        + optimizer (the samples' weighted mean of F is at least its least; the sync is the
+        layout-independent two-replica ring of ``bounds``), each term at most what the
+        layout's ``bounds`` has."""
         if self.opt.objective != "throughput" or self._virtual != 1 or not layouts:
             return None
         key = (shape, len(layouts), sync)  # a shape's layouts follow from its depth and types
