@@ -19,11 +19,12 @@ setup:
 # a module's fixtures are built once). 2 = CI's cores: the in-process package tests use one
 # core, and the runtime's multi-process tests spend much of their time waiting on start-ups, so
 # two files at once took 12.6 min where one at a time took 18.2 (2026-11-26). TEST_WORKERS=0
-# runs every test in pytest's own process.
+# runs every test in pytest's own process. Files start in conftest.py's order (the long ones
+# first), not xdist's (most tests first, which left the long ones for last).
 TEST_WORKERS ?= 2
 
 test: setup lint
-	$(UV) run pytest -n $(TEST_WORKERS) --dist loadfile
+	$(UV) run pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: setup
 	$(UV) run ruff check .
