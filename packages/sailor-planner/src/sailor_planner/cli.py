@@ -200,12 +200,12 @@ ours, so the setting is too; the library (``Planner``) leaves the collector alon
 def main() -> None:
     """The ``sailor-planner`` entry point: any error is one line on stderr, never a traceback."""
     gc.set_threshold(SEARCH_GC_THRESHOLD, *gc.get_threshold()[1:])
-    if sys.argv[1:2] == ["plan"]:
-        try:
-            run_app(app, "sailor-planner")
-        except SystemExit as done:
+    try:
+        run_app(app, "sailor-planner")
+    except SystemExit as done:
+        if sys.argv[1:2] == ["plan"]:
             exit_now(done.code)
-    run_app(app, "sailor-planner")
+        raise
 
 
 def exit_now(code) -> None:
