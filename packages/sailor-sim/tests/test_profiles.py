@@ -201,3 +201,30 @@ def test_denoise_keeps_affine_data_and_pulls_in_an_outlier():
     kept = store.entry("tiny-gpt", "V100-16", "fp32", 4, 1, 128).layers[1].forward_s
     assert kept == pytest.approx(0.6 * 1.8e-3)
     assert "denoised" in store.entry("tiny-gpt", "A100-40", "fp32", 8, 1, 128).note
+
+
+def test_denoise_window_and_weighting_are_what_they_say():
+    """The candidates bench/sim_denoise_choice.py compares: with the plain weighting the fit
+    is ordinary least squares over the window (numpy's polyfit), and a window larger than the
+    entries of a group leaves them as measured."""
+    import numpy as np
+
+    from sailor_sim.profiles.denoise import denoise_store
+
+    def store():
+        return ProfileStore([_affine_entry(m, 0.6 if m == 4 else 1.0) for m in (1, 2, 4, 8, 16)])
+
+    def forward(s, m):
+        return s.entry("tiny-gpt", "A100-40", "fp32", m, 1, 128).layers[1].forward_s
+
+    raw = store()
+    plain = denoise_store(store(), window=3, relative=False)
+    near = (2, 4, 8)  # mbs 4's three nearest in log2(mbs), itself included
+    slope, intercept = np.polyfit(near, [forward(raw, m) for m in near], 1)
+    assert forward(plain, 4) == pytest.approx(intercept + slope * 4, rel=1e-9)
+    relative = denoise_store(store(), window=3)
+    assert forward(relative, 4) != pytest.approx(forward(plain, 4), rel=1e-6)
+    untouched = denoise_store(store(), window=6)
+    assert [forward(untouched, m) for m in (1, 2, 4, 8, 16)] == [
+        forward(raw, m) for m in (1, 2, 4, 8, 16)
+    ]
