@@ -11,7 +11,7 @@ from sailor_planner.planner import Planner
 from sailor_planner.request import SearchOptions
 from sailor_planner.search.allocate import Scorer
 from sailor_planner.search.bounds import Bounder
-from sailor_planner.search.branch_bound import LOOSE_SHAPE, SHAPE, Memo, Search
+from sailor_planner.search.branch_bound import LOOSE_SHAPE, SHAPE, SHAPE_MARGIN, Memo, Search
 from sailor_planner.search.costs import CostView
 from sailor_sim import Inventory, Job
 
@@ -152,6 +152,32 @@ def test_skipping_shapes_the_incumbent_beats_changes_no_answer(sailor_planner, m
     assert any(skipped)
     monkeypatch.setattr(Search, "_shape_beaten", lambda self, shape, layouts: False)
     assert answers() == with_bound
+
+
+def test_a_shape_is_skipped_exactly_where_its_full_bound_loses(sailor_planner, monkeypatch):
+    """``_shape_beaten`` tries the bound without the sync first, to save the sync's ring bound
+    where that already loses; its verdict is still that of the full bound, shape by shape (a
+    re-plan from the previous plan, whose incumbent prunes)."""
+    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    inventory = Inventory.parse(TWO_TYPES_FOUR_ZONES)
+    fewer = Inventory.parse(TWO_TYPES_FOUR_ZONES[:-1])
+    verdicts = []
+    original = Search._shape_beaten
+
+    def checked(self, shape, layouts):
+        beaten = original(self, shape, layouts)
+        full = self._shape_bound(shape, layouts)
+        floor = self.incumbent[0] * (1 - 1e-9)
+        assert beaten == (full is not None and full * (1 + SHAPE_MARGIN) < floor), shape
+        verdicts.append(beaten)
+        return beaten
+
+    monkeypatch.setattr(Search, "_shape_beaten", checked)
+    planner = Planner(sailor_planner.sim)
+    options = SearchOptions(search_execution_options=False)
+    first = planner.plan(job, inventory, options)
+    planner.plan(job, fewer, options, previous=first.best.plan)
+    assert True in verdicts and False in verdicts
 
 
 @pytest.mark.parametrize("objective", ["throughput", "cost"])

@@ -593,11 +593,11 @@ class Search:
         """Whether ``_shape_bound`` (over every layout) already loses to the incumbent, with
         a SHAPE_MARGIN on top of ``_beaten``'s own (float rounding between the two bounds);
         the bound without the sync first (looser: where it loses, so does the full one)."""
-        for sync in (False, True):
-            thr = self._shape_bound(shape, layouts, sync)
-            if thr is None or thr * (1 + SHAPE_MARGIN) >= self.incumbent[0] * (1 - 1e-9):
-                return False
-        return True
+        floor = self.incumbent[0] * (1 - 1e-9)
+        loose = self._shape_bound(shape, layouts, sync=False)
+        if loose is None or loose * (1 + SHAPE_MARGIN) < floor:
+            return loose is not None
+        return self._shape_bound(shape, layouts) * (1 + SHAPE_MARGIN) < floor
 
     def _shape_key(self, shape: Shape, layouts) -> tuple[float | None, object]:
         """(A heap key no worse than the node key (``Bounder.node_key``) of any layout of
