@@ -23,12 +23,17 @@ own leave-one-out is sim_validation's.
 
 from __future__ import annotations
 
-import glob
 import random
 import statistics
 import sys
 
-from sim_validation import TARGET_MAX, TARGET_MEAN, reference_root, validation_job
+from sim_validation import (
+    TARGET_MAX,
+    TARGET_MEAN,
+    reference_root,
+    validation_files,
+    validation_job,
+)
 
 from sailor_sim import Simulator, read_sailor_plan
 from sailor_sim.original import load_sailor_network, load_sailor_profiles
@@ -72,10 +77,7 @@ def chosen(errs: dict[str, list[float]], runs: list[int]) -> str:
 
 def main() -> int:
     root = reference_root()
-    pattern = str(
-        root / "sailor/Planner/simulations/validation/clariden/OPT-350/**/plan_config_*.json"
-    )
-    files = sorted(glob.glob(pattern, recursive=True))
+    files = validation_files(root)
     if not files:
         print(f"sim_denoise_choice: no reference data under {root}")
         return 1
@@ -112,18 +114,15 @@ def main() -> int:
     loo_mean, loo_worst = statistics.mean(loo), max(loo)
     print(f"leave-one-out: mean {loo_mean:.1%}, worst {loo_worst:.1%}")
 
-    missed = []
-    if statistics.mean(means) > TARGET_MEAN:
-        missed.append("split held-out mean")
-    if loo_mean > TARGET_MEAN:
-        missed.append("leave-one-out mean")
-    if loo_worst > TARGET_MAX:
-        missed.append("leave-one-out worst")
-    if missed:
-        print(f"sim_denoise_choice: targets missed: {', '.join(missed)}")
-        return 1
-    print(f"targets (mean <= {TARGET_MEAN:.0%}, leave-one-out worst <= {TARGET_MAX:.0%}): met")
-    return 0
+    checks = (
+        ("split held-out mean", statistics.mean(means), TARGET_MEAN),
+        ("leave-one-out mean", loo_mean, TARGET_MEAN),
+        ("leave-one-out worst", loo_worst, TARGET_MAX),
+    )
+    missed = [name for name, value, bar in checks if value > bar]
+    verdict = f"targets missed: {', '.join(missed)}" if missed else "targets met"
+    print(f"{verdict} (mean <= {TARGET_MEAN:.0%}, leave-one-out worst <= {TARGET_MAX:.0%})")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

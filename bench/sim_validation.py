@@ -75,13 +75,18 @@ def validation_job(rec) -> Job:
     return Job.create("OPT-350", rec.global_batch_size, 2048, "fp32", "adam", options)
 
 
-def main(argv: list[str] | None = None) -> int:
-    raw = "--raw" in (sys.argv[1:] if argv is None else argv)
-    root = reference_root()
+def validation_files(root: Path) -> list[str]:
+    """The plan files of the 15 GH200 runs (none where the reference data is absent)."""
     pattern = str(
         root / "sailor/Planner/simulations/validation/clariden/OPT-350/**/plan_config_*.json"
     )
-    files = sorted(glob.glob(pattern, recursive=True))
+    return sorted(glob.glob(pattern, recursive=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    raw = "--raw" in (sys.argv[1:] if argv is None else argv)
+    root = reference_root()
+    files = validation_files(root)
     if not files:
         print(f"sim_validation: no reference data under {root}; cannot validate")
         return 1
