@@ -187,7 +187,7 @@ class Bounder:
 
     def _zone_edge_floor(self, nbytes, stage0, zones, ranks: int) -> float:
         """The fastest ring edge inside any of ``zones`` between stage-0 kinds it holds, over
-        ``ranks`` replicas (``Simulator.zone_edge_time``); 0 where one is hierarchical (its
+        ``ranks`` replicas (``Simulator.zone_edge_seconds``); 0 where one is hierarchical (its
         seconds depend on the run: no floor taken)."""
         key = (nbytes, stage0, zones, ranks)
         hit = self._zone_floor.get(key)
@@ -198,7 +198,7 @@ class Bounder:
         return hit
 
     def _zone_edge_floor_uncached(self, nbytes, stage0, zones, ranks: int) -> float:
-        seconds = self.scorer.sim.zone_edge_seconds  # = zone_edge_time, bytes computed once
+        seconds = self.scorer.sim.zone_edge_seconds
         fastest = math.inf
         for z in zones:
             held = [(z, g, tp) for g, tp in stage0 if self.free.get((g, z), 0)]
@@ -219,7 +219,7 @@ class Bounder:
         of them over an edge between zones, and it takes as long as its slowest edge
         (``Simulator.ring_time``), every edge over all of its replicas. So it takes at least
         the second least of the zones' fastest inbound edges, and of their fastest outbound
-        ones (``Simulator.ring_edge_time``, over the zones of ``zones`` and the shape's stage-0
+        ones (``Simulator.ring_edge_seconds``, over the zones of ``zones`` and the shape's stage-0
         kinds). The same-zone bound (``_fastest_ring``) puts every replica in one zone; the
         Sailor fits make every edge into us-central1-a fast but the others 8x slower."""
         first, last = shape.bounds[0]
@@ -244,7 +244,7 @@ class Bounder:
         return hit
 
     def _spanning_uncached(self, nbytes, stage0, zones, ranks: int) -> float:
-        seconds = self.scorer.sim.edge_seconds  # = ring_edge_time, bytes computed once
+        seconds = self.scorer.sim.ring_edge_seconds
         kinds = [(z, g, tp) for z in zones for g, tp in stage0 if self.free.get((g, z), 0)]
         inbound: dict[str, float] = {}
         outbound: dict[str, float] = {}

@@ -426,47 +426,34 @@ class Simulator(MemoryComponents):
             return grad
         return (grad + dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)) / 2
 
-    def ring_edge_time(
-        self, job: Job, first: int, last: int, a: timing.RingKind, b: timing.RingKind, ranks: int
+    def ring_edge_seconds(
+        self, a: timing.RingKind, b: timing.RingKind, ranks: int, nbytes: float
     ) -> float:
-        """Seconds of ``ring_sync``'s ring over ``ranks`` replicas if its slowest edge were the
+        """Seconds of a ring all-reducing ``nbytes`` (``ring_sync_bytes``, which the caller
+        computes once for many edges) over ``ranks`` replicas if its slowest edge were the
         a -> b edge between two zones (``ring_time`` takes the slowest of its edges, so any ring
-        with this edge takes at least this long); ``ring_sync_bytes`` must not be None."""
+        with this edge takes at least this long)."""
         if a[0] == b[0]:
-            raise ValueError("ring_edge_time is for an edge between two zones")
-        nbytes = self.ring_sync_bytes(job, first, last)
-        if nbytes is None:
-            raise ValueError(f"ZeRO {job.options.zero}: the sync is not one ring's seconds")
-        return self.edge_seconds(a, b, ranks, nbytes)
-
-    def edge_seconds(self, a: timing.RingKind, b: timing.RingKind, ranks: int, nbytes) -> float:
-        """``ring_edge_time`` of a ring all-reducing ``nbytes`` (``ring_sync_bytes``, which
-        the caller computed once for many edges)."""
-        edge = self.cache.ring_edge.get((nbytes, a, b, ranks, 0))
-        return (edge or self._ring_edge(a, b, ranks, 0, nbytes))[0]
-
-    def zone_edge_time(
-        self, job: Job, first: int, last: int, a: timing.RingKind, b: timing.RingKind, ranks: int
-    ) -> float | None:
-        """``ring_edge_time`` of an edge inside one zone (a run of one kind, or two kinds side
-        by side); None where it all-reduces hierarchically, its seconds then depending on the
-        run's length."""
-        if a[0] != b[0]:
-            raise ValueError("zone_edge_time is for an edge inside one zone")
-        nbytes = self.ring_sync_bytes(job, first, last)
-        if nbytes is None:
-            raise ValueError(f"ZeRO {job.options.zero}: the sync is not one ring's seconds")
-        return self.zone_edge_seconds(a, b, ranks, nbytes)
+            raise ValueError("ring_edge_seconds is for an edge between two zones")
+        return self._edge_seconds(a, b, ranks, nbytes)
 
     def zone_edge_seconds(
-        self, a: timing.RingKind, b: timing.RingKind, ranks: int, nbytes
+        self, a: timing.RingKind, b: timing.RingKind, ranks: int, nbytes: float
     ) -> float | None:
-        """``zone_edge_time`` of a ring all-reducing ``nbytes`` (``ring_sync_bytes``)."""
+        """``ring_edge_seconds`` of an edge inside one zone (a run of one kind, or two kinds
+        side by side); None where it all-reduces hierarchically, its seconds then depending on
+        the run's length."""
+        if a[0] != b[0]:
+            raise ValueError("zone_edge_seconds is for an edge inside one zone")
         curves = self.cache.ring_curve
         curve = curves.get((a, b), False)
         if curve is False:
             curve = curves[(a, b)] = self._edge_curve(a, b)
-        return None if curve is None else self.edge_seconds(a, b, ranks, nbytes)
+        return None if curve is None else self._edge_seconds(a, b, ranks, nbytes)
+
+    def _edge_seconds(self, a, b, ranks: int, nbytes: float) -> float:
+        edge = self.cache.ring_edge.get((nbytes, a, b, ranks, 0))
+        return (edge or self._ring_edge(a, b, ranks, 0, nbytes))[0]
 
     @staticmethod
     def _max_microbatches(stage: Stage) -> int:
