@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sailor_sim import Job, Plan, ProfileStore
 from sailor_sim.profiles.files import save_profile_dir
@@ -107,3 +109,43 @@ def test_an_overflowing_layer_time_is_no_finite_estimate(tmp_path):
     r = sailor_sim("simulate", str(path), "--profiles", str(tmp_path / "profiles"), "--json")
     assert "Infinity" not in r.stdout and "NaN" not in r.stdout and '"fits": true' not in r.stdout
     one_line_error(r, "overflows")
+
+
+def _depth_by_characters(text: str) -> int:
+    """The nesting depth outside strings, read character by character (the definition
+    ``inputs.json_depth`` computes with regular expressions)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+@given(st.text(alphabet='[]{}"\\ a1,:\n', max_size=80))
+@settings(max_examples=400, deadline=None)
+def test_json_depth_counts_brackets_outside_strings(text):
+    from sailor_sim.inputs import json_depth
+
+    assert json_depth(text) == _depth_by_characters(text)
+
+
+def test_json_depth_is_linear_on_unterminated_escapes():
+    """Quotes that open strings never closed (each escaped in the one before) must not make
+    the string pattern backtrack: 600 kB of them are read at once, not in hours."""
+    from sailor_sim.inputs import json_depth
+
+    assert json_depth('"\\"' * 200_000 + "\\") == 0
+    assert json_depth('["a]", [[1]], "\\\\"]') == 3

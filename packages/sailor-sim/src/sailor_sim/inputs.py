@@ -10,6 +10,7 @@ line on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -203,26 +204,20 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S]?)*(?:"|\Z)')
+"""A string, or an unterminated one up to the end of the text (which makes every match
+succeed on its greedy path: linear time whatever the input, no backtracking)."""
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
 def json_depth(text: str) -> int:
-    """Deepest nesting of brackets outside strings (cheap, no recursion)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+    """Deepest nesting of brackets outside strings (cheap, no recursion): strings and every
+    other character are dropped by regular expressions first, so only the brackets are
+    counted in Python (a character-by-character loop took 0.07 s of every 1.7 MB of
+    profiles read)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets), initial=0))
 
 
 def parse_json(
