@@ -11,6 +11,7 @@ of identical pipelines for balancing and scoring.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -140,20 +141,22 @@ def _place_block(g, tps, zones, want, free) -> list[tuple[Pattern, int]] | None:
 
 
 def _zip_runs(per_block: list[list[tuple[Pattern, int]]], total: int):
-    """Pair pipeline k's zones across blocks (run-length lists of the same total)."""
+    """Pair pipeline k's zones across blocks (run-length lists of the same total): a new
+    pattern starts wherever some block's run ends."""
+    if len(per_block) == 1:  # one block: its runs are the patterns
+        yield from per_block[0]
+        return
+    ends = [list(itertools.accumulate(n for _z, n in runs)) for runs in per_block]
     idx = [0] * len(per_block)
-    used = [0] * len(per_block)
-    done = 0
-    while done < total:
-        step = min(runs[idx[b]][1] - used[b] for b, runs in enumerate(per_block))
-        pattern = tuple(z for b, runs in enumerate(per_block) for z in runs[idx[b]][0])
-        yield pattern, step
-        done += step
+    start = 0
+    for cut in sorted(set().union(*ends)):
+        pattern: Pattern = ()
         for b, runs in enumerate(per_block):
-            used[b] += step
-            if used[b] == runs[idx[b]][1]:
+            if ends[b][idx[b]] == start:  # that block's run ended where this one starts
                 idx[b] += 1
-                used[b] = 0
+            pattern += runs[idx[b]][0]
+        yield pattern, cut - start
+        start = cut
 
 
 class Scorer:
