@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from .state import min_price
+from sailor_sim import usd_per_second
+
 from .templates import Shape
 
 
@@ -28,6 +29,15 @@ class Bounder:
             if n > 0:
                 self.zones_of.setdefault(g, set()).add(z)
         self.free = free
+        self.gpu_usd: dict[str, float] = {}
+        """$/s of one GPU of each type in its cheapest zone of the inventory: what the
+        scorer bills (``usd_per_second``) at the least, where a plan can place it. The
+        catalog's cheapest region anywhere, which the bounds took before, is far below it:
+        us-central1's A100-40 costs 34 % more than AWS us-east-1's, its H100 61 %, and every
+        cost bound fell that short (2026-11-27: 512-GPU min cost searched 0.96 -> 0.47 s)."""
+        for (g, z), n in free.items():
+            if n > 0:
+                self.gpu_usd[g] = min(self.gpu_usd.get(g, math.inf), usd_per_second(g, z))
         self._sync: dict[tuple, float] = {}
         self._spanning_rings: dict[tuple, float] = {}
         """(ring bytes, stage-0 kinds, zones, ranks) -> ``_spanning_uncached``."""
@@ -59,8 +69,36 @@ class Bounder:
         if c.max_cost_per_hour is not None and least[2] > c.max_cost_per_hour * (1 + 1e-9):
             return None
         if self.opt.objective == "cost":
-            return self._cost_floor(shape, lbs, max_d)
+            floor = self._cost_floor(shape, lbs, max_d)
+            if len(max_d) == 1 and c.min_throughput is not None:
+                fewest = self._fewest_meeting_floor(shape, lbs, max_d[0])
+                if fewest is None:
+                    return None
+                floor = max(floor, self.bounds(shape, lbs, max_d, fewest=[fewest])[1])
+            return floor
         return -full[0]
+
+    def _fewest_meeting_floor(self, shape: Shape, lbs, most: int) -> int | None:
+        """The fewest pipelines of a one-class node that may reach ``min_throughput`` (None
+        if no count up to ``most`` may): one pipeline, with no all-reduce, if its bound meets
+        it; else d >= 2 pipelines take T >= gbs B / (d mbs) + F + the cheapest ring of two
+        (a ring only slows as replicas join), which meets the floor only from the d solved
+        here on. Every allocation of the node that meets the floor lies between it and
+        ``most``, so the node's cost is bounded over that range (``bounds``)."""
+        floor = self.opt.constraints.min_throughput
+        if self.meets(*self.bounds(shape, lbs, [1], sync_replicas=1)):
+            return 1
+        cls, (b, f, _o) = shape.classes[0], lbs[0]
+        ring = (
+            0.0
+            if self.job.options.zero == "hybrid"
+            else self._fastest_ring(shape, (((cls.gpu, cls.tps[0]), 2),))
+        )
+        room = (1 + 1e-9) / floor - f - ring  # seconds left for the steady state
+        if room <= 0:
+            return None
+        d = max(2, math.ceil(self.job.sample_slots * b / (cls.mbs * room) * (1 - 1e-9)))
+        return d if d <= most else None
 
     def _cost_floor(self, shape: Shape, lbs, max_d) -> float:
         """Lower bound on $/iteration of any allocation: every sample at the cheapest class's
@@ -71,10 +109,10 @@ class Bounder:
         of the steady-state price."""
         gbs = self.job.sample_slots
         per_sample = min(
-            cls.gpus * min_price(cls.gpu) / 3600.0 * b / cls.mbs
+            cls.gpus * self.gpu_usd[cls.gpu] * b / cls.mbs
             for cls, (b, _f, _o) in zip(shape.classes, lbs, strict=True)
         )
-        usd_min = sum(cls.gpus * min_price(cls.gpu) / 3600.0 for cls in shape.classes)
+        usd_min = sum(cls.gpus * self.gpu_usd[cls.gpu] for cls in shape.classes)
         extra = min(f for _b, f, _o in lbs)
         if extra < 0:
             v = self.job.options.virtual_stages
@@ -101,17 +139,27 @@ class Bounder:
         two: T only falls and the all-reduce and the bill only grow as pipelines are added.
         With ``ring`` (seconds stage 0's sync takes at least, on no assumption about links:
         ``spanning_ring``, ``Scorer.first_ring``) that is the sync instead.
+
+        The $/iteration bound is also taken per term (``_cost_terms``): over a range of
+        allocations the bill of ``fewest`` times the time of ``counts`` undercounts a sample's
+        price by up to counts / fewest, where the samples' own price does not fall as
+        pipelines are added.
         """
         gbs = self.job.sample_slots
         fewest = counts if fewest is None else fewest
-        rate = spread = usd = 0.0
+        rate = spread = usd = usd_most = 0.0
         longest = opt = 0.0
+        per_sample = fill = math.inf
         kinds = []
         for d, d0, cls, (b, f, o) in zip(counts, fewest, shape.classes, lbs, strict=True):
             if d:
                 rate += d * cls.mbs / b
                 spread += d * cls.mbs * f / b
-                usd += d0 * cls.gpus * min_price(cls.gpu) / 3600.0
+                pipeline_usd = cls.gpus * self.gpu_usd[cls.gpu]
+                usd += d0 * pipeline_usd
+                usd_most += d * pipeline_usd
+                per_sample = min(per_sample, pipeline_usd * b / cls.mbs)
+                fill = min(fill, f)
                 longest = max(longest, b + f)
                 opt = max(opt, o)
                 kinds.append(((cls.gpu, cls.tps[0]), d0))
@@ -130,7 +178,8 @@ class Bounder:
         if self.job.options.shards_optimizer:  # a shard over at most every replica
             opt /= max(1, sum(counts))
         t = max((gbs + spread) / rate, longest) + sync + opt
-        return 1.0 / t, usd * t, usd * 3600.0
+        terms = _cost_terms(gbs, per_sample, fill, sync + opt, usd, usd_most)
+        return 1.0 / t, max(usd * t, terms), usd * 3600.0
 
     def _fastest_ring(self, shape: Shape, kinds: tuple) -> float:
         """A lower bound on the seconds of stage 0's data-parallel sync (``Simulator.ring_sync``:
@@ -268,3 +317,15 @@ class Bounder:
         if c.max_cost_per_hour is not None and hourly > c.max_cost_per_hour * tol:
             return False
         return True
+
+
+def _cost_terms(gbs, per_sample, fill, tail, usd, usd_most) -> float:
+    """A lower bound on $/iteration of every allocation between ``fewest`` and ``counts``
+    (``Bounder.bounds``), term by term: its bill times T >= (gbs + spread) / rate + tail, and
+    bill x gbs / rate >= gbs x the cheapest class's $ per sample (a ratio of sums is at least
+    its least ratio); bill x spread / rate >= bill x the least fill F (spread / rate is an
+    average of the classes' F, weighted by d mbs / B); the bill is at least ``usd`` (fewest
+    pipelines) and at most ``usd_most``, which bounds a negative F (interleaving) from below;
+    bill x tail (stage 0's sync and optimizer step) >= usd x tail."""
+    bill_for_fill = usd if fill >= 0 else usd_most
+    return gbs * per_sample + bill_for_fill * fill + usd * tail

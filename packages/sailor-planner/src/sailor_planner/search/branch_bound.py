@@ -95,12 +95,15 @@ class Search:
         incumbent: tuple[float, float] | None = None,
         should_stop: Callable[[], bool] | None = None,
         covered: Callable[[Shape], bool] | None = None,
+        keep: int | None = None,
     ):
         """``incumbent``: (iterations/s, $/iteration) of a plan already known to be feasible
         (the previous plan on a re-plan); with top_k = 1 nothing worse is scored.
         ``should_stop``: asked every POLL_S inside every loop; True (the caller went away)
         ends the search with RequestCancelledError and drops everything it built.
-        ``covered``: shapes another search already explored (skipped here)."""
+        ``covered``: shapes another search already explored (skipped here).
+        ``keep``: how many of the best candidates are kept exact (default top_k plus
+        KEEP_MARGIN); the option search reads further down a relaxed search's order."""
         self.covered = covered
         self.should_stop = should_stop
         self._next_poll = 0.0
@@ -112,7 +115,8 @@ class Search:
         self.job = cv.job
         self.opt = options
         self.stats = SearchStats()
-        self.found = Found(options.objective, options.constraints, options.top_k + KEEP_MARGIN)
+        keep = options.top_k + KEEP_MARGIN if keep is None else keep
+        self.found = Found(options.objective, options.constraints, keep)
         self.partial = False
         self.deadline = (
             time.monotonic() + options.deadline_s if options.deadline_s is not None else math.inf
