@@ -102,7 +102,7 @@ def place(
             if runs is None:
                 return None
             per_block.append(runs)
-        for pattern, count in _zip_runs(per_block, want):
+        for pattern, count in _zip_runs(per_block):
             groups.append(Group(c, pattern, count))
     return tuple(groups)
 
@@ -140,7 +140,7 @@ def _place_block(g, tps, zones, want, free) -> list[tuple[Pattern, int]] | None:
     return runs
 
 
-def _zip_runs(per_block: list[list[tuple[Pattern, int]]], total: int):
+def _zip_runs(per_block: list[list[tuple[Pattern, int]]]):
     """Pair pipeline k's zones across blocks (run-length lists of the same total): a new
     pattern starts wherever some block's run ends."""
     if len(per_block) == 1:  # one block: its runs are the patterns

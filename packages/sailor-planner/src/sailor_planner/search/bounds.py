@@ -34,7 +34,7 @@ class Bounder:
         scorer bills (``usd_per_second``) at the least, where a plan can place it. The
         catalog's cheapest region anywhere, which the bounds took before, is far below it:
         us-central1's A100-40 costs 34 % more than AWS us-east-1's, its H100 61 %, and every
-        cost bound fell that short (2026-11-27: 512-GPU min cost searched 0.96 -> 0.47 s)."""
+        cost bound fell that short (2026-11-27: the 512-GPU min-cost search took half the time)."""
         for (g, z), n in free.items():
             if n > 0:
                 self.gpu_usd[g] = min(self.gpu_usd.get(g, math.inf), usd_per_second(g, z))
