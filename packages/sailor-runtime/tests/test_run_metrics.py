@@ -62,3 +62,14 @@ def test_summary_figures_come_from_the_records():
                              eval_losses=evals, throughput=t))  # fmt: skip
     assert "eval loss       2: 3.800 (gen 1)" in text and "10: 3.000 (gen 2)" in text
     assert "MFU measured 8.50%" in text and f"simulator {sim.mfu:.2%}" in text
+
+
+@pytest.mark.parametrize(("mfu", "shown"), [(0.4123, "MFU 41.2%"), (0.0003, "MFU 0.03%")])
+def test_progress_line_shows_small_mfu(capsys, mfu, shown):
+    """The live step line printed "MFU 0.0%" for a tiny model measured at 0.03 % on an H200."""
+    from sailor_runtime.run.summary import Progress
+
+    bar = Progress(10)
+    bar.update(5, 4.2, 1, "RUNNING", {"mfu": mfu, "tokens_per_s": 1000.0})
+    bar.close()
+    assert shown in capsys.readouterr().err

@@ -233,6 +233,12 @@ class Progress:
             self._bar.stop()
 
 
+def _percent(x: float) -> str:
+    """A share as a percentage with one decimal, or two significant digits below 0.1 %: a
+    tiny model on an H200 runs at 0.03 % MFU, which one decimal printed as 0.0 %."""
+    return f"{x:.1%}" if x >= 0.001 else f"{x * 100:.2g}%"
+
+
 def _live_fields(m: dict) -> str:
     parts = []
     if m.get("eval_loss") is not None:
@@ -242,5 +248,5 @@ def _live_fields(m: dict) -> str:
     if m.get("tokens_per_s"):
         parts.append(f"{m['tokens_per_s']:,.0f} tok/s")
     if m.get("mfu") is not None:
-        parts.append(f"MFU {m['mfu']:.1%}")
+        parts.append(f"MFU {_percent(m['mfu'])}")
     return "".join(f" {p}" for p in parts)
