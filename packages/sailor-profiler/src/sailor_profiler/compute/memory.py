@@ -8,8 +8,11 @@ Two methods, both used on CUDA (the allocator is the reference, the hooks a cros
   layer's parameters (weights are counted as weights, not activations). The layer's input is
   counted when the layer saves it, as ``ModelSpec.stash_terms`` does.
 * Allocator (CUDA): ``torch.cuda.memory_allocated`` after the forward minus before, minus the
-  output's storage (which is handed on, not stashed); the peak over forward + backward from
-  ``max_memory_allocated`` gives the transient working set.
+  output's storage (which is handed on, not stashed), plus the inputs autograd saved (they were
+  allocated before the forward, so the delta cannot see them: a block's first norm saves its
+  fp32 residual input, 67 MB per OPT-350M block at 8 x 2048 tokens, which the delta missed for
+  every layer, 1.6 GB of an H200 run's peak, runtime README); the peak over forward + backward
+  from ``max_memory_allocated`` gives the transient working set.
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ class SavedTensorBytes:
     def total(self) -> int:
         return sum(self._storages.values())
 
+    def saved_bytes_of(self, tensors) -> int:
+        """Bytes of the storages among ``tensors`` (a layer's inputs) that were saved."""
+        ptrs = {t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor)}
+        return sum(self._storages.get(ptr, 0) for ptr in ptrs)
+
 
 def _output_bytes(out: torch.Tensor, kind: str) -> int:
     return 0 if kind == "head" else out.numel() * out.element_size()
@@ -84,4 +92,5 @@ def measure_activation_memory(layer: nn.Module, inputs: tuple, kind: str) -> Act
     _backward(out)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
-    return ActivationMemory(out_bytes, max(0, kept - out_storage), counter.total, peak)
+    stash = max(0, kept - out_storage) + counter.saved_bytes_of(inputs)
+    return ActivationMemory(out_bytes, stash, counter.total, peak)
