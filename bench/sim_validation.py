@@ -12,8 +12,8 @@ overhead (``memory.FRAMEWORK_OVERHEAD['superchip'].cuda_context``) and the GH200
 efficiency (``comm.BUS_EFFICIENCY['HPE Slingshot-11']``). So the bench also reports
 leave-one-out: each run predicted with both constants refitted on the other 14, printed next to
 the in-sample error. The refit is the procedure that produced the stored overhead: the value
-minimizing the worst |relative error| (minimax; on all 15 runs it gives 3.32 GiB, the stored
-3.3 GiB); overhead on a 5 MiB grid over 2.5-4 GiB, ring efficiency on a 0.05 grid. The
+minimizing the worst |relative error| (minimax; on all 15 runs it gives 3.46 GiB, the stored
+3.45 GiB); overhead on a 5 MiB grid over 2.5-4 GiB, ring efficiency on a 0.05 grid. The
 targets (mean |error| <= 5% for time and memory, no point worse than 10%) apply to the
 leave-one-out errors. Exits 1 when a target
 is missed or the reference data is absent.

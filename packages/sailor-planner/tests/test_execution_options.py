@@ -86,8 +86,8 @@ def test_the_search_still_returns_fitting_plans(flag):
 
 def test_plans_that_fit_only_with_recompute_or_sharding_are_found_and_reported():
     """LLaMA-3.1-8B in bf16 on 8 L4 (24 GB): with the job's own options (no recomputation, no
-    ZeRO) nothing fits; the planner's second search under the lean options finds a plan and
-    reports the options it needs, and the simulator agrees it fits with them."""
+    ZeRO, no SP) nothing fits; the option search finds a plan and reports the options it needs,
+    and the simulator agrees it fits with them."""
     job = Job.create("LLaMA-3.1-8B", 16, 8192, "bf16")
     inventory = Inventory.parse(["L4@us-central1-a=8"])
     sim = Simulator()
@@ -96,7 +96,10 @@ def test_plans_that_fit_only_with_recompute_or_sharding_are_found_and_reported()
     found = Planner(sim).plan(job, inventory, SearchOptions(search_execution_options=True))
     best = found.best
     assert best.options is not None and best.options != job.options
-    assert best.options.recompute != "none" or best.options.zero != "none"
+    # a memory option (sequence parallelism alone is enough since the head's transient lost a
+    # double-counted fp32 softmax)
+    lean = best.options
+    assert lean.recompute != "none" or lean.zero != "none" or lean.sequence_parallel
     assert not sim.estimate(job, best.plan).fits
     again = sim.estimate(dataclasses.replace(job, options=best.options), best.plan)
     assert again.fits and again.iteration_time_s == pytest.approx(best.estimate.iteration_time_s)

@@ -111,14 +111,12 @@ def test_multi_stage_plans_under_the_cost_objective(planner) -> None:
     inventory = Inventory.parse(["V100-16@us-central1-a=16"])
     fixed = SearchOptions(objective="cost", search_execution_options=False)
     assert planner.plan(job, inventory, fixed).best.plan.num_stages > 1
-    # ...and where one stage would fit, the cost objective still weighs deeper pipelines.
-    job = Job.create("OPT-350M", 64, 2048)
-    result = planner.plan(
-        job,
-        Inventory.parse(["V100-16@us-central1-a=8"]),
-        SearchOptions("cost", top_k=6, pareto_points=8),
-    )
-    assert any(r.plan.num_stages > 1 for r in result.plans + result.pareto)
+    # ...and where one stage fits (the option search: selective recomputation + SP), the cost
+    # objective still weighs deeper pipelines. (OPT-350M on 8 V100-16 showed this until the
+    # head's transient lost a double-counted fp32 softmax: one stage is now cheapest by far.)
+    result = planner.plan(job, inventory, SearchOptions("cost", top_k=6, pareto_points=8))
+    stages = {r.plan.num_stages for r in result.plans + result.pareto}
+    assert 1 in stages and max(stages) > 1
 
 
 def test_heterogeneous_plan_mixes_types_and_zones(planner) -> None:

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from sailor_sim import Estimate, Job, Plan, PlanError, Replica, Simulator, Stage, StageSlice
+from sailor_sim.dtypes import dtype_bytes
 from sailor_sim.simulate.network import Endpoint
 from sailor_sim.spec.examples import example_job, example_plan
 
@@ -342,9 +343,10 @@ def test_ring_time_and_replica_peak_are_the_estimates_components() -> None:
         peak, cap = sim.replica_peak(job, StageSlice(first, end, "GH-96", 1, 4), i, 2, 8, 4)
         terms = sim.replica_memory(job, StageSlice(first, end, "GH-96", 1, 4), i, 2, 8, 4)
         assert peak == sum(terms.values()) and cap == get_gpu("GH-96").memory_bytes
-    # The head's transient is 3x its fp32 logits (logits, softmax, gradient).
+    # The head's transient is its logits in the training dtype, beside the stashed fp32
+    # softmax (which becomes the gradient in place): mbs 4 x seq 2048 x vocab / tp 2.
     terms = sim.replica_memory(job, StageSlice(13, last, "GH-96", 2, 4), 1, 2, 8, 4)
-    assert terms["transient"] == 3 * 4 * 2048 * job.model.vocab_size // 2 * 4
+    assert terms["transient"] == 4 * 2048 * job.model.vocab_size // 2 * dtype_bytes(job.dtype)
 
 
 def _cpu_links(folder, **ring) -> Simulator:

@@ -197,47 +197,59 @@ class VocabParallelEmbedding(nn.Module):
 
 class _VocabParallelCE(torch.autograd.Function):
     """Mean cross-entropy over tokens from vocabulary-sharded logits (Megatron's
-    ``_VocabParallelCrossEntropy``): max, target logit and sum of exponentials are all-reduced."""
+    ``_VocabParallelCrossEntropy``): max, target logit and sum of exponentials are all-reduced
+    (no-ops without a group).
+
+    One fp32 buffer per token and vocabulary entry, built in place: the logits' fp32 copy
+    becomes their softmax (saved) and in backward the gradient. So the head's peak holds, beside
+    that buffer, only the logits in their own dtype (the matmul's output in forward, the
+    gradient cast back to it in backward); ``F.cross_entropy`` on the fp32 logits held two more
+    fp32 copies in backward (the log-softmax's gradient and its input's), 8 GB of an H200's
+    peak for OPT-350M at 8 x 2048 tokens. ``sailor_sim.simulate.memory.transient_bytes`` is
+    this physics."""
 
     @staticmethod
     def forward(ctx, logits, target, start, group):
-        logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-        lmax = logits.max(dim=-1, keepdim=True)[0]
+        # bf16/fp16: .float() is the one copy; fp32/fp64: clone, the caller holds the input
+        half = logits.dtype in (torch.float16, torch.bfloat16)
+        x = logits.float() if half else logits.clone()
+        lmax = x.max(dim=-1, keepdim=True)[0]
         all_reduce_(lmax, group, dist.ReduceOp.MAX)
-        shifted = logits - lmax
-        per = logits.shape[-1]
+        x.sub_(lmax)
+        per = x.shape[-1]
         local = target - start
         outside = (local < 0) | (local >= per)
         local = local.masked_fill(outside, 0)
-        picked = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+        picked = x.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
         all_reduce_(picked, group)
-        exp = shifted.exp()
-        sum_exp = exp.sum(-1)
+        x.exp_()
+        sum_exp = x.sum(-1)
         all_reduce_(sum_exp, group)
         loss = sum_exp.log() - picked
-        softmax = exp / sum_exp.unsqueeze(-1)
-        ctx.save_for_backward(softmax, local, outside)
+        x.div_(sum_exp.unsqueeze(-1))  # the softmax
+        ctx.save_for_backward(x, local, outside)
         ctx.numel = loss.numel()
+        ctx.spent = False
         return loss.mean()
 
     @staticmethod
     def backward(ctx, grad):
+        if ctx.spent:  # the softmax became the first backward's gradient
+            raise RuntimeError(
+                "the cross-entropy's backward ran twice (retain_graph): its saved softmax was "
+                "turned into the gradient in place; run the forward again"
+            )
+        ctx.spent = True
         softmax, local, outside = ctx.saved_tensors
-        # softmax - onehot(target), without materializing a one-hot of the vocabulary shard
-        g = softmax.clone().view(-1, softmax.shape[-1])
+        # softmax - onehot(target), in place, without materializing a one-hot of the shard
+        g = softmax.view(-1, softmax.shape[-1])
         rows = torch.arange(g.shape[0], device=g.device)
         g[rows, local.reshape(-1)] -= (~outside).reshape(-1).to(g.dtype)
-        return g.view_as(softmax) * (grad / ctx.numel), None, None, None
+        return softmax.mul_(grad / ctx.numel), None, None, None
 
 
 def vocab_parallel_cross_entropy(logits, target, tp_rank, tp_size, group) -> torch.Tensor:
-    """Mean token cross-entropy; ``logits`` holds this rank's vocabulary shard."""
-    if tp_size == 1:
-        return F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]).float()
-            if logits.dtype in (torch.float16, torch.bfloat16)
-            else logits.reshape(-1, logits.shape[-1]),
-            target.reshape(-1),
-        )
+    """Mean token cross-entropy; ``logits`` holds this rank's vocabulary shard (all of it at
+    ``tp_size`` 1, where ``group`` is None)."""
     start = tp_rank * logits.shape[-1]
-    return _VocabParallelCE.apply(logits, target, start, group)
+    return _VocabParallelCE.apply(logits, target, start, group if tp_size > 1 else None)

@@ -11,7 +11,8 @@ Terms (bytes, per GPU of a TP group):
   ``ModelSpec.stash_terms``) x microbatches in flight under 1F1B at stage i of P:
   min(P - i, M) (Narayanan et al. 2021, Sec. 2.2; never more than the M that exist).
 - ``transient``: the largest short-lived working set on top, while the last microbatch runs
-  backward: the fp32 logits gradient of the head, else one layer's output gradient.
+  backward: the head's logits in the training dtype (its fp32 softmax is stashed and becomes
+  the gradient in place), else one layer's output and its gradient (``transient_bytes``).
 - ``gathered_weights`` (ZeRO-2/3, hybrid): parameters all-gathered from their shards, as FSDP2
   runs them (the engine's ``fsdp``; ``gathered_weight_bytes``).
 - ``comm_buffers``: p2p receive buffers (activation in, gradient in) for pipelined stages.
@@ -43,12 +44,13 @@ class FrameworkOverhead:
 
 FRAMEWORK_OVERHEAD: dict[str, FrameworkOverhead] = {
     # Grace-Hopper: 64 KiB pages and the larger Hopper kernel images make the context big. The
-    # 15 GH200 runs pin the constant (3.3 GiB: the minimax fit, worst |error| 8.0%, mean 4.8%)
-    # and show no extra allocator reserve growing with the tensors. Fitted on the runs that
-    # bench/sim_validation.py scores, so that bench also refits it leave-one-out (mean 4.95%,
-    # worst 9.5%).
+    # 15 GH200 runs pin the constant (3.45 GiB: the minimax fit, 3.46 on a 5 MiB grid, worst
+    # |error| 8.4%, mean 4.6%) and show no extra allocator reserve growing with the tensors.
+    # Fitted on the runs that bench/sim_validation.py scores, so that bench also refits it
+    # leave-one-out. Refitted 2026-11-27 when the head's transient lost a double-counted fp32
+    # softmax (``transient_bytes``): 3.3 GiB before.
     "superchip": FrameworkOverhead(
-        int(3.3 * GiB),
+        int(3.45 * GiB),
         256 * MiB,
         0.0,
         "minimax fit to the 15 GH200 validation runs of the original Sailor (nvidia-smi "
@@ -79,11 +81,18 @@ def framework_overhead(gpu: GPUType) -> FrameworkOverhead:
 
 
 def transient_bytes(model, last_layer: int, mbs: int, seq: int, dtype: str, tp: int) -> int:
-    """The largest short-lived working set of a stage ending at ``last_layer``: with the head,
-    its fp32 logits, their softmax and its gradient (Megatron's vocab-parallel cross-entropy)
-    coexist as the backward pass starts; otherwise one layer's output and its gradient."""
+    """The largest short-lived working set of a stage ending at ``last_layer``, beyond its
+    stash. With the head: the logits in the training dtype. The cross-entropy (Megatron's
+    vocab-parallel one, and the engine's: ``sailor_profiler.zoo.tp``) builds their fp32 softmax
+    in one buffer, which the stash counts (``ModelSpec.stash_terms``' ``logits``), and turns it
+    into the gradient in place; beside it live the matmul's logits in forward and the gradient
+    cast back to their dtype in backward (an fp32 run: the logits and their fp32 copy). This
+    was three fp32 copies on top of the stash, which double-counted the saved softmax and
+    missed the in-place gradient: OPT-350M on one H200 at 8 x 2048 tokens peaked 17 % below
+    the prediction (``bench/gpu_smoke.py``, 2026-11-27). Otherwise one layer's output and its
+    gradient."""
     if last_layer == model.head_layer_id:
-        return 3 * mbs * seq * model.vocab_size // tp * 4
+        return mbs * seq * model.vocab_size // tp * dtype_bytes(dtype)
     return 2 * model.activation_out_bytes(0, mbs, seq, dtype)
 
 
