@@ -190,6 +190,8 @@ def test_unsupported_options_are_refused_with_the_fix():
         check_run(RunSpec(options=ExecutionOptions(recompute="selective_op")))
     with pytest.raises(OptionsError, match="precision: fp8 is not run by the engine; use one"):
         check_run(RunSpec(precision="fp8"))
+    with pytest.raises(OptionsError, match="fused_loss: the engine's cross-entropy is the fused"):
+        check_run(RunSpec(options=ExecutionOptions(fused_loss=False)))
     with pytest.raises(OptionsError, match="^options: unknown options"):
         options_from_dict({"zero_stage": 1})  # the old name: zero="zero1" now
 

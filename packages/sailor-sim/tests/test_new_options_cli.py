@@ -72,3 +72,14 @@ def test_memory_needs_replicas_for_the_expert_and_context_groups():
     assert ok.exit_code == 0, ok.output
     r = run("memory", "--model", "LLaMA-3.1-8B", "--gpu", "H100", "--seq", "8192", "--cp", "2")
     assert r.exit_code == 2 and "options.context_parallel" in r.output
+
+
+def test_no_fused_loss_shows_the_eager_loss_s_logits_at_the_head():
+    """--no-fused-loss (torchtitan's eager F.cross_entropy): 8 bytes per logit of transient
+    where the fused default holds the bf16 logits (2), a one-stage plan having the head."""
+    args = [*BASE, "--gbs", "16", "--seq", "4096", "--precision", "bf16", "--json"]
+    fused, eager = run(*args), run(*args, "--no-fused-loss")
+    assert fused.exit_code == 0 and eager.exit_code == 0, fused.output + eager.output
+    terms = [json.loads(r.output)["memory"][0]["breakdown_bytes"] for r in (fused, eager)]
+    assert json.loads(eager.output)["job"]["options"]["fused_loss"] is False
+    assert terms[1]["transient"] == 4 * terms[0]["transient"]

@@ -31,6 +31,9 @@ def test_options_round_trip_json_and_proto():
     assert Job.from_proto(j.to_proto()) == j
     forced = job(flash_attention=False, virtual_stages=2, p2p_scatter_gather=False)
     assert Job.from_proto(forced.to_proto()) == forced
+    eager = job(fused_loss=False)
+    assert Job.from_proto(eager.to_proto()) == eager and Job.from_dict(eager.to_dict()) == eager
+    assert Job.from_proto(job().to_proto()).options.fused_loss is True  # unset: the default
     assert Job.from_proto(job().to_proto()).options.flash_attention is None  # default kept
     assert Job.from_dict({"model": MODEL, "global_batch_size": 8}).options == ExecutionOptions()
 
@@ -43,6 +46,7 @@ def test_options_round_trip_json_and_proto():
         (lambda: job("fp32", grad_dtype="bf16"), "options.grad_dtype"),
         (lambda: job("fp32", flash_attention=True), "options.flash_attention"),
         (lambda: job(virtual_stages=0), "options.virtual_stages"),
+        (lambda: job(fused_loss="no"), "options.fused_loss"),
         (lambda: Job.from_dict({"model": MODEL, "global_batch_size": 8, "options": {"x": 1}}),
          "options"),
     ],
@@ -160,6 +164,25 @@ def test_sequence_parallelism_splits_the_replicated_activations():
     sp = estimate(job(gbs=16, recompute="selective", sequence_parallel=True), tp=4, dp=1)
     assert 0.45 < mem(sp, "activations") / mem(base, "activations") < 0.62
     assert sp.time_breakdown_s["tp_comm"] == base.time_breakdown_s["tp_comm"]  # RS+AG = AR
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_an_eager_loss_holds_two_more_fp32_logits_copies_at_the_head(dtype):
+    """The head stage's transient: the logits in the training dtype beside the stashed fp32
+    softmax with the fused cross-entropy; 8 bytes per logit with an eager F.cross_entropy
+    (torchtitan). Other stages and the step time do not change."""
+    fused = estimate(job(dtype, gbs=8), pp=2, dp=1, microbatch_size=4)
+    eager = estimate(job(dtype, gbs=8, fused_loss=False), pp=2, dp=1, microbatch_size=4)
+    logits = 4 * 2048 * fused_vocab()  # one microbatch of 4
+    width = 2 if dtype == "bf16" else 4
+    assert mem(fused, "transient", stage=1) == logits * width
+    assert mem(eager, "transient", stage=1) == logits * 8
+    assert mem(eager, "transient", stage=0) == mem(fused, "transient", stage=0)
+    assert eager.iteration_time_s == fused.iteration_time_s
+
+
+def fused_vocab() -> int:
+    return Job.create(MODEL, 8, 2048).model.vocab_size
 
 
 def test_bf16_gradients_halve_gradient_memory_and_traffic():

@@ -203,7 +203,10 @@ class CostView:
             params[0, -1] -= model.shared_head_params(0, self.n - 1, t)  # a tied matrix once
             acts = act_pre[None, 1:] - act_pre[:-1, None]
             transient = np.array(
-                [transient_bytes(model, b, m, seq, job.dtype, t) for b in range(self.n)],
+                [
+                    transient_bytes(model, b, m, seq, job.dtype, t, job.options.fused_loss)
+                    for b in range(self.n)
+                ],
                 dtype=float,
             )
             if job.options.recompute == "full":  # one block rebuilt in backward

@@ -184,6 +184,8 @@ def unsupported_option(options: ExecutionOptions) -> str | None:
         )
     if options.expert_parallel > 1 or options.context_parallel > 1:
         return "expert_parallel / context_parallel: not run by the engine; use 1"
+    if not options.fused_loss:
+        return "fused_loss: the engine's cross-entropy is the fused one; use true"
     return None
 
 

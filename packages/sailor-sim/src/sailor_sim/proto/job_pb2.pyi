@@ -23,7 +23,7 @@ class Job(_message.Message):
     def __init__(self, model: _Optional[str] = ..., global_batch_size: _Optional[int] = ..., sequence_length: _Optional[int] = ..., dtype: _Optional[str] = ..., optimizer: _Optional[str] = ..., options: _Optional[_Union[ExecutionOptions, _Mapping]] = ...) -> None: ...
 
 class ExecutionOptions(_message.Message):
-    __slots__ = ("grad_dtype", "flash_attention", "recompute", "zero", "sequence_parallel", "virtual_stages", "p2p_scatter_gather", "fp8", "expert_parallel", "context_parallel")
+    __slots__ = ("grad_dtype", "flash_attention", "recompute", "zero", "sequence_parallel", "virtual_stages", "p2p_scatter_gather", "fp8", "expert_parallel", "context_parallel", "fused_loss")
     GRAD_DTYPE_FIELD_NUMBER: _ClassVar[int]
     FLASH_ATTENTION_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class ExecutionOptions(_message.Message):
     FP8_FIELD_NUMBER: _ClassVar[int]
     EXPERT_PARALLEL_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    FUSED_LOSS_FIELD_NUMBER: _ClassVar[int]
     grad_dtype: str
     flash_attention: bool
     recompute: str
@@ -44,7 +45,8 @@ class ExecutionOptions(_message.Message):
     fp8: str
     expert_parallel: int
     context_parallel: int
-    def __init__(self, grad_dtype: _Optional[str] = ..., flash_attention: _Optional[bool] = ..., recompute: _Optional[str] = ..., zero: _Optional[str] = ..., sequence_parallel: _Optional[bool] = ..., virtual_stages: _Optional[int] = ..., p2p_scatter_gather: _Optional[bool] = ..., fp8: _Optional[str] = ..., expert_parallel: _Optional[int] = ..., context_parallel: _Optional[int] = ...) -> None: ...
+    fused_loss: bool
+    def __init__(self, grad_dtype: _Optional[str] = ..., flash_attention: _Optional[bool] = ..., recompute: _Optional[str] = ..., zero: _Optional[str] = ..., sequence_parallel: _Optional[bool] = ..., virtual_stages: _Optional[int] = ..., p2p_scatter_gather: _Optional[bool] = ..., fp8: _Optional[str] = ..., expert_parallel: _Optional[int] = ..., context_parallel: _Optional[int] = ..., fused_loss: _Optional[bool] = ...) -> None: ...
 
 class GpuPool(_message.Message):
     __slots__ = ("gpu_type", "zone", "count")

@@ -11,8 +11,10 @@ Terms (bytes, per GPU of a TP group):
   ``ModelSpec.stash_terms``) x microbatches in flight under 1F1B at stage i of P:
   min(P - i, M) (Narayanan et al. 2021, Sec. 2.2; never more than the M that exist).
 - ``transient``: the largest short-lived working set on top, while the last microbatch runs
-  backward: the head's logits in the training dtype (its fp32 softmax is stashed and becomes
-  the gradient in place), else one layer's output and its gradient (``transient_bytes``).
+  backward: the head's logits in the training dtype with a fused cross-entropy (its fp32
+  softmax is stashed and becomes the gradient in place), two fp32 copies more with an eager
+  one (``ExecutionOptions.fused_loss``), else one layer's output and its gradient
+  (``transient_bytes``).
 - ``gathered_weights`` (ZeRO-2/3, hybrid): parameters all-gathered from their shards, as FSDP2
   runs them (the engine's ``fsdp``; ``gathered_weight_bytes``).
 - ``comm_buffers``: p2p receive buffers (activation in, gradient in) for pipelined stages.
@@ -80,19 +82,23 @@ def framework_overhead(gpu: GPUType) -> FrameworkOverhead:
     return FRAMEWORK_OVERHEAD.get(gpu.platform, FRAMEWORK_OVERHEAD["sxm"])
 
 
-def transient_bytes(model, last_layer: int, mbs: int, seq: int, dtype: str, tp: int) -> int:
+def transient_bytes(
+    model, last_layer: int, mbs: int, seq: int, dtype: str, tp: int, fused_loss: bool = True
+) -> int:
     """The largest short-lived working set of a stage ending at ``last_layer``, beyond its
-    stash. With the head: the logits in the training dtype. The cross-entropy (Megatron's
-    vocab-parallel one, and the engine's: ``sailor_profiler.zoo.tp``) builds their fp32 softmax
-    in one buffer, which the stash counts (``ModelSpec.stash_terms``' ``logits``), and turns it
-    into the gradient in place; beside it live the matmul's logits in forward and the gradient
-    cast back to their dtype in backward (an fp32 run: the logits and their fp32 copy). This
-    was three fp32 copies on top of the stash, which double-counted the saved softmax and
-    missed the in-place gradient: OPT-350M on one H200 at 8 x 2048 tokens peaked 17 % below
-    the prediction (``bench/gpu_smoke.py``, 2026-11-27). Otherwise one layer's output and its
-    gradient."""
+    stash. With the head, per logit (``mbs * seq * vocab / tp``): a fused cross-entropy
+    (``fused_loss``: Megatron's vocab-parallel one, the engine's ``sailor_profiler.zoo.tp``)
+    builds the fp32 softmax in one buffer, which the stash counts (``ModelSpec.stash_terms``'
+    ``logits``), and turns it into the gradient in place; beside it live the logits in the
+    training dtype (the matmul's output in forward, the gradient cast back in backward). An
+    eager ``F.cross_entropy`` on the upcast logits (torchtitan, Hugging Face) also holds the
+    log-softmax's output gradient and its input gradient in backward: 8 bytes. Three fp32
+    copies on top of the stash before 2026-11-27 double-counted the softmax: OPT-350M on one
+    H200 at 8 x 2048 tokens peaked 17 % below that prediction (``bench/gpu_smoke.py``).
+    Otherwise one layer's output and its gradient."""
     if last_layer == model.head_layer_id:
-        return mbs * seq * model.vocab_size // tp * dtype_bytes(dtype)
+        per_logit = dtype_bytes(dtype) if fused_loss else 2 * 4
+        return mbs * seq * model.vocab_size // tp * per_logit
     return 2 * model.activation_out_bytes(0, mbs, seq, dtype)
 
 

@@ -208,7 +208,7 @@ class MemoryComponents:
         model, gpu, dtype = job.model, get_gpu(s.gpu_type), job.dtype
         seq = job.local_sequence_length  # a context-parallel rank's share of each sample
         t = self.layer_table(job, s.gpu_type, mbs, tp)
-        transient = transient_bytes(model, last, mbs, seq, dtype, tp)
+        transient = transient_bytes(model, last, mbs, seq, dtype, tp, job.options.fused_loss)
         if job.options.recompute == "full" and first <= model.num_layers and last >= 1:
             flash = uses_flash(job.options, gpu, dtype)
             transient += recompute_transient(model, last, mbs, seq, dtype, tp, flash)

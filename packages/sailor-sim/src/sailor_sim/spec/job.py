@@ -355,6 +355,7 @@ def options_from_proto(msg) -> ExecutionOptions:
         sequence_parallel=msg.sequence_parallel,
         virtual_stages=msg.virtual_stages or 1,
         p2p_scatter_gather=(msg.p2p_scatter_gather if msg.HasField("p2p_scatter_gather") else True),
+        fused_loss=msg.fused_loss if msg.HasField("fused_loss") else True,
         fp8=msg.fp8 or default.fp8,
         expert_parallel=msg.expert_parallel or 1,
         context_parallel=msg.context_parallel or 1,

@@ -37,6 +37,13 @@ the plan's ``Replica.num_microbatches`` (``Plan.gradient_accumulation_steps``).
 - ``p2p_scatter_gather``: Narayanan et al. 2021 Sec. 4.1: with TP, each TP rank sends 1/tp
   of a stage-boundary activation and the receiver all-gathers it over its intra-node link
   (time: the inter-node part / tp; memory: none). Off for frameworks that send it whole.
+- ``fused_loss``: how the framework's cross-entropy holds the logits (memory only: the head's
+  ``memory.transient_bytes``). True (Megatron-LM's vocab-parallel cross-entropy, this
+  runtime): the fp32 softmax is built in one buffer, stashed, and turned into the gradient in
+  place, so beside it only the logits in the training dtype live. False (eager
+  ``F.cross_entropy`` on the upcast logits: torchtitan ``components/loss.py``, Hugging Face
+  ``loss_utils.py``): backward also holds the log-softmax's gradient and its input's, two more
+  fp32 copies (8 B per logit; LLaMA-3-8B at 2 x 8192 tokens: 16 GiB).
 - ``fp8``: the transformer blocks' GEMMs in FP8 with per-tensor 'delayed' or 'current'
   scaling (Transformer Engine recipes) inside bf16/fp16 training; terms and sources in
   ``fp8.py``. Refused in fp32, on GPUs without FP8 tensor cores, and with sharded parameters.
@@ -95,6 +102,10 @@ class ExecutionOptions:
     Megatron-DeepSpeed as in the original Sailor's GH200 runs): every TP rank sends the whole
     tensor, with blocking sends and receives one after the other (``p2p_full_duplex``).
     The CLIs take it as ``--p2p megatron|deepspeed`` (``P2P_STYLES``)."""
+    fused_loss: bool = True
+    """The framework's cross-entropy. True (Megatron-LM, our runtime): softmax and gradient in
+    one fp32 buffer, in place. False (torchtitan, Hugging Face: eager F.cross_entropy on the
+    upcast logits): two more fp32 copies of the logits in the head's backward."""
     fp8: str = "none"
     """FP8 GEMMs in the transformer blocks: 'none', 'delayed' or 'current' (per-tensor
     scaling recipe)."""
@@ -130,11 +141,12 @@ class ExecutionOptions:
                 f"must be true or false, got {self.sequence_parallel!r}",
                 field="options.sequence_parallel",
             )
-        if not isinstance(self.p2p_scatter_gather, bool):
-            raise ValidationError(
-                f"must be true or false, got {self.p2p_scatter_gather!r}",
-                field="options.p2p_scatter_gather",
-            )
+        for name in ("p2p_scatter_gather", "fused_loss"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValidationError(
+                    f"must be true or false, got {getattr(self, name)!r}",
+                    field=f"options.{name}",
+                )
         if not isinstance(self.virtual_stages, int) or self.virtual_stages < 1:
             raise ValidationError(
                 f"must be an integer >= 1, got {self.virtual_stages!r}",
