@@ -136,12 +136,7 @@ class ExecutionOptions:
                 f"must be true, false or null, got {self.flash_attention!r}",
                 field="options.flash_attention",
             )
-        if not isinstance(self.sequence_parallel, bool):
-            raise ValidationError(
-                f"must be true or false, got {self.sequence_parallel!r}",
-                field="options.sequence_parallel",
-            )
-        for name in ("p2p_scatter_gather", "fused_loss"):
+        for name in ("sequence_parallel", "p2p_scatter_gather", "fused_loss"):
             if not isinstance(getattr(self, name), bool):
                 raise ValidationError(
                     f"must be true or false, got {getattr(self, name)!r}",
