@@ -102,6 +102,21 @@ def transient_bytes(
     return 2 * model.activation_out_bytes(0, mbs, seq, dtype)
 
 
+def weight_cast_bytes(model, layer_id: int, tp: int, dtype: str) -> int:
+    """Bytes of a layer's 16-bit weight copies that ``torch.autocast`` makes in forward over
+    fp32 weights and the matmuls save for backward: every weight but the norms' (which run in
+    fp32) and the embedding's (a lookup, not cast); 0 in fp32. A stash measured by
+    sailor-profiler holds them (it runs the engine's layers: fp32 weights under autocast);
+    the simulator counts them once, as the 16-bit ``weights`` term of mixed precision, so
+    they come out of the measured stash (``MemoryComponents.layer_table``). Seen on CPU: the
+    OPT-350M head's stash was 209 MB at 2 x 256 tokens, its fp32 softmax 103 MB and its bf16
+    LM-head copy 103 MB; with both counted the peak came out 8.7 % over the measured one."""
+    if dtype == "fp32" or model.layer_kind(layer_id) == "embedding":
+        return 0
+    terms = model.param_terms(layer_id, tp)
+    return sum(v for k, v in terms.items() if "norm" not in k) * dtype_bytes(dtype)
+
+
 def in_flight(stage_index: int, num_stages: int, num_microbatches: int) -> int:
     """Microbatches whose activations stage i holds at once under 1F1B: min(P - i, M)."""
     return min(num_stages - stage_index, num_microbatches)

@@ -40,6 +40,7 @@ from .memory import (
     sharding,
     static_bytes,
     transient_bytes,
+    weight_cast_bytes,
 )
 
 _DEFAULT = ExecutionOptions()
@@ -88,8 +89,9 @@ class MemoryComponents:
     def layer_table(self, job: Job, gpu_type: str, mbs: int, tp: int):
         """The profile's ``LayerTable`` with each layer's stashed activations scaled to the
         job's options (``options.stash_bytes`` / the stash the profile was taken with), so a
-        measured profile keeps its measured ratio between layers, and the parameters one GPU
-        holds under expert parallelism (1/ep of the routed experts)."""
+        measured profile keeps its measured ratio between layers, less the 16-bit weight
+        copies a measured mixed-precision stash holds (``memory.weight_cast_bytes``), and the
+        parameters one GPU holds under expert parallelism (1/ep of the routed experts)."""
         cache = self.cache.layer_table
         key = (job.cache_id, gpu_type, mbs, tp)
         hit = cache.get(key)
@@ -99,13 +101,16 @@ class MemoryComponents:
             t = self.profiles.table(model, gpu, dtype, mbs, tp, seq, job.optimizer)
             flash = uses_flash(job.options, gpu, dtype)
             taken_with = profiled_with_flash(t.entry)
-            if job.options == _DEFAULT and flash == taken_with:
+            casts = t.entry.measured and dtype != "fp32"  # autocast's weight copies in it
+            if job.options == _DEFAULT and flash == taken_with and not casts:
                 hit = cache[key] = t
                 return hit
             acts, total = [0], 0
             whole = job.options.recompute == "full" or job.options.sequence_parallel
             for i in range(model.num_layer_ids):
                 measured = t.activation[i + 1] - t.activation[i]
+                if casts:  # counted once, as the 16-bit weights term
+                    measured = max(0, measured - weight_cast_bytes(model, i, tp, dtype))
                 base = model.activation_stash_bytes(i, mbs, seq, dtype, tp, taken_with)
                 now = stash_bytes(model, i, mbs, seq, dtype, tp, job.options, flash)
                 total += _rescaled(measured, base, now, whole)
