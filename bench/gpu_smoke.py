@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -66,10 +67,18 @@ def pick_device(asked: str) -> tuple[str, str, str]:
     if asked == "cuda" and not cuda:
         raise SystemExit("error: --device cuda asked but no CUDA device is visible; use cpu")
     if asked == "cpu" or not cuda:
-        return "cpu", "gloo", "CPU"
+        # this machine's cores as a CPU worker type, so MFU is over their peak, not the
+        # catalog's "CPU" placeholder (which printed MFU 1.39 for OPT-350M on 2 cores)
+        return "cpu", "gloo", f"cpu-{len(_usable_cpus())}t"
     from sailor_profiler.devices import local_gpu_type
 
     return "cuda", "nccl", local_gpu_type(0)
+
+
+def _usable_cpus() -> set[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return os.sched_getaffinity(0)
+    return set(range(os.cpu_count() or 1))
 
 
 def make_plan(job, pp: int, gpu_type: str):
@@ -164,12 +173,11 @@ def reshard_to_cpu(root: Path, job) -> float:
 
 
 def measured(rows: list, probe: dict, job, plan) -> dict:
-    from sailor_sim import get_gpu
-    from sailor_sim.simulate.metrics import model_flops_per_token
+    from sailor_sim.simulate.metrics import model_flops_per_token, plan_peak_flops
 
     step = statistics.median(r["iteration_time_s"] for r in rows[1:] or rows)
     tokens = job.global_batch_size * job.sequence_length / step
-    peak = sum(get_gpu(r.gpu_type).peak_flops("bf16") for s in plan.stages for r in s.replicas)
+    peak = plan_peak_flops(plan, "bf16")  # the predictions' own denominator
     flops = model_flops_per_token(job.model, job.sequence_length) * tokens
     return {
         "step_time_s": step,

@@ -1,10 +1,12 @@
 """bench/gpu_smoke.py on CPU: the same script and code path a GPU machine runs (here gloo ranks,
-type CPU), in a tiny configuration; and its verdict logic on made-up figures."""
+this machine's cores as the worker type cpu-Nt), in a tiny configuration; and its verdict logic
+on made-up figures."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +38,13 @@ def test_smoke_runs_end_to_end_on_cpu(tmp_path):
     for figure in ("step_time_s", "tokens_per_s", "mfu", "memory_bytes"):
         assert figure in done.stdout
     assert "resharded to CPU" in done.stdout and "gloo" in done.stdout
+    # MFU over this machine's cores (a cpu-Nt worker type), the same denominator on both
+    # sides: the catalog's "CPU" placeholder put OPT-350M at MFU 1.39
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert f"cpu-{cores}t x 1" in done.stdout
+    pred, meas = (json.loads((out / f).read_text()) for f in ("prediction.json", "measured.json"))
+    ratio = meas["mfu"] / pred["mfu"]
+    assert 0 < meas["mfu"] < 1 and ratio == pytest.approx(pred["step_time_s"] / meas["step_time_s"])
     # the prediction exists before the first training step was written
     assert (out / "prediction.json").stat().st_mtime < (out / "first.jsonl").stat().st_mtime
     steps = [json.loads(x)["step"] for x in (out / "resumed.jsonl").read_text().splitlines()]
