@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -69,16 +68,12 @@ def pick_device(asked: str) -> tuple[str, str, str]:
     if asked == "cpu" or not cuda:
         # this machine's cores as a CPU worker type, so MFU is over their peak, not the
         # catalog's "CPU" placeholder (which printed MFU 1.39 for OPT-350M on 2 cores)
-        return "cpu", "gloo", f"cpu-{len(_usable_cpus())}t"
+        from sailor_runtime.agent.cputypes import usable_cpus
+
+        return "cpu", "gloo", f"cpu-{len(usable_cpus())}t"
     from sailor_profiler.devices import local_gpu_type
 
     return "cuda", "nccl", local_gpu_type(0)
-
-
-def _usable_cpus() -> set[int]:
-    if hasattr(os, "sched_getaffinity"):
-        return os.sched_getaffinity(0)
-    return set(range(os.cpu_count() or 1))
 
 
 def make_plan(job, pp: int, gpu_type: str):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from sailor_runtime.agent.cputypes import usable_cpus
 
 SCRIPT = Path(__file__).parents[1] / "bench" / "gpu_smoke.py"
 
@@ -40,8 +41,7 @@ def test_smoke_runs_end_to_end_on_cpu(tmp_path):
     assert "resharded to CPU" in done.stdout and "gloo" in done.stdout
     # MFU over this machine's cores (a cpu-Nt worker type), the same denominator on both
     # sides: the catalog's "CPU" placeholder put OPT-350M at MFU 1.39
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert f"cpu-{cores}t x 1" in done.stdout
+    assert f"cpu-{len(usable_cpus())}t x 1" in done.stdout
     pred, meas = (json.loads((out / f).read_text()) for f in ("prediction.json", "measured.json"))
     ratio = meas["mfu"] / pred["mfu"]
     assert 0 < meas["mfu"] < 1 and ratio == pytest.approx(pred["step_time_s"] / meas["step_time_s"])

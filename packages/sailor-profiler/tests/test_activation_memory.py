@@ -4,11 +4,18 @@ fp32 residual input on an H200, 1.6 GB of OPT-350M's peak at 8 x 2048 tokens).""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from sailor_profiler.compute.memory import SavedTensorBytes, measure_activation_memory
 from sailor_profiler.zoo import build_stage, example_input
+from sailor_sim import Job, Simulator
+from sailor_sim.simulate.memory import weight_cast_bytes
 
 MBS, SEQ = 2, 64
 
@@ -43,14 +50,6 @@ def test_a_measured_bf16_stash_holds_autocast_s_weight_copies_once(tmp_path):
     copies the matmuls save. The simulator counts those copies as its 16-bit weights term, so
     its layer table takes them out of the measured stash (``memory.weight_cast_bytes``); with
     both counted, OPT-350M's CPU peak came out 8.7 % over the measured one (0.6 % without)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from sailor_sim import Job, Simulator
-    from sailor_sim.simulate.memory import weight_cast_bytes
-
     exe = Path(sys.executable).parent / "sailor-profiler"
     cmd = [str(exe), "compute", "--model", "tiny-gpt", "--out", str(tmp_path), "--device",
            "cpu", "--dtype", "bf16", "--mbs", "2", "--seq", "32", "--blocks", "1", "--warmup",

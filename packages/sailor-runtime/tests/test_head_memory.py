@@ -16,12 +16,13 @@ from sailor_sim.simulate.memory import transient_bytes
 TOKENS, HIDDEN, VOCAB = 1024, 64, 8192
 
 
-def _head(dtype):
+def _head():
+    """(hidden states, LM-head weight, targets): fp32 leaves, cast by autocast in ``_loss``."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(TOKENS, HIDDEN, generator=g, requires_grad=True)
     w = (torch.randn(VOCAB, HIDDEN, generator=g) * 0.05).requires_grad_()
     target = torch.randint(0, VOCAB, (TOKENS,), generator=g)
-    return x, w, target, dtype
+    return x, w, target
 
 
 def _loss(x, w, target, dtype, ours: bool):
@@ -34,7 +35,7 @@ def _loss(x, w, target, dtype, ours: bool):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_loss_and_gradients_equal_torch_cross_entropy(dtype):
-    x, w, target, _ = _head(dtype)
+    x, w, target = _head()
     got = _loss(x, w, target, dtype, ours=True)
     gx, gw = torch.autograd.grad(got, (x, w))
     want = _loss(x, w, target, dtype, ours=False)
@@ -50,8 +51,8 @@ def test_loss_and_gradients_equal_torch_cross_entropy(dtype):
 
 def test_a_second_backward_is_refused():
     """The saved softmax becomes the gradient in place: a retained graph cannot run twice."""
-    x, w, target, dtype = _head(torch.float32)
-    loss = _loss(x, w, target, dtype, ours=True)
+    x, w, target = _head()
+    loss = _loss(x, w, target, torch.float32, ours=True)
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward ran twice"):
         loss.backward()
@@ -63,7 +64,7 @@ def test_head_step_peak_is_its_softmax_and_one_logits_copy(dtype):
     plus the logits in their own dtype (the simulator's head stash term and
     ``transient_bytes``). ``F.cross_entropy`` on fp32 logits peaked at 12 B per logit (two
     more fp32 copies in backward), which fails this."""
-    x, w, target, _ = _head(dtype)
+    x, w, target = _head()
     width = 2 if dtype == torch.bfloat16 else 4
     logits = TOKENS * VOCAB
     with StepPeak() as probe:
