@@ -72,6 +72,7 @@ step tests 100 python3 -m pytest -q -p no:cacheprovider \
     packages/sailor-profiler/tests/test_profiler_devices.py \
     packages/sailor-profiler/tests/test_activation_memory.py \
     packages/sailor-runtime/tests/test_head_memory.py \
+    packages/sailor-runtime/tests/test_profiled_optimizer.py \
     packages/sailor-runtime/tests/test_local_gpus.py
 GPU=$(python3 -c "from sailor_profiler.devices import local_gpu_type; print(local_gpu_type(0))" 2>/dev/null)
 step run 150 bash -c "sailor data prepare --out '$R/text' --vocab-size 1024 &&

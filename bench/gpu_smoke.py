@@ -114,6 +114,7 @@ def predict(sim, job, plan) -> dict:
         "tokens_per_s": thr.tokens_per_s,
         "mfu": thr.mfu,
         "memory_bytes": mem.peak_bytes - mem.breakdown_bytes.get("framework", 0),
+        "time_breakdown_s": dict(est.time_breakdown_s),  # which term a gap comes from
     }
 
 
@@ -244,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{backend}, bf16 + SDPA + recompute {a.recompute} + zero {a.zero}; "
         f"resumed at step {a.steps // 2}; "
         f"checkpoint resharded to CPU: loss {cpu_loss:.4f}; files in {root}"
+    )
+    print(
+        "predicted step, by term: "
+        + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in pred["time_breakdown_s"].items() if v)
     )
     misses = report(pred, meas, {"step_time_s": a.time_bar, "memory_bytes": a.memory_bar})
     if not math.isfinite(cpu_loss):

@@ -10,12 +10,14 @@ _FACE = {
     "TIED_HEAD_NAME": "zoo.stage",
     "adamw_implementation": "zoo.optim",
     "adamw_one": "zoo.optim",
+    "apply_update": "zoo.optim",
     "apply_execution": "zoo",
     "build_stage": "zoo",
     "catalog_gpu_type": "devices",
     "enable_sequence_parallel": "zoo",
     "full_shape": "zoo",
     "get_split": "zoo",
+    "grad_norm_sq": "zoo.optim",
     "set_split": "zoo.tp",
 }
 __all__ = ["__version__", *_FACE]

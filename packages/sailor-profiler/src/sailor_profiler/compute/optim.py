@@ -1,14 +1,14 @@
 """The optimizer step of one layer, timed as the runtime runs it.
 
-'adam' / 'adamw': the engine's step after global-norm clipping (``engine.parallel.optim``:
-``local_norm_sq`` and ``apply_update``): this layer's share of the squared gradient norm (float64
-sums stacked on the device, one host read), the clip (gradients scaled in place; timed always,
-clipping is active early in training), the decoupled weight decay, the AdamW step and zeroing the
-gradients. The AdamW is the one the engine runs on this device (``zoo.optim.adamw_implementation``):
-torch's fused kernel on CUDA, ours (as ``torch.optim.AdamW(foreach=False)``) elsewhere. Timing
-our per-parameter AdamW on an H200 when the engine ran the fused kernel put 65 ms of 258 into an
-OPT-350M prediction whose measured step was 195 ms (2026-11-26). 'sgd': ``torch.optim.SGD``
-with momentum.
+'adam' / 'adamw': the engine's step after global-norm clipping, with the engine's own functions
+(``zoo.optim.grad_norm_sq`` and ``apply_update``): this layer's share of the squared gradient
+norm (one multi-tensor float64 norm, one host read), the clip (gradients scaled in place; timed
+always, clipping is active early in training), the decoupled weight decay, the AdamW step and
+zeroing the gradients. The AdamW is the one the engine runs on this device
+(``zoo.optim.adamw_implementation``): torch's fused kernel on CUDA, ours (as
+``torch.optim.AdamW(foreach=False)``) elsewhere. Timing our per-parameter AdamW on an H200 when the
+engine ran the fused kernel put 65 ms of 258 into an OPT-350M prediction whose measured step was 195
+ms (2026-11-26). 'sgd': ``torch.optim.SGD`` with momentum.
 
 fp32 parameters: the optimizer updates them in place (bf16/fp16 training keeps fp32 parameters
 under autocast, as the engine does). 16-bit parameters: mixed precision as in Megatron-LM
@@ -25,7 +25,7 @@ from torch import nn
 
 from sailor_sim import OPTIMIZERS
 
-from ..zoo.optim import AdamW, adamw_implementation
+from ..zoo.optim import AdamW, adamw_implementation, apply_update, grad_norm_sq
 
 __all__ = ["optimizer_step_fn"]
 _CLIP_COEF = 0.5
@@ -50,14 +50,8 @@ def adamw_step(params: list[torch.Tensor], weight_decay: float, impl: str) -> Ca
 
     @torch.no_grad()
     def step() -> None:
-        norm_sq = torch.stack([p.grad.double().pow(2).sum() for p in params]).sum()
-        float(norm_sq)  # the engine reads it (all-reduced) before clipping
-        for p in params:
-            p.grad.mul_(_CLIP_COEF)
-        for p in params:  # decoupled decay, applied before the step as the engine does
-            p.mul_(1 - lr * weight_decay)
-        opt.step()
-        opt.zero_grad(set_to_none=False)
+        float(grad_norm_sq([p.grad for p in params]))  # the engine reads it (all-reduced)
+        apply_update(opt, params, lr, _CLIP_COEF, params, weight_decay)
 
     return step
 

@@ -1,4 +1,12 @@
-"""AdamW as the runtime's engine runs it, shared so the profiler times the same step.
+"""AdamW and the update around it (clip, decoupled decay) as the runtime's engine runs them,
+shared so the profiler times the same step.
+
+The per-stage operations are multi-tensor (``torch._foreach_*``, Megatron-LM's
+``multi_tensor_applier`` idea): a handful of kernel launches per stage instead of a few per
+parameter. Per-parameter norms and clips cost ~4 kernel launches for each of OPT-350M's ~390
+tensors. On an H200 (2026-11-27) the OPT-350M step predicted from per-layer timings was 21 ms
+over the measured 156 ms while forward + backward alone matched it; launches issued after the
+norm's host read run with the GPU idle, so their host time is the step's.
 
 Owner: sailor-profiler (the runtime's ``engine.parallel.optim`` imports it; the profiler must
 not depend on the runtime).
@@ -16,6 +24,40 @@ def adamw_implementation(device_type: str) -> str:
     ``auto``), declared here so the profiler times the same one: torch's fused kernel on CUDA,
     ours elsewhere (no ``torch.optim`` import at a CPU rank's start-up)."""
     return "torch-fused" if device_type == "cuda" else "sailor"
+
+
+def grad_norm_sq(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of the squares of every element of ``grads``, a float64 scalar on their device
+    (no host synchronisation): per-tensor float64 norms in one multi-tensor call, squared and
+    summed. Any dtype; an inf or nan gradient gives an inf or nan sum (fp16's overflow check)."""
+    return torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float64)).pow(2).sum()
+
+
+@torch.no_grad()
+def apply_update(
+    opt, params: list, lr: float, coef: float, decayed: list, weight_decay: float
+) -> None:
+    """Clip (scale the gradients by ``coef``), apply AdamW's decoupled weight decay to the
+    ``decayed`` parameters, then the Adam step (the optimizer has weight decay 0) and zero the
+    gradients. The decay is the first operation of torch's AdamW step too
+    (``p.mul_(1 - lr * wd)``), so the result is the same as per-group weight decay inside the
+    optimizer, for every implementation (ours, torch's fused kernel, ZeRO-1's sharded one)
+    without a group in any of them. Parameters without a gradient get a zero one."""
+    grads = [_grad(p) for p in params]
+    if coef < 1.0 and grads:
+        torch._foreach_mul_(grads, coef)
+    if weight_decay and decayed:
+        torch._foreach_mul_(decayed, 1 - lr * weight_decay)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.step()
+    opt.zero_grad(set_to_none=False)
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    if p.grad is None:
+        p.grad = torch.zeros_like(p)
+    return p.grad
 
 
 class AdamW:
@@ -57,12 +99,12 @@ class AdamW:
                 adamw_one(p, p.grad, st, lr, beta1, beta2, group["eps"], group["weight_decay"])
 
     def zero_grad(self, set_to_none: bool = False) -> None:
-        for p in self.param_groups[0]["params"]:
-            if p.grad is not None:
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.zero_()
+        params = [p for p in self.param_groups[0]["params"] if p.grad is not None]
+        if set_to_none:
+            for p in params:
+                p.grad = None
+        elif params:
+            torch._foreach_zero_([p.grad for p in params])
 
 
 def adamw_one(p, grad, st, lr, beta1, beta2, eps, weight_decay) -> None:

@@ -34,7 +34,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from sailor_profiler import get_split, set_split
+from sailor_profiler import get_split, grad_norm_sq, set_split
 
 from ..options import hybrid_shard_size
 from .topology import Slot, Topology
@@ -102,7 +102,7 @@ def local_norm_sq(params: list, slot: Slot, mesh: DeviceMesh) -> torch.Tensor | 
     ]
     if not mine:
         return None
-    return torch.stack([g.double().pow(2).sum() for g in mine]).sum()
+    return grad_norm_sq(mine)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

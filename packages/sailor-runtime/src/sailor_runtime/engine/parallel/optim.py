@@ -8,7 +8,8 @@ gradient, all-reduces the buffer (SUM: the loss is already weighted by samples, 
 the global-batch gradient) and unpacks it. A low-TP rank takes part in several groups; each
 returns the same replicated sums, taken from the first.
 
-AdamW itself lives in ``sailor_profiler.zoo.optim`` so the profiler times the same step.
+AdamW and the update around it (``apply_update``: clip, decay, step) live in
+``sailor_profiler.zoo.optim`` so the profiler times the same step.
 
 Global norm: after the reduction every replica holds the same gradients, so only replica 0
 contributes, each sharded element once (by its owner) and each replicated tensor once (by TP
@@ -22,7 +23,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from sailor_profiler import TIED_HEAD_NAME, AdamW, get_split
+from sailor_profiler import TIED_HEAD_NAME, AdamW, get_split, grad_norm_sq
 
 from ..config import OPTIMIZER_IMPLS, LRSchedule, OptimConfig  # noqa: F401 - torch-free home
 from .topology import Groups, Slot, Topology
@@ -119,7 +120,7 @@ def local_norm_sq(params: list, slot: Slot) -> torch.Tensor | None:
     mine = [_grad(p) for p in params if get_split(p) is not None or slot.tp_rank == 0]
     if not mine:
         return None
-    return torch.stack([g.double().pow(2).sum() for g in mine]).sum()
+    return grad_norm_sq(mine)
 
 
 def clip_coefficient(norm: float, max_norm: float) -> float:
@@ -171,25 +172,3 @@ class LossScaler:
     def load(self, state: dict | None) -> None:
         if state and self.enabled and state.get("enabled"):
             self.scale, self.good = state["scale"], state["good"]
-
-
-def apply_update(
-    opt: AdamW, params: list, lr: float, coef: float, decayed: list, weight_decay: float
-) -> None:
-    """Clip (scale the gradients by ``coef``), apply AdamW's decoupled weight decay to the
-    ``decayed`` parameters, then the Adam step (the optimizer has weight decay 0). The decay
-    is the first operation of torch's AdamW step too (``p.mul_(1 - lr * wd)``), so the result
-    is the same as per-group weight decay inside the optimizer, for every implementation
-    (ours, torch's fused kernel, ZeRO-1's sharded one) without a group in any of them."""
-    for p in params:
-        g = _grad(p)
-        if coef < 1.0:
-            g.mul_(coef)
-    if weight_decay:
-        with torch.no_grad():
-            for p in decayed:
-                p.mul_(1 - lr * weight_decay)
-    for group in opt.param_groups:
-        group["lr"] = lr
-    opt.step()
-    opt.zero_grad(set_to_none=False)

@@ -210,9 +210,9 @@ class ShardedAdamW(AdamW):
                         offset += v.numel()
 
     def zero_grad(self, set_to_none: bool = False) -> None:
-        for p in self.all_params:
-            if p.grad is not None:
-                p.grad.zero_()
+        grads = [p.grad for p in self.all_params if p.grad is not None]
+        if grads:
+            torch._foreach_zero_(grads)
 
     @torch.no_grad()
     def gather_state(self) -> dict:

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from sailor_profiler import (
     adamw_implementation,
     apply_execution,
+    apply_update,
     build_stage,
     enable_sequence_parallel,
 )
@@ -47,7 +48,6 @@ from ..config import EngineError, TrainConfig
 from ..options import FSDP_ZERO, describe, sdpa, trained_with
 from ..parallel.optim import (
     LossScaler,
-    apply_update,
     clip_coefficient,
     decayed_params,
     local_norm_sq,
