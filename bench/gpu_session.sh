@@ -71,6 +71,7 @@ step tests 100 python3 -m pytest -q -p no:cacheprovider \
     packages/sailor-runtime/tests/test_engine_options.py \
     packages/sailor-profiler/tests/test_profiler_devices.py \
     packages/sailor-profiler/tests/test_activation_memory.py \
+    packages/sailor-profiler/tests/test_timing.py \
     packages/sailor-runtime/tests/test_head_memory.py \
     packages/sailor-runtime/tests/test_profiled_optimizer.py \
     packages/sailor-runtime/tests/test_local_gpus.py
