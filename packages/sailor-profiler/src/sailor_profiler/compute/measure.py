@@ -152,8 +152,11 @@ def _mixed_precision(cfg: ComputeConfig, device: str):
     return torch.autocast(device.split(":")[0], dtype=TORCH_DTYPES[cfg.dtype])
 
 
-def _time_fwd_bwd(layer, inputs, device: str, warmup: int, reps: int) -> tuple[Stat, Stat]:
-    clock = Clock(device, queued=True)  # as a step runs it: the host ahead of the GPU
+def _time_fwd_bwd(
+    layer, inputs, device: str, warmup: int, reps: int, queued: bool = True
+) -> tuple[Stat, Stat]:
+    """``queued``: as a step runs it, the host ahead of the GPU (``timing.Clock``)."""
+    clock = Clock(device, queued=queued)
     fwd, bwd = [], []
     for i in range(warmup + reps):
         if inputs[0].requires_grad:
@@ -237,7 +240,9 @@ def _profile_layer(rank: _Rank, layer, lid: int, kind: str, mbs: int, opt_cache)
     try:
         inputs = example_input(cfg.model, lid, mbs, cfg.seq_len, _param_dtype(cfg), device)
         with _mixed_precision(cfg, device):
-            fwd, bwd = _time_fwd_bwd(layer, inputs, device, cfg.warmup, cfg.reps)
+            # TP > 1: plain events. Each rank sizes its own spin, so a rank's collective would
+            # wait out a peer's longer spin, and the slowest rank's times are kept.
+            fwd, bwd = _time_fwd_bwd(layer, inputs, device, cfg.warmup, cfg.reps, tp == 1)
             memory = measure_activation_memory(layer, inputs, kind)
         if "opt" not in opt_cache:  # the step does not depend on the microbatch size
             opt_cache["opt"] = _time_optimizer(layer, cfg.optimizer, device, cfg.warmup, cfg.reps)
