@@ -74,13 +74,15 @@ def test_backward_exceeds_forward_for_blocks(layers):
     # Backward does twice the matmul FLOPs of forward (Narayanan et al. 2021, Sec. 5.1). At
     # TP 2 on tiny-gpt the two gloo all-reduces per pass (~0.5 ms each over loopback) outweigh
     # its ~0.1 ms of compute, so both passes cost about the same there: a looser bound.
+    # The fastest repetitions (p25 of 3 = the minimum): with medians of 3 this failed 2 times in
+    # 3 on a 2-core machine loaded by another test run (forward 12.2 ms, backward 9.5 ms).
     blocks = layers.filter(pl.col("kind") == "block")
     per_key = blocks.group_by("tp", "microbatch_size").agg(
-        pl.col("forward_s").sum(), pl.col("backward_s").sum()
+        pl.col("forward_p25_s").sum(), pl.col("backward_p25_s").sum()
     )
     for row in per_key.iter_rows(named=True):
         factor = 1.0 if row["tp"] == 1 else 0.5
-        assert row["backward_s"] > factor * row["forward_s"], row
+        assert row["backward_p25_s"] > factor * row["forward_p25_s"], row
 
 
 def test_memory_grows_with_microbatch_size(layers):
