@@ -50,6 +50,9 @@ BUS_EFFICIENCY: dict[str, BusEfficiency] = {
     "InfiniBand HDR": BusEfficiency(0.94, f"assumed equal to NDR (same verbs transport): {_NDR}"),
     "GCP RoCE (GPUDirect-RDMA)": BusEfficiency(0.94, f"assumed equal to InfiniBand: {_NDR}"),
     "RoCE": BusEfficiency(0.94, f"assumed equal to InfiniBand: {_NDR}"),
+    "Intel Omni-Path": BusEfficiency(
+        0.94, f"assumed equal to InfiniBand (an RDMA fabric; no NCCL figure found): {_NDR}"
+    ),
     "AWS EFA": BusEfficiency(0.59, _EFA),
     "GCP GPUDirect-TCPX": BusEfficiency(0.59, f"assumed equal to EFA (no figure found): {_EFA}"),
     "cloud Ethernet": BusEfficiency(0.59, f"assumed equal to EFA (no figure found): {_EFA}"),
