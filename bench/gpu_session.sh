@@ -16,7 +16,8 @@
 #   tests      the tests that need CUDA, and the engine's unit tests, on this GPU
 #   run        `make demo`'s run on this GPU: Shakespeare text, profile, plan, train bf16, eval
 #   smoke-big  bench/gpu_smoke.py on OPT-350M, gbs 8, seq 2048: prediction vs measurement
-#   options    the same with recompute none and selective (each option's term on a GPU)
+#   none       the same with recompute none (the prediction's compute and memory without recompute)
+#   selective  the same with recompute selective (that option's term on a GPU)
 #   overhead   bench/engine_overhead.py, 1 rank: our engine against plain DDP on one GPU
 set -u
 BUDGET=${1:-560}
@@ -82,9 +83,11 @@ step run 150 bash -c "sailor data prepare --out '$R/text' --vocab-size 1024 &&
     --warmup-steps 5 --precision bf16 --gbs 16 --seq 64 --steps 60 --checkpoint-every 10 \
     --run-dir '$R/run' --json '$R/run/summary.json' --timeout 140"
 step smoke-big 150 python3 bench/gpu_smoke.py --model OPT-350M --gbs 8 --seq 2048 --out "$R/big"
-step options 200 bash -c "python3 bench/gpu_smoke.py --model OPT-350M --gbs 8 --seq 2048 \
-    --recompute none --out '$R/none' && python3 bench/gpu_smoke.py --model OPT-350M --gbs 8 \
-    --seq 2048 --recompute selective --out '$R/selective'"
+# one step per option: together they took more than one step's 200 s (2026-11-27)
+step none 130 python3 bench/gpu_smoke.py --model OPT-350M --gbs 8 --seq 2048 --recompute none \
+    --out "$R/none"
+step selective 130 python3 bench/gpu_smoke.py --model OPT-350M --gbs 8 --seq 2048 \
+    --recompute selective --out "$R/selective"
 step overhead 100 python3 bench/engine_overhead.py --ranks 1 --model GPT-1.7B --gbs 4 --seq 1024 \
     --steps 8 --trials 2
 # the runs' small files (predictions, metrics, summaries, rank logs), not checkpoints
