@@ -125,3 +125,11 @@ def test_the_update_launches_per_stage_not_per_parameter(tensors):
         return _dispatched_ops(step)
 
     assert update(tensors) == update(2)
+
+
+def test_the_norm_is_the_float64_sum_of_squares_of_every_dtype():
+    grads = [torch.tensor([3.0, 4.0]), torch.tensor([1.0], dtype=torch.bfloat16), torch.zeros(0)]
+    assert grad_norm_sq(grads).dtype == torch.float64
+    assert float(grad_norm_sq(grads)) == 26.0
+    assert float(grad_norm_sq([])) == 0.0
+    assert float(grad_norm_sq([torch.tensor([float("inf")], dtype=torch.float16)])) == float("inf")

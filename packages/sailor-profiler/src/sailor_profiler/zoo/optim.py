@@ -30,7 +30,10 @@ def adamw_implementation(device_type: str) -> str:
 def grad_norm_sq(grads: list[torch.Tensor]) -> torch.Tensor:
     """The sum of the squares of every element of ``grads``, a float64 scalar on their device
     (no host synchronisation): per-tensor float64 norms in one multi-tensor call, squared and
-    summed. Any dtype; an inf or nan gradient gives an inf or nan sum (fp16's overflow check)."""
+    summed. Any dtype; an inf or nan gradient gives an inf or nan sum (fp16's overflow check);
+    no gradients, a CPU zero."""
+    if not grads:
+        return torch.zeros((), dtype=torch.float64)
     return torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float64)).pow(2).sum()
 
 
