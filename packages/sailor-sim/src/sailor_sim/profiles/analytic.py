@@ -251,6 +251,19 @@ def calibration_validation(path: Path = CALIBRATION_FILE) -> dict:
     return json.loads(path.read_text()).get("validation", {})
 
 
+FEATURES_FILE = CALIBRATION_FILE.with_name("published_features.json")
+
+
+def features_validation(path: Path = FEATURES_FILE) -> dict:
+    """The simulator's error on the published runs that use FP8, context or expert
+    parallelism (none of which the calibration corpus has), as ``bench/sim_features.py
+    --write`` stored it: rows, throughput mean and worst |error|, their GPUs and features; {}
+    without it. Nothing is fitted on those runs."""
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text()).get("validation", {})
+
+
 def set_calibration(table: dict[tuple[str, str], MatmulEfficiency]) -> None:
     """Replace the calibrated efficiencies (the fit in bench/sim_published.py tries candidates;
     build a new Simulator afterwards, since simulators cache their per-layer numbers)."""
