@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,22 @@ def _price_catalogs_restored():
 def prices_restored():
     """``catalog_prices_restored`` for a test that restores them itself, mid-test."""
     return catalog_prices_restored
+
+
+def _load_bench(name: str):
+    """``bench/<name>.py`` as a module, loaded once per process (registered in sys.modules:
+    its dataclasses resolve their module by name). Bench scripts read their data only in
+    main(), so importing one is cheap."""
+    key = f"bench_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, REPO / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+@pytest.fixture
+def bench():
+    """Load a bench script of the repository as a module: ``bench("sim_features")``."""
+    return _load_bench

@@ -210,24 +210,11 @@ def test_large_groups_pay_tree_latency_not_a_rings():
     assert t == pytest.approx(20 * link_latency, rel=1e-3)
 
 
-def _bench(name: str):
-    """A bench script of the repository as a module (it reads the reference data only in
-    main(), so importing it is cheap)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[3] / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_sim_validation_uses_the_rule_the_cli_builds():
+def test_sim_validation_uses_the_rule_the_cli_builds(bench):
     """One rule: the GH200 bench's job options are exactly what `--p2p deepspeed` builds."""
     from sailor_sim.cli.options import with_p2p
 
-    bench = _bench("sim_validation")
+    bench = bench("sim_validation")
 
     class Rec:
         global_batch_size = 8

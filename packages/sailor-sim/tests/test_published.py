@@ -20,14 +20,14 @@ def test_table_has_enough_sourced_rows() -> None:
         assert run.global_batch % (run.dp * run.microbatch) == 0, run.label
 
 
-def test_sources_cut_from_one_document_count_once() -> None:
+def test_sources_cut_from_one_document_count_once(bench) -> None:
     """Issue 21's >= 8 independent sources: torchtitan's A100 and H100 tables are one document
     (docs/performance.md at two commits), held out together and counted once; every source
     names its document and publisher."""
     assert published.document("torchtitan-a100") == published.document("torchtitan-h100")
     for name, source in published.sources().items():
         assert source.get("document") and source.get("publisher"), name
-    bench = _sim_published()
+    bench = bench("sim_published")
     runs = published.load_runs()
     allowed = [r for r in runs if r.source not in bench.VALIDATION_ONLY_SOURCES]
     independent = bench.independent_sources(allowed)
@@ -59,7 +59,7 @@ def test_bloom_and_llama_families_match_the_sizes_their_sources_print() -> None:
     assert tiny.total_params() == pytest.approx(1.1e9, rel=0.01)
 
 
-def test_rows_on_an_unstated_fabric_are_predicted_but_not_fitted() -> None:
+def test_rows_on_an_unstated_fabric_are_predicted_but_not_fitted(bench) -> None:
     """A multi-node row whose source names no fabric (IBM, TinyLlama) would teach the fit the
     catalog's default network, and one whose fabric's link rate is assumed (BLOOM: 4 Omni-Path
     links per node, rate not stated) an assumed one: validated on, never trained on."""
@@ -68,7 +68,7 @@ def test_rows_on_an_unstated_fabric_are_predicted_but_not_fitted() -> None:
     assert {r.source for r in unstated} >= {"ibm-fms-fsdp", "tinyllama"}
     assumed = [r for r in runs if "fabric link rate" in r.assumed]
     assert {r.source for r in assumed} == {"bigscience-bloom"}
-    bench = _sim_published()
+    bench = bench("sim_published")
     fitted = {r.index for r in bench.fittable(runs)}
     assert not fitted & {r.index for r in unstated + assumed}
 
@@ -81,19 +81,6 @@ def test_deepspeed_pipeline_sources_send_the_whole_boundary_tensor_per_tp_rank()
     for r in runs:
         if r.source in ("deepspeed-mtnlg", "bigscience-bloom"):
             assert r.options["p2p_scatter_gather"] is False, r.index
-
-
-def _sim_published():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[3] / "bench" / "sim_published.py"
-    spec = importlib.util.spec_from_file_location("sim_published", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_iteration_time_rows_convert_to_tokens_per_second() -> None:

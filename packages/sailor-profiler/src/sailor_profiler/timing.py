@@ -97,11 +97,11 @@ class Clock:
             return device_s
         if led:
             self._lead_s = min(self._MAX_LEAD_S, max(self._MIN_LEAD_S, 2 * host_s))
-            return max(host_s, device_s)
-        if self._lead_s < self._MAX_LEAD_S:  # too short a spin: a longer one next time
+        elif self._lead_s < self._MAX_LEAD_S:  # too short a spin: a longer one next time
             self._lead_s = min(self._MAX_LEAD_S, 4 * max(host_s, self._lead_s))
-            return max(host_s, device_s)
-        return device_s  # even the longest spin ran out: the region waits for the device
+        else:
+            return device_s  # even the longest spin ran out: the region waits for the device
+        return max(host_s, device_s)
 
 
 _CYCLES_PER_S: list[float] = []
