@@ -145,6 +145,20 @@ class CostView:
             self.hits += 1
         return arr
 
+    def whole_time(self, g: str, m: int, t: int) -> float:
+        """Per-microbatch seconds of every layer id on one stage: ``time_matrix``'s
+        [0, n - 1] (the same ``stage_time`` call as the prefix's last entry), without the
+        prefix where none was built."""
+        pre = self._time.get((g, m, t))
+        if pre is not None:
+            return float(pre[-1])
+        key = ("whole", g, m, t)
+        hit = self.memo.get(key)
+        if hit is None:
+            st = self.sim.stage_time(self.job, StageSlice(0, self.n - 1, g, t, m))
+            hit = self.memo[key] = float(st.per_microbatch_s)
+        return hit
+
     def time_matrix(self, g: str, m: int, t: int, extra: float = 0.0) -> np.ndarray:
         """[a, b] = per-microbatch seconds of layer ids a..b, plus ``extra`` (inf where a > b)."""
         key = (g, m, t, extra)

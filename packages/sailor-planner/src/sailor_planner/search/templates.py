@@ -79,8 +79,10 @@ def stage_tables(
         if not per_stage[0]:
             return None
     cap = cv.capacity(g)
-    costs, tps = [], []
     chunkable = cv.chunkable()
+    if p == 1:
+        return _one_stage_tables(cv, g, m, tuple(per_stage[0]), cap, chunkable)
+    costs, tps = [], []
     p2p = _p2p_same_zone(cv, g, m, sorted({d for ds in per_stage for d in ds}), zone)
     for i in range(p):
         neighbours = (i > 0) + (i < p - 1)
@@ -95,6 +97,26 @@ def stage_tables(
         costs.append(best)
         tps.append(choice)
     return StageTables(tuple(costs), tuple(tps))
+
+
+def _one_stage_tables(cv: CostView, g, m, degrees, cap, chunkable) -> StageTables | None:
+    """``stage_tables`` of a one-stage pipeline: its only range is every layer id, so only
+    that entry is computed (as ``_position`` would: the first degree that surely fits, else
+    the first that may fit; ``CostView.whole_time`` is the time matrix's entry bit for bit),
+    the rest inf. A search under options whose stage times no deeper table shares (the
+    ZeRO-3 lean search: one-stage plans only) then never tabulates per-layer times."""
+    last = cv.n - 1
+    sure_checks = (False,) if cv.job.options.shards_optimizer else (True, False)
+    for sure in sure_checks:
+        for d in degrees:
+            if cv.fit_matrix(g, m, d, 1, 0, cap, sure)[0, last]:
+                if chunkable is not None and not chunkable[0, last]:
+                    return None
+                best = np.full((cv.n, cv.n), INF)
+                choice = np.zeros((cv.n, cv.n), dtype=np.int64)
+                best[0, last], choice[0, last] = cv.whole_time(g, m, d), d
+                return StageTables((best,), (choice,))
+    return None
 
 
 def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):

@@ -391,8 +391,10 @@ class ModelSpec:
             unused = blocks * idle * self.moe.expert_ffn
         return self.total_params() - unused
 
+    @lru_cache(maxsize=4096)  # noqa: B019 (specs are frozen and few; importers ask per entry)
     def params(self, layer_id: int, tp: int = 1) -> int:
-        """Parameter count of one layer per GPU of a TP group."""
+        """Parameter count of one layer per GPU of a TP group (cached: importing the original
+        Sailor profiles asks for every layer of each of its 441 entries)."""
         return sum(self.param_terms(layer_id, tp).values())
 
     def shared_head_params(self, first: int, last: int, tp: int = 1) -> int:

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .store import ProfileEntry, ProfileStore
+from .store import LayerProfile, ProfileEntry, ProfileStore
 
 DENOISE_WINDOW = 4
 """Entries per local affine fit (needs >= 3 so a fit has a residual; 4 leaves two)."""
@@ -72,8 +72,9 @@ def denoise_entry(
     fwd = np.array([[lay.forward_s for lay in e.layers] for e in near])
     bwd = np.array([[lay.backward_s for lay in e.layers] for e in near])
     forward, backward = _fit_at(xs, fwd, x, relative), _fit_at(xs, bwd, x, relative)
+    # built directly, not by dataclasses.replace: 6,600 layers of the Sailor import
     layers = tuple(
-        replace(layer, forward_s=float(f), backward_s=float(b))
+        LayerProfile(float(f), float(b), layer.optimizer_s, layer.activation_bytes)
         for layer, f, b in zip(entry.layers, forward, backward, strict=True)
     )
     mbs = ",".join(str(int(v)) for v in sorted(xs))
