@@ -246,9 +246,25 @@ def calibration_validation(path: Path = CALIBRATION_FILE) -> dict:
     """The committed calibration's validation on the published runs, as ``bench/sim_published.py
     --fit`` wrote it: 'uncalibrated', 'in_sample' and 'leave_one_source_out' summaries (mean and
     max relative error of throughput and memory, row counts); {} without the file."""
-    if not path.exists():
+    return _validation_of(path)
+
+
+def _validation_of(path: Path) -> dict:
+    """The 'validation' object of a committed JSON file, read once per version of the file
+    (path, size and modification time: a bench's ``--write`` is read again); {} without it.
+    Every estimate's provenance asks for it; the object is shared: read it, do not edit it."""
+    try:
+        st = path.stat()
+    except OSError:
         return {}
-    return json.loads(path.read_text()).get("validation", {})
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    hit = _VALIDATIONS.get(key)
+    if hit is None:
+        hit = _VALIDATIONS[key] = json.loads(path.read_text()).get("validation", {})
+    return hit
+
+
+_VALIDATIONS: dict[tuple, dict] = {}
 
 
 FEATURES_FILE = CALIBRATION_FILE.with_name("published_features.json")
@@ -259,9 +275,7 @@ def features_validation(path: Path = FEATURES_FILE) -> dict:
     parallelism (none of which the calibration corpus has), as ``bench/sim_features.py
     --write`` stored it: rows, throughput mean and worst |error|, their GPUs and features; {}
     without it. Nothing is fitted on those runs."""
-    if not path.exists():
-        return {}
-    return json.loads(path.read_text()).get("validation", {})
+    return _validation_of(path)
 
 
 def set_calibration(table: dict[tuple[str, str], MatmulEfficiency]) -> None:

@@ -15,6 +15,7 @@ not hardware FLOPs).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,7 +239,7 @@ def _with_features(out: dict[str, Any], job) -> dict[str, Any]:
     features = analytic.features_validation() if used else {}
     if not features:
         return out
-    out = {**out, "features": features}
+    out = {**out, "features": copy.deepcopy(features)}  # the cached file's object is shared
     for key in ("throughput_mean", "throughput_max"):
         out[key] = max(out.get(key, 0.0), features[key])
     out["method"] += (
