@@ -110,3 +110,15 @@ def test_fp8_estimates_quote_the_runs_that_use_fp8_too() -> None:
     for key in ("throughput_mean", "throughput_max"):
         assert fp8["validation"][key] == max(bf16["validation"][key], stored[key])
     assert "bench/sim_features.py" in fp8["trust"] and "B200" in fp8["trust"]
+
+
+def test_a_rewritten_validation_file_is_read_again(tmp_path) -> None:
+    """The validation summaries are parsed once per content of their file: a bench's --write
+    is what the next estimate quotes, even at the same size within one clock tick."""
+    path = tmp_path / "published_features.json"
+    path.write_text(json.dumps({"validation": {"rows": 6, "throughput_mean": 0.09}}))
+    assert analytic.features_validation(path)["rows"] == 6
+    path.write_text(json.dumps({"validation": {"rows": 12, "throughput_mean": 0.1}}))
+    assert analytic.features_validation(path) == {"rows": 12, "throughput_mean": 0.1}
+    path.unlink()
+    assert analytic.features_validation(path) == {}

@@ -250,21 +250,22 @@ def calibration_validation(path: Path = CALIBRATION_FILE) -> dict:
 
 
 def _validation_of(path: Path) -> dict:
-    """The 'validation' object of a committed JSON file, read once per version of the file
-    (path, size and modification time: a bench's ``--write`` is read again); {} without it.
-    Every estimate's provenance asks for it; the object is shared: read it, do not edit it."""
+    """The 'validation' object of a committed JSON file, parsed once per content of the file
+    (a bench's ``--write`` is parsed again; reading the bytes is cheap, parsing is not); {}
+    without it. Every estimate's provenance asks for it; the object is shared: read it, do not
+    edit it."""
     try:
-        st = path.stat()
+        data = path.read_bytes()
     except OSError:
         return {}
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    hit = _VALIDATIONS.get(key)
-    if hit is None:
-        hit = _VALIDATIONS[key] = json.loads(path.read_text()).get("validation", {})
-    return hit
+    kept = _VALIDATIONS.get(str(path))
+    if kept is None or kept[0] != data:
+        kept = _VALIDATIONS[str(path)] = (data, json.loads(data).get("validation", {}))
+    return kept[1]
 
 
-_VALIDATIONS: dict[tuple, dict] = {}
+_VALIDATIONS: dict[str, tuple[bytes, dict]] = {}
+"""Path -> (its bytes, their validation object): the latest version read of each file."""
 
 
 FEATURES_FILE = CALIBRATION_FILE.with_name("published_features.json")
