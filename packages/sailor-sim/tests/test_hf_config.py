@@ -137,6 +137,45 @@ CONFIGS = [
         },
         124_439_808,
     ),
+    (
+        # microsoft/Phi-3-mini-4k-instruct; the count is keras-hub's phi3_presets.py
+        # ("params": 3821079552) for the same checkpoint
+        "Phi-3-mini-4k",
+        {
+            "model_type": "phi3",
+            "hidden_act": "silu",
+            "hidden_size": 3072,
+            "intermediate_size": 8192,
+            "max_position_embeddings": 4096,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 32,
+            "tie_word_embeddings": False,
+            "vocab_size": 32064,
+        },
+        3_821_079_552,
+    ),
+    (
+        # google/gemma-3-1b-pt; the count is keras-hub's gemma3_presets.py ("params":
+        # 999885952 for gemma3_1b): 4 heads x head_dim 256 != hidden, one KV head, sandwich
+        # norms and per-head q/k norms, tied embeddings
+        "gemma-3-1b",
+        {
+            "model_type": "gemma3_text",
+            "head_dim": 256,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "hidden_size": 1152,
+            "intermediate_size": 6912,
+            "max_position_embeddings": 32768,
+            "num_attention_heads": 4,
+            "num_hidden_layers": 26,
+            "num_key_value_heads": 1,
+            "query_pre_attn_scalar": 256,
+            "sliding_window": 512,
+            "vocab_size": 262144,
+        },
+        999_885_952,
+    ),
 ]
 
 
@@ -158,7 +197,8 @@ def test_published_parameter_counts(tmp_path, name, cfg, published):
 
 
 def test_tied_head_is_counted_once_but_held_per_stage(tmp_path):
-    spec = get_model(str(_write(tmp_path, "gpt2", CONFIGS[-1][1])))
+    gpt2 = next(cfg for name, cfg, _ in CONFIGS if name == "gpt2")
+    spec = get_model(str(_write(tmp_path, "gpt2", gpt2)))
     held = sum(spec.params(i) for i in range(spec.num_layer_ids))
     assert spec.tie_word_embeddings
     assert held - spec.total_params() == spec.vocab_size * 768 + spec.vocab_padding * 768
@@ -241,3 +281,12 @@ def test_profiles_of_a_config_model_stay_in_their_folder(tmp_path):
     assert [p.parent for p in written] == [out]
     back = load_profile_dir(out)
     assert back.entry(spec.name, "H100-80", "bf16", 1, 8, 4096).key.model == spec.name
+
+
+def test_a_vision_and_text_gemma3_config_names_its_text_config(tmp_path):
+    """The multimodal Gemma-3 config wraps the language model in 'text_config': refused with
+    the fix, not read as a model it is not."""
+    cfg = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}}
+    with pytest.raises(ValidationError, match="text_config") as e:
+        read_hf_config(_write(tmp_path, "gemma-3-4b-it", cfg))
+    assert e.value.field == "model_type"

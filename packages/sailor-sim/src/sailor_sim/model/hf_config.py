@@ -1,7 +1,8 @@
 """Read a decoder-only model from a local Hugging Face ``config.json`` (no torch, no network).
 
-Families (``model_type``): llama, mistral, qwen2, qwen3, gemma, gemma2, nemotron (squared
-ReLU), bloom and mpt (ALiBi), gpt_neox, opt, gpt2, and the mixture-of-experts mixtral,
+Families (``model_type``): llama, mistral, qwen2, qwen3, phi3 (Phi-3, Phi-3.5-mini, Phi-4),
+gemma, gemma2, gemma3_text, nemotron (squared ReLU), bloom and mpt (ALiBi), gpt_neox, opt,
+gpt2, and the mixture-of-experts mixtral,
 qwen2_moe, qwen3_moe, deepseek_v2/deepseek_v3 (latent attention). The reader is strict: an
 unknown ``model_type``, a missing field that sets a size, or an architecture choice the
 accounting does not model (e.g. OPT's ``word_embed_proj_dim`` != ``hidden_size``, MoE layers
@@ -36,8 +37,10 @@ SUPPORTED = (
     "mistral",
     "qwen2",
     "qwen3",
+    "phi3",
     "gemma",
     "gemma2",
+    "gemma3_text",
     "nemotron",
     "bloom",
     "mpt",
@@ -221,6 +224,22 @@ def _gemma2(c: _Config) -> dict:
     # Gemma-2: norms before and after attention and the MLP (modeling_gemma2.py); sliding
     # window and soft-capping have no parameters.
     return _gemma(c) | {"sandwich_norm": True}
+
+
+def _gemma3(c: _Config) -> dict:
+    # Gemma-3: Gemma-2's four norms per block plus per-head q/k RMSNorms (modeling_gemma3.py:
+    # q_norm and k_norm of head_dim, as Qwen3's); its 5:1 sliding-window layers have no
+    # parameters (timed as full attention, as Gemma-2's).
+    return _gemma2(c) | {"qk_norm": True, "family": "gemma3"}
+
+
+def _gemma3_multimodal(c: _Config) -> dict:
+    raise c.refuse(
+        "model_type",
+        "model_type 'gemma3' is the vision and text model; its language model is the "
+        "'text_config' object (model_type gemma3_text): save that object as a config.json "
+        "to plan the language model (the vision tower is not modelled)",
+    )
 
 
 def _nemotron(c: _Config) -> dict:
@@ -446,8 +465,13 @@ _READERS = {
     "mistral": _llama,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
+    # Phi-3 and Phi-4 fuse Q/K/V and gate/up into single matrices of the same sizes
+    # (modeling_phi3.py): Llama's parameters and FLOPs.
+    "phi3": _llama,
     "gemma": _gemma,
     "gemma2": _gemma2,
+    "gemma3_text": _gemma3,
+    "gemma3": _gemma3_multimodal,
     "nemotron": _nemotron,
     "bloom": _bloom,
     "mpt": _mpt,

@@ -62,6 +62,8 @@ FAMILIES = (
     "gemma2",
     "bloom",
     "nemotron",
+    "phi3",
+    "gemma3",
 )
 POSITIONS = ("learned", "rotary", "alibi")
 NORMS = ("layernorm", "rmsnorm")
