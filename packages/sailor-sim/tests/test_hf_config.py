@@ -7,6 +7,7 @@ The configs are the published values of each model's config.json on the Hugging 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -290,3 +291,21 @@ def test_a_vision_and_text_gemma3_config_names_its_text_config(tmp_path):
     with pytest.raises(ValidationError, match="text_config") as e:
         read_hf_config(_write(tmp_path, "gemma-3-4b-it", cfg))
     assert e.value.field == "model_type"
+
+
+EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "configs").glob("*/config.json"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.parent.name for p in EXAMPLES])
+def test_every_example_config_reads(path):
+    """The configs the READMEs point users to stay readable as the reader changes."""
+    spec = get_model(str(path))
+    assert spec.total_params() > 0 and spec.num_layer_ids == spec.num_layers + 2
+
+
+def test_the_phi_4_example_adds_up_to_its_architecture():
+    """Phi-4 ("14.7B" on its model card): 14,659,507,200 by hand from the architecture (40
+    blocks of 65,536,000 attention and 275,251,200 SwiGLU weights with two 5,120 norms, an
+    untied 100,352 x 5,120 embedding and head, the final norm)."""
+    phi4 = next(p for p in EXAMPLES if p.parent.name == "phi-4")
+    assert get_model(str(phi4)).total_params() == 14_659_507_200
