@@ -18,6 +18,7 @@ _FACE = {
     "full_shape": "zoo",
     "get_split": "zoo",
     "grad_norm_sq": "zoo.optim",
+    "grad_or_zero": "zoo.optim",
     "set_split": "zoo.tp",
 }
 __all__ = ["__version__", *_FACE]

@@ -106,8 +106,7 @@ def _one_stage_tables(cv: CostView, g, m, degrees, cap, chunkable) -> StageTable
     the rest inf. A search under options whose stage times no deeper table shares (the
     ZeRO-3 lean search: one-stage plans only) then never tabulates per-layer times."""
     last = cv.n - 1
-    sure_checks = (False,) if cv.job.options.shards_optimizer else (True, False)
-    for sure in sure_checks:
+    for sure in _fit_checks(cv):
         for d in degrees:
             if cv.fit_matrix(g, m, d, 1, 0, cap, sure)[0, last]:
                 if chunkable is not None and not chunkable[0, last]:
@@ -125,7 +124,7 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
     the p2p included: positions of different depths share them (under ZeRO only the lower
     bound is used, which has one microbatch in flight whatever ``in_flight`` is, so every
     position with the same neighbours shares one)."""
-    sure_checks = (False,) if cv.job.options.shards_optimizer else (True, False)
+    sure_checks = _fit_checks(cv)
     if not sure_checks[0]:
         in_flight = 1
     # The p2p each degree counts (its zone's) is part of the key: a Planner keeps one
@@ -151,6 +150,12 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
     diag = tuple(bool(x) for x in np.isfinite(np.diagonal(best)))
     cv.memo[key] = (best, choice, diag)
     return best, choice, diag
+
+
+def _fit_checks(cv: CostView) -> tuple[bool, ...]:
+    """The memory verdicts a table tries, in order: "surely fits" then "may fit"; under ZeRO
+    only "may fit" (memory then depends on the data parallelism, see ``_position``)."""
+    return (False,) if cv.job.options.shards_optimizer else (True, False)
 
 
 def _p2p_same_zone(cv: CostView, g: str, m: int, degrees: list[int], zone: str) -> dict[int, float]:

@@ -47,7 +47,7 @@ def apply_update(
     (``p.mul_(1 - lr * wd)``), so the result is the same as per-group weight decay inside the
     optimizer, for every implementation (ours, torch's fused kernel, ZeRO-1's sharded one)
     without a group in any of them. Parameters without a gradient get a zero one."""
-    grads = [_grad(p) for p in params]
+    grads = [grad_or_zero(p) for p in params]
     if coef < 1.0 and grads:
         torch._foreach_mul_(grads, coef)
     if weight_decay and decayed:
@@ -58,7 +58,9 @@ def apply_update(
     opt.zero_grad(set_to_none=False)
 
 
-def _grad(p: torch.Tensor) -> torch.Tensor:
+def grad_or_zero(p: torch.Tensor) -> torch.Tensor:
+    """``p.grad``, a zero one first where the parameter has none (a layer the loss did not
+    reach on this rank still takes part in the all-reduce and the step)."""
     if p.grad is None:
         p.grad = torch.zeros_like(p)
     return p.grad

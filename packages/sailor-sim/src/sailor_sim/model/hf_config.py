@@ -32,27 +32,6 @@ from ..errors import SailorSimError, UnknownNameError, ValidationError
 from .mla import MLASpec
 from .moe import MoESpec
 
-SUPPORTED = (
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "phi3",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "nemotron",
-    "bloom",
-    "mpt",
-    "gpt_neox",
-    "opt",
-    "gpt2",
-    "mixtral",
-    "qwen2_moe",
-    "qwen3_moe",
-    "deepseek_v2",
-    "deepseek_v3",
-)
 _GATED_GELU = ("gelu", "gelu_pytorch_tanh", "gelu_new")
 
 
@@ -95,6 +74,8 @@ def fields_from_hf_dict(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """ModelSpec keyword arguments from the parsed dictionary of a Hugging Face config
     (``name`` labels the model)."""
     model_type = cfg.get("model_type")
+    if isinstance(model_type, str) and model_type in _REFUSED:
+        _REFUSED[model_type](_Config(cfg, name))  # raises, naming the fix
     if not isinstance(model_type, str) or model_type not in _READERS:
         raise UnknownNameError(
             f"{name}: model_type {model_type!r} is not supported; supported decoder-only "
@@ -230,7 +211,7 @@ def _gemma3(c: _Config) -> dict:
     # Gemma-3: Gemma-2's four norms per block plus per-head q/k RMSNorms (modeling_gemma3.py:
     # q_norm and k_norm of head_dim, as Qwen3's); its 5:1 sliding-window layers have no
     # parameters (timed as full attention, as Gemma-2's).
-    return _gemma2(c) | {"qk_norm": True, "family": "gemma3"}
+    return _gemma2(c) | {"qk_norm": True}
 
 
 def _gemma3_multimodal(c: _Config) -> dict:
@@ -457,7 +438,7 @@ def _gpt2(c: _Config) -> dict:
     )
 
 
-_FAMILY = {"qwen2_moe": "qwen2-moe", "qwen3_moe": "qwen3-moe"}
+_FAMILY = {"qwen2_moe": "qwen2-moe", "qwen3_moe": "qwen3-moe", "gemma3_text": "gemma3"}
 """model_type -> ModelSpec family where the names differ."""
 
 _READERS = {
@@ -471,7 +452,6 @@ _READERS = {
     "gemma": _gemma,
     "gemma2": _gemma2,
     "gemma3_text": _gemma3,
-    "gemma3": _gemma3_multimodal,
     "nemotron": _nemotron,
     "bloom": _bloom,
     "mpt": _mpt,
@@ -484,3 +464,8 @@ _READERS = {
     "opt": _opt,
     "gpt2": _gpt2,
 }
+SUPPORTED = tuple(_READERS)
+"""The model_type values read (the error for any other lists them)."""
+
+_REFUSED = {"gemma3": _gemma3_multimodal}
+"""model_type values refused with their own fix rather than "not supported"."""

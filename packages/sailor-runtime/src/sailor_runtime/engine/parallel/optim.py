@@ -23,7 +23,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from sailor_profiler import TIED_HEAD_NAME, AdamW, get_split, grad_norm_sq
+from sailor_profiler import TIED_HEAD_NAME, AdamW, get_split, grad_norm_sq, grad_or_zero
 
 from ..config import OPTIMIZER_IMPLS, LRSchedule, OptimConfig  # noqa: F401 - torch-free home
 from .topology import Groups, Slot, Topology
@@ -75,15 +75,9 @@ def make_optimizer(params, cfg: OptimConfig, lr: float, impl: str = "sailor"):
     return AdamW(params, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=0.0)
 
 
-def _grad(p: torch.Tensor) -> torch.Tensor:
-    if p.grad is None:
-        p.grad = torch.zeros_like(p)
-    return p.grad
-
-
 def _fine_view(p: torch.Tensor, piece_index: int, pieces: int) -> torch.Tensor:
     dim = get_split(p)[0]
-    return _grad(p).chunk(pieces, dim)[piece_index]
+    return grad_or_zero(p).chunk(pieces, dim)[piece_index]
 
 
 def reduce_data_parallel(params: list, topo: Topology, slot: Slot, groups: Groups) -> None:
@@ -95,7 +89,7 @@ def reduce_data_parallel(params: list, topo: Topology, slot: Slot, groups: Group
     mine = topo.fine_pieces(slot)
     # Pack the replicated gradients once: the first group's write-back must not leak into the
     # buffers of this rank's later groups.
-    reps = [_grad(p) for p in replicated]
+    reps = [grad_or_zero(p) for p in replicated]
     rep_flat = torch.cat([g.reshape(-1) for g in reps]) if reps else None
     for idx, f in enumerate(mine):
         views = [_fine_view(p, idx, len(mine)) for p in sharded]
@@ -117,7 +111,7 @@ def local_norm_sq(params: list, slot: Slot) -> torch.Tensor | None:
     scalar on the parameters' device (no host synchronisation), or None for no share."""
     if slot.replica != 0:
         return None
-    mine = [_grad(p) for p in params if get_split(p) is not None or slot.tp_rank == 0]
+    mine = [grad_or_zero(p) for p in params if get_split(p) is not None or slot.tp_rank == 0]
     if not mine:
         return None
     return grad_norm_sq(mine)
