@@ -240,3 +240,27 @@ def test_plan_exits_without_teardown_and_loses_no_output(tmp_path) -> None:
     bad = run("plan", "--model", "OPT-350M", "--gbs", "0", "--gpus", "A100-40@us-central1-a=4")
     assert bad.returncode == 2 and bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("error:")
+
+
+def test_a_json_plan_never_imports_rich() -> None:
+    """``plan --json`` prints one JSON line; the tables' library (~20 ms of a 0.5 s command's
+    CPU, issue 22's bar) is imported only where a table is printed. The entry point ends a
+    plan with ``os._exit`` (``cli.exit_now``), turned here into SystemExit to look after it."""
+    code = (
+        "import os, sys, runpy\n"
+        "def finished(status):\n"
+        "    raise SystemExit(status)\n"
+        "os._exit = finished\n"
+        "sys.argv = ['sailor-planner', 'plan', '--model', 'OPT-350M', '--gbs', '64', '--json',\n"
+        "            '--gpus', 'A100-40@us-central1-a=8', '--fixed-options']\n"
+        "try:\n"
+        "    runpy.run_module('sailor_planner.cli', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "else:\n"
+        "    raise AssertionError('the plan command did not exit')\n"
+        "assert 'rich' not in sys.modules, 'a --json plan imported rich'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["plans"]

@@ -7,17 +7,20 @@ module never imports the CLI (no import cycle), so other front ends can call it 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from sailor_sim import ExecutionOptions, Inventory, Job, SailorSimError
 
 from .errors import RequestError, SailorPlannerError
 from .result import PlanResult
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ assumes 80 there and folds values mid-token.)"""
 
 def stdout_console(**kwargs) -> Console:
     """The console of a command's tables: the terminal's width, or ``PIPED_WIDTH`` piped."""
+    from rich.console import Console  # here: --json never pays for rich's import
+
     console = Console(**kwargs)
     if console.is_terminal:
         return console
@@ -102,20 +107,25 @@ def search(args: PlanArgs) -> tuple[Job, PlanResult]:
 
 
 def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = None) -> int:
-    """Search and print; returns the exit status (2 with one `error:` line on bad input)."""
-    out = out or stdout_console(soft_wrap=True)
-    err = err or Console(stderr=True, soft_wrap=True, highlight=False)
+    """Search and print; returns the exit status (2 with one `error:` line on bad input).
+    The consoles are built only where something is printed through them (rich's import is
+    ~20 ms of a --json command's CPU)."""
     start = time.perf_counter()
     try:
         job, result = search(args)
     except (SailorPlannerError, SailorSimError, OSError) as exc:
+        if err is None:
+            from rich.console import Console
+
+            err = Console(stderr=True, soft_wrap=True, highlight=False)
         err.print(f"error: {exc}", markup=False)
         return 2
     if args.as_json:
         data = result.to_dict(job)
         data["command_time_s"] = time.perf_counter() - start
-        print(json.dumps(data), file=out.file)
+        print(json.dumps(data), file=sys.stdout if out is None else out.file)
     else:
+        out = out or stdout_console(soft_wrap=True)
         out.print(plans_table(result.plans))
         for line in extrapolation_notes(result.plans):
             out.print(line, markup=False, highlight=False)
@@ -159,6 +169,8 @@ def zones_used(plan) -> str:
 
 def plans_table(plans) -> Table:
     """Ranked plans (or frontier points) as a rich table."""
+    from rich.table import Table
+
     table = Table(box=None, header_style="bold")
     for name in ("#", "iter/s", "s/iter", "$/iter", "$/hour", "GPUs"):
         table.add_column(name, justify="right")

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from sailor_sim import TRAINING_FIELDS, RunSpec, SailorSimError, specs
 
 from ..errors import SailorPlannerError
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 
 def policy_table(result) -> Table:
     """One row per policy."""
+    from rich.table import Table  # here: a plan command never pays for rich
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("policy")
     for name in (

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 GiB = 1024**3
 WIDTH = 120
@@ -156,6 +154,9 @@ def _cost_text(e) -> str:
 def table(header, rows) -> None:
     """A plain rich table (no box) at most ``WIDTH`` columns wide: a cell too long for its
     column wraps within it (long provenance sentences), numbers never do."""
+    from rich.console import Console  # here: importing the options costs no rich
+    from rich.table import Table
+
     grid = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for h in header:
         grid.add_column(str(h), overflow="fold")
