@@ -146,14 +146,16 @@ def test_enumeration_matches_the_plain_frontier(seed: int, p: int) -> None:
     assert _enumerate(costs, p, n) == _reference_enumerate(costs, p, n)
 
 
-@pytest.mark.parametrize("p", [5, 8, 12])
-def test_the_dp_over_several_cost_lists_gives_each_ones_own_split(p: int) -> None:
-    """``best_splits_many`` (the configurations of one GPU type at one depth in one DP) returns
-    for every cost list what it returns for that list alone, unfit ranges included."""
+@pytest.mark.parametrize("exact_limit", [0, 10**6])  # the DP; every split enumerated
+@pytest.mark.parametrize("p", [1, 3, 5, 8, 12])
+def test_several_cost_lists_give_each_ones_own_splits(p: int, exact_limit: int) -> None:
+    """``best_splits_many`` (the configurations of one GPU type at one depth, or the mixed
+    families of one depth, reduced together) returns for every cost list what it returns for
+    that list alone, unfit ranges included."""
     n = 14
     lists = [_matrices(np.random.default_rng(seed), n, p) for seed in range(7)]
     lists[2][p][0, :2] = math.inf  # a first stage that cannot end before layer id 2
     lists[4][1][:, :] = math.inf  # no last stage fits: no split
-    alone = [best_splits(costs, p, exact_limit=0) for costs in lists]
-    assert best_splits_many(lists, p, exact_limit=0) == alone
+    alone = [best_splits(costs, p, exact_limit=exact_limit) for costs in lists]
+    assert best_splits_many(lists, p, exact_limit=exact_limit) == alone
     assert alone[4] == [] and all(alone[i] for i in (0, 1, 2, 3, 5, 6))

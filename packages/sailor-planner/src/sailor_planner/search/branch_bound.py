@@ -380,18 +380,17 @@ class Search:
         )
 
     def _mixed_shapes(self, p: int, singles: dict) -> list[Shape]:
-        shapes = []
+        picked = []  # (types, configuration per type) of every mixed shape family, in order
         types = [g for g in self.types if singles[g]]
         for size in range(2, len(types) + 1):
             for combo in itertools.combinations(types, size):
                 if not any(all(has_type(self.free, g, grp) for g in combo) for grp in self.groups):
                     continue
+                self._poll()
                 k = MIX_TOP.get(size, 1)
                 picks = [self._mix_picks(p, singles[g], k) for g in combo]
-                for choice in itertools.product(*picks):
-                    self._poll()
-                    shapes.extend(self._joint(p, combo, choice))
-        return shapes
+                picked += [(combo, choice) for choice in itertools.product(*picks)]
+        return [shape for found in self._joint(p, picked) for shape in found]
 
     def _mix_picks(self, p: int, singles: list[tuple], k: int) -> list[tuple]:
         """The k configurations (mbs, TP spec, bottleneck) of one type a mixed shape combines:
@@ -431,28 +430,32 @@ class Search:
             )
         return ok
 
-    def _joint(self, p: int, combo, choice) -> list[Shape]:
-        key = (p, combo, choice, self.opt.exact_partition_limit)
-        hit = self.memo.joint.get(key)
-        if hit is not None:
-            self.stats.memo_hits += 1
-            return hit
-        members = []
-        for g, (m, t, ref) in zip(combo, choice, strict=True):
-            members.append((self._tables(g, p, m, t), ref, g, m))
-        out = []
-        for bounds in joint_splits(
-            [(tab, ref) for tab, ref, _, _ in members],
-            p,
-            self.opt.exact_partition_limit,
-        ):
-            classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
-            if all(c is not None for c in classes):
-                shape = Shape(bounds, tuple(classes))
-                self.memo.lbs[shape] = tuple(stage_costs(tab, bounds) for tab, _, _, _ in members)
-                out.append(shape)
-        self.memo.joint[key] = out
-        return out
+    def _joint(self, p: int, picked: list[tuple]) -> list[list[Shape]]:
+        """Per (types, configuration per type) of ``picked`` its mixed shapes (memoized), those
+        not known yet split together (``templates.joint_splits``: one DP over all of them)."""
+        limit = self.opt.exact_partition_limit
+        keys = [(p, combo, choice, limit) for combo, choice in picked]
+        missing = [i for i, key in enumerate(keys) if key not in self.memo.joint]
+        self.stats.memo_hits += len(keys) - len(missing)
+        families = []
+        for i in missing:
+            combo, choice = picked[i]
+            members = []
+            for g, (m, t, ref) in zip(combo, choice, strict=True):
+                members.append((self._tables(g, p, m, t), ref, g, m))
+            families.append(members)
+        self._poll()
+        found = joint_splits([[(tab, ref) for tab, ref, _, _ in f] for f in families], p, limit)
+        for i, members, splits in zip(missing, families, found, strict=True):
+            out = []
+            for bounds in splits:
+                classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
+                if all(c is not None for c in classes):
+                    shape = Shape(bounds, tuple(classes))
+                    self.memo.lbs[shape] = tuple(stage_costs(tab, bounds) for tab, *_ in members)
+                    out.append(shape)
+            self.memo.joint[keys[i]] = out
+        return [self.memo.joint[key] for key in keys]
 
     # ---- allocations -----------------------------------------------------------------------
     def _layouts(self, p: int, shape: Shape) -> list[tuple[tuple[str, ...], ...]]:

@@ -52,7 +52,7 @@ def best_splits_many(
     if not 1 <= p <= n:
         return [[] for _ in costs_list]
     if num_splits(n, p) <= exact_limit:
-        return [_enumerate(costs, p, n) for costs in costs_list]
+        return _enumerate_many(costs_list, p, n)
     return [[dp] if dp else [] for dp in _dp_many(costs_list, p, n)]
 
 
@@ -73,17 +73,27 @@ def _all_splits(n: int, p: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
 
 
 def _enumerate(costs: list[np.ndarray], p: int, n: int) -> list[Bounds]:
+    return _enumerate_many([costs], p, n)[0]
+
+
+def _enumerate_many(costs_list: list[list[np.ndarray]], p: int, n: int) -> list[list[Bounds]]:
+    """Every split of each cost list scored, its non-dominated (bottleneck, total) splits
+    kept (at most ``MAX_KEPT``); the lists' stage times are gathered and reduced together."""
     if p == 1:
-        t = costs[1][0, n - 1]
-        return [((0, n - 1),)] if math.isfinite(t) else []
+        return [[((0, n - 1),)] if math.isfinite(c[1][0, n - 1]) else [] for c in costs_list]
     cuts, ranges = _all_splits(n, p)
     # one array per stage, reduced stage by stage: the same sums in the same order as a sum
     # over each split's row, at a fraction of the cost of a reduction along short rows
-    times = [np.take(costs[p - s], ranges[s]) for s in range(p)]
+    times = [_stacked([c[p - s].ravel() for c in costs_list])[:, ranges[s]] for s in range(p)]
     bottleneck, total = times[0], times[0]
     for t in times[1:]:
         bottleneck = np.maximum(bottleneck, t)
         total = total + t
+    return [_frontier(cuts, bottleneck[j], total[j], n) for j in range(len(costs_list))]
+
+
+def _frontier(cuts: np.ndarray, bottleneck: np.ndarray, total: np.ndarray, n: int) -> list[Bounds]:
+    """The non-dominated splits of one cost list (at most ``MAX_KEPT``, evenly spaced)."""
     ok = np.isfinite(bottleneck)
     if not ok.any():
         return []

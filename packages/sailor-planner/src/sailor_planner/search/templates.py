@@ -26,7 +26,7 @@ import numpy as np
 from sailor_sim import Replica
 
 from .costs import INF, CostView
-from .partition import Bounds, best_splits, best_splits_many, even_bounds
+from .partition import Bounds, best_splits_many, even_bounds
 
 
 @dataclass(frozen=True)
@@ -145,9 +145,9 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
             fits = cv.fit_matrix(g, m, d, in_flight, neighbours, cap, sure)
             time = cv.time_matrix(g, m, d, p2p[d] * neighbours)
             take = fits & ~np.isfinite(best)
-            best[take] = time[take]
-            choice[take] = d
-    diag = tuple(bool(x) for x in np.isfinite(np.diagonal(best)))
+            np.copyto(best, time, where=take)
+            np.copyto(choice, d, where=take)
+    diag = tuple(np.isfinite(np.diagonal(best)).tolist())
     cv.memo[key] = (best, choice, diag)
     return best, choice, diag
 
@@ -265,11 +265,16 @@ def single_type_splits(
 
 
 def joint_splits(
-    members: list[tuple[StageTables, float]], p: int, exact_limit: int
-) -> list[Bounds]:
-    """Splits for several classes at once: each class's stage cost is normalised by its own best
-    bottleneck, and the split minimises the largest normalised stage (balanced for every type)."""
-    costs = [None] * (p + 1)
-    for i in range(p):
-        costs[p - i] = np.max(np.stack([tab.cost[i] / ref for tab, ref in members]), axis=0)
-    return best_splits(costs, p, exact_limit)
+    families: list[list[tuple[StageTables, float]]], p: int, exact_limit: int
+) -> list[list[Bounds]]:
+    """Per family of classes (each (stage tables, its own best bottleneck) of one GPU type),
+    splits for those classes at once: each class's stage cost is normalised by its own best
+    bottleneck, and the split minimises the largest normalised stage (balanced for every
+    type). The DP runs on every family at once (``best_splits_many``)."""
+    lists = []
+    for members in families:
+        costs = [None] * (p + 1)
+        for i in range(p):
+            costs[p - i] = np.max(np.stack([tab.cost[i] / ref for tab, ref in members]), axis=0)
+        lists.append(costs)
+    return best_splits_many(lists, p, exact_limit)
