@@ -232,7 +232,7 @@ def test_placements_that_may_start_the_local_search_are_scored(sailor_planner):
     """``_refine`` walks from the best candidate of each of the REFINE_STARTS best shapes: a
     placement that may beat the worst of them is scored even where the kept best beats it,
     so skipping placements leaves the local search's starts as they were."""
-    job = Job.create("OPT-350M", 256, 2048, "fp32")
+    job = Job.create("OPT-350M", 512, 2048, "fp32")
     cv = CostView(sailor_planner.sim, job)
     options = SearchOptions()
     search = Search(cv, Scorer(cv), Memo(), Inventory.parse(SMALL_ZONES), options)

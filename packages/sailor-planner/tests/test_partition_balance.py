@@ -8,6 +8,7 @@ import pytest
 
 from sailor_planner.search.balance import balance
 from sailor_planner.search.partition import (
+    Suffixes,
     _dp_many,
     _enumerate,
     best_splits,
@@ -159,3 +160,30 @@ def test_several_cost_lists_give_each_ones_own_splits(p: int, exact_limit: int) 
     alone = [best_splits(costs, p, exact_limit=exact_limit) for costs in lists]
     assert best_splits_many(lists, p, exact_limit=exact_limit) == alone
     assert alone[4] == [] and all(alone[i] for i in (0, 1, 2, 3, 5, 6))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_depths_sharing_their_dp_rows_get_the_splits_of_a_dp_of_their_own(seed: int) -> None:
+    """One configuration's depths share the DP's rows (``Suffixes``: every stage but the first
+    has a cost matrix that depends only on the stages after it): asked in any order, each
+    depth gets the split a DP of its own finds, within TIE of the least bottleneck."""
+    n = 10
+    rng = np.random.default_rng(seed)
+    depths = list(rng.permutation(np.arange(2, n + 1)))
+    shared = [Suffixes(), Suffixes()]
+    for p in depths:
+        p = int(p)
+        lists = [_matrices(np.random.default_rng(seed), n, p)]
+        lists.append(_matrices(np.random.default_rng(seed + 10), n, p))
+        lists[1][1][n - 3 :, :] = math.inf  # the last stage must start before layer id n - 3
+        own = _dp_many(lists, p, n)
+        assert _dp_many(lists, p, n, shared) == own
+        assert all(len(r.max) >= p - 1 for r in shared)  # rows kept for deeper depths
+        for costs, split in zip(lists, own, strict=True):
+            least = _brute_bottleneck(costs, n, p)
+            if split is None:  # no split fits (the second list's deepest depths)
+                assert least == math.inf
+                continue
+            neck = max(costs[p - s][a, b] for s, (a, b) in enumerate(split))
+            assert neck == pytest.approx(least, rel=2e-3)
+        assert own[0] is not None

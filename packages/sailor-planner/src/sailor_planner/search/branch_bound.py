@@ -27,7 +27,7 @@ from ..request import SearchOptions
 from ..result import SearchStats
 from .allocate import Scored, Scorer, place
 from .bounds import Bounder
-from .partition import Bounds
+from .partition import Bounds, Suffixes
 from .state import (
     Found,
     Memo,
@@ -357,9 +357,18 @@ class Search:
         missing = [i for i, key in enumerate(keys) if key not in self.memo.splits]
         self.stats.memo_hits += len(keys) - len(missing)
         tables = [configs[i][2] for i in missing]
-        for i, splits in zip(missing, single_type_splits(tables, p, limit, self.cv.n), strict=True):
+        suffixes = [self._suffixes(g, *configs[i][:2]) for i in missing]
+        found = single_type_splits(tables, p, limit, self.cv.n, suffixes)
+        for i, splits in zip(missing, found, strict=True):
             self.memo.splits[keys[i]] = splits
         return [self.memo.splits[key] for key in keys]
+
+    def _suffixes(self, g: str, m: int, t) -> Suffixes | None:
+        """The split DP's rows shared by the depths of (g, m, base TP ``t``); None for a
+        per-stage TP vector (its stages' degrees depend on the depth)."""
+        if isinstance(t, tuple):
+            return None
+        return self.memo.suffixes.setdefault((g, m, t, self.ref_zone[g]), Suffixes())
 
     def _runs(self, g: str, p: int, t) -> bool:
         """Whether the job's execution options can run a depth-``p`` pipeline of type ``g``

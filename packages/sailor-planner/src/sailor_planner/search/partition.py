@@ -8,9 +8,13 @@ the total (Narayanan et al. 2021, Sec. 2.2).
 
 - When the number of splits C(n-1, P-1) is at most ``exact_limit`` every split is scored and the
   non-dominated (bottleneck, total) splits are returned: *exact*.
-- Otherwise a dynamic program over layer prefixes (f[s][b] = best split of layer ids 0..b into
-  s+1 stages) returns the split minimising the bottleneck, ties broken by the total: exact for
-  the bottleneck, a *heuristic* for the total (a near-tie within ``TIE`` is broken by the total).
+- Otherwise a dynamic program over layer suffixes (g[k][a] = best split of layer ids a..n-1
+  into k stages) returns the split minimising the bottleneck, ties broken by the total: exact
+  for the bottleneck up to ``TIE``, a *heuristic* for the total (a near-tie within ``TIE`` is
+  broken by the total). It runs from the last stage back because a stage's cost matrix
+  depends on the stages from it to the end (k), not on the depth, for every stage but the
+  first (``templates.stage_tables``): one configuration's depths share the rows g[k]
+  (``Suffixes``), and a depth-p split costs one step more than depth p - 1's, not p steps.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import numpy as np
 from sailor_sim import even_split
 
 TIE = 1e-3
-"""Relative weight of the total in the DP's key (bottleneck + TIE * total / P)."""
+"""Relative weight of the total in the DP's key (bottleneck + TIE * total / n, n layer ids:
+a weight that does not depend on the depth, so depths share their rows; total / n is at most
+the bottleneck, so the key's bottleneck is within TIE of the least)."""
 MAX_KEPT = 4
 """Most non-dominated splits kept from an exact enumeration."""
 
@@ -41,11 +47,15 @@ def best_splits(costs: list[np.ndarray], p: int, exact_limit: int) -> list[Bound
 
 
 def best_splits_many(
-    costs_list: list[list[np.ndarray]], p: int, exact_limit: int
+    costs_list: list[list[np.ndarray]],
+    p: int,
+    exact_limit: int,
+    suffixes: list[Suffixes | None] | None = None,
 ) -> list[list[Bounds]]:
     """``best_splits`` of several cost lists of one depth (the configurations of one GPU type
     at depth p): the DP runs on all of them at once, the same splits at a fraction of the
-    numpy calls."""
+    numpy calls. ``suffixes``: per list, the DP rows kept from other depths of the same
+    configuration (``Suffixes``; None: none kept)."""
     if not costs_list:
         return []
     n = costs_list[0][1].shape[0]
@@ -53,7 +63,7 @@ def best_splits_many(
         return [[] for _ in costs_list]
     if num_splits(n, p) <= exact_limit:
         return _enumerate_many(costs_list, p, n)
-    return [[dp] if dp else [] for dp in _dp_many(costs_list, p, n)]
+    return [[dp] if dp else [] for dp in _dp_many(costs_list, p, n, suffixes)]
 
 
 def _stage_bounds(cuts: tuple[int, ...], n: int) -> Bounds:
@@ -119,39 +129,82 @@ def _frontier_candidates(order: np.ndarray, total: np.ndarray) -> np.ndarray:
     return order[totals < earlier + 1e-9]
 
 
-def _dp_many(costs_list: list[list[np.ndarray]], p: int, n: int) -> list[Bounds | None]:
-    """Vectorised DP over K cost lists at once: key = bottleneck + TIE * total / p, exact on
-    the bottleneck. Every list's arithmetic is elementwise what one list's alone would be
+class Suffixes:
+    """The DP's rows of one configuration, kept across pipeline depths: for k = 1, 2, ...
+    stages and every first layer id a, the best split of layer ids a..n-1 into k stages (its
+    bottleneck, its total, where its first stage ends). Valid for cost lists whose ``costs[k]``
+    for k below the depth are the same at every depth (``templates.stage_tables``)."""
+
+    def __init__(self) -> None:
+        self.max: list[np.ndarray] = []
+        """[k - 1][a]: the bottleneck of the best split of a..n-1 into k stages (inf: none)."""
+        self.sum: list[np.ndarray] = []
+        """[k - 1][a]: its total."""
+        self.end: list[np.ndarray] = []
+        """[k - 1][a]: the last layer id of its first stage."""
+
+
+def _dp_many(
+    costs_list: list[list[np.ndarray]],
+    p: int,
+    n: int,
+    suffixes: list[Suffixes | None] | None = None,
+) -> list[Bounds | None]:
+    """Vectorised DP over K cost lists at once, from the last stage back: key = bottleneck +
+    TIE * total / n. Every list's arithmetic is elementwise what one list's alone would be
     (the same splits bit for bit). The cost matrices are inf where a > b (no such range), so
-    no mask is needed."""
-    k = len(costs_list)
-    first = _stacked([costs[p][0, :] for costs in costs_list])  # stage 0 holds 0..b
-    f_max, f_sum = first, first
-    choice = np.zeros((p, k, n), dtype=np.int64)
-    rows, cols = np.arange(k)[:, None], np.arange(n)[None, :]
-    prev_max = np.empty((k, n))
-    prev_sum = np.empty((k, n))
-    prev_max[:, 0] = prev_sum[:, 0] = math.inf
-    key = np.empty((k, n, n))
-    tie = np.empty((k, n, n))
-    for s in range(1, p):
-        c = _stacked([costs[p - s] for costs in costs_list])  # c[j, a, b]
-        # stage s starts at a: the prefix 0..a-1 (none for a = 0)
-        prev_max[:, 1:] = f_max[:, :-1]
-        prev_sum[:, 1:] = f_sum[:, :-1]
-        np.add(prev_sum[:, :, None], c, out=tie)
-        np.multiply(TIE, tie, out=tie)
-        np.divide(tie, p, out=tie)
-        np.maximum(prev_max[:, :, None], c, out=key)
-        np.add(key, tie, out=key)
-        best_a = key.argmin(axis=1)
-        picked = c[rows, best_a, cols]
-        f_max = np.maximum(prev_max[rows, best_a], picked)
-        f_sum = prev_sum[rows, best_a] + picked
-        choice[s] = best_a
+    no mask is needed. ``suffixes`` (per list, or None) holds rows other depths computed and
+    keeps the ones computed here."""
+    if p == 1:
+        return [((0, n - 1),) if math.isfinite(c[1][0, n - 1]) else None for c in costs_list]
+    rows = [r if r is not None else Suffixes() for r in (suffixes or [None] * len(costs_list))]
+    for k in range(1, p):  # rows for k stages, where a list has none yet (together)
+        todo = [j for j, r in enumerate(rows) if len(r.max) < k]
+        if todo:
+            _extend([rows[j] for j in todo], [costs_list[j][k] for j in todo], k, n)
+    first = _stacked([c[p][0, :] for c in costs_list])  # stage 0 holds 0..b
+    after_max = _stacked([_after(r.max[p - 2]) for r in rows])
+    after_sum = _stacked([_after(r.sum[p - 2]) for r in rows])
+    key = np.maximum(first, after_max) + (TIE / n) * (first + after_sum)
+    ends = key.argmin(axis=1)
     return [
-        _walk_back(choice[:, j], p, n) if math.isfinite(f_max[j, n - 1]) else None for j in range(k)
+        _walk(rows[j], p, int(b), n) if math.isfinite(key[j, b]) else None
+        for j, b in enumerate(ends.tolist())
     ]
+
+
+def _extend(rows: list[Suffixes], mats: list[np.ndarray], k: int, n: int) -> None:
+    """Append row k to each of ``rows`` from its row k - 1 and the cost matrix of a stage with
+    k stages from it to the end (``mats``, one per row)."""
+    if k == 1:  # the last stage holds a..n-1
+        last = np.full(n, n - 1, dtype=np.int64)
+        for r, m in zip(rows, mats, strict=True):
+            held = m[:, n - 1].copy()
+            r.max.append(held)
+            r.sum.append(held)
+            r.end.append(last)
+        return
+    c = _stacked(mats)  # c[j, a, b]: a stage holding a..b
+    after_max = _stacked([_after(r.max[k - 2]) for r in rows])  # [j, b]: the rest after b
+    after_sum = _stacked([_after(r.sum[k - 2]) for r in rows])
+    key = np.maximum(c, after_max[:, None, :])
+    key += (TIE / n) * (c + after_sum[:, None, :])
+    ends = key.argmin(axis=2)  # [j, a]
+    picked = np.take_along_axis(c, ends[:, :, None], axis=2)[:, :, 0]
+    best_max = np.maximum(picked, np.take_along_axis(after_max, ends, axis=1))
+    best_sum = picked + np.take_along_axis(after_sum, ends, axis=1)
+    for j, r in enumerate(rows):
+        r.max.append(best_max[j])
+        r.sum.append(best_sum[j])
+        r.end.append(ends[j])
+
+
+def _after(row: np.ndarray) -> np.ndarray:
+    """[b] = ``row[b + 1]``: the rest of the layers after a stage ending at b (inf at the end)."""
+    out = np.empty_like(row)
+    out[:-1] = row[1:]
+    out[-1] = math.inf
+    return out
 
 
 def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
@@ -159,15 +212,15 @@ def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
     return arrays[0][None] if len(arrays) == 1 else np.stack(arrays)
 
 
-def _walk_back(choice: np.ndarray, p: int, n: int) -> Bounds:
-    """The DP's split: from the last stage back, each stage's chosen start."""
-    bounds, b = [], n - 1
-    for s in range(p - 1, 0, -1):
-        a = int(choice[s][b])
+def _walk(rows: Suffixes, p: int, first_end: int, n: int) -> Bounds:
+    """The DP's split: the first stage ends at ``first_end``, each later one where its row
+    says."""
+    bounds, a = [(0, first_end)], first_end + 1
+    for k in range(p - 1, 0, -1):
+        b = int(rows.end[k - 1][a])
         bounds.append((a, b))
-        b = a - 1
-    bounds.append((0, b))
-    return tuple(reversed(bounds))
+        a = b + 1
+    return tuple(bounds)
 
 
 def even_bounds(n: int, p: int) -> Bounds:

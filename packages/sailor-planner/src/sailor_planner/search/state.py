@@ -17,6 +17,9 @@ class Memo:
 
     tables: dict = field(default_factory=dict)
     splits: dict = field(default_factory=dict)
+    suffixes: dict = field(default_factory=dict)
+    """Per (GPU type, mbs, base TP degree, reference zone): the split DP's rows its depths
+    share (``partition.Suffixes``)."""
     joint: dict = field(default_factory=dict)
     singles: dict = field(default_factory=dict)
     lbs: dict = field(default_factory=dict)

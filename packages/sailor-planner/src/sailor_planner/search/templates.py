@@ -252,11 +252,14 @@ def bottleneck(tables: StageTables, bounds: Bounds) -> float:
 
 
 def single_type_splits(
-    tables: list[StageTables], p: int, exact_limit: int, n: int
+    tables: list[StageTables], p: int, exact_limit: int, n: int, suffixes=None
 ) -> list[list[Bounds]]:
     """Per table (configurations of one GPU type at depth p), the best splits for one class
-    plus the even split (what a homogeneous planner uses); the DP runs on all at once."""
-    found = best_splits_many([by_position(tab, p) for tab in tables], p, exact_limit)
+    plus the even split (what a homogeneous planner uses); the DP runs on all at once.
+    ``suffixes``: per table, the DP rows its configuration's other depths share (a base TP
+    degree's tables: every position but the first depends on the stages after it alone,
+    ``stage_tables``), or None."""
+    found = best_splits_many([by_position(tab, p) for tab in tables], p, exact_limit, suffixes)
     even = even_bounds(n, p) if p <= n else None
     for tab, splits in zip(tables, found, strict=True):
         if even is not None and even not in splits and math.isfinite(bottleneck(tab, even)):
