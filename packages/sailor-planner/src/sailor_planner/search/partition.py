@@ -99,15 +99,25 @@ def _enumerate_many(costs_list: list[list[np.ndarray]], p: int, n: int) -> list[
     for t in times[1:]:
         bottleneck = np.maximum(bottleneck, t)
         total = total + t
-    return [_frontier(cuts, bottleneck[j], total[j], n) for j in range(len(costs_list))]
+    # The first split kept has the least bottleneck (the least total among those); every later
+    # one a total below it: only those few are sorted.
+    least = bottleneck.min(axis=1)
+    first_total = np.where(bottleneck == least[:, None], total, math.inf).min(axis=1)
+    below = total < (first_total - 1e-12)[:, None]
+    out = []
+    for j, neck in enumerate(least.tolist()):
+        if not math.isfinite(neck):
+            out.append([])
+            continue
+        first = np.flatnonzero((bottleneck[j] == neck) & (total[j] == first_total[j]))[:1]
+        idx = np.sort(np.concatenate([first, np.flatnonzero(below[j])]))
+        out.append(_frontier(cuts, bottleneck[j], total[j], idx, n))
+    return out
 
 
-def _frontier(cuts: np.ndarray, bottleneck: np.ndarray, total: np.ndarray, n: int) -> list[Bounds]:
-    """The non-dominated splits of one cost list (at most ``MAX_KEPT``, evenly spaced)."""
-    ok = np.isfinite(bottleneck)
-    if not ok.any():
-        return []
-    idx = np.nonzero(ok)[0]
+def _frontier(cuts: np.ndarray, bottleneck, total, idx: np.ndarray, n: int) -> list[Bounds]:
+    """The non-dominated splits of one cost list (at most ``MAX_KEPT``, evenly spaced) among
+    the splits ``idx`` (ascending; every one the frontier can hold)."""
     order = idx[np.lexsort((total[idx], bottleneck[idx]))]
     kept, best_total = [], math.inf
     for i in _frontier_candidates(order, total).tolist():
