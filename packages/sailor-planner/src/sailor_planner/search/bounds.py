@@ -186,6 +186,8 @@ class Bounder:
         the all-reduce, or ZeRO's volumes; ZeRO-3's is per microbatch, inside the stage times,
         so 0 here) over ``kinds`` ((GPU, TP), replicas): in the zone where it is fastest, or
         across zones where a ring through two or more can be faster."""
+        if len(kinds) == 1 and kinds[0][1] < 2:
+            return 0.0  # one replica: no ring (``Simulator.ring_time``), whatever the options
         key = (shape.bounds[0], kinds)
         hit = self._sync.get(key)
         if hit is None:

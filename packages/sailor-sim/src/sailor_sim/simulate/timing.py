@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from ..catalog.gpus import get_gpu
 from ..catalog.zones import relationship
+from .comm import allreduce_s, default_inter_node_kind, intra_node_kind
+from .comm import bus_efficiency as of_kind
 from .memory import GRAD_BYTES
-from .network import LinkCurve, NetworkModel
+from .network import Endpoint, LinkCurve, NetworkModel
 
 DP_BUCKET_BYTES = 160 * 1024**2
 """Gradient bucket of one all-reduce call: Megatron-LM's DistributedDataParallel default of
@@ -260,7 +263,6 @@ def allreduce_time(
     shorter). A link with a measured ring gives its bus bandwidth and step latency; a link of
     a known fabric its p2p curve at that fabric's bus efficiency; otherwise its p2p curve at
     ``efficiency`` (``comm``)."""
-    from .comm import allreduce_s
 
     if ranks < 2 or nbytes <= 0:
         return 0.0
@@ -322,8 +324,6 @@ def edge_curve(network: NetworkModel, a: RingKind, b: RingKind) -> tuple[LinkCur
     """(curve, parallel rings, bus efficiency) of the a -> b ring edge
     (``edge_allreduce_time``): all of it that does not depend on the ring's size or bytes,
     so a simulator can keep it per edge."""
-    from .comm import bus_efficiency as of_kind
-    from .network import Endpoint
 
     (za, ga, ta), (zb, gb, tb) = a, b
     pairs = min(ta, tb)
@@ -344,8 +344,6 @@ def hierarchical_allreduce_time(
     across nodes through the node's NICs, all-gather inside the node. r = min(replicas,
     GPUs per node / tp) replicas share a node; the TP ranks of a replica reduce their own
     shards in parallel."""
-    from ..catalog.gpus import get_gpu
-    from .network import Endpoint
 
     zone, gpu_type, tp = kind
     gpu = get_gpu(gpu_type)
@@ -376,9 +374,6 @@ def edge_egress_usd(
 def bus_efficiency(gpu_type_a: str, gpu_type_b: str | None = None) -> float:
     """Ring bus efficiency (``comm.BUS_EFFICIENCY``) of the default fabric between nodes of
     two GPU types (the lower one), for links that carry no fabric of their own."""
-    from ..catalog.gpus import get_gpu
-    from .comm import bus_efficiency as of_kind
-    from .comm import default_inter_node_kind
 
     def one(gpu_type: str) -> float:
         return of_kind(default_inter_node_kind(get_gpu(gpu_type))).value
@@ -388,9 +383,6 @@ def bus_efficiency(gpu_type_a: str, gpu_type_b: str | None = None) -> float:
 
 def intra_bus_efficiency(gpu_type: str) -> float:
     """Ring bus efficiency of the link between GPUs of one node (NVLink / PCIe)."""
-    from ..catalog.gpus import get_gpu
-    from .comm import bus_efficiency as of_kind
-    from .comm import intra_node_kind
 
     return of_kind(intra_node_kind(get_gpu(gpu_type))).value
 
