@@ -145,3 +145,39 @@ def test_same_zone_links_default_to_the_instances_fabric():
     assert net.link(cpu, cpu).max_bandwidth == pytest.approx(DEFAULT_LINKS["same-zone"][0])
     net.add_link(h100, h100, LinkCurve(1e9, 1e-4, "measured"))
     assert net.link(h100, h100).source == "measured"
+
+
+ZONES_8 = (
+    "us-central1-a",
+    "us-central1-b",
+    "us-central1-c",
+    "us-central1-f",
+    "us-east1-b",
+    "us-east1-c",
+    "us-west1-a",
+    "us-west1-b",
+)
+
+
+def test_zones_with_one_ring_signature_time_every_ring_inside_them_alike(sailor_sim_imported):
+    """``zone_ring_signature``: the planner's bounds time one zone per signature, so zones
+    that share one must give every ring inside them (one or two kinds, flat or hierarchical,
+    any size and bytes) the same seconds; the Sailor fits tell some zones apart."""
+    sim = sailor_sim_imported
+    types = ("A100-40", "H100-80", "V100-16")
+    classes: dict[tuple, list[str]] = {}
+    for z in ZONES_8:
+        classes.setdefault(sim.zone_ring_signature(z, types), []).append(z)
+    assert 1 < len(classes) < len(ZONES_8)  # some zones share links, some do not
+    rings = [(((g, tp), n),) for g in types for tp in (1, 4) for n in (2, 7, 64)] + [
+        ((("A100-40", 2), 3), (("V100-16", 2), 5)),
+        ((("H100-80", 8), 16), (("V100-16", 1), 2)),
+    ]
+    for zones in classes.values():
+        for kinds in rings:
+            for nbytes in (4e6, 1.3e9):
+                seconds = {
+                    sim.ring_time(None, 0, 0, tuple(((z, *k), n) for k, n in kinds), nbytes)
+                    for z in zones
+                }
+                assert len(seconds) == 1, (zones, kinds, nbytes, seconds)

@@ -42,6 +42,8 @@ class Bounder:
         self._spanning_rings: dict[tuple, float] = {}
         """(ring bytes, stage-0 kinds, zones, ranks) -> ``_spanning_uncached``."""
         self._zone_floor: dict[tuple, float] = {}
+        self._signatures: dict[tuple, tuple] = {}
+        """(GPU types, zone) -> ``Simulator.zone_ring_signature``."""
         """(ring bytes, stage-0 kinds, zones, ranks) -> ``_zone_edge_floor_uncached``."""
 
     def node_key(self, shape: Shape, lbs, max_d) -> float | None:
@@ -198,10 +200,26 @@ class Bounder:
                 self.scorer.sync(
                     shape, 0, tuple(sorted(((z, *k), n) for k, n in kinds)), 1, kinds[0][0]
                 ).seconds
-                for z in sorted(zones)
+                for z in self._distinct_zones(tuple(sorted(set(types))), zones)
             )
             hit = self._sync[key] = min(one_zone, self._any_spanning_ring(shape, kinds))
         return hit
+
+    def _distinct_zones(self, types: tuple[str, ...], zones, held=None) -> list[str]:
+        """One zone of ``zones`` (sorted) per ring signature over ``types``
+        (``Simulator.zone_ring_signature``) and, with ``held`` (zone -> what it holds), per
+        what it holds: the rest time every ring inside them alike, so a bound over zones
+        needs only these (an inventory in 8 zones of default links has one)."""
+        out, seen = [], set()
+        for z in sorted(zones):
+            sig = self._signatures.get((types, z))
+            if sig is None:
+                sig = self._signatures[(types, z)] = self.scorer.sim.zone_ring_signature(z, types)
+            key = (sig, None if held is None else held(z))
+            if key not in seen:
+                seen.add(key)
+                out.append(z)
+        return out
 
     def _any_spanning_ring(self, shape: Shape, kinds: tuple) -> float:
         """A lower bound on stage 0's sync over ``kinds`` where its replicas sit in two zones
@@ -251,8 +269,13 @@ class Bounder:
     def _zone_edge_floor_uncached(self, nbytes, stage0, zones, ranks: int) -> float:
         seconds = self.scorer.sim.zone_edge_seconds
         fastest = math.inf
-        for z in zones:
-            held = [(z, g, tp) for g, tp in stage0 if self.free.get((g, z), 0)]
+        types = tuple(sorted({g for g, _tp in stage0}))
+
+        def kinds_in(z: str) -> tuple:
+            return tuple((g, tp) for g, tp in stage0 if self.free.get((g, z), 0))
+
+        for z in self._distinct_zones(types, zones, kinds_in):
+            held = [(z, g, tp) for g, tp in kinds_in(z)]
             for a in held:
                 for b in held:
                     t = seconds(a, b, ranks, nbytes)

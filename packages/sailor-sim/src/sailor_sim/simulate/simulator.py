@@ -437,6 +437,21 @@ class Simulator(MemoryComponents):
             raise ValueError("ring_edge_seconds is for an edge between two zones")
         return self._edge_seconds(a, b, ranks, nbytes)
 
+    def zone_ring_signature(self, zone: str, gpu_types: tuple[str, ...]) -> tuple:
+        """All that a ring inside ``zone`` over replicas of ``gpu_types`` takes from the zone:
+        the link between two of their GPUs there at every count of GPU pairs up to a node
+        (``_edge_curve``'s edges, ``timing.hierarchical_allreduce_time``'s NICs; the rest of
+        an edge's seconds depends on the GPU types alone, and an edge inside a zone pays no
+        egress). Zones with equal signatures time every such ring alike (``ring_time``,
+        ``zone_edge_seconds``), so a caller bounding over zones times one of each."""
+        counts = range(1, max(_node_width(g) for g in gpu_types) + 1)
+        return tuple(
+            self.network.link(Endpoint(zone, a, c), Endpoint(zone, b, c))
+            for a in gpu_types
+            for b in gpu_types
+            for c in counts
+        )
+
     def zone_edge_seconds(
         self, a: timing.RingKind, b: timing.RingKind, ranks: int, nbytes: float
     ) -> float | None:
@@ -868,3 +883,9 @@ class Simulator(MemoryComponents):
     def ids(self) -> ComponentCache:
         """What assigns replicas and stages the ids ``compose``'s keys use."""
         return self.cache
+
+
+def _node_width(gpu_type: str) -> int:
+    """The most GPUs (TP pairs or NICs) one link of a node of ``gpu_type`` spans."""
+    gpu = get_gpu(gpu_type)
+    return max(gpu.gpus_per_node, timing.nics_per_node(gpu))
