@@ -278,6 +278,9 @@ def joint_splits(
     for members in families:
         costs = [None] * (p + 1)
         for i in range(p):
-            costs[p - i] = np.max(np.stack([tab.cost[i] / ref for tab, ref in members]), axis=0)
+            worst = members[0][0].cost[i] / members[0][1]
+            for tab, ref in members[1:]:
+                np.maximum(worst, tab.cost[i] / ref, out=worst)
+            costs[p - i] = worst
         lists.append(costs)
     return best_splits_many(lists, p, exact_limit)
