@@ -137,6 +137,8 @@ class Search:
         self._max_d: dict[tuple, list[int]] = {}
         self._gpus_in: dict[tuple, int] = {}
         self._placed: dict[tuple, tuple | None] = {}
+        self._layouts_of: dict[tuple, list] = {}
+        """(depth, GPU types of a shape's classes) -> ``_layouts``."""
         """(classes' GPU types and TPs, zones per stage, counts, stage-major) -> ``place``."""
         self._virtual = self.job.options.virtual_stages
 
@@ -470,12 +472,17 @@ class Search:
 
     # ---- allocations -----------------------------------------------------------------------
     def _layouts(self, p: int, shape: Shape) -> list[tuple[tuple[str, ...], ...]]:
-        gpus = [c.gpu for c in shape.classes]
-        ok = [grp for grp in self.groups if all(has_type(self.free, g, grp) for g in gpus)]
-        out = [(grp,) * p for grp in ok]
-        if p > 1 and len(ok) > 1:  # pipelines crossing one region boundary, either direction
-            for a, b in itertools.permutations(ok[:2], 2):
-                out += [(a,) * q + (b,) * (p - q) for q in range(1, p)]
+        """Region layouts of a depth-``p`` shape (zones each stage may use), by its GPU types
+        alone (cached: every shape of a depth with those types shares them)."""
+        gpus = tuple(c.gpu for c in shape.classes)
+        out = self._layouts_of.get((p, gpus))
+        if out is None:
+            ok = [grp for grp in self.groups if all(has_type(self.free, g, grp) for g in gpus)]
+            out = [(grp,) * p for grp in ok]
+            if p > 1 and len(ok) > 1:  # pipelines crossing one region boundary, either way
+                for a, b in itertools.permutations(ok[:2], 2):
+                    out += [(a,) * q + (b,) * (p - q) for q in range(1, p)]
+            self._layouts_of[(p, gpus)] = out
         return out
 
     def _evaluate(self, shape: Shape, layout, counts, lbs=None) -> Scored | None:
