@@ -83,6 +83,35 @@ def test_negative_and_nan_whole_run_figures(plan_file):
     assert ok.returncode == 0 and json.loads(ok.stdout)["run"]
 
 
+def test_iterations_and_tokens_together_are_refused(plan_file):
+    # Both were taken and --tokens silently ignored.
+    args = ("simulate", str(plan_file), "--iterations", "5", "--tokens", "5")
+    one_line_error(sailor_sim(*args), "not both")
+
+
+def test_a_zone_outside_the_given_region_is_refused():
+    # --region was silently ignored next to --zone.
+    args = ["simulate", "--model", "OPT-350M", "--gbs", "16", "--gpu", "A100-40"]
+    r = sailor_sim(*args, "--zone", "us-central1-a", "--region", "us-east-1")
+    one_line_error(r, "is in us-central1, not us-east-1")
+    ok = sailor_sim(*args, "--zone", "us-central1-a", "--region", "us-central1")
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("torch_dtype", ["float99", ["bf16"]])
+def test_a_torch_dtype_it_cannot_take_is_named_not_called_missing(tmp_path, torch_dtype):
+    # A list was an internal error (exit 1); an unknown name was reported as "no torch_dtype".
+    config = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8,
+              "num_hidden_layers": 4, "intermediate_size": 1024, "vocab_size": 32000,
+              "max_position_embeddings": 2048, "torch_dtype": torch_dtype}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = sailor_sim("simulate", "--model", str(path), "--gbs", "16", "--gpu", "A100-40", "--json")
+    assert r.returncode == 0, r.stderr
+    assumed = json.loads(r.stdout)["assumed"]["dtype"]
+    assert assumed.startswith("fp32 (torch_dtype") and "pass --precision" in assumed, assumed
+
+
 def test_negative_microbatch_count_is_refused():
     args = ["memory", "--model", "OPT-350M", "--gpu", "A100-40"]
     one_line_error(sailor_sim(*args, "--num-microbatches", "-3"), "--num-microbatches")

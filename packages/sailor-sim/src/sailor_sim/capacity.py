@@ -94,8 +94,13 @@ def default_dtype(model: str | ModelSpec) -> tuple[str, str]:
             raw = json.loads(inputs.read_text(file, "model")).get("torch_dtype")
         except (SailorSimError, OSError, ValueError, AttributeError):
             raw = None
-        if raw in _HF_DTYPES:
+        if isinstance(raw, str) and raw in _HF_DTYPES:
             return _HF_DTYPES[raw], f"torch_dtype {raw!r} of {file.name}"
+        if raw is not None:  # e.g. float8_e4m3fn: say why it was not taken
+            return "fp32", (
+                f"torch_dtype {str(raw)[:40]!r} of {file.name} is none of "
+                f"{', '.join(_HF_DTYPES)}; pass --precision to choose"
+            )
     return "fp32", "no torch_dtype in the model definition"
 
 

@@ -181,6 +181,12 @@ class Homogeneous:
                 raise ValidationError(
                     f"zone {zone.name} is on {zone.provider}, not {self.provider}", field="zone"
                 )
+            if self.region not in (None, zone.region):
+                raise ValidationError(
+                    f"zone {zone.name} is in {zone.region}, not {self.region}; give the zone or "
+                    "the region",
+                    field="zone",
+                )
             return zone.name
         if self.provider is None and self.region is None:
             return default_zone("gcp")
@@ -251,6 +257,11 @@ def simulate(
         for name, value in (("iterations", iterations), ("tokens", tokens)):
             if value is not None:
                 inputs.positive_number(value, f"--{name}")
+        if iterations is not None and tokens is not None:
+            raise ValidationError(
+                "give --iterations or --tokens, not both (the run's length, counted one way)",
+                field="--tokens",
+            )
         model, gbs, seq, dtype, optimizer, options = _job_flags(spec, given, p2p)
         sim = _simulator(sailor_root, profiles)
         if fabric is not None:

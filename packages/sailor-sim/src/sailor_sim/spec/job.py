@@ -21,6 +21,9 @@ from .interleave import model_problem as interleave_model_problem
 from .options import ExecutionOptions, check_options
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
+MAX_POOL_GPUS = 2**62
+"""The most GPUs one pool may hold: ``inputs.integral``'s bound, on every way in (an inventory
+file, ``--gpus``, a pool built in Python)."""
 FP8_PRECISION = "fp8"
 """The precision name that means bf16 training with FP8 GEMMs (``ExecutionOptions.fp8``)."""
 _JOB_IDS: dict[tuple, int] = {}
@@ -219,6 +222,11 @@ class GpuPool:
             raise ValidationError(
                 f"must be >= 0, got {self.count} for {self.gpu_type}@{self.zone}", field="count"
             )
+        if self.count > MAX_POOL_GPUS:  # what an inventory file may hold (``_count``)
+            raise ValidationError(
+                f"must be <= {MAX_POOL_GPUS}, got {self.count} for {self.gpu_type}@{self.zone}",
+                field="count",
+            )
 
 
 @dataclass(frozen=True)
@@ -367,7 +375,7 @@ def _optional_int(value: Any, where: str) -> int | None:
 
 
 def _count(value: Any, where: str) -> int:
-    return inputs.integral(value, f"{where}.count", minimum=0)
+    return inputs.integral(value, f"{where}.count", minimum=0, maximum=MAX_POOL_GPUS)
 
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
