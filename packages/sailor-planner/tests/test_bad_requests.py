@@ -78,6 +78,20 @@ def test_duplicate_pool_is_refused_by_the_cli_and_the_client_types() -> None:
                                         "count": 8}] * 2})  # fmt: skip
 
 
+def test_a_pool_larger_than_an_inventory_may_hold_is_refused_everywhere(tmp_path) -> None:
+    # --gpus and a trace took 10**20 GPUs (the plan used 2,048 of them); an inventory file did not.
+    huge = "99999999999999999999"
+    out = cli("plan", *PLAN_FLAGS, "--gpus", f"A100-40@us-central1-a={huge}")
+    assert out.returncode == 2, out.stdout
+    assert out.stderr.count("\n") == 1 and "count: must be <= 4611686018427387904" in out.stderr
+    trace = tmp_path / "trace.csv"
+    trace.write_text(f"timestamp,zone,gpu_type,available\n0,us-central1-a,A100-40,{huge}\n"
+                     "3600,us-central1-a,A100-40,8\n")  # fmt: skip
+    out = cli("replay", "--trace", str(trace), *PLAN_FLAGS)
+    assert out.returncode == 2, out.stdout
+    assert out.stderr.startswith("error: trace.csv row 1, column available: must be <=")
+
+
 # ---- 7. one limit for top_k and pareto_points, on every front end ----------------------------
 @pytest.mark.parametrize("field", ["top_k", "pareto_points"])
 def test_grpc_refuses_more_than_the_limit(stub, field: str) -> None:
@@ -142,6 +156,23 @@ def test_replay_cli_refuses_a_policy_named_twice(tmp_path) -> None:
     out = cli("replay", "--trace", str(trace), *PLAN_FLAGS, "--policies", "sailor,sailor")
     assert out.returncode == 2, out.stdout
     assert out.stderr == "error: policies: duplicate 'sailor'; name each policy once\n"
+
+
+def test_replay_checks_its_plot_path_first_and_writes_the_file_named(tmp_path) -> None:
+    # A folder or a missing folder once failed after the replay (an OSError naming no flag),
+    # and a name without .png was written as NAME.png while the output said NAME.
+    trace = tmp_path / "trace.csv"
+    lines = [f"{r['timestamp']},{r['zone']},{r['gpu_type']},{r['available']}" for r in ROWS]
+    trace.write_text("timestamp,zone,gpu_type,available\n" + "\n".join(lines) + "\n")
+    args = ("replay", "--trace", str(trace), *PLAN_FLAGS, "--policies", "static", "--plan-s", "1")
+    for plot, needle in ((tmp_path, "is a folder"), (tmp_path / "no" / "p.png", "does not exist")):
+        out = cli(*args, "--plot", str(plot))
+        assert out.returncode == 2, out.stdout
+        assert out.stderr.startswith("error: --plot: ") and needle in out.stderr, out.stderr
+    out = cli(*args, "--plot", str(tmp_path / "chart"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "chart").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "chart.png").exists()
 
 
 # ---- 8. messages: full field paths, missing model fields, piped tables -----------------------

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sailor_sim import TRAINING_FIELDS, RunSpec, SailorSimError, specs
+from sailor_sim import TRAINING_FIELDS, RunSpec, SailorSimError, inputs, specs
 
 from ..errors import SailorPlannerError
 
@@ -107,6 +107,8 @@ def replay_command(
     try:
         if "model" not in given:
             raise SailorPlannerError("is required (a flag or a --config key)", field="--model")
+        if plot is not None:  # before the replay, not after it
+            inputs.output_file(plot, "--plot")
         result = run_replay(
             trace, spec.model, spec.global_batch_size, spec.seq_len, spec.precision, objective,
             min_throughput, max_cost_per_iteration, policies, checkpoint_interval, plan_s,

@@ -65,6 +65,6 @@ def plot_replay(result: ReplayResult, path: str | Path) -> Path:
     )
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")  # the file named, even without a suffix
     plt.close(fig)
     return path

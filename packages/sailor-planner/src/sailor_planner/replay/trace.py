@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sailor_sim import Inventory, SailorSimError, get_gpu, get_zone
+from sailor_sim.spec.job import MAX_POOL_GPUS
 
 from ..errors import RequestError
 
@@ -175,6 +176,8 @@ def _count(value: Any, where: str, blank_ok: bool = False) -> int | None:
         number = math.nan
     if not math.isfinite(number) or number != int(number) or number < 0:
         raise TraceError(f"must be a whole number >= 0, got {text!r}", field=where)
+    if number > MAX_POOL_GPUS:  # what an inventory may hold
+        raise TraceError(f"must be <= {MAX_POOL_GPUS}, got {text!r}", field=where)
     return int(number)
 
 
