@@ -60,6 +60,24 @@ def test_bad_sweep_values(tmp_path):
     assert_one_line_error(run(["network", "--busy-ms", "-5", "--out", str(tmp_path)]), "busy_ms")
 
 
+def test_memory_limit_and_threads_beyond_reason(tmp_path):
+    # NaN / inf once ended as "cannot convert float NaN to integer", naming no flag; 100000
+    # threads as an internal MemoryError while the sweep started them.
+    for value in ("nan", "inf"):
+        result = compute(tmp_path, "--memory-limit-gb", value)
+        assert_one_line_error(result, "memory_limit_gb", "finite")
+    assert_one_line_error(compute(tmp_path, "--threads", "100000"), "threads", "cores")
+
+
+def test_an_out_folder_it_cannot_merge_into_is_refused_before_the_sweep(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.json").write_text('{"a": 1}')
+    result = compute(tmp_path, "--mbs", "1", "--reps", "1", "--warmup", "0", "--no-plot")
+    assert_one_line_error(result, "not a valid profile folder", "notes.json")
+    assert "tiny-gpt" not in result.stderr.split("error:")[0]  # no progress bar: no sweep
+
+
 def test_corrupt_profile_folder_to_merge(tmp_path):
     good = tmp_path / "good"
     good.mkdir()

@@ -94,7 +94,9 @@ def compute(
     dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
     mbs: Annotated[str, typer.Option(help="Microbatch sizes, comma-separated.")] = "1,2,4",
     tp: Annotated[str, typer.Option(help="TP degrees, comma-separated.")] = "1",
-    seq: Annotated[int | None, typer.Option(help="Sequence length [min(model max, 2048)].")] = None,
+    seq: Annotated[
+        int | None, typer.Option(help="Sequence length (default: min(model max, 2048)).")
+    ] = None,
     warmup: Annotated[int, typer.Option(help="Untimed repetitions first.")] = 2,
     reps: Annotated[int, typer.Option(help="Timed repetitions (median + IQR).")] = 5,
     blocks: Annotated[int, typer.Option(help="Profile blocks 1..K, copy the rest (0: all).")] = 0,
@@ -138,7 +140,9 @@ def network(
         ),
     ] = 0.0,
     zone: Annotated[str, typer.Option(help="Zone of this rank group.")] = "local",
-    peer_zone: Annotated[str | None, typer.Option(help="Zone of the peers [same].")] = None,
+    peer_zone: Annotated[
+        str | None, typer.Option(help="Zone of the peers (default: --zone).")
+    ] = None,
     gpu_type: Annotated[str | None, typer.Option(help="Catalog GPU type to file under.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:

@@ -58,6 +58,15 @@ def threads_per_rank(world_size: int) -> int:
     return 1
 
 
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity (a container's or taskset's share),
+    else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
 def _rank_main(
     fn, rank, world_size, port, prefix, backend, timeout_s, args, results, cuda_base
 ) -> None:

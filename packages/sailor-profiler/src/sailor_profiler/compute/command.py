@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +16,11 @@ from sailor_sim import OPTIMIZERS, check_dtype, get_model
 
 from ..devices import parse_device
 from ..errors import ProfileFolderError, SweepError
-from ..launch import env_launched, threads_per_rank
+from ..launch import env_launched, threads_per_rank, usable_cores
 from ..network.fit import LinkFit
 from ..plots import plot_bandwidth, plot_layers
 from ..profiles.provenance import gpu_type_for, provenance
-from ..profiles.store import SIDE_DIR
+from ..profiles.store import SIDE_DIR, read_folder
 from ..tables import layers_frame, write_table
 from .measure import ComputeConfig
 from .sweep import SweepResult, check_sweep, run_sweep, steps_per_tp, write_profile
@@ -61,10 +62,15 @@ class ComputeRequest:
             raise SweepError(
                 f"unknown optimizer {self.optimizer!r}; use one of {OPTIMIZERS}", field="optimizer"
             )
-        if limit is not None and limit <= 0:
-            raise SweepError("must be > 0 GiB", field="memory_limit_gb")
-        if threads is not None and threads < 1:
-            raise SweepError(f"must be >= 1, got {threads}", field="threads")
+        if limit is not None and not (math.isfinite(limit) and limit > 0):
+            raise SweepError(
+                f"must be a finite number > 0 GiB, got {limit}", field="memory_limit_gb"
+            )
+        if threads is not None and not 1 <= threads <= usable_cores():
+            raise SweepError(
+                f"must be from 1 to the {usable_cores()} cores this process may use, got {threads}",
+                field="threads",
+            )
         if self.blocks < 0:
             raise SweepError(f"must be >= 0 (0 = every block), got {self.blocks}", field="blocks")
         return ComputeConfig(
@@ -100,6 +106,8 @@ def run_compute(request: ComputeRequest) -> dict:
         )
     out, tps, quiet = request.out, tuple(request.tps), request.quiet
     check_out_dir(out)
+    if Path(out).is_dir():  # a folder the sweep cannot merge into fails now, not after it
+        read_folder(out, allow_empty=True)
     cfg = request.config()
     check_sweep(cfg, tps)
     gpu = gpu_type_for(cfg.device, request.gpu_type)
