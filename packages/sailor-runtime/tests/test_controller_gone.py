@@ -106,3 +106,28 @@ def test_a_controller_stopped_by_a_signal_says_so_and_its_workers_do_not_exit_0(
     assert "FAILED" not in said and " ERROR " not in said, said[-2000:]
     assert worker_code == 3, worker_said[-2000:]
     assert "run ended unfinished" in worker_said, worker_said[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_whose_controller_never_answers_exits_1_after_its_grace_period(tmp_path):
+    """A worker may start before its controller and waits for it, but only for its
+    --controller-timeout: a controller that never answers is the same absence as one that went
+    silent (exit 1, one line naming the address), not a registration refused (exit 2), and
+    not a fixed two minutes."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "sailor_runtime.cli", "worker", "--controller",
+         f"127.0.0.1:{port}", "--gpu-type", "CPU", "--cold", "--quiet",
+         "--workdir", str(tmp_path / "w"), "--controller-timeout", "3"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=100,
+    )  # fmt: skip
+    took = time.monotonic() - start
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"no controller at 127.0.0.1:{port} for 3 s" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert 3 <= took < 3 + SLACK_S + 10, took  # its grace period, not the old fixed 120 s

@@ -51,3 +51,18 @@ def test_workers_spread_over_the_cores():
     assert cpu_worker_type("cpu-1t", first_core=1).cpus == (cpus[1 % len(cpus)],)
     assert cpu_worker_type("cpu-1t", first_core=len(cpus)).cpus == (cpus[0],)  # wraps
     assert set(cpu_worker_type(f"cpu-{len(cpus)}t", first_core=1).cpus) == set(cpus)
+
+
+def test_a_worker_with_more_threads_per_rank_than_cores_is_refused_before_it_starts(tmp_path):
+    """`sailor worker --threads-per-rank N` gives each rank an OpenMP pool of N threads: more
+    than the cores this worker may use is refused in one line (exit 2), before it registers."""
+    n = len(usable_cpus())
+    done = subprocess.run(
+        [sys.executable, "-m", "sailor_runtime.cli", "worker", "--controller", "127.0.0.1:1",
+         "--gpu-type", "CPU", "--cold", "--workdir", str(tmp_path / "w"),
+         "--threads-per-rank", str(n + 1)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--threads-per-rank" in lines[0] and f"{n} cores" in lines[0], lines

@@ -505,7 +505,9 @@ def worker(
         "assignment; restarts fork from it either way.",
     ),
     controller_timeout: float = typer.Option(
-        300.0, help="Stop the ranks and exit 1 after this many seconds without the controller."
+        300.0,
+        help="Stop the ranks and exit 1 after this many seconds without the controller (at "
+        "the start too: a worker may start first and waits this long for it).",
     ),
     token: str = typer.Option(None, help="Shared token (or $SAILOR_TOKEN)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet"),
@@ -516,6 +518,7 @@ def worker(
     was stopped, or the run failed)."""
     from .agent.agent import UNFINISHED_EXIT, WorkerAgent
     from .agent.gpus import node_gpus
+    from .errors import ControllerUnreachableError
     from .security import check_bind, resolve_token
 
     _logging(verbose)
@@ -539,6 +542,10 @@ def worker(
             first_core=first_core,
         )  # fmt: skip
         agent.start()
+    except ControllerUnreachableError as exc:  # its whole grace period without the controller
+        agent.close()
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     except SailorError as exc:
         _fail(exc)
     except Exception as exc:  # noqa: BLE001 - e.g. a refused registration (gRPC error)

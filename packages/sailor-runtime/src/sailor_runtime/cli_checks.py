@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sailor_sim import RunSpec, ValidationError, inputs
 
+from .agent.cputypes import usable_cpus
 from .engine.config import ON_SAVE_ERROR
 
 MAX_SEED = 2**32 - 1
@@ -100,7 +101,12 @@ def check_worker(
     inputs.host(host, "--host")
     if worker_id is not None:
         inputs.safe_id(worker_id, "--worker-id")
-    count(threads_per_rank, "--threads-per-rank")
+    cores = len(usable_cpus())
+    if count(threads_per_rank, "--threads-per-rank") > cores:  # each rank's OpenMP pool
+        raise ValidationError(
+            f"must be at most the {cores} cores this worker may use, got {threads_per_rank}",
+            field="--threads-per-rank",
+        )
     count(first_core, "--first-core", minimum=0)
     seconds(controller_timeout, "--controller-timeout")
 

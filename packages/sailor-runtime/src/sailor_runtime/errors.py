@@ -29,6 +29,14 @@ class RegistrationError(SailorRuntimeError):
     """A worker registration with impossible GPUs, a bad address or id."""
 
 
+class ControllerUnreachableError(SailorRuntimeError):
+    """A worker found no controller at its address for its whole ``--controller-timeout``
+    (never reachable, as opposed to one that answered and refused): `sailor worker` exits 1,
+    as it does when a controller it knew goes silent for that long."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 class AssignmentError(SailorRuntimeError):
     """A malformed assignment: inconsistent ranks, devices, plan or rendezvous."""
 

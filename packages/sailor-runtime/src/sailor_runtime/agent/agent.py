@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 
+from ..errors import ControllerUnreachableError
 from ..proto import controller_pb2, controller_pb2_grpc
 from ..security import TlsFiles, call_metadata
 from .cputypes import cpu_worker_type
@@ -47,7 +48,6 @@ class WorkerAgent:
         worker_id: str | None = None,
         threads_per_rank: int = 1,
         first_core: int = 0,
-        register_timeout_s: float = 120.0,
         warm: bool = True,
         controller_timeout_s: float = 300.0,
     ) -> None:
@@ -72,7 +72,6 @@ class WorkerAgent:
         self.address = f"{advertise_host or host}:{self.port}"
         """Where the controller dials this agent. A wildcard host (0.0.0.0) is replaced by the
         controller with the address it sees the registration come from."""
-        self.register_timeout_s = register_timeout_s
         self.controller_timeout_s = controller_timeout_s
         """Give up (stop the ranks, exit non-zero) after this long without the controller."""
         self.last_contact = time.monotonic()
@@ -100,7 +99,10 @@ class WorkerAgent:
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
 
     def register(self) -> None:
-        """Register, retrying while the controller is unreachable; raises on refusal."""
+        """Register, retrying while the controller is unreachable (a worker may start before
+        its controller), for up to ``controller_timeout_s``: the time without the controller
+        the worker gives up after, at its start as later (``ControllerUnreachableError``);
+        raises the gRPC error on a refusal."""
         request = controller_pb2.RegisterRequest(
             worker_id=self.worker_id,
             agent_address=self.address,
@@ -108,20 +110,31 @@ class WorkerAgent:
             hostname=socket.gethostname(),
             session=self.session,
         )
-        deadline = time.monotonic() + self.register_timeout_s
+        wait_s = self.controller_timeout_s
+        deadline = time.monotonic() + wait_s
         said_waiting = False
         while True:
             try:
-                reply = self._stub.Register(request, timeout=5, metadata=self.metadata)
+                left = deadline - time.monotonic()
+                reply = self._stub.Register(
+                    request, timeout=max(0.1, min(5.0, left)), metadata=self.metadata
+                )
                 break
             except grpc.RpcError as exc:
-                if exc.code() not in _UNREACHABLE or time.monotonic() > deadline:
+                if exc.code() not in _UNREACHABLE:
                     raise
+                if time.monotonic() >= deadline:
+                    self.lost_controller = True
+                    raise ControllerUnreachableError(
+                        f"no controller at {self.controller} for {wait_s:.0f} s; start it "
+                        "first, or check --controller and --controller-timeout",
+                        field="--controller",
+                    ) from exc
                 if not said_waiting:  # else a worker started before its controller is silent
                     log.warning("waiting for the controller at %s (for up to %.0f s)...",
-                                self.controller, self.register_timeout_s)  # fmt: skip
+                                self.controller, wait_s)  # fmt: skip
                     said_waiting = True
-                time.sleep(0.5)
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
         self.worker_id = reply.worker_id
         self.session = reply.session
         self.servicer.session = reply.session
