@@ -179,7 +179,8 @@ OPTIONS["controller"].update({
     "--tls-server-name": bad_host.filter(bool),
 })  # fmt: skip
 UNCHECKED = {
-    ("run", "--trace"): "read (and refused in one line) after the run folder is made",
+    ("run", "--trace"): "read after the model (this base request stops there), before the "
+    "run folder is made: test_trace_run.py's test_a_trace_it_cannot_read_leaves_no_run_folder",
     ("run", "--data"): "the late refusal of the recipe's options (a folder every node sees)",
     ("controller", "--data"): "the late refusal of the recipe's options",
     ("controller", "--model"): "the late refusal itself (a name or a config.json path)",

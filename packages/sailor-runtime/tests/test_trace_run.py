@@ -64,3 +64,19 @@ def test_bad_traces_are_one_line_and_exit_2(tmp_path, body, expected):
     assert out.exit_code == 2, out.output
     errors = [line for line in out.stderr.splitlines() if not line.startswith("run folder:")]
     assert len(errors) == 1 and errors[0].startswith("error: ") and expected in errors[0]
+
+
+@pytest.mark.parametrize("body", [None, "0,local,CPU,two,\n10,local,CPU,2,\n"])
+def test_a_trace_it_cannot_read_leaves_no_run_folder_behind(tmp_path, monkeypatch, body):
+    """The trace is read before the run folder is made: a missing or malformed one is one
+    line and exit 2, with no `run folder:` line and no empty sailor-run-* folder left."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where mkdtemp would put it
+    path = tmp_path / "nope.csv" if body is None else write(tmp_path, body)
+    out = CliRunner().invoke(app, ["run", "--local", "--trace", str(path)])
+    assert out.exit_code == 2, out.output
+    assert len(out.stderr.strip().splitlines()) == 1 and "run folder" not in out.stderr
+    assert not list(scratch.iterdir())

@@ -258,6 +258,14 @@ def run(
         training = training_json(data, eval_every, eval_batches, job.model.vocab_size)
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
+    availability = None
+    if trace is not None:  # read before a run folder exists: a bad trace leaves nothing behind
+        from sailor_planner import SailorPlannerError, read_trace
+
+        try:
+            availability = read_trace(trace)
+        except (SailorPlannerError, SailorSimError) as exc:
+            _fail(exc)
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="sailor-run-"))
     cfg = LocalRunConfig.from_run(
         dataclasses.replace(spec, seq_len=seq_len),
@@ -275,10 +283,10 @@ def run(
     )
     typer.echo(f"run folder: {run_dir}", err=True)
     _stop_on_sigterm()
-    if trace is not None:
+    if availability is not None:
         from .run.tracecli import run_trace_command
 
-        raise typer.Exit(run_trace_command(cfg, trace, time_scale, json_out))
+        raise typer.Exit(run_trace_command(cfg, trace.name, availability, time_scale, json_out))
     try:
         summary = run_local(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:

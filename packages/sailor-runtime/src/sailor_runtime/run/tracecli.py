@@ -15,20 +15,19 @@ from .local import LocalRunConfig
 
 
 def run_trace_command(
-    cfg: LocalRunConfig, trace_path: Path, time_scale: float, json_out: Path | None
+    cfg: LocalRunConfig, name: str, trace, time_scale: float, json_out: Path | None
 ) -> int:
-    """Exit status: 0 done, 2 bad input (one line on stderr)."""
-    from sailor_planner import read_trace
-
+    """Run ``trace`` (``sailor_planner.read_trace`` of the file ``name``, read before the run
+    folder was made). Exit status: 0 done, 2 bad input (one line on stderr)."""
     from .tracerun import run_trace
 
     try:
-        result = run_trace(cfg, read_trace(trace_path), time_scale)
+        result = run_trace(cfg, trace, time_scale)
     except (SailorRuntimeError, SailorSimError, SailorPlannerError) as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
     typer.echo(
-        f"trace {trace_path.name} over {result.trace_wall_s:.0f} s of wall time, "
+        f"trace {name} over {result.trace_wall_s:.0f} s of wall time, "
         f"{result.changes} changes: trained {result.measured_samples:,.0f} samples "
         f"({result.steps} steps) against {result.predicted_samples:,.0f} predicted by the replay "
         f"({result.error:+.0%}); reconfigurations {result.reconfigurations} "
