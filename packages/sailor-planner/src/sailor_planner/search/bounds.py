@@ -42,8 +42,12 @@ class Bounder:
         self._spanning_rings: dict[tuple, float] = {}
         """(ring bytes, stage-0 kinds, zones, ranks) -> ``_spanning_uncached``."""
         self._zone_floor: dict[tuple, float] = {}
-        self._signatures: dict[tuple, tuple] = {}
-        """(GPU types, zone) -> ``Simulator.zone_ring_signature``."""
+        self._signatures: dict[tuple, int] = {}
+        """(GPU types, zone) -> ``_signature_id``."""
+        self._signature_ids: dict[tuple, int] = {}
+        """``Simulator.zone_ring_signature`` -> its small int."""
+        self._distinct: dict[tuple, list[str]] = {}
+        """(GPU types, zones) -> ``_distinct_zones`` (without ``held``)."""
         """(ring bytes, stage-0 kinds, zones, ranks) -> ``_zone_edge_floor_uncached``."""
 
     def node_key(self, shape: Shape, lbs, max_d) -> float | None:
@@ -210,16 +214,30 @@ class Bounder:
         (``Simulator.zone_ring_signature``) and, with ``held`` (zone -> what it holds), per
         what it holds: the rest time every ring inside them alike, so a bound over zones
         needs only these (an inventory in 8 zones of default links has one)."""
+        if held is None:
+            hit = self._distinct.get((types, frozenset(zones)))
+            if hit is not None:
+                return hit
         out, seen = [], set()
         for z in sorted(zones):
-            sig = self._signatures.get((types, z))
-            if sig is None:
-                sig = self._signatures[(types, z)] = self.scorer.sim.zone_ring_signature(z, types)
-            key = (sig, None if held is None else held(z))
+            key = (self._signature_id(types, z), None if held is None else held(z))
             if key not in seen:
                 seen.add(key)
                 out.append(z)
+        if held is None:
+            self._distinct[(types, frozenset(zones))] = out
         return out
+
+    def _signature_id(self, types: tuple[str, ...], zone: str) -> int:
+        """A small int per distinct ``Simulator.zone_ring_signature`` (a tuple of link
+        curves, slow to hash), the same for zones whose rings time alike."""
+        hit = self._signatures.get((types, zone))
+        if hit is None:
+            sig = self.scorer.sim.zone_ring_signature(zone, types)
+            hit = self._signatures[(types, zone)] = self._signature_ids.setdefault(
+                sig, len(self._signature_ids)
+            )
+        return hit
 
     def _any_spanning_ring(self, shape: Shape, kinds: tuple) -> float:
         """A lower bound on stage 0's sync over ``kinds`` where its replicas sit in two zones
