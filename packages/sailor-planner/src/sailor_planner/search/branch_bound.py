@@ -48,7 +48,6 @@ from .templates import (
     joint_splits,
     lower_bounds,
     single_type_splits,
-    stage_costs,
     stage_tables,
 )
 
@@ -318,10 +317,10 @@ class Search:
         out = []
         for (m, t, tab), splits in zip(configs, self._splits(g, p, configs), strict=True):
             for bounds in splits:
-                cls = class_for(tab, g, m, bounds)
-                if cls is None:
+                found = class_for(tab, g, m, bounds)
+                if found is None:
                     continue
-                costs = stage_costs(tab, bounds)
+                cls, costs = found
                 neck = max(costs)  # templates.bottleneck, from the costs read once
                 shape = Shape(bounds, (cls,))
                 self.memo.lbs[shape] = (costs,)
@@ -462,10 +461,10 @@ class Search:
         for i, members, splits in zip(missing, families, found, strict=True):
             out = []
             for bounds in splits:
-                classes = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
-                if all(c is not None for c in classes):
-                    shape = Shape(bounds, tuple(classes))
-                    self.memo.lbs[shape] = tuple(stage_costs(tab, bounds) for tab, *_ in members)
+                found = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
+                if all(f is not None for f in found):
+                    shape = Shape(bounds, tuple(cls for cls, _costs in found))
+                    self.memo.lbs[shape] = tuple(costs for _cls, costs in found)
                     out.append(shape)
             self.memo.joint[keys[i]] = out
         return [self.memo.joint[key] for key in keys]

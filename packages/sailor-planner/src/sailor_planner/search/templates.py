@@ -219,19 +219,19 @@ def by_position(tables: StageTables, p: int) -> list:
     return out
 
 
-def class_for(tables: StageTables, g: str, m: int, bounds: Bounds) -> ClassShape | None:
-    tps = []
+def class_for(tables: StageTables, g: str, m: int, bounds: Bounds):
+    """(class of type ``g`` on ``bounds``, its stage costs), or None where a stage has no
+    degree that may fit (inf). A stage cost is the least per-microbatch step a pipeline of
+    this class can take there: the table's cost holds the fastest p2p a stage can have (same
+    zone, its own TP pairs)."""
+    costs, tps = [], []
     for i, (a, b) in enumerate(bounds):
-        if not math.isfinite(tables.cost[i][a, b]):
+        cost = float(tables.cost[i][a, b])
+        if not math.isfinite(cost):
             return None
+        costs.append(cost)
         tps.append(int(tables.tp[i][a, b]))
-    return ClassShape(g, m, tuple(tps))
-
-
-def stage_costs(tables: StageTables, bounds: Bounds) -> tuple[float, ...]:
-    """Per stage, the least per-microbatch step a pipeline of this class can take there: the
-    table's cost holds the fastest p2p a stage can have (same zone, its own TP pairs)."""
-    return tuple(float(tables.cost[i][a, b]) for i, (a, b) in enumerate(bounds))
+    return ClassShape(g, m, tuple(tps)), tuple(costs)
 
 
 def lower_bounds(costs, virtual: int = 1) -> tuple[float, float]:
