@@ -10,6 +10,7 @@ The configs hold the architecture fields of each model's config.json on the Hugg
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -280,3 +281,30 @@ def test_moe_configs_refuse_what_is_not_modelled(tmp_path):
             {k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"},
         )
     assert e.value.field == "num_local_experts"
+
+
+CONFIGS = Path(__file__).resolve().parents[3] / "examples" / "configs"
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gemma-3-1b", "OPT-350M"])
+def test_cached_stash_terms_equal_each_layers_own(name):
+    """``ModelSpec.stash_terms`` is cached per layer shape (kind, MoE or dense MLP): every
+    layer id of a model with dense and MoE blocks (DeepSeek-V3's first three are dense), an
+    embedding and a head gets what its own computation gives, and callers get their own dict."""
+    from sailor_sim import get_model
+
+    source = CONFIGS / name / "config.json"
+    model = get_model(str(source) if source.is_file() else name)
+    for layer in range(model.num_layer_ids):
+        for mbs, tp, flash in ((1, 1, False), (2, 1, True), (4, 2, False)):
+            if model.tp_problem(tp):
+                continue
+            own = model._stash_terms(layer, mbs, 1024, "bf16", tp, flash)
+            assert model.stash_terms(layer, mbs, 1024, "bf16", tp, flash) == own, (layer, mbs)
+    if model.moe is not None:  # the dense and the MoE blocks differ: one cache entry each
+        assert model.stash_terms(1, 1, 1024, "bf16") != model.stash_terms(
+            model.num_layers, 1, 1024, "bf16"
+        )
+    mine = model.stash_terms(1, 1, 1024, "bf16")
+    mine["extra"] = 1
+    assert "extra" not in model.stash_terms(1, 1, 1024, "bf16")

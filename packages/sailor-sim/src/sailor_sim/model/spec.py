@@ -448,7 +448,32 @@ class ModelSpec:
         tp: int = 1,
         flash_attention: bool = False,
     ) -> dict[str, int]:
-        """Bytes kept for backward per microbatch on one GPU of a TP group, by stored tensor."""
+        """Bytes kept for backward per microbatch on one GPU of a TP group, by stored tensor
+        (a new dict; cached per layer shape: a layer enters only through its kind and whether
+        it is a MoE block, so a model's blocks share one entry)."""
+        kind = self.layer_kind(layer_id)
+        moe = kind == "block" and self.is_moe_block(layer_id)
+        key = (kind, moe, microbatch_size, seq_len, dtype, tp, bool(flash_attention))
+        cache = self.__dict__.get("_stash_cache")
+        if cache is None:  # not a field: equality, hashing and replace() ignore it
+            cache = {}
+            object.__setattr__(self, "_stash_cache", cache)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = self._stash_terms(
+                layer_id, microbatch_size, seq_len, dtype, tp, flash_attention
+            )
+        return dict(hit)
+
+    def _stash_terms(
+        self,
+        layer_id: int,
+        microbatch_size: int,
+        seq_len: int,
+        dtype: str,
+        tp: int,
+        flash: bool,
+    ) -> dict[str, int]:
         self.check_tp(tp)
         dtype = check_dtype(dtype)
         e, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, self.hidden_size
@@ -467,7 +492,7 @@ class ModelSpec:
         a, kv, q = self.num_heads, self.kv_size, self.q_width
         if self.mla:  # per-head q/k of qk_head_dim, values of v_head_dim, every head
             q, kv = a * self.mla.qk_head_dim, a * self.mla.v_head_dim
-        if flash_attention:  # only the log-sum-exp per row survives (Dao et al. 2022)
+        if flash:  # only the log-sum-exp per row survives (Dao et al. 2022)
             scores = {"softmax_lse": a * s * b // tp * 4}
         else:
             attn_p = self.dropout if self.attention_dropout is None else self.attention_dropout
