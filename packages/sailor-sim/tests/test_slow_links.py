@@ -147,16 +147,10 @@ def test_same_zone_links_default_to_the_instances_fabric():
     assert net.link(h100, h100).source == "measured"
 
 
-ZONES_8 = (
-    "us-central1-a",
-    "us-central1-b",
-    "us-central1-c",
-    "us-central1-f",
-    "us-east1-b",
-    "us-east1-c",
-    "us-west1-a",
-    "us-west1-b",
+ZONES_8 = tuple(f"us-central1-{c}" for c in "abcf") + tuple(
+    f"{region}-{c}" for region, cs in (("us-east1", "bc"), ("us-west1", "ab")) for c in cs
 )
+"""Five zones with Sailor fits of their own; three (us-east1-b, -c, us-west1-a) share links."""
 
 
 def test_zones_with_one_ring_signature_time_every_ring_inside_them_alike(sailor_sim_imported):
