@@ -66,3 +66,24 @@ def test_a_worker_with_more_threads_per_rank_than_cores_is_refused_before_it_sta
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--threads-per-rank" in lines[0] and f"{n} cores" in lines[0], lines
+
+
+def test_a_local_run_with_more_workers_than_the_profiler_measures_is_refused_at_once(
+    tmp_path, monkeypatch
+):
+    """`sailor run --local` measures this machine's links with one process per worker; more
+    workers than the profiler's limit (SAILOR_PROFILER_MAX_CPU_TP) is one line naming
+    --workers and the ways out, before anything is profiled (it failed after ~10 s of
+    profiling with four lines about a TP degree)."""
+    from typer.testing import CliRunner
+
+    from sailor_runtime.cli import app
+
+    monkeypatch.setenv("SAILOR_PROFILER_MAX_CPU_TP", "3")
+    out = CliRunner().invoke(
+        app, ["run", "--local", "--workers", "4", "--run-dir", str(tmp_path / "run")]
+    )
+    assert out.exit_code == 2, out.output
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--workers" in lines[0] and "SAILOR_PROFILER_MAX_CPU_TP" in lines[0]
+    assert not (tmp_path / "run" / "profiling").exists()

@@ -235,6 +235,14 @@ def run(
         _fail(SailorRuntimeError(
             f"{workers + bool(add_worker_at_step)} GPU workers need as many GPUs; this "
             f"machine has {local_gpu[1]}", field="--workers"))  # fmt: skip
+    if profile:  # the links are measured with one process per worker (run.profile.measure)
+        from sailor_profiler.devices import cpu_tp_limit
+
+        if workers > cpu_tp_limit():
+            _fail(SailorRuntimeError(
+                f"{workers} workers are more processes than the profiler measures links "
+                f"with on one machine ({cpu_tp_limit()}); use fewer --workers, --no-profile, "
+                "or set SAILOR_PROFILER_MAX_CPU_TP", field="--workers"))  # fmt: skip
     try:  # fail now, not after the workers were refused and the run waited for them
         for t in types:
             get_gpu(t)
