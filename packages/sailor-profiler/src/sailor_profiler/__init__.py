@@ -14,6 +14,7 @@ _FACE = {
     "apply_execution": "zoo",
     "build_stage": "zoo",
     "catalog_gpu_type": "devices",
+    "cpu_tp_limit": "devices",
     "enable_sequence_parallel": "zoo",
     "full_shape": "zoo",
     "get_split": "zoo",

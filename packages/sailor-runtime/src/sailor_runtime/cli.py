@@ -236,7 +236,7 @@ def run(
             f"{workers + bool(add_worker_at_step)} GPU workers need as many GPUs; this "
             f"machine has {local_gpu[1]}", field="--workers"))  # fmt: skip
     if profile:  # the links are measured with one process per worker (run.profile.measure)
-        from sailor_profiler.devices import cpu_tp_limit
+        from sailor_profiler import cpu_tp_limit
 
         if workers > cpu_tp_limit():
             _fail(SailorRuntimeError(

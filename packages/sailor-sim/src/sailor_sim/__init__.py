@@ -36,7 +36,7 @@ from .simulate.network import Endpoint, LinkCurve, NetworkModel
 from .simulate.result import Estimate, ReplicaMemory
 from .simulate.simulator import Simulator, StageTime
 from .spec import derive as specs
-from .spec.job import GpuPool, Inventory, Job
+from .spec.job import MAX_POOL_GPUS, GpuPool, Inventory, Job
 from .spec.options import ExecutionOptions
 from .spec.plan import Plan, Replica, Stage, StageSlice, even_split
 from .spec.run import RunSpec
@@ -84,6 +84,7 @@ __all__ = [
     "GPUType",
     "GpuPool",
     "Inventory",
+    "MAX_POOL_GPUS",
     "Job",
     "ModelSpec",
     "Plan",

@@ -32,8 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sailor_sim import Inventory, SailorSimError, get_gpu, get_zone
-from sailor_sim.spec.job import MAX_POOL_GPUS
+from sailor_sim import MAX_POOL_GPUS, Inventory, SailorSimError, get_gpu, get_zone
 
 from ..errors import RequestError
 
