@@ -461,10 +461,10 @@ class Search:
         for i, members, splits in zip(missing, families, found, strict=True):
             out = []
             for bounds in splits:
-                found = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
-                if all(f is not None for f in found):
-                    shape = Shape(bounds, tuple(cls for cls, _costs in found))
-                    self.memo.lbs[shape] = tuple(costs for _cls, costs in found)
+                per_class = [class_for(tab, g, m, bounds) for tab, _, g, m in members]
+                if all(c is not None for c in per_class):
+                    shape = Shape(bounds, tuple(cls for cls, _costs in per_class))
+                    self.memo.lbs[shape] = tuple(costs for _cls, costs in per_class)
                     out.append(shape)
             self.memo.joint[keys[i]] = out
         return [self.memo.joint[key] for key in keys]
@@ -535,7 +535,8 @@ class Search:
     def _place(self, shape: Shape, zones, counts, stage_major: bool = False):
         """``allocate.place`` over the search's inventory, cached: it depends on a shape only
         through its classes' GPU types and TP degrees, which many shapes of a depth share
-        (65 % of the 4096-GPU case's placements are repeats)."""
+        (65 % of the 4096-GPU case's placements are repeats). None (no placement fits) is an
+        answer too, so a miss is marked False."""
         key = (tuple((c.gpu, c.tps) for c in shape.classes), zones, counts, stage_major)
         hit = self._placed.get(key, False)
         if hit is False:

@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..agent.cputypes import CpuWorkerType, cpu_worker_type
+from ..agent.cputypes import CpuWorkerType, cpu_worker_type, usable_cpus
 from ..engine.backend import is_cpu_type
 from ..errors import SailorRuntimeError
 
@@ -101,10 +101,8 @@ def measure(run_dir: Path, job, ranks: int = 2, gpu_type: str = "CPU") -> tuple[
 
 
 def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    """Cores this process may run on (``agent.cputypes.usable_cpus``, its CPU affinity)."""
+    return len(usable_cpus())
 
 
 def runnable_now() -> int:
