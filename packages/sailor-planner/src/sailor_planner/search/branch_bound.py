@@ -802,7 +802,11 @@ class Search:
     def _p2p_slack(self, g: str, m: int, tp: int) -> float:
         """How much the tables' same-zone p2p (reference zone) exceeds the fastest p2p of type
         ``g`` between any two zones holding it (``_fastest_p2p``)."""
-        return self._same_zone_p2p(g, m, tp) - self._fastest_p2p(g, m, tp)
+        key = ("slack", g, m, tp)
+        hit = self._p2p.get(key)
+        if hit is None:
+            hit = self._p2p[key] = self._same_zone_p2p(g, m, tp) - self._fastest_p2p(g, m, tp)
+        return hit
 
     def _fastest_p2p(self, g: str, m: int, tp: int) -> float:
         """The fastest p2p of type ``g`` at TP ``tp`` from any zone holding it to any zone

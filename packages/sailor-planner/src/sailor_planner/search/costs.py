@@ -68,6 +68,7 @@ class CostView:
         self.model = job.model
         self.n = job.model.num_layer_ids
         self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._least: dict[tuple, np.ndarray] = {}
         if times_of is not None and (
             times_of.sim is not sim or times_of.job.timing_id != job.timing_id
         ):
@@ -250,6 +251,21 @@ class CostView:
             largest = np.maximum.accumulate(np.where(self.upper, layer[None, :], 0.0), axis=1)
         return gathered_weight_bytes(job.options.zero, job.dtype, params, largest)
 
+    def _least_static(self, g: str, m: int, t: int) -> np.ndarray:
+        """[a, b] the model states under ZeRO with the least a plan can need: the sharded
+        states spread over "all" GPUs (-> 0), whatever the inventory, so the table stays
+        valid across re-plans; plus the transient and the FP8 copies (see ``_parts``). One
+        per (g, m, t): every position and depth shares it."""
+        key = (g, m, t)
+        hit = self._least.get(key)
+        if hit is None:
+            job = self.memory_job
+            _static, _acts, transient, params, grad = self._parts(g, m, t)
+            shards = sharding(job.options.zero, UNBOUNDED_SHARDS)
+            hit = static_bytes(params, job.dtype, job.optimizer, grad, shards) + transient
+            self._least[key] = hit
+        return hit
+
     def peak_matrix(self, g: str, m: int, t: int, i: int, p: int, mm: int, dp: bool) -> np.ndarray:
         """[a, b] = peak bytes of one GPU holding layer ids a..b at stage i of p (``mm``
         microbatches, data parallel when ``dp``): ``memory.peak_bytes`` over the arrays, as
@@ -257,11 +273,7 @@ class CostView:
         job = self.memory_job
         static, acts, transient, params, grad = self._parts(g, m, t)
         if not dp and job.options.zero != "none":
-            # the least a plan can need: the sharded states spread over "all" GPUs (-> 0),
-            # whatever the inventory, so the table stays valid across re-plans
-            shards = sharding(job.options.zero, UNBOUNDED_SHARDS)
-            static = static_bytes(params, job.dtype, job.optimizer, grad, shards)
-            static = static + transient  # the transient and the FP8 copies (see _parts)
+            static = self._least_static(g, m, t)
         if dp:  # the most: interleaving keeps extra microbatches on the first stage
             acts = acts * activation_factor(job.options, 0, p)
         act_out = self.model.activation_out_bytes(0, m, job.local_sequence_length, job.dtype)
