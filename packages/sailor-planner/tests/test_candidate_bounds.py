@@ -322,12 +322,14 @@ def test_stage_tables_of_another_reference_zone_are_not_the_cached_ones(sailor_p
             assert (a == b).all(), zone
 
 
-@pytest.mark.parametrize("replicas", [2, 3, 6])
+@pytest.mark.parametrize("replicas", [2, 3, 5, 6, 7, 13])
 def test_the_ring_bound_holds_for_rings_across_zones(sailor_planner, replicas):
     """``Bounder._fastest_ring`` is at most the sync of stage 0's ring however its replicas
     spread over the zones: in the Sailor fits a ring over us-central1-a and -b (edges a -> b
     and b -> a) beats both zones' own rings, which the one-zone bound alone missed. With more
-    replicas than zones, two share a zone and the ring also has an edge inside it."""
+    replicas than zones, two share a zone and the ring also has an edge inside it. Counts
+    that are not two leading bits (5, 7, 13) are bounded by the ring of a rounded-down count
+    (``bounds._two_bits``): rounding up would promise less than the ring takes."""
     job = Job.create("OPT-350M", 1024, 2048, "fp32")
     inventory = Inventory.parse(
         [f"{g}@{z}=128" for g in ("A100-40", "V100-16") for z in CENTRAL[:2]]
