@@ -98,6 +98,23 @@ def test_profiler_merge_inputs_and_outputs(files, tmp_path):
     one_line_error(cli("sailor-profiler", "merge", str(tmp_path), "--out", "/proc/x"), "--out")
 
 
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        # a typo ran for years: a billion timed repetitions of every message size or layer
+        (["network", "--reps", "1000000000"], "reps: must be from 1 to 1000"),
+        (["network", "--warmup", "1000000000"], "warmup: must be from 0 to 1000"),
+        (["compute", "--model", "tiny-gpt", "--reps", "1000000000"], "reps: must be from 1"),
+        # every rank asked for a terabyte buffer
+        (["network", "--max-bytes", "1000G"], "max_bytes: must be at most 8G"),
+        # refused before any rank process starts: no multiprocessing warning after the line
+        (["network", "--reps", "0"], "reps: must be from 1 to 1000"),
+    ],
+)
+def test_profiler_repetitions_and_message_sizes_are_bounded(tmp_path, args, needle):
+    one_line_error(cli("sailor-profiler", *args, "--out", str(tmp_path / "p")), needle)
+
+
 def test_run_refuses_what_cannot_work_at_once(files):
     start = time.monotonic()
     one_line_error(cli("sailor", "run", "--local", "--gpu-types", "XYZ"), "XYZ")

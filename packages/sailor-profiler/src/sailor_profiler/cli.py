@@ -16,6 +16,10 @@ import sailor_profiler
 from sailor_sim import SailorSimError, inputs, version_option
 
 from .errors import SailorProfilerError, SweepError
+from .network.measure import MAX_MESSAGE_BYTES, GiB
+from .timing import MAX_REPS
+
+MAX_MESSAGE_GIB = MAX_MESSAGE_BYTES // GiB
 
 app = typer.Typer(
     no_args_is_help=True, help=sailor_profiler.__doc__, pretty_exceptions_enable=False
@@ -97,8 +101,14 @@ def compute(
     seq: Annotated[
         int | None, typer.Option(help="Sequence length (default: min(model max, 2048)).")
     ] = None,
-    warmup: Annotated[int, typer.Option(help="Untimed repetitions first.")] = 2,
-    reps: Annotated[int, typer.Option(help="Timed repetitions (median + IQR).")] = 5,
+    warmup: Annotated[int, typer.Option(help=f"Untimed repetitions first (0 to {MAX_REPS}).")] = 2,
+    reps: Annotated[
+        int,
+        typer.Option(
+            help=f"Timed repetitions (median + IQR), 1 to {MAX_REPS}: the median settles within "
+            "tens; more would run for hours."
+        ),
+    ] = 5,
     blocks: Annotated[int, typer.Option(help="Profile blocks 1..K, copy the rest (0: all).")] = 0,
     optimizer: Annotated[str, typer.Option(help="adam, adamw or sgd.")] = "adam",
     gpu_type: Annotated[str | None, typer.Option(help="Catalog GPU type to file under.")] = None,
@@ -128,9 +138,23 @@ def network(
     device: Annotated[str, typer.Option(help="cpu (gloo), or cuda / cuda:N (NCCL).")] = "cpu",
     procs: Annotated[int, typer.Option(help="Local processes (unless RANK etc. are set).")] = 2,
     min_bytes: Annotated[str, typer.Option(help="Smallest message.")] = "64K",
-    max_bytes: Annotated[str, typer.Option(help="Largest message.")] = "1G",
-    warmup: Annotated[int, typer.Option(help="Untimed repetitions per size.")] = 2,
-    reps: Annotated[int, typer.Option(help="Timed repetitions per size.")] = 10,
+    max_bytes: Annotated[
+        str,
+        typer.Option(
+            help=f"Largest message, at most {MAX_MESSAGE_GIB}G (NCCL-tests' top size; every rank "
+            "holds a buffer this large)."
+        ),
+    ] = "1G",
+    warmup: Annotated[
+        int, typer.Option(help=f"Untimed repetitions per size (0 to {MAX_REPS}).")
+    ] = 2,
+    reps: Annotated[
+        int,
+        typer.Option(
+            help=f"Timed repetitions per size, 1 to {MAX_REPS}: the median settles within tens; "
+            "more would run for hours."
+        ),
+    ] = 10,
     busy_ms: Annotated[
         float,
         typer.Option(

@@ -15,6 +15,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .errors import SweepError
+
+MAX_REPS = 1000
+"""Most timed repetitions (``--reps``), and most untimed ones (``--warmup``), per measured point
+of ``compute`` and ``network``. The median and IQR settle within tens of repetitions; the
+bound is there for a typo: ``--reps 1000000000`` timed every layer (or every message size) a
+billion times, i.e. ran for years, where a thousand already takes hours on a large model."""
+
+
+def check_repetitions(warmup: int, reps: int) -> None:
+    """``SweepError`` naming ``reps`` or ``warmup`` when outside 1..MAX_REPS / 0..MAX_REPS."""
+    if not 1 <= reps <= MAX_REPS:
+        raise SweepError(f"must be from 1 to {MAX_REPS}, got {reps}", field="reps")
+    if not 0 <= warmup <= MAX_REPS:
+        raise SweepError(f"must be from 0 to {MAX_REPS}, got {warmup}", field="warmup")
+
 
 @dataclass(frozen=True)
 class Stat:

@@ -17,6 +17,7 @@ from ..devices import check_tp_fits
 from ..errors import SweepError
 from ..launch import run_local
 from ..profiles.store import Record, update_folder
+from ..timing import check_repetitions
 from .measure import ComputeConfig, LayerResult, compute_worker, merge_ranks, profile_rank
 
 
@@ -48,8 +49,9 @@ def check_sweep(cfg: ComputeConfig, tps: tuple[int, ...]) -> None:
             f"{cfg.seq_len} exceeds the {spec.max_seq_len} learned positions of {spec.name}",
             field="seq",
         )
-    if cfg.seq_len < 1 or cfg.reps < 1 or cfg.warmup < 0:
-        raise SweepError("need seq >= 1, reps >= 1 and warmup >= 0", field="reps")
+    if cfg.seq_len < 1:
+        raise SweepError(f"must be >= 1, got {cfg.seq_len}", field="seq")
+    check_repetitions(cfg.warmup, cfg.reps)
 
 
 def steps_per_tp(cfg: ComputeConfig) -> int:

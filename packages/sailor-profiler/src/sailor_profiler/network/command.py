@@ -12,9 +12,12 @@ from ..devices import check_tp_fits, parse_device
 from ..errors import SweepError
 from ..launch import env_launched, run_from_env, run_local
 from ..profiles.provenance import gpu_type_for, provenance
+from ..timing import check_repetitions
 from .measure import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MIN_BYTES,
+    MAX_MESSAGE_BYTES,
+    GiB,
     NetConfig,
     message_sizes,
     network_worker,
@@ -48,12 +51,16 @@ class NetworkRequest:
         get_zone(self.zone)
         get_zone(self.peer)
         min_bytes, max_bytes = self.min_bytes, self.max_bytes
+        if max_bytes > MAX_MESSAGE_BYTES:
+            raise SweepError(
+                f"must be at most {MAX_MESSAGE_BYTES // GiB}G, got {max_bytes} bytes",
+                field="max_bytes",
+            )
         if min_bytes > max_bytes or not message_sizes(min_bytes, max_bytes):
             raise SweepError(
                 f"min_bytes {min_bytes} must be <= max_bytes {max_bytes}", field="max_bytes"
             )
-        if self.reps < 1 or self.warmup < 0:
-            raise SweepError("need reps >= 1 and warmup >= 0", field="reps")
+        check_repetitions(self.warmup, self.reps)
         if not 0 <= self.busy_ms <= 60_000:
             raise SweepError(f"busy_ms {self.busy_ms} must be between 0 and 60000", field="busy_ms")
         return NetConfig(

@@ -35,6 +35,11 @@ OPS = ("p2p", "allreduce")
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 DEFAULT_MIN_BYTES = 64 * KiB
 DEFAULT_MAX_BYTES = 1 * GiB
+MAX_MESSAGE_BYTES = 8 * GiB
+"""Largest ``--max-bytes``: NCCL-tests' usual top size. Every rank holds a buffer of the largest
+message (and the collective its own scratch beside it), and by a few hundred MiB the fit
+t = latency + m / bandwidth is settled; a typo like ``--max-bytes 1000G`` asked each rank for
+a terabyte and timed sizes doubling up to it."""
 
 
 @dataclass(frozen=True)
