@@ -82,6 +82,21 @@ def test_planner_profiles_and_serve_settings(files):
     one_line_error(cli("sailor-planner", "serve", "--host", "8.8.8.8"), "--token")
 
 
+SPOT_TRACE = (
+    Path(__file__).resolve().parents[1] / "packages/sailor-planner/examples/traces/spot.csv"
+)
+
+
+@pytest.mark.parametrize("seconds", ["1e-300", "0.5"])
+def test_replay_refuses_a_checkpoint_interval_under_a_second(seconds):
+    """1e-300 s replayed to 2e302 $ per million tokens and exit 0: every state was all saves."""
+    replay = ["replay", "--trace", str(SPOT_TRACE), "--model", "OPT-350M", "--policies", "sailor"]
+    one_line_error(
+        cli("sailor-planner", *replay, "--checkpoint-interval", seconds),
+        "--checkpoint-interval: must be at least 1 s",
+    )
+
+
 def test_profiler_merge_inputs_and_outputs(files, tmp_path):
     one_line_error(
         cli("sailor-profiler", "merge", str(files["garbage_dir"]), "--out", str(tmp_path / "m")),

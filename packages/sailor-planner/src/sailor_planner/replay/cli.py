@@ -15,6 +15,13 @@ from ..errors import SailorPlannerError
 if TYPE_CHECKING:
     from rich.table import Table
 
+MIN_CHECKPOINT_INTERVAL_S = 1.0
+"""Least ``--checkpoint-interval``. Saving a checkpoint stalls training for seconds (OPT-350M's
+takes 4.9 s at the replay's assumed 1 GB/s), so a shorter interval only trains in the gaps
+between saves: it is a typo (1e-3 for 1e3), and 1e-300 printed 2e302 $ per million tokens.
+The model itself (``ReconfigModel``) takes any interval > 0: ``sailor run --local --trace``
+replays its measured sub-second steps with it."""
+
 
 def policy_table(result) -> Table:
     """One row per policy."""
@@ -81,7 +88,12 @@ def replay_command(
         str, typer.Option("--policies", help="Comma-separated subset of the policies.")
     ] = "sailor,static,single-type,replan-on-loss",
     checkpoint_interval: Annotated[
-        float | None, typer.Option("--checkpoint-interval", help="Seconds between checkpoints.")
+        float | None,
+        typer.Option(
+            "--checkpoint-interval",
+            help=f"Seconds between checkpoints (default 1800), at least "
+            f"{MIN_CHECKPOINT_INTERVAL_S:g}: a checkpoint takes seconds to save.",
+        ),
     ] = None,
     plan_s: Annotated[
         float | None,
@@ -109,6 +121,8 @@ def replay_command(
             raise SailorPlannerError("is required (a flag or a --config key)", field="--model")
         if plot is not None:  # before the replay, not after it
             inputs.output_file(plot, "--plot")
+        if checkpoint_interval is not None:
+            check_interval(checkpoint_interval)
         result = run_replay(
             trace, spec.model, spec.global_batch_size, spec.seq_len, spec.precision, objective,
             min_throughput, max_cost_per_iteration, policies, checkpoint_interval, plan_s,
@@ -132,6 +146,18 @@ def replay_command(
         out.print(policy_table(result))
         for line in notes(result) + ([f"plot: {plot}"] if plot is not None else []):
             out.print(line, markup=False, soft_wrap=True)
+
+
+def check_interval(seconds: float) -> float:
+    """``--checkpoint-interval``: a finite number of seconds >= ``MIN_CHECKPOINT_INTERVAL_S``."""
+    flag = "--checkpoint-interval"
+    if inputs.positive_number(seconds, flag) < MIN_CHECKPOINT_INTERVAL_S:
+        raise SailorPlannerError(
+            f"must be at least {MIN_CHECKPOINT_INTERVAL_S:g} s (a checkpoint takes seconds to "
+            f"save), got {seconds:g}",
+            field=flag,
+        )
+    return seconds
 
 
 def run_replay(
