@@ -97,6 +97,22 @@ def test_replay_refuses_a_checkpoint_interval_under_a_second(seconds):
     )
 
 
+def test_an_empty_profile_folder_is_a_warning_not_silence(tmp_path):
+    """A folder without a profile file estimated on the analytic profiles and said nothing, as
+    if it held this machine's measurements."""
+    empty = tmp_path / "profiles"
+    empty.mkdir()
+    gpus = ["--gpus", "A100-40@us-central1-a=8"]
+    replay = ["replay", "--trace", str(SPOT_TRACE), "--model", "OPT-350M", "--policies", "sailor"]
+    for args in ([*PLAN, *gpus], replay):
+        r = cli("sailor-planner", *args, "--profile-dir", str(empty))
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stderr.strip().splitlines() == [
+            f"warning: --profile-dir {empty} holds no profile files (*.json); using the "
+            "built-in analytic profiles and default links instead"
+        ]
+
+
 def test_profiler_merge_inputs_and_outputs(files, tmp_path):
     one_line_error(
         cli("sailor-profiler", "merge", str(files["garbage_dir"]), "--out", str(tmp_path / "m")),

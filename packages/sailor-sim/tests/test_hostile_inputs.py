@@ -112,6 +112,18 @@ def test_a_torch_dtype_it_cannot_take_is_named_not_called_missing(tmp_path, torc
     assert assumed.startswith("fp32 (torch_dtype") and "pass --precision" in assumed, assumed
 
 
+def test_an_empty_profiles_folder_is_a_warning_not_silence(tmp_path):
+    """It estimated on the analytic profiles and said nothing, as if it held measurements."""
+    flags = ["--model", "OPT-350M", "--gpu", "A100-40", "--profiles", str(tmp_path)]
+    for command in (["simulate", "--gbs", "64"], ["memory"]):
+        r = sailor_sim(*command, *flags)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.strip().splitlines() == [
+            f"warning: --profiles {tmp_path} holds no profile files (*.json); using the "
+            "built-in analytic profiles and default links instead"
+        ]
+
+
 def test_negative_microbatch_count_is_refused():
     args = ["memory", "--model", "OPT-350M", "--gpu", "A100-40"]
     one_line_error(sailor_sim(*args, "--num-microbatches", "-3"), "--num-microbatches")

@@ -27,6 +27,7 @@ from sailor_sim import (
     SailorSimError,
     ValidationError,
     catalog_option,
+    empty_folder_warning,
     run_app,
     specs,
     version_option,
@@ -129,6 +130,8 @@ def plan(
         if name not in given:
             option = "--model" if name == "model" else "--gbs"
             fail(ValidationError("is required (a flag or a --config key)", field=option))
+    if warning := empty_folder_warning(profile_dir, "--profile-dir"):
+        typer.echo(warning, err=True)
     code = run_plan(
         PlanArgs(
             spec.model,

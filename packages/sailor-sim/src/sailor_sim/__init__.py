@@ -154,6 +154,7 @@ _FACE = {
     "plan_peak_flops": "simulate.metrics",
     "position_terms": "simulate.memory",
     "read_profile_file": "profiles.files",
+    "empty_folder_warning": "profiles.files",
     "recompute_transient": "spec.options",
     "resolve_cluster": "catalog.cluster",
     "run_app": "inputs",

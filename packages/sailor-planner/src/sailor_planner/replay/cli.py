@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sailor_sim import TRAINING_FIELDS, RunSpec, SailorSimError, inputs, specs
+from sailor_sim import (
+    TRAINING_FIELDS,
+    RunSpec,
+    SailorSimError,
+    empty_folder_warning,
+    inputs,
+    specs,
+)
 
 from ..errors import SailorPlannerError
 
@@ -123,6 +130,8 @@ def replay_command(
             inputs.output_file(plot, "--plot")
         if checkpoint_interval is not None:
             check_interval(checkpoint_interval)
+        if warning := empty_folder_warning(profile_dir, "--profile-dir"):
+            typer.echo(warning, err=True)
         result = run_replay(
             trace, spec.model, spec.global_batch_size, spec.seq_len, spec.precision, objective,
             min_throughput, max_cost_per_iteration, policies, checkpoint_interval, plan_s,

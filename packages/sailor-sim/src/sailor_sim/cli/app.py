@@ -100,8 +100,12 @@ def _notes(job, missing=None, given: str = "flags") -> list[str]:
 
 
 def _simulator(sailor_root: Path | None, profiles: Path | None):
+    from ..profiles.files import BUILT_IN_PROFILES, empty_folder_warning
     from ..simulate.simulator import Simulator
 
+    instead = BUILT_IN_PROFILES if sailor_root is None else "the --sailor-root profiles alone"
+    if warning := empty_folder_warning(profiles, "--profiles", instead):
+        typer.echo(warning, err=True)  # a folder without profiles is not silently no folder
     if sailor_root is not None and profiles is not None:
         sim = Simulator.from_sailor_root(sailor_root)
         extra = Simulator.from_profile_dir(profiles)

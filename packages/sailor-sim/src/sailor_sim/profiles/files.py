@@ -122,6 +122,24 @@ def load_profile_dir(path: str | Path, store: ProfileStore | None = None) -> Pro
     return store
 
 
+BUILT_IN_PROFILES = "the built-in analytic profiles and default links"
+"""What a command without a profile folder estimates on (``Simulator()``)."""
+
+
+def empty_folder_warning(
+    path: str | Path | None, flag: str, instead: str = BUILT_IN_PROFILES
+) -> str:
+    """The one line a command prints on stderr when the profile folder given as ``flag`` holds
+    no profile file at all (no ``*.json``: neither a profile nor ``links.json``); "" for any
+    other folder, a path that is no folder (refused where it is read) and None (not given).
+    Such a folder reads as no profiles, so the command runs on ``instead``; it used to do so
+    silently, and a wrong or not yet written folder passed for a profiled estimate."""
+    folder = Path(path) if path is not None else None
+    if folder is None or not folder.is_dir() or any(folder.glob("*.json")):
+        return ""
+    return f"warning: {flag} {folder} holds no profile files (*.json); using {instead} instead"
+
+
 def _is_network_file(path: Path) -> bool:
     """A ``sailor-network/*`` document under another name (cheap: only its start is read)."""
     with open(path, "rb") as fh:
