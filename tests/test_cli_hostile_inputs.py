@@ -155,6 +155,14 @@ def test_run_refuses_what_cannot_work_at_once(files):
     one_line_error(cli("sailor", "controller", "--planner", "x:1", "--port", "70000"), "--port")
 
 
+def test_a_local_run_without_profiling_still_bounds_its_workers():
+    """--no-profile skipped the only bound on --workers: 100000 set out to start 300000
+    processes. (The unknown model stops a run that passed the check before it starts.)"""
+    r = cli("sailor", "run", "--local", "--no-profile", "--workers", "100000", "--model", "nope")
+    one_line_error(r, "--workers: must be at most")
+    assert "per core" in r.stderr and "got 100000" in r.stderr
+
+
 def test_a_worker_added_after_the_last_step_is_warned_about(tmp_path):
     args = ["run", "--local", "--workers", "1", "--steps", "4", "--add-worker-at-step", "50"]
     proc = subprocess.Popen(

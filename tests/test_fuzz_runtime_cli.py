@@ -66,7 +66,7 @@ bad_host = st.sampled_from(["a b", "../x", "-x", "a/b", "é", "h;rm", "", "[::1"
 
 OPTIONS = {
     "run": {
-        "--workers": bad_count,
+        "--workers": bad_count | st.integers(min_value=100_000),  # beyond 4 per core
         "--steps": bad_count,
         "--global-batch-size": bad_count,
         "--seq-len": bad_count,

@@ -18,6 +18,12 @@ MAX_SEED = 2**32 - 1
 """numpy's seed range, the narrowest of the generators a rank seeds (torch takes 64 bits)."""
 MAX_COUNT = 1 << 31
 """Largest step, worker or core count accepted (grpc and torch fields are 32-bit)."""
+LOCAL_WORKERS_PER_CORE = 4
+"""Most `sailor run --local` workers per core this process may use (``usable_cpus``). Each
+worker is an agent, its rank-forking zygote and a rank, every one a process with torch loaded
+(hundreds of MB each), and ranks beyond the cores only time-share them; 4 per core keeps a
+2-core machine at the profiler's 8 (``sailor_profiler.cpu_tp_limit``), which bounds the
+profiled run. Without it, ``--no-profile --workers 100000`` set out to start 300000 processes."""
 
 
 def count(value, flag: str, *, minimum: int = 1) -> int:
@@ -125,7 +131,7 @@ def check_run(
     """Every option of `sailor run`: the run's (``spec``, ``check_spec``) and the local run's;
     ``failures`` is (kill-rank, kill-worker, add-worker) at step. Returns the worker types
     named by ``--gpu-types``."""
-    count(workers, "--workers")
+    local_workers(workers)
     check_spec(spec)
     for value, flag in zip(failures, FAILURE_FLAGS, strict=True):
         optional_step(value, flag)
@@ -134,6 +140,20 @@ def check_run(
     seconds(time_scale, "--time-scale")
     save_policy(on_save_error)
     return worker_types(gpu_types)
+
+
+def local_workers(workers) -> int:
+    """``--workers`` of a local run: 1 to ``LOCAL_WORKERS_PER_CORE`` per usable core."""
+    cores = len(usable_cpus())
+    limit = LOCAL_WORKERS_PER_CORE * cores
+    if count(workers, "--workers") > limit:
+        raise ValidationError(
+            f"must be at most {limit} on this machine ({LOCAL_WORKERS_PER_CORE} per core of the "
+            f"{cores} this process may use: each worker is an agent, a zygote and a rank "
+            f"process), got {workers}",
+            field="--workers",
+        )
+    return workers
 
 
 FAILURE_FLAGS = ("--kill-rank-at-step", "--kill-worker-at-step", "--add-worker-at-step")
