@@ -131,3 +131,52 @@ def test_a_worker_whose_controller_never_answers_exits_1_after_its_grace_period(
     assert f"no controller at 127.0.0.1:{port} for 3 s" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert 3 <= took < 3 + SLACK_S + 10, took  # its grace period, not the old fixed 120 s
+
+
+@pytest.mark.timeout(120)
+def test_a_controller_gone_while_the_worker_registers_again_is_one_line(tmp_path):
+    """A controller that forgot the worker (a heartbeat answered known=false, as after its
+    restart) and is then gone: the worker's new registration finds no controller for its
+    --controller-timeout. It logged a traceback for ControllerUnreachableError; it says so in
+    one line and exits 1, as for a controller that went silent. The controller here is a
+    stand-in gRPC server on 127.0.0.1 that answers exactly that and stops."""
+    import threading
+    from concurrent import futures
+
+    import grpc
+
+    from sailor_runtime.proto import controller_pb2, controller_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    registered = threading.Event()
+
+    class Forgetful(controller_pb2_grpc.ControllerServiceServicer):
+        def Register(self, request, context):
+            if registered.is_set():  # the second registration: the controller is going away
+                threading.Timer(0.1, server.stop, (0,)).start()
+                context.abort(grpc.StatusCode.UNAVAILABLE, "shutting down")
+            registered.set()
+            return controller_pb2.RegisterResponse(
+                worker_id=request.worker_id, heartbeat_interval_s=0.2, session="s1"
+            )
+
+        def Heartbeat(self, request, context):
+            return controller_pb2.HeartbeatResponse(known=False)  # "declared failed"
+
+    controller_pb2_grpc.add_ControllerServiceServicer_to_server(Forgetful(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "sailor_runtime.cli", "worker", "--controller",
+             f"127.0.0.1:{port}", "--gpu-type", "CPU", "--worker-id", "w1", "--cold",
+             "--workdir", str(tmp_path / "w"), "--controller-timeout", "2"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=100,
+        )  # fmt: skip
+    finally:
+        server.stop(0)
+    said = done.stderr
+    assert done.returncode == 1, said[-2000:]
+    assert "registering again" in said, said[-2000:]  # it did get known=false
+    assert f"no controller at 127.0.0.1:{port} for 2 s while registering again" in said, said
+    assert "Traceback" not in said and "heartbeat loop error" not in said, said[-3000:]

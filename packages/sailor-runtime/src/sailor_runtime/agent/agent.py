@@ -212,9 +212,7 @@ class WorkerAgent:
             if reply is None:
                 if time.monotonic() - self.last_contact > self.controller_timeout_s:
                     log.error("no controller for %.0f s; stopping", self.controller_timeout_s)
-                    self.runner.stop(0, grace_s=1.0)
-                    self.lost_controller = True
-                    self.done.set()
+                    self._lost_controller()
                 return pending
             self.last_contact = time.monotonic()
             if reply.shutdown:
@@ -227,8 +225,22 @@ class WorkerAgent:
                     self.worker_id,
                 )
                 self.runner.stop(0, grace_s=1.0)
-                self.register()
+                try:
+                    self.register()
+                except ControllerUnreachableError:  # its whole grace period: one line, no trace
+                    log.error(
+                        "no controller at %s for %.0f s while registering again; stopping "
+                        "(exit 1)", self.controller, self.controller_timeout_s,
+                    )  # fmt: skip
+                    self._lost_controller()
             return []
+
+    def _lost_controller(self) -> None:
+        """No controller for ``controller_timeout_s``: stop the ranks and end the agent (the
+        `sailor worker` command then exits 1)."""
+        self.runner.stop(0, grace_s=1.0)
+        self.lost_controller = True
+        self.done.set()
 
     def _end_run(self, unfinished: bool) -> None:
         """The controller ended the run: stop the ranks, send their last metrics, exit (with
