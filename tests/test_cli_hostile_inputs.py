@@ -146,6 +146,36 @@ def test_profiler_repetitions_and_message_sizes_are_bounded(tmp_path, args, need
     one_line_error(cli("sailor-profiler", *args, "--out", str(tmp_path / "p")), needle)
 
 
+QUICK_SWEEP = ["--mbs", "1", "--reps", "1", "--warmup", "0", "--blocks", "1", "--no-plot"]
+
+
+@pytest.mark.parametrize(
+    "tool, args, needle",
+    [
+        # Path("") is ".": these read or wrote the current folder as if it had been named
+        ("sailor-profiler", ["compute", "--model", "nope", "--out", ""], "'--out': is empty"),
+        ("sailor-planner", [*PLAN, "--profile-dir", ""], "'--profile-dir': is empty"),
+        ("sailor", ["run", "--local", "--model", "nope", "--run-dir", ""], "'--run-dir': is empty"),
+        # "" meant "not given": filed under the detected type, or measured as --zone
+        (
+            "sailor-profiler",
+            ["compute", "--model", "tiny-gpt", *QUICK_SWEEP, "--out", "OUT", "--gpu-type", ""],
+            "unknown GPU type ''",
+        ),
+        ("sailor-profiler", ["network", "--out", "OUT", "--peer-zone", ""], "peer_zone: is empty"),
+        # "" meant "detect CUDA"
+        (
+            "sailor",
+            ["worker", "--controller", "127.0.0.1:1", "--workdir", "OUT", "--gpu-type", ""],
+            "--gpu-type: is empty",
+        ),
+    ],
+)
+def test_an_empty_name_or_path_is_refused_naming_the_flag(tmp_path, tool, args, needle):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    one_line_error(cli(tool, *args), needle)
+
+
 def test_run_refuses_what_cannot_work_at_once(files):
     start = time.monotonic()
     one_line_error(cli("sailor", "run", "--local", "--gpu-types", "XYZ"), "XYZ")

@@ -124,6 +124,14 @@ def test_an_empty_profiles_folder_is_a_warning_not_silence(tmp_path):
         ]
 
 
+def test_an_empty_name_or_path_is_refused_naming_the_flag():
+    """``--profiles ""`` read the current folder ("" is Path(".")), ``prices --gpu ""`` listed
+    every GPU type."""
+    job = ["--model", "OPT-350M", "--gbs", "64", "--gpu", "A100-40"]
+    one_line_error(sailor_sim("simulate", *job, "--profiles", ""), "'--profiles': is empty")
+    one_line_error(sailor_sim("prices", "--gpu", ""), "unknown GPU type ''")
+
+
 def test_negative_microbatch_count_is_refused():
     args = ["memory", "--model", "OPT-350M", "--gpu", "A100-40"]
     one_line_error(sailor_sim(*args, "--num-microbatches", "-3"), "--num-microbatches")

@@ -318,14 +318,46 @@ def run_app(
     app: Callable[..., Any], prog_name: str | None = None, args: list[str] | None = None
 ) -> None:
     """Run a typer app on ``args`` (default: the command line): any error ends as one line on
-    stderr and exit status 2 (bad input) or 1 (a bug, still one line); never a traceback."""
+    stderr and exit status 2 (bad input) or 1 (a bug, still one line); never a traceback. A
+    path option or argument given as "" is refused (``refuse_empty_paths``)."""
     try:
-        code = app(args=args, standalone_mode=False, prog_name=prog_name)
+        command = refuse_empty_paths(_click_command(app))
+        code = command(args=args, standalone_mode=False, prog_name=prog_name)
     except KeyboardInterrupt:
         code = 130
     except Exception as exc:  # noqa: BLE001 (the edge of the program: one line, not a trace)
         code = _report(exc)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_command(app: Callable[..., Any]) -> Callable[..., Any]:
+    """The click command of a typer app (built as ``app()`` builds it); anything else as is."""
+    if hasattr(app, "registered_commands"):  # a typer.Typer
+        import typer.main
+
+        return typer.main.get_command(app)
+    return app
+
+
+def refuse_empty_paths(command: Any) -> Any:
+    """``command`` (a click command or group, with its subcommands) with every path option and
+    argument refusing "": ``Path("")`` is ``Path(".")``, so an empty value (an unset shell
+    variable, ``--out "$OUT"``) silently meant the current folder, read or written as if named.
+    The refusal names the flag; "." still means the current folder."""
+    for param in getattr(command, "params", ()):
+        kind = param.type
+        if type(kind).__name__ not in ("TyperPath", "Path") or hasattr(kind, "_sailor_checked"):
+            continue
+
+        def convert(value, param, ctx, _convert=kind.convert, _kind=kind):
+            if isinstance(value, str) and value == "":
+                _kind.fail("is empty; give a path ('.' for the current folder)", param, ctx)
+            return _convert(value, param, ctx)
+
+        kind.convert, kind._sailor_checked = convert, True
+    for sub in getattr(command, "commands", {}).values():
+        refuse_empty_paths(sub)
+    return command
 
 
 def _report(exc: Exception) -> int:

@@ -49,6 +49,11 @@ class NetworkRequest:
         """The measurement's settings; bad values raise ``SweepError`` naming the field."""
         dev = parse_device(self.device)
         get_zone(self.zone)
+        if self.peer_zone is not None and not self.peer_zone.strip():
+            raise SweepError(
+                "is empty; name the peers' zone, or leave --peer-zone out for --zone's",
+                field="peer_zone",
+            )
         get_zone(self.peer)
         min_bytes, max_bytes = self.min_bytes, self.max_bytes
         if max_bytes > MAX_MESSAGE_BYTES:
@@ -69,7 +74,7 @@ class NetworkRequest:
 
     @property
     def peer(self) -> str:
-        return self.peer_zone or self.zone
+        return self.zone if self.peer_zone is None else self.peer_zone
 
 
 def run_network(request: NetworkRequest) -> dict | None:

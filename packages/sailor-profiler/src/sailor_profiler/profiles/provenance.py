@@ -52,7 +52,7 @@ def device_name(device: DeviceSpec) -> str:
 
 def gpu_type_for(device: DeviceSpec, override: str | None = None) -> str:
     """The catalog GPU type to file measurements under (validated)."""
-    if override:
+    if override is not None:  # "" is an unknown type, not "detect it"
         return get_gpu(override).name
     if device.kind == "cpu":
         return "CPU"

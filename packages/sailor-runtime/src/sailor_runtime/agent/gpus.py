@@ -103,6 +103,12 @@ def _detect_torch() -> tuple[str, int, int] | None:
 
 def node_gpus(gpu_type: str | None, count: int | None, zone: str) -> NodeGpus:
     """Declared GPUs when a type is given (emulation), else detected CUDA GPUs."""
+    if gpu_type is not None and not gpu_type.strip():
+        raise RegistrationError(
+            "is empty; name the device type (cpu-<N>t or a GPU type), or leave --gpu-type out "
+            "to detect CUDA GPUs",
+            field="--gpu-type",
+        )
     if gpu_type:
         return NodeGpus(gpu_type, count if count is not None else 1, 0, zone)
     found = detect_cuda()

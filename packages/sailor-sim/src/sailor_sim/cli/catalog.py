@@ -28,7 +28,7 @@ def prices(
     try:
         from ..catalog.gpus import get_gpu
 
-        name = get_gpu(gpu).name if gpu else None
+        name = get_gpu(gpu).name if gpu is not None else None  # "" is no GPU type, not all
         if provider is not None and provider not in DEFAULT_REGIONS:
             raise SailorSimError(
                 f"unknown provider {provider!r}; use one of {', '.join(DEFAULT_REGIONS)}",
