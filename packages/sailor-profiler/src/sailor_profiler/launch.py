@@ -150,11 +150,16 @@ def run_local(
         p.start()
     try:
         return _collect(procs, results, world_size, timeout_s, on_progress)
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM: ``cli.stop_on_sigterm``) or failed
+        for p in procs:  # a rank mid-collective never returns by itself: stop them now
+            if p.is_alive():
+                p.terminate()
+        raise
     finally:
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
-                p.terminate()
+                p.kill()
                 p.join(timeout=5)
         del store
 
