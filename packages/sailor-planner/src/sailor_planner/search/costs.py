@@ -271,7 +271,7 @@ class CostView:
         microbatches, data parallel when ``dp``): ``memory.peak_bytes`` over the arrays, as
         ``Simulator.replica_peak`` computes it for one range."""
         job = self.memory_job
-        static, acts, transient, params, grad = self._parts(g, m, t)
+        static, acts, *_ = self._parts(g, m, t)
         if not dp and job.options.zero != "none":
             static = self._least_static(g, m, t)
         if dp:  # the most: interleaving keeps extra microbatches on the first stage
