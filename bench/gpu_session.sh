@@ -57,6 +57,9 @@ step() {  # step NAME SECONDS COMMAND...
         return
     fi
     local t0=$SECONDS
+    # what else holds the CPU as the step starts: the profiler's launch-bound layers cost host
+    # time, and one smoke-big profile ran 12-24 % slow right after the `run` step (2026-11-27)
+    log "$name: load $(cut -d' ' -f1-3 /proc/loadavg); python processes left: $(pgrep -c python)"
     timeout -k 5 "$limit" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
     log "$name: rc $rc in $((SECONDS - t0))s (limit ${limit}s)"
