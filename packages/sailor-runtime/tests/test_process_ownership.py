@@ -189,6 +189,8 @@ def test_signals_to_agents_and_to_sailor_run_leave_nothing_behind(tmp_path, to_a
             run.wait(timeout=60)
         except subprocess.TimeoutExpired:
             pytest.fail(f"`sailor run` still running 60 s after the signal{logs_of(tmp_path)}")
+        if to_run == signal.SIGTERM:  # a stop, in the shell's convention for that signal
+            assert run.returncode == 128 + signal.SIGTERM, logs_of(tmp_path)
         left = survivors(everything, GONE_WITHIN_S)
         name = signal.Signals(to_run).name
         assert not left, (name, [cmdline(p) for p in left], logs_of(tmp_path))

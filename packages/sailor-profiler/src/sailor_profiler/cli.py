@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -76,21 +75,6 @@ def parse_bytes(text: str, field: str) -> int:
     if not (digits.isascii() and digits.isdigit()) or unit not in _UNITS or int(digits) <= 0:
         raise SweepError(f"expected a size like 64K, 16M or 1G, got {text!r}", field=field)
     return int(digits) * _UNITS[unit]
-
-
-SIGTERM_EXIT = 128 + signal.SIGTERM
-"""Exit status after SIGTERM (the shell's convention for a signal's death)."""
-
-
-def stop_on_sigterm() -> None:
-    """SIGTERM ends the command as an exception, so its ``finally`` blocks stop the ranks it
-    started (``launch.run_local``): Python's default dies at once, and a rank in a collective,
-    the forkserver and the resource tracker lived on as orphans."""
-
-    def stop(*_):
-        raise SystemExit(SIGTERM_EXIT)
-
-    signal.signal(signal.SIGTERM, stop)
 
 
 @app.callback()
@@ -253,8 +237,7 @@ def plot_cmd(
 
 def run() -> None:
     """The ``sailor-profiler`` console script: every error one line on stderr, exit 2; SIGTERM
-    stops the ranks a command started (``stop_on_sigterm``)."""
-    stop_on_sigterm()
+    stops the ranks a command started and exits 143 (``inputs.Terminated``)."""
     inputs.run_app(app, "sailor-profiler")
 
 

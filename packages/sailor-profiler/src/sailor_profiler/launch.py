@@ -150,7 +150,7 @@ def run_local(
         p.start()
     try:
         return _collect(procs, results, world_size, timeout_s, on_progress)
-    except BaseException:  # interrupted (Ctrl-C, SIGTERM: ``cli.stop_on_sigterm``) or failed
+    except BaseException:  # interrupted (Ctrl-C; SIGTERM: ``inputs.Terminated``) or failed
         for p in procs:  # a rank mid-collective never returns by itself: stop them now
             if p.is_alive():
                 p.terminate()

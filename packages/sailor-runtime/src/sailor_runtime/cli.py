@@ -80,16 +80,6 @@ def _cpu_type(name: str):
         _fail(exc)
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM stops `sailor run` as Ctrl-C does (KeyboardInterrupt in the main thread): the
-    run stops its agents (and through them their ranks) and the planner before exiting."""
-
-    def interrupt(*_):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-
-
 RUN_DEFAULTS = {"model": "tiny-gpt", "seq_len": 64, "steps": 20, "checkpoint_every": 5}
 """`sailor run`'s own defaults for RunSpec fields: a tiny model trained briefly on CPUs. No
 precision: RunSpec's documented default (the config's torch_dtype, else fp32) holds."""
@@ -290,7 +280,6 @@ def run(
         on_save_error=on_save_error,
     )
     typer.echo(f"run folder: {run_dir}", err=True)
-    _stop_on_sigterm()
     if availability is not None:
         from .run.tracecli import run_trace_command
 
@@ -299,9 +288,9 @@ def run(
         summary = run_local(cfg)
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (inputs.Terminated)
         typer.echo(_stopped_line(run_dir), err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(inputs.interrupt_exit(exc)) from None
     typer.echo(render(summary))
     for warning in summary.warnings:
         typer.echo(f"warning: {warning}", err=True)
@@ -426,13 +415,14 @@ def controller(
         port_file.write_text(str(bound))
     typer.echo(f"controller listening on {host}:{bound}", err=True)
     stop = threading.Event()
+    stopped_with = [inputs.SIGTERM_EXIT]  # what a signal that stops it exits with
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     interrupted = False
     try:
         while not c.finished and not stop.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as exc:
+        stopped_with[0] = inputs.interrupt_exit(exc)
     finally:
         interrupted = not c.finished
         if interrupted:  # stopped by a signal: the ranks must not train on without us
@@ -442,7 +432,7 @@ def controller(
         server.stop(grace=0.5)
     if interrupted:
         typer.echo(_stopped_line(run_dir), err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(stopped_with[0])
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
     if c.state.name != "DONE":
         raise typer.Exit(1)

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import stat
 import sys
@@ -314,19 +315,54 @@ def refuse_overrides(given: Mapping[str, Any], source: str) -> None:
 
 
 # ---- the CLI edge -----------------------------------------------------------------------------
+INTERRUPT_EXIT = 128 + signal.SIGINT
+SIGTERM_EXIT = 128 + signal.SIGTERM
+"""Exit statuses after Ctrl-C and SIGTERM: the shell's convention for death by that signal."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C's ``KeyboardInterrupt`` is, so a command
+    stops what it started (its ``except KeyboardInterrupt`` and ``finally`` blocks run) before
+    exiting ``SIGTERM_EXIT``. Python's default dies at once: a command's ranks, forkserver and
+    workers lived on as orphans."""
+
+
+def interrupt_exit(exc: KeyboardInterrupt) -> int:
+    """The exit status a command stopped by ``exc`` ends with (SIGTERM or Ctrl-C)."""
+    return SIGTERM_EXIT if isinstance(exc, Terminated) else INTERRUPT_EXIT
+
+
+_TERMINATED: list[bool] = []
+"""Set by the SIGTERM handler: typer turns any KeyboardInterrupt in a command into a plain
+return of 130, so the signal is told apart after the command returns."""
+
+
+def _terminate(_signum, _frame) -> None:
+    _TERMINATED.append(True)
+    raise Terminated
+
+
 def run_app(
     app: Callable[..., Any], prog_name: str | None = None, args: list[str] | None = None
 ) -> None:
     """Run a typer app on ``args`` (default: the command line): any error ends as one line on
     stderr and exit status 2 (bad input) or 1 (a bug, still one line); never a traceback. A
-    path option or argument given as "" is refused (``refuse_empty_paths``)."""
+    path option or argument given as "" is refused (``refuse_empty_paths``). SIGTERM stops the
+    command as Ctrl-C does (``Terminated``) and exits 143, Ctrl-C 130; a command that serves
+    until stopped (a server, a controller, a worker) installs its own handler."""
+    _TERMINATED.clear()
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         command = refuse_empty_paths(_click_command(app))
         code = command(args=args, standalone_mode=False, prog_name=prog_name)
-    except KeyboardInterrupt:
-        code = 130
+    except KeyboardInterrupt as exc:
+        code = interrupt_exit(exc)
     except Exception as exc:  # noqa: BLE001 (the edge of the program: one line, not a trace)
         code = _report(exc)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code == INTERRUPT_EXIT and _TERMINATED:
+        code = SIGTERM_EXIT
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -368,7 +404,7 @@ def _report(exc: Exception) -> int:
         return exc.exit_code  # type: ignore[attr-defined]
     if name == "Abort":
         _one_line("aborted")
-        return 130
+        return INTERRUPT_EXIT
     if callable(getattr(exc, "format_message", None)):  # usage errors: bad flags or values
         _one_line(exc.format_message())  # type: ignore[attr-defined]
         return 2

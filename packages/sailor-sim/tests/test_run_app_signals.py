@@ -1,0 +1,72 @@
+"""Every Sailor CLI (``inputs.run_app``) takes SIGTERM as Ctrl-C: the command's ``finally``
+blocks run (a command stops what it started) and the process exits 143, Ctrl-C 130; the
+handler before the command is back after it. A real process gets the real signal."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from sailor_sim import inputs
+
+COMMAND = textwrap.dedent(
+    """
+    import sys, time, typer
+    from pathlib import Path
+    from sailor_sim import inputs
+
+    app = typer.Typer()
+
+    @app.command()
+    def wait(marker: Path) -> None:
+        marker.write_text("started")
+        try:
+            time.sleep(60)
+        finally:
+            marker.write_text("cleaned up")
+
+    inputs.run_app(app, "wait", [sys.argv[1]])
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["TERM", "INT"]
+)
+def test_a_signal_runs_the_commands_cleanup_and_exits_with_its_status(tmp_path, signum, status):
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", COMMAND, str(marker)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == status, err
+    assert marker.read_text() == "cleaned up"
+    assert "Traceback" not in err, err
+
+
+def test_the_previous_sigterm_handler_is_back_after_the_command():
+    def mine(*_):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            inputs.run_app(lambda **_: 0, "noop", [])
+        assert exited.value.code == 0
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
