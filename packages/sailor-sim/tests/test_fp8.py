@@ -87,6 +87,24 @@ def test_fp8_is_faster_but_not_faster_than_the_peak_ratio():
     assert delayed < current < bf16  # current scaling reads every tensor once more for amax
 
 
+def test_full_recomputation_reruns_the_block_gemms_in_fp8():
+    """Full recomputation repeats the blocks' forward as it ran, GEMMs in FP8: it was timed
+    at the 16-bit forward, so FP8 left the recompute term unchanged."""
+    sim, gpu = Simulator(), "H100-80"
+    s = StageSlice(0, Job.create(MODEL, 8, 4096).model.head_layer_id, gpu, 2, 1)
+    bf16 = sim.stage_time(job(recompute="full"), s)
+    fp8 = sim.stage_time(job(recompute="full", fp8="delayed"), s)
+    assert fp8.forward_s < bf16.forward_s
+    assert fp8.recompute_s < bf16.recompute_s
+    # the rerun forward saves what the blocks' forward saved (the head stays 16-bit)
+    saved = bf16.forward_s - fp8.forward_s
+    assert bf16.recompute_s - fp8.recompute_s == pytest.approx(saved, rel=1e-9)
+    # selective recomputation reruns only the attention core, which stays 16-bit
+    sel = sim.stage_time(job(recompute="selective"), s)
+    sel_fp8 = sim.stage_time(job(recompute="selective", fp8="delayed"), s)
+    assert sel_fp8.recompute_s == sel.recompute_s
+
+
 def test_fp8_gain_grows_with_gemm_size():
     """Larger hidden states are more GEMM-bound, so they gain more from FP8 GEMMs."""
     gpu = get_gpu("H100-80")

@@ -275,6 +275,8 @@ class Simulator(MemoryComponents):
         share = recomputed_forward_fraction(job.model, s.mbs, seq, s.tp, job.options, flash)
         extra = share * t.span(t.forward, a, b)
         if job.options.recompute == "full":
+            if job.options.fp8 != "none":  # the blocks' GEMMs run again in FP8, as the first time
+                extra = self._fp8_time(job, s._replace(first=a, last=b), extra, 0.0)[0]
             extra += 0.5 * tp_s
         if job.options.context_parallel > 1:  # the attention over the other ranks' keys
             cp_s = self._cp_attention_s(job, s)
