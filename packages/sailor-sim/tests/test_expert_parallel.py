@@ -35,6 +35,19 @@ def test_each_gpu_holds_one_ep_th_of_the_experts():
     assert split["optimizer_states"] < full["optimizer_states"] / 4
 
 
+def test_zero3_gathers_only_the_experts_of_the_rank_s_expert_group():
+    """Under ZeRO-3 a layer is gathered from the ranks holding the same experts, so the
+    gathered copy holds 1/ep of the routed experts; it was the whole layer, every expert."""
+    model = job().model
+    sim = Simulator()
+    args = (StageSlice(1, model.num_layers, "H100-80", 1, 1), 0, 1, 1, 8)
+    full = sim.replica_memory(job(1, zero="zero3"), *args)["gathered_weights"]
+    split = sim.replica_memory(job(8, zero="zero3"), *args)["gathered_weights"]
+    experts = model.param_terms(1)["mlp_experts"]
+    assert full == 2 * model.params(1) * 2  # the layer in use and the one prefetched, bf16
+    assert full - split == 2 * (experts - experts // 8) * 2
+
+
 def test_all_to_all_costs_time_only_with_ep_and_more_across_nodes():
     assert estimate(job(1)).time_breakdown_s["expert_comm"] == 0
     # tp 1: the 8 ranks share one 8-GPU node; tp 2: 4 per node, half the traffic crosses nodes

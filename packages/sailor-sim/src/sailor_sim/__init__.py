@@ -143,6 +143,7 @@ _FACE = {
     "exposed_tail": "simulate.timing",
     "framework_overhead": "simulate.memory",
     "gathered_weight_bytes": "simulate.memory",
+    "held_layer_params": "model.moe",
     "in_flight": "simulate.memory",
     "link_to_dict": "simulate.network",
     "load_network_file": "simulate.network",

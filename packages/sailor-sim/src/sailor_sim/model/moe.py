@@ -129,6 +129,14 @@ def experts_held_elsewhere(model, first: int, last: int, tp: int, ep: int) -> in
     return total - total // ep
 
 
+def held_layer_params(model, layer_id: int, tp: int, ep: int) -> int:
+    """Parameters of one layer that one GPU of a TP group holds under expert parallelism
+    ``ep``: the layer less the routed experts the other ranks of its expert group hold. What
+    ZeRO-3 gathers for the layer: its shard group gathers the experts of this rank's group
+    only."""
+    return model.params(layer_id, tp) - experts_held_elsewhere(model, layer_id, layer_id, tp, ep)
+
+
 def experts_held(model, first: int, last: int, tp: int, ep: int) -> int:
     """The routed-expert parameters of layers first..last that one GPU holds: 1/ep of them.
     ZeRO can shard their states only over the ranks holding the same experts (the stage's

@@ -16,7 +16,7 @@ import dataclasses
 from typing import NamedTuple
 
 from ..catalog.gpus import get_gpu
-from ..model.moe import experts_held, experts_held_elsewhere
+from ..model.moe import experts_held, experts_held_elsewhere, held_layer_params
 from ..spec.job import Job
 from ..spec.options import (
     ExecutionOptions,
@@ -253,7 +253,10 @@ class MemoryComponents:
             largest = self.cache.largest_layer.get(key)
             if largest is None:
                 first, last, tp = r.layers
-                largest = max(job.model.params(i, tp) for i in range(first, last + 1))
+                ep = job.options.expert_parallel  # a layer gathers its expert group's experts
+                largest = max(
+                    held_layer_params(job.model, i, tp, ep) for i in range(first, last + 1)
+                )
                 self.cache.largest_layer[key] = largest
         return shards, gathered_weight_bytes(zero, job.dtype, r.params, largest), experts
 
