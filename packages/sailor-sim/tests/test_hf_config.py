@@ -243,6 +243,27 @@ def test_strict_reader_names_the_field(tmp_path):
         get_model(str(tmp_path / "junk.json"))
 
 
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("num_key_value_heads", 8.7),  # int() read 8
+        ("num_key_value_heads", "8"),
+        ("num_key_value_heads", True),  # int() read 1: multi-query attention
+        ("tie_word_embeddings", "false"),  # bool() read True: the head counted once
+        ("attention_bias", 1),
+    ],
+)
+def test_optional_fields_are_read_as_written_or_refused(tmp_path, field, value):
+    """Optional integer and true/false fields were coerced: 8.7 kv heads became 8 and the
+    string "false" tied the embeddings, each a different model without a word."""
+    with pytest.raises(ValidationError, match=field) as e:
+        read_hf_config(_write(tmp_path, "coerced", {**_LLAMA_31_8B, field: value}))
+    assert e.value.field == field
+    absent = {k: v for k, v in _LLAMA_31_8B.items() if k != field}
+    for i, cfg in enumerate((absent, {**absent, field: None})):  # Hugging Face's default
+        assert read_hf_config(_write(tmp_path, f"default{i}", cfg)).num_layers == 32
+
+
 def test_catalog_has_the_common_sizes_with_published_counts():
     published = {
         "LLaMA-2-7B": 6_738_415_616,

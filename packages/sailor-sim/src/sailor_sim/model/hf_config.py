@@ -11,7 +11,8 @@ interleaved with dense ones other than DeepSeek's leading dense blocks) raises
 (Gemma-2's sliding window and logit soft-capping, partial rotary) leave the counts unchanged
 and are timed as full attention.
 Fields whose absence Hugging Face itself fills with a documented default (``num_key_value_heads``
-= heads, ``tie_word_embeddings`` per family, ``attention_bias``) take that default.
+= heads, ``tie_word_embeddings`` per family, ``attention_bias``) take that default;
+when present they are read as written (an integer never truncated, a flag true or false).
 
 The vocabulary is padded to a multiple of 128 (Megatron's make-vocab-size-divisible-by; every
 power-of-two TP degree up to 128 divides it) and the tokenizer's size is kept in
@@ -128,6 +129,22 @@ class _Config:
         value = self.cfg.get(key)
         return default if value is None else value
 
+    def count(self, key: str, default: int, minimum: int = 1) -> int:
+        """An optional integer field, ``default`` when absent: never truncated or coerced
+        (int() read 8.7 kv heads as 8, "8" as 8 and true as 1, as ``inputs.integral`` refuses)."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.refuse(key, f"{key!r} must be an integer >= {minimum}, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        """An optional true/false field, ``default`` when absent (bool() read the string
+        "false" as True)."""
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self.refuse(key, f"{key!r} must be true or false, got {value!r}")
+        return value
+
     def refuse(self, key: str, problem: str) -> ValidationError:
         return ValidationError(f"{self.name}: {problem}", field=key)
 
@@ -151,15 +168,15 @@ class _Config:
 
 def _llama_like(c: _Config, *, mlp: str, tie_default: bool, qkv_bias: bool | None) -> dict:
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
-    bias = bool(c.get("attention_bias", False))
-    if bool(c.get("mlp_bias", False)) != bias:
+    bias = c.flag("attention_bias", False)
+    if c.flag("mlp_bias", False) != bias:
         raise c.refuse("mlp_bias", "mlp_bias different from attention_bias is not modelled")
     fields = dict(
         family=_FAMILY.get(c.model_type, c.model_type),
         num_layers=c.int("num_hidden_layers"),
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=int(c.get("num_key_value_heads", heads)),
+        num_kv_heads=c.count("num_key_value_heads", heads),
         ffn_hidden_size=c.int("intermediate_size"),
         vocab_size=c.int("vocab_size"),
         max_seq_len=c.int("max_position_embeddings"),
@@ -167,7 +184,7 @@ def _llama_like(c: _Config, *, mlp: str, tie_default: bool, qkv_bias: bool | Non
         norm="rmsnorm",
         mlp=mlp,
         bias=bias,
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", tie_default)),
+        tie_word_embeddings=c.flag("tie_word_embeddings", tie_default),
         attention_dropout=float(c.get("attention_dropout", 0.0)),
         **c.head_dim_field(hidden, heads),
     )
@@ -256,7 +273,7 @@ def _mixtral(c: _Config) -> dict:
 
 def _qwen2_moe(c: _Config) -> dict:
     fields = _qwen2(c)
-    shared = int(c.get("shared_expert_intermediate_size", 0))
+    shared = c.count("shared_expert_intermediate_size", 0, minimum=0)
     moe = _moe_block(
         c,
         "num_experts",
@@ -291,12 +308,12 @@ def _deepseek(c: _Config) -> dict:
         num_experts=c.int("n_routed_experts"),
         top_k=c.int("num_experts_per_tok"),
         expert_ffn=c.int("moe_intermediate_size"),
-        num_shared_experts=int(c.get("n_shared_experts", 0)),
+        num_shared_experts=c.count("n_shared_experts", 0, minimum=0),
         # V3's auxiliary-loss-free balancing keeps a per-expert bias (e_score_correction_bias).
         router_bias=c.get("topk_method", "") == "noaux_tc",
-        first_dense_layers=int(c.get("first_k_dense_replace", 0)),
+        first_dense_layers=c.count("first_k_dense_replace", 0, minimum=0),
     )
-    if bool(c.get("attention_bias", False)):
+    if c.flag("attention_bias", False):
         raise c.refuse("attention_bias", "latent attention with biases is not modelled")
     return dict(
         family="deepseek",
@@ -311,7 +328,7 @@ def _deepseek(c: _Config) -> dict:
         norm="rmsnorm",
         mlp="swiglu",
         bias=False,
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+        tie_word_embeddings=c.flag("tie_word_embeddings", False),
         attention_dropout=float(c.get("attention_dropout", 0.0)),
         mla=mla,
         moe=moe,
@@ -334,10 +351,10 @@ def _bloom(c: _Config) -> dict:
         num_kv_heads=heads,
         ffn_hidden_size=4 * hidden,  # BloomMLP: dense_h_to_4h
         vocab_size=c.int("vocab_size"),
-        max_seq_len=int(c.get("seq_length", _BLOOM_TRAINED_SEQ)),
+        max_seq_len=c.count("seq_length", _BLOOM_TRAINED_SEQ),
         position="alibi",
         embedding_norm=True,  # word_embeddings_layernorm
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", True)),
+        tie_word_embeddings=c.flag("tie_word_embeddings", True),
         attention_dropout=float(c.get("attention_dropout", 0.0)),
     )
 
@@ -348,7 +365,7 @@ def _mpt(c: _Config) -> dict:
         raise c.refuse("attn_config", "'attn_config' must be an object")
     hidden, heads = c.int("d_model"), c.int("n_heads")
     alibi = bool(attn.get("alibi", False))
-    no_bias = bool(c.get("no_bias", False))
+    no_bias = c.flag("no_bias", False)
     return dict(
         family="mpt",
         num_layers=c.int("n_layers"),
@@ -367,7 +384,7 @@ def _mpt(c: _Config) -> dict:
 
 def _gpt_neox(c: _Config) -> dict:
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
-    bias = bool(c.get("attention_bias", True))
+    bias = c.flag("attention_bias", True)
     return dict(
         family="gpt-neox",
         num_layers=c.int("num_hidden_layers"),
@@ -382,7 +399,7 @@ def _gpt_neox(c: _Config) -> dict:
         mlp="gelu",
         bias=True,
         qkv_bias=bias,
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+        tie_word_embeddings=c.flag("tie_word_embeddings", False),
         attention_dropout=float(c.get("attention_dropout", 0.0)),
     )
 
@@ -414,8 +431,8 @@ def _opt(c: _Config) -> dict:
         vocab_size=c.int("vocab_size"),
         max_seq_len=seq,
         num_position_embeddings=seq + _OPT_POSITION_OFFSET,
-        bias=bool(c.get("enable_bias", True)),
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", True)),
+        bias=c.flag("enable_bias", True),
+        tie_word_embeddings=c.flag("tie_word_embeddings", True),
         dropout=float(c.get("dropout", 0.0)),
         attention_dropout=float(c.get("attention_dropout", 0.0)),
     )
@@ -429,10 +446,10 @@ def _gpt2(c: _Config) -> dict:
         hidden_size=hidden,
         num_heads=c.int("n_head"),
         num_kv_heads=c.int("n_head"),
-        ffn_hidden_size=int(c.get("n_inner", 4 * hidden)),  # GPT2Config: None means 4 x n_embd
+        ffn_hidden_size=c.count("n_inner", 4 * hidden),  # GPT2Config: None means 4 x n_embd
         vocab_size=c.int("vocab_size"),
         max_seq_len=c.int("n_positions"),
-        tie_word_embeddings=bool(c.get("tie_word_embeddings", True)),
+        tie_word_embeddings=c.flag("tie_word_embeddings", True),
         dropout=float(c.get("resid_pdrop", 0.0)),
         attention_dropout=float(c.get("attn_pdrop", 0.0)),
     )
