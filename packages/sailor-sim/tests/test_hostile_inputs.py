@@ -112,6 +112,17 @@ def test_a_torch_dtype_it_cannot_take_is_named_not_called_missing(tmp_path, torc
     assert assumed.startswith("fp32 (torch_dtype") and "pass --precision" in assumed, assumed
 
 
+def test_a_config_with_a_billion_blocks_is_refused_not_run_for_hours(tmp_path):
+    # Every layer id costs work (profiles, plans, prefix sums): 10^9 blocks ran for hours.
+    config = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8,
+              "num_hidden_layers": 10**9, "intermediate_size": 1024, "vocab_size": 32000,
+              "max_position_embeddings": 2048}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = sailor_sim("simulate", "--model", str(path), "--gbs", "16", "--gpu", "A100-40", timeout=30)
+    one_line_error(r, "num_hidden_layers")
+
+
 def test_an_empty_profiles_folder_is_a_warning_not_silence(tmp_path):
     """It estimated on the analytic profiles and said nothing, as if it held measurements."""
     flags = ["--model", "OPT-350M", "--gpu", "A100-40", "--profiles", str(tmp_path)]

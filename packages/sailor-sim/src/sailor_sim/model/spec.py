@@ -70,6 +70,10 @@ NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu", "geglu", "relu2")
 # Bytes of the int64 token ids a stage 0 keeps per token (for the embedding backward).
 _TOKEN_ID_BYTES = 8
+MAX_LAYERS = 4096
+"""Most transformer blocks a model may have: 32x the deepest in the catalog (GPT-1T, 128).
+Each layer id costs work in profiles, plans and prefix sums, so a config.json with 10^9
+blocks ran for hours instead of being refused."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,12 @@ class ModelSpec:
                 raise ValidationError(
                     f"unknown {field} {getattr(self, field)!r}; use one of {allowed}", field=field
                 )
+        if self.num_layers > MAX_LAYERS:
+            raise ValidationError(
+                f"{self.num_layers} blocks is more than {MAX_LAYERS}; check num_layers "
+                "(num_hidden_layers of a config.json)",
+                field="num_layers",
+            )
         self._check_vocab_and_positions()
         if not 0.0 <= self.dropout < 1.0:
             raise ValidationError(f"must be in [0, 1), got {self.dropout}", field="dropout")
