@@ -85,6 +85,7 @@ def test_every_error_derives_from_the_one_base(package: str) -> None:
                 and issubclass(value, BaseException)
                 and value.__module__ == module.__name__
                 and not issubclass(value, SailorError)
+                and not issubclass(value, KeyboardInterrupt)  # a stop (inputs.Terminated)
             ):
                 outside.append(f"{module.__name__}.{name}")
     assert not outside, f"errors outside sailor_sim.SailorError: {outside}"
