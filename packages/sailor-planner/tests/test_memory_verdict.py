@@ -3,6 +3,7 @@ A100-40; 1-3 stages; head stages near their limit) ``Scorer.fits`` equals
 ``Simulator.estimate(...).fits``, and the search tables never drop a range that fits."""
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,22 @@ def test_tables_hold_the_simulators_gathered_weights(sim, zero) -> None:
             assert extra[a, b] == want, (a, b)
             if zero == "zero2":
                 assert terms["gathered_weights"] == terms["weights"] * 2  # 2 shards
+
+
+MIXTRAL = str(Path(__file__).parents[3] / "examples" / "configs" / "mixtral-8x7b" / "config.json")
+
+
+@pytest.mark.parametrize("zero", ["zero3", "hybrid"])
+def test_tables_gather_only_the_expert_groups_experts(sim, zero) -> None:
+    """Under expert parallelism a ZeRO-3 layer gathers its expert group's experts, not the
+    whole layer (``held_layer_params``): the tables' gathered bytes are the simulator's, range
+    by range. They counted every expert, ep times the routed experts a rank gathers, and
+    ruled out ranges the simulator fits."""
+    job = Job.create(MIXTRAL, 64, 4096, "bf16", options={"zero": zero, "expert_parallel": 8})
+    cv, _, _ = Planner(sim)._state(job)
+    g, mbs, tp = "H100-80", 1, 2
+    extra = cv._parts(g, mbs, tp)[2]
+    for a in range(cv.n):
+        for b in range(a, cv.n):
+            terms = sim.replica_memory(job, StageSlice(a, b, g, tp, mbs), 0, 1, 1, 8)
+            assert extra[a, b] == terms["transient"] + terms["gathered_weights"], (a, b)

@@ -35,6 +35,7 @@ from sailor_sim import (
     framework_overhead,
     gathered_weight_bytes,
     get_gpu,
+    held_layer_params,
     peak_bytes,
     position_terms,
     recompute_transient,
@@ -243,11 +244,15 @@ class CostView:
     def _gathered(self, params: np.ndarray, t: int) -> np.ndarray:
         """[a, b] bytes of parameters gathered from their shards (``gathered_weight_bytes``,
         as ``Simulator.replica_memory``): ZeRO-2 the range's held parameters, ZeRO-3 twice
-        the largest layer of a..b (a running maximum along each row)."""
+        the largest layer of a..b (a running maximum along each row; under expert parallelism
+        the layer less the experts other expert groups hold, ``held_layer_params``)."""
         job = self.memory_job
         largest = 0
-        if job.options.shards_parameters:
-            layer = np.array([self.model.params(i, t) for i in range(self.n)], dtype=float)
+        if job.options.shards_parameters:  # a layer gathers its expert group's experts only
+            ep = job.options.expert_parallel
+            layer = np.array(
+                [held_layer_params(self.model, i, t, ep) for i in range(self.n)], dtype=float
+            )
             largest = np.maximum.accumulate(np.where(self.upper, layer[None, :], 0.0), axis=1)
         return gathered_weight_bytes(job.options.zero, job.dtype, params, largest)
 
