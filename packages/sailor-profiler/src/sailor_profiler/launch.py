@@ -12,6 +12,7 @@ Two ways, one code path for the measured function ``fn(ctx, *args)``:
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -38,7 +39,8 @@ class RankContext:
     local_rank: int
     backend: str
     progress: Callable[[Any], None] = lambda _payload: None
-    """Report progress to the parent (rank 0 only is enough); a no-op outside ``run_local``."""
+    """Report progress (rank 0 only is enough): to the parent under ``run_local``, to
+    ``run_from_env``'s ``on_progress`` under an external launcher; else a no-op."""
 
 
 def env_launched() -> bool:
@@ -209,9 +211,14 @@ def _failures(results, errors: dict[int, str], grace_s: float = 3.0) -> str:
 
 
 def run_from_env(
-    fn: Callable[..., Any], args: tuple = (), backend: str = "gloo", timeout_s: float = 600.0
+    fn: Callable[..., Any],
+    args: tuple = (),
+    backend: str = "gloo",
+    timeout_s: float = 600.0,
+    on_progress: Callable[[Any], None] | None = None,
 ) -> Any:
-    """Join the group described by the environment and run ``fn`` in this process."""
+    """Join the group described by the environment and run ``fn`` in this process;
+    ``on_progress`` gets what ``fn`` reports (``RankContext.progress``), in this process."""
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -224,6 +231,37 @@ def run_from_env(
         timeout=timedelta(seconds=timeout_s),
     )
     try:
-        return fn(RankContext(rank, world, local_rank, backend), *args)
+        ctx = RankContext(rank, world, local_rank, backend)
+        if on_progress is not None:
+            ctx = dataclasses.replace(ctx, progress=on_progress)
+        return fn(ctx, *args)
+    except RuntimeError as exc:
+        if not _lost_peer(exc):
+            raise
+        raise WorkerError(
+            f"rank {rank} of {world} lost its peers mid-measurement "
+            f"({' '.join(str(exc).split())[:300]}); another rank exited, was killed or lost its "
+            "network: see that rank's log, then start all ranks again",
+            field="workers",
+        ) from None
     finally:
         dist.destroy_process_group()
+
+
+PEER_LOSS_MARKS = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "remote process exited",
+    "Socket Timeout",
+)
+"""What gloo's and NCCL's errors say when a peer rank is gone (gloo raises a plain
+RuntimeError: 'Read error ...: Connection reset by peer'); such an error is the peer's story,
+not a defect of this rank."""
+
+
+def _lost_peer(exc: RuntimeError) -> bool:
+    import torch.distributed as dist
+
+    text = str(exc)
+    return isinstance(exc, dist.DistError) or any(mark in text for mark in PEER_LOSS_MARKS)

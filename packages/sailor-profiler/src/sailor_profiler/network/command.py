@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,23 @@ class NetworkRequest:
         return self.zone if self.peer_zone is None else self.peer_zone
 
 
+def say_progress(payload: tuple[int, int, int]) -> None:
+    """One line on stderr as each message size starts (rank 0's): a sweep up to 1G runs for
+    minutes, and under an external launcher nothing else shows that the ranks got past their
+    rendezvous."""
+    size, done, total = payload
+    print(f"network: measuring {_size_name(size)} messages ({done + 1}/{total})",
+          file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _size_name(size: int) -> str:
+    """A power-of-two size as ``--max-bytes`` takes it: 64K, 16M, 1G (bytes below 1K)."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if size >= 1 << shift:
+            return f"{size >> shift}{unit}"
+    return f"{size}B"
+
+
 def run_network(request: NetworkRequest) -> dict | None:
     """Measure, fit, write; returns a summary on the writing rank, None on the others."""
     check_out_dir(request.out)
@@ -86,7 +104,7 @@ def run_network(request: NetworkRequest) -> dict | None:
     if env_launched():
         import os
 
-        points = run_from_env(network_worker, (cfg,), backend=dev.backend)
+        points = run_from_env(network_worker, (cfg,), backend=dev.backend, on_progress=say_progress)
         if int(os.environ["RANK"]) != 0:
             return None
         intra = os.environ.get("LOCAL_WORLD_SIZE") == os.environ["WORLD_SIZE"]
@@ -102,6 +120,7 @@ def run_network(request: NetworkRequest) -> dict | None:
             backend=dev.backend,
             timeout_s=600,
             cuda_base=dev.cuda_base,
+            on_progress=say_progress,
         )[0]
         intra = True
     prov = provenance(

@@ -100,7 +100,10 @@ def network_worker(ctx: RankContext, cfg: NetConfig) -> list[NetPoint]:
     peer = ctx.rank + half if ctx.rank < half else ctx.rank - half
     active = ctx.rank < 2 * half
     points = []
-    for size in message_sizes(cfg.min_bytes, cfg.max_bytes):
+    sizes = message_sizes(cfg.min_bytes, cfg.max_bytes)
+    for done, size in enumerate(sizes):
+        if ctx.rank == 0:
+            ctx.progress((size, done, len(sizes)))
         buf = torch.ones(size // 4, dtype=torch.float32, device=device)
         reps = _reps_for(size, cfg.reps)
 
