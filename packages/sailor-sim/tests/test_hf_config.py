@@ -330,3 +330,29 @@ def test_the_phi_4_example_adds_up_to_its_architecture():
     untied 100,352 x 5,120 embedding and head, the final norm)."""
     phi4 = next(p for p in EXAMPLES if p.parent.name == "phi-4")
     assert get_model(str(phi4)).total_params() == 14_659_507_200
+
+
+def test_granite_is_read_as_llama_with_its_multipliers_ignored(tmp_path):
+    """IBM Granite 3.x (granite-3.1-8b's config.json) is Llama plus four scalar multipliers
+    without parameters: its parameter and FLOP counts are those of the same config read as
+    Llama (8.17 B, as its model card)."""
+    granite = {
+        "model_type": "granite", "hidden_act": "silu", "hidden_size": 4096,
+        "intermediate_size": 12800, "max_position_embeddings": 131072,
+        "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,
+        "tie_word_embeddings": True, "vocab_size": 49155, "attention_bias": False,
+        "mlp_bias": False, "embedding_multiplier": 12.0, "attention_multiplier": 0.0078125,
+        "residual_multiplier": 0.22, "logits_scaling": 16.0,
+    }  # fmt: skip
+    as_llama = {k: v for k, v in granite.items() if "multiplier" not in k and k != "logits_scaling"}
+    as_llama["model_type"] = "llama"
+    specs = []
+    for name, cfg in (("granite", granite), ("llama", as_llama)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+        specs.append(get_model(str(tmp_path / name / "config.json")))
+    a, b = specs
+    assert a.total_params() == b.total_params()
+    assert 8.1e9 < a.total_params() < 8.2e9
+    flops = [sum(m.forward_flops(i, 1, 4096) for i in range(m.num_layer_ids)) for m in specs]
+    assert flops[0] == flops[1] > 0

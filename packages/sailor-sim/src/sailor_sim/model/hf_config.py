@@ -1,6 +1,6 @@
 """Read a decoder-only model from a local Hugging Face ``config.json`` (no torch, no network).
 
-Families (``model_type``): llama, mistral, qwen2, qwen3, phi3 (Phi-3, Phi-3.5-mini, Phi-4),
+Families (``model_type``): llama, mistral, granite, qwen2, qwen3, phi3 (Phi-3, Phi-3.5-mini, Phi-4),
 gemma, gemma2, gemma3_text, nemotron (squared ReLU), bloom and mpt (ALiBi), gpt_neox, opt,
 gpt2, and the mixture-of-experts mixtral,
 qwen2_moe, qwen3_moe, deepseek_v2/deepseek_v3 (latent attention). The reader is strict: an
@@ -455,7 +455,12 @@ def _gpt2(c: _Config) -> dict:
     )
 
 
-_FAMILY = {"qwen2_moe": "qwen2-moe", "qwen3_moe": "qwen3-moe", "gemma3_text": "gemma3"}
+_FAMILY = {
+    "qwen2_moe": "qwen2-moe",
+    "qwen3_moe": "qwen3-moe",
+    "gemma3_text": "gemma3",
+    "granite": "llama",
+}
 """model_type -> ModelSpec family where the names differ."""
 
 _READERS = {
@@ -466,6 +471,9 @@ _READERS = {
     # Phi-3 and Phi-4 fuse Q/K/V and gate/up into single matrices of the same sizes
     # (modeling_phi3.py): Llama's parameters and FLOPs.
     "phi3": _llama,
+    # IBM Granite 3.x is Llama with four scalar multipliers (embedding, attention, residual,
+    # logits; modeling_granite.py) that hold no parameters and cost no FLOPs worth counting.
+    "granite": _llama,
     "gemma": _gemma,
     "gemma2": _gemma2,
     "gemma3_text": _gemma3,
