@@ -70,3 +70,24 @@ def test_the_previous_sigterm_handler_is_back_after_the_command():
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_command_run_off_the_main_thread_runs_without_a_handler():
+    """Python installs signal handlers from the main thread only: ``run_app`` on another
+    thread (an embedding program's worker) runs the command and leaves the handlers alone."""
+    import threading
+
+    codes = []
+
+    def call():
+        try:
+            inputs.run_app(lambda **_: 0, "noop", [])
+        except SystemExit as exc:
+            codes.append(exc.code)
+
+    before = signal.getsignal(signal.SIGTERM)
+    worker = threading.Thread(target=call)
+    worker.start()
+    worker.join(30)
+    assert codes == [0]
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -20,6 +20,7 @@ import socket
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -351,7 +352,8 @@ def run_app(
     command as Ctrl-C does (``Terminated``) and exits 143, Ctrl-C 130; a command that serves
     until stopped (a server, a controller, a worker) installs its own handler."""
     _TERMINATED.clear()
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    main = threading.current_thread() is threading.main_thread()  # signals reach only it
+    previous = signal.signal(signal.SIGTERM, _terminate) if main else None
     try:
         command = refuse_empty_paths(_click_command(app))
         code = command(args=args, standalone_mode=False, prog_name=prog_name)
@@ -360,7 +362,8 @@ def run_app(
     except Exception as exc:  # noqa: BLE001 (the edge of the program: one line, not a trace)
         code = _report(exc)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     if code == INTERRUPT_EXIT and _TERMINATED:
         code = SIGTERM_EXIT
     sys.exit(code if isinstance(code, int) else 0)
