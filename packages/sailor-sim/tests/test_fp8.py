@@ -16,7 +16,7 @@ from sailor_sim.simulate.features.fp8 import (
     fp8_speedup_bound,
     fp8_time_delta,
 )
-from sailor_sim.spec.options import ExecutionOptions
+from sailor_sim.spec.options import ExecutionOptions, recomputed_gemm_share
 
 A = "us-central1-a"
 MODEL = "LLaMA-3.1-8B"
@@ -103,6 +103,22 @@ def test_full_recomputation_reruns_the_block_gemms_in_fp8():
     sel = sim.stage_time(job(recompute="selective"), s)
     sel_fp8 = sim.stage_time(job(recompute="selective", fp8="delayed"), s)
     assert sel_fp8.recompute_s == sel.recompute_s
+
+
+def test_selective_op_reruns_its_matmuls_in_fp8():
+    """Op-level selective recomputation reruns every other block matmul (torchtitan's
+    'selective op'): under FP8 those GEMMs save their share of what the blocks' forward saves
+    (``recomputed_gemm_share``); they were timed at 16 bits."""
+    sim, gpu = Simulator(), "H100-80"
+    s = StageSlice(0, Job.create(MODEL, 8, 4096).model.head_layer_id, gpu, 2, 1)
+    bf16 = sim.stage_time(job(recompute="selective_op"), s)
+    fp8 = sim.stage_time(job(recompute="selective_op", fp8="delayed"), s)
+    op = job(recompute="selective_op", fp8="delayed")
+    share = recomputed_gemm_share(op.model, 2, op.options)
+    assert 0.3 < share < 0.7  # q and v, attention output..., every other matmul
+    saved = bf16.forward_s - fp8.forward_s
+    assert saved > 0
+    assert bf16.recompute_s - fp8.recompute_s == pytest.approx(share * saved, rel=1e-9)
 
 
 def test_fp8_gain_grows_with_gemm_size():

@@ -43,6 +43,7 @@ from ..spec.options import (
     check_replica,
     profiled_with_flash,
     recomputed_forward_fraction,
+    recomputed_gemm_share,
     uses_flash,
 )
 from ..spec.plan import Plan, Replica, Stage, StageSlice
@@ -273,10 +274,12 @@ class Simulator(MemoryComponents):
         flash = uses_flash(job.options, gpu, job.dtype) and not profiled_with_flash(t.entry)
         seq = job.local_sequence_length
         share = recomputed_forward_fraction(job.model, s.mbs, seq, s.tp, job.options, flash)
-        extra = share * t.span(t.forward, a, b)
+        span = t.span(t.forward, a, b)
+        extra = share * span
+        gemms = recomputed_gemm_share(job.model, s.tp, job.options)
+        if gemms and job.options.fp8 != "none":  # the rerun GEMMs in FP8, as the first time
+            extra += gemms * (self._fp8_time(job, s._replace(first=a, last=b), span, 0.0)[0] - span)
         if job.options.recompute == "full":
-            if job.options.fp8 != "none":  # the blocks' GEMMs run again in FP8, as the first time
-                extra = self._fp8_time(job, s._replace(first=a, last=b), extra, 0.0)[0]
             extra += 0.5 * tp_s
         if job.options.context_parallel > 1:  # the attention over the other ranks' keys
             cp_s = self._cp_attention_s(job, s)

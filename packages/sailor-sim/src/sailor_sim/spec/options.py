@@ -403,6 +403,19 @@ def recomputed_forward_fraction(model, mbs: int, seq: int, tp: int, options, fla
     return 0.0
 
 
+def recomputed_gemm_share(model, tp: int, options) -> float:
+    """Fraction of a block's GEMM FLOPs done again in backward: all under full recomputation,
+    the even-numbered matmuls under selective_op (``block_matmuls``), none otherwise (the
+    attention core selective reruns is no GEMM of FP8's). Under FP8 that share of the rerun
+    runs its GEMMs in FP8, as the first forward did."""
+    if options.recompute == "full":
+        return 1.0
+    if options.recompute != "selective_op":
+        return 0.0
+    widths = [inner for _, inner in block_matmuls(model, tp)]
+    return sum(widths[1::2]) / sum(widths)
+
+
 def activation_factor(options, stage_index: int, num_stages: int) -> float:
     """Interleaved 1F1B keeps more microbatches in flight on the early stages: the first
     stage's activations grow by 1 + (p - 1) / (p v) (Korthikanti et al. 2022, Sec. 4.2.3)."""
