@@ -111,16 +111,21 @@ def test_tables_hold_the_simulators_gathered_weights(sim, zero) -> None:
     the parameters ZeRO-2/3 gather from their shards) are the simulator's terms, range by
     range: ZeRO-2 all of a..b's weights, ZeRO-3 twice its largest layer."""
     job = Job.create("OPT-350M", 64, 2048, options={"zero": zero})
+    for terms in _check_gathered_terms(sim, job, "A100-40", 2, 2, dp=2):
+        if zero == "zero2":
+            assert terms["gathered_weights"] == terms["weights"] * 2  # 2 shards
+
+
+def _check_gathered_terms(sim, job: Job, g: str, mbs: int, tp: int, dp: int):
+    """Assert, range by range, that the tables' position-independent bytes are the
+    simulator's transient plus gathered weights; yields each range's simulator terms."""
     cv, _, _ = Planner(sim)._state(job)
-    g, mbs, tp = "A100-40", 2, 2
     extra = cv._parts(g, mbs, tp)[2]
     for a in range(cv.n):
         for b in range(a, cv.n):
-            terms = sim.replica_memory(job, StageSlice(a, b, g, tp, mbs), 0, 1, 1, 2)
-            want = terms["transient"] + terms.get("gathered_weights", 0)
-            assert extra[a, b] == want, (a, b)
-            if zero == "zero2":
-                assert terms["gathered_weights"] == terms["weights"] * 2  # 2 shards
+            terms = sim.replica_memory(job, StageSlice(a, b, g, tp, mbs), 0, 1, 1, dp)
+            assert extra[a, b] == terms["transient"] + terms.get("gathered_weights", 0), (a, b)
+            yield terms
 
 
 MIXTRAL = str(Path(__file__).parents[3] / "examples" / "configs" / "mixtral-8x7b" / "config.json")
@@ -133,10 +138,5 @@ def test_tables_gather_only_the_expert_groups_experts(sim, zero) -> None:
     by range. They counted every expert, ep times the routed experts a rank gathers, and
     ruled out ranges the simulator fits."""
     job = Job.create(MIXTRAL, 64, 4096, "bf16", options={"zero": zero, "expert_parallel": 8})
-    cv, _, _ = Planner(sim)._state(job)
-    g, mbs, tp = "H100-80", 1, 2
-    extra = cv._parts(g, mbs, tp)[2]
-    for a in range(cv.n):
-        for b in range(a, cv.n):
-            terms = sim.replica_memory(job, StageSlice(a, b, g, tp, mbs), 0, 1, 1, 8)
-            assert extra[a, b] == terms["transient"] + terms["gathered_weights"], (a, b)
+    for terms in _check_gathered_terms(sim, job, "H100-80", 1, 2, dp=8):
+        assert terms["gathered_weights"] > 0

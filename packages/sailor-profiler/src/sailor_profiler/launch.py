@@ -12,7 +12,6 @@ Two ways, one code path for the measured function ``fn(ctx, *args)``:
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -231,9 +230,7 @@ def run_from_env(
         timeout=timedelta(seconds=timeout_s),
     )
     try:
-        ctx = RankContext(rank, world, local_rank, backend)
-        if on_progress is not None:
-            ctx = dataclasses.replace(ctx, progress=on_progress)
+        ctx = RankContext(rank, world, local_rank, backend, on_progress or (lambda _p: None))
         return fn(ctx, *args)
     except RuntimeError as exc:
         if not _lost_peer(exc):

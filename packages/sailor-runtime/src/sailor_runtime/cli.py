@@ -415,14 +415,14 @@ def controller(
         port_file.write_text(str(bound))
     typer.echo(f"controller listening on {host}:{bound}", err=True)
     stop = threading.Event()
-    stopped_with = [inputs.SIGTERM_EXIT]  # what a signal that stops it exits with
+    stopped_with = inputs.SIGTERM_EXIT  # what a signal that stops it exits with
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     interrupted = False
     try:
         while not c.finished and not stop.wait(0.5):
             pass
     except KeyboardInterrupt as exc:
-        stopped_with[0] = inputs.interrupt_exit(exc)
+        stopped_with = inputs.interrupt_exit(exc)
     finally:
         interrupted = not c.finished
         if interrupted:  # stopped by a signal: the ranks must not train on without us
@@ -432,7 +432,7 @@ def controller(
         server.stop(grace=0.5)
     if interrupted:
         typer.echo(_stopped_line(run_dir), err=True)
-        raise typer.Exit(stopped_with[0])
+        raise typer.Exit(stopped_with)
     typer.echo(f"controller: {c.state.name}: {c.message}", err=True)
     if c.state.name != "DONE":
         raise typer.Exit(1)
