@@ -24,3 +24,16 @@ def test_version_flag(package: str) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == importlib.import_module(package).__version__
+
+
+@pytest.mark.parametrize("package", sorted(GROUPS))
+def test_group_help_describes_the_commands_not_the_python_api(package: str) -> None:
+    """The group's ``--help`` is a CLI page: the package docstring's Python API paragraph
+    (reST markup, names of classes) stays out of it."""
+    from typer.testing import CliRunner
+
+    app = importlib.import_module(GROUPS[package]).app
+    out = CliRunner().invoke(app, ["--help"], prog_name="x", env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "Commands" in out.output
+    assert "``" not in out.output and "Public API" not in out.output, out.output

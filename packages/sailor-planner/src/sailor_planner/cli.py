@@ -36,7 +36,12 @@ from sailor_sim import (
 from .errors import SailorPlannerError
 from .replay.cli import replay_command
 
-app = typer.Typer(no_args_is_help=True, help=sailor_planner.__doc__, pretty_exceptions_enable=False)
+# The help is the docstring's first paragraph: the rest is the Python API, not the CLI's.
+app = typer.Typer(
+    no_args_is_help=True,
+    help=sailor_planner.__doc__.split("\n\n")[0],
+    pretty_exceptions_enable=False,
+)
 app.command("replay")(replay_command)
 
 

@@ -32,7 +32,12 @@ from . import cli_checks
 from .datacli import data_app
 from .errors import SailorRuntimeError
 
-app = typer.Typer(no_args_is_help=True, help=sailor_runtime.__doc__)
+# The help is the docstring's first paragraph: the rest is the Python API, not the CLI's.
+app = typer.Typer(
+    no_args_is_help=True,
+    help=sailor_runtime.__doc__.split("\n\n")[0],
+    pretty_exceptions_enable=False,
+)
 app.add_typer(data_app, name="data")
 
 
