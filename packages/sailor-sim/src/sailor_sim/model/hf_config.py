@@ -2,8 +2,13 @@
 
 Families (``model_type``): llama, mistral, granite, qwen2, qwen3, phi3 (Phi-3, Phi-3.5-mini, Phi-4),
 gemma, gemma2, gemma3_text, nemotron (squared ReLU), bloom and mpt (ALiBi), gpt_neox, opt,
-gpt2, and the mixture-of-experts mixtral,
-qwen2_moe, qwen3_moe, deepseek_v2/deepseek_v3 (latent attention). The reader is strict: an
+gpt2, olmo (non-parametric LayerNorm), olmo2 (whole-projection q/k norms), starcoder2, phi
+(Phi-1.5/Phi-2: parallel block, LM-head bias), cohere and cohere2 (Command-R: parallel
+block), falcon (parallel block, multi-query or the new decoder architecture, ALiBi or rotary),
+glm, glm4, stablelm, exaone, internlm2, and the mixture-of-experts mixtral, qwen2_moe,
+qwen3_moe, deepseek_v2/deepseek_v3 (latent attention), dbrx and gpt_oss (attention sinks,
+expert biases). State-space / recurrent models (mamba, jamba, recurrent_gemma, ...) and
+encoder-decoder models (t5, bart, ...) are refused saying why. The reader is strict: an
 unknown ``model_type``, a missing field that sets a size, or an architecture choice the
 accounting does not model (e.g. OPT's ``word_embed_proj_dim`` != ``hidden_size``, MoE layers
 interleaved with dense ones other than DeepSeek's leading dense blocks) raises
@@ -101,27 +106,39 @@ def fields_from_hf_dict(cfg: dict[str, Any], name: str) -> dict[str, Any]:
 class _Config:
     """A config dictionary whose reads of required fields name the field when it is missing."""
 
-    def __init__(self, cfg: dict[str, Any], name: str) -> None:
-        self.cfg, self.name = cfg, name
-        self.model_type = cfg["model_type"]
+    def __init__(
+        self, cfg: dict[str, Any], name: str, model_type: str | None = None, prefix: str = ""
+    ) -> None:
+        self.cfg, self.name, self.prefix = cfg, name, prefix
+        self.model_type = cfg["model_type"] if model_type is None else model_type
+
+    def sub(self, key: str) -> _Config:
+        """The nested object ``key`` (DBRX's attn_config, ffn_config), its fields named
+        ``key.field`` in errors; absent = empty (its fields then take their defaults)."""
+        value = self.get(key, {})
+        if not isinstance(value, dict):
+            raise self.refuse(key, f"{key!r} must be an object, got {value!r:.60}")
+        return _Config(value, self.name, self.model_type, f"{self.prefix}{key}.")
 
     def need(self, key: str) -> Any:
         value = self.cfg.get(key)
+        field = self.prefix + key
         if value is None:
             raise ValidationError(
-                f"{self.name}: a {self.model_type} config.json needs {key!r}; add it (see the "
-                "model's config on the Hugging Face Hub)",
-                field=key,
+                f"{self.name}: a {self.model_type} config.json needs {field!r}; add it (see "
+                "the model's config on the Hugging Face Hub)",
+                field=field,
             )
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValidationError(f"{self.name}: {key!r} is {value!r}", field=key)
+            raise ValidationError(f"{self.name}: {field!r} is {value!r}", field=field)
         return value
 
     def int(self, key: str) -> int:
         value = self.need(key)
         if not isinstance(value, int) or value <= 0:
             raise ValidationError(
-                f"{self.name}: {key!r} must be a positive integer, got {value!r}", field=key
+                f"{self.name}: {self.prefix + key!r} must be a positive integer, got {value!r}",
+                field=self.prefix + key,
             )
         return value
 
@@ -146,7 +163,7 @@ class _Config:
         return value
 
     def refuse(self, key: str, problem: str) -> ValidationError:
-        return ValidationError(f"{self.name}: {problem}", field=key)
+        return ValidationError(f"{self.name}: {problem}", field=self.prefix + key)
 
     def head_dim_field(self, hidden: int, heads: int) -> dict:
         """``attention_head_dim`` when the config's head_dim differs from hidden / heads
@@ -166,14 +183,25 @@ class _Config:
         return {} if head_dim * heads == hidden else {"attention_head_dim": head_dim}
 
 
-def _llama_like(c: _Config, *, mlp: str, tie_default: bool, qkv_bias: bool | None) -> dict:
+def _llama_like(
+    c: _Config,
+    *,
+    mlp: str,
+    tie_default: bool,
+    qkv_bias: bool | None,
+    bias: bool | None = None,
+    layers_key: str = "num_hidden_layers",
+) -> dict:
+    """A Llama-shaped block; ``bias`` given = the family fixes its linear biases (no
+    attention_bias / mlp_bias to read)."""
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
-    bias = c.flag("attention_bias", False)
-    if c.flag("mlp_bias", False) != bias:
-        raise c.refuse("mlp_bias", "mlp_bias different from attention_bias is not modelled")
+    if bias is None:
+        bias = c.flag("attention_bias", False)
+        if c.flag("mlp_bias", False) != bias:
+            raise c.refuse("mlp_bias", "mlp_bias different from attention_bias is not modelled")
     fields = dict(
         family=_FAMILY.get(c.model_type, c.model_type),
-        num_layers=c.int("num_hidden_layers"),
+        num_layers=c.int(layers_key),
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=c.count("num_key_value_heads", heads),
@@ -455,6 +483,279 @@ def _gpt2(c: _Config) -> dict:
     )
 
 
+def _act(c: _Config, key: str, allowed: tuple[str, ...], what: str) -> None:
+    act = c.get(key, allowed[0])
+    if act not in allowed:
+        raise c.refuse(key, f"{key} {act!r}: {what} ({', '.join(allowed)}) is expected")
+
+
+def _dropouts(c: _Config, residual_key: str) -> dict:
+    return dict(
+        dropout=float(c.get(residual_key, 0.0)),
+        attention_dropout=float(c.get("attention_dropout", 0.0)),
+    )
+
+
+def _olmo(c: _Config) -> dict:
+    # OLMo-1 (modeling_olmo.py): Llama's matrices; OlmoLayerNorm is F.layer_norm without
+    # weight or bias, so its norms hold no parameters. clip_qkv clamps activations only.
+    return _llama(c) | {"norm": "layernorm", "norm_affine": False}
+
+
+def _olmo2(c: _Config) -> dict:
+    # OLMo-2 (modeling_olmo2.py): Llama's matrices. Its two RMSNorms per block follow the
+    # attention and the MLP (post_attention_layernorm, post_feedforward_layernorm) instead of
+    # preceding them: the same count, and the same number of (b, s, h) tensors stashed. q_norm
+    # and k_norm are RMSNorms over the whole q (heads x head_dim) and k (kv heads x head_dim).
+    return _llama(c) | {"qk_norm": True, "qk_norm_kind": "full"}
+
+
+def _starcoder2(c: _Config) -> dict:
+    # StarCoder2 (modeling_starcoder2.py): q/k/v/o and the MLP's c_fc/c_proj carry biases
+    # per use_bias; nn.LayerNorm always has weight and bias; a plain (ungated) GELU MLP; GQA
+    # and rotary positions. Starcoder2Config ties the embeddings by default.
+    _act(c, "hidden_act", _GATED_GELU, "a GELU")
+    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    return dict(
+        family="starcoder2",
+        num_layers=c.int("num_hidden_layers"),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=c.count("num_key_value_heads", heads),
+        ffn_hidden_size=c.int("intermediate_size"),
+        vocab_size=c.int("vocab_size"),
+        max_seq_len=c.int("max_position_embeddings"),
+        position="rotary",
+        norm="layernorm",
+        norm_bias=True,
+        mlp="gelu",
+        bias=c.flag("use_bias", True),
+        tie_word_embeddings=c.flag("tie_word_embeddings", True),
+        **_dropouts(c, "residual_dropout"),
+        **c.head_dim_field(hidden, heads),
+    )
+
+
+def _phi(c: _Config) -> dict:
+    # Phi-1.5 / Phi-2 (modeling_phi.py): one LayerNorm (weight and bias) feeds attention and
+    # MLP in parallel; q/k/v/dense and fc1/fc2 have biases; GELU MLP; partial rotary (no
+    # parameters); the LM head has a bias.
+    if c.flag("qk_layernorm", False):
+        raise c.refuse("qk_layernorm", "Phi's qk_layernorm (LayerNorms with bias) is not modelled")
+    _act(c, "hidden_act", ("gelu_new", "gelu", "gelu_pytorch_tanh"), "a GELU")
+    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    return dict(
+        family="phi",
+        num_layers=c.int("num_hidden_layers"),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=c.count("num_key_value_heads", heads),
+        ffn_hidden_size=c.int("intermediate_size"),
+        vocab_size=c.int("vocab_size"),
+        max_seq_len=c.int("max_position_embeddings"),
+        position="rotary",
+        norm="layernorm",
+        mlp="gelu",
+        bias=True,
+        parallel_block=True,
+        lm_head_bias=True,
+        tie_word_embeddings=c.flag("tie_word_embeddings", False),
+        **_dropouts(c, "resid_pdrop"),
+        **c.head_dim_field(hidden, heads),
+    )
+
+
+def _cohere(c: _Config) -> dict:
+    # Command-R (modeling_cohere.py, and cohere2 for Command R7B / A): one CohereLayerNorm
+    # (a weight, no bias) feeds attention and a SwiGLU MLP in parallel; tied embeddings;
+    # logit_scale and cohere2's sliding-window layers hold no parameters. use_qk_norm adds
+    # CohereLayerNorm((heads, head_dim)) on q and ((kv heads, head_dim)) on k: a weight per
+    # head, each head normalised alone (Command-R+).
+    _act(c, "hidden_act", ("silu",), "SwiGLU's SiLU")
+    if c.flag("attention_bias", False):
+        raise c.refuse("attention_bias", "attention biases without MLP biases are not modelled")
+    fields = _llama_like(c, mlp="swiglu", tie_default=True, qkv_bias=None, bias=False)
+    fields.update(family="cohere", norm="layernorm", norm_bias=False, parallel_block=True)
+    if c.flag("use_qk_norm", False):
+        fields.update(qk_norm=True, qk_norm_kind="per_head")
+    return fields
+
+
+def _falcon(c: _Config) -> dict:
+    """Falcon (modeling_falcon.py): fused query_key_value, GELU MLP of ffn_hidden_size
+    (4 x hidden by default), nn.LayerNorm with weight and bias, biases on the linears per
+    ``bias``, tied embeddings (FalconConfig's default). Falcon-7B: parallel attention with one
+    norm and multi-query attention; the new decoder architecture (40B, 180B): num_kv_heads
+    and two norms (ln_attn, ln_mlp) on the parallel block."""
+    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    new_arch = c.flag("new_decoder_architecture", False)
+    parallel = c.flag("parallel_attn", True)
+    if new_arch and not parallel:
+        raise c.refuse(
+            "parallel_attn", "the new decoder architecture without parallel_attn is not modelled"
+        )
+    if new_arch:
+        kv_heads = c.count("num_kv_heads", heads)
+    elif c.flag("multi_query", True):
+        kv_heads = 1  # FalconAttention: one K and one V head (qkv width hidden + 2 head_dim)
+    else:
+        kv_heads = heads  # qkv width 3 x hidden
+    _act(c, "activation", ("gelu",), "GELU")
+    norms = c.count("num_ln_in_parallel_attn", 2 if new_arch else 1)
+    return dict(
+        family="falcon",
+        num_layers=c.int("num_hidden_layers"),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        ffn_hidden_size=c.count("ffn_hidden_size", 4 * hidden),
+        vocab_size=c.int("vocab_size"),
+        max_seq_len=c.count("max_position_embeddings", 2048),  # FalconConfig's default
+        position="alibi" if c.flag("alibi", False) else "rotary",
+        norm="layernorm",
+        mlp="gelu",
+        bias=c.flag("bias", False),
+        parallel_block=parallel,
+        parallel_norms=2 if parallel and norms == 2 else 1,
+        tie_word_embeddings=c.flag("tie_word_embeddings", True),
+        **_dropouts(c, "hidden_dropout"),
+        **c.head_dim_field(hidden, heads),
+    )
+
+
+def _gpt_oss(c: _Config) -> dict:
+    """gpt-oss (modeling_gpt_oss.py): every block MoE; q/k/v/o with biases, one sink logit per
+    head; a router with a bias; every expert a clamped SwiGLU with gate/up and down biases
+    (gate_up_proj_bias, down_proj_bias); untied embeddings. The alternating 128-token sliding
+    window has no parameters (timed as full attention)."""
+    _act(c, "hidden_act", ("silu",), "the clamped SwiGLU's SiLU")
+    if not c.flag("attention_bias", True):
+        raise c.refuse(
+            "attention_bias",
+            "gpt-oss without attention biases is not modelled (its experts keep theirs)",
+        )
+    fields = _llama_like(c, mlp="swiglu", tie_default=False, qkv_bias=None, bias=True)
+    moe = _moe_block(c, "num_local_experts", "intermediate_size", router_bias=True)
+    return fields | {"family": "gpt-oss", "attention_sinks": True, "moe": moe}
+
+
+def _glm(c: _Config) -> dict:
+    # GLM-4 (modeling_glm.py, THUDM/glm-4-9b-hf): biases on q/k/v only (attention_bias,
+    # default true), none on o_proj or the fused gate_up / down MLP; RMSNorm; partial rotary.
+    _act(c, "hidden_act", ("silu",), "SwiGLU's SiLU")
+    qkv_bias = c.flag("attention_bias", True)
+    return _llama_like(c, mlp="swiglu", tie_default=False, qkv_bias=qkv_bias, bias=False)
+
+
+def _glm4(c: _Config) -> dict:
+    # GLM-4-0414 (modeling_glm4.py): GLM plus post_self_attn_layernorm and post_mlp_layernorm,
+    # four norms per block as Gemma-2's.
+    return _glm(c) | {"sandwich_norm": True}
+
+
+def _stablelm(c: _Config) -> dict:
+    # StableLM (modeling_stablelm.py): LayerNorm with weight and bias; q/k/v biases per
+    # use_qkv_bias, none on o_proj or the SwiGLU MLP; use_parallel_residual drops the MLP's
+    # norm (one norm feeds both); qk_layernorm is a LayerNorm (no bias) per head.
+    _act(c, "hidden_act", ("silu",), "SwiGLU's SiLU")
+    fields = _llama_like(
+        c, mlp="swiglu", tie_default=False, qkv_bias=c.flag("use_qkv_bias", False), bias=False
+    )
+    fields.update(norm="layernorm", norm_bias=True)
+    fields.update(parallel_block=c.flag("use_parallel_residual", False))
+    if c.flag("qk_layernorm", False):
+        fields.update(qk_norm=True, qk_norm_kind="per_head")
+    return fields | _dropouts(c, "hidden_dropout")
+
+
+def _dbrx(c: _Config) -> dict:
+    """DBRX (modeling_dbrx.py): every block MoE (ffn_config) with SwiGLU experts (w1, v1, w2)
+    and a bias-free router; fused Wqkv and out_proj without biases; GQA (attn_config
+    kv_n_heads); nn.LayerNorm without bias; untied embeddings."""
+    attn, ffn = c.sub("attn_config"), c.sub("ffn_config")
+    act = ffn.get("ffn_act_fn", {"name": "silu"})
+    if not isinstance(act, dict) or act.get("name", "silu") != "silu":
+        raise ffn.refuse("ffn_act_fn", f"'ffn_act_fn' {act!r:.60}: only SiLU (SwiGLU) is modelled")
+    hidden, heads = c.int("d_model"), c.int("n_heads")
+    moe = dict(
+        num_experts=ffn.int("moe_num_experts"),
+        top_k=ffn.int("moe_top_k"),
+        expert_ffn=ffn.int("ffn_hidden_size"),
+    )
+    return dict(
+        family="dbrx",
+        num_layers=c.int("n_layers"),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=attn.count("kv_n_heads", 1),  # DbrxAttentionConfig's default
+        ffn_hidden_size=moe["expert_ffn"],
+        vocab_size=c.int("vocab_size"),
+        max_seq_len=c.int("max_seq_len"),
+        position="rotary",
+        norm="layernorm",
+        norm_bias=False,
+        mlp="swiglu",
+        bias=False,
+        tie_word_embeddings=c.flag("tie_word_embeddings", False),
+        dropout=float(c.get("resid_pdrop", 0.0)),
+        attention_dropout=float(attn.get("attn_pdrop", 0.0)),
+        moe=moe,
+    )
+
+
+def _exaone(c: _Config) -> dict:
+    # EXAONE 3.x (LG AI Research's modeling_exaone.py, remote code): Llama's block under other
+    # names (num_layers, activation_function; q/k/v/out_proj, c_fc_0/c_fc_1/c_proj without
+    # biases; RMSNorm). Its remote config's defaults are not in transformers, so the tie
+    # flag must be written.
+    _act(c, "activation_function", ("silu",), "SwiGLU's SiLU")
+    if "tie_word_embeddings" not in c.cfg:
+        raise c.refuse(
+            "tie_word_embeddings",
+            "an exaone config.json needs 'tie_word_embeddings' (true for EXAONE-3.5-2.4B, "
+            "false for 7.8B); add it",
+        )
+    return _llama_like(
+        c, mlp="swiglu", tie_default=False, qkv_bias=None, bias=False, layers_key="num_layers"
+    )
+
+
+def _internlm2(c: _Config) -> dict:
+    # InternLM2 (internlm's modeling_internlm2.py, remote code): Llama's block with fused
+    # wqkv; ``bias`` (default true there) puts biases on wqkv and wo but never on the
+    # feed_forward w1/w2/w3, a layout the accounting does not model.
+    _act(c, "hidden_act", ("silu",), "SwiGLU's SiLU")
+    if c.flag("bias", True):
+        raise c.refuse(
+            "bias",
+            "InternLM2 with attention biases (bias true, the remote config's default) is not "
+            'modelled; the published configs say "bias": false',
+        )
+    return _llama_like(c, mlp="swiglu", tie_default=False, qkv_bias=None, bias=False)
+
+
+def _not_a_transformer(why: str, instead: str):
+    def refuse(c: _Config) -> dict:
+        raise c.refuse(
+            "model_type",
+            f"model_type {c.model_type!r} is {why}; the accounting models decoder-only "
+            f"transformer blocks (attention + MLP) only, so its parameters, FLOPs and memory "
+            f"would be wrong. {instead}",
+        )
+
+    return refuse
+
+
+_STATE_SPACE = _not_a_transformer(
+    "a state-space or recurrent model (or a hybrid with such layers)",
+    "Plan with a decoder-only transformer of similar size (e.g. a catalog model) instead.",
+)
+_ENCODER_DECODER = _not_a_transformer(
+    "an encoder-decoder model (an encoder stack, a decoder stack and cross-attention)",
+    "Plan its decoder as a decoder-only config.json of the same sizes, or use a catalog model.",
+)
+
+
 _FAMILY = {
     "qwen2_moe": "qwen2-moe",
     "qwen3_moe": "qwen3-moe",
@@ -488,9 +789,31 @@ _READERS = {
     "gpt_neox": _gpt_neox,
     "opt": _opt,
     "gpt2": _gpt2,
+    "olmo": _olmo,
+    "olmo2": _olmo2,
+    "starcoder2": _starcoder2,
+    "phi": _phi,
+    "cohere": _cohere,
+    "cohere2": _cohere,
+    "falcon": _falcon,
+    "gpt_oss": _gpt_oss,
+    "glm": _glm,
+    "glm4": _glm4,
+    "stablelm": _stablelm,
+    "dbrx": _dbrx,
+    "exaone": _exaone,
+    "internlm2": _internlm2,
 }
 SUPPORTED = tuple(_READERS)
 """The model_type values read (the error for any other lists them)."""
 
-_REFUSED = {"gemma3": _gemma3_multimodal}
+_REFUSED = {
+    "gemma3": _gemma3_multimodal,
+    **dict.fromkeys(
+        ("mamba", "mamba2", "falcon_mamba", "jamba", "recurrent_gemma", "zamba", "zamba2",
+         "bamba", "rwkv", "falcon_h1"),
+        _STATE_SPACE,
+    ),
+    **dict.fromkeys(("t5", "mt5", "umt5", "bart", "mbart", "pegasus"), _ENCODER_DECODER),
+}  # fmt: skip
 """model_type values refused with their own fix rather than "not supported"."""

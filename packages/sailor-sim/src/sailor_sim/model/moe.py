@@ -110,13 +110,15 @@ def check_expert_parallel(moe: MoESpec | None, ep: int, model_name: str) -> None
 
 
 def routed_expert_params(model, first: int, last: int, tp: int) -> int:
-    """Parameters of the routed experts in layers first..last (per GPU of a TP group)."""
+    """Parameters of the routed experts in layers first..last (per GPU of a TP group), their
+    biases included (gpt-oss): a rank holding an expert holds its biases."""
     if model.moe is None:
         return 0
     total = 0
     for layer_id in range(max(first, 1), min(last, model.num_layers) + 1):
         if model.is_moe_block(layer_id):
-            total += model.param_terms(layer_id, tp)["mlp_experts"]
+            terms = model.param_terms(layer_id, tp)
+            total += terms["mlp_experts"] + terms.get("mlp_experts_bias", 0)
     return total
 
 

@@ -20,8 +20,13 @@ Qwen3: heads x head_dim != hidden), per-head q/k RMSNorms (``qk_norm``, Qwen3), 
 norms after attention and MLP (``sandwich_norm``), BLOOM's norm after the embedding
 (``embedding_norm``), a squared-ReLU MLP (``mlp='relu2'``, Nemotron-4: So et al. 2021,
 "Primer", arXiv 2109.08668), latent attention (``mla``, ``mla.py``) and mixture-of-experts
-blocks (``moe``, ``moe.py``). For MoE the per-layer counts hold every expert; expert
-parallelism divides them in the memory model (``moe.py``).
+blocks (``moe``, ``moe.py``; with ``bias`` every expert has its biases, gpt-oss), a parallel
+attention + MLP block (``parallel_block``: GPT-J, PaLM, Phi-2, Command-R, Falcon), norms without
+parameters (``norm_affine`` False, OLMo-1), q/k norms of every head's own weights or over the
+whole projection (``qk_norm_kind``: Command-R+, OLMo-2), one attention-sink logit per head
+(``attention_sinks``, gpt-oss) and a bias on the LM head (``lm_head_bias``, Phi-2). For MoE the
+per-layer counts hold every expert; expert parallelism divides them in the memory model
+(``moe.py``).
 
 Activation memory follows Korthikanti et al., "Reducing Activation Recomputation in Large
 Transformer Models" (2022), Sec. 4.1, without sequence parallelism or recomputation, one named
@@ -64,10 +69,24 @@ FAMILIES = (
     "nemotron",
     "phi3",
     "gemma3",
+    "olmo",
+    "olmo2",
+    "starcoder2",
+    "phi",
+    "cohere",
+    "falcon",
+    "gpt-oss",
+    "glm",
+    "glm4",
+    "dbrx",
+    "stablelm",
+    "exaone",
+    "internlm2",
 )
 POSITIONS = ("learned", "rotary", "alibi")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu", "geglu", "relu2")
+QK_NORM_KINDS = ("head", "per_head", "full")
 # Bytes of the int64 token ids a stage 0 keeps per token (for the embedding backward).
 _TOKEN_ID_BYTES = 8
 MAX_LAYERS = 4096
@@ -122,11 +141,34 @@ class ModelSpec:
     """Width of one attention head; None = hidden_size / num_heads (Gemma-7B: 256 x 16 heads
     on a 3072 hidden state)."""
     qk_norm: bool = False
-    """RMSNorm (weight of head_dim) on each head's query and key (Qwen3)."""
+    """A norm on each head's query and key (Qwen3); its weights per ``qk_norm_kind``."""
+    qk_norm_kind: str = "head"
+    """'head': one head_dim weight for q and one for k, shared by the heads (Qwen3, Gemma-3);
+    'per_head': a head_dim weight for every q and k head, each head normalised alone
+    (Command-R+ CohereLayerNorm((heads, head_dim)), StableLM-2-12B); 'full': one norm over all
+    of q (heads x head_dim) and one over all of k (OLMo-2 q_norm/k_norm): TP splits the heads,
+    so each norm's statistics need an all-reduce across the TP group."""
     sandwich_norm: bool = False
     """Norms also after attention and after the MLP, 4 per block (Gemma-2)."""
     embedding_norm: bool = False
     """A norm on the embedding output in layer 0 (BLOOM ``word_embeddings_layernorm``)."""
+    parallel_block: bool = False
+    """Attention and MLP both read the block input and their outputs are added to it together,
+    y = x + attn(norm(x)) + mlp(norm'(x)) (GPT-J; PaLM, arXiv 2204.02311, Sec. 2; Phi-2,
+    Command-R, Falcon). The MLP's input needs no second copy in the stash, and under TP the
+    two row-parallel outputs are summed before one all-reduce (GPT-NeoX ``gpt_j_residual``)."""
+    parallel_norms: int = 1
+    """Norms on a parallel block's input: 1 shared by attention and MLP (Phi-2, Command-R,
+    Falcon-7B) or 2 (Falcon-40B's ``ln_attn`` and ``ln_mlp``). Ignored without
+    ``parallel_block``."""
+    norm_affine: bool = True
+    """Norms have a learned weight (and bias, ``norm_bias``); False = OLMo-1's non-parametric
+    LayerNorm (``F.layer_norm`` without weight or bias: no parameters)."""
+    attention_sinks: bool = False
+    """One learned sink logit per attention head joins each softmax's denominator (gpt-oss
+    ``sinks``): num_heads parameters per block, split by TP with the heads."""
+    lm_head_bias: bool = False
+    """The LM head has a bias of one value per vocabulary row (Phi-2 ``lm_head``)."""
     moe: MoESpec | None = None
     """Mixture-of-experts blocks (``moe.py``); None = dense."""
     mla: MLASpec | None = None
@@ -155,7 +197,12 @@ class ModelSpec:
                 f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}",
                 field="num_kv_heads",
             )
-        for field, allowed in (("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS)):
+        for field, allowed in (
+            ("position", POSITIONS),
+            ("norm", NORMS),
+            ("mlp", MLPS),
+            ("qk_norm_kind", QK_NORM_KINDS),
+        ):
             if getattr(self, field) not in allowed:
                 raise ValidationError(
                     f"unknown {field} {getattr(self, field)!r}; use one of {allowed}", field=field
@@ -167,6 +214,7 @@ class ModelSpec:
                 field="num_layers",
             )
         self._check_vocab_and_positions()
+        self._check_block_layout()
         if not 0.0 <= self.dropout < 1.0:
             raise ValidationError(f"must be in [0, 1), got {self.dropout}", field="dropout")
         if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
@@ -186,6 +234,19 @@ class ModelSpec:
             raise ValidationError(
                 f"{rows} position rows cannot hold max_seq_len {self.max_seq_len}",
                 field="num_position_embeddings",
+            )
+
+    def _check_block_layout(self) -> None:
+        if self.parallel_norms not in (1, 2):
+            raise ValidationError(
+                f"must be 1 (one norm shared by attention and MLP) or 2, got "
+                f"{self.parallel_norms!r}",
+                field="parallel_norms",
+            )
+        if self.parallel_block and self.sandwich_norm:
+            raise ValidationError(
+                "a parallel block with sandwich norms is not modelled; set one of them false",
+                field="parallel_block",
             )
 
     # ---- shape helpers ---------------------------------------------------------------------
@@ -218,6 +279,11 @@ class ModelSpec:
             "sandwich_norm": self.sandwich_norm,
             "embedding_norm": self.embedding_norm,
             "mlp=relu2": self.mlp == "relu2",
+            "qk_norm_kind": self.qk_norm and self.qk_norm_kind != "head",
+            "parallel_block": self.parallel_block,
+            "norm_affine=False": not self.norm_affine,
+            "attention_sinks": self.attention_sinks,
+            "lm_head_bias": self.lm_head_bias,
         }
         return tuple(name for name, present in features.items() if present)
 
@@ -254,6 +320,31 @@ class ModelSpec:
         if self.norm == "rmsnorm":
             return False
         return True if self.norm_bias is None else self.norm_bias
+
+    @property
+    def block_norms(self) -> int:
+        """Hidden-size norms per block: 2 (before attention and MLP), 4 with sandwich norms,
+        ``parallel_norms`` in a parallel block."""
+        if self.parallel_block:
+            return self.parallel_norms
+        return 4 if self.sandwich_norm else 2
+
+    @property
+    def tp_all_reduces_per_block(self) -> int:
+        """All-reduces of the (b, s, h) activations per block and microbatch under TP
+        (Shoeybi et al. 2019, Sec. 3): the attention's and the MLP's output in forward, the
+        gradients of their inputs in backward. A parallel block sums its two outputs before
+        one all-reduce; in backward each distinct branch input (one per norm) needs one."""
+        if self.parallel_block:
+            return 1 + self.parallel_norms
+        return 4
+
+    @property
+    def tp_forward_all_reduce_share(self) -> float:
+        """Share of a block's TP all-reduces that run in forward (what full recomputation
+        repeats): 2 of 4, or a parallel block's 1 of 1 + ``parallel_norms``."""
+        forward = 1 if self.parallel_block else 2
+        return forward / self.tp_all_reduces_per_block
 
     @property
     def position_rows(self) -> int:
@@ -316,6 +407,8 @@ class ModelSpec:
 
     # ---- parameters ------------------------------------------------------------------------
     def _norm_params(self) -> int:
+        if not self.norm_affine:
+            return 0
         return 2 * self.hidden_size if self.norm_has_bias else self.hidden_size
 
     def param_terms(self, layer_id: int, tp: int = 1) -> dict[str, int]:
@@ -330,10 +423,14 @@ class ModelSpec:
                 terms["embedding_norm"] = self._norm_params()
             return terms
         if kind == "head":
-            return {"final_norm": self._norm_params(), "lm_head": self.vocab_size * h // tp}
-        norms = 4 if self.sandwich_norm else 2
+            terms = {"final_norm": self._norm_params(), "lm_head": self.vocab_size * h // tp}
+            if self.lm_head_bias:  # column-parallel, split with the vocabulary rows
+                terms["lm_head_bias"] = self.vocab_size // tp
+            return terms
+        norms = self.block_norms
         terms = {"attention_norm": self._norm_params(), **self._attention_terms(tp)}
-        terms["mlp_norm"] = (norms - 1) * self._norm_params()
+        if norms > 1:  # a parallel block's one shared norm is the attention's
+            terms["mlp_norm"] = (norms - 1) * self._norm_params()
         return terms | self._mlp_terms(layer_id, tp)
 
     def _attention_terms(self, tp: int) -> dict[str, int]:
@@ -342,13 +439,21 @@ class ModelSpec:
             return self.mla.param_terms(h, self.num_heads, tp)
         qkv_out = self.q_width + 2 * self.kv_size
         terms = {"attention_qkv": qkv_out * h // tp, "attention_out": self.q_width * h // tp}
-        if self.qk_norm:  # one head_dim weight each for q and k, shared by the heads
-            terms["attention_qk_norm"] = 2 * self.head_dim
+        if self.qk_norm:
+            terms["attention_qk_norm"] = self._qk_norm_params(tp)
+        if self.attention_sinks:
+            terms["attention_sinks"] = self.num_heads // tp
         if self.qkv_has_bias:
             terms["attention_qkv_bias"] = qkv_out // tp
         if self.bias:
             terms["attention_out_bias"] = h  # row-parallel bias: replicated
         return terms
+
+    def _qk_norm_params(self, tp: int) -> int:
+        if self.qk_norm_kind == "head":  # one head_dim weight each for q and k, replicated
+            return 2 * self.head_dim
+        # a weight per q and k channel: each TP rank holds those of its heads
+        return (self.q_width + self.kv_size) // tp
 
     def _mlp_terms(self, layer_id: int, tp: int) -> dict[str, int]:
         h, mlp_mats = self.hidden_size, 3 if self.gated_mlp else 2
@@ -364,11 +469,19 @@ class ModelSpec:
         }
         if moe.router_bias:
             terms["mlp_router_bias"] = moe.num_experts
+        if self.bias:  # every expert's up (and gate) biases, split by TP, and its down bias
+            terms["mlp_experts_bias"] = moe.num_experts * self._expert_bias(moe.expert_ffn, tp)
         if moe.shared_ffn:
             terms["mlp_shared_experts"] = mlp_mats * h * moe.shared_ffn // tp
+            if self.bias:
+                terms["mlp_shared_experts_bias"] = self._expert_bias(moe.shared_ffn, tp)
         if moe.shared_expert_gate:
             terms["mlp_shared_gate"] = h
         return terms
+
+    def _expert_bias(self, ffn: int, tp: int) -> int:
+        """Biases of one MLP of width ``ffn``, as a dense block's ``mlp_bias``."""
+        return ffn * ((3 if self.gated_mlp else 2) - 1) // tp + self.hidden_size
 
     def active_matmul_params(self, layer_id: int, tp: int = 1) -> float:
         """Weights one token multiplies with in this layer (per GPU of a TP group): every
@@ -398,9 +511,11 @@ class ModelSpec:
         unused = 0
         if self.moe:
             mats = 3 if self.gated_mlp else 2
-            idle = (self.moe.num_experts - self.moe.top_k) * mats * self.hidden_size
+            per_expert = mats * self.hidden_size * self.moe.expert_ffn
+            if self.bias:
+                per_expert += self._expert_bias(self.moe.expert_ffn, 1)
             blocks = sum(self.is_moe_block(i) for i in range(1, self.num_layers + 1))
-            unused = blocks * idle * self.moe.expert_ffn
+            unused = blocks * (self.moe.num_experts - self.moe.top_k) * per_expert
         return self.total_params() - unused
 
     @lru_cache(maxsize=4096)  # noqa: B019 (specs are frozen and few; importers ask per entry)
@@ -428,6 +543,8 @@ class ModelSpec:
             held -= self.vocab_size * h
         else:
             held -= self.vocab_padding * h  # the head's padding rows
+        if self.lm_head_bias:
+            held -= self.vocab_padding  # the head bias's padding rows
         return held - self.vocab_padding * h  # the embedding's padding rows
 
     def matmul_params(self) -> int:
@@ -525,6 +642,12 @@ class ModelSpec:
             "mlp_hidden": int(s * b * ffn_t * mlp_stored * e),
             "mlp_dropout_mask": sbh * mask,
         }
+        if self.parallel_block:
+            # The MLP's norm reads the block input the attention's norm keeps already; with
+            # one shared norm the MLP's input is the attention's (qkv_input) too.
+            del terms["mlp_norm_input"]
+            if self.parallel_norms == 1:
+                del terms["mlp_input"]
         if self.is_moe_block(layer_id):
             # The router's fp32 probabilities and each routed copy of the hidden state that
             # the dispatch permutes to the experts (kept for the experts' weight gradients).

@@ -265,7 +265,7 @@ class Simulator(MemoryComponents):
     def _recompute_s(self, job: Job, t, s: StageSlice, tp_s: float) -> float:
         """Forward work done again in backward (``options.recomputed_forward_fraction`` of
         the blocks' forward seconds; full recomputation also repeats their forward TP
-        all-reduces: half of ``tp_s``)."""
+        all-reduces: half of ``tp_s``, a parallel block's ``tp_forward_all_reduce_share``)."""
         a, b = max(s.first, 1), min(s.last, job.model.num_layers)
         if a > b:
             return 0.0
@@ -280,7 +280,7 @@ class Simulator(MemoryComponents):
         if gemms and job.options.fp8 != "none":  # the rerun GEMMs in FP8, as the first time
             extra += gemms * (self._fp8_time(job, s._replace(first=a, last=b), span, 0.0)[0] - span)
         if job.options.recompute == "full":
-            extra += 0.5 * tp_s
+            extra += job.model.tp_forward_all_reduce_share * tp_s
         if job.options.context_parallel > 1:  # the attention over the other ranks' keys
             cp_s = self._cp_attention_s(job, s)
             extra += cp_s if job.options.recompute == "full" else 0.5 * cp_s if flash else 0.0

@@ -388,16 +388,30 @@ def intra_bus_efficiency(gpu_type: str) -> float:
 
 
 def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) -> float:
-    """Megatron TP all-reduces per microbatch (Shoeybi et al. 2019, Sec. 3): two per block in
-    forward and two in backward on the (b, s, h) activations, one in the embedding forward and
-    one in the head backward."""
+    """Megatron TP all-reduces per microbatch (Shoeybi et al. 2019, Sec. 3): per block two in
+    forward and two in backward on the (b, s, h) activations (fewer in a parallel block:
+    ``ModelSpec.tp_all_reduces_per_block``), one in the embedding forward and one in the head
+    backward; OLMo-2's whole-projection q/k norms add two small ones per block."""
     if tp < 2:
         return 0.0
     blocks = max(0, min(last, model.num_layers) - max(first, 1) + 1)
-    calls = 4 * blocks + (1 if first == 0 else 0) + (1 if last == model.head_layer_id else 0)
+    calls = model.tp_all_reduces_per_block * blocks
+    calls += (1 if first == 0 else 0) + (1 if last == model.head_layer_id else 0)
     nbytes = model.activation_out_bytes(0, mbs, seq, dtype)
-    one = 2.0 * (tp - 1) / tp * nbytes / link.bandwidth(nbytes / tp) + 2 * (tp - 1) * link.latency_s
-    return calls * one
+    seconds = calls * _all_reduce_s(link, nbytes, tp)
+    if model.qk_norm and model.qk_norm_kind == "full":
+        # The q and k norms' per-token fp32 sums of squares in forward, and the per-token
+        # sums their backward needs, each all-reduced across the ranks splitting the heads.
+        stats = mbs * seq * 2 * 4
+        seconds += 2 * blocks * _all_reduce_s(link, stats, tp)
+    return seconds
+
+
+def _all_reduce_s(link: LinkCurve, nbytes: float, tp: int) -> float:
+    """Ring all-reduce of ``nbytes`` over ``tp`` ranks of one node."""
+    return (
+        2.0 * (tp - 1) / tp * nbytes / link.bandwidth(nbytes / tp) + 2 * (tp - 1) * link.latency_s
+    )
 
 
 def dp_egress_usd(network: NetworkModel, replicas, grad_bytes_unsharded: float) -> float:

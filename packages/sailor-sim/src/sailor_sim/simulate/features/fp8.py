@@ -134,7 +134,7 @@ def fp8_weight_copy_bytes(model, first: int, last: int, tp: int) -> int:
 
 
 def _is_linear_weight(term: str) -> bool:
-    if "norm" in term or term.endswith("bias") or term == "mlp_router":
+    if "norm" in term or term.endswith("bias") or term in ("mlp_router", "attention_sinks"):
         return False
     return term.startswith(("attention_", "mlp"))
 
