@@ -48,9 +48,10 @@ CONFIGS = {
         "n_positions": 64,
         "vocab_size": 250,
     },
-    "gpt_neox": {
+    "gpt_neox": {  # the sequential variant: the zoo builds no parallel blocks (refused below)
         **BASE,
         "model_type": "gpt_neox",
+        "use_parallel_residual": False,
         "intermediate_size": 128,
         "max_position_embeddings": 64,
         "vocab_size": 256,
@@ -97,3 +98,16 @@ def test_zoo_refuses_architectures_it_does_not_build(tmp_path):
     with pytest.raises(ValidationError, match="does not build moe") as e:
         build_stage(get_model(str(path)), 0, 1, 0, 1, seed=0)
     assert e.value.field == "model"
+
+
+def test_zoo_refuses_a_parallel_residual_block(tmp_path):
+    """Pythia's GPT-NeoX layer adds attention and MLP to the same input (Hugging Face's
+    default ``use_parallel_residual``): the zoo's sequential block would train another model,
+    so building it fails naming the feature."""
+    from sailor_sim import ValidationError
+
+    pythia = {k: v for k, v in CONFIGS["gpt_neox"].items() if k != "use_parallel_residual"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(pythia))
+    with pytest.raises(ValidationError, match="does not build parallel_block"):
+        build_stage(get_model(str(path)), 0, 1, 0, 1, seed=0)

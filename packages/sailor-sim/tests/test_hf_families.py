@@ -281,6 +281,33 @@ def test_parallel_block_norms_stash_and_tp_all_reduces(tmp_path):
     assert falcon40.tp_forward_all_reduce_share == pytest.approx(1 / 3)
 
 
+PYTHIA_1B = {  # EleutherAI/pythia-1b
+    "model_type": "gpt_neox", "hidden_act": "gelu", "hidden_size": 2048,
+    "intermediate_size": 8192, "max_position_embeddings": 2048, "num_attention_heads": 8,
+    "num_hidden_layers": 16, "rotary_pct": 0.25, "tie_word_embeddings": False,
+    "use_parallel_residual": True, "vocab_size": 50304,
+}  # fmt: skip
+
+
+def test_gpt_neox_reads_its_parallel_residual(tmp_path):
+    """GPTNeoXLayer adds attention and MLP, each behind its own LayerNorm, to the same input
+    when use_parallel_residual is true (Hugging Face's default; Pythia): 3 TP all-reduces per
+    block (the summed outputs once, each norm's input gradient once); without it the block
+    is sequential (4). Parameters are the same two norms either way: Pythia-1B stays at its
+    published 1,011,781,632."""
+    pythia = _spec(tmp_path, "pythia", PYTHIA_1B)
+    assert (pythia.parallel_block, pythia.parallel_norms) == (True, 2)
+    assert pythia.tp_all_reduces_per_block == 3
+    assert pythia.total_params() == 1_011_781_632
+    default = {k: v for k, v in PYTHIA_1B.items() if k != "use_parallel_residual"}
+    assert _spec(tmp_path, "default", default).parallel_block
+    sequential = _spec(tmp_path, "seq", {**PYTHIA_1B, "use_parallel_residual": False})
+    assert not sequential.parallel_block and sequential.tp_all_reduces_per_block == 4
+    assert sequential.total_params() == pythia.total_params()
+    assert "mlp_norm_input" not in pythia.stash_terms(1, 1, 2048, "bf16", 2)
+    assert "mlp_norm_input" in sequential.stash_terms(1, 1, 2048, "bf16", 2)
+
+
 def test_non_parametric_norms_hold_nothing(tmp_path):
     olmo = _spec(tmp_path, "olmo", OLMO_1B)
     assert olmo.param_terms(1)["attention_norm"] == olmo.param_terms(1)["mlp_norm"] == 0

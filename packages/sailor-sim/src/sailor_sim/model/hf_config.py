@@ -413,7 +413,12 @@ def _mpt(c: _Config) -> dict:
 def _gpt_neox(c: _Config) -> dict:
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     bias = c.flag("attention_bias", True)
+    # GPTNeoXLayer: x + attn(ln1(x)) + mlp(ln2(x)) unless use_parallel_residual is false
+    # (Hugging Face's default is true: Pythia, GPT-NeoX-20B); two norms either way.
+    parallel = c.flag("use_parallel_residual", True)
     return dict(
+        parallel_block=parallel,
+        parallel_norms=2 if parallel else 1,
         family="gpt-neox",
         num_layers=c.int("num_hidden_layers"),
         hidden_size=hidden,
