@@ -9,6 +9,8 @@ The configs hold the architecture fields of each model's config.json on the Hugg
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -199,6 +201,18 @@ def test_non_embedding_counts_printed_in_the_gemma_reports(tmp_path):
     gemma2 = _spec(tmp_path, "gemma2", GEMMA2_9B)
     assert gemma2.total_params() - _embedding_params(gemma2) == 8_324_201_984
     assert _embedding_params(gemma2) == 917_504_000
+
+
+def test_qk_norms_stash_their_inputs(tmp_path):
+    """Qwen3's per-head q/k RMSNorms need their inputs in backward: q and k before the norms
+    are stashed beside the normed ones the attention keeps (bytes of q + k per token and GPU
+    of a TP group, in the training dtype); a model without q/k norms has no such term."""
+    qwen3 = _spec(tmp_path, "qwen3", QWEN3_8B)
+    terms = qwen3.stash_terms(1, 2, 4096, "bf16", tp=4, flash_attention=True)
+    q_plus_k = 2 * 4096 * (qwen3.q_width + qwen3.kv_size) // 4 * 2
+    assert terms["qk_norm_input"] == terms["query_key"] == q_plus_k
+    plain = dataclasses.replace(qwen3, qk_norm=False)
+    assert "qk_norm_input" not in plain.stash_terms(1, 2, 4096, "bf16", tp=4, flash_attention=True)
 
 
 def test_qwen3_dense_and_moe_against_the_model_cards(tmp_path):

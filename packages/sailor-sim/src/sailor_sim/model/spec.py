@@ -642,6 +642,8 @@ class ModelSpec:
             "mlp_hidden": int(s * b * ffn_t * mlp_stored * e),
             "mlp_dropout_mask": sbh * mask,
         }
+        if self.qk_norm:  # a norm's backward needs its input: q and k before their norms
+            terms["qk_norm_input"] = s * b * (q + kv) // tp * e
         if self.parallel_block:
             # The MLP's norm reads the block input the attention's norm keeps already; with
             # one shared norm the MLP's input is the attention's (qkv_input) too.
