@@ -1,7 +1,8 @@
 """Zoo layers built from Hugging Face config.json models count what ModelSpec counts, and run.
 
 Small configs of each family the reader knows (GeGLU, Q/K/V-only biases, OPT's extra position
-rows, tied embeddings, padded vocabulary), written to a temporary folder.
+rows, tied embeddings, padded vocabulary, parallel blocks, per-head q/k norms, parameter-free
+norms), written to a temporary folder.
 """
 
 from __future__ import annotations
@@ -48,10 +49,44 @@ CONFIGS = {
         "n_positions": 64,
         "vocab_size": 250,
     },
-    "gpt_neox": {  # the sequential variant: the zoo builds no parallel blocks (refused below)
+    "gpt_neox": {  # the sequential variant
         **BASE,
         "model_type": "gpt_neox",
         "use_parallel_residual": False,
+        "intermediate_size": 128,
+        "max_position_embeddings": 64,
+        "vocab_size": 256,
+    },
+    "pythia": {  # Hugging Face's default: a parallel block with two LayerNorms
+        **BASE,
+        "model_type": "gpt_neox",
+        "intermediate_size": 128,
+        "max_position_embeddings": 64,
+        "vocab_size": 256,
+    },
+    "qwen3": {  # heads wider than hidden / heads, per-head q/k RMSNorms
+        **BASE,
+        "model_type": "qwen3",
+        "intermediate_size": 128,
+        "num_key_value_heads": 4,
+        "head_dim": 16,
+        "max_position_embeddings": 64,
+        "vocab_size": 256,
+        "tie_word_embeddings": False,
+    },
+    "phi": {  # a parallel block with one LayerNorm, an LM-head bias
+        **BASE,
+        "model_type": "phi",
+        "hidden_act": "gelu_new",
+        "intermediate_size": 128,
+        "max_position_embeddings": 64,
+        "partial_rotary_factor": 0.5,
+        "resid_pdrop": 0.0,
+        "vocab_size": 256,
+    },
+    "olmo": {  # LayerNorms without parameters
+        **BASE,
+        "model_type": "olmo",
         "intermediate_size": 128,
         "max_position_embeddings": 64,
         "vocab_size": 256,
@@ -100,14 +135,14 @@ def test_zoo_refuses_architectures_it_does_not_build(tmp_path):
     assert e.value.field == "model"
 
 
-def test_zoo_refuses_a_parallel_residual_block(tmp_path):
-    """Pythia's GPT-NeoX layer adds attention and MLP to the same input (Hugging Face's
-    default ``use_parallel_residual``): the zoo's sequential block would train another model,
-    so building it fails naming the feature."""
+def test_zoo_refuses_whole_projection_qk_norms(tmp_path):
+    """OLMo-2 normalises all of q (and of k) at once: under TP that needs its statistics
+    reduced across the ranks splitting the heads, which the zoo's per-head q/k norms do not
+    do; building it fails naming the feature, not training per-head norms instead."""
     from sailor_sim import ValidationError
 
-    pythia = {k: v for k, v in CONFIGS["gpt_neox"].items() if k != "use_parallel_residual"}
+    olmo2 = {**CONFIGS["olmo"], "model_type": "olmo2"}
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(pythia))
-    with pytest.raises(ValidationError, match="does not build parallel_block"):
+    path.write_text(json.dumps(olmo2))
+    with pytest.raises(ValidationError, match="does not build qk_norm_kind"):
         build_stage(get_model(str(path)), 0, 1, 0, 1, seed=0)

@@ -10,7 +10,12 @@ Input contract (what the profiler and the pipeline engine feed each layer):
 Under tensor parallelism the hidden state is replicated on every rank of the TP group (Megatron
 without sequence parallelism; with it, ``sequence`` gives each rank a chunk of the tokens
 between the TP regions). Families: OPT / GPT-Neo (learned positions, LayerNorm, GELU,
-biases) and LLaMA (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention).
+biases) and LLaMA (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention),
+with the shape features of newer ones: heads wider than hidden / heads (``attention_head_dim``,
+Qwen3), per-head q/k RMSNorms (``qk_norm``, Qwen3), parameter-free norms (``norm_affine``,
+OLMo-1), an LM-head bias (Phi-2) and parallel attention + MLP blocks (``parallel_block``:
+GPT-J, Pythia, Phi-2, Falcon, Command-R). What ``ModelSpec.simulated_only_features`` names is
+refused (``StageModule``).
 Dropout (``ModelSpec.dropout``) is applied only in training mode; runs that must be exactly
 reproducible across plans use a spec with dropout 0 (the tiny catalog models) or eval mode.
 """
@@ -25,12 +30,13 @@ from torch import nn
 
 from sailor_sim import ModelSpec
 
-from .sequence import gathered_linears
+from .sequence import gathered_linears, reduce_scatter_from_tp
 from .tp import (
     ColumnParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,
     copy_to_tp,
+    reduce_from_tp,
     set_split,
     vocab_parallel_cross_entropy,
 )
@@ -58,8 +64,9 @@ class Norm(nn.Module):
         super().__init__()
         self.rms = spec.norm == "rmsnorm"
         self.eps = 1e-5
-        self.weight = tp.param(spec.hidden_size)
-        self.bias = tp.param(spec.hidden_size) if spec.norm_has_bias else None
+        affine = spec.norm_affine  # False: OLMo-1's LayerNorm without weight or bias
+        self.weight = tp.param(spec.hidden_size) if affine else None
+        self.bias = tp.param(spec.hidden_size) if affine and spec.norm_has_bias else None
         self.sequence_group = None
         """Sequence parallelism (``sequence``): this rank sees a chunk of the tokens, so the
         weight's gradient is summed over the group."""
@@ -67,12 +74,33 @@ class Norm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias
         if self.sequence_group is not None:
-            weight = copy_to_tp(weight, self.sequence_group)
+            weight = copy_to_tp(weight, self.sequence_group) if weight is not None else None
             bias = copy_to_tp(bias, self.sequence_group) if bias is not None else None
         if self.rms:
-            var = x.pow(2).mean(-1, keepdim=True)
-            return x * torch.rsqrt(var + self.eps) * weight
+            return _rms(x, weight, self.eps)
         return F.layer_norm(x, x.shape[-1:], weight, bias, self.eps)
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """RMSNorm (Zhang & Sennrich 2019) over the last dimension."""
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x if weight is None else x * weight
+
+
+class HeadNorm(nn.Module):
+    """RMSNorm of each attention head's query or key (Qwen3 ``q_norm``/``k_norm``): one
+    head_dim weight shared by every head, replicated under TP. Each TP rank normalises only its
+    own heads, so its weight gradient is a partial sum: the weight enters through
+    ``copy_to_tp`` (all-reduce of the gradient in backward), as a sequence-parallel norm's
+    does, and every rank keeps the same weight."""
+
+    def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
+        super().__init__()
+        self.eps = 1e-6  # Qwen3's rms_norm_eps
+        self.weight = tp.param(spec.head_dim)
+
+    def forward(self, x: torch.Tensor, group) -> torch.Tensor:
+        return _rms(x, copy_to_tp(self.weight, group), self.eps)
 
 
 class Embedding(nn.Module):
@@ -108,10 +136,15 @@ class Attention(nn.Module):
         super().__init__()
         h, kv, b, qkv_b = spec.hidden_size, spec.kv_size, spec.bias, spec.qkv_has_bias
         args = (tp.dtype, tp.device)
-        self.q = ColumnParallelLinear(h, h, qkv_b, *args, enter_region=False)
+        q = spec.q_width  # heads x head_dim: wider than h with attention_head_dim (Qwen3)
+        self.q = ColumnParallelLinear(h, q, qkv_b, *args, enter_region=False)
         self.k = ColumnParallelLinear(h, kv, qkv_b, *args, enter_region=False)
         self.v = ColumnParallelLinear(h, kv, qkv_b, *args, enter_region=False)
-        self.o = RowParallelLinear(h, h, b, *args)
+        self.o = RowParallelLinear(q, h, b, *args)
+        # Named norm_q / norm_k: parameter names holding ".norm" are norms to the init rule
+        # (``init_std``) and to the engine's weight-decay groups.
+        self.norm_q = HeadNorm(spec, tp) if spec.qk_norm else None
+        self.norm_k = HeadNorm(spec, tp) if spec.qk_norm else None
         self.heads, self.kv_heads = spec.num_heads, spec.num_kv_heads
         """Heads on this rank (all of them until ``parallelize`` splits them)."""
         self.head_dim = spec.head_dim
@@ -129,10 +162,17 @@ class Attention(nn.Module):
         (QK^T, softmax, attention over V) is recomputed in backward instead of stashed."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = self._project(x)
+        return self.o(self.context(*self._project(x)))
+
+    def context(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """This rank's heads' attention output ``[b, s, heads x head_dim]`` from the q, k, v
+        projections, before the output projection."""
         b, s, _ = q.shape
-        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = q.view(b, s, self.heads, self.head_dim)
+        k = k.view(b, s, self.kv_heads, self.head_dim)
+        if self.norm_q is not None:  # per head, before the rotation (Qwen3Attention)
+            q, k = self.norm_q(q, self.group), self.norm_k(k, self.group)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
             q, k = _rotary(q), _rotary(k)
@@ -143,7 +183,7 @@ class Attention(nn.Module):
             ctx = _checkpoint(self._core, q, k, v)
         else:
             ctx = self._core(q, k, v)
-        return self.o(ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+        return ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """q, k, v of the whole sequence (under sequence parallelism ``x`` is a chunk)."""
@@ -188,26 +228,37 @@ class MLP(nn.Module):
         self.sequence_group = None
         """Sequence parallelism: the input is a chunk of the tokens, gathered here."""
 
+    @property
+    def inputs(self) -> tuple[ColumnParallelLinear, ...]:
+        """The column-parallel linears reading the MLP's input: (gate, up) or (up,)."""
+        return (self.gate, self.up) if self.swiglu else (self.up,)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sequence_group is not None:  # x is a chunk of the sequence
-            if self.swiglu:
-                gate, up = gathered_linears(x, self.sequence_group, (self.gate, self.up))
-                return self.down(self.act(gate) * up)
-            (up,) = gathered_linears(x, self.sequence_group, (self.up,))
-            return self.down(F.gelu(up))
+            return self.down(self.hidden(*gathered_linears(x, self.sequence_group, self.inputs)))
         x = copy_to_tp(x, self.group)
+        return self.down(self.hidden(*(m(x) for m in self.inputs)))
+
+    def hidden(self, *projected: torch.Tensor) -> torch.Tensor:
+        """The down projection's input from the ``inputs``' outputs."""
         if self.swiglu:  # Shazeer 2020, "GLU Variants Improve Transformer", Eq. 6
-            return self.down(self.act(self.gate(x)) * self.up(x))
-        return self.down(F.gelu(self.up(x)))
+            gate, up = projected
+            return self.act(gate) * up
+        return F.gelu(projected[0])
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)); or, with
+    ``parallel_block``, x + attn(norm1(x)) + mlp(norm2(x)) (norm2 is norm1 when the spec has
+    one norm per block)."""
 
     def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
+        self.parallel = spec.parallel_block
         self.norm1, self.attn = Norm(spec, tp), Attention(spec, tp)
-        self.norm2, self.mlp = Norm(spec, tp), MLP(spec, tp)
+        one_norm = self.parallel and spec.parallel_norms == 1
+        self.norm2 = None if one_norm else Norm(spec, tp)
+        self.mlp = MLP(spec, tp)
         self.p = spec.dropout
         self.recompute_full = False
         """Full recomputation: only the block's input is stashed; its forward runs again in
@@ -223,8 +274,42 @@ class Block(nn.Module):
         return self._forward(x)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.parallel:
+            return x + self._drop(self._parallel_branches(x))
         x = x + self._drop(self.attn(self.norm1(x)))
         return x + self._drop(self.mlp(self.norm2(x)))
+
+    def _parallel_branches(self, x: torch.Tensor) -> torch.Tensor:
+        """attn(norm1(x)) + mlp(norm2(x)) with the TP collectives of one region: the two
+        row-parallel partial sums are added before one all-reduce (reduce-scatter under
+        sequence parallelism), and each distinct norm output enters the region once, so
+        backward all-reduces one input gradient per norm (GPT-NeoX ``gpt_j_residual``;
+        ``ModelSpec.tp_all_reduces_per_block``: 1 + norms, not 4). Dropout, if any, drops
+        the sum (one mask, where a framework may draw one per branch)."""
+        attn, mlp, seq = self.attn, self.mlp, self.attn.sequence_group
+        a_in = self.norm1(x)
+        m_in = a_in if self.norm2 is None else self.norm2(x)
+        a_lin, m_lin = (attn.q, attn.k, attn.v), mlp.inputs
+        if seq is not None:  # chunks of the sequence: one all-gather per distinct input
+            if m_in is a_in:
+                out = gathered_linears(a_in, seq, a_lin + m_lin)
+                qkv, up = out[:3], out[3:]
+            else:
+                qkv, up = gathered_linears(a_in, seq, a_lin), gathered_linears(m_in, seq, m_lin)
+        else:
+            a_in = copy_to_tp(a_in, attn.group)
+            m_in = a_in if self.norm2 is None else copy_to_tp(m_in, attn.group)
+            qkv, up = tuple(m(a_in) for m in a_lin), tuple(m(m_in) for m in m_lin)
+        partial = F.linear(attn.context(*qkv), attn.o.weight)
+        partial = partial + F.linear(mlp.hidden(*up), mlp.down.weight)
+        if seq is not None:
+            y = reduce_scatter_from_tp(partial, seq)
+        else:
+            y = reduce_from_tp(partial, attn.group)
+        for bias in (attn.o.bias, mlp.down.bias):  # replicated: added once, after the sum
+            if bias is not None:
+                y = y + (copy_to_tp(bias, seq) if seq is not None else bias)
+        return y
 
 
 class Head(nn.Module):
@@ -233,8 +318,8 @@ class Head(nn.Module):
     def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.norm = Norm(spec, tp)
-        self.lm_head = ColumnParallelLinear(
-            spec.hidden_size, spec.vocab_size, False, tp.dtype, tp.device
+        self.lm_head = ColumnParallelLinear(  # a bias split with the vocabulary rows (Phi-2)
+            spec.hidden_size, spec.vocab_size, spec.lm_head_bias, tp.dtype, tp.device
         )
         self.tp_rank, self.tp_size, self.group = 0, 1, None
         """Where the vocabulary shard of ``lm_head`` sits (set by ``parallelize``)."""

@@ -274,16 +274,13 @@ class ModelSpec:
         features = {
             "moe": self.moe is not None,
             "mla": self.mla is not None,
-            "attention_head_dim": self.attention_head_dim is not None,
-            "qk_norm": self.qk_norm,
+            # the zoo's q/k norms are per-head RMSNorms (Qwen3, Gemma-3)
+            "qk_norm with layernorm": self.qk_norm and self.norm != "rmsnorm",
             "sandwich_norm": self.sandwich_norm,
             "embedding_norm": self.embedding_norm,
             "mlp=relu2": self.mlp == "relu2",
             "qk_norm_kind": self.qk_norm and self.qk_norm_kind != "head",
-            "parallel_block": self.parallel_block,
-            "norm_affine=False": not self.norm_affine,
             "attention_sinks": self.attention_sinks,
-            "lm_head_bias": self.lm_head_bias,
         }
         return tuple(name for name, present in features.items() if present)
 

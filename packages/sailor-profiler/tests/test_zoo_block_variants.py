@@ -1,0 +1,150 @@
+"""The zoo's newer block shapes under tensor and sequence parallelism, on 2 gloo processes
+against one process in fp64: a parallel attention + MLP block with one norm (Phi-2, with an
+LM-head bias) and with two (Pythia), and per-head q/k RMSNorms on heads wider than
+hidden / heads (Qwen3). Same loss and gradients, and each block issues the all-reduces the
+simulator charges for it (``ModelSpec.tp_all_reduces_per_block``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from sailor_profiler.zoo import build_stage
+from sailor_sim import get_model
+
+VARIANTS = {
+    # name: (catalog model, ModelSpec changes)
+    "parallel-1-norm": ("tiny-gpt", {"parallel_block": True, "lm_head_bias": True}),
+    "parallel-2-norms": ("tiny-llama", {"parallel_block": True, "parallel_norms": 2}),
+    "qk-norm-wide-heads": ("tiny-llama", {"qk_norm": True, "attention_head_dim": 16}),
+}
+
+_SCRIPT = textwrap.dedent(
+    """
+    import dataclasses, sys, torch, torch.distributed as dist
+    from sailor_profiler.zoo import build_stage, enable_sequence_parallel, get_split
+    from sailor_sim import get_model
+    rank, port, out, variants = int(sys.argv[1]), sys.argv[2], sys.argv[3], eval(sys.argv[4])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    group = dist.new_group([0, 1])
+    calls = {"all_reduce": 0}
+    real_all_reduce = dist.all_reduce
+
+    def counted(*args, **kwargs):  # counts, then runs the real collective
+        calls["all_reduce"] += 1
+        return real_all_reduce(*args, **kwargs)
+
+    dist.all_reduce = counted
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    labels = torch.roll(tokens, -1, 1)
+    hidden = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(2),
+                         dtype=torch.float64)
+
+    def full_grads(m):
+        grads = {}
+        for n, p in m.named_parameters():
+            g = p.grad.contiguous()
+            if get_split(p) is not None:
+                parts = [torch.empty_like(g) for _ in range(2)]
+                dist.all_gather(parts, g, group=group)
+                g = torch.cat(parts, get_split(p)[0])
+            grads[n] = g
+        return grads
+
+    result = {}
+    for name, (base, changes) in variants.items():
+        spec = dataclasses.replace(get_model(base), **changes)
+        for sp in (False, True):
+            m = build_stage(spec, 0, spec.head_layer_id, tp_rank=rank, tp_size=2,
+                            tp_group=group, dtype=torch.float64)
+            if sp:
+                enable_sequence_parallel(m, group)
+            loss = m(tokens, labels)
+            loss.backward()
+            result[(name, sp)] = (loss.detach(), full_grads(m))
+        # one block's forward and backward: the all-reduces it issues
+        block = build_stage(spec, 1, 1, tp_rank=rank, tp_size=2, tp_group=group,
+                            dtype=torch.float64)
+        x = hidden.clone().requires_grad_(True)
+        calls["all_reduce"] = 0
+        block(x).pow(2).sum().backward()
+        result[(name, "all_reduces")] = calls["all_reduce"]
+    if rank == 0:
+        torch.save(result, out)
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spec(name: str):
+    base, changes = VARIANTS[name]
+    return dataclasses.replace(get_model(base), **changes)
+
+
+@pytest.fixture(scope="module")
+def tp_result(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("variants")
+    script, out, port = tmp / "tp.py", tmp / "out.pt", _free_port()
+    script.write_text(_SCRIPT)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(port), str(out), repr(VARIANTS)]
+        )
+        for r in range(2)
+    ]
+    assert all(p.wait(timeout=240) == 0 for p in procs)
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_tensor_and_sequence_parallel_equal_one_process(tp_result, name, sequence_parallel):
+    spec = _spec(name)
+    ref = build_stage(spec, 0, spec.head_layer_id, dtype=torch.float64)
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    loss = ref(tokens, torch.roll(tokens, -1, 1))
+    loss.backward()
+    got_loss, grads = tp_result[(name, sequence_parallel)]
+    torch.testing.assert_close(got_loss, loss.detach(), rtol=1e-12, atol=0)
+    for n, p in ref.named_parameters():
+        torch.testing.assert_close(grads[n], p.grad, rtol=1e-9, atol=1e-12, msg=n)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_block_issues_the_all_reduces_the_simulator_charges(tp_result, name):
+    """A parallel block sums its branches before one forward all-reduce and all-reduces one
+    input gradient per norm (1 + norms); q/k norms add one all-reduce of each replicated
+    weight's gradient (2 tiny ones: a head_dim vector each) to the sequential block's 4."""
+    spec = _spec(name)
+    weight_grads = 2 if spec.qk_norm else 0
+    assert tp_result[(name, "all_reduces")] == spec.tp_all_reduces_per_block + weight_grads
+
+
+def test_the_branches_really_run_in_parallel():
+    """The parallel block reads both branches from the block input: with the MLP's weights
+    zeroed, its output is x + attn(norm(x)) whatever the order; a sequential block's MLP
+    would read x + attn(...), so perturbing the attention changes only the attention term."""
+    spec = _spec("parallel-2-norms")
+    stage = build_stage(spec, 1, 1, dtype=torch.float64)
+    block = stage.layers["1"]
+    x = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    both = block(x)
+    with torch.no_grad():
+        attn_only = x + block.attn(block.norm1(x))
+        mlp_only = x + block.mlp(block.norm2(x))
+    torch.testing.assert_close(both, attn_only + mlp_only - x, rtol=1e-12, atol=1e-12)
