@@ -148,3 +148,28 @@ def test_the_branches_really_run_in_parallel():
         attn_only = x + block.attn(block.norm1(x))
         mlp_only = x + block.mlp(block.norm2(x))
     torch.testing.assert_close(both, attn_only + mlp_only - x, rtol=1e-12, atol=1e-12)
+
+
+def test_the_simulators_parallel_block_stash_is_what_the_block_saves():
+    """The simulator drops the MLP's norm input and (one norm) the MLP's input from a parallel
+    block's stash; the zoo's block saves exactly that much less, plus the one LayerNorm's
+    per-token mean and rstd it no longer runs (fp32: 2 x 4 bytes per token)."""
+    from sailor_profiler.compute.memory import SavedTensorBytes
+
+    def saved(spec) -> int:
+        layer = build_stage(spec, 1, 1).layers["1"]
+        counter = SavedTensorBytes(layer)
+        with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+            layer(torch.randn(2, 64, 64, requires_grad=True))
+        return counter.total
+
+    sequential = get_model("tiny-gpt")
+    parallel = _spec("parallel-1-norm")
+
+    def stash(spec) -> int:
+        return sum(spec.stash_terms(1, 2, 64, "fp32", 1, True).values())
+
+    layernorm_stats = 2 * 64 * 2 * 4
+    assert saved(sequential) - saved(parallel) == stash(sequential) - stash(parallel) + (
+        layernorm_stats
+    )
