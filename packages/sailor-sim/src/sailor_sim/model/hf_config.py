@@ -183,6 +183,23 @@ class _Config:
         return {} if head_dim * heads == hidden else {"attention_head_dim": head_dim}
 
 
+def _shape(c: _Config, layers_key: str = "num_hidden_layers") -> dict:
+    """The sizes most families write under Hugging Face's common names: layers, hidden size,
+    heads (and key/value heads: all of them when the config has no such field), the MLP's
+    width, vocabulary, positions and a head_dim that differs from hidden / heads."""
+    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    return dict(
+        num_layers=c.int(layers_key),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=c.count("num_key_value_heads", heads),
+        ffn_hidden_size=c.int("intermediate_size"),
+        vocab_size=c.int("vocab_size"),
+        max_seq_len=c.int("max_position_embeddings"),
+        **c.head_dim_field(hidden, heads),
+    )
+
+
 def _llama_like(
     c: _Config,
     *,
@@ -194,27 +211,19 @@ def _llama_like(
 ) -> dict:
     """A Llama-shaped block; ``bias`` given = the family fixes its linear biases (no
     attention_bias / mlp_bias to read)."""
-    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     if bias is None:
         bias = c.flag("attention_bias", False)
         if c.flag("mlp_bias", False) != bias:
             raise c.refuse("mlp_bias", "mlp_bias different from attention_bias is not modelled")
     fields = dict(
         family=_FAMILY.get(c.model_type, c.model_type),
-        num_layers=c.int(layers_key),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=c.count("num_key_value_heads", heads),
-        ffn_hidden_size=c.int("intermediate_size"),
-        vocab_size=c.int("vocab_size"),
-        max_seq_len=c.int("max_position_embeddings"),
+        **_shape(c, layers_key),
         position="rotary",
         norm="rmsnorm",
         mlp=mlp,
         bias=bias,
         tie_word_embeddings=c.flag("tie_word_embeddings", tie_default),
         attention_dropout=float(c.get("attention_dropout", 0.0)),
-        **c.head_dim_field(hidden, heads),
     )
     if qkv_bias is not None:
         fields["qkv_bias"] = qkv_bias
@@ -520,16 +529,9 @@ def _starcoder2(c: _Config) -> dict:
     # per use_bias; nn.LayerNorm always has weight and bias; a plain (ungated) GELU MLP; GQA
     # and rotary positions. Starcoder2Config ties the embeddings by default.
     _act(c, "hidden_act", _GATED_GELU, "a GELU")
-    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     return dict(
         family="starcoder2",
-        num_layers=c.int("num_hidden_layers"),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=c.count("num_key_value_heads", heads),
-        ffn_hidden_size=c.int("intermediate_size"),
-        vocab_size=c.int("vocab_size"),
-        max_seq_len=c.int("max_position_embeddings"),
+        **_shape(c),
         position="rotary",
         norm="layernorm",
         norm_bias=True,
@@ -537,7 +539,6 @@ def _starcoder2(c: _Config) -> dict:
         bias=c.flag("use_bias", True),
         tie_word_embeddings=c.flag("tie_word_embeddings", True),
         **_dropouts(c, "residual_dropout"),
-        **c.head_dim_field(hidden, heads),
     )
 
 
@@ -548,16 +549,9 @@ def _phi(c: _Config) -> dict:
     if c.flag("qk_layernorm", False):
         raise c.refuse("qk_layernorm", "Phi's qk_layernorm (LayerNorms with bias) is not modelled")
     _act(c, "hidden_act", ("gelu_new", "gelu", "gelu_pytorch_tanh"), "a GELU")
-    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     return dict(
         family="phi",
-        num_layers=c.int("num_hidden_layers"),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=c.count("num_key_value_heads", heads),
-        ffn_hidden_size=c.int("intermediate_size"),
-        vocab_size=c.int("vocab_size"),
-        max_seq_len=c.int("max_position_embeddings"),
+        **_shape(c),
         position="rotary",
         norm="layernorm",
         mlp="gelu",
@@ -566,7 +560,6 @@ def _phi(c: _Config) -> dict:
         lm_head_bias=True,
         tie_word_embeddings=c.flag("tie_word_embeddings", False),
         **_dropouts(c, "resid_pdrop"),
-        **c.head_dim_field(hidden, heads),
     )
 
 
