@@ -215,6 +215,41 @@ def test_qk_norms_stash_their_inputs(tmp_path):
     assert "qk_norm_input" not in plain.stash_terms(1, 2, 4096, "bf16", tp=4, flash_attention=True)
 
 
+def test_post_norms_stash_their_inputs(tmp_path):
+    """Gemma-2's norms after attention and after the MLP, and BLOOM's norm after the
+    embedding, read tensors every TP rank holds whole (the all-reduced outputs; the looked-up
+    embeddings): each keeps one (b, s, h) input for backward, split by sequence parallelism."""
+    from sailor_sim import ExecutionOptions
+    from sailor_sim.spec.options import stash_bytes
+
+    gemma2 = _spec(tmp_path, "gemma2", GEMMA2_9B)
+    sbh_e = 2 * 4096 * gemma2.hidden_size * 2  # mbs 2, 4096 tokens, bf16
+    terms = gemma2.stash_terms(1, 2, 4096, "bf16", tp=4, flash_attention=True)
+    assert terms["attention_post_norm_input"] == terms["mlp_post_norm_input"] == sbh_e
+    args = (gemma2, 1, 2, 4096, "bf16", 4)
+    plain = stash_bytes(*args, ExecutionOptions(), True)
+    split = stash_bytes(*args, ExecutionOptions(sequence_parallel=True), True)
+    without = dataclasses.replace(gemma2, sandwich_norm=False)
+    assert plain - stash_bytes(without, *args[1:], ExecutionOptions(), True) == 2 * sbh_e
+    assert split - stash_bytes(
+        without, *args[1:], ExecutionOptions(sequence_parallel=True), True
+    ) == 2 * sbh_e // 4
+    bloom = _spec(tmp_path, "bloom", BLOOM_176B)
+    embedding = bloom.stash_terms(0, 1, 2048, "bf16", tp=8)
+    assert embedding["embedding_norm_input"] == 2048 * bloom.hidden_size * 2
+
+
+def test_selective_op_matmuls_are_as_wide_as_the_heads(tmp_path):
+    """Qwen3-8B's queries are 32 x 128 = 4096 wide on a 4096 hidden state, Gemma-7B's
+    16 x 256 = 4096 on 3072: the q projection and the attention output matmul are as wide as
+    the heads, not as the hidden state."""
+    from sailor_sim.spec.options import block_matmuls
+
+    gemma = _spec(tmp_path, "gemma7b", GEMMA_7B)
+    q, k, v, o = block_matmuls(gemma, 2)[:4]
+    assert q == (4096 // 2, 4096) and o == (3072, 4096)
+
+
 def test_qwen3_dense_and_moe_against_the_model_cards(tmp_path):
     # huggingface.co/Qwen/Qwen3-8B: 8.2B total, 6.95B non-embedding.
     dense = _spec(tmp_path, "qwen3", QWEN3_8B)

@@ -605,7 +605,10 @@ class ModelSpec:
         mask = 1 if self.dropout > 0 else 0
         kind = self.layer_kind(layer_id)
         if kind == "embedding":
-            return {"token_ids": s * b * _TOKEN_ID_BYTES, "embedding_dropout_mask": sbh * mask}
+            terms = {"token_ids": s * b * _TOKEN_ID_BYTES, "embedding_dropout_mask": sbh * mask}
+            if self.embedding_norm:  # BLOOM's LayerNorm reads the looked-up embeddings
+                terms["embedding_norm_input"] = sbh * e
+            return terms
         if kind == "head":
             # Logits are kept in fp32 for a numerically sound softmax cross-entropy.
             return {
@@ -639,6 +642,9 @@ class ModelSpec:
             "mlp_hidden": int(s * b * ffn_t * mlp_stored * e),
             "mlp_dropout_mask": sbh * mask,
         }
+        if self.sandwich_norm:  # the norms after attention and MLP read their outputs
+            terms["attention_post_norm_input"] = sbh * e
+            terms["mlp_post_norm_input"] = sbh * e
         if self.qk_norm:  # a norm's backward needs its input: q and k before their norms
             terms["qk_norm_input"] = s * b * (q + kv) // tp * e
         if self.parallel_block:

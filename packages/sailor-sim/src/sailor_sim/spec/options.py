@@ -318,6 +318,9 @@ _REPLICATED = (
     "mlp_input",
     "mlp_dropout_mask",
     "embedding_dropout_mask",
+    "embedding_norm_input",
+    "attention_post_norm_input",
+    "mlp_post_norm_input",
     "final_norm_input",
     "lm_head_input",
 )
@@ -348,7 +351,7 @@ def block_matmuls(model, tp: int) -> list[tuple[int, int]]:
     output, then gate, up, down; or up, down without a gated MLP): (output width per token on
     one TP rank, the matmul's other dimension: FLOPs per token = 2 h x it / tp). Row-parallel
     outputs (attention output, down) are whole after their all-reduce."""
-    h, kv, ffn = model.hidden_size, model.kv_size, model.ffn_hidden_size
+    h, kv, ffn, q = model.hidden_size, model.kv_size, model.ffn_hidden_size, model.q_width
     mlp = (
         [(ffn // tp, ffn), (ffn // tp, ffn), (h, ffn)]
         if model.gated_mlp
@@ -357,7 +360,8 @@ def block_matmuls(model, tp: int) -> list[tuple[int, int]]:
             (h, ffn),
         ]
     )
-    return [(h // tp, h), (kv // tp, kv), (kv // tp, kv), (h, h), *mlp]
+    # q is heads x head_dim wide, more than h where attention_head_dim says so (Gemma, Qwen3)
+    return [(q // tp, q), (kv // tp, kv), (kv // tp, kv), (h, q), *mlp]
 
 
 def op_sac_stash(model, terms: dict, mbs: int, seq: int, dtype: str, tp: int) -> int:
