@@ -1,7 +1,8 @@
 """The zoo's newer block shapes under tensor and sequence parallelism, on 2 gloo processes
 against one process in fp64: a parallel attention + MLP block with one norm (Phi-2, with an
-LM-head bias) and with two (Pythia), and per-head q/k RMSNorms on heads wider than
-hidden / heads (Qwen3). Same loss and gradients, and each block issues the all-reduces the
+LM-head bias) and with two (Pythia), per-head q/k RMSNorms on heads wider than
+hidden / heads (Qwen3), norms after attention and MLP (Gemma-2/3) and after the embedding
+(BLOOM). Same loss and gradients, and each block issues the all-reduces the
 simulator charges for it (``ModelSpec.tp_all_reduces_per_block``)."""
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ VARIANTS = {
     "parallel-1-norm": ("tiny-gpt", {"parallel_block": True, "lm_head_bias": True}),
     "parallel-2-norms": ("tiny-llama", {"parallel_block": True, "parallel_norms": 2}),
     "qk-norm-wide-heads": ("tiny-llama", {"qk_norm": True, "attention_head_dim": 16}),
+    # Gemma-3's shape: sandwich norms and per-head q/k norms; BLOOM's embedding norm
+    "sandwich-qk-norm": ("tiny-llama", {"sandwich_norm": True, "qk_norm": True}),
+    "embedding-norm": ("tiny-gpt", {"embedding_norm": True}),
 }
 
 _SCRIPT = textwrap.dedent(

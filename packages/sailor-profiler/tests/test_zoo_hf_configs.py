@@ -84,6 +84,15 @@ CONFIGS = {
         "resid_pdrop": 0.0,
         "vocab_size": 256,
     },
+    "gemma3_text": {  # norms after attention and MLP, per-head q/k norms, wide heads
+        **BASE,
+        "model_type": "gemma3_text",
+        "intermediate_size": 128,
+        "num_key_value_heads": 4,
+        "head_dim": 16,
+        "max_position_embeddings": 64,
+        "vocab_size": 256,
+    },
     "olmo": {  # LayerNorms without parameters
         **BASE,
         "model_type": "olmo",

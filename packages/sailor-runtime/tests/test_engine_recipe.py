@@ -4,6 +4,8 @@ in one process (fp64, real gloo ranks)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
@@ -32,6 +34,12 @@ def test_decay_groups_of_the_zoo_parameters():
     assert groups["layers.1.attn.q.weight"] == groups["layers.1.mlp.down.weight"] == "matrix"
     head = [n for n in groups if n.startswith(f"layers.{job.model.head_layer_id}.")]
     assert {groups[n] for n in head} == {"norm", "matrix"}
+    # norms are norms wherever they sit: after the embedding (BLOOM), on q and k (Qwen3)
+    spec = dataclasses.replace(job.model, embedding_norm=True, qk_norm=True, norm="rmsnorm")
+    named = dict(build_stage(spec, 0, 1).named_parameters())
+    assert decay_group("layers.0.norm.weight") == "norm" and "layers.0.norm.weight" in named
+    assert decay_group("layers.1.attn.norm_q.weight") == "norm"
+    assert "layers.1.attn.norm_q.weight" in named
 
 
 @pytest.mark.timeout(300)

@@ -13,7 +13,8 @@ between the TP regions). Families: OPT / GPT-Neo (learned positions, LayerNorm, 
 biases) and LLaMA (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention),
 with the shape features of newer ones: heads wider than hidden / heads (``attention_head_dim``,
 Qwen3), per-head q/k RMSNorms (``qk_norm``, Qwen3), parameter-free norms (``norm_affine``,
-OLMo-1), an LM-head bias (Phi-2) and parallel attention + MLP blocks (``parallel_block``:
+OLMo-1), norms after attention and MLP (``sandwich_norm``, Gemma-2/3) and after the embedding
+(BLOOM), an LM-head bias (Phi-2) and parallel attention + MLP blocks (``parallel_block``:
 GPT-J, Pythia, Phi-2, Falcon, Command-R). What ``ModelSpec.simulated_only_features`` names is
 refused (``StageModule``).
 Dropout (``ModelSpec.dropout``) is applied only in training mode; runs that must be exactly
@@ -111,11 +112,15 @@ class Embedding(nn.Module):
         self.position = (
             tp.param(spec.position_rows, spec.hidden_size) if spec.position_rows else None
         )
+        # BLOOM's word_embeddings_layernorm on the looked-up embeddings
+        self.norm = Norm(spec, tp) if spec.embedding_norm else None
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.word(tokens)
         if self.position is not None:
             x = x + self.position[: tokens.shape[1]]
+        if self.norm is not None:
+            x = self.norm(x)
         return F.dropout(x, self.p, self.training) if self.p else x
 
 
@@ -259,6 +264,10 @@ class Block(nn.Module):
         one_norm = self.parallel and spec.parallel_norms == 1
         self.norm2 = None if one_norm else Norm(spec, tp)
         self.mlp = MLP(spec, tp)
+        # Gemma-2/3's norms on the attention's and the MLP's outputs (``sandwich_norm``)
+        sandwich = spec.sandwich_norm
+        self.norm_post_attn = Norm(spec, tp) if sandwich else None
+        self.norm_post_mlp = Norm(spec, tp) if sandwich else None
         self.p = spec.dropout
         self.recompute_full = False
         """Full recomputation: only the block's input is stashed; its forward runs again in
@@ -276,8 +285,8 @@ class Block(nn.Module):
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.parallel:
             return x + self._drop(self._parallel_branches(x))
-        x = x + self._drop(self.attn(self.norm1(x)))
-        return x + self._drop(self.mlp(self.norm2(x)))
+        x = x + self._drop(_maybe(self.norm_post_attn, self.attn(self.norm1(x))))
+        return x + self._drop(_maybe(self.norm_post_mlp, self.mlp(self.norm2(x))))
 
     def _parallel_branches(self, x: torch.Tensor) -> torch.Tensor:
         """attn(norm1(x)) + mlp(norm2(x)) with the TP collectives of one region: the two
@@ -310,6 +319,10 @@ class Block(nn.Module):
             if bias is not None:
                 y = y + (copy_to_tp(bias, seq) if seq is not None else bias)
         return y
+
+
+def _maybe(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+    return x if norm is None else norm(x)
 
 
 class Head(nn.Module):

@@ -276,8 +276,6 @@ class ModelSpec:
             "mla": self.mla is not None,
             # the zoo's q/k norms are per-head RMSNorms (Qwen3, Gemma-3)
             "qk_norm with layernorm": self.qk_norm and self.norm != "rmsnorm",
-            "sandwich_norm": self.sandwich_norm,
-            "embedding_norm": self.embedding_norm,
             "mlp=relu2": self.mlp == "relu2",
             "qk_norm_kind": self.qk_norm and self.qk_norm_kind != "head",
             "attention_sinks": self.attention_sinks,

@@ -33,12 +33,13 @@ EMBEDDING_LAYER = "layers.0."
 
 
 def decay_group(name: str) -> str:
-    """The weight-decay group of a zoo parameter: ``embedding`` (layer id 0, word and position
-    tables), ``norm``, ``bias`` or ``matrix`` (everything else, always decayed)."""
-    if name.startswith(EMBEDDING_LAYER):
-        return "embedding"
+    """The weight-decay group of a zoo parameter: ``norm`` (any norm's weight and bias, also
+    BLOOM's after the embedding and the per-head q/k norms), ``embedding`` (layer id 0's word
+    and position tables), ``bias`` or ``matrix`` (everything else, always decayed)."""
     if ".norm" in f".{name}":
         return "norm"
+    if name.startswith(EMBEDDING_LAYER):
+        return "embedding"
     if name.endswith("bias"):
         return "bias"
     return "matrix"
