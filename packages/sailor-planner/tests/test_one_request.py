@@ -82,3 +82,66 @@ def test_the_wire_carries_what_the_cli_prints(address) -> None:
     providers = metrics.cost_by_provider(best.plan)
     assert [c.provider for c in m.cost_by_provider] == [c["provider"] for c in providers]
     assert any(c.usd_per_hour > 0 for c in m.cost_by_provider)
+
+
+def test_the_client_takes_the_hundred_plans_the_cli_prints(address, capsys) -> None:
+    """--top 100 printed 100 plans, but PlannerClient.plan(top_k=100) on the same 1024 GPUs
+    failed RESOURCE_EXHAUSTED 'CLIENT: Received message larger than max (7205159 vs.
+    4194304)' after the whole search: each ranked plan's estimate lists every replica's memory,
+    and gRPC channels accept 4 MiB by default."""
+    gpus = ("A100-40@us-central1-a=1024",)
+    job = Job.create("OPT-350M", 1024, 2048)
+    code = run_plan(
+        PlanArgs("OPT-350M", 1024, 2048, gpus=gpus, top=100, search_options=False, as_json=True)
+    )
+    assert code == 0
+    cli = json.loads(capsys.readouterr().out)
+    with PlannerClient(address, timeout_s=300) as client:
+        got = client.plan(
+            job, Inventory.parse(list(gpus)), top_k=100, search_execution_options=False
+        )
+    assert len(got.plans) == len(cli["plans"]) == 100
+    assert [p.estimate.iteration_time_s for p in got.plans] == pytest.approx(
+        [p["estimate"]["iteration_time_s"] for p in cli["plans"]], rel=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("top_k", -1), ("top_k", 101), ("top_k", 2**33), ("top_k", 1.5), ("top_k", True),
+     ("pareto_points", -1), ("pareto_points", 101)],
+)  # fmt: skip
+def test_client_refuses_out_of_range_counts_naming_the_field(field: str, value) -> None:
+    """top_k=-1 raised protobuf's bare ValueError 'Value out of range: -1' (no field), 1.5 a
+    TypeError; the client's errors are RequestError naming the field, as for the objective."""
+    with pytest.raises(RequestError, match=f"^{field}: must be an integer from 0 to 100"):
+        PlannerClient.request(JOB, Inventory.parse(list(GPUS)), **{field: value})
+
+
+@pytest.mark.parametrize("timeout_s", [float("inf"), None])
+def test_an_infinite_client_timeout_means_no_deadline(address, timeout_s) -> None:
+    """timeout_s=float('inf') failed DEADLINE_EXCEEDED at once, without reaching the server."""
+    with PlannerClient(address, timeout_s=timeout_s) as client:
+        assert client.plan(JOB, Inventory.parse(list(GPUS)), search_execution_options=False).plans
+    with PlannerClient(address) as client:  # per call too
+        got = client.plan(
+            JOB, Inventory.parse(list(GPUS)), search_execution_options=False, timeout_s=timeout_s
+        )
+        assert got.plans
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1.0, float("nan"), "60"])
+def test_a_client_timeout_that_is_no_duration_is_refused(address, timeout_s) -> None:
+    """NaN and -1 failed DEADLINE_EXCEEDED at once, and 0 silently meant the 60 s default."""
+    with pytest.raises(RequestError, match="^timeout_s: must be a number of seconds > 0"):
+        PlannerClient(address, timeout_s=timeout_s)
+    with PlannerClient(address) as client, pytest.raises(RequestError, match="^timeout_s: "):
+        client.plan(JOB, Inventory.parse(list(GPUS)), timeout_s=timeout_s)
+
+
+def test_client_counts_left_unset_are_the_servers_defaults() -> None:
+    for unset in (0, None):
+        wire = PlannerClient.request(
+            JOB, Inventory.parse(list(GPUS)), top_k=unset, pareto_points=unset
+        )
+        assert (wire.top_k, wire.pareto_points) == (0, 0)

@@ -9,6 +9,7 @@ which is down give up early (the controller does when a newer membership change 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from sailor_sim import ExecutionOptions, Inventory, Job, Plan, options_from_prot
 
 from ..errors import CallAbortedError, RequestError
 from ..proto import planner_pb2, planner_pb2_grpc
+from ..request import MAX_PARETO_POINTS, MAX_TOP_K
 from .access import client_channel
 
 if TYPE_CHECKING:  # the replay (polars) loads only when a replay is asked for
@@ -41,7 +43,41 @@ ABORT_POLL_S = 0.1
 
 def channel_options() -> list[tuple[str, Any]]:
     config = {"methodConfig": [{"name": [{"service": SERVICE}], "retryPolicy": RETRY_POLICY}]}
-    return [("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(config))]
+    return [
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", json.dumps(config)),
+        # No cap on what the planner answers: each ranked plan's estimate lists every replica's
+        # memory (~70 kB for a 1024-GPU plan), so top_k=100 on 1024 GPUs is a 7 MB response,
+        # and gRPC's default 4 MiB made the client fail RESOURCE_EXHAUSTED ("Received message
+        # larger than max") after the whole search, where the CLI printed the 100 plans.
+        ("grpc.max_receive_message_length", -1),
+    ]
+
+
+def _seconds(value: Any, field: str = "timeout_s") -> float | None:
+    """A call deadline in seconds: None or +inf = none; else a finite number > 0. gRPC failed
+    an infinite one DEADLINE_EXCEEDED at once (as NaN and negatives) without calling, and 0
+    silently meant the client's default."""
+    if value is None or (isinstance(value, float) and value == math.inf):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise RequestError(
+            f"must be a number of seconds > 0 (None or inf: no deadline), got {value!r}",
+            field=field,
+        )
+    return float(value)
+
+
+def _count(name: str, value: Any, high: int) -> int:
+    """``top_k`` / ``pareto_points`` as the wire takes them (0 or None = the server's default):
+    out of range, protobuf raised a bare ValueError ('Value out of range: -1') naming no field."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise RequestError(
+            f"must be an integer from 0 to {high} (0: the default), got {value!r}", field=name
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -95,7 +131,7 @@ class PlannerClient:
         ca: str | os.PathLike | None = None,
     ) -> None:
         self.address = address
-        self.timeout_s = timeout_s
+        self.timeout_s = _seconds(timeout_s)
         self._channel = client_channel(address, token, ca, channel_options())
         self._stub = planner_pb2_grpc.PlannerServiceStub(self._channel)
 
@@ -110,7 +146,7 @@ class PlannerClient:
         ready and retries UNAVAILABLE within the deadline; raises ``grpc.RpcError``, or
         ``CallAbortedError`` once ``abort()`` turns true while waiting."""
         fn = getattr(self._stub, method)
-        timeout = timeout_s or self.timeout_s
+        timeout = self._timeout(timeout_s)
         if abort is None:
             return fn(request, timeout=timeout, wait_for_ready=True)
         future = fn.future(request, timeout=timeout, wait_for_ready=True)
@@ -121,6 +157,10 @@ class PlannerClient:
                 )
             time.sleep(ABORT_POLL_S)
         return future.result()
+
+    def _timeout(self, timeout_s: float | None) -> float | None:
+        """A call's deadline: its own ``timeout_s``, or the client's when None."""
+        return self.timeout_s if timeout_s is None else _seconds(timeout_s)
 
     def close(self) -> None:
         self._channel.close()
@@ -164,11 +204,11 @@ class PlannerClient:
             max_cost_per_iteration=max_cost_per_iteration,
             max_cost_per_hour=max_cost_per_hour,
             min_throughput=min_throughput,
-            top_k=top_k,
+            top_k=_count("top_k", top_k, MAX_TOP_K),
             allow_cross_region_data_parallel=allow_cross_region_data_parallel,
             profile_dir=profile_dir,
             sailor_root=sailor_root,
-            pareto_points=pareto_points,
+            pareto_points=_count("pareto_points", pareto_points, MAX_PARETO_POINTS),
         )
 
     def plan(
@@ -231,7 +271,7 @@ class PlannerClient:
         from ..replay.rpc import from_proto
 
         wire = request.to_proto(profile_dir, sailor_root)
-        stream = self._stub.Replay(wire, timeout=timeout_s or self.timeout_s, wait_for_ready=True)
+        stream = self._stub.Replay(wire, timeout=self._timeout(timeout_s), wait_for_ready=True)
         return (from_proto(message) for message in stream)
 
     @staticmethod
