@@ -179,6 +179,9 @@ def serve(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         (["--host", "8.8.8.8"], "--token"),
         (["--host", "0.0.0.0"], "--token"),
         (["--tls-cert", "/etc/hostname"], "tls"),
+        # '' was told to pass --token, as if it were a public address
+        (["--host", ""], "host: '' is not a host name or IP address"),
+        (["--host", "a b"], "host: 'a b' is not a host name or IP address"),
     ],
 )
 def test_serve_refuses_bad_settings_in_one_line(args, needle):
@@ -186,6 +189,47 @@ def test_serve_refuses_bad_settings_in_one_line(args, needle):
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_serve_listens_on_a_bare_ipv6_loopback():
+    """`serve --host ::1` (loopback, so no token needed) printed gRPC's C-core line 'Failed to
+    add port ... Error in bind for address [::0.1.0.0]:443' and 'cannot bind ::1:0': the
+    address was written '::1:0', which gRPC reads as one IPv6 address on its default port."""
+    import signal
+
+    code = "from sailor_planner.cli import main; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "serve", "--host", "::1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert " on [::1]:" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+        address = line.split(" on ", 1)[1].split()[0]
+        with grpc.insecure_channel(address) as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check
+            assert check(health_pb2.HealthCheckRequest(), timeout=30).status == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.stderr is not None and "add_port" not in proc.stderr.read()
 
 
 def test_serve_speaks_tls_with_a_certificate(tmp_path):

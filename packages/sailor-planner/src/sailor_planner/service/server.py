@@ -300,6 +300,10 @@ def serve(
 ) -> None:
     """Run the planner server until SIGINT or SIGTERM."""
     access = access or Access()
+    # One host check for every Sailor server: a bare IPv6 address gets its brackets ('::1' was
+    # sent to gRPC as '::1:0', one address on port 443: a C-core log line and 'cannot bind'),
+    # and '' or 'a b' is refused as no host, not told to pass --token.
+    host = inputs.host(host, "host")
     port = inputs.port(port, "port")
     inputs.integral(max_workers, "workers")
     check_bind(host, access)
