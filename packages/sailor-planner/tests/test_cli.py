@@ -264,3 +264,23 @@ def test_a_json_plan_never_imports_rich() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1])["plans"]
+
+
+@pytest.mark.parametrize("content", ['{"pools": []}', '{"A100-40": {"us-central1-a": 0}}'])
+def test_an_inventory_file_without_gpus_is_named(tmp_path, content) -> None:
+    """It said 'error: gpus: the inventory has no GPUs': a flag the command was not given, and
+    no fix."""
+    path = tmp_path / "inv.json"
+    path.write_text(content)
+    out = CliRunner().invoke(app, ["plan", "--model", "OPT-350M", "--gbs", "8",
+                                   "--inventory", str(path)])  # fmt: skip
+    assert out.exit_code == 2, out.output
+    assert out.stderr == (
+        f"error: inventory: {path} has no GPUs; list at least one pool with a count above 0\n"
+    )
+    out = CliRunner().invoke(app, ["plan", "--model", "OPT-350M", "--gbs", "8",
+                                   "--gpus", "A100-40@us-central1-a=0"])  # fmt: skip
+    assert out.exit_code == 2, out.output
+    assert out.stderr == (
+        "error: gpus: the --gpus pools hold no GPUs; give at least one pool a count above 0\n"
+    )

@@ -155,8 +155,15 @@ def _inventory(gpus: list[str], inventory_file: Path | None) -> Inventory:
         raise RequestError(
             "no GPUs; pass --gpus TYPE@ZONE=COUNT (repeatable) or --inventory FILE", field="gpus"
         )
-    if inventory.total_gpus == 0:
-        raise RequestError("the inventory has no GPUs", field="gpus")
+    if inventory.total_gpus == 0:  # named after what was given: --inventory was told 'gpus'
+        if inventory_file:
+            raise RequestError(
+                f"{inventory_file} has no GPUs; list at least one pool with a count above 0",
+                field="inventory",
+            )
+        raise RequestError(
+            "the --gpus pools hold no GPUs; give at least one pool a count above 0", field="gpus"
+        )
     return inventory
 
 
