@@ -5,6 +5,7 @@ made by openssl (skipped with the reason where it cannot make one)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -111,3 +112,25 @@ def test_a_bad_ca_file_is_refused_naming_it(tmp_path):
     bad.write_text("no pem here")
     with pytest.raises(RequestError, match="ca.pem"):
         client_channel("127.0.0.1:1", None, bad)
+
+
+@pytest.mark.parametrize("token", ["s3crét", "line\n", "tab\there"])
+def test_a_token_no_client_can_send_is_refused_at_start(token):
+    """gRPC metadata values are printable ASCII: `serve --token s3crét` (or a token file's
+    trailing newline in SAILOR_PLANNER_TOKEN) started a server whose every call failed INTERNAL
+    'Invalid metadata' (with a C-core 'Illegal header value' log line) in PlannerClient."""
+    code = "from sailor_planner.cli import main; main()"
+    r = subprocess.run(
+        [sys.executable, "-c", code, "serve", "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "SAILOR_PLANNER_TOKEN": token},
+    )
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: --token: must be printable ASCII"), lines[0]
+    assert token not in lines[0]  # a secret is not echoed
+    with pytest.raises(RequestError, match="^token: must be printable ASCII"):
+        PlannerClient("127.0.0.1:1", token=token)

@@ -52,6 +52,7 @@ class Access:
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise RequestError("give both --tls-cert and --tls-key, or neither", field="tls")
+        sendable_token(self.token, "--token")
 
     def credentials(self) -> grpc.ServerCredentials | None:
         if self.tls_cert is None or self.tls_key is None:
@@ -60,6 +61,20 @@ class Access:
 
     def interceptors(self) -> list[grpc.ServerInterceptor]:
         return [TokenInterceptor(self.token)] if self.token else []
+
+
+def sendable_token(token: str | None, field: str) -> str | None:
+    """``token`` if gRPC can carry it: metadata values are printable ASCII. A server started
+    with 'é' or a token file's trailing newline answered every call INTERNAL 'Invalid metadata'
+    (the client's C-core refuses to send it), so both ends refuse it at once; the message never
+    echoes the secret."""
+    if token is not None and not all(" " <= ch <= "~" for ch in token):
+        raise RequestError(
+            "must be printable ASCII (letters, digits, punctuation, spaces), which is all gRPC "
+            "metadata carries; remove other characters (e.g. a trailing newline from a file)",
+            field=field,
+        )
+    return token
 
 
 def resolve_token(token: str | None) -> str | None:
@@ -201,6 +216,7 @@ def client_channel(
 ) -> grpc.Channel:
     """A channel to ``target`` that sends ``token`` with every call and, with ``ca`` (a PEM
     file), speaks TLS trusting that CA; without ``ca``, plaintext (loopback)."""
+    sendable_token(token, "token")
     if ca is None:
         channel = grpc.insecure_channel(target, options=list(options))
     else:
