@@ -117,6 +117,37 @@ def test_an_oversized_inventory_is_resource_exhausted():
         server.stop(grace=None)
 
 
+def test_an_oversized_plan_to_simulate_is_resource_exhausted():
+    """Simulate takes plans within the inventory limit: an estimate lists every replica, and
+    a 100k-GPU plan took ~2 s and answered 18 MB before."""
+    from sailor_planner.proto import planner_pb2
+
+    server, port = create_server("127.0.0.1:0", limits=ServerLimits(max_gpus=64))
+    try:
+        job = Job.create("OPT-350M", 1024, 2048)
+        ok = Plan.uniform(job, "A100-40", "us-central1-a", pp=1, dp=8, tp=8)  # 64 GPUs
+        big = Plan.uniform(job, "A100-40", "us-central1-a", pp=1, dp=16, tp=8)  # 128
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = planner_pb2_grpc.PlannerServiceStub(channel)
+            ask = lambda p: planner_pb2.SimulateRequest(job=job.to_proto(), plan=p.to_proto())  # noqa: E731
+            assert stub.Simulate(ask(ok), timeout=60).estimate.iteration_time_s > 0
+            with pytest.raises(grpc.RpcError) as exc:
+                stub.Simulate(ask(big), timeout=60)
+            assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "plan: has 128 GPUs, more than the 64" in exc.value.details()
+    finally:
+        server.stop(grace=None)
+
+
+def test_long_messages_are_shortened_to_the_limit():
+    from sailor_planner.service.server import MAX_MESSAGE_CHARS, _short
+
+    for n in (MAX_MESSAGE_CHARS - 1, MAX_MESSAGE_CHARS, MAX_MESSAGE_CHARS + 1, 10**5):
+        got = _short("x" * n)
+        assert len(got) == min(n, MAX_MESSAGE_CHARS)
+        assert got.endswith("(shortened)") == (n > MAX_MESSAGE_CHARS)
+
+
 def test_the_candidate_budget_ends_the_search_partial():
     server, port = create_server("127.0.0.1:0", limits=ServerLimits(max_candidates=20))
     try:
@@ -176,6 +207,8 @@ def serve(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         (["--port", "70000"], "port"),
         (["--port", "-1"], "port"),
         (["--workers", "0"], "workers"),
+        # 10**9 was accepted: a thread pool and a search slot per caller, without bound
+        (["--workers", "1000000000"], "workers: 1000000000 searches at once: at most 64"),
         (["--host", "8.8.8.8"], "--token"),
         (["--host", "0.0.0.0"], "--token"),
         (["--tls-cert", "/etc/hostname"], "tls"),

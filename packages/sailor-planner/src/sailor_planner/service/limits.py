@@ -21,6 +21,10 @@ WAIT_POLL_S = 0.02
 """Seconds between two looks at a queued request's caller (cancelled? deadline?)."""
 
 
+MAX_SEARCHES = 64
+"""Most searches one server runs at once (``--workers``)."""
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     """Bounds of the planner server; every field is checked per request or per server."""
@@ -42,6 +46,13 @@ class ServerLimits:
         for name in ("max_searches", "max_pools", "max_gpus", "max_candidates"):
             if getattr(self, name) < 1:
                 raise WorkLimitError(f"must be >= 1, got {getattr(self, name)}", field=name)
+        if self.max_searches > MAX_SEARCHES:
+            raise WorkLimitError(
+                f"{self.max_searches} searches at once: at most {MAX_SEARCHES} (searches are "
+                "CPU-bound Python sharing one interpreter lock; more only add memory); run "
+                "more servers instead",
+                field="workers",
+            )
         if self.max_queued < 0 or self.spare_threads < 1:
             raise WorkLimitError("max_queued >= 0 and spare_threads >= 1", field="limits")
 
@@ -62,6 +73,17 @@ class ServerLimits:
                 f"has {inventory.total_gpus} GPUs, more than the {self.max_gpus} this server "
                 "plans on; list the GPUs you could actually use",
                 field="inventory",
+            )
+
+
+    def check_plan(self, plan) -> None:
+        """Refuse a plan (Simulate) on more GPUs than an inventory may hold: its estimate
+        lists every replica, so its work and its answer grow with them."""
+        if plan.num_gpus > self.max_gpus:
+            raise WorkLimitError(
+                f"has {plan.num_gpus} GPUs, more than the {self.max_gpus} this server plans "
+                "on; simulate a smaller plan",
+                field="plan",
             )
 
 

@@ -135,10 +135,14 @@ def _inventory(msg) -> Inventory:
     return inventory
 
 
+_SHORTENED = " ...(shortened)"
+
+
 def _short(message: str) -> str:
+    """``message`` in at most MAX_MESSAGE_CHARS characters."""
     if len(message) <= MAX_MESSAGE_CHARS:
         return message
-    return message[: MAX_MESSAGE_CHARS - 14] + " ...(shortened)"
+    return message[: MAX_MESSAGE_CHARS - len(_SHORTENED)] + _SHORTENED
 
 
 def _check_previous(previous: Plan, job: Job, inventory: Inventory) -> None:
@@ -206,6 +210,7 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
             req = self.roots.request(request)
             job = _job(req.job)
             plan = _prefixed("plan", lambda: Plan.from_proto(req.plan).check(job))
+            self.limits.check_plan(plan)  # as large as an inventory this server plans on
             sim = _prefixed(
                 "profiles",
                 lambda: planner_for(req.profile_dir or None, req.sailor_root or None).sim,
