@@ -257,7 +257,7 @@ def test_serve_listens_on_a_bare_ipv6_loopback():
             check = health_pb2_grpc.HealthStub(channel).Check
             assert check(health_pb2.HealthCheckRequest(), timeout=30).status == 1
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
         if proc.poll() is None:
             proc.kill()

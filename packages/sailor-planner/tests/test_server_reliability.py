@@ -222,6 +222,7 @@ def test_a_signal_stops_the_server_during_a_large_replay(signum):
             proc.kill()
             proc.wait()
     assert took < 2.5, f"{signal.Signals(signum).name}: stopped after {took:.2f} s"
+    assert proc.returncode == 128 + signum  # 130 / 143, as every Sailor command stopped so
     name = signal.Signals(signum).name
     assert f"shutting down ({name}): 1 request in flight (1 running, 0 queued)" in said, said
 

@@ -192,9 +192,10 @@ def serve(
 
     try:
         access = Access(resolve_token(token), tls_cert, tls_key)
-        run(host, port, workers, access, DataRoots.of(data_root))
+        signum = run(host, port, workers, access, DataRoots.of(data_root))
     except (SailorPlannerError, SailorSimError, OSError) as exc:
         fail(exc)
+    raise typer.Exit(128 + signum)  # stopped by SIGINT (130) or SIGTERM (143), drained
 
 
 SEARCH_GC_THRESHOLD = 20_000

@@ -302,8 +302,10 @@ def serve(
     max_workers: int = 2,
     access: Access | None = None,
     roots: DataRoots | None = None,
-) -> None:
-    """Run the planner server until SIGINT or SIGTERM."""
+) -> int:
+    """Run the planner server until SIGINT or SIGTERM; returns that signal's number once the
+    server has stopped (the command exits 128 + it, as every Sailor command stopped by a
+    signal does: ``inputs.SIGTERM_EXIT``)."""
     access = access or Access()
     # One host check for every Sailor server: a bare IPv6 address gets its brackets ('::1' was
     # sent to gRPC as '::1:0', one address on port 443: a C-core log line and 'cannot bind'),
@@ -328,6 +330,7 @@ def serve(
         pass
     print(shutdown_line(received[0], server.planner_service.slots.load()), flush=True)
     server.stop(grace=STOP_GRACE_S).wait()
+    return received[0]
 
 
 def shutdown_line(signum: int, load: tuple[int, int]) -> str:
