@@ -106,9 +106,7 @@ def tp_result(tmp_path_factory):
     script, out, port = tmp / "tp.py", tmp / "out.pt", _free_port()
     script.write_text(_SCRIPT)
     procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), str(port), str(out), repr(VARIANTS)]
-        )
+        subprocess.Popen([sys.executable, str(script), str(r), str(port), str(out), repr(VARIANTS)])
         for r in range(2)
     ]
     assert all(p.wait(timeout=240) == 0 for p in procs)

@@ -5,7 +5,6 @@ in one process (fp64, real gloo ranks)."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 
 import pytest

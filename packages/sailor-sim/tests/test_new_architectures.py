@@ -10,7 +10,6 @@ The configs hold the architecture fields of each model's config.json on the Hugg
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from pathlib import Path
 
@@ -231,9 +230,10 @@ def test_post_norms_stash_their_inputs(tmp_path):
     split = stash_bytes(*args, ExecutionOptions(sequence_parallel=True), True)
     without = dataclasses.replace(gemma2, sandwich_norm=False)
     assert plain - stash_bytes(without, *args[1:], ExecutionOptions(), True) == 2 * sbh_e
-    assert split - stash_bytes(
-        without, *args[1:], ExecutionOptions(sequence_parallel=True), True
-    ) == 2 * sbh_e // 4
+    assert (
+        split - stash_bytes(without, *args[1:], ExecutionOptions(sequence_parallel=True), True)
+        == 2 * sbh_e // 4
+    )
     bloom = _spec(tmp_path, "bloom", BLOOM_176B)
     embedding = bloom.stash_terms(0, 1, 2048, "bf16", tp=8)
     assert embedding["embedding_norm_input"] == 2048 * bloom.hidden_size * 2

@@ -75,7 +75,6 @@ class ServerLimits:
                 field="inventory",
             )
 
-
     def check_plan(self, plan) -> None:
         """Refuse a plan (Simulate) on more GPUs than an inventory may hold: its estimate
         lists every replica, so its work and its answer grow with them."""
