@@ -27,6 +27,8 @@ VARIANTS = {
     # Gemma-3's shape: sandwich norms and per-head q/k norms; BLOOM's embedding norm
     "sandwich-qk-norm": ("tiny-llama", {"sandwich_norm": True, "qk_norm": True}),
     "embedding-norm": ("tiny-gpt", {"embedding_norm": True}),
+    # MPT / BLOOM positions: each TP rank biases its own heads with their slopes
+    "alibi": ("tiny-gpt", {"position": "alibi"}),
 }
 
 _SCRIPT = textwrap.dedent(
@@ -175,3 +177,63 @@ def test_the_simulators_parallel_block_stash_is_what_the_block_saves():
     assert saved(sequential) - saved(parallel) == stash(sequential) - stash(parallel) + (
         layernorm_stats
     )
+
+
+def test_alibi_slopes_are_press_et_al_s():
+    from sailor_profiler.zoo.layers import alibi_slopes
+
+    assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
+    # 12 heads (BLOOM's rule): the 8-head sequence, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5
+    twelve = alibi_slopes(12).tolist()
+    assert twelve[:8] == [2.0**-i for i in range(1, 9)]
+    assert twelve[8:] == pytest.approx([2 ** -(i + 0.5) for i in range(4)], rel=1e-15)
+
+
+def test_alibi_attention_is_the_biased_softmax_and_sees_positions():
+    """An ALiBi block attends with softmax(q k^T / sqrt(d) - slope (i - j)) under the causal
+    mask, in both kernels; so swapping two early tokens changes what a later one sees (the
+    zoo used to drop ALiBi: only the causal mask, blind to order within the prefix)."""
+    spec = _spec("alibi")
+    block = build_stage(spec, 1, 1, dtype=torch.float64).layers["1"]
+    attn = block.attn
+    x = torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    h = block.norm1(x)
+    q, k, v = (m(h).view(1, 8, 4, 16).transpose(1, 2) for m in (attn.q, attn.k, attn.v))
+    slopes = torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8], dtype=torch.float64)
+    i = torch.arange(8).view(8, 1)
+    j = torch.arange(8).view(1, 8)
+    scores = q @ k.transpose(-2, -1) / 4.0 - slopes.view(4, 1, 1) * (i - j)
+    scores = scores.masked_fill(j > i, float("-inf"))
+    want = attn.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(1, 8, 64))
+    with torch.no_grad():
+        for flash in (True, False):
+            attn.flash = flash
+            torch.testing.assert_close(attn(h), want, rtol=1e-10, atol=1e-12)
+        swapped = x[:, [1, 0, *range(2, 8)]]
+        assert not torch.allclose(block(swapped)[:, 5], block(x)[:, 5])
+
+
+def test_an_alibi_bias_is_held_once_per_stage_not_per_layer():
+    """Every layer reads one cached bias, which CUDA's masked attention kernels save for
+    backward (CPU's adds it to the scores, saving nothing); a layer's measured stash leaves
+    it out either way: the profiler files per-layer stashes, which the simulator multiplies
+    by layers and microbatches in flight, and the stage holds the bias once."""
+    from sailor_profiler.compute.memory import SavedTensorBytes
+    from sailor_profiler.zoo.layers import alibi_bias
+
+    layer = build_stage(_spec("alibi"), 1, 1).layers["1"]
+    cpu = torch.device("cpu")
+    bias = alibi_bias(4, 0, 4, 64, torch.float32, cpu)
+    assert alibi_bias(4, 0, 4, 64, torch.float32, cpu) is bias  # one tensor for every layer
+    counter = SavedTensorBytes(layer)
+    with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+        # kept: its graph holds the saved tensors (freed, their addresses could be reused)
+        out = layer(torch.randn(2, 64, 64, requires_grad=True))
+    before = counter.total
+    counter.pack(bias)  # as a kernel that keeps it for backward would
+    counter.pack(bias[1:])  # or a view of it
+    assert counter.total == before > 0
+    other = torch.zeros_like(bias)
+    counter.pack(other)  # any other saved tensor counts
+    assert counter.total == before + other.untyped_storage().nbytes()
+    del out

@@ -6,7 +6,9 @@ Two methods, both used on CUDA (the allocator is the reference, the hooks a cros
   autograd saves for backward during the forward. Bytes = the sum over *unique storages* (a view
   keeps its whole storage alive, and two views of one storage cost it once), excluding the
   layer's parameters (weights are counted as weights, not activations). The layer's input is
-  counted when the layer saves it, as ``ModelSpec.stash_terms`` does.
+  counted when the layer saves it, as ``ModelSpec.stash_terms`` does; a constant every layer
+  of a stage shares (an ALiBi bias, ``zoo.layers.is_shared_constant``) is not: the stage holds
+  it once, whatever its layer count.
 * Allocator (CUDA): ``torch.cuda.memory_allocated`` after the forward minus before, minus the
   output's storage (which is handed on, not stashed), plus the inputs autograd saved (they were
   allocated before the forward, so the delta cannot see them: a block's first norm saves its
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from ..zoo.layers import is_shared_constant
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class SavedTensorBytes:
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
         ptr = storage.data_ptr()
-        if ptr and ptr not in self._exclude:
+        if ptr and ptr not in self._exclude and not is_shared_constant(tensor):
             self._storages[ptr] = max(self._storages.get(ptr, 0), storage.nbytes())
         return tensor
 

@@ -14,9 +14,9 @@ biases) and LLaMA (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query a
 with the shape features of newer ones: heads wider than hidden / heads (``attention_head_dim``,
 Qwen3), per-head q/k RMSNorms (``qk_norm``, Qwen3), parameter-free norms (``norm_affine``,
 OLMo-1), norms after attention and MLP (``sandwich_norm``, Gemma-2/3) and after the embedding
-(BLOOM), an LM-head bias (Phi-2) and parallel attention + MLP blocks (``parallel_block``:
-GPT-J, Pythia, Phi-2, Falcon, Command-R). What ``ModelSpec.simulated_only_features`` names is
-refused (``StageModule``).
+(BLOOM), an LM-head bias (Phi-2), ALiBi (``position='alibi'``: MPT, BLOOM) and parallel
+attention + MLP blocks (``parallel_block``: GPT-J, Pythia, Phi-2, Falcon, Command-R). What
+``ModelSpec.simulated_only_features`` names is refused (``StageModule``).
 Dropout (``ModelSpec.dropout``) is applied only in training mode; runs that must be exactly
 reproducible across plans use a spec with dropout 0 (the tiny catalog models) or eval mode.
 """
@@ -154,6 +154,11 @@ class Attention(nn.Module):
         """Heads on this rank (all of them until ``parallelize`` splits them)."""
         self.head_dim = spec.head_dim
         self.rotary = spec.position == "rotary"
+        self.alibi = spec.position == "alibi"
+        self.all_heads = spec.num_heads
+        self.first_head = 0
+        """Index of this rank's first head among ``all_heads`` (set by ``parallelize``): its
+        heads' ALiBi slopes."""
         self.p = spec.dropout
         self.group = None
         self.sequence_group = None
@@ -199,17 +204,70 @@ class Attention(nn.Module):
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         p = self.p if self.training else 0.0
+        bias = None
+        if self.alibi:
+            key = (self.all_heads, self.first_head, self.heads, q.shape[-2], q.dtype, q.device)
+            bias = alibi_bias(*key)
         if self.flash:
+            if bias is not None:  # the causal mask is in the bias (its -inf above the diagonal)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        return math_attention(q, k, v, p)
+        return math_attention(q, k, v, p, bias)
 
 
-def math_attention(q, k, v, dropout_p: float) -> torch.Tensor:
-    """Causal attention written out (Vaswani et al. 2017, Eq. 1): softmax(QK^T / sqrt(d)) V.
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022, Sec. 3; BLOOM's ``build_alibi_tensor``):
+    the geometric sequence 2^(-8 i / n) for the largest power of two n <= heads, then every
+    other term of the sequence for 2n."""
+    n = 2 ** math.floor(math.log2(heads))
+    slopes = [2 ** (-8 * i / n) for i in range(1, n + 1)]
+    slopes += [2 ** (-8 * i / (2 * n)) for i in range(1, 2 * (heads - n), 2)]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+_ALIBI: dict[tuple, torch.Tensor] = {}
+"""One causal ALiBi bias per (heads, first head, heads here, length, dtype, device): every
+layer of a stage reads the same tensor, so it is held (and saved for backward) once."""
+_ALIBI_KEPT = 4
+
+
+def alibi_bias(all_heads: int, first: int, heads: int, s: int, dtype, device) -> torch.Tensor:
+    """[heads, s, s] additive attention bias of heads first..first+heads-1: -slope x (i - j)
+    for key j <= query i, -inf above the diagonal (causal)."""
+    key = (all_heads, first, heads, s, dtype, str(device))
+    hit = _ALIBI.get(key)
+    if hit is None:
+        slopes = alibi_slopes(all_heads)[first : first + heads].view(heads, 1, 1)
+        pos = torch.arange(s, dtype=torch.float64)
+        distance = (pos.view(s, 1) - pos.view(1, s)).clamp(min=0)  # i - j on and below
+        bias = -slopes * distance
+        bias = bias.masked_fill(pos.view(1, s) > pos.view(s, 1), float("-inf"))
+        hit = bias.to(dtype=dtype, device=device)
+        while len(_ALIBI) >= _ALIBI_KEPT:  # a few lengths at once (profiler sweeps)
+            _ALIBI.pop(next(iter(_ALIBI)))
+        _ALIBI[key] = hit
+    return hit
+
+
+def is_shared_constant(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` shares storage with a constant every layer of a stage reads (an
+    ALiBi bias): a layer's stash does not hold it, its stage holds it once."""
+    ptr = tensor.untyped_storage().data_ptr()
+    return any(t.untyped_storage().data_ptr() == ptr for t in _ALIBI.values())
+
+
+def math_attention(q, k, v, dropout_p: float, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention written out (Vaswani et al. 2017, Eq. 1): softmax(QK^T / sqrt(d)) V,
+    with ``bias`` (causal, e.g. ALiBi's) added to the scores instead of the causal mask.
     Keeps the (b, a, s, s) scores and probabilities for backward, as frameworks did before
     fused attention kernels; the reference that SDPA is checked against."""
     s = q.shape[-2]
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    if bias is not None:
+        probs = (scores + bias).softmax(-1)
+        if dropout_p:
+            probs = F.dropout(probs, dropout_p)
+        return probs @ v
     causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
     probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
     if dropout_p:

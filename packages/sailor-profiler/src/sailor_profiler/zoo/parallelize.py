@@ -48,6 +48,7 @@ def parallelize(stage: nn.Module, tp_rank: int, tp_size: int, tp_group=None) -> 
             elif isinstance(module, Attention):
                 module.heads //= tp_size
                 module.kv_heads //= tp_size
+                module.first_head = tp_rank * module.heads  # its ALiBi slopes
                 module.group = tp_group
             elif isinstance(module, MLP):
                 module.group = tp_group
