@@ -166,7 +166,7 @@ class MemoryComponents:
             dtype=job.dtype,
             optimizer=job.optimizer,
             params=r.params,
-            activation_per_microbatch=self._activation(job, r, i, p),
+            activation_per_microbatch=self._activation(job, r, i, p, num_microbatches),
             in_flight_microbatches=in_flight(i, p, num_microbatches),
             transient=r.transient,
             p2p_buffer=buffer,
@@ -194,7 +194,7 @@ class MemoryComponents:
             static = static_bytes(r.params, job.dtype, job.optimizer, r.grad_bytes, shards, experts)
             static += r.fp8_weights + gathered
         buffer, communicators = position_terms(r.act_out, s.tp, dp, i, p)
-        act = self._activation(job, r, i, p)
+        act = self._activation(job, r, i, p, m)
         peak = peak_bytes(
             r.overhead, static, act, in_flight(i, p, m), r.transient, buffer, communicators
         )
@@ -261,10 +261,12 @@ class MemoryComponents:
         return shards, gathered_weight_bytes(zero, job.dtype, r.params, largest), experts
 
     @staticmethod
-    def _activation(job: Job, r: RangeMemory, i: int, p: int) -> int:
+    def _activation(job: Job, r: RangeMemory, i: int, p: int, m: int) -> int:
+        """Stash per microbatch in flight; interleaving holds more chunks on every stage
+        (``options.activation_factor``, Megatron-LM's warm-up count)."""
         if job.options.virtual_stages == 1:
             return r.activation
-        return int(r.activation * activation_factor(job.options, i, p))
+        return int(r.activation * activation_factor(job.options, i, p, m))
 
     def shard_group(self, job: Job, gpu_type: str, tp: int, dp: int) -> int:
         """Data-parallel ranks a ZeRO shard spans: all ``dp`` replicas of the stage, or under

@@ -420,13 +420,26 @@ def recomputed_gemm_share(model, tp: int, options) -> float:
     return sum(widths[1::2]) / sum(widths)
 
 
-def activation_factor(options, stage_index: int, num_stages: int) -> float:
-    """Interleaved 1F1B keeps more microbatches in flight on the early stages: the first
-    stage's activations grow by 1 + (p - 1) / (p v) (Korthikanti et al. 2022, Sec. 4.2.3)."""
+def activation_factor(
+    options, stage_index: int, num_stages: int, num_microbatches: int | None = None
+) -> float:
+    """Stashed activations of stage i under interleaved 1F1B relative to 1F1B's min(p - i, M)
+    microbatches of the stage. Megatron-LM's schedule (core/pipeline_parallel/schedules.py,
+    ``forward_backward_pipelining_with_interleaving``) runs num_warmup = 2 (p - i - 1) +
+    (v - 1) p forward chunks, at most the M v there are, before rank i's first backward, so
+    at its peak it holds min(num_warmup + 1, M v) chunks of 1/v of its layers each. Stage 0:
+    p + (p - 1) / v stage activations, Korthikanti et al. 2022's 1 + (p - 1) / (p v) factor
+    (Sec. 4.2.3); the last stage: p - (p - 1) / v, not 1F1B's one microbatch (that formula
+    extended to every stage, 1 + (p - 1 - i) / (p v), gave the last stage 1 and missed most of
+    its activations). ``num_microbatches`` None: as many as the schedule fills (the bound a
+    planner uses before it knows M)."""
     v = options.virtual_stages
     if v == 1 or num_stages < 2:
         return 1.0
-    return 1.0 + (num_stages - 1 - stage_index) / (num_stages * v)
+    p, i = num_stages, stage_index
+    m = num_microbatches if num_microbatches is not None else p * v  # never the cap
+    chunks = min(2 * (p - i - 1) + (v - 1) * p + 1, m * v)
+    return chunks / v / min(p - i, m)
 
 
 P2P_STYLES = {"megatron": True, "deepspeed": False}
