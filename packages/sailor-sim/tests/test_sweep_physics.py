@@ -33,3 +33,53 @@ def test_interleaving_keeps_megatrons_chunks_in_flight_on_every_stage():
         assert _activations(plans[2], stage) == pytest.approx(plain * chunks / 2, rel=1e-6)
     last_plain, last_inter = _activations(plans[1], 3), _activations(plans[2], 3)
     assert last_inter == pytest.approx(last_plain * 5 / 2, rel=1e-6)
+
+
+MIXTRAL = "examples/configs/mixtral-8x7b"
+
+
+def _repo_path(rel: str) -> str:
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parents[3] / rel)
+
+
+def test_the_optimizer_steps_only_the_experts_a_rank_holds():
+    """Adam is memory bound: its step reads and writes every parameter the rank holds
+    (``analytic.ADAM_BYTES_PER_PARAM`` per parameter). Under expert parallelism a rank holds
+    1/ep of the routed experts (its weights, gradients and optimizer states are 1/ep), so its
+    step is over (non-expert + experts / ep) parameters. Mixtral-8x7B, 8 blocks of a stage
+    at EP 8: 0.77 B parameters held of 5.83 B; the step had stayed that of all 5.83 B."""
+    from sailor_sim import StageSlice
+    from sailor_sim.model.moe import experts_held_elsewhere
+
+    steps, model = {}, None
+    for ep in (1, 8):
+        job = Job.create(_repo_path(MIXTRAL), 64, 4096, "bf16", "adam",
+                         ExecutionOptions(expert_parallel=ep))  # fmt: skip
+        model = job.model
+        steps[ep] = Simulator().stage_time(job, StageSlice(1, 8, "H100-80", 1, 1)).optimizer_s
+    total = sum(model.params(i) for i in range(1, 9))
+    held = total - sum(experts_held_elsewhere(model, i, i, 1, 8) for i in range(1, 9))
+    assert steps[8] == pytest.approx(steps[1] * held / total, rel=1e-6)
+
+
+def test_zero_shards_the_experts_step_over_the_expert_data_parallel_ranks():
+    """ZeRO-1 over d replicas of a stage at EP ep: the non-expert states are sharded over d
+    ranks, the experts' (held by d / ep ranks each) over d / ep (Megatron-Core's expert
+    data-parallel group; ``memory`` already shards them so). Mixtral-8x7B, d = 8, ep = 8: each
+    rank steps 1/8 of the non-expert parameters and all of its one expert, i.e. 1/8 of the
+    stage's parameters: the step of EP 1 without ZeRO / 8."""
+    from sailor_sim import StageSlice
+    from sailor_sim.simulate import timing
+
+    def step(ep: int, zero: str) -> float:
+        job = Job.create(_repo_path(MIXTRAL), 64, 4096, "bf16", "adam",
+                         ExecutionOptions(expert_parallel=ep, zero=zero))  # fmt: skip
+        sim, s = Simulator(), StageSlice(1, 8, "H100-80", 1, 1)
+        plan = Plan.uniform(job, "H100-80", A, pp=1, dp=8)
+        kinds = timing.ring_kinds(plan.stages[0].replicas)
+        return sim.sharded_time(job, s, sim.stage_time(job, s), kinds, ("H100-80", 1)).optimizer_s
+
+    assert step(8, "zero1") == pytest.approx(step(1, "none") / 8, rel=1e-6)
+    assert step(1, "zero1") == pytest.approx(step(1, "none") / 8, rel=1e-6)

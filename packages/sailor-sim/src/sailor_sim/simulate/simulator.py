@@ -32,6 +32,7 @@ from ..errors import PlanError
 from ..model.moe import (
     check_plan_expert_parallel,
     expert_comm_per_microbatch,
+    experts_held,
     experts_held_elsewhere,
 )
 from ..profiles.analytic import attention_flop_s, score_matrix_s
@@ -214,6 +215,17 @@ class Simulator(MemoryComponents):
         if shared:
             head = job.model.head_layer_id
             step -= t.span(t.optimizer, head, head) * shared / job.model.params(head, s.tp)
+        ep = job.options.expert_parallel
+        if ep > 1:
+            # The step is memory bound: it touches the parameters the rank holds, and under
+            # expert parallelism those are 1/ep of the routed experts (``moe.experts_held``);
+            # the profile timed a rank holding all of them (Mixtral-8x7B at EP 8: 13 % of a
+            # stage's parameters held, its whole step had been charged).
+            model = job.model
+            for i in range(max(s.first, 1), min(s.last, model.num_layers) + 1):
+                elsewhere = experts_held_elsewhere(model, i, i, s.tp, ep)
+                if elsewhere:
+                    step -= t.span(t.optimizer, i, i) * elsewhere / model.params(i, s.tp)
         return step
 
     @staticmethod
@@ -709,7 +721,23 @@ class Simulator(MemoryComponents):
         exposed = 0.0
         if job.options.shards_parameters and replicas > 1:
             exposed = self._exposed_shard_comm(job, s, t, kinds, lead)
-        return t._replace(optimizer_s=t.optimizer_s / group, shard_comm_s=exposed)
+        optimizer = t.optimizer_s / group
+        ep = job.options.expert_parallel
+        if ep > 1:
+            # The routed experts a rank holds are held by group / ep ranks only (Megatron-Core's
+            # expert data-parallel group), so ZeRO shards their states ep times less than the
+            # rest (as ``_sharded`` does their bytes); the step is memory bound, its share of
+            # the experts is their share of the held parameters.
+            model = job.model
+            experts = experts_held(model, s.first, s.last, s.tp, ep)
+            held = sum(model.params(i, s.tp) for i in range(s.first, s.last + 1))
+            held -= experts_held_elsewhere(model, s.first, s.last, s.tp, ep)
+            if experts and held:
+                share = experts / held
+                optimizer = t.optimizer_s * (
+                    (1 - share) / group + share / max(1, group // ep)
+                )
+        return t._replace(optimizer_s=optimizer, shard_comm_s=exposed)
 
     def _expert_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
         """Expert-parallel all-to-alls per microbatch of a replica (``moe.py``): its expert
