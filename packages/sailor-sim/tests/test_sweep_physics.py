@@ -83,3 +83,24 @@ def test_zero_shards_the_experts_step_over_the_expert_data_parallel_ranks():
 
     assert step(8, "zero1") == pytest.approx(step(1, "none") / 8, rel=1e-6)
     assert step(1, "zero1") == pytest.approx(step(1, "none") / 8, rel=1e-6)
+
+
+def test_model_flops_count_mlas_own_head_dims():
+    """PaLM's 12 L H Q T (Appendix B) is 6 L H (d_qk + d_v) T: QK^T over d_qk and the context
+    over d_v, forward and backward. DeepSeek-V3's MLA (arXiv 2412.19437, Sec. 2.1; its
+    config.json) has 128 heads with d_qk = 128 + 64 = 192 and d_v = 128, so at 4096 tokens
+    the attention term is 6 x 61 x 128 x 320 x 4096 = 61.4 GFLOP per token; hidden / heads = 56
+    gave 12 x 61 x 7168 x 4096 = 21.5 GFLOP and an MFU 14 % low. A model without MLA keeps
+    12 L H Q T."""
+    from sailor_sim import get_model
+    from sailor_sim.simulate.metrics import model_flops_per_token
+
+    v3 = get_model(_repo_path("examples/configs/deepseek-v3"))
+    dense = 6.0 * (v3.matmul_params() - (v3.total_params() - v3.active_params()))
+    assert model_flops_per_token(v3, 4096) == pytest.approx(
+        dense + 6 * 61 * 128 * (192 + 128) * 4096, rel=1e-9
+    )
+    llama = get_model("LLaMA-3.1-70B")
+    assert model_flops_per_token(llama, 8192) == pytest.approx(
+        6.0 * llama.matmul_params() + 12 * 80 * 8192 * 8192, rel=1e-9
+    )

@@ -46,8 +46,14 @@ class Throughput:
 def model_flops_per_token(model, seq_len: int) -> float:
     """Training FLOPs per token, 6N + 12 L H Q T (PaLM, Appendix B); N counts the weights a
     token uses, so a mixture-of-experts model counts its top-k routed experts only (the
-    'activated' parameters of MoE reports)."""
-    attention = 12 * model.num_layers * model.num_heads * model.head_dim * seq_len
+    'activated' parameters of MoE reports), and the attention term uses the heads' own
+    query/key and value widths (MLA)."""
+    # 12 L H Q T is 6 L H (d_qk + d_v) T: QK^T over the query/key width, the context over
+    # the value width. MLA's heads differ from hidden / heads (DeepSeek-V3: d_qk 192, d_v 128
+    # where hidden / heads is 56), so the widths are the model's own (equal to head_dim
+    # otherwise, which leaves PaLM's formula as it was).
+    per_head = model.qk_head_dim + model.v_head_dim
+    attention = 6 * model.num_layers * model.num_heads * per_head * seq_len
     unrouted = model.total_params() - model.active_params()
     return 6.0 * (model.matmul_params() - unrouted) + attention
 
