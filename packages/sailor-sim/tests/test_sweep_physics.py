@@ -104,3 +104,29 @@ def test_model_flops_count_mlas_own_head_dims():
     assert model_flops_per_token(llama, 8192) == pytest.approx(
         6.0 * llama.matmul_params() + 12 * 80 * 8192 * 8192, rel=1e-9
     )
+
+
+@pytest.mark.parametrize("dp", [8, 16])
+def test_expert_gradients_reduce_over_the_expert_data_parallel_ranks_only(dp):
+    """Without ZeRO a stage's d replicas ring-all-reduce their gradients, 2 (d - 1) / d of the
+    bytes per rank. The routed experts a rank holds are held by d / ep ranks only
+    (Megatron-Core's expert data-parallel group), which all-reduce them: 2 (d/ep - 1) / (d/ep)
+    of their bytes, i.e. on the stage's ring their bytes x ((d/ep - 1) / (d/ep)) / ((d - 1) / d).
+    Mixtral-8x7B at EP 8: with d = 8 every expert has one holder and its gradients need no
+    reduction (the sim reduced all 1/8 of them over the 8 ranks); with d = 16, 8/15 of them."""
+    from sailor_sim.model.moe import experts_held
+    from sailor_sim.simulate import timing
+
+    job = Job.create(_repo_path(MIXTRAL), 128, 4096, "bf16", "adam",
+                     ExecutionOptions(expert_parallel=8))  # fmt: skip
+    sim = Simulator()
+    plan = Plan.uniform(job, "H100-80", A, pp=4, dp=dp)
+    stage = plan.stages[1]
+    first, last = stage.first_layer, stage.last_layer
+    experts = 4 * experts_held(job.model, first, last, 1, 8)  # fp32 main grads
+    others = sim.grad_bytes(job, first, last) - experts
+    n_e = dp // 8
+    share = ((n_e - 1) / n_e) / ((dp - 1) / dp)
+    kinds = timing.ring_kinds(stage.replicas)
+    expected = sim.ring_time(job, first, last, kinds, others + experts * share)[0]
+    assert sim.dp_sync_time(job, first, last, stage.replicas) == pytest.approx(expected, rel=1e-9)

@@ -407,7 +407,7 @@ class Simulator(MemoryComponents):
         microbatch) and the first of which is ``gpu_type`` at ``tp`` (hybrid shards inside
         its nodes). The planner scores candidates with it without building stages."""
         zero = job.options.zero
-        one_ring = self.ring_sync_bytes(job, first, last)
+        one_ring = self.ring_sync_bytes(job, first, last, sum(count for _, count in kinds))
         if one_ring is not None:  # no ZeRO, ZeRO-1/2: one ring's seconds
             return DataParallelSync(*self.ring_time(job, first, last, kinds, one_ring))
         grad = self.grad_bytes(job, first, last)
@@ -430,18 +430,35 @@ class Simulator(MemoryComponents):
         )
         return DataParallelSync(across[0], across[1], inside)
 
-    def ring_sync_bytes(self, job: Job, first: int, last: int) -> float | None:
+    def ring_sync_bytes(
+        self, job: Job, first: int, last: int, ranks: int | None = None
+    ) -> float | None:
         """Bytes whose ring all-reduce is all of ``ring_sync``'s seconds for layers
-        first..last: the gradients without ZeRO, half of gradients + weights (reduce-scatter
-        and all-gather) under ZeRO-1/2; None under ZeRO-3 and hybrid sharding, whose seconds
-        are not one ring's."""
+        first..last over a ring of ``ranks`` replicas: the gradients without ZeRO, half of
+        gradients + weights (reduce-scatter and all-gather) under ZeRO-1/2; None under ZeRO-3
+        and hybrid sharding, whose seconds are not one ring's. Under expert parallelism the
+        routed experts a rank holds are reduced over the ranks / ep replicas holding them
+        (Megatron-Core's expert data-parallel group): a ring of n_e = ranks / ep moves
+        (n_e - 1) / n_e of their bytes per rank where the stage's ring moves (n - 1) / n, so
+        they count at that ratio (0 when each expert has one holder). ``ranks`` None: the
+        least over rings (the experts' 0), a lower bound for callers that do not know it."""
         zero = job.options.zero
         if zero not in ("none", "zero1", "zero2"):
             return None
         grad = self.grad_bytes(job, first, last)
-        if zero == "none":
-            return grad
-        return (grad + dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)) / 2
+        per_param = grad / max(1, self.unsharded_params(job, first, last))
+        if zero != "none":
+            weights = dtype_bytes(job.dtype) * self.unsharded_params(job, first, last)
+            grad, per_param = (grad + weights) / 2, (per_param + dtype_bytes(job.dtype)) / 2
+        ep = job.options.expert_parallel
+        if ep > 1:
+            experts = experts_held(job.model, first, last, 1, ep) * per_param
+            share = 0.0
+            if ranks is not None and ranks >= 2 and ranks // ep >= 2:
+                n_e = ranks // ep
+                share = ((n_e - 1) / n_e) / ((ranks - 1) / ranks)
+            grad -= experts * (1.0 - share)
+        return grad
 
     def ring_edge_seconds(
         self, a: timing.RingKind, b: timing.RingKind, ranks: int, nbytes: float
