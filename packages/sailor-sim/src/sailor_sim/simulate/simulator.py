@@ -751,9 +751,7 @@ class Simulator(MemoryComponents):
             held -= experts_held_elsewhere(model, s.first, s.last, s.tp, ep)
             if experts and held:
                 share = experts / held
-                optimizer = t.optimizer_s * (
-                    (1 - share) / group + share / max(1, group // ep)
-                )
+                optimizer = t.optimizer_s * ((1 - share) / group + share / max(1, group // ep))
         return t._replace(optimizer_s=optimizer, shard_comm_s=exposed)
 
     def _expert_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
