@@ -140,3 +140,28 @@ def test_tables_gather_only_the_expert_groups_experts(sim, zero) -> None:
     job = Job.create(MIXTRAL, 64, 4096, "bf16", options={"zero": zero, "expert_parallel": 8})
     for terms in _check_gathered_terms(sim, job, "H100-80", 1, 2, dp=8):
         assert terms["gathered_weights"] > 0
+
+
+@pytest.mark.parametrize("v", [2, 4])
+def test_interleaved_sure_verdicts_hold_on_every_stage(sim, v) -> None:
+    """Interleaved 1F1B holds Megatron's warm-up chunks, 2 (p - i - 1) + (v - 1) p + 1, so a
+    late stage holds more than 1F1B's p - i microbatches (the last one p - (p - 1) / v
+    stage activations, not one): a "surely fits" range fits at every stage, as the simulator
+    counts it, with the most microbatches the job can have; and the grid has stages where
+    the place matters (the verdict at p - i alone would have been wrong)."""
+    job = Job.create("GPT-Neo-2.7B", 64, 2048, options={"virtual_stages": v})
+    cv, _, _ = Planner(sim)._state(job)
+    plain, _, _ = Planner(sim)._state(Job.create("GPT-Neo-2.7B", 64, 2048))  # 1F1B
+    n, checked, placed = job.model.num_layer_ids, 0, 0
+    for g, p, mbs, tp in itertools.product(("GH-96", "A100-40"), (2, 4), (1, 2, 4), (1, 2)):
+        mm = job.global_batch_size // mbs
+        for i, (a, b) in enumerate(even_bounds(n, p)):
+            neighbours = (i > 0) + (i < p - 1)
+            args = (g, mbs, tp, min(p - i, mm), neighbours, cv.capacity(g), True)
+            sure = cv.fit_matrix(*args, stage=(i, p, mm))[a, b]
+            peak, cap = sim.replica_peak(job, StageSlice(a, b, g, tp, mbs), i, p, mm, 2)
+            checked += 1
+            if sure:
+                assert peak <= cap, (g, p, mbs, tp, i)
+            placed += sure != plain.fit_matrix(*args)[a, b]
+    assert checked and placed > 0

@@ -40,7 +40,9 @@ def test_one_stage_tables_match_the_position_matrices():
                     )
                     tab = stage_tables(cv, g, 1, m, t, ZONE)
                     p2p = _p2p_same_zone(cv, g, m, sorted(degrees), ZONE)
-                    best, choice, _diag = _position(cv, g, m, degrees, 1, 0, cv.capacity(g), p2p)
+                    best, choice, _diag = _position(
+                        cv, g, m, degrees, 1, 0, cv.capacity(g), p2p, (0, 1, 1)
+                    )
                     checked += 1
                     if not math.isfinite(best[0, last]):
                         assert tab is None, (job.model.name, g, m, t)

@@ -172,6 +172,13 @@ class CostView:
             self._tmat[key] = mat
         return mat
 
+    @property
+    def interleaved(self) -> bool:
+        """Whether stage memory depends on the stage's place (i, p), not only on p - i:
+        interleaved 1F1B holds Megatron's warm-up chunks, 2 (p - i - 1) + (v - 1) p + 1
+        (``activation_factor``), so "surely fits" needs the real stage (``fit_matrix``)."""
+        return self.memory_job.options.virtual_stages > 1
+
     def fit_matrix(
         self,
         g: str,
@@ -181,23 +188,33 @@ class CostView:
         neighbours: int,
         capacity: int,
         sure: bool = True,
+        stage: tuple[int, int, int] | None = None,
     ) -> np.ndarray:
         """[a, b] = True where layer ids a..b fit one GPU with ``neighbours`` pipeline
         neighbours. ``sure``: with ``in_flight`` microbatches stashed and a DP communicator
-        (the most a plan can need); else with one microbatch and no DP (the least)."""
+        (the most a plan can need); else with one microbatch and no DP (the least).
+        ``stage`` = (i, p, the most microbatches): the stage's place, which an interleaved
+        job's sure verdict needs (``interleaved``); ignored otherwise."""
         if not sure:
             in_flight = 1
-        key = (g, m, t, in_flight, neighbours, capacity, sure)
+        place = stage if sure and self.interleaved else None
+        if sure and self.interleaved and stage is None and neighbours > 0:
+            raise ValueError("an interleaved job's sure verdict needs the stage (i, p, M)")
+        key = (g, m, t, in_flight, neighbours, capacity, sure, place)
         fit = self._fit.get(key)
         if fit is None:
-            # peak_matrix(i, p) depends on (i, p) only through p - i and the neighbours.
-            if neighbours == 0:
-                i, p = 0, 1
-            elif neighbours == 1:
-                i, p = 0, max(in_flight, 2)  # the first stage of a pipeline of p
+            if place is not None:
+                i, p, mm = place
+                peak = self.peak_matrix(g, m, t, i, p, mm, sure)
             else:
-                i, p = 1, 1 + max(in_flight, 2)  # a middle stage
-            peak = self.peak_matrix(g, m, t, i, p, in_flight, sure)
+                # peak_matrix(i, p) depends on (i, p) only through p - i and the neighbours.
+                if neighbours == 0:
+                    i, p = 0, 1
+                elif neighbours == 1:
+                    i, p = 0, max(in_flight, 2)  # the first stage of a pipeline of p
+                else:
+                    i, p = 1, 1 + max(in_flight, 2)  # a middle stage
+                peak = self.peak_matrix(g, m, t, i, p, in_flight, sure)
             fit = self._fit[key] = peak <= capacity
         return fit
 
@@ -279,8 +296,8 @@ class CostView:
         static, acts, *_ = self._parts(g, m, t)
         if not dp and job.options.zero != "none":
             static = self._least_static(g, m, t)
-        if dp:  # the most: interleaving keeps extra microbatches on the first stage
-            acts = acts * activation_factor(job.options, 0, p)
+        if dp:  # the most: interleaving keeps Megatron's warm-up chunks at stage i of p
+            acts = acts * activation_factor(job.options, i, p, mm)
         act_out = self.model.activation_out_bytes(0, m, job.local_sequence_length, job.dtype)
         buffer, communicators = position_terms(act_out, t, 2 if dp else 1, i, p)
         peak = peak_bytes(

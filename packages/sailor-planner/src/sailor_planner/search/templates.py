@@ -87,7 +87,7 @@ def stage_tables(
     for i in range(p):
         neighbours = (i > 0) + (i < p - 1)
         best, choice, diag = _position(
-            cv, g, m, tuple(per_stage[i]), min(p - i, mm), neighbours, cap, p2p
+            cv, g, m, tuple(per_stage[i]), min(p - i, mm), neighbours, cap, p2p, (i, p, mm)
         )
         # Early stop: this position cannot hold even one layer id of its reachable window.
         if not any(diag[i : cv.n - (p - i) + 1]):
@@ -118,18 +118,24 @@ def _one_stage_tables(cv: CostView, g, m, degrees, cap, chunkable) -> StageTable
     return None
 
 
-def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
+def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p, stage):
     """(time, TP) matrices of one pipeline position: the first degree that surely fits, else
     the first that may fit, per range. Cached on the CostView by everything they depend on,
     the p2p included: positions of different depths share them (under ZeRO only the lower
     bound is used, which has one microbatch in flight whatever ``in_flight`` is, so every
-    position with the same neighbours shares one)."""
+    position with the same neighbours shares one), except under interleaving, whose memory
+    depends on ``stage`` = (i, p, the most microbatches) itself."""
     sure_checks = _fit_checks(cv)
     if not sure_checks[0]:
         in_flight = 1
     # The p2p each degree counts (its zone's) is part of the key: a Planner keeps one
     # CostView per job across requests whose inventories may have other reference zones.
-    key = ("position", g, m, degrees, in_flight, neighbours, cap, tuple(p2p[d] for d in degrees))
+    # interleaved: the sure verdict is the stage's, at (i, p), not p - i (``fit_matrix``)
+    place = stage if cv.interleaved and sure_checks[0] else None
+    key = ("position", g, m, degrees, in_flight, neighbours, cap) + (
+        tuple(p2p[d] for d in degrees),
+        place,
+    )
     hit = cv.memo.get(key)
     if hit is not None:
         return hit
@@ -142,7 +148,7 @@ def _position(cv: CostView, g, m, degrees, in_flight, neighbours, cap, p2p):
         if not sure and np.isfinite(best[cv.upper]).all():
             break  # every range surely fits some degree: the lower bound adds nothing
         for d in degrees:
-            fits = cv.fit_matrix(g, m, d, in_flight, neighbours, cap, sure)
+            fits = cv.fit_matrix(g, m, d, in_flight, neighbours, cap, sure, stage)
             time = cv.time_matrix(g, m, d, p2p[d] * neighbours)
             take = fits & ~np.isfinite(best)
             np.copyto(best, time, where=take)
@@ -183,7 +189,13 @@ def surely_fits(cv: CostView, shape: Shape) -> bool:
         for i, ((a, b), tp) in enumerate(zip(shape.bounds, cls.tps, strict=True)):
             neighbours = (i > 0) + (i < p - 1)
             fits = cv.fit_matrix(
-                cls.gpu, cls.mbs, tp, min(p - i, mm), neighbours, cv.capacity(cls.gpu)
+                cls.gpu,
+                cls.mbs,
+                tp,
+                min(p - i, mm),
+                neighbours,
+                cv.capacity(cls.gpu),
+                stage=(i, p, mm),
             )
             if not fits[a, b]:
                 return False
