@@ -238,29 +238,41 @@ class LocalRun:
                 continue  # not written yet, or a line being written
         return newest
 
-    def _inject(self, killed: bool, added: bool) -> tuple[bool, bool]:
-        """Kill or add a worker once the step is reached (checked every tick, so the kill
-        lands within a step or two of the one asked for)."""
+    def _inject(self, done: dict[str, int]) -> None:
+        """Kill a rank, kill a worker or add a worker once its step is reached (checked every
+        tick, so each lands within a step or two of the one asked for). ``done`` maps each
+        injection made to its generation. Each flag is tracked on its own: one shared
+        "killed" flag made `--kill-rank-at-step 3 --kill-worker-at-step 7` kill only the
+        worker, and drop the rank kill without a word."""
         c = self.cfg
-        kill_at = c.kill_worker_at_step or c.kill_rank_at_step
-        if (kill_at and not killed) or (c.add_worker_at_step and not added):
-            s = self.trained_step()
-        else:
-            return killed, added
-        running = self.controller.state == ControllerState.RUNNING
-        if kill_at and not killed and running and s >= kill_at:
-            if c.kill_worker_at_step:
+        wanted = [
+            (step, name)
+            for name, step in (("rank", c.kill_rank_at_step), ("worker", c.kill_worker_at_step),
+                               ("add", c.add_worker_at_step))  # fmt: skip
+            if step and name not in done
+        ]
+        if not wanted or self.controller.state != ControllerState.RUNNING:
+            return
+        s = self.trained_step()
+        gen = self.controller.generation
+        for step, name in sorted(wanted):
+            if s < step:
+                break
+            # A second kill waits for the generation after the first one's: two kills in one
+            # generation would be one failure to the controller, and the second could hit a
+            # rank already gone.
+            if name != "add" and any(g >= gen for n, g in done.items() if n != "add"):
+                continue
+            if name == "worker":
                 self.kill_a_worker(s)
-            else:
+            elif name == "rank":
                 self.kill_a_rank(s)
-            killed = True
-        if c.add_worker_at_step and not added and running and s >= c.add_worker_at_step:
-            w = self.add_worker()
-            self.events.append(
-                {"event": "join", "worker": w.name, "at": time.monotonic(), "step": s}
-            )
-            added = True
-        return killed, added
+            else:
+                w = self.add_worker()
+                self.events.append(
+                    {"event": "join", "worker": w.name, "at": time.monotonic(), "step": s}
+                )
+            done[name] = gen
 
     def run(self, on_tick: Callable[[LocalRun], None] | None = None) -> RunSummary:
         """Start the workers and poll until the run ends; ``on_tick(self)`` runs every poll
@@ -268,13 +280,13 @@ class LocalRun:
         for _ in range(self.cfg.workers):
             self.add_worker()
         progress = Progress(self.cfg.steps, self.cfg.progress)
-        killed = added = False
+        injected: dict[str, int] = {}
         deadline = self._t0 + self.cfg.timeout_s
         tick = 0
         try:
             while not self.controller.finished and time.monotonic() < deadline:
                 time.sleep(0.05)
-                killed, added = self._inject(killed, added)
+                self._inject(injected)
                 if self._all_workers_gone():
                     break  # every node is gone (e.g. refused at registration): no use waiting
                 tick += 1
