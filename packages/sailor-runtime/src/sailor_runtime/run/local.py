@@ -247,8 +247,11 @@ class LocalRun:
         c = self.cfg
         wanted = [
             (step, name)
-            for name, step in (("rank", c.kill_rank_at_step), ("worker", c.kill_worker_at_step),
-                               ("add", c.add_worker_at_step))  # fmt: skip
+            for name, step in (
+                ("rank", c.kill_rank_at_step),
+                ("worker", c.kill_worker_at_step),
+                ("add", c.add_worker_at_step),
+            )
             if step and name not in done
         ]
         if not wanted or self.controller.state != ControllerState.RUNNING:
