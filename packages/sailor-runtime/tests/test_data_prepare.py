@@ -138,3 +138,22 @@ def test_parquet_without_pyarrow_says_what_to_install(tmp_path):
     pq.write_table(pa.table({"text": ["to be or not to be", "that is the question"]}), path)
     m = prepare(PrepareConfig((path,), tmp_path / "o", vocab_size=300, val_fraction=0.2))
     assert sum(s["tokens"] for s in m["splits"]["train"]) > 0
+
+
+def test_a_rerun_into_an_output_folder_inside_an_input_folder(small_text, tmp_path):
+    """`sailor data prepare corpus --out corpus/prepared`, run twice (a researcher's rerun):
+    the output folder's own tokenizer.json and manifest.json are not documents. The second
+    run used to read them as JSON lines, and first deleted the good manifest
+    ("[Errno 2] No such file or directory: .../manifest.json", exit 2, the folder unusable)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text(small_text.read_text())
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "data", "prepare", str(corpus),
+           "--out", str(corpus / "prepared"), "--vocab-size", "300"]  # fmt: skip
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+    m = json.loads((corpus / "prepared" / "manifest.json").read_text())
+    assert [s["path"] for s in m["sources"]] == [str(corpus / "a.txt")]

@@ -77,7 +77,7 @@ def sha256_file(path: Path) -> str:
 def prepare(cfg: PrepareConfig) -> dict:
     """Write the shards and the manifest; returns the manifest."""
     cfg.check()
-    files = source_files(list(cfg.inputs))
+    files = source_files(list(cfg.inputs), cfg.out_dir)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     (cfg.out_dir / MANIFEST).unlink(missing_ok=True)  # a half-rewritten folder has no manifest
     tok = _tokenizer(cfg, files)

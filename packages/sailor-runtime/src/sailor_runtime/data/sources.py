@@ -19,13 +19,22 @@ FORMATS = {
 }
 
 
-def source_files(paths: list[Path]) -> list[Path]:
+def source_files(paths: list[Path], out_dir: Path | None = None) -> list[Path]:
     """The files to read, in a stable order: each path itself, or the supported files under a
-    folder (sorted)."""
+    folder (sorted), less those under ``out_dir``: a rerun of `prepare corpus --out
+    corpus/prepared` found the previous output's tokenizer.json and manifest.json there and
+    read them as JSON lines."""
+    skip = out_dir.resolve() if out_dir is not None else None
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in FORMATS and p.is_file())
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.suffix in FORMATS
+                and p.is_file()
+                and (skip is None or not p.resolve().is_relative_to(skip))
+            )
             if not found:
                 raise DataError(
                     f"{path} holds no {sorted(FORMATS)} file; point at the files themselves",
