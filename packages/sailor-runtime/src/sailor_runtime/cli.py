@@ -258,7 +258,9 @@ def run(
     from .run.recipeopts import training_json
 
     try:
-        training = training_json(data, eval_every, eval_batches, job.model.vocab_size)
+        training = training_json(
+            data, eval_every, eval_batches, job.model.vocab_size, job.sequence_length
+        )
     except (SailorRuntimeError, SailorSimError) as exc:
         _fail(exc)
     availability = None
@@ -397,7 +399,9 @@ def controller(
             spec.model, spec.global_batch_size, seq_len, spec.precision, "adam",
             spec.options,
         )  # fmt: skip
-        training = training_json(data, eval_every, eval_batches, job.model.vocab_size)
+        training = training_json(
+            data, eval_every, eval_batches, job.model.vocab_size, job.sequence_length
+        )
         cfg = ControllerConfig.from_run(
             dataclasses.replace(spec, seq_len=seq_len), job, run_dir=run_dir,
             planner_address=planner, profile_dir=profile_dir, min_workers=min_workers,

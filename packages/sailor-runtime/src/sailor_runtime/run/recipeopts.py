@@ -10,7 +10,7 @@ from ..data import DataError
 
 
 def training_json(
-    data_dir: Path | None, eval_every: int, eval_batches: int, model_vocab: int
+    data_dir: Path | None, eval_every: int, eval_batches: int, model_vocab: int, seq_len: int
 ) -> dict[str, Any]:
     """The data half of a run's training settings (``engine.config.TRAINING_KEYS``), checked
     now, before anything starts: both `sailor run` and `sailor controller` call it."""
@@ -20,11 +20,12 @@ def training_json(
         raise DataError(f"must be >= 1, got {eval_batches}", field="--eval-batches")
     out: dict[str, Any] = {}
     if data_dir is not None:
-        from ..data.shards import read_manifest
+        from ..data.shards import check_folder
 
-        # Refuse a folder that is not prepared, or a vocabulary the model lacks, now (not in
-        # every rank after the planner ran).
-        vocab = read_manifest(data_dir, "--data")["vocab_size"]
+        # Refuse a folder that is not prepared, has a shard missing or short, no sample of
+        # seq_len, or a vocabulary the model lacks, now (not in every rank after the planner
+        # ran, the same failure each generation until --max-failures).
+        vocab = check_folder(data_dir, seq_len, "--data")["vocab_size"]
         if vocab > model_vocab:
             raise DataError(
                 f"{data_dir} has a vocabulary of {vocab} tokens, the model only {model_vocab}; "
