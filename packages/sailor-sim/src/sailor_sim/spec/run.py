@@ -51,7 +51,8 @@ class RunSpec:
     steps: int = 100
     """Train until this many iterations (a resumed run continues from its checkpoint)."""
     checkpoint_every: int = 0
-    """Save a checkpoint every K iterations (0: only at the end)."""
+    """Save a checkpoint every K iterations; training needs K >= 1 (a re-plan resumes from
+    the last one: `sailor run` and `sailor controller` refuse 0)."""
     seed: int = 0
     """Seed of the initial weights and the data order (0 .. 2**32-1)."""
     recipe: Recipe = field(default_factory=Recipe)
