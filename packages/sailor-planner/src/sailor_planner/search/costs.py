@@ -66,6 +66,11 @@ class CostView:
         self.sim = sim
         self.job = job
         self.memory_job = memory_job or job
+        self.interleaved = self.memory_job.options.virtual_stages > 1
+        """Whether stage memory depends on the stage's place (i, p), not only on p - i:
+        interleaved 1F1B holds Megatron's warm-up chunks, 2 (p - i - 1) + (v - 1) p + 1
+        (``activation_factor``), so "surely fits" needs the real stage (``fit_matrix``). Read
+        on every stage table position, so set once here."""
         self.model = job.model
         self.n = job.model.num_layer_ids
         self._mem_parts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -171,13 +176,6 @@ class CostView:
             mat[self._lower] = INF
             self._tmat[key] = mat
         return mat
-
-    @property
-    def interleaved(self) -> bool:
-        """Whether stage memory depends on the stage's place (i, p), not only on p - i:
-        interleaved 1F1B holds Megatron's warm-up chunks, 2 (p - i - 1) + (v - 1) p + 1
-        (``activation_factor``), so "surely fits" needs the real stage (``fit_matrix``)."""
-        return self.memory_job.options.virtual_stages > 1
 
     def fit_matrix(
         self,
