@@ -77,6 +77,16 @@ def test_replay_streams_steps_then_a_summary_per_policy(stub) -> None:
             {"reconfig": planner_pb2.ReconfigParams(checkpoint_interval_s=-5)},
             "reconfig.checkpoint_interval_s",
         ),
+        # the CLI's least --checkpoint-interval holds on the wire too: 1e-300 replayed to
+        # 6.7e299 $ per million tokens over gRPC where the CLI exits 2
+        *(
+            (
+                ROWS,
+                {"reconfig": planner_pb2.ReconfigParams(checkpoint_interval_s=tiny)},
+                "reconfig.checkpoint_interval_s: must be at least 1 s",
+            )
+            for tiny in (1e-300, 0.5)
+        ),
         ([ROWS[0]], {}, "has one timestamp"),
     ],
 )

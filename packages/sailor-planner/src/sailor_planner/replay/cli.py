@@ -18,16 +18,10 @@ from sailor_sim import (
 )
 
 from ..errors import SailorPlannerError
+from .reconfig import MIN_CHECKPOINT_INTERVAL_S, check_interval
 
 if TYPE_CHECKING:
     from rich.table import Table
-
-MIN_CHECKPOINT_INTERVAL_S = 1.0
-"""Least ``--checkpoint-interval``. Saving a checkpoint stalls training for seconds (OPT-350M's
-takes 4.9 s at the replay's assumed 1 GB/s), so a shorter interval only trains in the gaps
-between saves: it is a typo (1e-3 for 1e3), and 1e-300 printed 2e302 $ per million tokens.
-The model itself (``ReconfigModel``) takes any interval > 0: ``sailor run --local --trace``
-replays its measured sub-second steps with it."""
 
 
 def policy_table(result) -> Table:
@@ -129,7 +123,7 @@ def replay_command(
         if plot is not None:  # before the replay, not after it
             inputs.output_file(plot, "--plot")
         if checkpoint_interval is not None:
-            check_interval(checkpoint_interval)
+            check_interval(checkpoint_interval, "--checkpoint-interval")
         if warning := empty_folder_warning(profile_dir, "--profile-dir"):
             typer.echo(warning, err=True)
         result = run_replay(
@@ -155,18 +149,6 @@ def replay_command(
         out.print(policy_table(result))
         for line in notes(result) + ([f"plot: {plot}"] if plot is not None else []):
             out.print(line, markup=False, soft_wrap=True)
-
-
-def check_interval(seconds: float) -> float:
-    """``--checkpoint-interval``: a finite number of seconds >= ``MIN_CHECKPOINT_INTERVAL_S``."""
-    flag = "--checkpoint-interval"
-    if inputs.positive_number(seconds, flag) < MIN_CHECKPOINT_INTERVAL_S:
-        raise SailorPlannerError(
-            f"must be at least {MIN_CHECKPOINT_INTERVAL_S:g} s (a checkpoint takes seconds to "
-            f"save), got {seconds:g}",
-            field=flag,
-        )
-    return seconds
 
 
 def run_replay(

@@ -33,9 +33,30 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from sailor_sim import Job, dtype_bytes
+from sailor_sim import Job, dtype_bytes, inputs
 
 from ..errors import RequestError
+
+MIN_CHECKPOINT_INTERVAL_S = 1.0
+"""Least checkpoint interval a replay request takes (CLI ``--checkpoint-interval``, gRPC
+``reconfig.checkpoint_interval_s``). Saving a checkpoint stalls training for seconds (OPT-350M's
+takes 4.9 s at the replay's assumed 1 GB/s), so a shorter interval only trains in the gaps
+between saves: it is a typo (1e-3 for 1e3), and 1e-300 printed 2e302 $ per million tokens.
+The model itself (``ReconfigModel``) takes any interval > 0: ``sailor run --local --trace``
+replays its measured sub-second steps with it."""
+
+
+def check_interval(seconds: float, field: str) -> float:
+    """A requested checkpoint interval: a finite number of seconds >= MIN_CHECKPOINT_INTERVAL_S;
+    errors name ``field`` (the flag or the wire field it came from)."""
+    if inputs.positive_number(seconds, field) < MIN_CHECKPOINT_INTERVAL_S:
+        raise RequestError(
+            f"must be at least {MIN_CHECKPOINT_INTERVAL_S:g} s (a checkpoint takes seconds to "
+            f"save), got {seconds:g}",
+            field=field,
+        )
+    return seconds
+
 
 OPTIMIZER_STATES = {"adam": 2, "adamw": 2, "sgd": 1}
 """fp32 tensors the optimizer keeps per parameter (torch.optim's Adam moments, SGD momentum)."""

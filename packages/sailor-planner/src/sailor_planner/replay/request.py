@@ -24,7 +24,7 @@ from ..errors import RequestError
 from ..proto import planner_pb2
 from ..request import Constraints, SearchOptions
 from .policies import KNOWN_POLICIES, POLICIES
-from .reconfig import ReconfigModel
+from .reconfig import ReconfigModel, check_interval
 from .trace import AvailabilityTrace, trace_from_rows
 
 _OBJECTIVE_TO_WIRE = {
@@ -124,7 +124,9 @@ def reconfig_to_proto(model: ReconfigModel) -> planner_pb2.ReconfigParams:
 
 
 def reconfig_from_proto(msg: planner_pb2.ReconfigParams) -> ReconfigModel:
-    """Unset fields keep the model's defaults."""
+    """Unset fields keep the model's defaults; the interval is held to the CLI's least."""
+    if msg.HasField("checkpoint_interval_s"):
+        check_interval(msg.checkpoint_interval_s, "reconfig.checkpoint_interval_s")
     return ReconfigModel(
         **{f.name: getattr(msg, f.name) for f in fields(ReconfigModel) if msg.HasField(f.name)}
     )
