@@ -9,6 +9,7 @@ still fits the new inventory).
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from sailor_sim import (
     get_gpu,
 )
 
-from .errors import NoFeasiblePlanError
+from .errors import NoFeasiblePlanError, RequestCancelledError
 from .request import SearchOptions
 from .result import PlanResult, RankedPlan
 from .search.allocate import Scorer, build_plan
@@ -89,6 +90,29 @@ def _distinct_plans(found, ordered=None):
             yield n, plan, text
 
 
+class _Clock:
+    """The request's deadline and caller, asked between the re-scorings that follow the
+    search: each ranked plan's option search is tens of ms of simulator calls, so top_k 100
+    on thousands of GPUs is seconds of work, which ran past a client's deadline (gRPC
+    DEADLINE_EXCEEDED instead of the partial answer) and on after the caller had gone. Past
+    the deadline the ranking keeps what it has (``cut``: the result is partial); a caller that
+    went away (``should_stop``) ends the call with RequestCancelledError."""
+
+    def __init__(self, options: SearchOptions, start: float, should_stop) -> None:
+        self.end = math.inf if options.deadline_s is None else start + options.deadline_s
+        self.should_stop = should_stop
+        self.cut = False
+
+    def late(self) -> bool:
+        if self.should_stop is not None and self.should_stop():
+            raise RequestCancelledError(
+                "the caller cancelled the request or its deadline passed; planning stopped",
+                field="request",
+            )
+        self.cut = self.cut or time.perf_counter() > self.end
+        return self.cut
+
+
 class Planner:
     def __init__(self, simulator) -> None:
         self.sim = simulator
@@ -147,8 +171,9 @@ class Planner:
         search = Search(cv, scorer, memo, inventory, options, incumbent, should_stop)
         found = search.run()
         stats = search.stats
+        clock = _Clock(options, start, should_stop)
         breadth = max(options.top_k, OPTION_BREADTH) if options.search_execution_options else 0
-        ranked = self._rank(job, found, options, stats, seed, breadth)
+        ranked = self._rank(job, found, options, stats, seed, clock, breadth)
         partial = search.partial
         searched = [(job, found)]  # (job under some options, its candidates) for the frontier
         if options.search_execution_options:
@@ -156,14 +181,15 @@ class Planner:
             lean, lean_partial = [], _remaining(options, start, stats) is None
             if not lean_partial:
                 lean, lean_partial, more = self._lean_search(
-                    job, inventory, options, start, stats, should_stop, best
+                    job, inventory, options, start, stats, clock, best
                 )
                 searched += more
-            ranked = self._choose_options(job, ranked + lean, options)
+            ranked = self._choose_options(job, ranked + lean, options, clock)
             partial = partial or lean_partial
         else:  # every ranked plan says which options its estimate assumes
             ranked = [RankedPlan(r.plan, r.estimate, r.options or job.options) for r in ranked]
-        pareto = self._pareto(job, searched, options, stats, ranked)
+        pareto = self._pareto(job, searched, options, stats, ranked, clock)
+        partial = partial or clock.cut
         stats.elapsed_s = time.perf_counter() - start
         if not ranked:
             c = options.constraints
@@ -221,9 +247,10 @@ class Planner:
         r = RankedPlan(previous, est)
         return r if self._admits(options, r) else None
 
-    def _rank(self, job, found, options, stats, seed, breadth=0) -> list[RankedPlan]:
+    def _rank(self, job, found, options, stats, seed, clock, breadth=0) -> list[RankedPlan]:
         """Re-score the best candidates with the simulator; keep the max(top_k, breadth) that
-        fit and respect the constraints by the simulator's own figures."""
+        fit and respect the constraints by the simulator's own figures (past the deadline,
+        those re-scored so far, once one is kept)."""
         keep = max(options.top_k, breadth)
         want = keep + options.rescore
         out: list[RankedPlan] = []
@@ -234,6 +261,8 @@ class Planner:
                 batch = n // want
                 if len(out) >= want or batch > 20:
                     break
+            if out and clock.late():
+                break
             seen.add(text)
             r = self._estimate(job, plan, stats)
             if r is not None and self._admits(options, r):
@@ -244,7 +273,7 @@ class Planner:
         out.sort(key=lambda r: self._key(options, r))
         return out[:keep]
 
-    def _rank_relaxed(self, job, lean_job, found, options, stats) -> list[RankedPlan]:
+    def _rank_relaxed(self, job, lean_job, found, options, stats, clock) -> list[RankedPlan]:
         """The lean search's candidates under their best options, best first: its scores are
         optimistic (no recomputation: ``_lean_search``), so candidates are taken in their
         order, each put through the option search, until the next one's score cannot beat
@@ -260,7 +289,7 @@ class Planner:
         for n, plan, _text in _distinct_plans(found, ordered):
             if len(out) >= keep and found.key(ordered[n])[0] >= key(out[keep - 1])[0]:
                 break  # its best variant is no better than its optimistic score
-            if n >= RELAXED_VISITS * keep:
+            if n >= RELAXED_VISITS * keep or (out and clock.late()):
                 break
             r = self._estimate(lean_job, plan, stats)
             if r is None or not r.estimate.fits:
@@ -271,7 +300,7 @@ class Planner:
                 out.sort(key=key)
         return out[:keep]
 
-    def _lean_search(self, job, inventory, options, start, stats, should_stop, best):
+    def _lean_search(self, job, inventory, options, start, stats, clock, best):
         """The search again under the job's leanest options (``execution.lean``: ZeRO-1 for
         any plan, ZeRO-3 for one-stage plans, both with full recomputation): plans that fit
         in memory only with recomputation or sharding (LLaMA-8B in bf16 on 8 GPUs without
@@ -319,31 +348,34 @@ class Planner:
                 inventory,
                 budget,
                 incumbent,
-                should_stop,
+                clock.should_stop,
                 covered=_covered_by(base_cv, wider, scorer),
                 keep=RELAXED_VISITS * max(options.top_k, OPTION_BREADTH) + KEEP_MARGIN,
             )
             earlier.append((lean_options, scorer))
             found = search.run()
             stats.absorb(search.stats)
-            ranked = self._rank_relaxed(job, lean_job, found, options, stats)
+            ranked = self._rank_relaxed(job, lean_job, found, options, stats, clock)
             out += [RankedPlan(r.plan, r.estimate, r.options or lean_options) for r in ranked]
             searched.append((lean_job, found))
             partial = partial or search.partial
         return out, partial, searched
 
-    def _choose_options(self, job, ranked, options) -> list[RankedPlan]:
+    def _choose_options(self, job, ranked, options, clock) -> list[RankedPlan]:
         """Each ranked plan under its best recomputation / sharding / SP, re-ranked (one entry
-        per plan), the top_k kept."""
+        per plan), the top_k kept; past the deadline the rest keep the options they were
+        scored with."""
         out: dict[str, RankedPlan] = {}
         for r in ranked:
-            best = best_options(
-                self.sim,
-                job,
-                r,
-                lambda c: self._admits(options, c),
-                lambda c: self._key(options, c),
-            )
+            best = r
+            if not clock.late():
+                best = best_options(
+                    self.sim,
+                    job,
+                    r,
+                    lambda c: self._admits(options, c),
+                    lambda c: self._key(options, c),
+                )
             if best.options is None:
                 best = RankedPlan(best.plan, best.estimate, job.options)
             text = best.plan.to_json(indent=None)
@@ -353,11 +385,12 @@ class Planner:
         chosen.sort(key=lambda r: self._key(options, r))
         return chosen[: options.top_k]
 
-    def _pareto(self, job, searched, options, stats, ranked) -> list[RankedPlan]:
+    def _pareto(self, job, searched, options, stats, ranked, clock) -> list[RankedPlan]:
         """Throughput-vs-$/iteration frontier of the feasible candidates (they fit and meet
         the request's constraints, by the simulator's figures) and the ranked plans (under
         their chosen options), at most ``pareto_points`` of it spread evenly, cheapest first:
-        no point is dominated by another or by a ranked plan."""
+        no point is dominated by another or by a ranked plan. Past the deadline, the points
+        re-scored so far (and the ranked plans)."""
         if options.pareto_points <= 0:
             return []
         k = options.pareto_points
@@ -370,21 +403,18 @@ class Planner:
                 found.admitted, lambda s: (s.cost_per_iteration, s.throughput)
             )
             for s in _spread(frontier, k):
+                if clock.late():
+                    break
                 r = self._estimate(searched_job, build_plan(s), stats)
                 if r is not None:
                     points.append(RankedPlan(r.plan, r.estimate, searched_job.options))
         if options.search_execution_options:  # each point at its fastest options, as ranked
+
+            def fastest(c: RankedPlan) -> tuple:
+                return (-c.estimate.throughput_iters_per_s, c.estimate.cost_per_iteration_usd)
+
             points = [
-                best_options(
-                    self.sim,
-                    job,
-                    r,
-                    admits,
-                    lambda c: (
-                        -c.estimate.throughput_iters_per_s,
-                        c.estimate.cost_per_iteration_usd,
-                    ),
-                )
+                r if clock.late() else best_options(self.sim, job, r, admits, fastest)
                 for r in points
             ]
         points = [r for r in points if admits(r)] + list(ranked)
