@@ -88,6 +88,7 @@ def test_replay_streams_steps_then_a_summary_per_policy(stub) -> None:
             for tiny in (1e-300, 0.5)
         ),
         ([ROWS[0]], {}, "has one timestamp"),
+        (ROWS, {"objective": 9}, "objective: unknown objective 9; use OBJECTIVE_THROUGHPUT"),
     ],
 )
 def test_bad_replay_requests_are_invalid_argument(stub, rows, fields, expected) -> None:

@@ -106,6 +106,8 @@ def test_concurrent_requests(address) -> None:
         (lambda r: setattr(r, "min_throughput", float("nan")), "min_throughput"),
         (lambda r: setattr(r, "top_k", 100000), "top_k"),
         (lambda r: setattr(r, "profile_dir", "/nonexistent/profiles"), "profile_dir"),
+        # an enum value this server does not know (a newer client's): the fix is named
+        (lambda r: setattr(r, "objective", 7), "objective: unknown objective 7; use "),
     ],
 )
 def test_invalid_requests_name_the_field_and_the_server_survives(address, mutate, field) -> None:
@@ -207,3 +209,14 @@ def test_abort_ends_the_wait_for_a_planner_that_is_down() -> None:
         with pytest.raises(CallAbortedError):
             c.plan(JOB, INVENTORY, abort=lambda: time.monotonic() - t0 > 0.5)
     assert time.monotonic() - t0 < 30
+
+
+def test_the_wire_objectives_are_the_protos_enum() -> None:
+    from sailor_planner.proto import planner_pb2
+    from sailor_planner.request import WIRE_OBJECTIVES
+
+    assert WIRE_OBJECTIVES == {
+        planner_pb2.OBJECTIVE_UNSPECIFIED: "throughput",
+        planner_pb2.OBJECTIVE_THROUGHPUT: "throughput",
+        planner_pb2.OBJECTIVE_COST: "cost",
+    }

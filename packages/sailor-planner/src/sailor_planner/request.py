@@ -8,6 +8,22 @@ from dataclasses import dataclass, field
 from .errors import RequestError
 
 OBJECTIVES = ("throughput", "cost")
+WIRE_OBJECTIVES = {0: "throughput", 1: "throughput", 2: "cost"}
+"""``sailor.v1.Objective`` -> objective: UNSPECIFIED (0) is the default, throughput."""
+
+
+def objective_from_wire(value: int) -> str:
+    """The objective of a PlanRequest or ReplayRequest; a value this server does not know (a
+    newer client's enum) names the values it takes."""
+    if value not in WIRE_OBJECTIVES:
+        raise RequestError(
+            f"unknown objective {value}; use OBJECTIVE_THROUGHPUT (1) or OBJECTIVE_COST (2), "
+            "or leave it unset (throughput)",
+            field="objective",
+        )
+    return WIRE_OBJECTIVES[value]
+
+
 MAX_TOP_K = 100
 """Most ranked plans one request returns (CLI --top, gRPC top_k): each is re-scored by the
 simulator and sent whole."""

@@ -22,7 +22,7 @@ from sailor_sim import Job
 
 from ..errors import RequestError
 from ..proto import planner_pb2
-from ..request import Constraints, SearchOptions
+from ..request import Constraints, SearchOptions, objective_from_wire
 from .policies import KNOWN_POLICIES, POLICIES
 from .reconfig import ReconfigModel, check_interval
 from .trace import AvailabilityTrace, trace_from_rows
@@ -30,11 +30,6 @@ from .trace import AvailabilityTrace, trace_from_rows
 _OBJECTIVE_TO_WIRE = {
     "throughput": planner_pb2.OBJECTIVE_THROUGHPUT,
     "cost": planner_pb2.OBJECTIVE_COST,
-}
-_OBJECTIVE_FROM_WIRE = {
-    planner_pb2.OBJECTIVE_UNSPECIFIED: "throughput",
-    planner_pb2.OBJECTIVE_THROUGHPUT: "throughput",
-    planner_pb2.OBJECTIVE_COST: "cost",
 }
 
 
@@ -99,8 +94,7 @@ class ReplayRequest:
         if not msg.job.model:
             raise RequestError("is empty; name a catalog model, e.g. OPT-350M", field="job.model")
         job = prefixed("job", lambda: Job.from_proto(msg.job))
-        if msg.objective not in _OBJECTIVE_FROM_WIRE:
-            raise RequestError(f"unknown objective {msg.objective}", field="objective")
+        objective = objective_from_wire(msg.objective)
         constraints = prefixed(
             "constraints",
             lambda: Constraints.from_optional(
@@ -110,7 +104,7 @@ class ReplayRequest:
         return cls(
             job=job,
             trace=trace_from_wire(msg.trace, msg.hold_last_s or None),
-            options=SearchOptions(_OBJECTIVE_FROM_WIRE[msg.objective], constraints),
+            options=SearchOptions(objective, constraints),
             reconfig=prefixed("reconfig", lambda: reconfig_from_proto(msg.reconfig)),
             policies=tuple(msg.policies) or POLICIES,
             started=msg.started,

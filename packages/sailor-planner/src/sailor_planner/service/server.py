@@ -32,7 +32,7 @@ from ..errors import (
     WorkLimitError,
 )
 from ..proto import planner_pb2, planner_pb2_grpc
-from ..request import Constraints, SearchOptions
+from ..request import Constraints, SearchOptions, objective_from_wire
 from ..sources import planner_for
 from .access import Access, check_bind
 from .limits import SearchSlots, ServerLimits
@@ -48,12 +48,6 @@ MAX_MESSAGE_CHARS = 1000
 limit and reach the client as a transport error instead of the status."""
 
 log = logging.getLogger(__name__)
-
-_OBJECTIVES = {
-    planner_pb2.OBJECTIVE_UNSPECIFIED: "throughput",
-    planner_pb2.OBJECTIVE_THROUGHPUT: "throughput",
-    planner_pb2.OBJECTIVE_COST: "cost",
-}
 
 
 def _status_for(exc: BaseException) -> grpc.StatusCode:
@@ -92,8 +86,7 @@ def _field_path(where: str, inner: str) -> str:
 
 
 def _options(req, context, limits: ServerLimits) -> SearchOptions:
-    if req.objective not in _OBJECTIVES:
-        raise RequestError(f"unknown objective {req.objective}", field="objective")
+    objective = objective_from_wire(req.objective)
     top_k = req.top_k or DEFAULT_TOP_K  # its limit and pareto_points': SearchOptions
     constraints = _prefixed(
         "constraints",
@@ -110,7 +103,7 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
     if req.HasField("search_execution_options"):
         chosen["search_execution_options"] = req.search_execution_options
     return SearchOptions(
-        objective=_OBJECTIVES[req.objective],
+        objective=objective,
         constraints=constraints,
         top_k=top_k,
         allow_cross_region_data_parallel=req.allow_cross_region_data_parallel,
