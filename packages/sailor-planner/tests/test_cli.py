@@ -284,3 +284,37 @@ def test_an_inventory_file_without_gpus_is_named(tmp_path, content) -> None:
     assert out.stderr == (
         "error: gpus: the --gpus pools hold no GPUs; give at least one pool a count above 0\n"
     )
+
+
+def test_plan_takes_the_defaults_every_cli_takes_and_says_so(tmp_path) -> None:
+    """Without --seq-len / --precision, `plan` plans what `sailor-sim simulate` and `sailor
+    run` would: the model's maximum sequence capped at 8192 and the config.json's torch_dtype
+    (it planned a 131072-position model at 131072 tokens per sample, in fp32, while its help
+    said 'at most 8192' and 'the config's torch_dtype'); the JSON and the table name the job
+    and the defaults assumed."""
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 512,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    flags = ["--model", str(path), "--gbs", "8", "--gpus", "A100-80@us-central1-a=2"]
+    out = run("plan", *flags, "--fixed-options", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert (data["job"]["sequence_length"], data["job"]["dtype"]) == (8192, "bf16")
+    assert set(data["assumed"]) == {"seq", "dtype"}
+    tokens = data["estimate"]["throughput"]["tokens_per_s"]
+    assert tokens == pytest.approx(8 * 8192 * data["estimate"]["throughput_iters_per_s"])
+    table = run("plan", *flags, "--seq-len", "4096", "--fixed-options")
+    assert table.returncode == 0, table.stderr
+    first = table.stdout.splitlines()[0]
+    assert "sequence 4096, bf16" in first and "assumed dtype bf16" in first

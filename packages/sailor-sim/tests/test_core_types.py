@@ -115,8 +115,8 @@ def test_inventory_refuses_a_pool_listed_twice() -> None:
 
 
 def test_unset_job_fields_on_the_wire_are_the_documented_defaults() -> None:
-    """job.proto: sequence_length 0 = the model's max_seq_len, dtype "" = fp32, optimizer
-    "" = adam."""
+    """job.proto: sequence_length 0 = the model's max_seq_len capped at 8192, dtype "" = fp32,
+    optimizer "" = adam."""
     from sailor_sim import Job
     from sailor_sim.model.spec import get_model
     from sailor_sim.proto import job_pb2
@@ -124,3 +124,8 @@ def test_unset_job_fields_on_the_wire_are_the_documented_defaults() -> None:
     job = Job.from_proto(job_pb2.Job(model="OPT-350M", global_batch_size=8))
     assert job.sequence_length == get_model("OPT-350M").max_seq_len
     assert (job.dtype, job.optimizer) == ("fp32", "adam")
+    # a long-context model: its 131072 positions are a capability; every interface trains at
+    # the CLIs' default, 8192 (the planner had planned LLaMA-3.1-8B at 131072 by default)
+    assert get_model("LLaMA-3.1-8B").max_seq_len == 131072
+    long = Job.from_proto(job_pb2.Job(model="LLaMA-3.1-8B", global_batch_size=8))
+    assert long.sequence_length == 8192 == Job.create("LLaMA-3.1-8B", 8).sequence_length

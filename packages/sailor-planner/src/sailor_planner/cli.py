@@ -70,7 +70,7 @@ def version() -> None:
 
 
 @app.command()
-@specs.with_spec(RunSpec, exclude=(*TRAINING_FIELDS, "optimizer"), defaults={"precision": "fp32"})
+@specs.with_spec(RunSpec, exclude=(*TRAINING_FIELDS, "optimizer"))
 def plan(
     spec: RunSpec,
     given: frozenset,

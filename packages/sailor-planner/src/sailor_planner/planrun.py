@@ -28,7 +28,9 @@ class PlanArgs:
     model: str
     gbs: int
     seq_len: int | None = None
-    dtype: str = "fp32"
+    """None: the model's maximum, capped (``sailor_sim.capacity.make_job``, as every CLI)."""
+    dtype: str | None = None
+    """None: the config.json's torch_dtype, else fp32 (``make_job``, as every CLI)."""
     gpus: tuple[str, ...] = ()
     inventory_file: Path | None = None
     profile_dir: Path | None = None
@@ -70,13 +72,23 @@ def stdout_console(**kwargs) -> Console:
     return Console(width=PIPED_WIDTH, **kwargs)
 
 
-def search(args: PlanArgs) -> tuple[Job, PlanResult]:
-    """Run the planner for ``args``: the job and the result; raises the sim or planner error
-    family on bad input."""
+def job_of(model: str, gbs: int, seq_len, dtype, options) -> tuple[Job, dict[str, str]]:
+    """The job a planner command plans, and the defaults it assumed (field -> why): those
+    ``sailor-sim simulate`` and ``sailor run`` take (``make_job``: the model's maximum sequence
+    capped at 8192, the config's torch_dtype else fp32); Adam, the optimizer of the original
+    Sailor's profiles."""
+    from sailor_sim.capacity import make_job
+
+    return make_job(model, gbs, seq_len, dtype, "adam", options)
+
+
+def search(args: PlanArgs) -> tuple[Job, PlanResult, dict[str, str]]:
+    """Run the planner for ``args``: the job, the result and the defaults the job assumed;
+    raises the sim or planner error family on bad input."""
     from .request import Constraints, SearchOptions
     from .sources import planner_for
 
-    job = Job.create(args.model, args.gbs, args.seq_len, args.dtype, options=args.options)
+    job, assumed = job_of(args.model, args.gbs, args.seq_len, args.dtype, args.options)
     inventory = _inventory(list(args.gpus), args.inventory_file)
     options = SearchOptions(
         objective=args.objective,
@@ -103,7 +115,7 @@ def search(args: PlanArgs) -> tuple[Job, PlanResult]:
         sim = load_simulator(profile_dir, sailor_root)
         sim.network.set_cluster(resolve_cluster(args.fabric))
         planner = Planner(sim)
-    return job, planner.plan(job, inventory, options)
+    return job, planner.plan(job, inventory, options), assumed
 
 
 def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = None) -> int:
@@ -112,7 +124,7 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
     ~20 ms of a --json command's CPU)."""
     start = time.perf_counter()
     try:
-        job, result = search(args)
+        job, result, assumed = search(args)
     except (SailorPlannerError, SailorSimError, OSError) as exc:
         if err is None:
             from rich.console import Console
@@ -122,10 +134,13 @@ def run_plan(args: PlanArgs, out: Console | None = None, err: Console | None = N
         return 2
     if args.as_json:
         data = result.to_dict(job)
+        data["job"] = job.to_dict()
+        data["assumed"] = assumed
         data["command_time_s"] = time.perf_counter() - start
         print(json.dumps(data), file=sys.stdout if out is None else out.file)
     else:
         out = out or stdout_console(soft_wrap=True)
+        out.print(job_line(job, assumed), markup=False, highlight=False)
         out.print(plans_table(result.plans))
         for line in extrapolation_notes(result.plans):
             out.print(line, markup=False, highlight=False)
@@ -165,6 +180,17 @@ def _inventory(gpus: list[str], inventory_file: Path | None) -> Inventory:
             "the --gpus pools hold no GPUs; give at least one pool a count above 0", field="gpus"
         )
     return inventory
+
+
+def job_line(job: Job, assumed: dict[str, str]) -> str:
+    """The job planned, in one line, with the defaults it assumed (a flag not given)."""
+    line = (
+        f"job: {job.model.name}, global batch {job.global_batch_size}, sequence "
+        f"{job.sequence_length}, {job.dtype}"
+    )
+    if assumed:
+        line += "; assumed " + "; ".join(f"{k} {why}" for k, why in assumed.items())
+    return line
 
 
 def zones_used(plan) -> str:

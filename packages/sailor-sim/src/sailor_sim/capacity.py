@@ -30,14 +30,12 @@ from typing import Any
 
 from . import inputs
 from .errors import PriceUnavailableError, SailorSimError, ValidationError
-from .model.spec import ModelSpec, get_model
+from .model.spec import DEFAULT_MAX_SEQUENCE, ModelSpec, default_sequence, get_model  # noqa: F401 (API)
 from .simulate.result import Estimate
 from .simulate.simulator import Simulator
 from .spec.job import Job
 from .spec.options import ExecutionOptions
 
-DEFAULT_MAX_SEQUENCE = 8192
-"""Sequence length default cap: LLaMA-3's pre-training length (Llama 3 report, Sec. 3.4)."""
 PROVIDERS = ("gcp", "aws", "azure")
 _HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
@@ -109,16 +107,6 @@ def _is_dir(model: str) -> bool:
         return Path(model).expanduser().is_dir()
     except (OSError, ValueError):  # a name too long for a path, or with a NUL
         return False
-
-
-def default_sequence(spec: ModelSpec) -> tuple[int, str]:
-    """(sequence length, reason): the model's maximum, capped at DEFAULT_MAX_SEQUENCE."""
-    if spec.max_seq_len <= DEFAULT_MAX_SEQUENCE:
-        return spec.max_seq_len, f"the model's maximum ({spec.max_seq_len})"
-    return DEFAULT_MAX_SEQUENCE, (
-        f"{DEFAULT_MAX_SEQUENCE}, not the model's maximum {spec.max_seq_len} (a training "
-        "length, not the context capability; pass seq to change)"
-    )
 
 
 def make_job(

@@ -70,7 +70,7 @@ def notes(result) -> list[str]:
 @specs.with_spec(
     RunSpec,
     exclude=(*TRAINING_FIELDS, "optimizer"),
-    defaults={"global_batch_size": 1024, "precision": "fp32"},
+    defaults={"global_batch_size": 1024},
 )
 def replay_command(
     spec: RunSpec,
@@ -155,8 +155,7 @@ def run_replay(
     trace, model, gbs, seq_len, dtype, objective, min_throughput, max_cost_per_iteration,
     policies, checkpoint_interval, plan_s, hold_last, sailor_root, profile_dir, options=None,
 ):  # fmt: skip
-    from sailor_sim import Job
-
+    from ..planrun import job_of
     from ..request import Constraints, SearchOptions
     from ..sources import planner_for
     from .reconfig import ReconfigModel
@@ -167,7 +166,7 @@ def run_replay(
     given = {"checkpoint_interval_s": checkpoint_interval, "plan_s": plan_s}
     reconfig = ReconfigModel(**{k: v for k, v in given.items() if v is not None})
     request = ReplayRequest(
-        job=Job.create(model, gbs, seq_len, dtype, options=options),
+        job=job_of(model, gbs, seq_len, dtype, options)[0],
         trace=read_trace(trace, hold_last),
         options=SearchOptions(objective, Constraints(max_cost_per_iteration, None, min_throughput)),
         reconfig=reconfig,

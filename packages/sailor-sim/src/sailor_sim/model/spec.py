@@ -702,6 +702,23 @@ class ModelSpec:
         return 2.0 * microbatch_size * seq_len * seq_len * self.num_heads * per_head / tp
 
 
+DEFAULT_MAX_SEQUENCE = 8192
+"""Sequence length default cap: LLaMA-3's pre-training length (Llama 3 report, Sec. 3.4). A
+long-context model's 131072 positions are a capability, not the length it is trained at, so
+every interface that takes no sequence length (``Job.create``, the wire's 0, the CLIs) uses
+``default_sequence``."""
+
+
+def default_sequence(spec: ModelSpec) -> tuple[int, str]:
+    """(sequence length, reason): the model's maximum, capped at DEFAULT_MAX_SEQUENCE."""
+    if spec.max_seq_len <= DEFAULT_MAX_SEQUENCE:
+        return spec.max_seq_len, f"the model's maximum ({spec.max_seq_len})"
+    return DEFAULT_MAX_SEQUENCE, (
+        f"{DEFAULT_MAX_SEQUENCE}, not the model's maximum {spec.max_seq_len} (a training "
+        "length, not the context capability; pass seq to change)"
+    )
+
+
 MODEL_CATALOG: dict[str, ModelSpec] = {}
 MODEL_ALIASES: dict[str, str] = {}
 

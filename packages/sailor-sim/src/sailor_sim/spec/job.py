@@ -14,7 +14,7 @@ from ..catalog.zones import get_zone
 from ..dtypes import check_dtype
 from ..errors import SailorSimError, ValidationError
 from ..model.moe import check_expert_parallel
-from ..model.spec import ModelSpec, get_model, model_wire_name
+from ..model.spec import ModelSpec, default_sequence, get_model, model_wire_name
 from ..simulate.features.context_parallel import check_context_parallel
 from .interleave import FIELD as VIRTUAL_STAGES_FIELD
 from .interleave import model_problem as interleave_model_problem
@@ -150,9 +150,10 @@ class Job:
         optimizer: str = "adam",
         options: ExecutionOptions | Mapping[str, Any] | None = None,
     ) -> Job:
-        """Build a job by model name; the sequence length defaults to the model's maximum."""
+        """Build a job by model name; the sequence length defaults to the model's maximum,
+        capped at ``DEFAULT_MAX_SEQUENCE`` (``model.spec.default_sequence``, as every CLI)."""
         spec = get_model(model)
-        seq = sequence_length or spec.max_seq_len
+        seq = sequence_length or default_sequence(spec)[0]
         return cls(spec, global_batch_size, seq, dtype, optimizer, options or ExecutionOptions())
 
     def to_dict(self) -> dict[str, Any]:
