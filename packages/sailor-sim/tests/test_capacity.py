@@ -159,3 +159,35 @@ def test_a_sequence_beyond_the_models_positions_is_noted() -> None:
     (note,) = long.notes
     assert "beyond the 4096 positions of LLaMA-2-7B" in note and "RoPE scaling" in note
     assert sailor_sim.estimate("LLaMA-2-7B", "H100-80", gbs=8, seq=4096, dtype="bf16").notes == []
+
+
+MIXTRAL = "examples/configs/mixtral-8x7b"
+
+
+@pytest.mark.parametrize(
+    "model, options, degree",
+    [(MIXTRAL, {"expert_parallel": 8}, 8), ("LLaMA-3.1-8B", {"context_parallel": 2}, 2),
+     (MIXTRAL, {"expert_parallel": 4, "context_parallel": 2}, 4)],
+)  # fmt: skip
+def test_gpus_for_tokens_searches_the_dp_degrees_the_options_allow(model, options, degree):
+    """An EP or CP group is made of a stage's replicas, so dp must be a multiple of the degree;
+    the search started at dp 1 and raised PlanError 'expert_parallel 8 does not divide the 1
+    replicas' instead of answering. Under CP the replicas take gbs x cp samples."""
+    e = sailor_sim.gpus_for_tokens(model, "H100", gbs=64, seq=4096, dtype="bf16", tokens=1e9,
+                                   days=30, pp=4, options=options)  # fmt: skip
+    assert e.fits and (e.num_gpus // 4) % degree == 0
+
+
+def test_options_that_are_not_a_mapping_are_a_typed_error() -> None:
+    """options='zero3' was a raw ValueError from dict('zero3')."""
+    with pytest.raises(sailor_sim.ValidationError) as e:
+        sailor_sim.estimate("tiny-llama", "H100-80", gbs=8, options="zero3")
+    assert e.value.field == "options" and "zero" in str(e.value)
+
+
+def test_largest_microbatch_counts_the_samples_context_parallelism_adds() -> None:
+    """With cp 2 a replica takes gbs x cp / dp samples: gbs 8 on dp 8 gives each replica 2,
+    so microbatch 2 is a candidate (the search stopped at gbs / dp = 1)."""
+    e = sailor_sim.largest_microbatch("tiny-llama", "H100-80", gbs=8, dp=8, seq=128,
+                                      dtype="bf16", options={"context_parallel": 2})  # fmt: skip
+    assert e.plan.endswith("mbs2]")

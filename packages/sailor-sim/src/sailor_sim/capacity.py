@@ -119,6 +119,7 @@ def make_job(
 ) -> tuple[Job, dict[str, str]]:
     """A Job with user-sensible defaults, and the defaults it chose (``assumed``)."""
     spec = get_model(model)
+    options = _options(options)
     assumed: dict[str, str] = {}
     if dtype is None:
         dtype, why = default_dtype(model)
@@ -126,9 +127,21 @@ def make_job(
     if seq is None:
         seq, why = default_sequence(spec)
         assumed["seq"] = why
-    if not isinstance(options, ExecutionOptions):
-        options = ExecutionOptions.from_dict(dict(options or {}))
     return Job.create(spec, gbs, seq, dtype, optimizer, options), assumed
+
+
+def _options(options: ExecutionOptions | Mapping[str, Any] | None) -> ExecutionOptions:
+    """``options`` as ExecutionOptions; a value that is no mapping (``options='zero3'``) is
+    refused naming the field (``dict('zero3')`` was a raw ValueError)."""
+    if isinstance(options, ExecutionOptions):
+        return options
+    if not isinstance(options, Mapping | None):
+        raise ValidationError(
+            f"must be a mapping of option names to values, e.g. {{'zero': 'zero3'}}, or "
+            f"ExecutionOptions, got {options!r}",
+            field="options",
+        )
+    return ExecutionOptions.from_dict(dict(options or {}))
 
 
 def estimate(
@@ -257,7 +270,8 @@ def largest_microbatch(
     batch) that fits in memory; ``ValidationError`` when even 1 does not fit."""
     kwargs.pop("mbs", None)
     gbs, dp, limit = _integers(gbs=gbs, dp=dp, limit=limit)
-    per_replica = gbs // dp
+    options = kwargs["options"] = _options(kwargs.get("options"))
+    per_replica = gbs * options.context_parallel // dp  # CP replicas take gbs x cp samples
     sizes = [m for m in range(1, min(limit, per_replica) + 1) if per_replica % m == 0]
     return _largest(
         lambda m: estimate(model, gpu, gbs=gbs, dp=dp, mbs=m, **kwargs), sizes, "microbatch size"
@@ -285,9 +299,13 @@ def gpus_for_tokens(
     _positive(days, "days")
     kwargs.pop("dp", None)
     gbs, mbs, max_dp = _integers(gbs=gbs, mbs=mbs, max_dp=max_dp)
+    options = kwargs["options"] = _options(kwargs.get("options"))
+    # EP and CP groups are made of a stage's replicas; CP replicas take gbs x cp samples
+    step = math.lcm(options.expert_parallel, options.context_parallel)
+    samples = gbs * options.context_parallel
     smallest = None  # the estimate with the lowest peak memory: what the error reports
-    for dp in range(1, max_dp + 1):
-        if gbs % (dp * mbs):
+    for dp in range(step, max_dp + 1, step):
+        if samples % (dp * mbs):
             continue
         e = estimate(model, gpu, gbs=gbs, mbs=mbs, dp=dp, **kwargs)
         if e.fits and e.hours_for_tokens(tokens) <= days * 24:
