@@ -375,8 +375,9 @@ def memory(
         sizes = even_split(job.model.num_layer_ids, pp)
         if stage is not None and not 0 <= stage < pp:
             raise ValidationError(f"must be in 0..{pp - 1}", field="stage")
-        sim = _simulator(sailor_root, profiles)
         m = num_microbatches or pp
+        _check_interleave(job, sizes, m)
+        sim = _simulator(sailor_root, profiles)
         rows, first = [], 0
         for i, size in enumerate(sizes):
             last = first + size - 1
@@ -435,6 +436,22 @@ def memory(
             for r in rows
         ],
     )
+
+
+def _check_interleave(job, sizes: list[int], num_microbatches: int) -> None:
+    """The interleaving rule ``simulate`` applies (``spec.interleave``), on ``memory``'s even
+    split: a schedule that cannot run has no memory to report."""
+    from ..spec import interleave
+
+    v, pp = job.options.virtual_stages, len(sizes)
+    problem = interleave.microbatch_problem(v, pp, num_microbatches, 0)
+    first = 0
+    for i, size in enumerate(sizes):
+        head = job.model.head_layer_id
+        problem = problem or interleave.stage_problem(i, first, first + size - 1, head, v)
+        first += size
+    if problem is not None:
+        raise ValidationError(problem, field=interleave.FIELD)
 
 
 @app.command()
