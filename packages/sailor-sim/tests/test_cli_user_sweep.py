@@ -3,6 +3,7 @@ case runs the CLI as a subprocess and checks what it prints and its exit status.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -38,3 +39,28 @@ def test_memory_refuses_the_interleaved_schedules_simulate_refuses(flags, words)
     ``simulate`` refuses: 6 microbatches on 4 stages, chunks without a layer."""
     one_line_error(sailor_sim("memory", *QWEN25_7B, *flags), "options.virtual_stages", words)
     assert sailor_sim("memory", *QWEN25_7B, "--pp", "4", "--virtual-stages", "2").returncode == 0
+
+
+def test_help_shows_no_default_the_command_does_not_use():
+    """simulate --help said --model '[default: (tiny-llama)]' and --gbs '[default: (16)]', and
+    memory --help the same model, yet both need the flag: the defaults were RunSpec's, never
+    used. Other RunSpec defaults (the optimizer's) still show."""
+    for command in ("simulate", "memory"):
+        r = subprocess.run(
+            [sys.executable, "-m", "sailor_sim.cli.app", command, "--help"],
+            capture_output=True, text=True, timeout=120, check=True,
+            env={**os.environ, "COLUMNS": "200", "TERM": "dumb"},
+        )  # fmt: skip
+        assert "tiny-llama" not in r.stdout and "(16)" not in r.stdout, r.stdout
+        assert "(adamw)" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [(["--gbs", "64"], "--model"), (["--model", "Qwen2.5-7B"], "--gbs"), ([], "--model")],
+)
+def test_a_missing_flag_with_gpu_is_named(flags, flag):
+    """'--gpu H100 --model M' without --gbs said 'error: model: --gpu needs --model and --gbs'
+    (the flag given was named, the missing one not)."""
+    line = one_line_error(sailor_sim("simulate", "--gpu", "H100", *flags), flag, "required")
+    assert line.startswith(f"error: {flag}:"), line

@@ -162,6 +162,12 @@ def _load_plan_and_job(
     return job, plan
 
 
+_NEEDED = {
+    "--model": "a catalog model or the path of a Hugging Face config.json",
+    "--gbs": "the global batch size: samples per iteration over all replicas",
+}
+
+
 @dataclass(frozen=True)
 class Homogeneous:
     """The --gpu/--tp/--pp/--dp/--mbs plan of ``simulate`` (no plan file)."""
@@ -200,8 +206,9 @@ class Homogeneous:
 def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optimizer, options):
     from ..spec.quickplan import homogeneous_plan, parse_split
 
-    if model is None or gbs is None:
-        raise ValidationError("--gpu needs --model and --gbs", field="model")
+    for flag, value in (("--model", model), ("--gbs", gbs)):
+        if value is None:  # the plan's job: no RunSpec default stands in for it
+            raise ValidationError(f"is required with --gpu ({_NEEDED[flag]})", field=flag)
     job = _job(model, gbs, seq, dtype, optimizer, options)
     plan = homogeneous_plan(
         sim, job, h.gpu, h.placement(), tp=h.tp, pp=h.pp, dp=h.dp, mbs=h.mbs,
@@ -211,7 +218,7 @@ def _homogeneous_job_and_plan(h: Homogeneous, sim, model, gbs, seq, dtype, optim
 
 
 @app.command()
-@specs.with_spec(RunSpec, exclude=TRAINING_ONLY)
+@specs.with_spec(RunSpec, exclude=TRAINING_ONLY, no_default=("model", "global_batch_size"))
 def simulate(
     spec: RunSpec,
     given: frozenset,
@@ -324,7 +331,7 @@ def simulate(
 
 
 @app.command()
-@specs.with_spec(RunSpec, exclude=(*TRAINING_ONLY, "global_batch_size"))
+@specs.with_spec(RunSpec, exclude=(*TRAINING_ONLY, "global_batch_size"), no_default=("model",))
 def memory(
     spec: RunSpec,
     given: frozenset,

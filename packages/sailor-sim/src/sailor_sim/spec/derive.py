@@ -243,14 +243,20 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _typer_parameter(flag: Flag, own_default: Any = dataclasses.MISSING) -> inspect.Parameter:
+_FIELD = dataclasses.MISSING
+"""``_typer_parameter``'s own_default when the command shows the field's default."""
+
+
+def _typer_parameter(flag: Flag, own_default: Any = _FIELD) -> inspect.Parameter:
+    """The typer option of ``flag``; ``own_default`` the default its help shows (``_FIELD``:
+    the field's, None: none)."""
     import typer
 
     decls = [flag.option]
     if flag.kind is bool:
         decls = [f"{flag.option}/--no-{flag.option[2:]}"]
     decls += list(ALIASES.get(flag.name, ()))
-    default = flag.default if own_default is dataclasses.MISSING else own_default
+    default = flag.default if own_default is _FIELD else own_default
     # typer prints a string show_default as "[default: ...]" (help text brackets are markup)
     shown = False if default in (dataclasses.MISSING, None) else str(default)
     annotation = {bool: bool | None, int: int | None, float: float | None, str: str | None}
@@ -263,11 +269,17 @@ def _typer_parameter(flag: Flag, own_default: Any = dataclasses.MISSING) -> insp
 
 
 def with_spec(
-    cls: type, *, exclude: tuple[str, ...] = (), defaults: Mapping[str, Any] | None = None
+    cls: type,
+    *,
+    exclude: tuple[str, ...] = (),
+    defaults: Mapping[str, Any] | None = None,
+    no_default: tuple[str, ...] = (),
 ) -> Callable:
     """Decorate a typer command taking ``spec: cls``: the flags come from ``cls``.
     ``defaults`` (leaf name -> value) are this command's own defaults, below the config file
-    and the flags (``sailor run`` trains a tiny model for 20 steps, not the field defaults)."""
+    and the flags (``sailor run`` trains a tiny model for 20 steps, not the field defaults).
+    ``no_default`` names the fields the command takes only as given (a flag, the file or a
+    plan's job): their help shows no default, since the field's is never used."""
     import typer
 
     leaves = [f for f in flags(cls) if f.name not in exclude]
@@ -319,7 +331,10 @@ def with_spec(
         own = defaults or {}
         params += [
             config,
-            *(_typer_parameter(f, own.get(f.name, dataclasses.MISSING)) for f in leaves),
+            *(
+                _typer_parameter(f, None if f.name in no_default else own.get(f.name, _FIELD))
+                for f in leaves
+            ),
         ]
         wrapper.__signature__ = sig.replace(parameters=params, return_annotation=None)
         # typer reads the generated signature and its annotations, not the original's.
