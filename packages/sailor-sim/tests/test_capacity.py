@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -161,7 +162,7 @@ def test_a_sequence_beyond_the_models_positions_is_noted() -> None:
     assert sailor_sim.estimate("LLaMA-2-7B", "H100-80", gbs=8, seq=4096, dtype="bf16").notes == []
 
 
-MIXTRAL = "examples/configs/mixtral-8x7b"
+MIXTRAL = str(Path(__file__).parents[3] / "examples" / "configs" / "mixtral-8x7b")
 
 
 @pytest.mark.parametrize(

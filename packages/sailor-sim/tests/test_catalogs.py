@@ -106,3 +106,27 @@ def test_fabrics_per_instance_family():
     assert fabric_for("GH-96").kind.startswith("HPE Slingshot")
     assert all(o.source and o.date and o.fabric for o in OFFERS)
     assert {o.provider for o in OFFERS} == {"aws", "gcp", "azure"}
+
+
+MiB = 2**20
+
+# memory.total as nvidia-smi prints it (rocm-smi's VRAM Total for MI300X) on real machines;
+# the same figures as sailor-profiler's GPU-name table (tests/test_gpu_names.py)
+REPORTED_BYTES = {
+    "H100-80": 81559 * MiB, "H100-PCIe": 81559 * MiB, "H200": 143771 * MiB,
+    "GH-96": 97871 * MiB, "B200": 183359 * MiB, "GB200": 189471 * MiB,
+    "A100-80": 81920 * MiB, "A100-40": 40960 * MiB, "L4": 23034 * MiB, "L40S": 46068 * MiB,
+    "A10G": 23028 * MiB, "T4": 15360 * MiB, "V100-16": 16160 * MiB,
+    "MI300X": 205_822_885_888,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("gpu", sorted(REPORTED_BYTES))
+def test_memory_is_what_the_device_reports(gpu):
+    """A plan fits when its peak is below the GPU's memory, so the catalog holds what the
+    device reports (within 1.5 %: the original Sailor configs' A100-40 and V100-16). H200,
+    B200, GB200 and MI300X held their datasheet 'GB' read as 10^9 bytes (141 GB = 131.3 GiB,
+    the device reports 140.4 GiB: 7 % too little, a 135 GiB plan 'did not fit'), and L4, L40S,
+    A10G and T4 their nominal size in GiB, 7 % more than the device reports (ECC's share)."""
+    held = get_gpu(gpu).memory_bytes
+    assert abs(held - REPORTED_BYTES[gpu]) <= 0.015 * REPORTED_BYTES[gpu], held / 2**30

@@ -123,9 +123,9 @@ _GPU_NAME_RULES: tuple[tuple[str, str], ...] = (
     (r"\bTITAN RTX\b", "Titan-RTX"),
 )
 MEMORY_TOLERANCE = 0.15
-"""Reported memory vs the catalog's: drivers report 0-7 % less or more than the nominal size
-(H200: 140.4 GiB reported, 141 GB = 131.3 GiB nominal); a variant with other memory (V100 32 GB,
-GH200 144 GB, H100 NVL 94 GB) is another GPU and is refused rather than filed as this one."""
+"""Reported memory vs the catalog's (what drivers report, within 1.5 %; ECC and driver versions
+move it a little); a variant with other memory (V100 32 GB, GH200 144 GB, H100 NVL 94 GB) is
+another GPU and is refused rather than filed as this one."""
 
 
 def catalog_gpu_type(device_name: str, memory_bytes: int) -> str:
