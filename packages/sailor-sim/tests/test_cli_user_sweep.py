@@ -64,3 +64,13 @@ def test_a_missing_flag_with_gpu_is_named(flags, flag):
     (the flag given was named, the missing one not)."""
     line = one_line_error(sailor_sim("simulate", "--gpu", "H100", *flags), flag, "required")
     assert line.startswith(f"error: {flag}:"), line
+
+
+@pytest.mark.parametrize("flags", [["--gpu", "GB200"], ["--gpu", "MI300X", "--provider", "aws"]])
+def test_prices_without_an_offer_say_so(flags):
+    """'prices --gpu GB200' printed a header row and nothing else (exit 0): no offer, no word
+    of it, no fix."""
+    r = sailor_sim("prices", *flags)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"No offer for {flags[1]}") and "--catalog FILE" in r.stdout
+    assert "provider" not in r.stdout  # no empty table's header

@@ -58,6 +58,11 @@ def prices(
         other = [p.__dict__ for p in others]
         typer.echo(json.dumps({"offers": rows, "other": other}))
         return
+    if not offers and not others:  # an empty table answers nothing: say so and how to add one
+        where = " on " + provider if provider else ""
+        typer.echo(f"No offer for {name or 'any GPU'}{where} in the price catalog; add a price "
+                   "with --catalog FILE (format sailor-catalog/1).")  # fmt: skip
+        return
     _echo_table(
         ["gpu", "provider", "instance", "$/GPU-h", "spot $/GPU-h", "fabric", "date", "source"],
         [
