@@ -3,6 +3,7 @@ case runs the CLI as a subprocess and checks what it prints and its exit status.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +75,21 @@ def test_prices_without_an_offer_say_so(flags):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"No offer for {flags[1]}") and "--catalog FILE" in r.stdout
     assert "provider" not in r.stdout  # no empty table's header
+
+
+def test_prices_list_the_prices_a_catalog_file_sets(tmp_path):
+    """'sailor-sim --catalog FILE prices' listed only the built-in offers: a GB200 price the
+    file gave (which simulate then charged) was missing, and an H100 price for us-east-1 showed
+    the built-in p5 row alone."""
+    file = tmp_path / "prices.json"
+    file.write_text(json.dumps({"format": "sailor-catalog/1", "prices": [
+        {"gpu_type": "GB200", "usd_per_gpu_hour": 10},
+        {"gpu_type": "H100", "usd_per_gpu_hour": 2.5, "region": "us-east-1"}]}))  # fmt: skip
+    r = sailor_sim("--catalog", str(file), "prices", "--gpu", "GB200")
+    assert r.returncode == 0 and "No offer" not in r.stdout, r.stdout + r.stderr
+    assert "every region" in r.stdout and "10.000" in r.stdout
+    r = sailor_sim("--catalog", str(file), "prices", "--gpu", "H100", "--json")
+    given = json.loads(r.stdout)["set"]
+    assert given == [{"gpu_type": "H100-80", "region": "us-east-1", "usd_per_gpu_hour": 2.5,
+                      "source": "user catalog prices.json", "spot": False}]  # fmt: skip
+    assert json.loads(sailor_sim("prices", "--gpu", "H100", "--json").stdout)["set"] == []

@@ -99,6 +99,20 @@ def price_entry(
     return entry
 
 
+def prices_set() -> list[tuple[str, str, float, str, bool]]:
+    """(GPU type, region ('*': every region without its own), $/GPU-hour, source, spot) of
+    each price ``set_price`` (``--catalog``) put in place of the built-in catalog's or beside
+    it: the live tables' entries that the data files do not give."""
+    out = []
+    for spot, table in ((False, PRICE_CATALOG), (True, SPOT_PRICE_CATALOG)):
+        built = _build(spot)
+        for gpu, by_region in table.items():
+            for region, (price, source) in by_region.items():
+                if built.get(gpu, {}).get(region) != (price, source):
+                    out.append((gpu, region, price, source, spot))
+    return out
+
+
 def outside_only(gpu_type: str, spot: bool = False) -> bool:
     """Whether a GPU type's only price is the catch-all '*' one: an 'other' (rental) price, or
     one a user set with ``set_price(region='*')`` (``--catalog``), not a cloud's offer."""

@@ -15,6 +15,13 @@ def _echo_table(header, rows) -> None:
     table(header, rows)
 
 
+def _set_row(gpu: str, region: str, price: float, source: str, spot: bool) -> tuple:
+    """A table row of a price given at run time (--catalog): provider 'set', its region."""
+    cell = f"{price:.3f}"
+    where = "every region" if region == "*" else region
+    return (gpu, "set", where, "-" if spot else cell, cell if spot else "-", "-", "-", source)
+
+
 def prices(
     gpu: str = typer.Option(None, help="Only this GPU type (name or alias)."),
     provider: str = typer.Option(None, help="Only this provider: gcp, aws or azure."),
@@ -36,8 +43,13 @@ def prices(
             )
     except SailorSimError as exc:
         fail(exc)
+    from ..catalog.prices import prices_set
+    from ..catalog.zones import REGION_PROVIDER
+
     offers = [o for o in OFFERS if name in (None, o.gpu_type) and provider in (None, o.provider)]
     others = [p for p in OTHER_PRICES.values() if name in (None, p.gpu_type) and not provider]
+    given = [row for row in prices_set() if name in (None, row[0])
+             and provider in (None, REGION_PROVIDER.get(row[1]))]  # fmt: skip
     if as_json:
         rows = [
             {
@@ -56,9 +68,11 @@ def prices(
             for o in offers
         ]
         other = [p.__dict__ for p in others]
-        typer.echo(json.dumps({"offers": rows, "other": other}))
+        keys = ("gpu_type", "region", "usd_per_gpu_hour", "source", "spot")
+        set_rows = [dict(zip(keys, row, strict=True)) for row in given]
+        typer.echo(json.dumps({"offers": rows, "other": other, "set": set_rows}))
         return
-    if not offers and not others:  # an empty table answers nothing: say so and how to add one
+    if not offers and not others and not given:  # no empty table: say so, and how to add one
         where = " on " + provider if provider else ""
         typer.echo(f"No offer for {name or 'any GPU'}{where} in the price catalog; add a price "
                    "with --catalog FILE (format sailor-catalog/1).")  # fmt: skip
@@ -81,7 +95,8 @@ def prices(
         + [
             (p.gpu_type, "other", "-", f"{p.usd_per_gpu_hour:.3f}", "-", "-", p.date, p.source)
             for p in others
-        ],
+        ]
+        + [_set_row(*row) for row in given],
     )
 
 
