@@ -93,3 +93,13 @@ def test_prices_list_the_prices_a_catalog_file_sets(tmp_path):
     assert given == [{"gpu_type": "H100-80", "region": "us-east-1", "usd_per_gpu_hour": 2.5,
                       "source": "user catalog prices.json", "spot": False}]  # fmt: skip
     assert json.loads(sailor_sim("prices", "--gpu", "H100", "--json").stdout)["set"] == []
+
+
+def test_mi300x_links_are_named_infinity_fabric():
+    """'Network: MI300X ...: NVLink 448 GB/s inside a node': AMD's GPUs have no NVLink. The
+    link keeps NVLink's bus efficiency (no RCCL figure), so the times do not move."""
+    r = sailor_sim("simulate", "--model", "Qwen2.5-7B", "--gpu", "MI300X", "--dp", "8",
+                   "--gbs", "16", "--seq", "2048", "--dtype", "bf16", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (line,) = json.loads(r.stdout)["network"]
+    assert "AMD Infinity Fabric 448 GB/s inside a node" in line and "NVLink" not in line

@@ -45,6 +45,7 @@ BUS_EFFICIENCY: dict[str, BusEfficiency] = {
         "370GB/s' as ring busbw (370 / 450)",
     ),
     "PCIe": BusEfficiency(0.82, "assumed equal to NVLink (NCCL's same simple/LL128 protocols)"),
+    "AMD Infinity Fabric": BusEfficiency(0.82, "assumed equal to NVLink (no RCCL figure found)"),
     # inter-node
     "InfiniBand NDR": BusEfficiency(0.94, _NDR),
     "InfiniBand HDR": BusEfficiency(0.94, f"assumed equal to NDR (same verbs transport): {_NDR}"),
@@ -70,7 +71,9 @@ BUS_EFFICIENCY: dict[str, BusEfficiency] = {
 }
 """Fabric kind -> ring bus efficiency (the kinds of ``data/instances.json`` fabrics)."""
 
-INTRA_NODE_KIND = {"sxm": "NVLink", "superchip": "NVLink", "oam": "NVLink", "pcie": "PCIe"}
+INTRA_NODE_KIND = {
+    "sxm": "NVLink", "superchip": "NVLink", "oam": "AMD Infinity Fabric", "pcie": "PCIe"
+}  # fmt: skip
 """GPU platform -> the link between GPUs of one node (CPU workers: ``TCP loopback``)."""
 DEFAULT_INTER_NODE_KIND = {"superchip": "HPE Slingshot-11", "cpu": "TCP loopback"}
 """Platform -> inter-node fabric where the GPU type's instances list none ('cloud Ethernet')."""
