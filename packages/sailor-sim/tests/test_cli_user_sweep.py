@@ -103,3 +103,29 @@ def test_mi300x_links_are_named_infinity_fabric():
     assert r.returncode == 0, r.stderr
     (line,) = json.loads(r.stdout)["network"]
     assert "AMD Infinity Fabric 448 GB/s inside a node" in line and "NVLink" not in line
+
+
+def test_a_dtype_the_gpu_lacks_is_refused_with_the_dtypes_it_has(tmp_path):
+    """A config.json in bfloat16 on V100 said 'V100-16 cannot train in bf16', no fix; the
+    dtype came from the config's torch_dtype, which the user never typed."""
+    line = one_line_error(
+        sailor_sim(
+            "simulate",
+            "--model",
+            "LLaMA-3.1-8B",
+            "--gpu",
+            "V100",
+            "--dp",
+            "4",
+            "--gbs",
+            "16",
+            "--seq",
+            "2048",
+            "--dtype",
+            "bf16",
+        ),  # fmt: skip
+        "V100-16 cannot train in bf16",
+        "fp16 or fp32",
+        "--precision fp16",
+    )
+    assert "gpu_type" in line

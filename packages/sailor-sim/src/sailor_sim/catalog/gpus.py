@@ -76,6 +76,16 @@ class GPUType:
         dtype = check_dtype(dtype)
         return dtype == "fp32" or (self.bf16_flops if dtype == "bf16" else self.fp16_flops) > 0
 
+    def dtype_problem(self, dtype: str) -> str | None:
+        """Why this GPU cannot train in ``dtype``, with the dtypes it can (the fix), or None."""
+        if self.supports(dtype):
+            return None
+        can = [d for d in ("bf16", "fp16", "fp32") if self.supports(d)]
+        return (
+            f"{self.name} cannot train in {dtype} (no {dtype} tensor cores); train in "
+            f"{' or '.join(can)} (--precision {can[0]}) or use another GPU type"
+        )
+
 
 def _gpu_from_entry(entry: dict, where: str) -> tuple[GPUType, tuple[str, ...]]:
     check_keys(entry, _GPU_REQUIRED, {"aliases", "note"}, where)

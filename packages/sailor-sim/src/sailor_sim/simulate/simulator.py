@@ -909,8 +909,8 @@ class Simulator(MemoryComponents):
             return
         problem = job.model.tp_problem(r.tp)
         gpu = get_gpu(r.gpu_type)
-        if problem is None and not gpu.supports(job.dtype):
-            problem = f"{r.gpu_type} cannot train in {job.dtype}"
+        if problem is None:
+            problem = gpu.dtype_problem(job.dtype)
         if problem is not None:
             j = stage.replicas.index(r)
             raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")

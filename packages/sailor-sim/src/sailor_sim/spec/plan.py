@@ -238,11 +238,9 @@ class Plan:
                 problem = model.tp_problem(r.tp)
                 if problem:
                     raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}].tp")
-                if not get_gpu(r.gpu_type).supports(job.dtype):
-                    raise PlanError(
-                        f"{r.gpu_type} cannot train in {job.dtype}",
-                        field=f"plan.stages[{i}].replicas[{j}].gpu_type",
-                    )
+                problem = get_gpu(r.gpu_type).dtype_problem(job.dtype)
+                if problem:
+                    raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}].gpu_type")
         if self.samples_per_iteration != job.sample_slots:
             per = [r.samples for r in self.stages[0].replicas]
             cp = job.options.context_parallel
