@@ -129,3 +129,16 @@ def test_a_dtype_the_gpu_lacks_is_refused_with_the_dtypes_it_has(tmp_path):
         "--precision fp16",
     )
     assert "gpu_type" in line
+
+
+@pytest.mark.parametrize("command", ["models", "gpus"])
+def test_json_help_says_what_json_prints(command):
+    """models/gpus --help said '--json  Print one JSON object.'; they print a list."""
+    r = sailor_sim(command, "--json")
+    assert isinstance(json.loads(r.stdout), list)
+    helped = subprocess.run(
+        [sys.executable, "-m", "sailor_sim.cli.app", command, "--help"],
+        capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "COLUMNS": "200", "TERM": "dumb"},
+    ).stdout  # fmt: skip
+    assert "Print a JSON list" in helped and "one JSON object" not in helped

@@ -348,7 +348,7 @@ def memory(
     profiles: Annotated[
         Path | None, typer.Option(help="Folder of sailor-sim profile files.")
     ] = None,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Will this model fit on this GPU with this TP / PP / microbatch size, and by how much?"""
     from ..catalog.gpus import get_gpu

@@ -100,7 +100,9 @@ def prices(
     )
 
 
-def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+def models(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object a model."),
+) -> None:
     """The built-in model catalog (any other model: pass its Hugging Face config.json)."""
     from ..model.spec import MODEL_CATALOG
 
@@ -128,7 +130,9 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON ob
     )
 
 
-def gpus(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+def gpus(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object a GPU."),
+) -> None:
     """The built-in GPU catalog: memory, dense peaks, node size and link, source."""
     from ..catalog.gpus import GPU_CATALOG
 
