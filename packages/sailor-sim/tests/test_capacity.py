@@ -192,3 +192,10 @@ def test_largest_microbatch_counts_the_samples_context_parallelism_adds() -> Non
     e = sailor_sim.largest_microbatch("tiny-llama", "H100-80", gbs=8, dp=8, seq=128,
                                       dtype="bf16", options={"context_parallel": 2})  # fmt: skip
     assert e.plan.endswith("mbs2]")
+
+
+def test_the_api_notes_a_price_quoted_for_another_region() -> None:
+    e = sailor_sim.estimate("LLaMA-3.1-8B", "H100-80", gbs=8, dp=8, seq=2048,
+                            zone="europe-west4-a")  # fmt: skip
+    assert any("gcp's us-central1 list price" in n and "region='europe-west4'" in n
+               for n in e.notes)  # fmt: skip

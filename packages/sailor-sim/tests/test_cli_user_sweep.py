@@ -142,3 +142,22 @@ def test_json_help_says_what_json_prints(command):
         env={**os.environ, "COLUMNS": "200", "TERM": "dumb"},
     ).stdout  # fmt: skip
     assert "Print a JSON list" in helped and "one JSON object" not in helped
+
+
+def test_a_region_priced_at_another_regions_list_price_is_noted(tmp_path):
+    """--provider aws --region eu-west-1 printed '$55.04 / hour' and a row 'aws eu-west-1
+    55.04' with no word that this is the us-east-1 list price the catalog applies to every
+    AWS region. A price a --catalog file gives for the region is its own: no note."""
+    args = ["simulate", "--model", "LLaMA-3.1-8B", "--gpu", "H100", "--dp", "8", "--gbs", "64",
+            "--seq", "4096", "--provider", "aws", "--json"]  # fmt: skip
+    notes = json.loads(sailor_sim(*args, "--region", "eu-west-1").stdout)["notes"]
+    assert notes == [
+        "H100-80 in eu-west-1 is priced at aws's us-east-1 list price (the catalog quotes one "
+        "region per provider); eu-west-1's may differ: give it with --catalog FILE"
+    ]
+    assert json.loads(sailor_sim(*args).stdout)["notes"] == []  # us-east-1: quoted there
+    file = tmp_path / "eu.json"
+    file.write_text(json.dumps({"format": "sailor-catalog/1", "prices": [
+        {"gpu_type": "H100", "usd_per_gpu_hour": 7.5, "region": "eu-west-1"}]}))  # fmt: skip
+    own = json.loads(sailor_sim("--catalog", str(file), *args, "--region", "eu-west-1").stdout)
+    assert own["notes"] == [] and own["cost_per_hour_usd"] == pytest.approx(60.0)

@@ -177,6 +177,7 @@ def estimate(
     notes = [note for note in (sequence_note(job),) if note]
     if missing is not None:
         notes.append(price_note(missing))
+    notes += region_price_notes(plan)
     rate = throughput(job, plan, est)
     fullest = max(est.memory, key=lambda m: m.peak_bytes)
     by_provider = {r["provider"]: r for r in cost_by_provider(plan, list(PROVIDERS))}
@@ -249,6 +250,31 @@ def price_note(missing: PriceUnavailableError, given: str = "api") -> str:
         f"no price for {missing.gpu_type} in {missing.zone} ({missing.provider}), so no cost; "
         f"it is offered {offered}: use {' or '.join(fixes)}"
     )
+
+
+def region_price_notes(plan, given: str = "api") -> list[str]:
+    """A line per (GPU type, zone) of ``plan`` priced at its provider's quoted region while
+    placed in another: the built-in offers are list prices of one region per provider
+    (``data/instances.json``), applied to every region of it; real regional prices differ."""
+    from .catalog.prices import PRICE_CATALOG, prices_set
+    from .catalog.zones import DEFAULT_REGIONS, get_zone
+
+    given_here = {(gpu, region) for gpu, region, *_ in prices_set()}
+    fix = {"api": "set_price(gpu, price, region={region!r})", "flags": "--catalog FILE"}
+    notes = []
+    for gpu, zone in sorted({(r.gpu_type, r.zone) for s in plan.stages for r in s.replicas}):
+        z = get_zone(zone)
+        quoted = DEFAULT_REGIONS.get(z.provider)
+        if quoted in (None, z.region) or (gpu, z.region) in given_here:
+            continue
+        if z.region not in PRICE_CATALOG.get(gpu, {}):
+            continue  # no price there: price_note says so
+        notes.append(
+            f"{gpu} in {z.region} is priced at {z.provider}'s {quoted} list price (the catalog "
+            f"quotes one region per provider); {z.region}'s may differ: give it with "
+            + fix.get(given, fix["flags"]).format(region=z.region)
+        )
+    return notes
 
 
 def sequence_note(job: Job) -> str | None:

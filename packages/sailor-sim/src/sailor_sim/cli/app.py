@@ -87,15 +87,18 @@ def _assumed(model, seq, dtype) -> dict[str, str]:
     return out
 
 
-def _notes(job, missing=None, given: str = "flags") -> list[str]:
-    """The lines the output adds after 'Assumed': a sequence beyond the model's positions, and
-    a GPU without a price where the plan puts it (``missing``; the fixes fit how the plan was
-    ``given``: 'flags' or a 'plan' file)."""
-    from ..capacity import price_note, sequence_note
+def _notes(job, missing=None, given: str = "flags", plan=None) -> list[str]:
+    """The lines the output adds after 'Assumed': a sequence beyond the model's positions, a
+    GPU without a price where the plan puts it (``missing``; the fixes fit how the plan was
+    ``given``: 'flags' or a 'plan' file), and a price quoted for another region of ``plan``'s
+    provider."""
+    from ..capacity import price_note, region_price_notes, sequence_note
 
     notes = [note for note in (sequence_note(job),) if note]
     if missing is not None:
         notes.append(price_note(missing, given))
+    if plan is not None:
+        notes += region_price_notes(plan, "flags")
     return notes
 
 
@@ -293,7 +296,7 @@ def simulate(
         estimate, missing = estimate_maybe_unpriced(
             sim, job, plan, iterations=iterations, tokens=tokens
         )
-        notes = _notes(job, missing, "flags" if gpu is not None else "plan")
+        notes = _notes(job, missing, "flags" if gpu is not None else "plan", plan)
         rate = metrics.throughput(job, plan, estimate)
         providers = [p.strip() for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
