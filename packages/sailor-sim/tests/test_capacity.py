@@ -199,3 +199,31 @@ def test_the_api_notes_a_price_quoted_for_another_region() -> None:
                             zone="europe-west4-a")  # fmt: skip
     assert any("gcp's us-central1 list price" in n and "region='europe-west4'" in n
                for n in e.notes)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: sailor_sim.Plan.uniform(sailor_sim.Job.create("tiny-llama", 8), "H100",
+                                          "us-central1-a", microbatch_size=0), "microbatch_size"),
+        (lambda: sailor_sim.Simulator().estimate(*_tiny(), tokens=-1.0), "tokens"),
+        (lambda: sailor_sim.Simulator().estimate(*_tiny(), iterations=float("nan")), "iterations"),
+        (lambda: sailor_sim.set_price("H100", -1.0), "price"),
+        (lambda: sailor_sim.set_price("H100", float("nan")), "price"),
+        (lambda: sailor_sim.set_price("H100", "2"), "price"),
+        (lambda: sailor_sim.set_price("H100", 2.0, region="mars-1"), "region"),
+    ],
+)  # fmt: skip
+def test_python_api_bad_values_are_typed_errors(call, field, prices_restored) -> None:
+    """Plan.uniform(microbatch_size=0) was a ZeroDivisionError; estimate(tokens=-1) and
+    iterations=NaN gave whole-run figures of -1 and NaN; set_price stored -1, NaN, the string
+    '2' and a region no zone has, corrupting every later estimate of the process."""
+    with prices_restored():
+        with pytest.raises(sailor_sim.SailorSimError) as e:
+            call()
+    assert e.value.field == field
+
+
+def _tiny():
+    job = sailor_sim.Job.create("tiny-llama", 8)
+    return job, sailor_sim.Plan.uniform(job, "H100", "us-central1-a")

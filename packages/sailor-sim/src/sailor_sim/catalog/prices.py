@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .. import revision
 from ..errors import PriceUnavailableError, UnknownNameError
+from ..inputs import positive_number
 from .gpus import get_gpu
 from .instances import OFFERS, OTHER_PRICES, offers_for
 from .zones import (
@@ -27,6 +28,7 @@ from .zones import (
     REGION_PROVIDER,
     SAME_REGION,
     SAME_ZONE,
+    ZONE_CATALOG,
     get_zone,
 )
 
@@ -128,7 +130,6 @@ def price_per_gpu_hour(gpu_type: str, zone: str, spot: bool = False) -> float:
 def zones_offering(gpu_types, spot: bool = False) -> list[str]:
     """Sorted catalog zones where every one of ``gpu_types`` has a price (for building
     inventories that the cost model can score)."""
-    from .zones import ZONE_CATALOG
 
     def priced(zone: str) -> bool:
         try:
@@ -149,6 +150,14 @@ def set_price(
 ) -> None:
     """Set the $/GPU-hour of a GPU type in a region ('*': every region without its own price,
     and zones outside the clouds)."""
+    price = positive_number(price, "price", allow_zero=True)  # -1, NaN, "2" were stored
+    regions = {z.region for z in ZONE_CATALOG.values()}
+    if region != "*" and region not in regions:
+        raise UnknownNameError(
+            f"unknown region {region!r}; use '*' (every region) or one of "
+            f"{', '.join(sorted(regions))} (register_zone adds one)",
+            field="region",
+        )
     table = SPOT_PRICE_CATALOG if spot else PRICE_CATALOG
     by_region = table.setdefault(get_gpu(gpu_type).name, {})
     if region == "*":  # a catch-all set by hand replaces the catalog's per-region prices

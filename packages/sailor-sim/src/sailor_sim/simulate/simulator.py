@@ -29,6 +29,7 @@ from ..catalog.gpus import get_gpu
 from ..catalog.prices import usd_per_second
 from ..dtypes import dtype_bytes
 from ..errors import PlanError
+from ..inputs import positive_number
 from ..model.moe import (
     check_plan_expert_parallel,
     expert_comm_per_microbatch,
@@ -111,6 +112,9 @@ class Simulator(MemoryComponents):
         self, job: Job, plan: Plan, *, iterations: float | None = None, tokens: float | None = None
     ) -> Estimate:
         """Predict iteration time, memory and cost of ``plan`` for ``job`` (checks the plan)."""
+        for name, value in (("iterations", iterations), ("tokens", tokens)):
+            if value is not None:  # -1 or NaN gave whole-run figures of -1 or NaN hours
+                positive_number(value, name)
         self.refresh()
         self.check(job, plan)
         return estimate_plan(self, job, plan, iterations, tokens)

@@ -386,7 +386,8 @@ class Plan:
 
         ``layer_split`` gives the number of layer ids per stage (default: as even as possible).
         """
-        if dp < 1 or job.sample_slots % (dp * microbatch_size):
+        dp, microbatch_size = integral(dp, "dp"), integral(microbatch_size, "microbatch_size")
+        if job.sample_slots % (dp * microbatch_size):
             raise PlanError(
                 f"global batch {job.global_batch_size} (x context_parallel "
                 f"{job.options.context_parallel}) is not divisible by dp {dp} x "
