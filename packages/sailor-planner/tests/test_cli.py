@@ -149,7 +149,12 @@ def test_table_output() -> None:
                 "--sailor-root",
                 "/nonexistent",
             ],
-            "sailor_root",
+            "--sailor-root",
+        ),
+        (
+            ["--model", "OPT-350M", "--gbs", "8", "--gpus", "A100-40@us-central1-a=4"]
+            + ["--profile-dir", "/nonexistent"],
+            "--profile-dir",
         ),
         (
             [

@@ -161,3 +161,18 @@ def test_a_region_priced_at_another_regions_list_price_is_noted(tmp_path):
         {"gpu_type": "H100", "usd_per_gpu_hour": 7.5, "region": "eu-west-1"}]}))  # fmt: skip
     own = json.loads(sailor_sim("--catalog", str(file), *args, "--region", "eu-west-1").stdout)
     assert own["notes"] == [] and own["cost_per_hour_usd"] == pytest.approx(60.0)
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--profiles", "/nonexistent"], "--profiles"),
+        (["--sailor-root", "/nonexistent"], "--sailor-root"),
+        (["--fabric", "/nonexistent.json"], "--fabric"),
+    ],
+)
+def test_a_missing_path_is_named_by_its_flag(flags, flag):
+    """A path flag that names nothing is refused under the flag the user typed (it said
+    'profile_dir:', 'sailor_root:' and 'cluster:', the library's parameters)."""
+    base = ["simulate", "--model", "OPT-350M", "--gbs", "8", "--gpu", "A100-40"]
+    one_line_error(sailor_sim(*base, *flags), f"error: {flag}:")

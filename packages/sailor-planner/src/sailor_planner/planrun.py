@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sailor_sim import ExecutionOptions, Inventory, Job, SailorSimError
+from sailor_sim import ExecutionOptions, Inventory, Job, SailorSimError, inputs
 
 from .errors import RequestError, SailorPlannerError
 from .result import PlanResult
@@ -102,6 +102,9 @@ def search(args: PlanArgs) -> tuple[Job, PlanResult, dict[str, str]]:
         search_execution_options=args.search_options,
         profiled_only=args.profiled_only,
     )
+    for path, flag in ((args.profile_dir, "--profile-dir"), (args.sailor_root, "--sailor-root")):
+        if path is not None:  # named by its flag (the library names its parameter)
+            inputs.folder(path, flag)
     profile_dir = str(args.profile_dir) if args.profile_dir else None
     sailor_root = str(args.sailor_root) if args.sailor_root else None
     if args.fabric is None:

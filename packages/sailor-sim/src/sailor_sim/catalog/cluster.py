@@ -96,9 +96,10 @@ def from_catalog(name: str) -> Cluster:
     )  # fmt: skip
 
 
-def load_cluster(path: str | Path) -> Cluster:
-    """Read and check a ``sailor-cluster/1`` file (ValidationError naming the bad field)."""
-    data = inputs.load_json(Path(path), "cluster", error=ValidationError)
+def load_cluster(path: str | Path, field: str = "cluster") -> Cluster:
+    """Read and check a ``sailor-cluster/1`` file (ValidationError naming the bad field;
+    ``field``: what names the file when it cannot be read, e.g. the CLI's flag)."""
+    data = inputs.load_json(Path(path), field, error=ValidationError)
     where = str(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValidationError(f"expected format {FORMAT!r}", field=f"{where}.format")
@@ -140,10 +141,10 @@ def _positive(value, field: str) -> float:
     return float(value)
 
 
-def resolve_cluster(spec: str) -> Cluster:
+def resolve_cluster(spec: str, field: str = "--fabric") -> Cluster:
     """``--fabric``: a cluster file if ``spec`` names a file, else a catalog fabric name."""
     if Path(spec).is_file() or spec.endswith(".json"):
-        return load_cluster(spec)
+        return load_cluster(spec, field)
     return from_catalog(spec)
 
 

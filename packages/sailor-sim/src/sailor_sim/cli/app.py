@@ -107,6 +107,9 @@ def _simulator(sailor_root: Path | None, profiles: Path | None):
     from ..simulate.simulator import Simulator
 
     instead = BUILT_IN_PROFILES if sailor_root is None else "the --sailor-root profiles alone"
+    for path, flag in ((profiles, "--profiles"), (sailor_root, "--sailor-root")):
+        if path is not None:  # named by its flag, not the library's parameter
+            inputs.folder(path, flag)
     if warning := empty_folder_warning(profiles, "--profiles", instead):
         typer.echo(warning, err=True)  # a folder without profiles is not silently no folder
     if sailor_root is not None and profiles is not None:
