@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -18,6 +15,7 @@ from sailor_profiler.zoo import (
     layer_forward_backward,
 )
 from sailor_sim import MODEL_CATALOG, get_model
+from sailor_testing import run_ranks
 
 
 @pytest.mark.parametrize("name", list(MODEL_CATALOG))
@@ -83,12 +81,10 @@ def test_example_input_runs_one_layer_forward_backward(lid):
 
 _TP_SCRIPT = textwrap.dedent(
     """
-    import sys, torch, torch.distributed as dist
-    from sailor_profiler.zoo import build_stage, get_split
-    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    import torch, torch.distributed as dist
+    from sailor_profiler.zoo import build_stage
+    from sailor_testing import join, leave, step_grads
+    rank, world, (out,) = join()
     groups = {2: dist.new_group([0, 1]), 4: dist.new_group([0, 1, 2, 3])}
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     labels = torch.roll(tokens, -1, 1)
@@ -101,37 +97,17 @@ _TP_SCRIPT = textwrap.dedent(
                             dtype=torch.float64)
             loss = m(tokens, labels)
             loss.backward()
-            grads = {}
-            for n, p in m.named_parameters():
-                g = p.grad.contiguous()
-                if get_split(p) is not None:
-                    parts = [torch.empty_like(g) for _ in range(tp)]
-                    dist.all_gather(parts, g, group=groups[tp])
-                    g = torch.cat(parts, get_split(p)[0])
-                grads[n] = g
-            result[(name, tp)] = (loss.detach(), grads)
+            result[(name, tp)] = (loss.detach(), step_grads(m, groups[tp]))
     if rank == 0:
         torch.save(result, out)
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
     """
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_tensor_parallel_equals_single_process(tmp_path):
-    script, out, port = tmp_path / "tp.py", tmp_path / "out.pt", _free_port()
-    script.write_text(_TP_SCRIPT)
-    procs = [
-        subprocess.Popen([sys.executable, str(script), str(r), "4", str(port), str(out)])
-        for r in range(4)
-    ]
-    assert all(p.wait(timeout=240) == 0 for p in procs)
+    out = tmp_path / "out.pt"
+    run_ranks(tmp_path, _TP_SCRIPT, 4, str(out))
     result = torch.load(out)
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     labels = torch.roll(tokens, -1, 1)

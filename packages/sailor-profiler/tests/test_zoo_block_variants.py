@@ -8,9 +8,6 @@ simulator charges for it (``ModelSpec.tp_all_reduces_per_block``)."""
 from __future__ import annotations
 
 import dataclasses
-import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -18,6 +15,7 @@ import torch
 
 from sailor_profiler.zoo import build_stage
 from sailor_sim import get_model
+from sailor_testing import run_ranks
 
 VARIANTS = {
     # name: (catalog model, ModelSpec changes)
@@ -31,15 +29,17 @@ VARIANTS = {
     "alibi": ("tiny-gpt", {"position": "alibi"}),
 }
 
+MICROBATCHES = 3
+"""Microbatches of the step whose all-reduces are counted."""
+
 _SCRIPT = textwrap.dedent(
     """
-    import dataclasses, sys, torch, torch.distributed as dist
-    from sailor_profiler.zoo import build_stage, enable_sequence_parallel, get_split
+    import dataclasses, torch, torch.distributed as dist
+    from sailor_profiler.zoo import build_stage, enable_sequence_parallel, sync_partial_grads
     from sailor_sim import get_model
-    rank, port, out, variants = int(sys.argv[1]), sys.argv[2], sys.argv[3], eval(sys.argv[4])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2)
+    from sailor_testing import join, leave, step_grads
+    rank, world, (out, variants, microbatches) = join()
+    variants, microbatches = eval(variants), int(microbatches)
     group = dist.new_group([0, 1])
     calls = {"all_reduce": 0}
     real_all_reduce = dist.all_reduce
@@ -54,17 +54,6 @@ _SCRIPT = textwrap.dedent(
     hidden = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(2),
                          dtype=torch.float64)
 
-    def full_grads(m):
-        grads = {}
-        for n, p in m.named_parameters():
-            g = p.grad.contiguous()
-            if get_split(p) is not None:
-                parts = [torch.empty_like(g) for _ in range(2)]
-                dist.all_gather(parts, g, group=group)
-                g = torch.cat(parts, get_split(p)[0])
-            grads[n] = g
-        return grads
-
     result = {}
     for name, (base, changes) in variants.items():
         spec = dataclasses.replace(get_model(base), **changes)
@@ -75,26 +64,26 @@ _SCRIPT = textwrap.dedent(
                 enable_sequence_parallel(m, group)
             loss = m(tokens, labels)
             loss.backward()
-            result[(name, sp)] = (loss.detach(), full_grads(m))
-        # one block's forward and backward: the all-reduces it issues
-        block = build_stage(spec, 1, 1, tp_rank=rank, tp_size=2, tp_group=group,
-                            dtype=torch.float64)
-        x = hidden.clone().requires_grad_(True)
-        calls["all_reduce"] = 0
-        block(x).pow(2).sum().backward()
-        result[(name, "all_reduces")] = calls["all_reduce"]
+            result[(name, sp)] = (loss.detach(), step_grads(m, group))
+            # one block's step of several microbatches: the all-reduces each microbatch
+            # issues, then those of the step's gradient sync
+            block = build_stage(spec, 1, 1, tp_rank=rank, tp_size=2, tp_group=group,
+                                dtype=torch.float64)
+            if sp:
+                enable_sequence_parallel(block, group)
+            counts = []
+            for _ in range(microbatches):
+                calls["all_reduce"] = 0
+                block(hidden.clone().requires_grad_(True)).pow(2).sum().backward()
+                counts.append(calls["all_reduce"])
+            calls["all_reduce"] = 0
+            sync_partial_grads(block, group)
+            result[(name, sp, "all_reduces")] = (counts, calls["all_reduce"])
     if rank == 0:
         torch.save(result, out)
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
     """
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spec(name: str):
@@ -105,13 +94,8 @@ def _spec(name: str):
 @pytest.fixture(scope="module")
 def tp_result(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("variants")
-    script, out, port = tmp / "tp.py", tmp / "out.pt", _free_port()
-    script.write_text(_SCRIPT)
-    procs = [
-        subprocess.Popen([sys.executable, str(script), str(r), str(port), str(out), repr(VARIANTS)])
-        for r in range(2)
-    ]
-    assert all(p.wait(timeout=240) == 0 for p in procs)
+    out = tmp / "out.pt"
+    run_ranks(tmp, _SCRIPT, 2, str(out), repr(VARIANTS), str(MICROBATCHES))
     return torch.load(out)
 
 
@@ -130,13 +114,20 @@ def test_tensor_and_sequence_parallel_equal_one_process(tp_result, name, sequenc
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_a_block_issues_the_all_reduces_the_simulator_charges(tp_result, name):
-    """A parallel block sums its branches before one forward all-reduce and all-reduces one
-    input gradient per norm (1 + norms); q/k norms add one all-reduce of each replicated
-    weight's gradient (2 tiny ones: a head_dim vector each) to the sequential block's 4."""
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_a_block_issues_the_all_reduces_the_simulator_charges(tp_result, name, sequence_parallel):
+    """Each microbatch of a block issues the all-reduces of activations the simulator charges
+    per block and microbatch (``tp_comm_time``): a parallel block sums its branches before one
+    forward all-reduce and all-reduces one input gradient per norm (1 + norms), a sequential
+    block 4; under sequence parallelism none (all-gathers and reduce-scatters instead). The
+    gradients of replicated parameters that each rank holds a part of (q/k norms; under SP
+    also the norms and row-parallel biases) are summed once per step, in one all-reduce,
+    not once per parameter and microbatch (2 more per microbatch for q/k norms before)."""
     spec = _spec(name)
-    weight_grads = 2 if spec.qk_norm else 0
-    assert tp_result[(name, "all_reduces")] == spec.tp_all_reduces_per_block + weight_grads
+    per_microbatch, step_sync = tp_result[(name, sequence_parallel, "all_reduces")]
+    activations = 0 if sequence_parallel else spec.tp_all_reduces_per_block
+    assert per_microbatch == [activations] * MICROBATCHES
+    assert step_sync == (1 if spec.qk_norm or sequence_parallel else 0)
 
 
 def test_the_branches_really_run_in_parallel():

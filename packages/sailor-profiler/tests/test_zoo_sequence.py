@@ -3,41 +3,26 @@ the same loss and gradients, with the norms really running on half of the tokens
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import textwrap
 
 import torch
 
 from sailor_profiler.zoo import build_stage
+from sailor_testing import run_ranks
 
 _SP_SCRIPT = textwrap.dedent(
     """
-    import sys, torch, torch.distributed as dist
-    from sailor_profiler.zoo import build_stage, enable_sequence_parallel, get_split
+    import torch, torch.distributed as dist
+    from sailor_profiler.zoo import build_stage, enable_sequence_parallel
     from sailor_profiler.zoo.layers import Norm
-    rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2)
+    from sailor_testing import join, leave, step_grads
+    rank, world, (out,) = join()
     group = dist.new_group([0, 1])
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     labels = torch.roll(tokens, -1, 1)
     hidden = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(2),
                          dtype=torch.float64)
     result = {}
-
-    def full_grads(m):
-        grads = {}
-        for n, p in m.named_parameters():
-            g = p.grad.contiguous()
-            if get_split(p) is not None:
-                parts = [torch.empty_like(g) for _ in range(2)]
-                dist.all_gather(parts, g, group=group)
-                g = torch.cat(parts, get_split(p)[0])
-            grads[n] = g
-        return grads
 
     for name in ("tiny-gpt", "tiny-llama"):
         m = build_stage(name, 0, 7, tp_rank=rank, tp_size=2, tp_group=group,
@@ -49,7 +34,7 @@ _SP_SCRIPT = textwrap.dedent(
                 mod.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[1]))
         loss = m(tokens, labels)
         loss.backward()
-        result[name] = (loss.detach(), full_grads(m), seen)
+        result[name] = (loss.detach(), step_grads(m, group), seen)
         # a middle stage: hidden in, hidden out (replicated at both edges)
         mid = build_stage(name, 2, 5, tp_rank=rank, tp_size=2, tp_group=group,
                           dtype=torch.float64)
@@ -57,29 +42,17 @@ _SP_SCRIPT = textwrap.dedent(
         x = hidden.clone().requires_grad_(True)
         y = mid(x)
         y.pow(2).sum().backward()
-        result[name + "/mid"] = (y.detach(), x.grad, full_grads(mid))
+        result[name + "/mid"] = (y.detach(), x.grad, step_grads(mid, group))
     if rank == 0:
         torch.save(result, out)
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
     """
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sequence_parallel_equals_single_process(tmp_path):
-    script, out, port = tmp_path / "sp.py", tmp_path / "out.pt", _free_port()
-    script.write_text(_SP_SCRIPT)
-    procs = [
-        subprocess.Popen([sys.executable, str(script), str(r), str(port), str(out)])
-        for r in range(2)
-    ]
-    assert all(p.wait(timeout=240) == 0 for p in procs)
+    out = tmp_path / "out.pt"
+    run_ranks(tmp_path, _SP_SCRIPT, 2, str(out))
     result = torch.load(out)
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     labels = torch.roll(tokens, -1, 1)

@@ -21,6 +21,7 @@ _FACE = {
     "grad_norm_sq": "zoo.optim",
     "grad_or_zero": "zoo.optim",
     "set_split": "zoo.tp",
+    "sync_partial_grads": "zoo",
 }
 __all__ = ["__version__", *_FACE]
 

@@ -26,6 +26,7 @@ from .tp import (
     copy_to_tp,
     get_split,
     reduce_from_tp,
+    sync_partial_grads,
     vocab_parallel_cross_entropy,
 )
 
@@ -53,5 +54,6 @@ __all__ = [
     "parallelize",
     "reduce_from_tp",
     "shard",
+    "sync_partial_grads",
     "vocab_parallel_cross_entropy",
 ]

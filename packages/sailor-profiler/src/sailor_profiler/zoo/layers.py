@@ -69,17 +69,20 @@ class Norm(nn.Module):
         self.weight = tp.param(spec.hidden_size) if affine else None
         self.bias = tp.param(spec.hidden_size) if affine and spec.norm_has_bias else None
         self.sequence_group = None
-        """Sequence parallelism (``sequence``): this rank sees a chunk of the tokens, so the
-        weight's gradient is summed over the group."""
+        """Sequence parallelism (``sequence``): this rank sees a chunk of the tokens, so its
+        weight and bias gradients are partial sums (``partial_grad_params``)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.weight, self.bias
-        if self.sequence_group is not None:
-            weight = copy_to_tp(weight, self.sequence_group) if weight is not None else None
-            bias = copy_to_tp(bias, self.sequence_group) if bias is not None else None
         if self.rms:
-            return _rms(x, weight, self.eps)
-        return F.layer_norm(x, x.shape[-1:], weight, bias, self.eps)
+            return _rms(x, self.weight, self.eps)
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+    def partial_grad_params(self) -> list[nn.Parameter]:
+        """Under sequence parallelism: the weight and bias, whose gradients come from this
+        rank's tokens only (summed once per step by ``tp.sync_partial_grads``)."""
+        if self.sequence_group is None:
+            return []
+        return [p for p in (self.weight, self.bias) if p is not None]
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -91,17 +94,21 @@ def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tens
 class HeadNorm(nn.Module):
     """RMSNorm of each attention head's query or key (Qwen3 ``q_norm``/``k_norm``): one
     head_dim weight shared by every head, replicated under TP. Each TP rank normalises only its
-    own heads, so its weight gradient is a partial sum: the weight enters through
-    ``copy_to_tp`` (all-reduce of the gradient in backward), as a sequence-parallel norm's
-    does, and every rank keeps the same weight."""
+    own heads, so its weight gradient is a partial sum (``partial_grad_params``), as a
+    sequence-parallel norm's is; summed once per step, every rank keeps the same weight."""
 
     def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.eps = 1e-6  # Qwen3's rms_norm_eps
         self.weight = tp.param(spec.head_dim)
 
-    def forward(self, x: torch.Tensor, group) -> torch.Tensor:
-        return _rms(x, copy_to_tp(self.weight, group), self.eps)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _rms(x, self.weight, self.eps)
+
+    def partial_grad_params(self) -> list[nn.Parameter]:
+        """The weight: a partial sum over this rank's heads under TP (nothing to sum at TP 1:
+        ``tp.sync_partial_grads`` does nothing without a group)."""
+        return [self.weight]
 
 
 class Embedding(nn.Module):
@@ -181,7 +188,7 @@ class Attention(nn.Module):
         q = q.view(b, s, self.heads, self.head_dim)
         k = k.view(b, s, self.kv_heads, self.head_dim)
         if self.norm_q is not None:  # per head, before the rotation (Qwen3Attention)
-            q, k = self.norm_q(q, self.group), self.norm_k(k, self.group)
+            q, k = self.norm_q(q), self.norm_k(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
@@ -374,8 +381,8 @@ class Block(nn.Module):
         else:
             y = reduce_from_tp(partial, attn.group)
         for bias in (attn.o.bias, mlp.down.bias):  # replicated: added once, after the sum
-            if bias is not None:
-                y = y + (copy_to_tp(bias, seq) if seq is not None else bias)
+            if bias is not None:  # under SP a partial gradient (RowParallelLinear's)
+                y = y + bias
         return y
 
 

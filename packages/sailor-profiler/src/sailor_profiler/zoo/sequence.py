@@ -20,10 +20,11 @@ runs on the chunk and its vocabulary-parallel projection reads it through
 ``gathered_linears``, as the blocks' linears do.
 
 Replicated parameters used on a chunk (norm weights and biases, row-parallel biases) get a
-gradient from that chunk's tokens only: they enter through ``copy_to_tp`` (identity forward,
-all-reduce of the gradient backward), so every TP rank holds the whole sum, as without
-sequence parallelism. Dropout masks are drawn per chunk (another stream than one process's:
-runs that must match exactly use dropout 0).
+gradient from that chunk's tokens only: their modules name them (``partial_grad_params``) and
+``tp.sync_partial_grads`` sums them over the TP group once per optimizer step, after the last
+microbatch (Megatron-LM's ``_allreduce_layernorm_grads``), so every TP rank then holds the
+whole sum, as without sequence parallelism. Dropout masks are drawn per chunk (another
+stream than one process's: runs that must match exactly use dropout 0).
 """
 
 from __future__ import annotations

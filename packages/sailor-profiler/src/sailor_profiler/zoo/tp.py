@@ -55,6 +55,52 @@ def all_reduce_(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
     return t
 
 
+def sync_partial_grads(stage: nn.Module, group) -> None:
+    """Sum over the TP ``group``, in one all-reduce, the gradients each rank holds only a
+    partial sum of: replicated parameters used on this rank's share of the work (the q/k
+    norms on its heads, norms and row-parallel biases on its tokens under sequence
+    parallelism; each module names them in ``partial_grad_params``).
+
+    Call it once per optimizer step, after the last microbatch's backward and before the
+    data-parallel reduction: gradients accumulate over the microbatches, and a sum of sums is
+    the sum, so one small all-reduce per stage and step replaces one per parameter and
+    microbatch (Megatron-LM: ``_allreduce_layernorm_grads`` in ``finalize_model_grads``, one
+    coalesced all-reduce after the backward of the last microbatch). Until then those
+    gradients differ across the TP ranks. Nothing happens without a group or with one rank.
+    FSDP's DTensor gradients are summed through their local shards: the TP ranks of one DP
+    rank hold the same shard of a replicated parameter."""
+    if not _active(group):
+        return
+    params = {id(p): p for m in stage.modules() for p in _partial_params(m)}.values()
+    grads = [_local(_grad_or_zero(p)) for p in params]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def _partial_params(module: nn.Module) -> list[nn.Parameter]:
+    named = getattr(module, "partial_grad_params", None)
+    return named() if named is not None else []
+
+
+def _grad_or_zero(p: nn.Parameter) -> torch.Tensor:
+    # Every TP rank must pack the same tensors, even one whose loss did not reach a parameter.
+    if p.grad is None:
+        p.grad = torch.zeros_like(p)
+    return p.grad
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (FSDP), any other tensor itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
+
+
 class _CopyToTP(torch.autograd.Function):
     """``f``: identity forward, all-reduce of the input gradient backward."""
 
@@ -163,10 +209,17 @@ class RowParallelLinear(nn.Module):
             from .sequence import reduce_scatter_from_tp
 
             y = reduce_scatter_from_tp(F.linear(x, self.weight), self.sequence_group)
-            bias = copy_to_tp(self.bias, self.sequence_group) if self.bias is not None else None
-            return y + bias if bias is not None else y
-        y = reduce_from_tp(F.linear(x, self.weight), self.group)
+        else:
+            y = reduce_from_tp(F.linear(x, self.weight), self.group)
         return y + self.bias if self.bias is not None else y
+
+    def partial_grad_params(self) -> list[nn.Parameter]:
+        """Under sequence parallelism the bias, added to this rank's chunk of the tokens (its
+        gradient a partial sum, ``sync_partial_grads``); without it the bias is added to the
+        all-reduced output, whole on every rank."""
+        if self.sequence_group is None or self.bias is None:
+            return []
+        return [self.bias]
 
 
 class VocabParallelEmbedding(nn.Module):

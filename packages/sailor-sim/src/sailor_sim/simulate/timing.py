@@ -391,7 +391,17 @@ def tp_comm_time(model, first, last, mbs, seq, dtype, link: LinkCurve, tp: int) 
     """Megatron TP all-reduces per microbatch (Shoeybi et al. 2019, Sec. 3): per block two in
     forward and two in backward on the (b, s, h) activations (fewer in a parallel block:
     ``ModelSpec.tp_all_reduces_per_block``), one in the embedding forward and one in the head
-    backward; OLMo-2's whole-projection q/k norms add two small ones per block."""
+    backward; OLMo-2's whole-projection q/k norms add two small ones per block.
+
+    Not charged: the sum of the gradients each TP rank holds a part of (per-head q/k norm
+    weights, and under sequence parallelism the norms and row-parallel biases). The runtime's
+    zoo issues it once per optimizer step, one coalesced all-reduce per stage after the last
+    microbatch (``sailor_profiler.zoo.sync_partial_grads``, as Megatron-LM's
+    ``_allreduce_layernorm_grads``), not per microbatch: KB to a few MB per stage, by the
+    ring formula tens of microseconds per step on NVLink (an estimate, not measured), below
+    what this model resolves. The zoo's tests count
+    what it issues per microbatch against ``tp_all_reduces_per_block`` and that one per step
+    (test_zoo_block_variants)."""
     if tp < 2:
         return 0.0
     blocks = max(0, min(last, model.num_layers) - max(first, 1) + 1)

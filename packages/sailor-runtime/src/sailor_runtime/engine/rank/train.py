@@ -10,6 +10,7 @@ the visible device count).
 
 Per step: every replica reads its samples (replica j takes samples ``offset_j ..`` of the
 global batch, ``offset_j`` = samples of replicas < j), runs its pipeline (``pipeline``), the
+TP ranks sum their partial gradients of replicated parameters (``sync_partial_grads``), the
 stage's replicas reduce gradients (``optim``), one world all-reduce gives the global gradient
 norm and the loss, gradients are clipped, AdamW steps. Metrics go to a JSON-lines file from the
 metrics rank (``Topology.metrics_rank``: TP rank 0 of replica 0 of the last stage).
@@ -38,6 +39,7 @@ from sailor_profiler import (
     apply_update,
     build_stage,
     enable_sequence_parallel,
+    sync_partial_grads,
 )
 from sailor_sim import Job, Plan, Replica
 
@@ -395,8 +397,12 @@ def _step(s: RankState) -> StepMetrics:
 
 
 def _synced_norm_share(s: RankState):
-    """Reduce the gradients over the stage's replicas (and the tied copies over the stages);
-    this rank's share of the squared global gradient norm."""
+    """Sum the TP ranks' partial gradients of replicated parameters (q/k norms; norms and
+    row-parallel biases under sequence parallelism), once per step; reduce the gradients over
+    the stage's replicas (and the tied copies over the stages); this rank's share of the
+    squared global gradient norm. The TP sum comes first: a data-parallel group mixes replicas
+    of different TP degree, which must each contribute a replicated gradient whole."""
+    sync_partial_grads(s.model, s.groups.tp)
     if s.mesh is not None:  # FSDP reduce-scattered every microbatch's gradients already
         return _fsdp_norm_share(s.params, s.slot, s.mesh)
     reduce_data_parallel(s.params, s.topo, s.slot, s.groups)
