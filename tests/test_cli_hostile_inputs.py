@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sailor_testing import free_port
+
 ENTRY = {
     "sailor-planner": "from sailor_planner.cli import main; main()",
     "sailor-profiler": "from sailor_profiler.cli import run; run()",
@@ -248,11 +250,3 @@ def test_a_worker_without_its_controller_says_it_waits(tmp_path):
         proc.kill()
         proc.wait()
     assert f"waiting for the controller at {address}" in first, first
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -16,7 +16,6 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import socket
 import traceback
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import torch.distributed as dist
 from sailor_profiler.zoo import build_stage, get_split, shard
 from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 from sailor_runtime.engine.parallel.optim import AdamW
+from sailor_testing import free_port
 
 WORLD = 4
 MODEL = "tiny-gpt"
@@ -43,12 +43,6 @@ LAYOUT_B = {
     3: (6, 7, 0, 1, None),
 }
 WRITERS_A = (0, 1, 2)  # replica 0 of each stage
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def reference():

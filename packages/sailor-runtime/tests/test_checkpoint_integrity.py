@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +20,10 @@ from sailor_runtime.engine.checkpoints import checkpoint as ckpt
 from sailor_runtime.engine.checkpoints import integrity
 from sailor_runtime.engine.config import TrainConfig
 from sailor_sim import Job, Plan, Replica, Stage
+from sailor_testing import free_port
 
 JOB = Job.create("tiny-gpt", 4, 16)
 PLAN = Plan((Stage(0, 7, (Replica("CPU", "local", 1, 1, 4),)),)).check(JOB)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train(tmp_path: Path, steps: int, checkpoints: Path | None = None):

@@ -25,6 +25,7 @@ from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, cont
 from sailor_runtime.security import TOKEN_METADATA_KEY, check_bind
 from sailor_runtime.topology import Topology
 from sailor_sim import Job, Plan, Replica, Stage
+from sailor_testing import free_port
 
 JOB = Job.create("tiny-gpt", 8, 32)
 
@@ -270,9 +271,7 @@ def test_an_agent_restarted_on_its_old_port_gets_a_fresh_channel(controller, tmp
     agent is a newcomer again (dialed before it is planned on; its failed assign is no
     training failure)."""
     c, stub, _ = controller
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     address = f"127.0.0.1:{port}"
     _register(stub, addr=address)
     c.assigned_ever.add("w1")  # it trained, then died: its channel now fails to reconnect

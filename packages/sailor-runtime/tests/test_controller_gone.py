@@ -15,6 +15,7 @@ import pytest
 from sailor_runtime.controller.controller import Controller, ControllerConfig
 from sailor_runtime.controller.service import create_controller_server
 from sailor_sim import Job
+from sailor_testing import free_port
 
 GRACE_S = 6.0
 """The worker's --controller-timeout here: long enough that a loaded machine's late heartbeat
@@ -114,11 +115,7 @@ def test_a_worker_whose_controller_never_answers_exits_1_after_its_grace_period(
     --controller-timeout: a controller that never answers is the same absence as one that went
     silent (exit 1, one line naming the address), not a registration refused (exit 2), and
     not a fixed two minutes."""
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "sailor_runtime.cli", "worker", "--controller",

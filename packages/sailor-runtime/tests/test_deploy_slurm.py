@@ -17,6 +17,7 @@ import pytest
 from sailor_runtime.controller.checkpoints import latest_checkpoint_step
 from sailor_runtime.errors import SailorRuntimeError
 from sailor_runtime.slurm import gres_gpus
+from sailor_testing import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
@@ -42,12 +43,6 @@ def test_gpu_type_and_count_come_from_the_gres(gres, expected):
 def test_an_unknown_gres_gpu_type_names_the_fix():
     with pytest.raises(SailorRuntimeError, match="pass --gpu-type"):
         gres_gpus("gpu:b9000:2")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 SLURM_CONF = """\

@@ -26,6 +26,7 @@ from sailor_runtime.controller.state import ControllerState
 from sailor_runtime.proto import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 from sailor_runtime.security import TlsFiles, call_metadata
 from sailor_sim import Job, Plan, SailorError
+from sailor_testing import free_port
 
 JOB = Job.create("tiny-gpt", 8, 32)
 
@@ -187,13 +188,6 @@ def test_an_agent_takes_orders_only_from_the_controller_it_registered_with(tmp_p
     finally:
         server.stop(0)
         runner.shutdown()
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_unreachable_registrations_are_dropped_without_counting_as_failures(cluster):

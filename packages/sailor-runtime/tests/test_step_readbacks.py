@@ -10,7 +10,6 @@ seen here; this guards the engine's own Python code.
 
 from __future__ import annotations
 
-import socket
 from collections import Counter
 
 import pytest
@@ -20,14 +19,9 @@ from sailor_runtime.engine import TrainConfig
 from sailor_runtime.engine.examples import JOBS, R
 from sailor_runtime.engine.rank.train import train
 from sailor_sim.spec.plan import Plan, Stage
+from sailor_testing import free_port
 
 READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def count_reads(monkeypatch, steps: int, microbatches: int) -> Counter:

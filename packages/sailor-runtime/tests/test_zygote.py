@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,14 +14,7 @@ from pathlib import Path
 import pytest
 
 from sailor_runtime.agent.zygote import AGENT_PID_ENV, Zygote
-
-
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from sailor_testing import free_port
 
 
 def _waiting_rank(tmp: Path) -> tuple[list[str], dict[str, str]]:
@@ -38,7 +30,7 @@ def _waiting_rank(tmp: Path) -> tuple[list[str], dict[str, str]]:
         plan=plan,
         steps=1,
         checkpoint_dir=str(tmp / "ckpt"),
-        master_port=_closed_port(),
+        master_port=free_port(),
         store_is_external=True,
         timeout_s=60,
     )
