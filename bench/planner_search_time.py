@@ -78,6 +78,20 @@ COMMAND_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTEC
 """The command's environment: bytecode cached as after an install's first run."""
 
 
+REFERENCE_LOOP = 5_000_000
+"""Additions of the machine-speed reference: the development machine's speed moves between
+sessions (2x between two days of 2026-11), so prints of this bench are compared through it."""
+
+
+def reference_loop_s() -> float:
+    """CPU seconds of a pure-Python loop of REFERENCE_LOOP additions (the search is Python and
+    small numpy calls, so it scales with this)."""
+    start, total = time.process_time(), 0
+    for i in range(REFERENCE_LOOP):
+        total += i
+    return time.process_time() - start
+
+
 def cpu_target_is_large(target: float) -> bool:
     return target >= 2.0
 
@@ -115,7 +129,8 @@ def whole_command() -> bool:
     print(
         f"whole command (`sailor-planner plan ... --json`, median of {REPEATS} (1 for the 2 s "
         f"cases); load "
-        f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+        f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; reference loop "
+        f"{reference_loop_s():.2f} CPU s)"
     )
     print(
         f"{'scenario':36} {'wall s':>7} {'cpu s':>7} {'search s':>8} {'bars':>8}  "
