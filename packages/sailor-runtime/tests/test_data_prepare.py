@@ -157,3 +157,18 @@ def test_a_rerun_into_an_output_folder_inside_an_input_folder(small_text, tmp_pa
     assert again.stdout == first.stdout
     m = json.loads((corpus / "prepared" / "manifest.json").read_text())
     assert [s["path"] for s in m["sources"]] == [str(corpus / "a.txt")]
+
+
+def test_a_vocabulary_too_large_to_train_is_refused_at_once(small_text, tmp_path):
+    """`--vocab-size 99999999999` (a typo's extra digits): the tokenizers library reserved a
+    table that size and aborted the process from Rust (exit 134, a 138-line stack on stderr).
+    One line naming the flag and the limit, exit 2, nothing written."""
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "data", "prepare", str(small_text),
+           "--out", str(tmp_path / "o"), "--vocab-size", "99999999999"]  # fmt: skip
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2, bad.stderr[-500:]
+    assert bad.stderr.strip().splitlines() == [
+        "error: vocab_size: must be <= 16777216 (2**24: a byte-level BPE trained here holds "
+        "at most that; larger vocabularies come as a tokenizer.json), got 99999999999"
+    ]
+    assert not (tmp_path / "o").exists()

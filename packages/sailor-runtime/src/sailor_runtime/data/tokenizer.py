@@ -13,13 +13,24 @@ EOS = "<|endoftext|>"
 """Separates documents in the token stream (GPT-2's end-of-text token)."""
 MIN_BPE_VOCAB = 257
 """The smallest byte-level BPE: its 256 byte values and EOS."""
+MAX_BPE_VOCAB = 2**24
+"""The largest BPE trained here: the tokenizers library reserves its tables at the requested
+size up front (10**11 aborted the process from Rust, out of memory); 2**24 takes ~0.1 GB, and
+published vocabularies stay below 2**18."""
 
 
 def check_bpe_vocab(vocab_size: int) -> None:
-    """A byte-level BPE needs room for its 256 byte values and EOS."""
+    """A byte-level BPE needs room for its 256 byte values and EOS, and no more entries than
+    the trainer can reserve."""
     if vocab_size < MIN_BPE_VOCAB:
         raise DataError(
             f"must be >= {MIN_BPE_VOCAB} (256 bytes and {EOS}), got {vocab_size}",
+            field="vocab_size",
+        )
+    if vocab_size > MAX_BPE_VOCAB:
+        raise DataError(
+            f"must be <= {MAX_BPE_VOCAB} (2**24: a byte-level BPE trained here holds at most "
+            f"that; larger vocabularies come as a tokenizer.json), got {vocab_size}",
             field="vocab_size",
         )
 
