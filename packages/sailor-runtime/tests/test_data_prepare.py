@@ -172,3 +172,40 @@ def test_a_vocabulary_too_large_to_train_is_refused_at_once(small_text, tmp_path
         "at most that; larger vocabularies come as a tokenizer.json), got 99999999999"
     ]
     assert not (tmp_path / "o").exists()
+
+
+_READER = """
+import hashlib, sys
+from sailor_runtime.data.shards import TokenShards
+d = TokenShards(sys.argv[1], "train", seq_len=16)
+def digest():
+    return hashlib.sha256(b"".join(d.sample(n).numpy().tobytes() for n in range(d.num_windows)))
+print(digest().hexdigest(), flush=True)
+sys.stdin.readline()  # the folder is prepared again meanwhile
+print(digest().hexdigest(), flush=True)
+"""
+
+
+def test_preparing_a_folder_again_leaves_a_running_readers_tokens_alone(small_text, tmp_path):
+    """A researcher reruns `sailor data prepare --out data` while a run trains on data. The
+    shards were rewritten in place: the ranks' memory maps saw the new bytes (another corpus
+    mid-epoch, unchecked) and, the new shard being shorter, died of SIGBUS. Each file is now
+    written beside and renamed over, so an open map keeps the bytes it was checked against."""
+    out = tmp_path / "data"
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "data", "prepare", "--out", str(out)]
+    first = subprocess.run(cmd + [str(small_text), "--vocab-size", "300"], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    reader = subprocess.Popen([sys.executable, "-c", _READER, str(out)], text=True, **pipes)
+    before = reader.stdout.readline().strip()
+    shorter = tmp_path / "shorter.txt"
+    shorter.write_text(small_text.read_text()[:4000])
+    again = subprocess.run(cmd + [str(shorter), "--vocab-size", "280"], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    after, err = reader.communicate("\n", timeout=60)
+    assert reader.returncode == 0, f"reader died ({reader.returncode}): {err[-300:]}"
+    assert after.strip() == before
+    # and the folder is the new corpus, whole
+    assert TokenShards(out, "train", seq_len=16).manifest["vocab_size"] == 280

@@ -136,6 +136,10 @@ def _write_shards(tokens: np.ndarray, split: str, cfg: PrepareConfig) -> list[di
     for index, start in enumerate(range(0, len(tokens), cfg.shard_tokens)):
         chunk = tokens[start : start + cfg.shard_tokens]
         path = cfg.out_dir / f"{split}-{index:05d}.bin"
-        chunk.astype(chunk.dtype.newbyteorder("<"), copy=False).tofile(path)
+        # written beside and renamed over: a run training on this folder maps the old file,
+        # which must keep its bytes (rewritten in place, a shorter shard killed it: SIGBUS)
+        tmp = path.with_name(path.name + ".tmp")
+        chunk.astype(chunk.dtype.newbyteorder("<"), copy=False).tofile(tmp)
+        os.replace(tmp, path)
         shards.append({"file": path.name, "tokens": int(len(chunk)), "sha256": sha256_file(path)})
     return shards
