@@ -194,7 +194,8 @@ class Controller:
     def __init__(self, config: ControllerConfig) -> None:
         self.cfg = config
         engine_runs = engine_filter(config)  # bad options refused before anything is held
-        self.run_lock = rundir.acquire(config.run_dir, config.job, config.seed, config.lr)
+        tokens = rundir.tokens_identity(config.training.get("data_dir"))
+        self.run_lock = rundir.acquire(config.run_dir, config.job, config.seed, config.lr, tokens)
         try:  # damaged checkpoints only: refused now, before anything trains over them
             config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             self.resume_step = resume_step(config.checkpoint_dir)
