@@ -209,3 +209,22 @@ def test_preparing_a_folder_again_leaves_a_running_readers_tokens_alone(small_te
     assert after.strip() == before
     # and the folder is the new corpus, whole
     assert TokenShards(out, "train", seq_len=16).manifest["vocab_size"] == 280
+
+
+def test_a_rerun_that_fails_on_its_inputs_keeps_the_prepared_folder(small_text, tmp_path):
+    """`sailor data prepare notes.jsonl --out data` over a prepared folder, the JSON lines
+    lacking the text field: exit 2 as before, but the folder had lost its manifest and its
+    tokenizer.json was replaced, so the data it held could no longer be trained on."""
+    out = tmp_path / "data"
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "data", "prepare", "--out", str(out)]
+    ok = subprocess.run(cmd + [str(small_text), "--vocab-size", "300"], capture_output=True,
+                        text=True, timeout=120)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text('{"body": "no text field"}\n')
+    failed = subprocess.run(cmd + [str(bad), "--vocab-size", "280"], capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert failed.returncode == 2 and "has no string field 'text'" in failed.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert TokenShards(out, "train", seq_len=16).vocab_size == 300

@@ -79,15 +79,24 @@ def prepare(cfg: PrepareConfig) -> dict:
     cfg.check()
     files = source_files(list(cfg.inputs), cfg.out_dir)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    # Everything that can fail on the inputs runs before the folder changes: a rerun over a
+    # prepared folder that stops on a bad file keeps the folder as it was (it lost its
+    # manifest and tokenizer.json, and with them the data).
+    new_tokenizer = cfg.out_dir / (TOKENIZER + ".tmp")
+    try:
+        tok = _tokenizer(cfg, files, new_tokenizer)
+        eos = eos_id(tok)
+        vocab = tok.get_vocab_size()
+        dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
+        stream = _token_stream(files, tok, eos, cfg.text_field, dtype)
+        n_val = max(1, int(len(stream) * cfg.val_fraction))
+        if len(stream) - n_val < 2:
+            raise DataError(f"{len(stream)} tokens are too few to split", field="inputs")
+    except BaseException:
+        new_tokenizer.unlink(missing_ok=True)
+        raise
     (cfg.out_dir / MANIFEST).unlink(missing_ok=True)  # a half-rewritten folder has no manifest
-    tok = _tokenizer(cfg, files)
-    eos = eos_id(tok)
-    vocab = tok.get_vocab_size()
-    dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
-    stream = _token_stream(files, tok, eos, cfg.text_field, dtype)
-    n_val = max(1, int(len(stream) * cfg.val_fraction))
-    if len(stream) - n_val < 2:
-        raise DataError(f"{len(stream)} tokens are too few to split", field="inputs")
+    os.replace(new_tokenizer, cfg.out_dir / TOKENIZER)
     manifest = {
         "format": FORMAT,
         "dtype": np.dtype(dtype).name,
@@ -109,14 +118,13 @@ def prepare(cfg: PrepareConfig) -> dict:
     return manifest
 
 
-def _tokenizer(cfg: PrepareConfig, files: list[Path]):
-    target = cfg.out_dir / TOKENIZER
+def _tokenizer(cfg: PrepareConfig, files: list[Path], target: Path):
+    """The tokenizer, trained or read, saved as ``target``."""
     if cfg.tokenizer is None:
         texts = (doc for f in files for doc in documents(f, cfg.text_field))
         return train_byte_bpe(texts, cfg.vocab_size, target)
     tok = load_tokenizer(cfg.tokenizer)
-    if cfg.tokenizer.resolve() != target.resolve():
-        shutil.copyfile(cfg.tokenizer, target)
+    shutil.copyfile(cfg.tokenizer, target)  # the folder's own tokenizer.json too
     return tok
 
 
