@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sailor_runtime import cli
-from sailor_runtime.agent.ranks import cuda_visible
+from sailor_runtime.agent.ranks import cuda_visible, rank_environment
+from sailor_runtime.engine.config import RANK_ENV
 from sailor_runtime.errors import SailorRuntimeError
 
 
@@ -22,6 +23,17 @@ def test_rank_device_indexes_the_agents_own_visible_gpus():
     assert cuda_visible(0, "GPU-3f2a,GPU-99b1") == "GPU-3f2a"
     with pytest.raises(SailorRuntimeError, match="not among this agent's"):
         cuda_visible(2, "4,6")
+
+
+def test_a_rank_sees_one_gpu_as_local_rank_0_whatever_the_agent_inherited(monkeypatch):
+    """An agent in a pod or under torchrun inherits LOCAL_RANK; its ranks each see one GPU
+    (CUDA_VISIBLE_DEVICES), so their LOCAL_RANK is 0, never the agent's (the engine's NCCL
+    path takes LOCAL_RANK as its device: LOCAL_RANK=3 named cuda:3 of one visible GPU)."""
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    env = rank_environment({"OMP_WAIT_POLICY": "PASSIVE"}, 5, 1)
+    assert (env["LOCAL_RANK"], env["CUDA_VISIBLE_DEVICES"]) == ("0", "6")
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env[RANK_ENV] == "5"
 
 
 def test_gpu_type_without_gpus_is_refused_in_one_line():

@@ -78,6 +78,16 @@ loaded 2-core dev VM) before starting that generation's ranks as fresh processes
 the controller's 30 s Assign deadline, which the agent answers once its ranks started."""
 
 
+def rank_environment(rank_env: dict[str, str], rank: int, device: int) -> dict[str, str]:
+    """What a rank's environment sets over the agent's: its rank, the one GPU it sees
+    (``cuda_visible``) and LOCAL_RANK 0, that GPU's index in what it sees. The agent's own
+    LOCAL_RANK (a Kubeflow PyTorchJob pod, an agent started under torchrun) must not reach
+    the rank: the engine takes LOCAL_RANK as its CUDA device, and LOCAL_RANK=3 with one
+    visible GPU named cuda:3, which does not exist."""
+    visible = cuda_visible(device, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return {**rank_env, RANK_ENV: str(rank), "CUDA_VISIBLE_DEVICES": visible, "LOCAL_RANK": "0"}
+
+
 @dataclass
 class RankRunner:
     """The rank processes of this node, across generations."""
@@ -158,8 +168,7 @@ class RankRunner:
         started = []
         for rank, device in a.ranks:
             log_path = gen_dir / f"rank-{rank}.log"
-            visible = cuda_visible(device, os.environ.get("CUDA_VISIBLE_DEVICES"))
-            env = {**self.rank_env, RANK_ENV: str(rank), "CUDA_VISIBLE_DEVICES": visible}
+            env = rank_environment(self.rank_env, rank, device)
             popen = self._launch([str(path)], env, log_path, cfg.preload_modules())
             metrics = Path(cfg.metrics_path) if rank == metrics_rank else None
             started.append(RankProcess(a.generation, rank, popen, log_path, metrics))
