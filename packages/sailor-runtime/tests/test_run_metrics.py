@@ -73,3 +73,15 @@ def test_progress_line_shows_small_mfu(capsys, mfu, shown):
     bar.update(5, 4.2, 1, "RUNNING", {"mfu": mfu, "tokens_per_s": 1000.0})
     bar.close()
     assert shown in capsys.readouterr().err
+
+
+def test_progress_line_shows_no_loss_before_the_first_step(capsys):
+    """While the workers start, the line said 'step 0/40 loss 0.0000', a loss never measured."""
+    from sailor_runtime.run.summary import Progress
+
+    bar = Progress(40)
+    bar.update(0, 0.0, 0, "WAITING")
+    bar.update(4, 3.25, 1, "RUNNING")
+    bar.close()
+    err = capsys.readouterr().err
+    assert "step 0/40 loss - gen 0 waiting" in err and "loss 3.2500 gen 1" in err

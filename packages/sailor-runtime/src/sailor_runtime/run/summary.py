@@ -218,7 +218,8 @@ class Progress:
         when present)."""
         if not self.enabled:
             return
-        status = f"loss {loss:.4f} gen {generation} {state.lower()}"
+        shown = f"{loss:.4f}" if step > 0 else "-"  # no step trained yet: no loss to show
+        status = f"loss {shown} gen {generation} {state.lower()}"
         status += _live_fields(last or {})
         if self._bar is not None:
             self._bar.update(self._task, completed=min(step, self.total), description=status)
