@@ -68,6 +68,23 @@ def test_duplicate_pool_is_refused_over_grpc(stub) -> None:
     assert "inventory.pools: A100-40@us-central1-a is listed twice" in err.details()
 
 
+@pytest.mark.parametrize(
+    ("pool", "field"),
+    [
+        ({"gpu_type": "A100-99", "zone": "us-central1-a", "count": 8}, "gpu_type"),
+        ({"gpu_type": "V100-16", "zone": "us-moon-1", "count": 8}, "zone"),
+    ],
+)
+def test_a_bad_pool_is_named_by_its_index_over_grpc(stub, pool, field) -> None:
+    """A request of many pools named a bad one only 'inventory.gpu_type'."""
+    request = plan_request()
+    request.inventory.pools.add(**pool)
+    err = refused(stub.Plan, request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    index = len(request.inventory.pools) - 1
+    assert err.details().startswith(f"inventory.pools[{index}].{field}: unknown"), err.details()
+
+
 def test_duplicate_pool_is_refused_by_the_cli_and_the_client_types() -> None:
     gpus = ("--gpus", "A100-40@us-central1-a=8", "--gpus", "A100-40@us-central1-a=4")
     out = cli("plan", *PLAN_FLAGS, *gpus)

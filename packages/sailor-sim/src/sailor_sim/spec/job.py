@@ -350,7 +350,17 @@ class Inventory:
 
     @classmethod
     def from_proto(cls, msg) -> Inventory:
-        return cls(tuple(GpuPool(p.gpu_type, p.zone, p.count) for p in msg.pools))
+        return cls(tuple(_pool_at(i, p) for i, p in enumerate(msg.pools)))
+
+
+def _pool_at(i: int, msg) -> GpuPool:
+    """The wire's pool ``i``; an error names it (``pools[1].gpu_type``): a request of many
+    pools said only ``gpu_type``."""
+    try:
+        return GpuPool(msg.gpu_type, msg.zone, msg.count)
+    except SailorSimError as exc:
+        message = str(exc).split(": ", 1)[1] if exc.field else str(exc)
+        raise type(exc)(message, field=f"pools[{i}].{exc.field or 'count'}") from None
 
 
 def options_from_proto(msg) -> ExecutionOptions:
