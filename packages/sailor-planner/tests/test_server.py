@@ -99,8 +99,8 @@ def test_concurrent_requests(address) -> None:
         (lambda r: setattr(r.job, "dtype", "fp4"), "job.dtype"),
         # fp8 is bf16 with FP8 GEMMs: refused here because the inventory has no FP8 GPUs
         (lambda r: setattr(r.job, "dtype", "fp8"), "options.fp8"),
-        (lambda r: setattr(r.inventory.pools[0], "gpu_type", "Z80"), "inventory.gpu_type"),
-        (lambda r: setattr(r.inventory.pools[0], "zone", "mars-1a"), "inventory.zone"),
+        (lambda r: setattr(r.inventory.pools[0], "gpu_type", "Z80"), "inventory.pools[0].gpu_type"),
+        (lambda r: setattr(r.inventory.pools[0], "zone", "mars-1a"), "inventory.pools[0].zone"),
         (lambda r: r.inventory.ClearField("pools"), "inventory.pools"),
         (lambda r: setattr(r, "max_cost_per_iteration", -1.0), "max_cost_per_iteration"),
         (lambda r: setattr(r, "min_throughput", float("nan")), "min_throughput"),

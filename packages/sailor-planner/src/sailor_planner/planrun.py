@@ -28,7 +28,7 @@ class PlanArgs:
     model: str
     gbs: int
     seq_len: int | None = None
-    """None: the model's maximum, capped (``sailor_sim.capacity.make_job``, as every CLI)."""
+    """None: the model's maximum, capped (``sailor_sim.make_job``, as every CLI)."""
     dtype: str | None = None
     """None: the config.json's torch_dtype, else fp32 (``make_job``, as every CLI)."""
     gpus: tuple[str, ...] = ()
@@ -77,7 +77,7 @@ def job_of(model: str, gbs: int, seq_len, dtype, options) -> tuple[Job, dict[str
     ``sailor-sim simulate`` and ``sailor run`` take (``make_job``: the model's maximum sequence
     capped at 8192, the config's torch_dtype else fp32); Adam, the optimizer of the original
     Sailor's profiles."""
-    from sailor_sim.capacity import make_job
+    from sailor_sim import make_job
 
     return make_job(model, gbs, seq_len, dtype, "adam", options)
 

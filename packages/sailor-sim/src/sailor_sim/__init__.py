@@ -12,6 +12,7 @@ from .capacity import (
     gpus_for_tokens,
     largest_microbatch,
     largest_sequence,
+    make_job,
 )
 from .catalog.gpus import GPU_CATALOG, GPUType, get_gpu, register_gpu
 from .catalog.instances import Fabric, Offer, fabric_for, offer_in
@@ -50,6 +51,7 @@ __all__ = [
     "gpus_for_tokens",
     "largest_microbatch",
     "largest_sequence",
+    "make_job",
     "DTYPES",
     "Endpoint",
     "Fabric",
