@@ -13,11 +13,21 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RANK_TIMEOUT_S = 240
 """Longest a rank script may run (seconds): a few tiny models on a shared 2-core machine."""
+
+
+def wait_until(predicate, timeout_s: float) -> float:
+    """Seconds until ``predicate()`` held (polled every 5 ms); fails after ``timeout_s``."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout_s, "condition not reached"
+        time.sleep(0.005)
+    return time.monotonic() - start
 
 
 def free_port() -> int:

@@ -21,6 +21,7 @@ from sailor_planner.service.client import PlannerClient
 from sailor_planner.service.limits import ServerLimits
 from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job
+from sailor_testing import wait_until
 
 JOB = Job.create("OPT-350M", 1024, 2048)
 ZONES = (
@@ -30,14 +31,6 @@ ZONES = (
 TYPES = ("A100-40", "V100-16", "A100-80", "H100-80")
 WIDE = Inventory.of({(g, z): 128 for g in TYPES for z in ZONES})
 """4,096 GPUs in 32 pools: hundreds of admitted candidates, so top_k 100 ranks 100 plans."""
-
-
-def wait_until(predicate, timeout_s: float) -> float:
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout_s, "condition not reached"
-        time.sleep(0.005)
-    return time.monotonic() - start
 
 
 @pytest.fixture()

@@ -22,6 +22,7 @@ from sailor_planner.service.server import create_server
 from sailor_planner.sources import cached_planners
 from sailor_sim import Inventory, Job, Plan, Replica, Stage
 from sailor_sim.catalog.prices import zones_offering
+from sailor_testing import wait_until
 
 JOB = Job.create("OPT-350M", 1024, 2048)
 SMALL = Inventory.parse(["A100-40@us-central1-a=8"])
@@ -36,15 +37,6 @@ def wide_inventory(per_pool: int, zones: int = 40) -> Inventory:
 
 def plan_request(inventory: Inventory, **kwargs):
     return PlannerClient.request(JOB, inventory, **kwargs)
-
-
-def wait_until(predicate, timeout_s: float) -> float:
-    """Seconds until ``predicate()`` held; fails after ``timeout_s``."""
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout_s, "condition not reached"
-        time.sleep(0.005)
-    return time.monotonic() - start
 
 
 @pytest.fixture()
