@@ -30,6 +30,7 @@ from sailor_planner.service.paths import DataRoots
 from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job, Plan, Replica, Stage
 from sailor_sim.catalog.prices import zones_offering
+from sailor_testing import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 JOB = Job.create("OPT-350M", 256, 2048)
@@ -146,27 +147,19 @@ def test_replay_over_the_inventory_limit_is_resource_exhausted(server):
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "inventory" in details
 
 
-def _wait(predicate, timeout_s: float) -> float:
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout_s, "condition not reached"
-        time.sleep(0.005)
-    return time.monotonic() - start
-
-
 def test_replay_takes_a_search_slot_and_a_cancel_frees_it_at_once(server):
     srv, address = server(limits=ServerLimits(max_searches=1, max_queued=0))
     slots = srv.planner_service.slots
     with grpc.insecure_channel(address) as channel:
         stub = planner_pb2_grpc.PlannerServiceStub(channel)
         first = stub.Replay(request_for(BIG_JOB, wide_rows(), policies=["sailor"]), timeout=600)
-        _wait(lambda: slots.load() == (1, 0), 30)
+        wait_until(lambda: slots.load() == (1, 0), 30)
         second = stub.Replay(request_for(BIG_JOB, wide_rows(), policies=["sailor"]), timeout=30)
         code, details = call_code(lambda: next(second))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
         time.sleep(0.5)  # deep in its first search
         first.cancel()
-        freed_s = _wait(lambda: slots.load() == (0, 0), 10)
+        freed_s = wait_until(lambda: slots.load() == (0, 0), 10)
     assert freed_s < 1.0, freed_s  # the bench holds it to 100 ms; CI machines are noisier
 
 
@@ -180,11 +173,11 @@ def test_an_expired_replay_stops_and_frees_its_slot(server):
         stream = stub.Replay(
             request_for(BIG_JOB, wide_rows(), policies=["sailor"]), timeout=deadline_s
         )
-        _wait(lambda: slots.load() == (1, 0), deadline_s)  # searching (for minutes) by then
+        wait_until(lambda: slots.load() == (1, 0), deadline_s)  # searching (for minutes) by then
         code, _ = call_code(lambda: list(stream))
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED
         assert time.monotonic() - sent >= deadline_s - 0.5  # it ran until its deadline
-        freed_s = _wait(lambda: slots.load() == (0, 0), 10)
+        freed_s = wait_until(lambda: slots.load() == (0, 0), 10)
     assert freed_s < 1.0, freed_s  # the bench holds a cancel to 100 ms; CI is noisier
 
 
