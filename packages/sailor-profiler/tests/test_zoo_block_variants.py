@@ -1,9 +1,11 @@
 """The zoo's newer block shapes under tensor and sequence parallelism, on 2 gloo processes
 against one process in fp64: a parallel attention + MLP block with one norm (Phi-2, with an
 LM-head bias) and with two (Pythia), per-head q/k RMSNorms on heads wider than
-hidden / heads (Qwen3), norms after attention and MLP (Gemma-2/3) and after the embedding
-(BLOOM). Same loss and gradients, and each block issues the all-reduces the
-simulator charges for it (``ModelSpec.tp_all_reduces_per_block``)."""
+hidden / heads (Qwen3), per-head q/k LayerNorms with a weight per head (Command-R+), q/k
+RMSNorms over the whole projection with norms only after attention and MLP (OLMo-2), norms after
+attention and MLP (Gemma-2/3) and after the embedding (BLOOM). Same loss and gradients, and
+each block issues the all-reduces the simulator charges for it
+(``ModelSpec.tp_all_reduces_per_block``)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,17 @@ VARIANTS = {
     "embedding-norm": ("tiny-gpt", {"embedding_norm": True}),
     # MPT / BLOOM positions: each TP rank biases its own heads with their slopes
     "alibi": ("tiny-gpt", {"position": "alibi"}),
+    # OLMo-2: q/k RMSNorms over the whole projection (their statistics summed over the TP
+    # ranks), norms after attention and MLP instead of before; with grouped-query attention
+    "olmo2-full-qk-norm": (
+        "tiny-llama",
+        {"qk_norm": True, "qk_norm_kind": "full", "post_norms": True, "num_kv_heads": 2},
+    ),
+    # Command-R+ / StableLM-2: a bias-free LayerNorm per q and k head, a weight per head
+    "per-head-layernorm-qk": (
+        "tiny-gpt",
+        {"qk_norm": True, "qk_norm_kind": "per_head", "norm": "layernorm"},
+    ),
 }
 
 MICROBATCHES = 3
@@ -126,8 +139,11 @@ def test_a_block_issues_the_all_reduces_the_simulator_charges(tp_result, name, s
     spec = _spec(name)
     per_microbatch, step_sync = tp_result[(name, sequence_parallel, "all_reduces")]
     activations = 0 if sequence_parallel else spec.tp_all_reduces_per_block
-    assert per_microbatch == [activations] * MICROBATCHES
-    assert step_sync == (1 if spec.qk_norm or sequence_parallel else 0)
+    whole = spec.qk_norm and spec.qk_norm_kind == "full"
+    statistics = 2 if whole else 0  # q's and k's sums of squares: forward, backward
+    assert per_microbatch == [activations + statistics] * MICROBATCHES
+    shared_qk_weights = spec.qk_norm and spec.qk_norm_kind == "head"
+    assert step_sync == (1 if shared_qk_weights or sequence_parallel else 0)
 
 
 def test_the_branches_really_run_in_parallel():

@@ -1,8 +1,9 @@
 """Zoo layers built from Hugging Face config.json models count what ModelSpec counts, and run.
 
 Small configs of each family the reader knows (GeGLU, Q/K/V-only biases, OPT's extra position
-rows, tied embeddings, padded vocabulary, parallel blocks, per-head q/k norms, parameter-free
-norms), written to a temporary folder.
+rows, tied embeddings, padded vocabulary, parallel blocks, per-head q/k norms, whole-projection
+q/k norms and norms after attention and MLP (OLMo-2), parameter-free norms), written to a
+temporary folder.
 """
 
 from __future__ import annotations
@@ -100,6 +101,23 @@ CONFIGS = {
         "max_position_embeddings": 64,
         "vocab_size": 256,
     },
+    "olmo2": {  # q/k norms over the whole projection, norms after attention and MLP
+        **BASE,
+        "model_type": "olmo2",
+        "intermediate_size": 128,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 64,
+        "vocab_size": 256,
+    },
+    "cohere-qk-norm": {  # Command-R+: a bias-free LayerNorm per q and k head
+        **BASE,
+        "model_type": "cohere",
+        "use_qk_norm": True,
+        "intermediate_size": 128,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 64,
+        "vocab_size": 256,
+    },
 }
 
 
@@ -144,14 +162,35 @@ def test_zoo_refuses_architectures_it_does_not_build(tmp_path):
     assert e.value.field == "model"
 
 
-def test_zoo_refuses_whole_projection_qk_norms(tmp_path):
-    """OLMo-2 normalises all of q (and of k) at once: under TP that needs its statistics
-    reduced across the ranks splitting the heads, which the zoo's per-head q/k norms do not
-    do; building it fails naming the feature, not training per-head norms instead."""
-    from sailor_sim import ValidationError
+def test_olmo2_block_is_the_reference_formula(tmp_path):
+    """OLMo-2's block as modeling_olmo2.py computes it, written out here from the zoo's own
+    weights: q and k RMS-normalised over all their channels before the heads are split out,
+    then h = x + norm(attn(x)) and h + norm(mlp(h)) (norms after, not before)."""
+    import torch.nn.functional as F
 
-    olmo2 = {**CONFIGS["olmo"], "model_type": "olmo2"}
+    from sailor_profiler.zoo.layers import _rotary
+
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(olmo2))
-    with pytest.raises(ValidationError, match="does not build qk_norm_kind"):
-        build_stage(get_model(str(path)), 0, 1, 0, 1, seed=0)
+    path.write_text(json.dumps(CONFIGS["olmo2"]))
+    spec = get_model(str(path))
+    block = build_stage(spec, 1, 1, dtype=torch.float64, seed=3).layers["1"]
+    for p in block.parameters():  # norm weights start at 1: make them matter
+        with torch.no_grad():
+            p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(2, 16, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    a, m = block.attn, block.mlp
+
+    def rms(t, norm):  # each norm at the zoo's eps (1e-6 for q/k, 1e-5 for the others)
+        return norm.weight * t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + norm.eps)
+
+    def heads(t, n):
+        return t.view(2, 16, n, spec.head_dim).transpose(1, 2)
+
+    q = heads(rms(x @ a.q.weight.T, a.norm_q), 8)
+    k = heads(rms(x @ a.k.weight.T, a.norm_k), 4).repeat_interleave(2, dim=1)
+    v = heads(x @ a.v.weight.T, 4).repeat_interleave(2, dim=1)
+    ctx = F.scaled_dot_product_attention(_rotary(q), _rotary(k), v, is_causal=True)
+    h = x + rms(ctx.transpose(1, 2).reshape(2, 16, 64) @ a.o.weight.T, block.norm1)
+    up = F.silu(h @ m.gate.weight.T) * (h @ m.up.weight.T)
+    want = h + rms(up @ m.down.weight.T, block.norm2)
+    torch.testing.assert_close(block(x), want, rtol=1e-12, atol=1e-12)

@@ -333,6 +333,22 @@ def test_whole_projection_qk_norms_split_with_tp_and_reduce_their_statistics(tmp
     assert extra == pytest.approx(2 * 32 * one, rel=1e-9)
     cmdr_plus = _spec(tmp_path, "cmdr+", COMMAND_R_PLUS)
     assert cmdr_plus.param_terms(1)["attention_qk_norm"] == (96 + 8) * 128
+    # the runtime's zoo builds both kinds, and OLMo-2's norms after attention and MLP
+    assert olmo2.post_norms and not cmdr_plus.post_norms
+    assert not olmo2.simulated_only_features and not cmdr_plus.simulated_only_features
+
+
+def test_norms_after_attention_and_mlp_exclude_the_other_layouts(tmp_path):
+    """Post-norms (OLMo-2) hold and stash what pre-norms do; combined with sandwich norms or
+    a parallel block they describe no model, and are refused naming the field."""
+    olmo2 = _spec(tmp_path, "olmo2", OLMO2_7B)
+    pre = replace(olmo2, post_norms=False)
+    assert olmo2.total_params() == pre.total_params()
+    assert olmo2.stash_terms(1, 1, 2048, "bf16", 2) == pre.stash_terms(1, 1, 2048, "bf16", 2)
+    for other in ({"sandwich_norm": True}, {"parallel_block": True}):
+        with pytest.raises(ValidationError, match="post_norms") as e:
+            replace(olmo2, **other)
+        assert e.value.field == "post_norms"
 
 
 def test_sinks_head_bias_and_expert_biases(tmp_path):

@@ -12,8 +12,10 @@ without sequence parallelism; with it, ``sequence`` gives each rank a chunk of t
 between the TP regions). Families: OPT / GPT-Neo (learned positions, LayerNorm, GELU,
 biases) and LLaMA (rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention),
 with the shape features of newer ones: heads wider than hidden / heads (``attention_head_dim``,
-Qwen3), per-head q/k RMSNorms (``qk_norm``, Qwen3), parameter-free norms (``norm_affine``,
-OLMo-1), norms after attention and MLP (``sandwich_norm``, Gemma-2/3) and after the embedding
+Qwen3), q/k norms per head (``qk_norm``: one shared weight, Qwen3; a weight per head,
+Command-R+) or over the whole projection (OLMo-2), parameter-free norms (``norm_affine``,
+OLMo-1), norms after attention and MLP (``sandwich_norm``, Gemma-2/3; ``post_norms`` instead
+of before, OLMo-2) and after the embedding
 (BLOOM), an LM-head bias (Phi-2), ALiBi (``position='alibi'``: MPT, BLOOM) and parallel
 attention + MLP blocks (``parallel_block``: GPT-J, Pythia, Phi-2, Falcon, Command-R). What
 ``ModelSpec.simulated_only_features`` names is refused (``StageModule``).
@@ -39,6 +41,8 @@ from .tp import (
     copy_to_tp,
     reduce_from_tp,
     set_split,
+    shard_parameter,
+    sum_over_tp,
     vocab_parallel_cross_entropy,
 )
 
@@ -92,23 +96,73 @@ def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tens
 
 
 class HeadNorm(nn.Module):
-    """RMSNorm of each attention head's query or key (Qwen3 ``q_norm``/``k_norm``): one
-    head_dim weight shared by every head, replicated under TP. Each TP rank normalises only its
-    own heads, so its weight gradient is a partial sum (``partial_grad_params``), as a
-    sequence-parallel norm's is; summed once per step, every rank keeps the same weight."""
+    """A norm of each attention head's query or key over its head_dim channels: RMSNorm, or,
+    where the model's norms are LayerNorms, a LayerNorm without bias (Command-R+
+    ``CohereLayerNorm``, StableLM-2's ``qk_layernorm``). ``per_head`` False (``qk_norm_kind``
+    'head', Qwen3 / Gemma-3 ``q_norm``/``k_norm``): one head_dim weight shared by every head,
+    replicated under TP; each TP rank normalises only its own heads, so its weight gradient is
+    a partial sum (``partial_grad_params``), as a sequence-parallel norm's is, summed once per
+    step. ``per_head`` True ('per_head'): a weight per head, split with the heads."""
 
-    def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
+    def __init__(self, spec: ModelSpec, tp: ParamFactory, heads: int, per_head: bool) -> None:
         super().__init__()
         self.eps = 1e-6  # Qwen3's rms_norm_eps
-        self.weight = tp.param(spec.head_dim)
+        self.centred = spec.norm == "layernorm"
+        self.per_head = per_head
+        shape = (heads, spec.head_dim) if per_head else (spec.head_dim,)
+        self.weight = set_split(tp.param(*shape), (0, 1) if per_head else None)
+
+    def parallelize(self, tp_rank: int, tp_size: int, group) -> None:
+        if self.per_head:
+            self.weight = shard_parameter(self.weight, tp_rank, tp_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: [b, s, heads, head_dim]."""
+        if self.centred:  # a LayerNorm is an RMSNorm of the centred input
+            x = x - x.mean(-1, keepdim=True)
         return _rms(x, self.weight, self.eps)
 
     def partial_grad_params(self) -> list[nn.Parameter]:
-        """The weight: a partial sum over this rank's heads under TP (nothing to sum at TP 1:
-        ``tp.sync_partial_grads`` does nothing without a group)."""
-        return [self.weight]
+        """The shared weight: a partial sum over this rank's heads under TP (nothing to sum at
+        TP 1: ``tp.sync_partial_grads`` does nothing without a group)."""
+        return [] if self.per_head else [self.weight]
+
+
+class ProjectionNorm(nn.Module):
+    """RMSNorm over all of a projection's channels, heads x head_dim (``qk_norm_kind`` 'full':
+    OLMo-2 ``q_norm`` / ``k_norm``, applied before the heads are split out). Its weight is split
+    with the heads, as the projection is; its statistic sums over every head, so under TP the
+    ranks' sums of squares are added first (``projection_norms``). Computed in fp32 and cast
+    back, as ``Olmo2RMSNorm`` does."""
+
+    def __init__(self, width: int, tp: ParamFactory) -> None:
+        super().__init__()
+        self.eps = 1e-6  # OLMo-2's rms_norm_eps
+        self.width = width
+        self.weight = set_split(tp.param(width), (0, 1))
+
+    def parallelize(self, tp_rank: int, tp_size: int, group) -> None:
+        self.weight = shard_parameter(self.weight, tp_rank, tp_size)
+
+    def normalise(self, x: torch.Tensor, sum_sq: torch.Tensor) -> torch.Tensor:
+        """``x`` [b, s, this rank's channels] scaled by the whole projection's RMS, from
+        ``sum_sq`` [b, s, 1], the sum of squares over every rank's channels."""
+        scale = torch.rsqrt(sum_sq / self.width + self.eps)
+        return (self.weight * (_at_least_fp32(x) * scale)).to(x.dtype)
+
+
+def projection_norms(norm_q, norm_k, q: torch.Tensor, k: torch.Tensor, group) -> tuple:
+    """q and k through their whole-projection norms: both statistics in one all-reduce each
+    way (forward sums, backward their gradients), the two small collectives per block the
+    simulator charges for OLMo-2 (``timing.tp_comm_time``)."""
+    sums = [_at_least_fp32(x).pow(2).sum(-1) for x in (q, k)]
+    sums = sum_over_tp(torch.stack(sums, -1), group)
+    return norm_q.normalise(q, sums[..., :1]), norm_k.normalise(k, sums[..., 1:])
+
+
+def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """bf16 / fp16 upcast for a norm's statistics; fp32 and fp64 as they are."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 class Embedding(nn.Module):
@@ -155,8 +209,8 @@ class Attention(nn.Module):
         self.o = RowParallelLinear(q, h, b, *args)
         # Named norm_q / norm_k: parameter names holding ".norm" are norms to the init rule
         # (``init_std``) and to the engine's weight-decay groups.
-        self.norm_q = HeadNorm(spec, tp) if spec.qk_norm else None
-        self.norm_k = HeadNorm(spec, tp) if spec.qk_norm else None
+        self.norm_q, self.norm_k = _qk_norms(spec, tp)
+        self.whole_projection_norms = isinstance(self.norm_q, ProjectionNorm)
         self.heads, self.kv_heads = spec.num_heads, spec.num_kv_heads
         """Heads on this rank (all of them until ``parallelize`` splits them)."""
         self.head_dim = spec.head_dim
@@ -185,10 +239,13 @@ class Attention(nn.Module):
         """This rank's heads' attention output ``[b, s, heads x head_dim]`` from the q, k, v
         projections, before the output projection."""
         b, s, _ = q.shape
+        if self.whole_projection_norms:  # before the heads are split out (Olmo2Attention)
+            group = self.group if self.sequence_group is None else self.sequence_group
+            q, k = projection_norms(self.norm_q, self.norm_k, q, k, group)
         q = q.view(b, s, self.heads, self.head_dim)
         k = k.view(b, s, self.kv_heads, self.head_dim)
-        if self.norm_q is not None:  # per head, before the rotation (Qwen3Attention)
-            q, k = self.norm_q(q), self.norm_k(k)
+        if self.norm_q is not None and not self.whole_projection_norms:
+            q, k = self.norm_q(q), self.norm_k(k)  # per head, before the rotation (Qwen3)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
@@ -220,6 +277,19 @@ class Attention(nn.Module):
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         return math_attention(q, k, v, p, bias)
+
+
+def _qk_norms(spec: ModelSpec, tp: ParamFactory) -> tuple:
+    """(q norm, k norm) of the spec's ``qk_norm_kind``, or (None, None) without q/k norms."""
+    if not spec.qk_norm:
+        return None, None
+    if spec.qk_norm_kind == "full":
+        return ProjectionNorm(spec.q_width, tp), ProjectionNorm(spec.kv_size, tp)
+    per_head = spec.qk_norm_kind == "per_head"
+    return (
+        HeadNorm(spec, tp, spec.num_heads, per_head),
+        HeadNorm(spec, tp, spec.num_kv_heads, per_head),
+    )
 
 
 def alibi_slopes(heads: int) -> torch.Tensor:
@@ -318,13 +388,16 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)); or, with
-    ``parallel_block``, x + attn(norm1(x)) + mlp(norm2(x)) (norm2 is norm1 when the spec has
-    one norm per block)."""
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)); with
+    ``post_norms`` x + norm(attn(x)), then x + norm(mlp(x)) (OLMo-2); with ``parallel_block``,
+    x + attn(norm1(x)) + mlp(norm2(x)) (norm2 is norm1 when the spec has one norm per
+    block)."""
 
     def __init__(self, spec: ModelSpec, tp: ParamFactory) -> None:
         super().__init__()
         self.parallel = spec.parallel_block
+        self.post_norms = spec.post_norms
+        """norm1 and norm2 follow the attention and the MLP instead of preceding them."""
         self.norm1, self.attn = Norm(spec, tp), Attention(spec, tp)
         one_norm = self.parallel and spec.parallel_norms == 1
         self.norm2 = None if one_norm else Norm(spec, tp)
@@ -350,6 +423,9 @@ class Block(nn.Module):
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.parallel:
             return x + self._drop(self._parallel_branches(x))
+        if self.post_norms:  # OLMo-2: x + norm(attn(x)), then x + norm(mlp(x))
+            x = x + self._drop(self.norm1(self.attn(x)))
+            return x + self._drop(self.norm2(self.mlp(x)))
         x = x + self._drop(_maybe(self.norm_post_attn, self.attn(self.norm1(x))))
         return x + self._drop(_maybe(self.norm_post_mlp, self.mlp(self.norm2(x))))
 

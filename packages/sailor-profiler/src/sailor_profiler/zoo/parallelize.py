@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .layers import MLP, Attention, Head
+from .layers import MLP, Attention, Head, HeadNorm, ProjectionNorm
 from .tp import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -30,7 +30,13 @@ from .tp import (
     set_split,
 )
 
-_SHARDED = (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
+_SHARDED = (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    HeadNorm,  # a weight per head ('per_head'); the shared one stays whole
+    ProjectionNorm,
+)
 
 
 def parallelize(stage: nn.Module, tp_rank: int, tp_size: int, tp_group=None) -> nn.Module:

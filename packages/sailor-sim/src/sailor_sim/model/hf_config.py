@@ -521,7 +521,7 @@ def _olmo2(c: _Config) -> dict:
     # attention and the MLP (post_attention_layernorm, post_feedforward_layernorm) instead of
     # preceding them: the same count, and the same number of (b, s, h) tensors stashed. q_norm
     # and k_norm are RMSNorms over the whole q (heads x head_dim) and k (kv heads x head_dim).
-    return _llama(c) | {"qk_norm": True, "qk_norm_kind": "full"}
+    return _llama(c) | {"qk_norm": True, "qk_norm_kind": "full", "post_norms": True}
 
 
 def _starcoder2(c: _Config) -> dict:

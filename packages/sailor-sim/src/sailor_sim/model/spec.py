@@ -150,6 +150,11 @@ class ModelSpec:
     so each norm's statistics need an all-reduce across the TP group."""
     sandwich_norm: bool = False
     """Norms also after attention and after the MLP, 4 per block (Gemma-2)."""
+    post_norms: bool = False
+    """The block's two norms follow the attention and the MLP instead of preceding them,
+    x + norm(attn(x)) then x + norm(mlp(x)) (OLMo-2 post_attention_layernorm and
+    post_feedforward_layernorm): the same parameters, FLOPs and stashed tensors as pre-norm
+    (each norm's input is kept for its backward, and the linears read the unnormalised x)."""
     embedding_norm: bool = False
     """A norm on the embedding output in layer 0 (BLOOM ``word_embeddings_layernorm``)."""
     parallel_block: bool = False
@@ -248,6 +253,12 @@ class ModelSpec:
                 "a parallel block with sandwich norms is not modelled; set one of them false",
                 field="parallel_block",
             )
+        if self.post_norms and (self.parallel_block or self.sandwich_norm):
+            raise ValidationError(
+                "norms only after attention and MLP (post_norms) exclude parallel_block and "
+                "sandwich_norm; set one of them false",
+                field="post_norms",
+            )
 
     # ---- shape helpers ---------------------------------------------------------------------
     @property
@@ -274,10 +285,7 @@ class ModelSpec:
         features = {
             "moe": self.moe is not None,
             "mla": self.mla is not None,
-            # the zoo's q/k norms are per-head RMSNorms (Qwen3, Gemma-3)
-            "qk_norm with layernorm": self.qk_norm and self.norm != "rmsnorm",
             "mlp=relu2": self.mlp == "relu2",
-            "qk_norm_kind": self.qk_norm and self.qk_norm_kind != "head",
             "attention_sinks": self.attention_sinks,
         }
         return tuple(name for name, present in features.items() if present)
