@@ -189,8 +189,65 @@ def test_olmo2_block_is_the_reference_formula(tmp_path):
     q = heads(rms(x @ a.q.weight.T, a.norm_q), 8)
     k = heads(rms(x @ a.k.weight.T, a.norm_k), 4).repeat_interleave(2, dim=1)
     v = heads(x @ a.v.weight.T, 4).repeat_interleave(2, dim=1)
-    ctx = F.scaled_dot_product_attention(_rotary(q), _rotary(k), v, is_causal=True)
+    rope = spec.rope_base
+    ctx = F.scaled_dot_product_attention(_rotary(q, rope), _rotary(k, rope), v, is_causal=True)
     h = x + rms(ctx.transpose(1, 2).reshape(2, 16, 64) @ a.o.weight.T, block.norm1)
     up = F.silu(h @ m.gate.weight.T) * (h @ m.up.weight.T)
     want = h + rms(up @ m.down.weight.T, block.norm2)
     torch.testing.assert_close(block(x), want, rtol=1e-12, atol=1e-12)
+
+
+def _complex_rotary(x: torch.Tensor, base: float, dims: int) -> torch.Tensor:
+    """RoFormer's rotation written as complex numbers (Su et al. 2021, Eq. 34), independently
+    of the zoo's rotate-half code: channels j and j + dims/2 of a head form one complex
+    number, turned by position x base^(-2j / dims); channels from ``dims`` on pass through."""
+    s, half = x.shape[-2], dims // 2
+    freq = base ** (-2 * torch.arange(half, dtype=torch.float64) / dims)
+    turn = torch.polar(torch.ones(s, half, dtype=torch.float64), torch.outer(torch.arange(s), freq))
+    z = torch.complex(x[..., :half], x[..., half:dims]) * turn
+    return torch.cat([z.real, z.imag, x[..., dims:]], -1)
+
+
+def test_rotary_base_and_partial_rotary_follow_the_config(tmp_path):
+    """rope_theta and partial_rotary_factor reach the attention: q and k rotated on the first
+    half of each head's channels at base 500,000 (before, every channel at base 10,000)."""
+    import torch.nn.functional as F
+
+    path = tmp_path / "config.json"
+    cfg = {**CONFIGS["qwen2"], "rope_theta": 500000.0, "partial_rotary_factor": 0.5}
+    path.write_text(json.dumps(cfg))
+    spec = get_model(str(path))
+    assert (spec.rope_base, spec.rotary_dims) == (500000.0, spec.head_dim // 2)
+    attn = build_stage(spec, 1, 1, dtype=torch.float64).layers["1"].attn
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 16, w, dtype=torch.float64, generator=gen) for w in (64, 32, 32))
+
+    def heads(t, n):
+        return t.view(2, 16, n, spec.head_dim).transpose(1, 2)
+
+    rot = (500000.0, spec.rotary_dims)
+    hq = _complex_rotary(heads(q, 8), *rot)
+    hk = _complex_rotary(heads(k, 4), *rot).repeat_interleave(2, dim=1)
+    hv = heads(v, 4).repeat_interleave(2, dim=1)
+    want = F.scaled_dot_product_attention(hq, hk, hv, is_causal=True)
+    got = attn.context(q, k, v)
+    torch.testing.assert_close(got, want.transpose(1, 2).reshape(2, 16, 64), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"rope_theta": "big"}, "rope_theta"),
+        ({"rope_theta": 1}, "rope_theta"),
+        ({"partial_rotary_factor": 1.5}, "partial_rotary_factor"),
+        ({"partial_rotary_factor": 0.375}, "rotary_fraction"),  # 3 of 8 channels: odd
+    ],
+)
+def test_bad_rotary_fields_are_refused_naming_them(tmp_path, change, field):
+    from sailor_sim import ValidationError
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**CONFIGS["qwen2"], **change}))
+    with pytest.raises(ValidationError) as e:
+        get_model(str(path))
+    assert e.value.field == field

@@ -46,8 +46,6 @@ from .tp import (
     vocab_parallel_cross_entropy,
 )
 
-ROPE_BASE = 10000.0
-
 
 class ParamFactory:
     """The dtype and device every layer creates its (full-size) parameters with; tensor
@@ -185,11 +183,14 @@ class Embedding(nn.Module):
         return F.dropout(x, self.p, self.training) if self.p else x
 
 
-def _rotary(x: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021, RoFormer Eq. 34), rotate-half layout.
-    ``x``: [b, heads, s, d]."""
-    s, d = x.shape[-2], x.shape[-1]
-    inv = 1.0 / (ROPE_BASE ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d))
+def _rotary(x: torch.Tensor, base: float, dims: int | None = None) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021, RoFormer Eq. 34), rotate-half layout, of
+    base ``base`` on the first ``dims`` channels of each head (all by default; the rest pass
+    through, as Hugging Face's partial rotary does). ``x``: [b, heads, s, d]."""
+    s, d = x.shape[-2], dims or x.shape[-1]
+    if d < x.shape[-1]:
+        return torch.cat([_rotary(x[..., :d], base), x[..., d:]], -1)
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d))
     ang = torch.outer(torch.arange(s, dtype=torch.float64, device=x.device), inv)
     cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
     sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
@@ -215,6 +216,8 @@ class Attention(nn.Module):
         """Heads on this rank (all of them until ``parallelize`` splits them)."""
         self.head_dim = spec.head_dim
         self.rotary = spec.position == "rotary"
+        self.rope = (spec.rope_base, spec.rotary_dims)
+        """Rotary base and the channels of each head it rotates."""
         self.alibi = spec.position == "alibi"
         self.all_heads = spec.num_heads
         self.first_head = 0
@@ -249,7 +252,7 @@ class Attention(nn.Module):
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
-            q, k = _rotary(q), _rotary(k)
+            q, k = _rotary(q, *self.rope), _rotary(k, *self.rope)
         if self.kv_heads != self.heads:  # grouped-query attention: share each K/V head
             rep = self.heads // self.kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)

@@ -62,6 +62,7 @@ _MODEL_OPTIONAL = {
     "qkv_bias",
     "norm_bias",
     "num_position_embeddings",
+    "rope_base",
 }
 
 

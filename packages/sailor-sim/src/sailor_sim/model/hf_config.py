@@ -89,7 +89,10 @@ def fields_from_hf_dict(cfg: dict[str, Any], name: str) -> dict[str, Any]:
             field="model_type",
         )
     try:
-        fields = _READERS[model_type](_Config(cfg, name))
+        config = _Config(cfg, name)
+        fields = _READERS[model_type](config)
+        if fields.get("position") == "rotary":
+            fields.update(_rotary_fields(config))
         # Frozen specs, not dicts: the fields are hashed (the reader's cache).
         if isinstance(fields.get("moe"), dict):
             fields["moe"] = MoESpec(**fields["moe"])
@@ -101,6 +104,26 @@ def fields_from_hf_dict(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
         # A field of the wrong type deep in a reader: the same clear error as a missing one.
         raise ValidationError(f"{name}: malformed config ({exc!r:.120})", field="model") from None
+
+
+def _rotary_fields(c: _Config) -> dict:
+    """The rotary base (``rope_theta``, or ``rope_parameters.rope_theta`` as transformers 5
+    writes it) and the share of each head rotated (``partial_rotary_factor``; GPT-NeoX's
+    ``rotary_pct``), where the config gives them. ``rope_scaling`` (LLaMA-3.1's long-context
+    frequencies) is not followed: the same costs, other numerics."""
+    fields = {}
+    base = c.get("rope_theta", c.sub("rope_parameters").get("rope_theta", None))
+    if base is not None:
+        if isinstance(base, bool) or not isinstance(base, int | float) or not 1 < base < 1e12:
+            raise c.refuse("rope_theta", f"'rope_theta' must be a number above 1, got {base!r}")
+        fields["rope_base"] = float(base)
+    key = "rotary_pct" if "rotary_pct" in c.cfg else "partial_rotary_factor"
+    share = c.get(key, None)
+    if share is not None:
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise c.refuse(key, f"{key!r} must be in (0, 1], got {share!r}")
+        fields["rotary_fraction"] = float(share)
+    return fields
 
 
 class _Config:

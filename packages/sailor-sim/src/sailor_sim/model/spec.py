@@ -113,6 +113,12 @@ class ModelSpec:
     max_seq_len: int
     position: str = "learned"
     """'learned' (absolute position embedding in layer 0), 'rotary' or 'alibi' (no parameters)."""
+    rope_base: float = 10000.0
+    """Rotary base theta (``rope_theta``: 10,000 in RoFormer and LLaMA-2, 500,000 in
+    LLaMA-3): numerics only, the same parameters, FLOPs and memory."""
+    rotary_fraction: float = 1.0
+    """Share of each head's channels that rotary positions rotate, the rest passed through
+    (``partial_rotary_factor``: Phi-2 0.4, StableLM 0.25; GPT-NeoX ``rotary_pct``)."""
     norm: str = "layernorm"
     """'layernorm' (weight + bias unless ``norm_bias`` is False) or 'rmsnorm' (weight only)."""
     mlp: str = "gelu"
@@ -234,12 +240,42 @@ class ModelSpec:
                 f"must be in 1..vocab_size ({self.vocab_size}), got {unpadded}",
                 field="unpadded_vocab_size",
             )
+        self._check_rotary()
         rows = self.num_position_embeddings
         if rows is not None and rows < self.max_seq_len:
             raise ValidationError(
                 f"{rows} position rows cannot hold max_seq_len {self.max_seq_len}",
                 field="num_position_embeddings",
             )
+
+    def _check_rotary(self) -> None:
+        base = self.rope_base
+        if isinstance(base, bool) or not isinstance(base, int | float) or not 1 < base < 1e12:
+            raise ValidationError(
+                f"must be a number above 1 (rope_theta), got {base!r}", field="rope_base"
+            )
+        share = self.rotary_fraction
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise ValidationError(
+                f"must be in (0, 1] (partial_rotary_factor), got {share!r}",
+                field="rotary_fraction",
+            )
+        if (
+            self.position == "rotary"
+            and not self.mla
+            and (self.rotary_dims < 2 or self.rotary_dims % 2)
+        ):
+            raise ValidationError(
+                f"rotates {self.rotary_dims} of a head's {self.head_dim} channels; rotary "
+                "positions rotate an even number of at least 2",
+                field="rotary_fraction",
+            )
+
+    @property
+    def rotary_dims(self) -> int:
+        """Channels of each head that rotary positions rotate (Hugging Face:
+        int(head_dim x partial_rotary_factor))."""
+        return int(self.head_dim * self.rotary_fraction)
 
     def _check_block_layout(self) -> None:
         if self.parallel_norms not in (1, 2):
