@@ -227,3 +227,54 @@ def test_python_api_bad_values_are_typed_errors(call, field, prices_restored) ->
 def _tiny():
     job = sailor_sim.Job.create("tiny-llama", 8)
     return job, sailor_sim.Plan.uniform(job, "H100", "us-central1-a")
+
+
+LLAMA_3_1_8B = {  # meta-llama/Llama-3.1-8B config.json, as json.load gives it
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def test_a_parsed_config_json_is_a_model_and_gives_its_dtype() -> None:
+    e = sailor_sim.estimate(dict(LLAMA_3_1_8B), "H100-80", gbs=8, dp=8, seq=8192)
+    assert e.job is not None and e.job.model.total_params() == 8_030_261_248
+    assert e.job.dtype == "bf16" and "torch_dtype 'bfloat16'" in e.assumed["dtype"]
+    assert sailor_sim.read_hf_config(LLAMA_3_1_8B).total_params() == 8_030_261_248
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: sailor_sim.estimate({"hidden_size": 8}, "H100-80", gbs=8), "model"),
+        (lambda: sailor_sim.estimate({**LLAMA_3_1_8B, "model_type": "xlnet"}, "H100-80", gbs=8),
+         "model_type"),
+        (lambda: sailor_sim.read_hf_config({"hidden_size": 8}), "model_type"),
+        (lambda: sailor_sim.read_hf_config(8), "model"),
+        (lambda: sailor_sim.estimate("OPT-350M", "A100-40", gbs=8, simulator={}), "simulator"),
+        (lambda: sailor_sim.estimate("OPT-350M", "A100-40", gbs=8, seq={}), "seq"),
+        (lambda: sailor_sim.estimate("OPT-350M", "A100-40", gbs=8, seq=0), "seq"),
+        (lambda: sailor_sim.Simulator().estimate([], {"stages": []}), "job"),
+        (lambda: sailor_sim.Simulator().estimate(_opt_job(), "plan.json"), "plan"),
+    ],
+)  # fmt: skip
+def test_dicts_and_other_wrong_kinds_are_typed_errors_naming_what_to_pass(call, field) -> None:
+    with pytest.raises(SailorSimError) as err:
+        call()
+    assert err.value.field == field
+
+
+def _opt_job():
+    return sailor_sim.Job.create("OPT-350M", global_batch_size=64)
+
+
+def test_the_simulator_takes_a_job_and_a_plan_as_their_dicts() -> None:
+    job = _opt_job()
+    plan = sailor_sim.Plan.uniform(job, "A100-40", "us-central1-a", dp=8, microbatch_size=8)
+    sim = sailor_sim.Simulator()
+    expected = sim.estimate(job, plan).iteration_time_s
+    assert sim.estimate(job.to_dict(), plan.to_dict()).iteration_time_s == expected

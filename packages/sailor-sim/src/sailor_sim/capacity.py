@@ -84,7 +84,9 @@ class CapacityEstimate:
 
 
 def default_dtype(model: str | ModelSpec) -> tuple[str, str]:
-    """(dtype, reason): a config.json's ``torch_dtype``, else fp32."""
+    """(dtype, reason): a config.json's ``torch_dtype`` (or a parsed one's), else fp32."""
+    if isinstance(model, Mapping) and "model_type" in model:
+        return _hf_dtype(model.get("torch_dtype"), "the config.json dict")
     if isinstance(model, str) and (model.endswith(".json") or _is_dir(model)):
         file = Path(model).expanduser()
         file = file / "config.json" if _is_dir(model) else file
@@ -92,13 +94,18 @@ def default_dtype(model: str | ModelSpec) -> tuple[str, str]:
             raw = json.loads(inputs.read_text(file, "model")).get("torch_dtype")
         except (SailorSimError, OSError, ValueError, AttributeError):
             raw = None
-        if isinstance(raw, str) and raw in _HF_DTYPES:
-            return _HF_DTYPES[raw], f"torch_dtype {raw!r} of {file.name}"
-        if raw is not None:  # e.g. float8_e4m3fn: say why it was not taken
-            return "fp32", (
-                f"torch_dtype {str(raw)[:40]!r} of {file.name} is none of "
-                f"{', '.join(_HF_DTYPES)}; pass --precision to choose"
-            )
+        return _hf_dtype(raw, file.name)
+    return "fp32", "no torch_dtype in the model definition"
+
+
+def _hf_dtype(raw: Any, where: str) -> tuple[str, str]:
+    if isinstance(raw, str) and raw in _HF_DTYPES:
+        return _HF_DTYPES[raw], f"torch_dtype {raw!r} of {where}"
+    if raw is not None:  # e.g. float8_e4m3fn: say why it was not taken
+        return "fp32", (
+            f"torch_dtype {str(raw)[:40]!r} of {where} is none of "
+            f"{', '.join(_HF_DTYPES)}; pass --precision to choose"
+        )
     return "fp32", "no torch_dtype in the model definition"
 
 
@@ -127,6 +134,8 @@ def make_job(
     if seq is None:
         seq, why = default_sequence(spec)
         assumed["seq"] = why
+    else:  # Job.create takes a falsy length (0, {}) as "the default": refuse it here
+        seq = inputs.integral(seq, "seq")
     return Job.create(spec, gbs, seq, dtype, optimizer, options), assumed
 
 
@@ -145,7 +154,7 @@ def _options(options: ExecutionOptions | Mapping[str, Any] | None) -> ExecutionO
 
 
 def estimate(
-    model: str | ModelSpec,
+    model: str | ModelSpec | Mapping[str, Any],
     gpu: str,
     *,
     gbs: int,
@@ -161,7 +170,8 @@ def estimate(
     simulator=None,
 ) -> CapacityEstimate:
     """Predict a homogeneous plan (``pp`` stages x ``dp`` replicas of ``tp`` GPUs of ``gpu``,
-    layers split evenly) for ``model`` (catalog name or config.json path). Raises a
+    layers split evenly) for ``model`` (catalog name, config.json path or its parsed dict,
+    ModelSpec). Raises a
     ``SailorSimError`` subclass naming the bad argument."""
     from .catalog.zones import default_zone
     from .simulate.metrics import cost_by_provider, provenance, throughput
@@ -169,6 +179,11 @@ def estimate(
 
     job, assumed = make_job(model, gbs, seq, dtype, optimizer, options)
     sim = simulator if simulator is not None else _default_simulator()
+    if not isinstance(sim, Simulator):
+        raise ValidationError(
+            f"must be a sailor_sim.Simulator (or None: the built-in catalogs), got {sim!r:.60}",
+            field="simulator",
+        )
     if zone is None:
         zone = default_zone("gcp")
         assumed["zone"] = f"{zone} (gcp's default; fabric and $ follow the zone)"

@@ -37,9 +37,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ..catalog.readers import model_entries
 from ..dtypes import check_dtype, dtype_bytes
@@ -837,14 +840,21 @@ def _is_required(field: dataclasses.Field) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
-def get_model(name: str | ModelSpec) -> ModelSpec:
+def get_model(name: str | ModelSpec | Mapping[str, Any]) -> ModelSpec:
     """A model by catalog name or alias (case-insensitive), the JSON object of a spec's fields
     (``model_wire_name``), or a Hugging Face ``config.json`` (a path ending in .json, or a
-    folder holding one; read with ``read_hf_config``)."""
+    folder holding one; read with ``read_hf_config``). A dict is a parsed config.json (it has
+    ``model_type``) or a spec's fields."""
     if isinstance(name, ModelSpec):
         return name
+    if isinstance(name, Mapping):
+        return model_from_mapping(name)
     if not isinstance(name, str):
-        raise UnknownNameError(f"must be a model name, got {name!r:.60}", field="model")
+        raise UnknownNameError(
+            f"must be a catalog model name, the path of a Hugging Face config.json, its parsed "
+            f"dict (json.load) or a ModelSpec, got {name!r:.60}",
+            field="model",
+        )
     spec = catalog_model(name)
     if spec is not None:
         return spec
@@ -867,6 +877,23 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
     )
 
 
+def model_from_mapping(data: Mapping[str, Any]) -> ModelSpec:
+    """The model of a dict: a parsed Hugging Face config.json (it names its ``model_type``;
+    labelled by its ``_name_or_path`` when it has one) or a ModelSpec's fields."""
+    if "model_type" not in data:
+        try:
+            text = json.dumps(dict(data))
+        except (TypeError, ValueError) as exc:  # a value JSON cannot hold (a set, an object)
+            raise ValidationError(f"holds a value that is no JSON ({exc})", field="model") from None
+        return model_from_json(text)
+    from .hf_config import fields_from_hf_dict
+
+    label = data.get("_name_or_path")
+    if not (isinstance(label, str) and label.strip()):
+        label = f"config.json dict ({str(data['model_type'])[:40]})"
+    return ModelSpec(**fields_from_hf_dict(dict(data), name=label))
+
+
 def _is_file(name: str) -> bool:
     try:
         return Path(name).expanduser().is_file()
@@ -876,9 +903,17 @@ def _is_file(name: str) -> bool:
 
 def read_hf_config(path) -> ModelSpec:
     """The ModelSpec of a Hugging Face ``config.json`` (or a folder holding one); see
-    ``hf_config`` for what is read and refused. Cached while the file is unchanged."""
+    ``hf_config`` for what is read and refused. Cached while the file is unchanged. A dict
+    is taken as the parsed config.json (``json.load``)."""
     from .hf_config import read_hf_fields
 
+    if isinstance(path, Mapping):
+        return model_from_mapping({"model_type": None, **path})  # a config, never spec fields
+    if not isinstance(path, str | os.PathLike):
+        raise ValidationError(
+            f"must be the path of a Hugging Face config.json or its parsed dict, got {path!r:.60}",
+            field="model",
+        )
     return _spec_from_fields(read_hf_fields(path))
 
 

@@ -40,7 +40,7 @@ from ..profiles.analytic import attention_flop_s, score_matrix_s
 from ..profiles.files import load_profile_dir
 from ..profiles.store import LINKS_FILE, ProfileStore
 from ..spec.interleave import check_interleave
-from ..spec.job import Job
+from ..spec.job import Job, as_job
 from ..spec.options import (
     check_replica,
     profiled_with_flash,
@@ -48,7 +48,7 @@ from ..spec.options import (
     recomputed_gemm_share,
     uses_flash,
 )
-from ..spec.plan import Plan, Replica, Stage, StageSlice
+from ..spec.plan import Plan, Replica, Stage, StageSlice, as_plan
 from . import timing
 from .cache import ComponentCache
 from .compose import P2P, DataParallelSync, ReplicaInfo, estimate_plan, p2p_key
@@ -111,7 +111,9 @@ class Simulator(MemoryComponents):
     def estimate(
         self, job: Job, plan: Plan, *, iterations: float | None = None, tokens: float | None = None
     ) -> Estimate:
-        """Predict iteration time, memory and cost of ``plan`` for ``job`` (checks the plan)."""
+        """Predict iteration time, memory and cost of ``plan`` for ``job`` (checks the plan);
+        either may be given as its dict (``Job.to_dict``, ``Plan.to_dict``: a plan file)."""
+        job, plan = as_job(job), as_plan(plan)
         for name, value in (("iterations", iterations), ("tokens", tokens)):
             if value is not None:  # -1 or NaN gave whole-run figures of -1 or NaN hours
                 positive_number(value, name)

@@ -353,6 +353,19 @@ class Inventory:
         return cls(tuple(_pool_at(i, p) for i, p in enumerate(msg.pools)))
 
 
+def as_job(job: Job | Mapping[str, Any]) -> Job:
+    """``job``, or the Job of its dict (``Job.to_dict``, a plan file's ``job``); anything else
+    is refused naming what to pass (a dict was a raw AttributeError deep in the simulator)."""
+    if isinstance(job, Job):
+        return job
+    if isinstance(job, Mapping):
+        return Job.from_dict(job)
+    raise ValidationError(
+        f"must be a Job (Job.create, sailor_sim.make_job) or its dict, got {job!r:.60}",
+        field="job",
+    )
+
+
 def _pool_at(i: int, msg) -> GpuPool:
     """The wire's pool ``i``; an error names it (``pools[1].gpu_type``): a request of many
     pools said only ``gpu_type``."""

@@ -410,6 +410,19 @@ class Plan:
         return cls(tuple(stages)).check(job)
 
 
+def as_plan(plan: Plan | Mapping[str, Any]) -> Plan:
+    """``plan``, or the Plan of its dict (``Plan.to_dict``, a plan file's ``plan``); anything
+    else is refused naming what to pass."""
+    if isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, Mapping):
+        return Plan.from_dict(plan)
+    raise PlanError(
+        f"must be a Plan (Plan.uniform, Plan.from_dict) or its dict, got {plan!r:.60}",
+        field="plan",
+    )
+
+
 def even_split(num_layer_ids: int, pp: int) -> list[int]:
     """Layer ids per stage, as even as possible, larger stages first."""
     if not 1 <= pp <= num_layer_ids:
