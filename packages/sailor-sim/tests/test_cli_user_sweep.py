@@ -176,3 +176,30 @@ def test_a_missing_path_is_named_by_its_flag(flags, flag):
     'profile_dir:', 'sailor_root:' and 'cluster:', the library's parameters)."""
     base = ["simulate", "--model", "OPT-350M", "--gbs", "8", "--gpu", "A100-40"]
     one_line_error(sailor_sim(*base, *flags), f"error: {flag}:")
+
+
+def _money(data, where=""):
+    """Every (path, value) of a float under a key naming dollars."""
+    if isinstance(data, dict):
+        return [m for k, v in data.items() for m in _money(v, f"{where}.{k}")]
+    if isinstance(data, list):
+        return [m for i, v in enumerate(data) for m in _money(v, f"{where}[{i}]")]
+    money = isinstance(data, float) and any(w in where for w in ("usd", "cost"))
+    return [(where, data)] if money else []
+
+
+def test_dollars_print_without_float_noise():
+    """3 Azure V100 nodes: --json said cost_per_hour_usd 36.720000000000006 (a sum of
+    prices), prices --json 1.2351173625-like products; the text said $330916.13 with no
+    thousands separator beside tokens/s written 45,261."""
+    plan = ["--model", "OPT-350M", "--gpu", "V100-16", "--tp", "4", "--dp", "3", "--mbs", "1",
+            "--gbs", "24", "--seq", "2048", "--dtype", "fp16", "--provider", "azure"]  # fmt: skip
+    r = sailor_sim("simulate", *plan, "--tokens", "1e12", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["cost_per_hour_usd"] == 36.72
+    prices = json.loads(sailor_sim("prices", "--json").stdout)
+    for where, value in _money(out) + _money(prices):
+        assert value == float(f"{value:.10g}"), (where, value)  # ten significant digits
+    text = sailor_sim("simulate", *plan, "--tokens", "1e12").stdout
+    assert f"${out['run']['cost_usd']:,.2f}" in text and "$36.72 / hour" in text

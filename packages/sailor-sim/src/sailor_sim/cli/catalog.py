@@ -45,6 +45,7 @@ def prices(
         fail(exc)
     from ..catalog.prices import prices_set
     from ..catalog.zones import REGION_PROVIDER
+    from ..simulate.result import usd
 
     offers = [o for o in OFFERS if name in (None, o.gpu_type) and provider in (None, o.provider)]
     others = [p for p in OTHER_PRICES.values() if name in (None, p.gpu_type) and not provider]
@@ -58,8 +59,8 @@ def prices(
                 "gpu_type": o.gpu_type,
                 "gpus": o.gpus,
                 "regions": list(o.regions),
-                "usd_per_gpu_hour": o.usd_per_gpu_hour(),
-                "spot_usd_per_gpu_hour": o.usd_per_gpu_hour(spot=True),
+                "usd_per_gpu_hour": usd(o.usd_per_gpu_hour()),
+                "spot_usd_per_gpu_hour": usd(o.usd_per_gpu_hour(spot=True)),
                 "fabric": o.fabric.name,
                 "source": o.source,
                 "spot_source": o.spot_source,

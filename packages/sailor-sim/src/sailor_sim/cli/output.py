@@ -110,8 +110,8 @@ def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
                 (
                     r["provider"],
                     r["region"],
-                    "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}",
-                    "-" if r["spot_usd_per_hour"] is None else f"{r['spot_usd_per_hour']:.2f}",
+                    "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:,.2f}",
+                    "-" if r["spot_usd_per_hour"] is None else f"{r['spot_usd_per_hour']:,.2f}",
                 )
                 for r in by_provider
             ],
@@ -148,7 +148,7 @@ def print_estimate(estimate, rate=None, by_provider=None, trust=None) -> None:
 def _cost_text(e) -> str:
     if e.cost_per_iteration_usd is None:  # no price for a GPU of the plan: a note says why
         return "-"
-    return f"${e.cost_per_iteration_usd:.4f} / iteration, ${e.cost_per_hour_usd:.2f} / hour"
+    return f"${e.cost_per_iteration_usd:,.4f} / iteration, ${e.cost_per_hour_usd:,.2f} / hour"
 
 
 def table(header, rows) -> None:

@@ -11,6 +11,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+USD_DIGITS = 10
+"""Significant digits of the dollar figures ``to_dict`` (and so ``--json``) gives: sums of
+prices carry binary noise (3 x 12.24 = 36.720000000000006); ten digits drop it and keep a
+fraction of a cent on a million-dollar run. The Python fields keep every digit."""
+
+
+def usd(value: float | None) -> float | None:
+    """A dollar figure for printing as JSON: ``USD_DIGITS`` significant digits."""
+    return None if value is None else float(f"{value:.{USD_DIGITS}g}")
+
 
 @dataclass(frozen=True)
 class ReplicaMemory:
@@ -94,10 +104,10 @@ class Estimate:
             "samples_per_s": self.samples_per_s,
             "peak_memory_bytes": self.peak_memory_bytes,
             "fits": self.fits,
-            "cost_per_iteration_usd": self.cost_per_iteration_usd,
-            "cost_per_hour_usd": self.cost_per_hour_usd,
+            "cost_per_iteration_usd": usd(self.cost_per_iteration_usd),
+            "cost_per_hour_usd": usd(self.cost_per_hour_usd),
             "breakdown": dict(self.time_breakdown_s),
-            "cost_breakdown_usd": dict(self.cost_breakdown_usd),
+            "cost_breakdown_usd": {k: usd(v) for k, v in self.cost_breakdown_usd.items()},
             "memory": [m.to_dict() for m in self.memory],
             "sources": list(self.sources),
         }
@@ -105,7 +115,7 @@ class Estimate:
             out["run"] = {
                 "iterations": self.run_iterations,
                 "hours": self.run_hours,
-                "cost_usd": self.run_cost_usd,
+                "cost_usd": usd(self.run_cost_usd),
             }
         return out
 
