@@ -203,3 +203,20 @@ def test_dollars_print_without_float_noise():
         assert value == float(f"{value:.10g}"), (where, value)  # ten significant digits
     text = sailor_sim("simulate", *plan, "--tokens", "1e12").stdout
     assert f"${out['run']['cost_usd']:,.2f}" in text and "$36.72 / hour" in text
+
+
+def test_simulate_and_memory_note_the_mtp_module_they_leave_out(tmp_path):
+    """DeepSeek-V3's config.json: the CLI's notes say its MTP module is not modelled."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_new_architectures import DEEPSEEK_V3
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(DEEPSEEK_V3))
+    flags = ["--model", str(config), "--gpu", "H100-80", "--tp", "8", "--pp", "16",
+             "--dp", "8", "--expert-parallel", "8", "--dtype", "bf16", "--seq", "4096"]  # fmt: skip
+    r = sailor_sim("simulate", *flags, "--gbs", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    assert any("num_nextn_predict_layers" in n for n in json.loads(r.stdout)["notes"])
+    r = sailor_sim("memory", *flags)
+    assert r.returncode == 0, r.stderr
+    assert "multi-token-prediction" in r.stdout

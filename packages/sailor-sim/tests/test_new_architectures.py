@@ -357,3 +357,25 @@ def test_cached_stash_terms_equal_each_layers_own(name):
     mine = model.stash_terms(1, 1, 1024, "bf16")
     mine["extra"] = 1
     assert "extra" not in model.stash_terms(1, 1, 1024, "bf16")
+
+
+def test_deepseek_v3s_mtp_module_is_said_to_be_left_out(tmp_path):
+    """num_nextn_predict_layers was dropped silently: an estimate of DeepSeek-V3 did not say
+    that its ~11.6B-parameter MTP module (and its FLOPs and memory) were not counted."""
+    import sailor_sim
+
+    v3 = _spec(tmp_path, "dsv3", DEEPSEEK_V3)
+    assert v3.unmodelled_mtp_layers == 1
+    e = sailor_sim.estimate(DEEPSEEK_V3, "H100-80", gbs=64, tp=8, pp=16, dp=8, seq=4096,
+                            dtype="bf16", options={"expert_parallel": 8})  # fmt: skip
+    (note,) = [n for n in e.notes if "num_nextn_predict_layers" in n]
+    assert "left out" in note and "~11.6B parameters" in note
+    job = sailor_sim.Job.from_proto(e.job.to_proto())  # the count travels with the model
+    assert job.model.unmodelled_mtp_layers == 1
+    without = {k: v for k, v in DEEPSEEK_V3.items() if k != "num_nextn_predict_layers"}
+    plain = sailor_sim.estimate(without, "H100-80", gbs=64, tp=8, pp=16, dp=8, seq=4096,
+                                dtype="bf16", options={"expert_parallel": 8})  # fmt: skip
+    assert not any("multi-token" in n for n in plain.notes)
+    with pytest.raises(ValidationError) as err:
+        get_model({**DEEPSEEK_V3, "num_nextn_predict_layers": "1"})
+    assert err.value.field == "num_nextn_predict_layers"

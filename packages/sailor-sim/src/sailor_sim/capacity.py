@@ -189,7 +189,7 @@ def estimate(
         assumed["zone"] = f"{zone} (gcp's default; fabric and $ follow the zone)"
     plan = homogeneous_plan(sim, job, gpu, zone, tp=tp, pp=pp, dp=dp, mbs=mbs)
     est, missing = estimate_maybe_unpriced(sim, job, plan)
-    notes = [note for note in (sequence_note(job),) if note]
+    notes = model_notes(job)
     if missing is not None:
         notes.append(price_note(missing))
     notes += region_price_notes(plan)
@@ -302,6 +302,29 @@ def sequence_note(job: Job) -> str | None:
         f"sequence {seq} is beyond the {model.max_seq_len} positions of {model.name} "
         "(max_position_embeddings): it needs RoPE scaling or a long-context variant"
     )
+
+
+def mtp_note(job: Job) -> str | None:
+    """A line when the config's multi-token-prediction modules are left out of the model
+    (DeepSeek-V3 ``num_nextn_predict_layers``), with what they would add, else None."""
+    model = job.model
+    n = model.unmodelled_mtp_layers
+    if not n:
+        return None
+    h = model.hidden_size
+    each = model.params(model.num_layers) + 2 * h * h + 3 * h  # a block, eh_proj, 3 norms
+    return (
+        f"{n} multi-token-prediction module{'s' * (n > 1)} of {model.name} "
+        f"(num_nextn_predict_layers) {'are' if n > 1 else 'is'} left out: each ~{each / 1e9:.1f}B "
+        "parameters (a block and a 2h x h projection) and a pass of the shared LM head per "
+        "token; parameters, FLOPs, memory and MFU are those of training without MTP"
+    )
+
+
+def model_notes(job: Job) -> list[str]:
+    """The notes the model and sequence give an estimate (a sequence beyond the positions,
+    MTP modules left out)."""
+    return [note for note in (sequence_note(job), mtp_note(job)) if note]
 
 
 def largest_microbatch(

@@ -88,13 +88,13 @@ def _assumed(model, seq, dtype) -> dict[str, str]:
 
 
 def _notes(job, missing=None, given: str = "flags", plan=None) -> list[str]:
-    """The lines the output adds after 'Assumed': a sequence beyond the model's positions, a
-    GPU without a price where the plan puts it (``missing``; the fixes fit how the plan was
-    ``given``: 'flags' or a 'plan' file), and a price quoted for another region of ``plan``'s
-    provider."""
-    from ..capacity import price_note, region_price_notes, sequence_note
+    """The lines the output adds after 'Assumed': a sequence beyond the model's positions, MTP
+    modules the model leaves out, a GPU without a price where the plan puts it (``missing``;
+    the fixes fit how the plan was ``given``: 'flags' or a 'plan' file), and a price quoted for
+    another region of ``plan``'s provider."""
+    from ..capacity import model_notes, price_note, region_price_notes
 
-    notes = [note for note in (sequence_note(job),) if note]
+    notes = model_notes(job)
     if missing is not None:
         notes.append(price_note(missing, given))
     if plan is not None:

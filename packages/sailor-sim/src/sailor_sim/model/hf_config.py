@@ -351,8 +351,9 @@ def _qwen3_moe(c: _Config) -> dict:
 
 def _deepseek(c: _Config) -> dict:
     """DeepSeek-V2/V3: latent attention, leading dense blocks, then MoE blocks with shared
-    experts. The multi-token-prediction module (``num_nextn_predict_layers``) is not part of
-    the published 671B of V3 and is not counted."""
+    experts. The multi-token-prediction modules (``num_nextn_predict_layers``) are not part of
+    the published 671B of V3; they are not modelled and the spec carries their count
+    (``unmodelled_mtp_layers``) so every estimate says they are left out."""
     if c.get("moe_layer_freq", 1) != 1:
         raise c.refuse("moe_layer_freq", "moe_layer_freq != 1 is not modelled")
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
@@ -392,6 +393,7 @@ def _deepseek(c: _Config) -> dict:
         attention_dropout=float(c.get("attention_dropout", 0.0)),
         mla=mla,
         moe=moe,
+        unmodelled_mtp_layers=c.count("num_nextn_predict_layers", 0, minimum=0),
     )
 
 

@@ -183,6 +183,11 @@ class ModelSpec:
     ``sinks``): num_heads parameters per block, split by TP with the heads."""
     lm_head_bias: bool = False
     """The LM head has a bias of one value per vocabulary row (Phi-2 ``lm_head``)."""
+    unmodelled_mtp_layers: int = 0
+    """Multi-token-prediction modules of the config (DeepSeek-V3 ``num_nextn_predict_layers``)
+    that the accounting leaves out: each is one more block, a 2h x h projection and a pass of
+    the shared LM head per token, counted in no parameter, FLOP or memory figure; every
+    estimate of the model says so (``capacity.mtp_note``)."""
     moe: MoESpec | None = None
     """Mixture-of-experts blocks (``moe.py``); None = dense."""
     mla: MLASpec | None = None
@@ -226,6 +231,11 @@ class ModelSpec:
                 f"{self.num_layers} blocks is more than {MAX_LAYERS}; check num_layers "
                 "(num_hidden_layers of a config.json)",
                 field="num_layers",
+            )
+        if not isinstance(self.unmodelled_mtp_layers, int) or self.unmodelled_mtp_layers < 0:
+            raise ValidationError(
+                f"must be a count >= 0, got {self.unmodelled_mtp_layers!r}",
+                field="unmodelled_mtp_layers",
             )
         self._check_vocab_and_positions()
         self._check_block_layout()
