@@ -196,3 +196,33 @@ def test_zero_stages_share_stage_times_by_execution_style():
         assert shared.stage_time(job, s) == Simulator().stage_time(job, s), zero
     # analytic H100 profiles: the FSDP style's fitted efficiency is not Megatron's
     assert shared.stage_time(jobs["zero3"], s) != shared.stage_time(base, s)
+
+
+class _CountingSimulator(Simulator):
+    """Counts the per-replica memory computations an estimate's memory list asks for."""
+
+    calls = 0
+
+    def replica_memory(self, *args, **kwargs):
+        type(self).calls += 1
+        return super().replica_memory(*args, **kwargs)
+
+
+def test_equal_replicas_compute_their_memory_once():
+    """A 1M-GPU plan computed the same memory terms for each of its 1M equal replicas (107 s
+    for `sailor-sim simulate --dp 1048576`); a stage's equal replicas now share one
+    computation, and each still gets its own entry with its own dict."""
+    job = Job.create("LLaMA-3.1-8B", 4096, 2048, "bf16", options={"zero": "zero1"})
+    plan = Plan.uniform(job, "H100-80", "us-central1-a", pp=2, dp=2048, tp=2)
+    one = Plan.uniform(job, "H100-80", "us-central1-a", pp=2, dp=1, tp=2, microbatch_size=1)
+    sim = _CountingSimulator()
+    memory = sim.estimate(job, plan).memory
+    assert _CountingSimulator.calls == 2 and len(memory) == 2 * 2048  # one per stage
+    assert memory[0] == sim.estimate(job, plan).memory[0]
+    assert memory[0].breakdown_bytes is not memory[1].breakdown_bytes
+    assert [m.replica for m in memory[:3]] == [0, 1, 2] and memory[-1].stage == 1
+    assert memory[0].breakdown_bytes["optimizer_states"] < one_optimizer(sim, job, one)
+
+
+def one_optimizer(sim, job, plan) -> int:
+    return sim.estimate(job, plan).memory[0].breakdown_bytes["optimizer_states"]

@@ -303,7 +303,7 @@ def simulate(
         rate = metrics.throughput(job, plan, estimate)
         providers = [p.strip() for p in compare.split(",") if p.strip()]
         by_provider = metrics.cost_by_provider(plan, providers)
-        inputs.check_finite(estimate.to_dict(), "estimate")
+        inputs.check_finite(estimate.to_dict(memory=False), "estimate")  # bytes are ints
         network = describe_network(sim.network, plan)
         if plot is not None:
             from .plots import memory_png

@@ -16,6 +16,7 @@ not hardware FLOPs).
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,11 @@ def _peak(gpu_type: str, dtype: str) -> float:
 
 def plan_peak_flops(plan, dtype: str) -> float:
     """Dense peak FLOP/s of all of the plan's GPUs at ``dtype`` (0 for a GPU without it)."""
-    return sum(_peak(r.gpu_type, dtype) * r.tp for stage in plan.stages for r in stage.replicas)
+    gpus = Counter()  # looked up once per GPU type, not per replica
+    for stage in plan.stages:
+        for r in stage.replicas:
+            gpus[r.gpu_type] += r.tp
+    return sum(_peak(gpu, dtype) * n for gpu, n in gpus.items())
 
 
 def throughput(job, plan, estimate) -> Throughput:
@@ -130,10 +135,10 @@ def cost_by_provider(plan, providers=None, regions=None) -> list[dict[str, Any]]
 def plan_regions(plan) -> dict[str, str]:
     """Provider -> the region of the plan's first replica on that provider."""
     out: dict[str, str] = {}
-    for stage in plan.stages:
-        for r in stage.replicas:
-            zone = get_zone(r.zone)
-            out.setdefault(zone.provider, zone.region)
+    zones = dict.fromkeys(r.zone for stage in plan.stages for r in stage.replicas)  # in order
+    for name in zones:  # each zone looked up once, not per replica
+        zone = get_zone(name)
+        out.setdefault(zone.provider, zone.region)
     return out
 
 

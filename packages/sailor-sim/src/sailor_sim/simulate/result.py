@@ -8,7 +8,7 @@ breakdown's to ``cost_per_iteration_usd``, and each replica's memory breakdown t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 USD_DIGITS = 10
@@ -35,6 +35,14 @@ class ReplicaMemory:
     fits: bool
     breakdown_bytes: dict[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def fast(cls, *values: Any) -> ReplicaMemory:
+        """Build from every field in order without the frozen dataclass's per-field
+        ``object.__setattr__`` (a million-replica plan builds a million of these)."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "__dict__", dict(zip(_REPLICA_FIELDS, values, strict=True)))
+        return self
+
     @property
     def headroom_bytes(self) -> int:
         """Capacity minus peak: negative when it does not fit."""
@@ -51,6 +59,9 @@ class ReplicaMemory:
             "fits": self.fits,
             "breakdown_bytes": dict(self.breakdown_bytes),
         }
+
+
+_REPLICA_FIELDS = tuple(f.name for f in fields(ReplicaMemory))
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,9 @@ class Estimate:
             return None
         return self.run_iterations * self.cost_per_iteration_usd
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, memory: bool = True) -> dict[str, Any]:
+        """The estimate as plain data; ``memory=False`` leaves the per-replica list empty (a
+        million-GPU plan has a million entries, all integers: no check needs them)."""
         out: dict[str, Any] = {
             "iteration_time_s": self.iteration_time_s,
             "throughput_iters_per_s": self.throughput_iters_per_s,
@@ -108,7 +121,7 @@ class Estimate:
             "cost_per_hour_usd": usd(self.cost_per_hour_usd),
             "breakdown": dict(self.time_breakdown_s),
             "cost_breakdown_usd": {k: usd(v) for k, v in self.cost_breakdown_usd.items()},
-            "memory": [m.to_dict() for m in self.memory],
+            "memory": [m.to_dict() for m in self.memory] if memory else [],
             "sources": list(self.sources),
         }
         if self.run_iterations is not None:

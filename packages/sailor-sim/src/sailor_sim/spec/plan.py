@@ -233,8 +233,12 @@ class Plan:
                 f"0..{model.head_layer_id}; layer ranges must cover every layer exactly once",
                 field=f"plan.stages[{self.num_stages - 1}].last_layer",
             )
+        checked: set[tuple[int, str]] = set()  # a 1M-GPU plan repeats a few (tp, GPU) pairs
         for i, stage in enumerate(self.stages):
             for j, r in enumerate(stage.replicas):
+                if (r.tp, r.gpu_type) in checked:
+                    continue
+                checked.add((r.tp, r.gpu_type))
                 problem = model.tp_problem(r.tp)
                 if problem:
                     raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}].tp")
