@@ -450,6 +450,11 @@ def test_a_missing_size_field_is_named(tmp_path, cfg, key, field):
         (DBRX, "ffn_config", {**DBRX["ffn_config"], "moe_num_experts": 0},
          "ffn_config.moe_num_experts"),
         (STABLELM_3B, "use_parallel_residual", "false", "use_parallel_residual"),
+        # sizes no model has: a hidden_size of 10^30 printed 3e26 s per iteration, exit 0
+        (STABLELM_3B, "hidden_size", 10**30, "hidden_size"),
+        (PHI_2, "vocab_size", 2**40, "vocab_size"),
+        (PHI_2, "intermediate_size", 2**40, "ffn_hidden_size"),
+        (STABLELM_3B, "max_position_embeddings", 10**12, "max_seq_len"),
     ],
 )  # fmt: skip
 def test_a_field_of_the_wrong_type_is_named(tmp_path, cfg, key, value, field):

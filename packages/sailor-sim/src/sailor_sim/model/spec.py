@@ -96,6 +96,17 @@ MAX_LAYERS = 4096
 """Most transformer blocks a model may have: 32x the deepest in the catalog (GPT-1T, 128).
 Each layer id costs work in profiles, plans and prefix sums, so a config.json with 10^9
 blocks ran for hours instead of being refused."""
+MAX_SIZES = {
+    "hidden_size": 2**20,
+    "num_heads": 2**16,
+    "ffn_hidden_size": 2**22,
+    "vocab_size": 2**24,
+    "max_seq_len": 2**26,
+}
+"""Largest width, head count, vocabulary and positions a model may have, 16x or more beyond
+any published one (GPT-1T hidden 25600, Gemma-3 vocabulary 262208, Llama-4-Scout 10M
+positions): a config.json with hidden_size 10^30 printed 3 x 10^26 s per iteration and
+3.5 x 10^28 GiB per GPU instead of being refused."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +236,13 @@ class ModelSpec:
             if getattr(self, field) not in allowed:
                 raise ValidationError(
                     f"unknown {field} {getattr(self, field)!r}; use one of {allowed}", field=field
+                )
+        for field, most in MAX_SIZES.items():
+            if getattr(self, field) > most:
+                raise ValidationError(
+                    f"{getattr(self, field)} is more than {most}, far beyond any published "
+                    "model; check the config.json",
+                    field=field,
                 )
         if self.num_layers > MAX_LAYERS:
             raise ValidationError(
