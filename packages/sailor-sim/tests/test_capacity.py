@@ -278,3 +278,23 @@ def test_the_simulator_takes_a_job_and_a_plan_as_their_dicts() -> None:
     sim = sailor_sim.Simulator()
     expected = sim.estimate(job, plan).iteration_time_s
     assert sim.estimate(job.to_dict(), plan.to_dict()).iteration_time_s == expected
+
+
+def test_a_huge_homogeneous_question_builds_no_entry_per_replica() -> None:
+    """estimate() read the fullest GPU from Estimate.memory, an entry per replica: a
+    1M-GPU gpus_for_tokens search took 17 s, most of it building entries it dropped. The
+    fullest GPU now comes from each stage's distinct replicas; it is the plan's peak."""
+    import tracemalloc
+
+    sailor_sim.estimate("LLaMA-3.1-8B", "H100-80", gbs=64, dp=64, seq=2048, dtype="bf16")
+    tracemalloc.start()
+    try:
+        e = sailor_sim.estimate("LLaMA-3.1-8B", "H100-80", gbs=2**18, dp=2**18, seq=2048,
+                                dtype="bf16", options={"zero": "zero1"})  # fmt: skip
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert e.num_gpus == 2**18 and e.fits
+    assert peak < 48 * 2**20, f"{peak / 2**20:.0f} MiB traced"  # 8 now, 167 with entries
+    assert sum(e.memory_breakdown_bytes.values()) == e.peak_memory_bytes
+    assert e.memory_capacity_bytes == sailor_sim.get_gpu("H100-80").memory_bytes

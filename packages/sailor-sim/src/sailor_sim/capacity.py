@@ -194,7 +194,7 @@ def estimate(
         notes.append(price_note(missing))
     notes += region_price_notes(plan)
     rate = throughput(job, plan, est)
-    fullest = max(est.memory, key=lambda m: m.peak_bytes)
+    peak, capacity, breakdown = _fullest_gpu(sim, job, plan)
     by_provider = {r["provider"]: r for r in cost_by_provider(plan, list(PROVIDERS))}
     return CapacityEstimate(
         model=job.model.name,
@@ -208,8 +208,8 @@ def estimate(
         tflops_per_gpu=rate.model_tflops_per_gpu,
         mfu=rate.mfu,
         peak_memory_bytes=est.peak_memory_bytes,
-        memory_capacity_bytes=fullest.capacity_bytes,
-        memory_breakdown_bytes=dict(fullest.breakdown_bytes),
+        memory_capacity_bytes=capacity,
+        memory_breakdown_bytes=breakdown,
         time_breakdown_s=dict(est.time_breakdown_s),
         cost_per_hour_usd={p: r.get("usd_per_hour") for p, r in by_provider.items()},
         spot_cost_per_hour_usd={p: r.get("spot_usd_per_hour") for p, r in by_provider.items()},
@@ -218,6 +218,23 @@ def estimate(
         notes=notes,
         job=job,
     )
+
+
+def _fullest_gpu(sim: Simulator, job: Job, plan) -> tuple[int, int, dict[str, int]]:
+    """(peak, capacity, terms) of the plan's fullest GPU, from each stage's distinct replicas:
+    ``Estimate.memory`` builds an entry per replica (a million for a 1M-GPU question)."""
+    from .spec.plan import StageSlice
+
+    best = None
+    p = len(plan.stages)
+    for i, stage in enumerate(plan.stages):
+        d = len(stage.replicas)
+        for r in {r._key: r for r in stage.replicas}.values():
+            s, m = StageSlice.of(stage, r), r.num_microbatches
+            peak, capacity = sim.replica_peak(job, s, i, p, m, d)
+            if best is None or peak > best[0]:
+                best = (peak, capacity, dict(sim.replica_memory(job, s, i, p, m, d)))
+    return best
 
 
 def estimate_maybe_unpriced(
