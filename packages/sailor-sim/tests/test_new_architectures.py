@@ -379,3 +379,30 @@ def test_deepseek_v3s_mtp_module_is_said_to_be_left_out(tmp_path):
     with pytest.raises(ValidationError) as err:
         get_model({**DEEPSEEK_V3, "num_nextn_predict_layers": "1"})
     assert err.value.field == "num_nextn_predict_layers"
+
+
+MISTRAL_7B_V01 = {  # mistralai/Mistral-7B-v0.1: every layer attends within 4096 tokens
+    "model_type": "mistral", "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 32768,
+    "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def test_a_sliding_window_timed_as_full_attention_is_said(tmp_path):
+    """sliding_window was dropped silently: Mistral-7B-v0.1 at 16384 tokens was timed as
+    full causal attention with no word that its layers attend within 4096 tokens."""
+    import sailor_sim
+
+    def notes(cfg, seq):
+        e = sailor_sim.estimate(cfg, "H100-80", gbs=8, tp=8, seq=seq)
+        return [n for n in e.notes if "sliding window" in n]
+
+    (note,) = notes(MISTRAL_7B_V01, 16384)
+    assert "4096-token sliding window" in note and "over-counted" in note
+    assert notes(MISTRAL_7B_V01, 4096) == []  # within the window: exact
+    off = {**MISTRAL_7B_V01, "model_type": "qwen2", "use_sliding_window": False}
+    assert notes(off, 16384) == [] and get_model(off).unmodelled_sliding_window == 0
+    with pytest.raises(ValidationError) as err:
+        get_model({**MISTRAL_7B_V01, "sliding_window": "4096"})
+    assert err.value.field == "sliding_window"

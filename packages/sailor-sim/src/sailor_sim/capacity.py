@@ -338,10 +338,24 @@ def mtp_note(job: Job) -> str | None:
     )
 
 
+def window_note(job: Job) -> str | None:
+    """A line when the sequence is longer than the model's sliding attention window, which is
+    timed as full causal attention, else None."""
+    window, seq = job.model.unmodelled_sliding_window, job.sequence_length
+    if not window or seq <= window:
+        return None
+    return (
+        f"{job.model.name} attends within a {window}-token sliding window (sliding_window, on "
+        f"some or all layers), timed here as full causal attention over {seq} tokens: the "
+        "attention time of those layers is over-counted"
+    )
+
+
 def model_notes(job: Job) -> list[str]:
     """The notes the model and sequence give an estimate (a sequence beyond the positions,
-    MTP modules left out)."""
-    return [note for note in (sequence_note(job), mtp_note(job)) if note]
+    MTP modules left out, a sliding window timed as full attention)."""
+    notes = (sequence_note(job), mtp_note(job), window_note(job))
+    return [note for note in notes if note]
 
 
 def largest_microbatch(

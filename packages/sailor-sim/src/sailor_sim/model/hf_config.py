@@ -98,6 +98,9 @@ def fields_from_hf_dict(cfg: dict[str, Any], name: str) -> dict[str, Any]:
             fields["moe"] = MoESpec(**fields["moe"])
         if isinstance(fields.get("mla"), dict):
             fields["mla"] = MLASpec(**fields["mla"])
+        window = _sliding_window(config)
+        if window:
+            fields["unmodelled_sliding_window"] = window
         return {"name": name, **fields, **padded_vocab_fields(fields["vocab_size"])}
     except SailorSimError:
         raise
@@ -124,6 +127,15 @@ def _rotary_fields(c: _Config) -> dict:
             raise c.refuse(key, f"{key!r} must be in (0, 1], got {share!r}")
         fields["rotary_fraction"] = float(share)
     return fields
+
+
+def _sliding_window(c: _Config) -> int:
+    """The attention window some or all layers use (``sliding_window``: Mistral-7B-v0.1,
+    Gemma-2/3, Phi-3, Starcoder2, gpt-oss), 0 when none or switched off (Qwen2's
+    ``use_sliding_window`` false). It is timed as full causal attention; estimates say so."""
+    if c.get("use_sliding_window", True) is False:
+        return 0
+    return c.count("sliding_window", 0, minimum=0)
 
 
 class _Config:

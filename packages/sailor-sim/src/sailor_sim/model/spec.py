@@ -199,6 +199,10 @@ class ModelSpec:
     that the accounting leaves out: each is one more block, a 2h x h projection and a pass of
     the shared LM head per token, counted in no parameter, FLOP or memory figure; every
     estimate of the model says so (``capacity.mtp_note``)."""
+    unmodelled_sliding_window: int = 0
+    """The attention window of the config's sliding-window layers (``sliding_window``), 0 for
+    none: they are timed as full causal attention, which over-counts their attention beyond
+    the window; an estimate at a longer sequence says so (``capacity.window_note``)."""
     moe: MoESpec | None = None
     """Mixture-of-experts blocks (``moe.py``); None = dense."""
     mla: MLASpec | None = None
@@ -250,11 +254,10 @@ class ModelSpec:
                 "(num_hidden_layers of a config.json)",
                 field="num_layers",
             )
-        if not isinstance(self.unmodelled_mtp_layers, int) or self.unmodelled_mtp_layers < 0:
-            raise ValidationError(
-                f"must be a count >= 0, got {self.unmodelled_mtp_layers!r}",
-                field="unmodelled_mtp_layers",
-            )
+        for field in ("unmodelled_mtp_layers", "unmodelled_sliding_window"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValidationError(f"must be a count >= 0, got {value!r}", field=field)
         self._check_vocab_and_positions()
         self._check_block_layout()
         if not 0.0 <= self.dropout < 1.0:
