@@ -222,16 +222,14 @@ def test_simulate_and_memory_note_the_mtp_module_they_leave_out(tmp_path):
     assert "multi-token-prediction" in r.stdout
 
 
-def test_a_million_gpu_plan_answers_in_seconds():
+def test_a_million_gpu_plan_answers():
     """`simulate --dp 1048576` (LLaMA-3.1-8B, one H100 per replica) took 107 s on a 2-core
-    machine (45 s idle): every replica's memory computed alone, under cyclic collections that freed
-    nothing, and every replica's entry checked for NaN; now ~7 s there."""
-    import time
-
-    start = time.monotonic()
+    machine (45 s idle): every replica's memory computed alone, under cyclic collections that
+    freed nothing, and every replica's entry checked for NaN; ~7 s there now. Speed is not
+    asserted here (tests check behaviour): test_simulator_core's
+    test_equal_replicas_compute_their_memory_once counts the work that made it slow."""
     flags = ["--model", "LLaMA-3.1-8B", "--gpu", "H100-80", "--dp", "1048576", "--gbs",
              "1048576", "--seq", "8192", "--dtype", "bf16", "--zero", "zero1"]  # fmt: skip
     r = sailor_sim("simulate", *flags)
     assert r.returncode == 0, r.stderr
     assert "(1048576 GPUs)" in r.stdout and "fits" in r.stdout
-    assert time.monotonic() - start < 25  # ~45 s before on an idle 2-core machine
