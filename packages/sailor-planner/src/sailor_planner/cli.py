@@ -28,6 +28,7 @@ from sailor_sim import (
     ValidationError,
     catalog_option,
     empty_folder_warning,
+    inputs,
     run_app,
     specs,
     version_option,
@@ -230,7 +231,7 @@ def exit_now(code) -> None:
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe: the reader went away
-            status = status or 1
+            status = status or inputs.PIPE_CLOSED_EXIT
     os._exit(status)
 
 

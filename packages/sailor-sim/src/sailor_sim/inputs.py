@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import select
 import signal
 import socket
 import stat
@@ -318,7 +319,9 @@ def refuse_overrides(given: Mapping[str, Any], source: str) -> None:
 # ---- the CLI edge -----------------------------------------------------------------------------
 INTERRUPT_EXIT = 128 + signal.SIGINT
 SIGTERM_EXIT = 128 + signal.SIGTERM
-"""Exit statuses after Ctrl-C and SIGTERM: the shell's convention for death by that signal."""
+PIPE_CLOSED_EXIT = 128 + signal.SIGPIPE
+"""Exit statuses after Ctrl-C, SIGTERM and a closed stdout pipe: the shell's convention for
+death by that signal."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -350,15 +353,27 @@ def run_app(
     stderr and exit status 2 (bad input) or 1 (a bug, still one line); never a traceback. A
     path option or argument given as "" is refused (``refuse_empty_paths``). SIGTERM stops the
     command as Ctrl-C does (``Terminated``) and exits 143, Ctrl-C 130; a command that serves
-    until stopped (a server, a controller, a worker) installs its own handler."""
+    until stopped (a server, a controller, a worker) installs its own handler.
+
+    A reader that goes away (``sailor-sim prices | head -1``) ends the command quietly with
+    ``PIPE_CLOSED_EXIT`` (141, as the shell reports a writer killed by SIGPIPE, so a pipeline
+    under ``set -o pipefail`` sees why): stdout is pointed at the null device, as the Python
+    docs' "Note on SIGPIPE" advises, so nothing is printed and no flush at exit fails."""
     _TERMINATED.clear()
     main = threading.current_thread() is threading.main_thread()  # signals reach only it
     previous = signal.signal(signal.SIGTERM, _terminate) if main else None
     try:
         command = refuse_empty_paths(_click_command(app))
         code = command(args=args, standalone_mode=False, prog_name=prog_name)
+        sys.stdout.flush()  # output still buffered meets a closed pipe here, not at exit
     except KeyboardInterrupt as exc:
         code = interrupt_exit(exc)
+    except SystemExit as exc:  # rich and click end any broken pipe with a bare exit 1
+        if not isinstance(exc.__context__, BrokenPipeError):
+            raise
+        code = _broken_pipe(exc.__context__, stdout_gone=_rich_quieted_stdout(exc))
+    except BrokenPipeError as exc:
+        code = _broken_pipe(exc)
     except Exception as exc:  # noqa: BLE001 (the edge of the program: one line, not a trace)
         code = _report(exc)
     finally:
@@ -367,6 +382,38 @@ def run_app(
     if code == INTERRUPT_EXIT and _TERMINATED:
         code = SIGTERM_EXIT
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _broken_pipe(exc: BrokenPipeError, stdout_gone: bool = False) -> int:
+    """The exit status for ``exc``: a closed stdout is quieted (its writes go to the null
+    device) and ends ``PIPE_CLOSED_EXIT``; another pipe or socket that broke (a peer gone) is
+    an error line, as any ``OSError``."""
+    if not (stdout_gone or _stdout_gone()):
+        return _report(exc)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return PIPE_CLOSED_EXIT
+
+
+def _rich_quieted_stdout(exc: SystemExit) -> bool:
+    """Whether rich raised ``exc`` in its ``Console.on_broken_pipe``, after pointing stdout at
+    the null device (so polling stdout no longer tells that its reader went away)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == "on_broken_pipe"
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader went away: polling a pipe whose read end is closed reports an
+    error (POLLERR; POLLHUP for a socket)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no file behind stdout (captured, closed)
+        return False
 
 
 def _click_command(app: Callable[..., Any]) -> Callable[..., Any]:
