@@ -265,6 +265,47 @@ def test_optional_fields_are_read_as_written_or_refused(tmp_path, field, value):
         assert read_hf_config(_write(tmp_path, f"default{i}", cfg)).num_layers == 32
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "yes",
+        8.0,
+        ["llama3"],
+        {"factor": 8.0},  # no type: which frequencies is unknown
+        {"rope_type": "llama4", "factor": 8.0},
+        {"type": 3, "factor": 2.0},
+        {"rope_type": "linear", "factor": "8"},
+        {"rope_type": "linear", "factor": 0},
+    ],
+)
+def test_a_rope_scaling_of_no_known_kind_is_refused(tmp_path, value):
+    """``rope_scaling`` was never read, so "yes" passed as a scaled rotary model."""
+    with pytest.raises(ValidationError, match="rope_scaling") as e:
+        read_hf_config(_write(tmp_path, "rope", {**_LLAMA_31_8B, "rope_scaling": value}))
+    assert e.value.field.startswith("rope_scaling")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        {"rope_type": "default"},
+        {"type": "linear", "factor": 4.0},  # the older key
+        {"type": "dynamic", "factor": 2.0},
+        {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096},
+        {"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]},
+        {"type": "su", "long_factor": [1.0], "short_factor": [1.0]},  # Phi-3's first name
+        {"type": "ntk", "factor": 4},
+    ],
+)
+def test_a_known_rope_scaling_reads_with_the_same_costs(tmp_path, value):
+    """Scaled rotary frequencies change numerics, not shapes: every figure is the same."""
+    scaled = read_hf_config(_write(tmp_path, "rope", {**_LLAMA_31_8B, "rope_scaling": value}))
+    plain = read_hf_config(_write(tmp_path, "plain", {**_LLAMA_31_8B, "rope_scaling": None}))
+    assert scaled.total_params() == plain.total_params() == CONFIGS[0][2]
+    assert {**vars(scaled), "name": ""} == {**vars(plain), "name": ""}
+
+
 def test_catalog_has_the_common_sizes_with_published_counts():
     published = {
         "LLaMA-2-7B": 6_738_415_616,

@@ -113,7 +113,9 @@ def _rotary_fields(c: _Config) -> dict:
     """The rotary base (``rope_theta``, or ``rope_parameters.rope_theta`` as transformers 5
     writes it) and the share of each head rotated (``partial_rotary_factor``; GPT-NeoX's
     ``rotary_pct``), where the config gives them. ``rope_scaling`` (LLaMA-3.1's long-context
-    frequencies) is not followed: the same costs, other numerics."""
+    frequencies) is checked (``_check_rope_scaling``) but not followed: the same costs, other
+    numerics."""
+    _check_rope_scaling(c)
     fields = {}
     base = c.get("rope_theta", c.sub("rope_parameters").get("rope_theta", None))
     if base is not None:
@@ -127,6 +129,38 @@ def _rotary_fields(c: _Config) -> dict:
             raise c.refuse(key, f"{key!r} must be in (0, 1], got {share!r}")
         fields["rotary_fraction"] = float(share)
     return fields
+
+
+ROPE_SCALING_TYPES = tuple("default linear dynamic ntk yarn longrope su llama3 mrope".split())
+"""The kinds of ``rope_scaling`` a config may name (its ``rope_type``, or ``type`` as older
+configs write it): transformers' ``ROPE_INIT_FUNCTIONS``, Phi-3's first name for longrope
+(``su``), dynamic NTK's short name and Qwen2-VL's multimodal sections (``mrope``)."""
+
+
+def _check_rope_scaling(c: _Config) -> None:
+    """``rope_scaling`` is null or an object naming a known kind, with a positive ``factor``
+    where it gives one: a value of no known kind ("yes") is a config written wrong."""
+    scaling = c.get("rope_scaling", None)
+    if scaling is None:
+        return
+    fix = f"null or an object with 'rope_type' one of {', '.join(ROPE_SCALING_TYPES)}"
+    if not isinstance(scaling, dict):
+        raise c.refuse("rope_scaling", f"'rope_scaling' must be {fix}, got {scaling!r:.60}")
+    key = "rope_type" if "rope_type" in scaling else "type"
+    kind = scaling.get(key)
+    if not isinstance(kind, str) or kind not in ROPE_SCALING_TYPES:
+        raise c.sub("rope_scaling").refuse(
+            key, f"'rope_scaling' must be {fix}, got {key} {kind!r:.40}"
+        )
+    factor = scaling.get("factor")
+    if factor is not None and (
+        isinstance(factor, bool)
+        or not isinstance(factor, int | float)
+        or not 0 < factor < float("inf")
+    ):
+        raise c.sub("rope_scaling").refuse(
+            "factor", f"'rope_scaling.factor' must be a positive number, got {factor!r:.40}"
+        )
 
 
 def _sliding_window(c: _Config) -> int:
