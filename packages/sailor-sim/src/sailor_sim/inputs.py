@@ -416,13 +416,34 @@ def _stdout_gone() -> bool:
         return False
 
 
+HELP_WIDTH = 120
+"""Widest --help a CLI prints (a narrower terminal's width wins): longer lines are hard to read."""
+
+
 def _click_command(app: Callable[..., Any]) -> Callable[..., Any]:
-    """The click command of a typer app (built as ``app()`` builds it); anything else as is."""
+    """The click command of a typer app (built as ``app()`` builds it), with ``plain_help``;
+    anything else as is."""
     if hasattr(app, "registered_commands"):  # a typer.Typer
         import typer.main
 
-        return typer.main.get_command(app)
+        return plain_help(typer.main.get_command(app))
     return app
+
+
+def plain_help(command: Any) -> Any:
+    """``command`` (with its subcommands) printing click's two-column --help, wrapped to the
+    terminal up to ``HELP_WIDTH``. typer's rich tables size the option column by the longest
+    flag pair (``--flash-attention,--flash / --no-flash-attention,--no-flash``): at 80 columns
+    each help was broken into 20-character lines (at 120, 42) and long flags were cut to
+    ``--kill-worker-at-s…``."""
+    if hasattr(command, "rich_markup_mode"):
+        command.rich_markup_mode = None  # typer's switch back to click's formatter
+    if command.help and not command.short_help:  # click cut it to fit one line, with "..."
+        command.short_help = _first_sentence(command.help)
+    command.context_settings.setdefault("max_content_width", HELP_WIDTH)
+    for sub in getattr(command, "commands", {}).values():
+        plain_help(sub)
+    return command
 
 
 def refuse_empty_paths(command: Any) -> Any:
@@ -444,6 +465,14 @@ def refuse_empty_paths(command: Any) -> Any:
     for sub in getattr(command, "commands", {}).values():
         refuse_empty_paths(sub)
     return command
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph, on one line: a command's line in its
+    group's --help, which click wraps."""
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    sentence = re.split(r"(?<=[.!?])\s", paragraph, maxsplit=1)[0]
+    return sentence.rstrip(".")
 
 
 def _report(exc: Exception) -> int:
