@@ -178,6 +178,7 @@ OPTIONS["controller"].update({
     "--advertise-host": bad_host.filter(bool),
     "--tls-server-name": bad_host.filter(bool),
 })  # fmt: skip
+OPTIONS["worker"]["--port-file"] = OPTIONS["controller"]["--port-file"]
 UNCHECKED = {
     ("run", "--trace"): "read after the model (this base request stops there), before the "
     "run folder is made: test_trace_run.py's test_a_trace_it_cannot_read_leaves_no_run_folder",
