@@ -447,8 +447,7 @@ class Controller:
             first = self.generation == self._first_generation
             need = self.cfg.min_workers if first else 1
             if len(self.membership.alive()) < need:
-                self.state = ControllerState.WAITING
-                self.message = f"waiting for {need} workers"
+                self._move(ControllerState.WAITING, f"waiting for {need} workers")
                 return
             if time.monotonic() < self._retry_at:
                 return
@@ -473,8 +472,7 @@ class Controller:
                     delay)  # fmt: skip
         retried = [replace(c, failure=False) for c in changes]
         with self._lock:
-            self.state = ControllerState.WAITING
-            self.message = f"{reason}; retrying in {delay:.1f} s"
+            self._move(ControllerState.WAITING, f"{reason}; retrying in {delay:.1f} s")
             self._pending = retried + self._pending
             self._retry_at = time.monotonic() + delay
 
@@ -508,6 +506,8 @@ class Controller:
                 self._fail(f"{self.failures} failures exceed --max-failures; last: {rec.reason}")
                 return
         with self._lock:
+            if self.finished:  # ended (shutdown by a signal) since this tick began
+                return
             was_running = self.state == ControllerState.RUNNING and not self._gen_failed
             self.state = ControllerState.RECONFIGURING
             self.message = rec.reason
@@ -570,8 +570,9 @@ class Controller:
         log.info("%s: the plan and placement stay the same; training continues", rec.reason)
         with self._lock:
             self.unchanged.append(rec.reason)
-            self.state = ControllerState.RUNNING
-            self.message = f"generation {self.generation}: {self.plan.describe()}"
+            self._move(
+                ControllerState.RUNNING, f"generation {self.generation}: {self.plan.describe()}"
+            )
             # Heartbeats ignore rank states while re-planning: look again at what they recorded.
             from ..proto import agent_pb2
 
@@ -588,8 +589,7 @@ class Controller:
     def _wait_for_change(self, message: str, rec: Reconfiguration) -> None:
         log.warning("%s", message)
         with self._lock:
-            self.state = ControllerState.WAITING
-            self.message = message
+            self._move(ControllerState.WAITING, message)
         rec.plan_json = ""
         self.reconfigurations.append(rec)
 
@@ -602,6 +602,9 @@ class Controller:
     def _assign(self, rec: Reconfiguration, plan: Plan, placement: Placement, workers) -> None:
         by_id = {w.worker_id: w for w in workers}
         with self._lock:  # one step: whoever reads the generation reads its plan
+            if self.finished:  # stopped (a signal) or failed while this re-plan ran
+                log.info("no generation %d: the run ended (%s)", self.generation + 1, self.message)
+                return
             generation = self.generation + 1
             rundir.save_generation(self.cfg.run_dir, generation)  # before any agent sees it
             self.plan, self.placement = plan, placement
@@ -626,8 +629,7 @@ class Controller:
         with self._lock:
             self._gen_failed = self._probed = False
             self.reconfigurations.append(rec)
-            self.state = ControllerState.RUNNING
-            self.message = f"generation {generation}: {plan.describe()}"
+            self._move(ControllerState.RUNNING, f"generation {generation}: {plan.describe()}")
         log.info(
             "generation %d assigned: %s (resume after step %d)",
             generation,
@@ -653,6 +655,13 @@ class Controller:
 
     def _fail(self, message: str) -> None:
         self._end(message, logging.ERROR)
+
+    def _move(self, state: ControllerState, message: str) -> None:
+        """Enter ``state`` (the caller holds the lock), unless the run has ended: a re-plan
+        still running when a signal stopped the run must not bring it back to life (its
+        agents would be told to train on, not that the run is over)."""
+        if not self.finished:
+            self.state, self.message = state, message
 
     def _end(self, message: str, level: int) -> None:
         log.log(level, "%s", message)

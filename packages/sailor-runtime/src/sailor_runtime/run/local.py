@@ -435,6 +435,8 @@ class LocalRun:
     def close(self, wait_s: float = 10.0) -> None:
         """Stop everything this run started; agents get ``wait_s`` to exit on their own once
         told the run is over (0 when interrupted: they are terminated at once)."""
+        if not self.controller.finished:  # interrupted: no re-plan onto the agents stopping
+            self.controller.shutdown("sailor run was stopped")
         deadline = time.monotonic() + wait_s
         for w in self.workers:  # agents exit on their own once told the run is over
             try:
