@@ -92,13 +92,15 @@ precision: RunSpec's documented default (the config's torch_dtype, else fp32) ho
 CONTROLLER_DEFAULTS = {**RUN_DEFAULTS, "global_batch_size": 8, "seq_len": 32}
 
 
-def _with_default_precision(spec: RunSpec) -> RunSpec:
-    """``spec`` with its precision decided: as given, else the model's config.json
-    ``torch_dtype`` (bfloat16 -> bf16, float16 -> fp16, float32 -> fp32), else fp32. Decided
-    once here, so the planner's job and every rank train in the same one."""
+def _with_default_precision(spec: RunSpec) -> tuple[RunSpec, str]:
+    """``spec`` with its precision decided, and why: as given, else the model's config.json
+    ``torch_dtype`` (bfloat16 -> bf16, float16 -> fp16, float32 -> fp32), else fp32, on CPU
+    worker types as on GPUs. Decided once here, so the planner's job and every rank train in
+    the same one."""
     if spec.precision is not None:
-        return spec
-    return dataclasses.replace(spec, precision=default_dtype(spec.model)[0])
+        return spec, "given by --precision (or --config)"
+    dtype, reason = default_dtype(spec.model)
+    return dataclasses.replace(spec, precision=dtype), f"the default: {reason}"
 
 
 def _engine_options(spec: RunSpec):
@@ -187,12 +189,17 @@ def run(
 ) -> None:
     """Train a model end to end: planner server, controller and worker agents. The run's
     settings (model, batch, options, steps, recipe, seed) are RunSpec's flags, or a --config
-    TOML file of the same names."""
+    TOML file of the same names.
+
+    Precision: --precision, else the model config.json's torch_dtype, else fp32, the same
+    default as sailor-sim and sailor-planner, on CPU worker types too (bf16 and fp16 run as
+    autocast on CPU ranks; give --precision fp32 to train them in full precision). The summary
+    says which precision it trained in and why."""
     from .run.local import LocalRunConfig, run_local
     from .run.summary import render
 
     _logging(verbose)
-    spec = _with_default_precision(spec)
+    spec, precision_reason = _with_default_precision(spec)
     if not local:
         _fail(SailorRuntimeError(
             "only --local is built in; for several machines start `sailor controller` and "
@@ -286,6 +293,7 @@ def run(
         training=training,
         profile=profile,
         on_save_error=on_save_error,
+        precision_reason=precision_reason,
     )
     typer.echo(f"run folder: {run_dir}", err=True)
     if availability is not None:
@@ -397,7 +405,9 @@ def controller(
 
     _logging(verbose)
     token = resolve_token(token)
-    spec = _with_default_precision(spec)
+    spec, precision_reason = _with_default_precision(spec)
+    logging.getLogger("sailor.controller").info("precision %s: %s", spec.precision,
+                                                precision_reason)  # fmt: skip
     seq_len = spec.seq_len or CONTROLLER_DEFAULTS["seq_len"]
     try:
         cli_checks.check_controller(

@@ -78,6 +78,8 @@ class LocalRunConfig(RunViews):
     """An external planner server; "" = start one as a child process."""
     warm: bool = True
     """Agents fork ranks from a zygote with torch imported (fast restarts, agent.zygote)."""
+    precision_reason: str = ""
+    """Why the run trains in ``run.precision`` (the summary says it); "" = not given."""
     training: dict = field(default_factory=dict)
     """The data of every rank (``run.recipeopts.training_json``); {} = the generated corpus."""
 
@@ -338,6 +340,7 @@ class LocalRun:
             metrics=metrics,
             message=message,
             options=self.options,
+            precision=self.precision_line(),
             why=self.why,
             rank_memory=self._rank_memory(),
             reruns=rerun_lines(metrics, {r.generation: r.plan_json for r in c.reconfigurations}),
@@ -431,6 +434,11 @@ class LocalRun:
             self.cfg.workers,
         )
         return Simulator.from_profile_dir(folder).estimate(self.job, plan).iteration_time_s
+
+    def precision_line(self) -> str:
+        """The precision the ranks trained in, and why (the job's dtype: what every rank ran)."""
+        why = self.cfg.precision_reason or "no precision given: fp32"
+        return f"{self.job.dtype}: {why}"
 
     def close(self, wait_s: float = 10.0) -> None:
         """Stop everything this run started; agents get ``wait_s`` to exit on their own once

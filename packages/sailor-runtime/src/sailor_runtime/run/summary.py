@@ -40,6 +40,8 @@ class RunSummary:
     message: str = ""
     options: str = ""
     """The engine's execution options (precision, recompute, attention, ZeRO)."""
+    precision: str = ""
+    """The precision the ranks trained in, and why (given, or the model's torch_dtype)."""
     why: list[str] = field(default_factory=list)
     """Why the planner chose the plan (``run.report``)."""
     rank_memory: list[dict] = field(default_factory=list)
@@ -152,6 +154,8 @@ def render(s: RunSummary) -> str:
             f"re-simulated after the run with the measured CPU stretch {s.cpu_slowdown:.2f} "
             "(ranks' run-queue wait); not a prediction"
         )
+    if s.precision:
+        lines.append(f"  precision       {s.precision}")
     if s.options:
         lines.append(f"  options         {s.options}")
     lines += s.why
