@@ -82,3 +82,25 @@ def test_gpu_workers_profile_tp1_alone():
         args = compute_args(job, Path("out"), gpu, "H200" if gpu else "CPU")
         assert args[args.index("--tp") + 1] == tps
         assert args[args.index("--device") + 1] == ("cuda" if gpu else "cpu")
+
+
+def test_the_profile_measures_only_shapes_a_plan_can_use():
+    """A microbatch holds at most the global batch, and a ``cpu-Nt`` node is one device (TP 1,
+    as the planner's tp_degrees limit says): the Shakespeare run (gbs 8, one cpu-2t worker)
+    profiled microbatches 1-16 at TP 1 and 2, three times the work its plans could use."""
+    from pathlib import Path
+
+    from sailor_runtime.run.profile import compute_args
+    from sailor_sim import get_gpu
+    from sailor_sim.spec.job import Job
+
+    for gbs, label, mbs, tps in (
+        (8, "cpu-2t", "1,2,4,8", "1"),
+        (16, "cpu-1t", "1,2,4,8,16", "1"),
+        (4, "CPU", "1,2,4", "1,2"),  # the legacy type's nodes hold 8 devices
+        (1, "CPU", "1", "1,2"),
+    ):
+        job = Job.create("tiny-gpt", gbs, 64)
+        args = compute_args(job, Path("out"), False, label)
+        assert (args[args.index("--mbs") + 1], args[args.index("--tp") + 1]) == (mbs, tps)
+        assert max(map(int, tps.split(","))) <= get_gpu(label).gpus_per_node

@@ -41,11 +41,16 @@ import sys
 import time
 from pathlib import Path
 
+from sailor_sim import get_gpu
+
 from ..agent.cputypes import CpuWorkerType, cpu_worker_type, usable_cpus
 from ..engine.backend import is_cpu_type
 from ..errors import SailorRuntimeError
 
-MICROBATCH_SIZES = "1,2,4,8,16"
+MICROBATCH_SIZES = (1, 2, 4, 8, 16)
+CPU_TP_DEGREES = (1, 2)
+"""TP degrees measured for a CPU type whose nodes hold several devices (gloo ranks of one
+machine); a type of one device per node (``cpu-Nt``) or a GPU worker's one GPU gets TP 1."""
 
 
 def _profiler(*args: str) -> list[str]:
@@ -75,15 +80,28 @@ def measure_compute(run_dir: Path, job, gpu_type: str) -> dict:
 
 
 def compute_args(job, out: Path, gpu: bool, label: str) -> list[str]:
-    """``sailor-profiler compute``'s arguments. TP 1 and 2 for CPU workers (gloo ranks of one
-    machine); TP 1 alone on GPUs: a GPU worker of ``sailor run --local`` holds one GPU, and
-    TP 2 cannot be measured on a one-GPU machine (it failed the first run on an H200)."""
+    """``sailor-profiler compute``'s arguments: the microbatch sizes and TP degrees a plan of
+    ``job`` can use on ``label`` (``profiled_shapes``)."""
+    mbs, tps = profiled_shapes(job, gpu, label)
     return [
         "--model", job.model.name, "--out", str(out), "--device", "cuda" if gpu else "cpu",
-        "--dtype", job.dtype, "--mbs", MICROBATCH_SIZES, "--tp", "1" if gpu else "1,2",
-        "--seq", str(job.sequence_length), "--blocks", "1", "--warmup", "1", "--reps", "5",
-        "--optimizer", job.optimizer, "--gpu-type", label, "--no-plot", "--json",
+        "--dtype", job.dtype, "--mbs", ",".join(map(str, mbs)),
+        "--tp", ",".join(map(str, tps)), "--seq", str(job.sequence_length), "--blocks", "1",
+        "--warmup", "1", "--reps", "5", "--optimizer", job.optimizer, "--gpu-type", label,
+        "--no-plot", "--json",
     ]  # fmt: skip
+
+
+def profiled_shapes(job, gpu: bool, label: str) -> tuple[list[int], list[int]]:
+    """(microbatch sizes, TP degrees) worth measuring. A microbatch holds at most the global
+    batch, and TP spans the devices of one node (the planner's ``tp_degrees`` limit): a GPU
+    worker of ``sailor run --local`` holds one GPU (TP 2 failed the first run on a one-GPU
+    H200), a ``cpu-Nt`` node one device. Sizes no plan can use were measured for nothing: the
+    largest microbatch is as long as all the smaller ones together, and a TP 2 sweep starts a
+    gloo group (the Shakespeare run, gbs 8 on one cpu-2t worker, profiled 1-16 x TP 1-2)."""
+    mbs = [m for m in MICROBATCH_SIZES if m <= job.global_batch_size] or [1]
+    per_node = 1 if gpu else get_gpu(label).gpus_per_node
+    return mbs, [t for t in CPU_TP_DEGREES if t <= per_node]
 
 
 def measure(run_dir: Path, job, ranks: int = 2, gpu_type: str = "CPU") -> tuple[dict, dict]:
