@@ -199,11 +199,16 @@ def test_signals_to_agents_and_to_sailor_run_leave_nothing_behind(tmp_path, to_a
         if to_run == signal.SIGTERM:  # stopped, not killed: nothing trained goes unrecorded
             assert_metrics_reach(latest_checkpoint_step(checkpoints), tmp_path / "run")
     finally:
-        try:
-            os.killpg(run.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        run.wait()
+        kill_session(run)
+
+
+def kill_session(run: subprocess.Popen) -> None:
+    """Whatever of the run's session is left (a test that failed midway), then reap it."""
+    try:
+        os.killpg(run.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    run.wait()
 
 
 def generation_of(run_dir: Path) -> int:
@@ -252,8 +257,4 @@ def test_a_stop_starts_no_generation_and_leaves_the_checkpoints(tmp_path, kill_f
         moved = f"generation {generation} -> {generation_of(run_dir)} after the stop"
         assert generation_of(run_dir) == generation, moved + logs_of(tmp_path)
     finally:
-        try:
-            os.killpg(run.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        run.wait()
+        kill_session(run)

@@ -130,29 +130,12 @@ class _ReduceFromTP(torch.autograd.Function):
         return grad, None
 
 
-class _SumOverTP(torch.autograd.Function):
-    """All-reduce forward and backward: a sum over the TP ranks that each rank then uses on
-    its own share of the work (not replicated after it, unlike ``g``), so the gradient of
-    each rank's input is the sum of what every rank's share sends back."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        out = x.contiguous().clone()
-        dist.all_reduce(out, group=group)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
-
-
 def sum_over_tp(x: torch.Tensor, group) -> torch.Tensor:
-    """``x`` summed over the TP ``group`` for use on every rank's own heads (``_SumOverTP``);
-    ``x`` itself without a group (the profiler's one-rank shard)."""
-    return _SumOverTP.apply(x, group) if _active(group) else x
+    """``x`` summed over the TP ``group`` for each rank to use on its own share of the work
+    (its heads): all-reduce forward, and backward too, since that use is not replicated after
+    it (unlike ``g``'s): each rank's input gradient is the sum of what every rank's share sends
+    back. ``f`` then ``g``; ``x`` itself without a group (the profiler's one-rank shard)."""
+    return reduce_from_tp(copy_to_tp(x, group), group)
 
 
 def copy_to_tp(x: torch.Tensor, group) -> torch.Tensor:
