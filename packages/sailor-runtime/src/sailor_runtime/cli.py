@@ -406,8 +406,6 @@ def controller(
     _logging(verbose)
     token = resolve_token(token)
     spec, precision_reason = _with_default_precision(spec)
-    logging.getLogger("sailor.controller").info("precision %s: %s", spec.precision,
-                                                precision_reason)  # fmt: skip
     seq_len = spec.seq_len or CONTROLLER_DEFAULTS["seq_len"]
     try:
         cli_checks.check_controller(
@@ -454,6 +452,9 @@ def controller(
     c.start()
     _write_port_file(port_file, bound)
     typer.echo(f"controller listening on {host}:{bound}", err=True)
+    # once every check passed: a refused start stays one line on stderr
+    logging.getLogger("sailor.controller").info("precision %s: %s", spec.precision,
+                                                precision_reason)  # fmt: skip
     stop = threading.Event()
     stopped_with = inputs.SIGTERM_EXIT  # what a signal that stops it exits with
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
