@@ -135,10 +135,14 @@ class Search:
         self._p2p: dict[tuple, float] = {}
         self._max_d: dict[tuple, list[int]] = {}
         self._gpus_in: dict[tuple, int] = {}
+        self._most: dict[tuple, int] = {}
+        """(depth, GPU types, a type) -> ``_most_gpus``."""
         self._placed: dict[tuple, tuple | None] = {}
+        """(classes' GPU types and TPs, zones per stage, counts, stage-major) -> ``place``."""
         self._layouts_of: dict[tuple, list] = {}
         """(depth, GPU types of a shape's classes) -> ``_layouts``."""
-        """(classes' GPU types and TPs, zones per stage, counts, stage-major) -> ``place``."""
+        self._crossings: dict[tuple, list] = {}
+        """(depth, GPU types) -> ``_crossing_points``."""
         self._virtual = self.job.options.virtual_stages
 
     # ---- driver ----------------------------------------------------------------------------
@@ -712,10 +716,9 @@ class Search:
             lbs.append(self._class_base(shape, c)[:3])
         # Per class, at most the GPUs of the type in a layout's region groups over one
         # pipeline's GPUs (each layout's node has its own, ``_max_pipelines``, no more).
-        spans = {frozenset(layout) for layout in layouts}
         step, caps = self.scorer.step(shape.depth), []
         for cls in shape.classes:
-            most = max(sum(self._region_gpus(cls.gpu, grp) for grp in span) for span in spans)
+            most = self._most_gpus(shape, cls.gpu, layouts)
             caps.append(min(most // cls.gpus, self.job.sample_slots // (cls.mbs * step)))
         if not all(caps):
             return None  # a class with no pipeline anywhere: the per-layout path prunes it
@@ -740,29 +743,56 @@ class Search:
             opt /= max(1, sum(caps))
         return 1.0 / (max(gbs / rate + least_f, longest) + ring + opt)
 
+    def _most_gpus(self, shape: Shape, g: str, layouts) -> int:
+        """The most GPUs of type ``g`` the region groups of one of ``layouts`` hold (cached
+        per depth and GPU types, which the layouts follow from)."""
+        key = (shape.depth, tuple(c.gpu for c in shape.classes), g)
+        hit = self._most.get(key)
+        if hit is None:
+            spans = {frozenset(layout) for layout in layouts}
+            hit = self._most[key] = max(
+                sum(self._region_gpus(g, grp) for grp in span) for span in spans
+            )
+        return hit
+
     def _crossings_slow(self, shape: Shape, cls: ClassShape, layouts) -> bool:
         """Whether every region crossing of ``layouts`` (those of ``shape``) adds >= 0 to both
         stages at it (``_cross_extra``, measured against the fastest p2p of the type); cached:
         a shape's layouts follow from its depth and GPU types."""
-        key = (cls, tuple(c.gpu for c in shape.classes))
+        gpus = tuple(c.gpu for c in shape.classes)
+        key = (cls, gpus)
         hit = self._slow.get(key)
         if hit is None:
-            hit = self._slow[key] = self._crossings_slow_uncached(cls, layouts)
+            points = self._crossing_points(shape.depth, gpus, layouts)
+            hit = self._slow[key] = self._crossings_slow_uncached(cls, points)
         return hit
 
-    def _crossings_slow_uncached(self, cls: ClassShape, layouts) -> bool:
+    def _crossing_points(self, p: int, gpus: tuple, layouts) -> list[tuple]:
+        """(boundary q, region group before, after) of every crossing in ``layouts``, each
+        once (cached per depth and GPU types, as ``_layouts``): a class's check then reads
+        these few instead of walking every stage of every layout (the 4096-GPU case's
+        shapes have up to 33 layouts of 16 stages)."""
+        hit = self._crossings.get((p, gpus))
+        if hit is None:
+            points = {
+                (q, layout[q - 1], layout[q])
+                for layout in layouts
+                for q in range(1, len(layout))
+                if layout[q] != layout[q - 1]
+            }
+            hit = self._crossings[(p, gpus)] = sorted(points, key=lambda x: x[0])
+        return hit
+
+    def _crossings_slow_uncached(self, cls: ClassShape, points) -> bool:
         checked = set()  # what a crossing adds depends on its TP pair and regions only
-        for layout in layouts:
-            for q in range(1, len(layout)):
-                if layout[q] == layout[q - 1]:
-                    continue
-                crossing = (cls.tps[q - 1 : q + 1], layout[q - 1], layout[q])
-                if crossing in checked:
-                    continue
-                checked.add(crossing)
-                extra = self._cross_extra(cls, q, layout[q - 1], layout[q])
-                if extra[0] < 0 or extra[1] < 0:
-                    return False
+        for q, src, dst in points:
+            crossing = (cls.tps[q - 1 : q + 1], src, dst)
+            if crossing in checked:
+                continue
+            checked.add(crossing)
+            extra = self._cross_extra(cls, q, src, dst)
+            if extra[0] < 0 or extra[1] < 0:
+                return False
         return True
 
     def _class_base(self, shape: Shape, c: int) -> tuple:
