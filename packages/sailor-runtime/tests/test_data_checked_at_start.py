@@ -71,11 +71,13 @@ def test_a_manifest_of_the_wrong_shape_is_one_line(prepared, tmp_path, edit, wor
 
 def test_a_missing_or_truncated_shard_is_refused_before_the_run(prepared, tmp_path):
     folder = _copy(prepared, tmp_path)
-    (folder / "val-00000.bin").unlink()
-    _one_line(_run(folder), "val-00000.bin is missing", "prepare the folder again")
-    with open(folder / "train-00000.bin", "r+b") as f:
+    splits = json.loads((folder / "manifest.json").read_text())["splits"]
+    val, train = splits["val"][0]["file"], splits["train"][0]["file"]
+    (folder / val).unlink()
+    _one_line(_run(folder), f"{val} is missing", "prepare the folder again")
+    with open(folder / train, "r+b") as f:
         f.truncate(10)
-    _one_line(_run(folder), "train-00000.bin holds 10 bytes")
+    _one_line(_run(folder), f"{train} holds 10 bytes")
 
 
 def test_a_split_shorter_than_one_sample_is_refused_before_the_run(prepared, tmp_path):

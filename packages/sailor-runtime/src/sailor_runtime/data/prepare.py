@@ -2,11 +2,16 @@
 
 Layout of the output folder (the nanoGPT / Megatron convention)::
 
-    tokenizer.json          the tokenizer the tokens come from (copied or trained)
-    train-00000.bin ...     flat little-endian uint16 (vocabulary <= 65536) or uint32 token ids
-    val-00000.bin ...
-    manifest.json           written last: dtype, vocabulary, EOS id, per shard its token count
-                            and SHA-256, per source file its size and SHA-256
+    manifest.json                  dtype, vocabulary, EOS id, the tokenizer's file and SHA-256,
+                                   per shard its file, token count and SHA-256, per source file
+                                   its size and SHA-256; replaced last, in one rename
+    train-00000-<sha12>.bin ...    flat little-endian uint16 (vocabulary <= 65536) or uint32
+    val-00000-<sha12>.bin ...      token ids; <sha12> starts the file's SHA-256
+    tokenizer-<sha12>.json         the tokenizer the tokens come from (copied or trained)
+    tokenizer.json                 the same tokenizer under its usual name (for --tokenizer)
+
+The manifest is the folder's dataset: files it does not name are the leftovers of an earlier
+or interrupted run, removed by the next completed one.
 
 Documents are concatenated in file order, each followed by EOS. The last ``val_fraction`` of
 the stream is the validation split (the tail, so no training window overlaps it).
@@ -17,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,7 @@ import numpy as np
 
 from sailor_sim import inputs
 
+from ..durable import durable_write
 from . import DataError
 from .sources import documents, source_files
 from .tokenizer import check_bpe_vocab, eos_id, load_tokenizer, train_byte_bpe
@@ -75,15 +82,23 @@ def sha256_file(path: Path) -> str:
 
 
 def prepare(cfg: PrepareConfig) -> dict:
-    """Write the shards and the manifest; returns the manifest."""
+    """Write the shards and the manifest; returns the manifest.
+
+    Preparing a folder again is one transaction: the new tokenizer and shards go to new files
+    beside the old ones (their names carry their SHA-256), then manifest.json is replaced in
+    one rename. Until that rename the folder is its old dataset, whole; a run stopped before
+    it (Ctrl-C, SIGTERM, a full disk) removes what it wrote, and one killed leaves files that
+    no manifest names, which the next completed run removes, as it removes the old dataset's
+    files once the new manifest is in place."""
     cfg.check()
     files = source_files(list(cfg.inputs), cfg.out_dir)
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    # Everything that can fail on the inputs runs before the folder changes: a rerun over a
-    # prepared folder that stops on a bad file keeps the folder as it was (it lost its
-    # manifest and tokenizer.json, and with them the data).
-    new_tokenizer = cfg.out_dir / (TOKENIZER + ".tmp")
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    kept = _named_files(out)  # the dataset the folder holds now: never touched before the switch
+    written: list[Path] = []  # what this run wrote, removed again if it stops before the switch
     try:
+        new_tokenizer = out / (TOKENIZER + ".tmp")
+        written.append(new_tokenizer)
         tok = _tokenizer(cfg, files, new_tokenizer)
         eos = eos_id(tok)
         vocab = tok.get_vocab_size()
@@ -92,30 +107,92 @@ def prepare(cfg: PrepareConfig) -> dict:
         n_val = max(1, int(len(stream) * cfg.val_fraction))
         if len(stream) - n_val < 2:
             raise DataError(f"{len(stream)} tokens are too few to split", field="inputs")
+        tok_sha = sha256_file(new_tokenizer)
+        tok_file = out / f"tokenizer-{tok_sha[:HASH_CHARS]}.json"
+        _fsync(new_tokenizer)
+        written.append(tok_file)
+        os.replace(new_tokenizer, tok_file)
+        manifest = {
+            "format": FORMAT,
+            "dtype": np.dtype(dtype).name,
+            "vocab_size": vocab,
+            "eos_id": eos,
+            "tokenizer": {"file": tok_file.name, "sha256": tok_sha},
+            "sources": [
+                {"path": str(f), "bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in files
+            ],
+            "val_fraction": cfg.val_fraction,
+            "splits": {
+                "train": _write_shards(stream[:-n_val], "train", cfg, written),
+                "val": _write_shards(stream[-n_val:], "val", cfg, written),
+            },
+        }
+        _fsync(out)  # the new files' names are on disk before the manifest naming them
+        written.append(out / (MANIFEST + ".tmp"))
+        durable_write(out / MANIFEST, json.dumps(manifest, indent=1).encode(), written[-1])
+        _fsync(out)
     except BaseException:
-        new_tokenizer.unlink(missing_ok=True)
+        for path in written:
+            if path.name not in kept:  # a shard of the same bytes keeps its name and its place
+                path.unlink(missing_ok=True)
         raise
-    (cfg.out_dir / MANIFEST).unlink(missing_ok=True)  # a half-rewritten folder has no manifest
-    os.replace(new_tokenizer, cfg.out_dir / TOKENIZER)
-    manifest = {
-        "format": FORMAT,
-        "dtype": np.dtype(dtype).name,
-        "vocab_size": vocab,
-        "eos_id": eos,
-        "tokenizer": {"file": TOKENIZER, "sha256": sha256_file(cfg.out_dir / TOKENIZER)},
-        "sources": [
-            {"path": str(f), "bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in files
-        ],  # fmt: skip
-        "val_fraction": cfg.val_fraction,
-        "splits": {
-            "train": _write_shards(stream[:-n_val], "train", cfg),
-            "val": _write_shards(stream[-n_val:], "val", cfg),
-        },
-    }
-    tmp = cfg.out_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, cfg.out_dir / MANIFEST)
+    _alias_tokenizer(tok_file, out / TOKENIZER)
+    _remove_unnamed(out, _names(manifest))
     return manifest
+
+
+HASH_CHARS = 12
+"""Hex digits of a file's SHA-256 in its name: a shard or tokenizer of other bytes is another
+file, so a rerun never writes over a file the current manifest names."""
+_OURS = re.compile(
+    rf"((train|val)-\d{{5}}(-[0-9a-f]{{{HASH_CHARS}}})?\.bin"
+    rf"|tokenizer-[0-9a-f]{{{HASH_CHARS}}}\.json)(\.tmp)?"
+    r"|(tokenizer|manifest)\.json\.tmp"
+)
+"""The files ``prepare`` writes that a completed run removes when the manifest does not name
+them (the shards of an older dataset, or of a killed run, and its temporary files; names
+without the SHA-256 are the shards of earlier versions)."""
+
+
+def _named_files(folder: Path) -> set[str]:
+    """The files the folder's manifest names (itself included), or none without a manifest."""
+    try:
+        return _names(json.loads((folder / MANIFEST).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return set()
+
+
+def _names(manifest: dict) -> set[str]:
+    named = [MANIFEST, manifest["tokenizer"]["file"]]
+    named += [shard["file"] for split in manifest["splits"].values() for shard in split]
+    return {name for name in named if isinstance(name, str)}
+
+
+def _remove_unnamed(folder: Path, named: set[str]) -> None:
+    for path in folder.iterdir():
+        if path.name not in named and _OURS.fullmatch(path.name) and path.is_file():
+            path.unlink(missing_ok=True)
+
+
+def _alias_tokenizer(source: Path, alias: Path) -> None:
+    """``tokenizer.json``: the manifest's tokenizer under the name ``--tokenizer`` users give
+    (a hard link, a copy where the filesystem has none), replaced in one rename."""
+    tmp = alias.with_name(alias.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, alias)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's bytes, or a folder's names, to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _tokenizer(cfg: PrepareConfig, files: list[Path], target: Path):
@@ -139,15 +216,19 @@ def _token_stream(files, tok, eos: int, text_field: str, dtype) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def _write_shards(tokens: np.ndarray, split: str, cfg: PrepareConfig) -> list[dict]:
+def _write_shards(
+    tokens: np.ndarray, split: str, cfg: PrepareConfig, written: list[Path]
+) -> list[dict]:
     shards = []
     for index, start in enumerate(range(0, len(tokens), cfg.shard_tokens)):
         chunk = tokens[start : start + cfg.shard_tokens]
-        path = cfg.out_dir / f"{split}-{index:05d}.bin"
-        # written beside and renamed over: a run training on this folder maps the old file,
-        # which must keep its bytes (rewritten in place, a shorter shard killed it: SIGBUS)
+        data = chunk.astype(chunk.dtype.newbyteorder("<"), copy=False).tobytes()
+        digest = hashlib.sha256(data).hexdigest()
+        path = cfg.out_dir / f"{split}-{index:05d}-{digest[:HASH_CHARS]}.bin"
+        # A new file (a new inode) under a new name: a run training on this folder maps the old
+        # shards, which keep their bytes (rewritten in place, a shorter shard killed it: SIGBUS).
         tmp = path.with_name(path.name + ".tmp")
-        chunk.astype(chunk.dtype.newbyteorder("<"), copy=False).tofile(tmp)
-        os.replace(tmp, path)
-        shards.append({"file": path.name, "tokens": int(len(chunk)), "sha256": sha256_file(path)})
+        written += [tmp, path]
+        durable_write(path, data, tmp)
+        shards.append({"file": path.name, "tokens": int(len(chunk)), "sha256": digest})
     return shards
