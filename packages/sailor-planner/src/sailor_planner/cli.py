@@ -170,7 +170,12 @@ def plan(
 @app.command()
 def serve(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="0 picks a free port (printed).")] = 0,
+    port: Annotated[
+        int, typer.Option("--port", help="0 picks a free port (printed; see --port-file).")
+    ] = 0,
+    port_file: Annotated[
+        Path | None, typer.Option("--port-file", help=inputs.PORT_FILE_HELP)
+    ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Searches at once (rest queue).")] = 2,
     token: Annotated[
         str | None, typer.Option("--token", help="Shared token; required beyond loopback.")
@@ -192,8 +197,9 @@ def serve(
     from .service.server import serve as run
 
     try:
+        inputs.claim_port_file(port_file)  # now: a bad path starts nothing
         access = Access(resolve_token(token), tls_cert, tls_key)
-        signum = run(host, port, workers, access, DataRoots.of(data_root))
+        signum = run(host, port, workers, access, DataRoots.of(data_root), port_file)
     except (SailorPlannerError, SailorSimError, OSError) as exc:
         fail(exc)
     raise typer.Exit(128 + signum)  # stopped by SIGINT (130) or SIGTERM (143), drained

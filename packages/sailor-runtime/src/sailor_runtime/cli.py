@@ -30,7 +30,6 @@ from sailor_sim import (
 
 from . import cli_checks
 from .datacli import data_app
-from .durable import durable_write
 from .errors import SailorRuntimeError
 
 # The help is the docstring's first paragraph: the rest is the Python API, not the CLI's.
@@ -316,28 +315,6 @@ def run(
         raise typer.Exit(1)
 
 
-PORT_FILE_HELP = (
-    "Write the bound port here (the chosen one with --port 0), atomically, once it serves; "
-    "a file left by an earlier run is removed at start."
-)
-
-
-def _claim_port_file(path: Path | None) -> None:
-    """Check ``path`` can be written and remove a stale one now: a script that waits for the
-    file (``until [ -s port ]``) must not read the port of an earlier run."""
-    if path is None:
-        return
-    inputs.output_file(path, "--port-file")
-    path.unlink(missing_ok=True)
-
-
-def _write_port_file(path: Path | None, port: int) -> None:
-    """Write ``port`` to ``path`` atomically (renamed into place: a reader never sees an empty
-    or partial file)."""
-    if path is not None:
-        durable_write(path, f"{port}\n".encode(), path.with_name(f".{path.name}.part"))
-
-
 def controller(
     spec: RunSpec,
     planner: str = typer.Option(..., help="HOST:PORT of the planner server."),
@@ -349,7 +326,7 @@ def controller(
         "127.0.0.1", help="Address the controller and its rendezvous store listen on."
     ),
     port: int = typer.Option(0, help="Port (0 = any free one; see --port-file)."),
-    port_file: Annotated[Path | None, typer.Option(help=PORT_FILE_HELP)] = None,
+    port_file: Annotated[Path | None, typer.Option(help=inputs.PORT_FILE_HELP)] = None,
     store_port: int = typer.Option(0, help="Rendezvous store port (0 = any free one)."),
     advertise_host: str = typer.Option(
         "",
@@ -417,7 +394,7 @@ def controller(
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
         _optional_hosts(advertise_host=advertise_host, tls_server_name=tls_server_name)
-        _claim_port_file(port_file)  # now, not after the server started
+        inputs.claim_port_file(port_file)  # now, not after the server started
         if backend not in ("auto", "gloo", "nccl"):
             raise SailorRuntimeError(f"{backend!r}: use auto, gloo or nccl", field="--backend")
         inputs.port(store_port, "--store-port")
@@ -450,7 +427,7 @@ def controller(
         _fail(exc)
     server.start()
     c.start()
-    _write_port_file(port_file, bound)
+    inputs.write_port_file(port_file, bound)
     typer.echo(f"controller listening on {host}:{bound}", err=True)
     # once every check passed: a refused start stays one line on stderr
     logging.getLogger("sailor.controller").info("precision %s: %s", spec.precision,
@@ -526,7 +503,7 @@ def worker(
     zone: str = typer.Option("local", help="Zone of this node."),
     host: str = typer.Option("127.0.0.1", help="Address the agent listens on."),
     port: int = typer.Option(0, help="Port the agent listens on (0 = any free one)."),
-    port_file: Annotated[Path | None, typer.Option(help=PORT_FILE_HELP)] = None,
+    port_file: Annotated[Path | None, typer.Option(help=inputs.PORT_FILE_HELP)] = None,
     advertise_host: str = typer.Option(
         "",
         help="Where the controller dials this agent (default --host; with --host 0.0.0.0 the "
@@ -581,7 +558,7 @@ def worker(
         inputs.port(port, "--port")
         _optional_hosts(advertise_host=advertise_host, tls_server_name=tls_server_name)
         inputs.output_folder(workdir, "--workdir")  # now, not after the agent registered
-        _claim_port_file(port_file)
+        inputs.claim_port_file(port_file)
         tls = _tls_files(tls_cert, tls_key, tls_ca, tls_server_name)
         node = node_gpus(gpu_type, gpus, zone)
         agent = WorkerAgent(
@@ -591,7 +568,7 @@ def worker(
             first_core=first_core,
         )  # fmt: skip
         agent.start()
-        _write_port_file(port_file, agent.port)
+        inputs.write_port_file(port_file, agent.port)
     except ControllerUnreachableError as exc:  # its whole grace period without the controller
         agent.close()
         typer.echo(f"error: {exc}", err=True)

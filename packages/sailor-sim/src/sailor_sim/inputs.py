@@ -305,6 +305,38 @@ def output_folder(path: str | os.PathLike, field: str) -> Path:
     return p
 
 
+PORT_FILE_HELP = (
+    "Write the bound port here (the chosen one with --port 0), atomically, once it serves; "
+    "a file left by an earlier run is removed at start."
+)
+"""--port-file of every Sailor server (`sailor controller`, `sailor worker`,
+`sailor-planner serve`): a script learns an ephemeral port without parsing the log."""
+
+
+def claim_port_file(path: str | os.PathLike | None, field: str = "--port-file") -> None:
+    """Check ``path`` can be written and remove a stale one now, before the server starts: a
+    script that waits for the file (``until [ -s port ]``) must not read the port of an
+    earlier run, and a path that cannot be written is refused before anything listens."""
+    if path is None:
+        return
+    output_file(path, field).unlink(missing_ok=True)
+
+
+def write_port_file(path: str | os.PathLike | None, port: int) -> None:
+    """Write ``port`` to ``path`` once the server listens, atomically and durably (a hidden
+    temporary file beside it, fsynced, renamed into place: a reader never sees an empty or
+    partial file)."""
+    if path is None:
+        return
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.part")
+    with open(tmp, "w") as fh:
+        fh.write(f"{port}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+
+
 # ---- plan files next to flags -----------------------------------------------------------------
 def refuse_overrides(given: Mapping[str, Any], source: str) -> None:
     """Flags that a file already fixes are an error, not silently ignored."""

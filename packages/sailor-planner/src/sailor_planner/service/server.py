@@ -17,6 +17,7 @@ import logging
 import signal
 import threading
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -295,10 +296,12 @@ def serve(
     max_workers: int = 2,
     access: Access | None = None,
     roots: DataRoots | None = None,
+    port_file: Path | None = None,
 ) -> int:
     """Run the planner server until SIGINT or SIGTERM; returns that signal's number once the
     server has stopped (the command exits 128 + it, as every Sailor command stopped by a
-    signal does: ``inputs.SIGTERM_EXIT``)."""
+    signal does: ``inputs.SIGTERM_EXIT``). ``port_file`` gets the bound port once it serves
+    (``inputs.write_port_file``; the caller claimed it with ``inputs.claim_port_file``)."""
     access = access or Access()
     # One host check for every Sailor server: a bare IPv6 address gets its brackets ('::1' was
     # sent to gRPC as '::1:0', one address on port 443: a C-core log line and 'cannot bind'),
@@ -309,6 +312,7 @@ def serve(
     check_bind(host, access)
     server, bound = create_server(f"{host}:{port}", max_workers, access=access, roots=roots)
     scheme = "TLS" if access.tls_cert else "plaintext"
+    inputs.write_port_file(port_file, bound)
     print(f"sailor-planner serving {SERVICE_NAME} on {host}:{bound} ({scheme})", flush=True)
     stop = threading.Event()
     received: list[int] = []
