@@ -50,9 +50,10 @@ def test_total_work_is_conserved_and_attention_sees_every_key():
     assert times[1] == pytest.approx(times[0], rel=0.01)
     assert times[2] == pytest.approx(times[0], rel=0.01)
     model = job().model
-    # the cp ranks together do the attention of the whole sequence once
-    whole = model.attention_core_flops(1, 65536)
-    local = model.attention_core_flops(1, 65536 // 4) + attention_extra_flops(model, 1, 65536, 1, 4)
+    # the cp ranks together do the (causal) attention of the whole sequence once
+    whole = model.causal_attention_flops(1, 65536)
+    extra = attention_extra_flops(model, 1, 65536, 1, 4)
+    local = model.causal_attention_flops(1, 65536 // 4) + extra
     assert 4 * local == pytest.approx(whole)
 
 

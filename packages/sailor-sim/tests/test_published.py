@@ -115,15 +115,21 @@ def test_calibration_applies_to_its_family_and_dtype_only() -> None:
         before_v100 = analytic.layer_times(model, 1, v100, "fp16", 4, 2048, 1)
         analytic.set_calibration({("ampere", "bf16"): analytic.MatmulEfficiency(0.9, 1.0, "t")})
         fwd, bwd = analytic.layer_times(model, 1, a100, "bf16", 4, 2048, 1)
-        flops = model.forward_flops(1, 4, 2048, 1)
-        # matmuls at the fitted efficiency, then the elementwise kernels at the memory bandwidth
+        core = model.attention_core_flops(4, 2048, 1)
+        gemms = model.forward_flops(1, 4, 2048, 1) - core
+        # 16 x 16 tiles of 128 tokens, the 136 at or below the diagonal computed
+        causal = core * 136 / 256
+        assert model.causal_attention_flops(4, 2048, 1) == pytest.approx(causal)
+        # GEMMs at the fitted efficiency, the causal attention core at flash's published
+        # efficiency (Ampere: 0.50), then the elementwise kernels at the memory bandwidth
+        matmuls = gemms / (312e12 * 0.9) + causal / (312e12 * 0.50)
         moved = analytic.elementwise_bytes(model, 1, 4, 2048, 1, 2)
         bandwidth = a100.memory_bandwidth * analytic.MEMORY_EFFICIENCY
         # MPT block per token: 2 norms (4h), 2 residual adds (6h), GELU (2 ffn), bf16
         assert moved == 4 * 2048 * (10 * 4096 + 2 * 16384) * 2
         overhead = analytic.KERNEL_OVERHEAD_S
-        assert fwd == pytest.approx(flops / (312e12 * 0.9) + moved / bandwidth + overhead)
-        assert bwd == pytest.approx(2 * flops / (312e12 * 0.9) + 2 * moved / bandwidth + overhead)
+        assert fwd == pytest.approx(matmuls + moved / bandwidth + overhead)
+        assert bwd == pytest.approx(2 * matmuls + 2 * moved / bandwidth + overhead)
         assert fwd < before_bf16[0]
         assert analytic.layer_times(model, 1, a100, "fp32", 4, 2048, 1) == before_fp32
         assert analytic.layer_times(model, 1, v100, "fp16", 4, 2048, 1) == before_v100

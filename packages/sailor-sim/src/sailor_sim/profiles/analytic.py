@@ -357,14 +357,23 @@ def score_matrix_s(model: ModelSpec, gpu: GPUType, dtype: str, mbs: int, seq: in
     """(forward s, backward s) one block of attention without flash spends moving its
     materialized score matrix through memory, at ``MEMORY_EFFICIENCY`` of the bandwidth: memory
     bound, and absent from matmul FLOP counts, so it is what makes such attention slower than
-    flash at long sequences (it grows with s^2 while the block's matmuls grow with s)."""
+    flash at long sequences (it grows with s^2 while the block's matmuls grow with s); plus,
+    where the layer times hold a causal flash kernel, the whole square's two GEMMs in its
+    place (they compute the tiles flash skips, at the GEMM rate)."""
     elements = mbs * (model.num_heads / tp) * seq * seq
     e = dtype_bytes(dtype)
     attn_p = model.dropout if model.attention_dropout is None else model.attention_dropout
     per_way = DROPOUT_PASSES * e + 1 if attn_p > 0 else 0
     bandwidth = gpu.memory_bandwidth * MEMORY_EFFICIENCY
-    forward = elements * (SCORE_PASSES_FORWARD * e + per_way) / bandwidth
-    backward = elements * (SCORE_PASSES_BACKWARD * e + per_way) / bandwidth
+    # Calibrated layer times hold a causal flash kernel's core (``calibrated_times``); this
+    # attention computes the whole square as two batched GEMMs instead, then masks it.
+    swap = 0.0
+    fit = calibrated(gpu, dtype)
+    if fit is not None:
+        gemms = model.attention_core_flops(mbs, seq, tp) / (gpu.peak_flops(dtype) * fit.e_max)
+        swap = gemms - attention_core_s(model, gpu, dtype, mbs, seq, tp)
+    forward = elements * (SCORE_PASSES_FORWARD * e + per_way) / bandwidth + swap
+    backward = elements * (SCORE_PASSES_BACKWARD * e + per_way) / bandwidth + 2 * swap
     return forward, backward
 
 
@@ -376,7 +385,11 @@ def calibrated_times(
     flops = model.forward_flops(layer_id, mbs, seq, tp)
     matmul_s = 0.0  # the embedding: a gather, no matmul
     if flops:
-        matmul_s = flops / (gpu.peak_flops(dtype) * fit.at(matmul_size(model, layer_id, flops)))
+        gemm_rate = gpu.peak_flops(dtype) * fit.at(matmul_size(model, layer_id, flops))
+        if model.layer_kind(layer_id) == "block":  # the attention core: a kernel of its own
+            matmul_s = attention_core_s(model, gpu, dtype, mbs, seq, tp)
+            flops -= model.attention_core_flops(mbs, seq, tp)
+        matmul_s += flops / gemm_rate
     e = dtype_bytes(dtype)
     bandwidth = gpu.memory_bandwidth * MEMORY_EFFICIENCY
     fwd_bytes = elementwise_bytes(model, layer_id, mbs, seq, tp, e)
@@ -412,12 +425,49 @@ def layer_times(
     return fwd, bwd
 
 
+ATTENTION_EFFICIENCY: dict[str, tuple[float, str]] = {
+    "ampere": (
+        0.50,
+        "FlashAttention-2 on A100: '50-73% of the theoretical maximum FLOPs/s' (Dao 2023, "
+        "arXiv 2307.08691, abstract); its lower end, the backward pass's, which holds 2.5 of "
+        "the 3.5 units of a training step's attention work",
+    ),
+    "hopper": (
+        0.35,
+        "FlashAttention-2 on H100: 'only 35% utilization' (Shah et al. 2024, FlashAttention-3, "
+        "arXiv 2407.08608, abstract), the kernel the published Hopper runs of the corpus used",
+    ),
+}
+"""GPU family -> the fraction of its dense 16-bit peak a causal flash attention kernel reaches
+on the FLOPs it computes (``ModelSpec.causal_attention_flops``): a published kernel
+benchmark, not a fit. Attention's tiles are small matmuls interleaved with the online
+softmax, so they run well below a large GEMM (``HARDWARE_MATMUL_EFFICIENCY``: 0.87 and 0.80).
+FlashAttention-3 reaches 0.75 on H100 (same source): a run with it is faster than this. A
+family without a figure takes the lowest published one."""
+
+
+def attention_efficiency(gpu: GPUType) -> tuple[float, str]:
+    """(fraction of peak, source) of ``gpu``'s flash attention kernel."""
+    found = ATTENTION_EFFICIENCY.get(gpu_family(gpu) or "")
+    if found is not None:
+        return found
+    least = min(ATTENTION_EFFICIENCY.values())
+    return least[0], f"no published figure for {gpu.name}: the lowest published one ({least[1]})"
+
+
 def attention_flop_s(gpu: GPUType, dtype: str) -> float:
-    """Achieved FLOP/s of the attention core (flash): the GPU's matmul efficiency at its
-    16-bit peak (the calibrated plateau where there is one, else the per-GPU forward fit)."""
-    fit = calibrated(gpu, dtype)
-    eff = fit.e_max if fit else efficiency(gpu).forward
-    return gpu.peak_flops(dtype, allow_tf32=True) * eff
+    """Achieved FLOP/s of the attention core (flash) on the FLOPs it computes: the published
+    kernel figure (``ATTENTION_EFFICIENCY``) where the GPU and dtype have a published-run
+    calibration, else the GPU's per-GPU forward fit as before."""
+    if calibrated(gpu, dtype) is not None:
+        return gpu.peak_flops(dtype, allow_tf32=True) * attention_efficiency(gpu)[0]
+    return gpu.peak_flops(dtype, allow_tf32=True) * efficiency(gpu).forward
+
+
+def attention_core_s(model: ModelSpec, gpu: GPUType, dtype: str, mbs: int, seq: int, tp: int):
+    """Forward seconds of one block's attention core under a causal flash kernel: the tiles
+    at or below the diagonal (``causal_attention_flops``) at ``attention_flop_s``."""
+    return model.causal_attention_flops(mbs, seq, tp) / attention_flop_s(gpu, dtype)
 
 
 def optimizer_time(params: int, gpu: GPUType, dtype: str, optimizer: str) -> float:

@@ -61,10 +61,12 @@ def check_plan_context_parallel(cp: int, plan) -> None:
 
 def attention_extra_flops(model, mbs: int, seq: int, tp: int, cp: int) -> float:
     """Forward attention-core FLOPs per block one CP rank does beyond a model of seq / cp
-    tokens: its seq / cp queries attend to all seq keys."""
+    tokens: its seq / cp queries attend to all seq keys, causally (the load-balanced chunks
+    give every rank 1 / cp of the causal work, ``ModelSpec.causal_attention_flops``), where
+    the model of seq / cp tokens is timed with its own causal attention."""
     if cp == 1:
         return 0.0
-    return model.attention_core_flops(mbs, seq, tp) / cp - model.attention_core_flops(
+    return model.causal_attention_flops(mbs, seq, tp) / cp - model.causal_attention_flops(
         mbs, seq // cp, tp
     )
 
@@ -89,7 +91,7 @@ def kv_exchange_exposed(
     if cp == 1 or layers == 0:
         return 0.0
     nbytes = kv_chunk_bytes(model, mbs, seq, tp, cp, e)
-    step_flops = model.attention_core_flops(mbs, seq, tp) / cp / cp
+    step_flops = model.causal_attention_flops(mbs, seq, tp) / cp / cp  # one chunk pair's
     transfer = link.latency_s + nbytes / link.bandwidth(nbytes)
     compute = step_flops / core_flop_s
     forward = max(0.0, transfer - compute)
