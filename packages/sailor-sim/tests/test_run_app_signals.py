@@ -24,8 +24,9 @@ COMMAND = textwrap.dedent(
 
     @app.command()
     def wait(marker: Path) -> None:
-        marker.write_text("started")
-        try:
+        try:  # the marker inside: a signal while it is written still finds the cleanup
+            Path(str(marker) + ".tmp").write_text("started")
+            Path(str(marker) + ".tmp").replace(marker)
             time.sleep(60)
         finally:
             marker.write_text("cleaned up")
@@ -45,7 +46,7 @@ def test_a_signal_runs_the_commands_cleanup_and_exits_with_its_status(tmp_path, 
     )
     try:
         deadline = time.monotonic() + 60
-        while not marker.exists():
+        while not marker.exists():  # renamed into place whole: "started" once it exists
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the command never started"
             time.sleep(0.05)
