@@ -141,7 +141,7 @@ def test_sbatch_trains_with_the_controller_on_the_first_node(tmp_path):
             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
             "SAILOR_RUN_DIR": str(run_dir), "SAILOR_STEPS": "6", "SAILOR_CHECKPOINT_EVERY": "3",
             "SAILOR_PORT": str(free_port()), "SAILOR_STORE_PORT": str(free_port()),
-            "SAILOR_AGENT_PORT": str(free_port()), "SAILOR_PLANNER_PORT": str(free_port()),
+            "SAILOR_AGENT_PORT": str(free_port()),
         }  # fmt: skip
         job = subprocess.run(
             ["sbatch", "--wait", "--nodes=1", f"--output={tmp_path}/job.out",
@@ -156,3 +156,6 @@ def test_sbatch_trains_with_the_controller_on_the_first_node(tmp_path):
     assert "controller: DONE" in out, (out, logs)
     assert f"registered {slurm.node} (1x cpu-1t@local)" in logs["controller.log"], logs
     assert latest_checkpoint_step(run_dir / "checkpoints") == 6
+    # the planner took a free port and wrote it once listening; the controller used that one
+    port = (run_dir / "planner.port").read_text().strip()
+    assert port.isdigit() and f":{port}" in logs["planner.log"] + logs["controller.log"], logs
