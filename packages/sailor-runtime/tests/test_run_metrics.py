@@ -85,3 +85,22 @@ def test_progress_line_shows_no_loss_before_the_first_step(capsys):
     bar.close()
     err = capsys.readouterr().err
     assert "step 0/40 loss - gen 0 waiting" in err and "loss 3.2500 gen 1" in err
+
+
+def test_a_piped_progress_log_ends_at_the_runs_last_state(capsys):
+    """A run that ends between two polls: the log's last line said 'step 0/40 ... waiting'
+    after its steps had trained. Closing with the final state prints it, once."""
+    from sailor_runtime.run.summary import Progress
+
+    bar = Progress(40)
+    bar.update(0, 0.0, 0, "WAITING")
+    bar.close(40, 2.5, 1, "DONE")
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("step ")]
+    assert lines == ["step 0/40 loss - gen 0 waiting", "step 40/40 loss 2.5000 gen 1 done"]
+    bar = Progress(40)
+    bar.update(40, 2.5, 1, "DONE")
+    bar.close(40, 2.5, 1, "DONE")  # already its last line: not repeated
+    assert capsys.readouterr().err.count("step 40/40") == 1
+    quiet = Progress(40, enabled=False)
+    quiet.close(40, 2.5, 1, "DONE")
+    assert capsys.readouterr().err == ""

@@ -28,3 +28,7 @@ def test_the_summary_names_the_precision_and_why(tmp_path):
     said = "bf16: the default: torch_dtype 'bfloat16' of config.json"
     assert json.loads(out.read_text())["precision"] == said
     assert f"precision       {said}" in done.stdout, done.stdout
+    # piped (no terminal) the progress lines end at the last step: the run ended between two
+    # polls and the log's last line said 'step 0/2 ... waiting' after 2 steps had trained
+    steps = [line for line in done.stderr.splitlines() if line.startswith("step ")]
+    assert steps and steps[-1].startswith("step 2/2 loss "), done.stderr[-2000:]

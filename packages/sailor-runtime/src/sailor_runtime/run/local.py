@@ -304,7 +304,8 @@ class LocalRun:
                 c = self.controller
                 progress.update(self.step, c.last_loss, c.generation, c.state.name, self._last())
         finally:
-            progress.close()
+            c = self.controller
+            progress.close(self.step, c.last_loss, c.generation, c.state.name, self._last())
         return self.summary()
 
     def summary(self) -> RunSummary:

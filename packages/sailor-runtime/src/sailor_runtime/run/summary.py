@@ -202,6 +202,7 @@ class Progress:
         self.enabled = enabled
         self.console = Console(stderr=True)
         self._last_decile = -1
+        self._last_line: str | None = None
         self._bar: RichProgress | None = None
         if enabled and self.console.is_terminal:
             self._bar = RichProgress(
@@ -222,20 +223,37 @@ class Progress:
         when present)."""
         if not self.enabled:
             return
-        shown = f"{loss:.4f}" if step > 0 else "-"  # no step trained yet: no loss to show
-        status = f"loss {shown} gen {generation} {state.lower()}"
-        status += _live_fields(last or {})
+        status = self._status(step, loss, generation, state, last)
         if self._bar is not None:
             self._bar.update(self._task, completed=min(step, self.total), description=status)
             return
         decile = int(min(1.0, step / self.total) * 10)
         if decile != self._last_decile:
             self._last_decile = decile
-            print(f"step {step}/{self.total} {status}", file=sys.stderr, flush=True)
+            self._say(f"step {step}/{self.total} {status}")
 
-    def close(self) -> None:
+    def close(self, *final) -> None:
+        """End the bar; ``final`` (``update``'s arguments): the run's last state, shown. A
+        piped log's last line was the last poll's, which a run ending between two polls left
+        at 'step 0/N ... waiting' after its steps had trained."""
+        if final and self._bar is not None:
+            self.update(*final)
+        elif final and self.enabled:
+            line = f"step {final[0]}/{self.total} {self._status(*final)}"
+            if line != self._last_line:
+                self._say(line)
         if self._bar is not None:
             self._bar.stop()
+
+    def _status(
+        self, step: int, loss: float, generation: int, state: str, last: dict | None = None
+    ) -> str:
+        shown = f"{loss:.4f}" if step > 0 else "-"  # no step trained yet: no loss to show
+        return f"loss {shown} gen {generation} {state.lower()}" + _live_fields(last or {})
+
+    def _say(self, line: str) -> None:
+        self._last_line = line
+        print(line, file=sys.stderr, flush=True)
 
 
 def _percent(x: float) -> str:
