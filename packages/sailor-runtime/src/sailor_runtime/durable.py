@@ -16,3 +16,12 @@ def durable_write(path: Path, data: bytes, tmp: Path | None = None) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's bytes, or a folder's names (a rename or a new file in it), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

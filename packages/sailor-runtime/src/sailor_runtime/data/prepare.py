@@ -31,7 +31,7 @@ import numpy as np
 
 from sailor_sim import inputs
 
-from ..durable import durable_write
+from ..durable import durable_write, fsync_path
 from . import DataError
 from .sources import documents, source_files
 from .tokenizer import check_bpe_vocab, eos_id, load_tokenizer, train_byte_bpe
@@ -109,7 +109,7 @@ def prepare(cfg: PrepareConfig) -> dict:
             raise DataError(f"{len(stream)} tokens are too few to split", field="inputs")
         tok_sha = sha256_file(new_tokenizer)
         tok_file = out / f"tokenizer-{tok_sha[:HASH_CHARS]}.json"
-        _fsync(new_tokenizer)
+        fsync_path(new_tokenizer)
         written.append(tok_file)
         os.replace(new_tokenizer, tok_file)
         manifest = {
@@ -127,10 +127,10 @@ def prepare(cfg: PrepareConfig) -> dict:
                 "val": _write_shards(stream[-n_val:], "val", cfg, written),
             },
         }
-        _fsync(out)  # the new files' names are on disk before the manifest naming them
+        fsync_path(out)  # the new files' names are on disk before the manifest naming them
         written.append(out / (MANIFEST + ".tmp"))
         durable_write(out / MANIFEST, json.dumps(manifest, indent=1).encode(), written[-1])
-        _fsync(out)
+        fsync_path(out)
     except BaseException:
         for path in written:
             if path.name not in kept:  # a shard of the same bytes keeps its name and its place
@@ -184,15 +184,6 @@ def _alias_tokenizer(source: Path, alias: Path) -> None:
     except OSError:
         shutil.copyfile(source, tmp)
     os.replace(tmp, alias)
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file's bytes, or a folder's names, to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _tokenizer(cfg: PrepareConfig, files: list[Path], target: Path):

@@ -53,7 +53,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from sailor_profiler import full_shape, get_split
 
-from ...durable import durable_write
+from ...durable import durable_write, fsync_path
 from . import fence, integrity
 
 FORMAT = "sailor-ckpt-v2-dcp"
@@ -262,7 +262,7 @@ class AsyncSaver:
             if final.exists():  # an older save of the same step (a rerun): replace it
                 _remove(final)
             os.rename(tmp, final)
-            _fsync_dir(self.root)
+            fsync_path(self.root)
             self._prune()
         except BaseException as exc:  # reported by the next wait()
             self.error = exc
@@ -281,14 +281,6 @@ def _remove(step_folder: Path) -> None:
     except OSError:
         gone = step_folder
     shutil.rmtree(gone, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove_partial(root: str | Path) -> None:
