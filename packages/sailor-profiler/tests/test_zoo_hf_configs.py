@@ -9,6 +9,7 @@ temporary folder.
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -197,13 +198,18 @@ def test_olmo2_block_is_the_reference_formula(tmp_path):
     torch.testing.assert_close(block(x), want, rtol=1e-12, atol=1e-12)
 
 
-def _complex_rotary(x: torch.Tensor, base: float, dims: int) -> torch.Tensor:
+def _complex_rotary(
+    x: torch.Tensor, base: float, dims: int, freq: torch.Tensor | None = None, scale: float = 1.0
+) -> torch.Tensor:
     """RoFormer's rotation written as complex numbers (Su et al. 2021, Eq. 34), independently
     of the zoo's rotate-half code: channels j and j + dims/2 of a head form one complex
-    number, turned by position x base^(-2j / dims); channels from ``dims`` on pass through."""
+    number, turned by position x base^(-2j / dims) (or ``freq[j]``) and scaled by ``scale``;
+    channels from ``dims`` on pass through."""
     s, half = x.shape[-2], dims // 2
-    freq = base ** (-2 * torch.arange(half, dtype=torch.float64) / dims)
-    turn = torch.polar(torch.ones(s, half, dtype=torch.float64), torch.outer(torch.arange(s), freq))
+    if freq is None:
+        freq = base ** (-2 * torch.arange(half, dtype=torch.float64) / dims)
+    magnitude = torch.full((s, half), scale, dtype=torch.float64)
+    turn = torch.polar(magnitude, torch.outer(torch.arange(s, dtype=torch.float64), freq))
     z = torch.complex(x[..., :half], x[..., half:dims]) * turn
     return torch.cat([z.real, z.imag, x[..., dims:]], -1)
 
@@ -232,6 +238,88 @@ def test_rotary_base_and_partial_rotary_follow_the_config(tmp_path):
     want = F.scaled_dot_product_attention(hq, hk, hv, is_causal=True)
     got = attn.context(q, k, v)
     torch.testing.assert_close(got, want.transpose(1, 2).reshape(2, 16, 64), rtol=1e-12, atol=0)
+
+
+def _hf_llama3(freq: torch.Tensor, factor, low, high, trained) -> torch.Tensor:
+    """LLaMA-3.1's frequencies as transformers' ``_compute_llama3_parameters`` writes them
+    (vectorised; the zoo follows Meta's per-frequency loop)."""
+    wavelen = 2 * math.pi / freq
+    scaled = torch.where(wavelen > trained / low, freq / factor, freq)
+    smooth = (trained / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < trained / high) * ~(wavelen > trained / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def _hf_yarn(base, dims, factor, trained, beta_fast=32, beta_slow=1):
+    """YaRN's (frequencies, cos/sin scale) as transformers' ``_compute_yarn_parameters``
+    writes them: a linear ramp between the correction dimensions (floored / ceiled)."""
+
+    def correction(rotations):
+        return dims * math.log(trained / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction(beta_fast)), 0)
+    high = min(math.ceil(correction(beta_slow)), dims - 1)
+    pos = base ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims)
+    ramp = torch.clamp((torch.arange(dims // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    freq = 1 / (factor * pos) * (1 - extrapolation) + 1 / pos * extrapolation
+    return freq, 0.1 * math.log(factor) + 1.0
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        # LLaMA-3.1's rule (head_dim 8: channel pairs kept, blended and divided at L 100)
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 100},
+        # channel pairs extrapolated, ramped and interpolated at L 2000
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2000},
+        {"type": "linear", "factor": 4.0},
+    ],
+)  # fmt: skip
+def test_rope_scaling_follows_the_config(tmp_path, scaling):
+    """A config's rope_scaling reaches the attention: q and k turned by the frequencies (and
+    cos/sin scale) transformers computes for it, written out here (before, every model
+    trained at RoFormer's frequencies whatever its config said)."""
+    import torch.nn.functional as F
+
+    path = tmp_path / "config.json"
+    cfg = {**CONFIGS["qwen2"], "rope_theta": 10000.0, "rope_scaling": scaling}
+    path.write_text(json.dumps(cfg))
+    spec = get_model(str(path))
+    dims, base = spec.rotary_dims, 10000.0
+    plain = base ** (-2 * torch.arange(dims // 2, dtype=torch.float64) / dims)
+    scale = 1.0
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "llama3":
+        freq = _hf_llama3(plain, 8.0, 1.0, 4.0, 100)
+        wavelen = 2 * math.pi / plain  # every branch of the rule is taken
+        medium = (wavelen > 25) & (wavelen < 100)
+        assert (wavelen < 25).any() and (wavelen > 100).any() and medium.any()
+    elif kind == "yarn":
+        freq, scale = _hf_yarn(base, dims, 4.0, 2000)
+        ratio = (freq / plain).tolist()  # 1 (kept), between, 1/4 (interpolated)
+        assert scale > 1 and ratio[0] == 1 and ratio[-1] == 0.25 and 0.25 < ratio[1] < 1
+    else:
+        freq = plain / 4.0
+    attn = build_stage(spec, 1, 1, dtype=torch.float64).layers["1"].attn
+    gen = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(2, 16, w, dtype=torch.float64, generator=gen) for w in (64, 32, 32))
+
+    def heads(t, n):
+        return t.view(2, 16, n, spec.head_dim).transpose(1, 2)
+
+    hq = _complex_rotary(heads(q, 8), base, dims, freq, scale)
+    hk = _complex_rotary(heads(k, 4), base, dims, freq, scale).repeat_interleave(2, dim=1)
+    hv = heads(v, 4).repeat_interleave(2, dim=1)
+    want = F.scaled_dot_product_attention(hq, hk, hv, is_causal=True)
+    got = attn.context(q, k, v)
+    torch.testing.assert_close(got, want.transpose(1, 2).reshape(2, 16, 64), rtol=1e-12, atol=0)
+    unscaled = {**cfg, "rope_scaling": None}
+    path.write_text(json.dumps(unscaled))
+    other = build_stage(get_model(str(path)), 1, 1, dtype=torch.float64).layers["1"].attn
+    assert not torch.allclose(other.context(q, k, v), got)  # the scaling changed something
 
 
 @pytest.mark.parametrize(

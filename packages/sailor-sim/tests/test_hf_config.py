@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from sailor_sim import Job, UnknownNameError, ValidationError, get_model, read_hf_config
+from sailor_sim import (
+    Job,
+    RopeScaling,
+    UnknownNameError,
+    ValidationError,
+    get_model,
+    read_hf_config,
+)
+from sailor_sim.model.spec import model_from_json, model_wire_name
 
 _LLAMA_31_8B = {
     "architectures": ["LlamaForCausalLM"],
@@ -26,7 +34,13 @@ _LLAMA_31_8B = {
     "num_hidden_layers": 32,
     "num_key_value_heads": 8,
     "rms_norm_eps": 1e-05,
-    "rope_scaling": {"factor": 8.0, "rope_type": "llama3"},
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
     "rope_theta": 500000.0,
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
@@ -303,7 +317,48 @@ def test_a_known_rope_scaling_reads_with_the_same_costs(tmp_path, value):
     scaled = read_hf_config(_write(tmp_path, "rope", {**_LLAMA_31_8B, "rope_scaling": value}))
     plain = read_hf_config(_write(tmp_path, "plain", {**_LLAMA_31_8B, "rope_scaling": None}))
     assert scaled.total_params() == plain.total_params() == CONFIGS[0][2]
-    assert {**vars(scaled), "name": ""} == {**vars(plain), "name": ""}
+    ignored = {"name": "", "rope_scaling": None}
+    assert {**vars(scaled), **ignored} == {**vars(plain), **ignored}
+
+
+def test_a_followed_rope_scaling_reaches_the_spec(tmp_path):
+    """LLaMA-3.1's llama3 scaling as written (before, read and dropped: the zoo trained it at
+    RoFormer's frequencies); transformers 5's rope_parameters too; kinds the zoo does not
+    follow (LongRoPE) leave none; L defaults to max_position_embeddings (dynamic NTK)."""
+    spec = read_hf_config(_write(tmp_path, "llama31", _LLAMA_31_8B))
+    assert spec.rope_scaling == RopeScaling("llama3", 8.0, 8192, 1.0, 4.0)
+    assert get_model("LLaMA-3.1-8B").rope_scaling == spec.rope_scaling  # the catalog's too
+    v5 = {k: v for k, v in _LLAMA_31_8B.items() if k not in ("rope_scaling", "rope_theta")}
+    v5["rope_parameters"] = {**_LLAMA_31_8B["rope_scaling"], "rope_theta": 500000.0}
+    assert read_hf_config(_write(tmp_path, "v5", v5)).rope_scaling == spec.rope_scaling
+    longrope = {"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}
+    cfg = {**_LLAMA_31_8B, "rope_scaling": longrope}
+    assert read_hf_config(_write(tmp_path, "long", cfg)).rope_scaling is None
+    cfg = {**_LLAMA_31_8B, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
+    dynamic = read_hf_config(_write(tmp_path, "dyn", cfg)).rope_scaling
+    assert (dynamic.kind, dynamic.original_max_position_embeddings) == ("dynamic", 131072)
+    yarn = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096}
+    yarn |= {"truncate": False, "beta_fast": 16}
+    got = read_hf_config(_write(tmp_path, "yarn", {**_LLAMA_31_8B, "rope_scaling": yarn}))
+    assert got.rope_scaling == RopeScaling("yarn", 32.0, 4096, beta_fast=16, truncate=False)
+    wire = model_from_json(model_wire_name(got))  # a server or worker builds the same model
+    assert wire == got and wire.rope_scaling == got.rope_scaling
+
+
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        ({"rope_type": "llama3", "factor": 8.0}, "original_max_position_embeddings"),
+        ({"rope_type": "yarn"}, "factor"),
+        ({"rope_type": "yarn", "factor": 4.0, "truncate": "no"}, "truncate"),
+        ({"rope_type": "yarn", "factor": 4.0, "beta_fast": -1}, "beta_fast"),
+        ({"rope_type": "linear", "factor": 4.0, "mscale": "x"}, "mscale"),
+    ],
+)
+def test_a_followed_rope_scaling_with_bad_fields_is_refused(tmp_path, value, problem):
+    with pytest.raises(ValidationError, match=problem) as e:
+        read_hf_config(_write(tmp_path, "rope", {**_LLAMA_31_8B, "rope_scaling": value}))
+    assert e.value.field.startswith("rope_scaling")
 
 
 def test_catalog_has_the_common_sizes_with_published_counts():

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sailor_sim import ModelSpec
+from sailor_sim import ModelSpec, RopeScaling, rotary_frequencies
 
 from .sequence import gathered_linears, reduce_scatter_from_tp
 from .tp import (
@@ -183,17 +183,22 @@ class Embedding(nn.Module):
         return F.dropout(x, self.p, self.training) if self.p else x
 
 
-def _rotary(x: torch.Tensor, base: float, dims: int | None = None) -> torch.Tensor:
+def _rotary(
+    x: torch.Tensor, base: float, dims: int | None = None, scaling: RopeScaling | None = None
+) -> torch.Tensor:
     """Rotary position embedding (Su et al. 2021, RoFormer Eq. 34), rotate-half layout, of
     base ``base`` on the first ``dims`` channels of each head (all by default; the rest pass
-    through, as Hugging Face's partial rotary does). ``x``: [b, heads, s, d]."""
+    through, as Hugging Face's partial rotary does), at the frequencies and cos/sin scale of
+    the config's ``scaling`` (``sailor_sim.model.rope``: LLaMA-3.1's, YaRN's, ...).
+    ``x``: [b, heads, s, d]."""
     s, d = x.shape[-2], dims or x.shape[-1]
     if d < x.shape[-1]:
-        return torch.cat([_rotary(x[..., :d], base), x[..., d:]], -1)
-    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d))
+        return torch.cat([_rotary(x[..., :d], base, None, scaling), x[..., d:]], -1)
+    freqs, scale = rotary_frequencies(base, d, scaling, s)
+    inv = torch.tensor(freqs, dtype=torch.float64, device=x.device)
     ang = torch.outer(torch.arange(s, dtype=torch.float64, device=x.device), inv)
-    cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
-    sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+    cos = (torch.cat([ang.cos(), ang.cos()], -1) * scale).to(x.dtype)
+    sin = (torch.cat([ang.sin(), ang.sin()], -1) * scale).to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
@@ -216,8 +221,8 @@ class Attention(nn.Module):
         """Heads on this rank (all of them until ``parallelize`` splits them)."""
         self.head_dim = spec.head_dim
         self.rotary = spec.position == "rotary"
-        self.rope = (spec.rope_base, spec.rotary_dims)
-        """Rotary base and the channels of each head it rotates."""
+        self.rope = (spec.rope_base, spec.rotary_dims, spec.rope_scaling)
+        """Rotary base, the channels of each head it rotates, the config's scaling."""
         self.alibi = spec.position == "alibi"
         self.all_heads = spec.num_heads
         self.first_head = 0

@@ -63,6 +63,7 @@ _MODEL_OPTIONAL = {
     "norm_bias",
     "num_position_embeddings",
     "rope_base",
+    "rope_scaling",
 }
 
 

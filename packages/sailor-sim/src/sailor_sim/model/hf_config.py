@@ -37,6 +37,7 @@ from ..catalog.readers import padded_vocab_fields
 from ..errors import SailorSimError, UnknownNameError, ValidationError
 from .mla import MLASpec
 from .moe import MoESpec
+from .rope import FOLLOWED_KINDS, RopeScaling
 
 _GATED_GELU = ("gelu", "gelu_pytorch_tanh", "gelu_new")
 
@@ -112,11 +113,11 @@ def fields_from_hf_dict(cfg: dict[str, Any], name: str) -> dict[str, Any]:
 def _rotary_fields(c: _Config) -> dict:
     """The rotary base (``rope_theta``, or ``rope_parameters.rope_theta`` as transformers 5
     writes it) and the share of each head rotated (``partial_rotary_factor``; GPT-NeoX's
-    ``rotary_pct``), where the config gives them. ``rope_scaling`` (LLaMA-3.1's long-context
-    frequencies) is checked (``_check_rope_scaling``) but not followed: the same costs, other
-    numerics."""
-    _check_rope_scaling(c)
-    fields = {}
+    ``rotary_pct``), where the config gives them, and its ``rope_scaling`` where the zoo
+    follows the kind (``rope.FOLLOWED_KINDS``: LLaMA-3.1's llama3, YaRN, linear, dynamic NTK;
+    LongRoPE and mrope are checked and not followed). The same costs either way."""
+    scaling = _rope_scaling(c)
+    fields = {} if scaling is None else {"rope_scaling": scaling}
     base = c.get("rope_theta", c.sub("rope_parameters").get("rope_theta", None))
     if base is not None:
         if isinstance(base, bool) or not isinstance(base, int | float) or not 1 < base < 1e12:
@@ -137,30 +138,70 @@ configs write it): transformers' ``ROPE_INIT_FUNCTIONS``, Phi-3's first name for
 (``su``), dynamic NTK's short name and Qwen2-VL's multimodal sections (``mrope``)."""
 
 
-def _check_rope_scaling(c: _Config) -> None:
-    """``rope_scaling`` is null or an object naming a known kind, with a positive ``factor``
-    where it gives one: a value of no known kind ("yes") is a config written wrong."""
-    scaling = c.get("rope_scaling", None)
+def _rope_scaling(c: _Config) -> RopeScaling | None:
+    """The config's ``rope_scaling`` (or transformers 5's ``rope_parameters`` naming a
+    ``rope_type``) as a RopeScaling where the kind is followed, else None; checked either way
+    (``_check_rope_scaling``). L, the trained context, is its
+    ``original_max_position_embeddings``, else ``max_position_embeddings``. YaRN's factor is
+    the one written (Peng et al.; vLLM): transformers >= 4.53 takes max_position_embeddings
+    / L instead where the config gives L, which is the same number in gpt-oss's and
+    DeepSeek-V3's configs."""
+    key = "rope_scaling"
+    if c.get(key, None) is None and isinstance(c.get("rope_parameters", None), dict):
+        if c.sub("rope_parameters").get("rope_type", "default") != "default":
+            key = "rope_parameters"
+    kind = _check_rope_scaling(c, key)
+    if kind not in FOLLOWED_KINDS:
+        return None
+    s = c.sub(key)
+    if kind == "llama3":  # as Hugging Face's check: LLaMA-3.1's configs write all three
+        for name in ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor"):
+            s.need(name)
+    trained = s.get("original_max_position_embeddings", c.get("max_position_embeddings", None))
+    fields = {"kind": kind, "factor": s.get("factor", None), **_YARN_DEFAULTS}
+    fields["original_max_position_embeddings"] = trained
+    for name in _SCALING_FIELDS:
+        if s.get(name, None) is not None:
+            fields[name] = s.get(name, None)
+    try:
+        return RopeScaling(**fields)
+    except ValidationError as exc:
+        raise c.refuse(key, str(exc)) from None
+
+
+_SCALING_FIELDS = (
+    "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
+    "mscale", "mscale_all_dim", "truncate",
+)  # fmt: skip
+"""``rope_scaling`` fields a RopeScaling takes as written (Hugging Face's names)."""
+_YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0}
+"""YaRN's defaults where a config leaves them out (the paper's, as Hugging Face's)."""
+
+
+def _check_rope_scaling(c: _Config, name: str = "rope_scaling") -> str | None:
+    """``name`` (``rope_scaling``) is null or an object naming a known kind, with a positive
+    ``factor`` where it gives one: a value of no known kind ("yes") is a config written
+    wrong. Returns the kind (None when null)."""
+    scaling = c.get(name, None)
     if scaling is None:
-        return
+        return None
     fix = f"null or an object with 'rope_type' one of {', '.join(ROPE_SCALING_TYPES)}"
     if not isinstance(scaling, dict):
-        raise c.refuse("rope_scaling", f"'rope_scaling' must be {fix}, got {scaling!r:.60}")
+        raise c.refuse(name, f"{name!r} must be {fix}, got {scaling!r:.60}")
     key = "rope_type" if "rope_type" in scaling else "type"
     kind = scaling.get(key)
     if not isinstance(kind, str) or kind not in ROPE_SCALING_TYPES:
-        raise c.sub("rope_scaling").refuse(
-            key, f"'rope_scaling' must be {fix}, got {key} {kind!r:.40}"
-        )
+        raise c.sub(name).refuse(key, f"{name!r} must be {fix}, got {key} {kind!r:.40}")
     factor = scaling.get("factor")
     if factor is not None and (
         isinstance(factor, bool)
         or not isinstance(factor, int | float)
         or not 0 < factor < float("inf")
     ):
-        raise c.sub("rope_scaling").refuse(
-            "factor", f"'rope_scaling.factor' must be a positive number, got {factor!r:.40}"
+        raise c.sub(name).refuse(
+            "factor", f"'{name}.factor' must be a positive number, got {factor!r:.40}"
         )
+    return kind
 
 
 def _sliding_window(c: _Config) -> int:

@@ -49,6 +49,7 @@ from ..dtypes import check_dtype, dtype_bytes
 from ..errors import UnknownNameError, ValidationError
 from .mla import MLASpec
 from .moe import MoESpec
+from .rope import RopeScaling
 
 # Labels only: the architecture is in the fields (position, norm, mlp, bias, ...).
 FAMILIES = (
@@ -133,6 +134,9 @@ class ModelSpec:
     rotary_fraction: float = 1.0
     """Share of each head's channels that rotary positions rotate, the rest passed through
     (``partial_rotary_factor``: Phi-2 0.4, StableLM 0.25; GPT-NeoX ``rotary_pct``)."""
+    rope_scaling: RopeScaling | None = None
+    """The config's ``rope_scaling`` where the zoo follows its kind (``rope.py``: LLaMA-3.1's
+    llama3, YaRN, linear, dynamic NTK); None: RoFormer's frequencies. Numerics only."""
     norm: str = "layernorm"
     """'layernorm' (weight + bias unless ``norm_bias`` is False) or 'rmsnorm' (weight only)."""
     mlp: str = "gelu"
@@ -213,6 +217,8 @@ class ModelSpec:
             object.__setattr__(self, "moe", MoESpec(**self.moe))
         if isinstance(self.mla, dict):
             object.__setattr__(self, "mla", MLASpec(**self.mla))
+        if isinstance(self.rope_scaling, dict):
+            object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
         if self.family not in FAMILIES:
             raise ValidationError(
                 f"unknown family {self.family!r}; use one of {FAMILIES}", field="family"
@@ -848,7 +854,7 @@ MAX_SPEC_BYTES = 64 * 1024
 """Largest model given as JSON content (a spec is a few hundred bytes)."""
 
 
-_NESTED_SPECS = ("moe", "mla")
+_NESTED_SPECS = ("moe", "mla", "rope_scaling")
 """ModelSpec fields that are specs of their own (objects of scalars on the wire)."""
 
 
