@@ -276,6 +276,8 @@ def _hf_yarn(base, dims, factor, trained, beta_fast=32, beta_slow=1):
         # channel pairs extrapolated, ramped and interpolated at L 2000
         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2000},
         {"type": "linear", "factor": 4.0},
+        # Phi-3's: L = 8 at the top level, so the 16-token test sequence takes long_factor
+        {"type": "su", "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [1.0, 2.0, 4.0, 8.0]},
     ],
 )  # fmt: skip
 def test_rope_scaling_follows_the_config(tmp_path, scaling):
@@ -286,6 +288,8 @@ def test_rope_scaling_follows_the_config(tmp_path, scaling):
 
     path = tmp_path / "config.json"
     cfg = {**CONFIGS["qwen2"], "rope_theta": 10000.0, "rope_scaling": scaling}
+    if "long_factor" in scaling:
+        cfg["original_max_position_embeddings"] = 8
     path.write_text(json.dumps(cfg))
     spec = get_model(str(path))
     dims, base = spec.rotary_dims, 10000.0
@@ -301,6 +305,10 @@ def test_rope_scaling_follows_the_config(tmp_path, scaling):
         freq, scale = _hf_yarn(base, dims, 4.0, 2000)
         ratio = (freq / plain).tolist()  # 1 (kept), between, 1/4 (interpolated)
         assert scale > 1 and ratio[0] == 1 and ratio[-1] == 0.25 and 0.25 < ratio[1] < 1
+    elif kind == "su":  # transformers' _compute_longrope_parameters: factor 64 / 8
+        long = torch.tensor(scaling["long_factor"], dtype=torch.float64)
+        freq = 1.0 / (long * base ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims))
+        scale = math.sqrt(1 + math.log(64 / 8) / math.log(8))
     else:
         freq = plain / 4.0
     attn = build_stage(spec, 1, 1, dtype=torch.float64).layers["1"].attn

@@ -307,8 +307,9 @@ def test_a_rope_scaling_of_no_known_kind_is_refused(tmp_path, value):
         {"type": "linear", "factor": 4.0},  # the older key
         {"type": "dynamic", "factor": 2.0},
         {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096},
-        {"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]},
-        {"type": "su", "long_factor": [1.0], "short_factor": [1.0]},  # Phi-3's first name
+        {"rope_type": "longrope", "long_factor": [1.0] * 64, "short_factor": [1.0] * 64},
+        {"type": "su", "long_factor": [2.0] * 64, "short_factor": [1.0] * 64},  # Phi-3's
+        {"type": "mrope", "mrope_section": [16, 24, 24]},
         {"type": "ntk", "factor": 4},
     ],
 )
@@ -331,9 +332,18 @@ def test_a_followed_rope_scaling_reaches_the_spec(tmp_path):
     v5 = {k: v for k, v in _LLAMA_31_8B.items() if k not in ("rope_scaling", "rope_theta")}
     v5["rope_parameters"] = {**_LLAMA_31_8B["rope_scaling"], "rope_theta": 500000.0}
     assert read_hf_config(_write(tmp_path, "v5", v5)).rope_scaling == spec.rope_scaling
-    longrope = {"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}
-    cfg = {**_LLAMA_31_8B, "rope_scaling": longrope}
-    assert read_hf_config(_write(tmp_path, "long", cfg)).rope_scaling is None
+    mrope = {"rope_type": "mrope", "mrope_section": [16, 24, 24]}  # multimodal: not followed
+    cfg = {**_LLAMA_31_8B, "rope_scaling": mrope}
+    assert read_hf_config(_write(tmp_path, "mrope", cfg)).rope_scaling is None
+    # Phi-3-mini-128k writes L at the top level; factor = 131072 / 4096
+    su = {"type": "su", "long_factor": [2.0] * 64, "short_factor": [1.5] * 64}
+    cfg = {**_LLAMA_31_8B, "original_max_position_embeddings": 4096, "rope_scaling": su}
+    long = read_hf_config(_write(tmp_path, "long", cfg))
+    assert long.rope_scaling == RopeScaling(
+        "longrope", 32.0, 4096, short_factor=(1.5,) * 64, long_factor=(2.0,) * 64
+    )
+    wire = model_from_json(model_wire_name(long))
+    assert wire == long and hash(wire) == hash(long)
     cfg = {**_LLAMA_31_8B, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
     dynamic = read_hf_config(_write(tmp_path, "dyn", cfg)).rope_scaling
     assert (dynamic.kind, dynamic.original_max_position_embeddings) == ("dynamic", 131072)
@@ -353,6 +363,10 @@ def test_a_followed_rope_scaling_reaches_the_spec(tmp_path):
         ({"rope_type": "yarn", "factor": 4.0, "truncate": "no"}, "truncate"),
         ({"rope_type": "yarn", "factor": 4.0, "beta_fast": -1}, "beta_fast"),
         ({"rope_type": "linear", "factor": 4.0, "mscale": "x"}, "mscale"),
+        ({"rope_type": "longrope", "long_factor": [1.0] * 64}, "short_factor"),
+        ({"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}, "channel"),
+        ({"rope_type": "longrope", "long_factor": [1] * 64, "short_factor": ["a"] * 64}, "short"),
+        ({"rope_type": "linear", "factor": 2.0, "long_factor": [1.0]}, "belong to longrope"),
     ],
 )
 def test_a_followed_rope_scaling_with_bad_fields_is_refused(tmp_path, value, problem):

@@ -151,15 +151,19 @@ def _rope_scaling(c: _Config) -> RopeScaling | None:
         if c.sub("rope_parameters").get("rope_type", "default") != "default":
             key = "rope_parameters"
     kind = _check_rope_scaling(c, key)
+    kind = "longrope" if kind == "su" else kind  # Phi-3's first name for it
     if kind not in FOLLOWED_KINDS:
         return None
     s = c.sub(key)
     if kind == "llama3":  # as Hugging Face's check: LLaMA-3.1's configs write all three
         for name in ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor"):
             s.need(name)
-    trained = s.get("original_max_position_embeddings", c.get("max_position_embeddings", None))
     fields = {"kind": kind, "factor": s.get("factor", None), **_YARN_DEFAULTS}
-    fields["original_max_position_embeddings"] = trained
+    if kind == "longrope":
+        fields |= _longrope_fields(c, s)
+    else:
+        trained = s.get("original_max_position_embeddings", c.get("max_position_embeddings", None))
+        fields["original_max_position_embeddings"] = trained
     for name in _SCALING_FIELDS:
         if s.get(name, None) is not None:
             fields[name] = s.get(name, None)
@@ -169,9 +173,22 @@ def _rope_scaling(c: _Config) -> RopeScaling | None:
         raise c.refuse(key, str(exc)) from None
 
 
+def _longrope_fields(c: _Config, s: _Config) -> dict:
+    """LongRoPE's L and factor as Phi-3's code takes them: L the config's (top-level, as
+    Phi-3 writes it) ``original_max_position_embeddings``, and then factor =
+    max_position_embeddings / L; without one, L = max_position_embeddings and the written
+    factor (default 1)."""
+    key = "original_max_position_embeddings"
+    trained = s.get(key, c.get(key, None))
+    longest = c.get("max_position_embeddings", None)
+    if trained is None or not isinstance(longest, int) or not isinstance(trained, int):
+        return {"original_max_position_embeddings": longest, "factor": s.get("factor", 1.0)}
+    return {"original_max_position_embeddings": trained, "factor": longest / trained}
+
+
 _SCALING_FIELDS = (
     "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor",
-    "mscale", "mscale_all_dim", "truncate",
+    "mscale", "mscale_all_dim", "truncate", "short_factor", "long_factor",
 )  # fmt: skip
 """``rope_scaling`` fields a RopeScaling takes as written (Hugging Face's names)."""
 _YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0}

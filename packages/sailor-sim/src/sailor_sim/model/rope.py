@@ -15,9 +15,11 @@ Kinds followed (Hugging Face's ``ROPE_INIT_FUNCTIONS`` names):
 - ``yarn`` (Peng et al. 2023, arXiv 2309.00071): per channel a ramp between interpolated
   (/ factor) and original frequencies over the channels whose rotations in L positions fall
   between beta_slow and beta_fast, and cos/sin scaled by 0.1 ln(factor) + 1 (or the config's
-  ``attention_factor``, or DeepSeek's mscale ratio).
-LongRoPE (Phi-3's per-channel factor lists) and multimodal mrope are read but not followed:
-their models train with RoFormer's frequencies (``hf_config`` says so in the spec's notes).
+  ``attention_factor``, or DeepSeek's mscale ratio);
+- ``longrope`` (Phi-3/3.5/4-mini; ``su`` its first name): every frequency divided by its
+  channel's ``short_factor``, or ``long_factor`` for a sequence beyond L, and cos/sin scaled
+  by sqrt(1 + ln(factor) / ln L), factor = max_position_embeddings / L.
+Multimodal mrope is read but not followed: its models train with RoFormer's frequencies.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from functools import lru_cache
 
 from ..errors import ValidationError
 
-FOLLOWED_KINDS = ("linear", "dynamic", "llama3", "yarn")
+FOLLOWED_KINDS = ("linear", "dynamic", "llama3", "yarn", "longrope")
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,15 @@ class RopeScaling:
     mscale_all_dim: float | None = None
     truncate: bool = True
     """YaRN: the ramp's ends rounded out to whole channels (gpt-oss sets false)."""
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
+    """LongRoPE: one divisor per channel pair, for sequences up to L and beyond it."""
 
     def __post_init__(self) -> None:
+        for name in ("short_factor", "long_factor"):  # JSON gives lists: kept hashable
+            value = getattr(self, name)
+            if isinstance(value, list | tuple):
+                object.__setattr__(self, name, tuple(value))
         if self.kind not in FOLLOWED_KINDS:
             raise ValidationError(
                 f"kind {self.kind!r} is not followed; use one of {', '.join(FOLLOWED_KINDS)}",
@@ -82,10 +91,47 @@ class RopeScaling:
                 f"'rope_scaling.truncate' must be true or false, got {self.truncate!r:.40}",
                 field="rope_scaling",
             )
+        self._check_longrope()
         if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
             raise ValidationError(
                 f"'rope_scaling.high_freq_factor' ({self.high_freq_factor}) must exceed "
                 f"low_freq_factor ({self.low_freq_factor})",
+                field="rope_scaling",
+            )
+
+    def _check_longrope(self) -> None:
+        lists = (self.short_factor, self.long_factor)
+        if self.kind != "longrope":
+            if any(lists):
+                raise ValidationError(
+                    f"short_factor / long_factor belong to longrope, not {self.kind}",
+                    field="rope_scaling",
+                )
+            return
+        for name, value in zip(("short_factor", "long_factor"), lists, strict=True):
+            numbers = all(
+                isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < math.inf
+                for v in value
+            )
+            if not value or not isinstance(value, tuple) or not numbers:
+                raise ValidationError(
+                    f"'rope_scaling.{name}' must be a list of positive numbers, one per "
+                    f"rotated channel pair, got {value!r:.60}",
+                    field="rope_scaling",
+                )
+        if len(self.short_factor) != len(self.long_factor):
+            raise ValidationError(
+                f"'rope_scaling' short_factor has {len(self.short_factor)} entries and "
+                f"long_factor {len(self.long_factor)}; give one per rotated channel pair",
+                field="rope_scaling",
+            )
+
+    def check_channels(self, dims: int) -> None:
+        """LongRoPE's lists hold one factor per rotated channel pair of the model's heads."""
+        if self.kind == "longrope" and len(self.short_factor) != dims // 2:
+            raise ValidationError(
+                f"'rope_scaling' has {len(self.short_factor)} short/long factors for "
+                f"{dims // 2} rotated channel pairs per head; give one per pair",
                 field="rope_scaling",
             )
 
@@ -110,6 +156,8 @@ def _frequencies(base, dims, scaling, seq_len) -> tuple[tuple[float, ...], float
         return tuple(f / scaling.factor for f in freqs), 1.0
     if scaling.kind == "llama3":
         return tuple(_llama3(f, scaling) for f in freqs), 1.0
+    if scaling.kind == "longrope":
+        return _longrope(freqs, scaling, seq_len)
     return _yarn(freqs, base, dims, scaling)
 
 
@@ -150,6 +198,22 @@ def _yarn(freqs: list[float], base: float, dims: int, s: RopeScaling):
         ramp = min(max((j - low) / (high - low), 0.0), 1.0)  # 0: extrapolate, 1: interpolate
         out.append(f / s.factor * ramp + f * (1 - ramp))
     return tuple(out), _yarn_attention(s)
+
+
+def _longrope(freqs: list[float], s: RopeScaling, seq_len: int):
+    """LongRoPE's (Ding et al. 2024, arXiv 2402.13753) per-channel rescaled frequencies, as
+    Phi-3's code picks them: the long factors once a sequence exceeds L."""
+    trained = s.original_max_position_embeddings
+    divisors = s.long_factor if seq_len > trained else s.short_factor
+    if len(divisors) != len(freqs):
+        raise ValidationError(
+            f"'rope_scaling' has {len(divisors)} factors for {len(freqs)} channel pairs",
+            field="rope_scaling",
+        )
+    scale = s.attention_factor
+    if scale is None:
+        scale = 1.0 if s.factor <= 1 else math.sqrt(1 + math.log(s.factor) / math.log(trained))
+    return tuple(f / d for f, d in zip(freqs, divisors, strict=True)), float(scale)
 
 
 def _yarn_attention(s: RopeScaling) -> float:

@@ -310,6 +310,8 @@ class ModelSpec:
                 "positions rotate an even number of at least 2",
                 field="rotary_fraction",
             )
+        if self.position == "rotary" and self.rope_scaling is not None and not self.mla:
+            self.rope_scaling.check_channels(self.rotary_dims)
 
     @property
     def rotary_dims(self) -> int:
@@ -879,8 +881,10 @@ def model_from_json(text: str) -> ModelSpec:
         nested = key in _NESTED_SPECS and isinstance(value, dict)
         if isinstance(value, dict | list) and not nested:
             raise ValidationError("must be a number, a string, a bool or null", field=key)
-        if nested and any(isinstance(v, dict | list) for v in value.values()):
-            raise ValidationError("must hold numbers, strings, bools or nulls", field=key)
+        if nested and not all(_wire_scalar(v) for v in value.values()):
+            raise ValidationError(
+                "must hold numbers, strings, bools, nulls or lists of numbers", field=key
+            )
     required = [n for n, f in known.items() if _is_required(f)]
     missing = [n for n in required if n not in data]
     if missing:  # named by the spec's own field names, not a Python signature error
@@ -893,6 +897,14 @@ def model_from_json(text: str) -> ModelSpec:
         return ModelSpec(**data)
     except TypeError as exc:  # a string where a number belongs
         raise ValidationError(f"is not a valid ModelSpec ({exc!s:.120})", field="model") from None
+
+
+def _wire_scalar(value: Any) -> bool:
+    """A value a nested spec may hold on the wire: a scalar, or a flat list of numbers
+    (LongRoPE's per-channel factors)."""
+    if isinstance(value, list):
+        return all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    return not isinstance(value, dict)
 
 
 def _is_required(field: dataclasses.Field) -> bool:
