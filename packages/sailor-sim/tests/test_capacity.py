@@ -298,3 +298,45 @@ def test_a_huge_homogeneous_question_builds_no_entry_per_replica() -> None:
     assert peak < 48 * 2**20, f"{peak / 2**20:.0f} MiB traced"  # 8 now, 167 with entries
     assert sum(e.memory_breakdown_bytes.values()) == e.peak_memory_bytes
     assert e.memory_capacity_bytes == sailor_sim.get_gpu("H100-80").memory_bytes
+
+
+INTERLEAVED = {"virtual_stages": 2, "recompute": "full"}
+
+
+def test_largest_microbatch_skips_sizes_interleaving_cannot_run() -> None:
+    """Interleaved 1F1B needs each pipeline's microbatch count to be a multiple of its stages:
+    at gbs 64 on 4 stages, mbs 32 and 64 leave 2 and 1 microbatches. The binary search tried
+    mbs 32 and raised that rule's PlanError ('use a microbatch count that is a multiple of
+    4') for a size the caller never chose; the answer is the largest runnable size."""
+    kwargs = dict(gbs=64, pp=4, seq=2048, dtype="bf16", options=INTERLEAVED)
+    best = sailor_sim.largest_microbatch("LLaMA-3.1-8B", "B200", **kwargs)
+    assert best.fits and "mbs16" in best.plan  # 4 microbatches: the largest that runs
+
+
+def test_gpus_for_tokens_skips_replica_counts_interleaving_cannot_run() -> None:
+    """dp 32 leaves 2 microbatches per pipeline of 4 interleaved stages: skipped, so a budget
+    no runnable dp meets is the 'days' error, not the interleaving rule's PlanError."""
+    with pytest.raises(sailor_sim.ValidationError) as e:
+        sailor_sim.gpus_for_tokens(
+            "LLaMA-3.1-8B", "H100-80", gbs=64, pp=4, seq=2048, dtype="bf16",
+            options=INTERLEAVED, tokens=1e11, days=1,
+        )  # fmt: skip
+    assert e.value.field == "days"
+
+
+def test_largest_sequence_skips_lengths_context_parallelism_cannot_split() -> None:
+    """CP 4 splits a sequence into 8 equal chunks: with step 100 the search tried 65500 and
+    raised the CP rule's ValidationError; lengths that do not split are skipped."""
+    options = {"context_parallel": 4, "zero": "zero3"}
+    best = sailor_sim.largest_sequence("LLaMA-3.1-8B", "H100-80", gbs=8, dp=8, dtype="bf16",
+                                       step=100, options=options)  # fmt: skip
+    seq = best.job.sequence_length
+    assert best.fits and seq % 100 == 0 and seq % 8 == 0
+
+
+def test_largest_microbatch_without_a_runnable_size_is_the_rule_not_an_index_error() -> None:
+    """gbs 4 over dp 8 leaves no microbatch size to try: an IndexError from the search; now
+    the estimate's own typed error, naming dp."""
+    with pytest.raises(sailor_sim.ValidationError) as e:
+        sailor_sim.largest_microbatch("LLaMA-3.1-8B", "H100-80", gbs=4, dp=8, dtype="bf16")
+    assert e.value.field == "dp"

@@ -31,8 +31,10 @@ from typing import Any
 from . import inputs
 from .errors import PriceUnavailableError, SailorSimError, ValidationError
 from .model.spec import DEFAULT_MAX_SEQUENCE, ModelSpec, default_sequence, get_model  # noqa: F401 (API)
+from .simulate.features.context_parallel import sequence_splits
 from .simulate.result import Estimate
 from .simulate.simulator import Simulator
+from .spec.interleave import microbatch_step
 from .spec.job import Job
 from .spec.options import ExecutionOptions
 
@@ -362,24 +364,38 @@ def largest_microbatch(
     model, gpu: str, *, gbs: int, dp: int = 1, limit: int = 1024, **kwargs
 ) -> CapacityEstimate:
     """The estimate at the largest microbatch size (<= ``limit``, dividing the per-replica
-    batch) that fits in memory; ``ValidationError`` when even 1 does not fit."""
+    batch into a microbatch count the pipeline schedule runs) that fits in memory;
+    ``ValidationError`` when even 1 does not fit."""
     kwargs.pop("mbs", None)
     gbs, dp, limit = _integers(gbs=gbs, dp=dp, limit=limit)
     options = kwargs["options"] = _options(kwargs.get("options"))
     per_replica = gbs * options.context_parallel // dp  # CP replicas take gbs x cp samples
-    sizes = [m for m in range(1, min(limit, per_replica) + 1) if per_replica % m == 0]
+    step = _microbatch_step(options, kwargs.get("pp", 1))
+    sizes = [
+        m
+        for m in range(1, min(limit, per_replica) + 1)
+        if per_replica % m == 0 and (per_replica // m) % step == 0
+    ]
+    # None runs (gbs < dp; fewer microbatches than interleaved stages): mbs 1's estimate
+    # raises the rule that refuses it, naming the field and the fix.
     return _largest(
-        lambda m: estimate(model, gpu, gbs=gbs, dp=dp, mbs=m, **kwargs), sizes, "microbatch size"
+        lambda m: estimate(model, gpu, gbs=gbs, dp=dp, mbs=m, **kwargs),
+        sizes or [1],
+        "microbatch size",
     )
 
 
 def largest_sequence(model, gpu: str, *, step: int = 256, **kwargs) -> CapacityEstimate:
-    """The estimate at the longest sequence (a multiple of ``step`` up to the model's maximum)
-    that fits; ``ValidationError`` when even ``step`` does not fit."""
+    """The estimate at the longest sequence (a multiple of ``step`` up to the model's maximum,
+    that context parallelism can split) that fits; ``ValidationError`` when even the shortest
+    does not fit."""
     kwargs.pop("seq", None)
     (step,) = _integers(step=step)
     top = get_model(model).max_seq_len
-    lengths = list(range(step, top + 1, step)) or [top]
+    cp = _options(kwargs.get("options")).context_parallel
+    # Only lengths context parallelism can cut: the rule refuses the others (an error, not a
+    # size that does not fit, for lengths the caller never chose).
+    lengths = [s for s in range(step, top + 1, step) if sequence_splits(cp, s)] or [top]
     return _largest(lambda s: estimate(model, gpu, seq=s, **kwargs), lengths, "sequence length")
 
 
@@ -387,8 +403,9 @@ def gpus_for_tokens(
     model, gpu: str, *, gbs: int, tokens: float, days: float, mbs: int = 1, max_dp: int = 4096,
     **kwargs,
 ) -> CapacityEstimate:  # fmt: skip
-    """The estimate at the fewest data-parallel replicas (``dp``; the global batch is kept)
-    that train ``tokens`` tokens within ``days`` days and fit; ``ValidationError`` naming
+    """The estimate at the fewest data-parallel replicas (``dp``; the global batch is kept;
+    only degrees leaving each pipeline a microbatch count its schedule runs) that train
+    ``tokens`` tokens within ``days`` days and fit; ``ValidationError`` naming
     ``memory`` if no such dp fits at all, else naming ``days`` if none is fast enough."""
     _positive(tokens, "tokens")
     _positive(days, "days")
@@ -398,9 +415,10 @@ def gpus_for_tokens(
     # EP and CP groups are made of a stage's replicas; CP replicas take gbs x cp samples
     step = math.lcm(options.expert_parallel, options.context_parallel)
     samples = gbs * options.context_parallel
+    per_pipeline = _microbatch_step(options, kwargs.get("pp", 1))
     smallest = None  # the estimate with the lowest peak memory: what the error reports
     for dp in range(step, max_dp + 1, step):
-        if samples % (dp * mbs):
+        if samples % (dp * mbs) or (samples // (dp * mbs)) % per_pipeline:
             continue
         e = estimate(model, gpu, gbs=gbs, mbs=mbs, dp=dp, **kwargs)
         if e.fits and e.hours_for_tokens(tokens) <= days * 24:
@@ -420,6 +438,13 @@ def gpus_for_tokens(
         "raise gbs, max_dp or days",
         field="days",
     )
+
+
+def _microbatch_step(options: ExecutionOptions, pp: Any) -> int:
+    """What a pipeline's microbatch count must be a multiple of (``interleave.microbatch_step``:
+    pp under interleaved 1F1B): the solve-for helpers skip the sizes and replica counts the
+    schedule refuses, which are no answer, instead of raising its PlanError on the first one."""
+    return microbatch_step(options.virtual_stages, inputs.integral(pp, "pp"))
 
 
 def _largest(run, candidates: list[int], what: str) -> CapacityEstimate:

@@ -26,9 +26,15 @@ from __future__ import annotations
 from ...errors import PlanError, ValidationError
 
 
+def sequence_splits(cp: int, sequence_length: int) -> bool:
+    """Whether the sequence splits into 2 cp equal chunks (load-balanced causal ring: each
+    rank takes one chunk from each end)."""
+    return cp == 1 or sequence_length % (2 * cp) == 0
+
+
 def check_context_parallel(cp: int, sequence_length: int) -> None:
-    """The sequence must split into 2 cp equal chunks (load-balanced causal ring)."""
-    if cp > 1 and sequence_length % (2 * cp):
+    """The sequence must split into 2 cp equal chunks (``sequence_splits``)."""
+    if not sequence_splits(cp, sequence_length):
         raise ValidationError(
             f"sequence length {sequence_length} does not split into 2 x {cp} equal chunks; "
             f"use a sequence length divisible by {2 * cp} or another context_parallel",
