@@ -154,3 +154,19 @@ def test_bad_option_combinations_are_one_line_exit_2():
         assert result.exit_code == 2, (extra, result.output)
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], lines
+
+
+def test_an_option_flag_at_its_default_clashes_with_a_plan_files_job(tmp_path):
+    """A plan file whose job sets options (recompute full) with '--recompute none': the flag
+    was dropped silently (the clash test compared the flags' options with the defaults, so a
+    flag given at its default value looked not given) and the file's full recomputation was
+    predicted. Any option flag given is a clash, like --model or --dtype."""
+    job = example_job().to_dict()
+    job["options"] = {"recompute": "full"}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"job": job, "plan": example_plan().to_dict()}))
+    for flags in (["--recompute", "none"], ["--zero", "none"], ["--p2p", "megatron"]):
+        r = run("simulate", str(path), *flags)
+        assert r.exit_code == 2, (flags, r.output)
+        assert r.output.startswith(f"error: {flags[0]}: ") and "already sets the job" in r.output
+    assert run("simulate", str(path)).exit_code == 0  # no flag: the file's job

@@ -6,6 +6,7 @@ Human-readable tables by default, ``--json`` for machines; any bad input prints 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,8 @@ def group(version: bool = version_option(__version__), catalog: Path | None = _C
 
 
 TRAINING_ONLY = TRAINING_FIELDS
+OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(ExecutionOptions))
+"""RunSpec's option leaves: the names ``given`` holds for the execution-option flags."""
 
 
 def _job_flags(spec: RunSpec, given: frozenset[str], p2p: str | None = None):
@@ -61,6 +64,15 @@ def _job_flags(spec: RunSpec, given: frozenset[str], p2p: str | None = None):
             for name in ("model", "global_batch_size", "optimizer")}  # fmt: skip
     return (pick["model"], pick["global_batch_size"], spec.seq_len, spec.precision,
             pick["optimizer"], options)  # fmt: skip
+
+
+def _option_flags(given: frozenset[str], p2p: str | None) -> tuple[str, ...]:
+    """The execution-option flags given (or set by --config), by name: what was given, not
+    what differs from the defaults, so '--recompute none' counts as much as '--recompute
+    full' (compared with the defaults, a flag at its default looked not given and a plan
+    file's job silently replaced it)."""
+    names = [f"--{name.replace('_', '-')}" for name in OPTION_FIELDS if name in given]
+    return (*names, "--p2p") if p2p is not None else tuple(names)
 
 
 def _job(model, gbs, seq, dtype, optimizer, options):
@@ -134,7 +146,10 @@ def _load_plan_and_job(
     dtype: str | None,
     optimizer: str | None,
     options,
+    option_flags: tuple[str, ...] = (),
 ):
+    """The job and plan of a plan file (its job, else the flags') or of --sailor-plan.
+    ``option_flags``: the execution-option flags given, each a clash with the file's job."""
     from ..original import read_sailor_plan
     from ..spec.job import Job
     from ..spec.plan import Plan
@@ -159,7 +174,7 @@ def _load_plan_and_job(
         job, plan = None, Plan.from_dict(data)
     if job is not None:  # the file's job wins only when no flag contradicts it
         flags = {"--model": model, "--gbs": gbs, "--seq": seq, "--dtype": dtype}
-        flags["--zero/--recompute/..."] = options if options != ExecutionOptions() else None
+        flags.update(dict.fromkeys(option_flags, True))
         inputs.refuse_overrides({**flags, "--optimizer": optimizer}, f"{plan_file}")
     else:
         if model is None or gbs is None:
@@ -294,8 +309,9 @@ def simulate(
             )
         else:
             job, plan = _load_plan_and_job(
-                plan_file, sailor_plan, model, gbs, seq, dtype, optimizer, options
-            )
+                plan_file, sailor_plan, model, gbs, seq, dtype, optimizer, options,
+                _option_flags(given, p2p),
+            )  # fmt: skip
         estimate, missing = estimate_maybe_unpriced(
             sim, job, plan, iterations=iterations, tokens=tokens
         )
