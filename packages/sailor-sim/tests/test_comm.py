@@ -251,3 +251,26 @@ def test_a_ring_edge_between_zones_runs_at_the_providers_ethernet_efficiency():
     expected = timing.allreduce_time(link, gb, 2, 1, ethernet)
     assert t == pytest.approx(expected)
     assert t > timing.allreduce_time(link, gb, 2, 1, comm.bus_efficiency("RoCE").value)
+
+
+def test_tp_stays_within_a_node_of_the_cluster_given(tmp_path):
+    """A cluster file of 4 A100 per node (Perlmutter, JUWELS Booster, Leonardo): TP 8 spans
+    two nodes, yet it was accepted and its all-reduces timed on one node's NVLink (only the
+    catalog's 8-GPU node was checked). Refused like the catalog's node, naming tp's bound;
+    TP 4 runs."""
+    node4 = {"format": "sailor-cluster/1", "fabric": "InfiniBand HDR", "nics_per_node": 4,
+             "nic_gbps": 200, "gpus_per_node": 4, "nvlink_domain": 4}  # fmt: skip
+    cluster = tmp_path / "node4.json"
+    cluster.write_text(json.dumps(node4))
+    args = ["simulate", "--model", "LLaMA-3.1-70B", "--gbs", "16", "--seq", "4096", "--dtype"]
+    args += ["bf16", "--gpu", "A100-80", "--dp", "2", "--fabric", str(cluster), "--tp"]
+    wide = runner.invoke(app, [*args, "8"])
+    assert wide.exit_code == 2 and wide.output.startswith("error: plan.stages[0]"), wide.output
+    assert "TP 8 exceeds the 4 GPUs of a node" in wide.output and "tp <= 4" in wide.output
+    assert runner.invoke(app, [*args, "4"]).exit_code == 0
+    net = NetworkModel()
+    net.set_cluster(load_cluster(cluster))
+    j = Job.create("LLaMA-3.1-70B", 16, 4096, "bf16")
+    plan = Plan.uniform(j, "A100-80", Z, pp=1, dp=2, tp=8, microbatch_size=1)
+    with pytest.raises(SailorError, match="TP 8 exceeds"):
+        Simulator(network=net).estimate(j, plan)

@@ -172,6 +172,13 @@ class NetworkModel:
         self._cache.clear()
         self.version += 1
 
+    def gpus_per_node(self, gpu) -> int:
+        """GPUs of ``gpu`` one node holds: the catalog's, or fewer where the cluster given
+        (``--fabric``) says its nodes are smaller (4 A100 per node on many HPC systems)."""
+        if self.cluster is None or self.cluster.gpus_per_node is None:
+            return gpu.gpus_per_node
+        return max(1, min(gpu.gpus_per_node, self.cluster.gpus_per_node))
+
     def gpus_per_nvlink_domain(self, gpu) -> int:
         """GPUs of ``gpu`` one NVLink / PCIe domain joins: the node, or the cluster's domain."""
         if self.cluster is None or self.cluster.nvlink_domain is None:

@@ -916,12 +916,25 @@ class Simulator(MemoryComponents):
         problem = job.model.tp_problem(r.tp)
         gpu = get_gpu(r.gpu_type)
         if problem is None:
-            problem = gpu.dtype_problem(job.dtype)
+            problem = gpu.dtype_problem(job.dtype) or self._node_problem(gpu, r.tp)
         if problem is not None:
             j = stage.replicas.index(r)
             raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
         check_replica(job.options, gpu, job.dtype, r.tp, p)  # names the option it refuses
         checked.add(key)
+
+    def _node_problem(self, gpu, tp: int) -> str | None:
+        """Why a TP group of ``tp`` GPUs does not fit in one node of the cluster given, or
+        None. ``Replica`` checks the catalog's node; a cluster file with smaller nodes (4 A100
+        per node) would otherwise have its TP all-reduces timed on one node's NVLink while
+        the group spans two nodes."""
+        per_node = self.network.gpus_per_node(gpu)
+        if tp <= per_node:
+            return None
+        return (
+            f"TP {tp} exceeds the {per_node} GPUs of a node of the cluster given "
+            f"({self.network.cluster.source}); TP stays within a node: use tp <= {per_node}"
+        )
 
     def p2p_known(self, job: Job) -> dict:
         """``job``'s ``p2p`` results so far, by ``compose.p2p_key``."""
