@@ -4,6 +4,7 @@ option, bus efficiency per fabric (sourced), and the cluster given with --fabric
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -17,6 +18,7 @@ from sailor_sim.simulate.network import NetworkModel
 from sailor_sim.spec.options import P2P_STYLES, ExecutionOptions
 
 Z = "us-central1-a"
+REPO = Path(__file__).resolve().parents[3]
 runner = CliRunner()
 
 
@@ -274,3 +276,23 @@ def test_tp_stays_within_a_node_of_the_cluster_given(tmp_path):
     plan = Plan.uniform(j, "A100-80", Z, pp=1, dp=2, tp=8, microbatch_size=1)
     with pytest.raises(SailorError, match="TP 8 exceeds"):
         Simulator(network=net).estimate(j, plan)
+
+
+def test_cp_and_ep_groups_cross_the_nics_beyond_the_clusters_node():
+    """A CP (or EP) group of 8 GPUs fits in a catalog A100 node, so its exchange ran on NVLink
+    even under a cluster file of 4-GPU nodes, where it spans two nodes and crosses the NICs:
+    the same NICs per GPU, so only the node size differs and the small nodes are slower."""
+
+    def comm_s(per_node: int, options: dict, model: str) -> float:
+        net = NetworkModel()
+        net.set_cluster(Cluster("InfiniBand HDR", per_node, 200, per_node, per_node,
+                                "on-prem", 5e-6, "test"))  # fmt: skip
+        j = Job.create(model, 8, 8192, "bf16", options=ExecutionOptions(**options))
+        plan = Plan.uniform(j, "A100-80", Z, pp=1, dp=8, tp=1, microbatch_size=1)
+        terms = Simulator(network=net).estimate(j, plan).time_breakdown_s
+        return terms["context_comm"] + terms["expert_comm"]
+
+    cp = {"context_parallel": 8}
+    assert comm_s(4, cp, "LLaMA-3.1-8B") > comm_s(8, cp, "LLaMA-3.1-8B") >= 0
+    ep, mixtral = {"expert_parallel": 8}, str(REPO / "examples" / "configs" / "mixtral-8x7b")
+    assert comm_s(4, ep, mixtral) > comm_s(8, ep, mixtral) >= 0

@@ -346,7 +346,8 @@ class Simulator(MemoryComponents):
         split = job.options.p2p_scatter_gather
         if not split:  # every TP rank sends the whole tensor: pairs x the bytes
             nbytes *= pairs
-        sharing = max(1, min(d, g_src.gpus_per_node // src.tp))  # replicas per sending node
+        per_node = self.network.gpus_per_node(g_src)  # the cluster's node, if smaller
+        sharing = max(1, min(d, per_node // src.tp))  # replicas per sending node
         flows = pairs * sharing
         nics = min(timing.nics_per_node(g_src), timing.nics_per_node(g_dst))
         if flows <= nics:  # every piece has a NIC of its own: the pairs' own curve
@@ -768,7 +769,9 @@ class Simulator(MemoryComponents):
         if ep == 1:
             return 0.0
         gpu = get_gpu(r.gpu_type)
-        local = max(1, gpu.gpus_per_node // r.tp)
+        # NVLink joins the group's ranks of one domain: a cluster's may be smaller than the
+        # catalog's node (4 A100 per node), beyond it the all-to-all crosses the NICs.
+        local = max(1, self.network.gpus_per_nvlink_domain(gpu) // r.tp)
         intra = self.network.intra_node(gpu.name, min(ep, local) * r.tp)
         end = Endpoint(r.zone, r.gpu_type, 1)
         inter = self.network.link(end, end)
@@ -781,12 +784,13 @@ class Simulator(MemoryComponents):
     def _context_comm_s(self, job: Job, first: int, last: int, r: Replica) -> float:
         """Exposed ring KV exchange per microbatch of a context-parallel replica
         (``context_parallel.kv_exchange_exposed``): over NVLink when its CP group's
-        tp x cp GPUs fit in a node, else over the GPU's inter-node link in its zone."""
+        tp x cp GPUs fit in an NVLink domain (a node, or the --fabric cluster's domain), else over
+        the GPU's inter-node link in its zone."""
         cp = job.options.context_parallel
         if cp == 1:
             return 0.0
         gpu = get_gpu(r.gpu_type)
-        if r.tp * cp <= gpu.gpus_per_node:
+        if r.tp * cp <= self.network.gpus_per_nvlink_domain(gpu):  # the cluster's, if smaller
             link = self.network.intra_node(gpu.name, r.tp * cp)
         else:
             end = Endpoint(r.zone, r.gpu_type, 1)
