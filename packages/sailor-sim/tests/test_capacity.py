@@ -340,3 +340,25 @@ def test_largest_microbatch_without_a_runnable_size_is_the_rule_not_an_index_err
     with pytest.raises(sailor_sim.ValidationError) as e:
         sailor_sim.largest_microbatch("LLaMA-3.1-8B", "H100-80", gbs=4, dp=8, dtype="bf16")
     assert e.value.field == "dp"
+
+
+def test_the_default_dtype_is_read_from_the_dtype_key_transformers_now_writes(tmp_path) -> None:
+    """transformers >= 4.56 saves a config's dtype as "dtype" (huggingface/transformers#39782;
+    "torch_dtype" is only read back from older files, and "dtype" wins where both are): a
+    config saved so trained in fp32 by default ('no torch_dtype in the model definition'),
+    8x slower and twice the memory of the bf16 it states."""
+    fields = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "hidden_size": 512, "intermediate_size": 1536, "num_attention_heads": 8,
+        "num_hidden_layers": 4, "num_key_value_heads": 8, "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    }  # fmt: skip
+    for stated, expected in (({"dtype": "bfloat16"}, "bf16"),
+                             ({"dtype": "float16", "torch_dtype": "float32"}, "fp16")):  # fmt: skip
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps({**fields, **stated}))
+        for model in (str(config), str(tmp_path), {**fields, **stated}):
+            e = sailor_sim.estimate(model, "A100-80", gbs=8, seq=1024)
+            assert e.job.dtype == expected, (stated, model)
+            assert "(dtype '" in e.assumed["dtype"]  # the key it was read from
+    assert sailor_sim.default_dtype(str(config))[0] == "fp16"

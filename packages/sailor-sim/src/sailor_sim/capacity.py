@@ -13,10 +13,10 @@ and how long (and how many GPUs) a token budget takes. Every answer carries the 
 made (``assumed``: defaults the caller did not give) and the trust of its numbers
 (``provenance``: the validation error of the profile source behind it).
 
-Defaults a user would pick, stated in ``assumed``: the dtype is the config.json's
-``torch_dtype`` (fp32 for catalog models, which have none), the sequence length is the
-model's maximum capped at ``DEFAULT_MAX_SEQUENCE`` (a long-context model's 131072 positions
-are a capability, not what it is trained at).
+Defaults a user would pick, stated in ``assumed``: the dtype is the config.json's ``dtype``
+(``torch_dtype`` in files saved before transformers 4.56; fp32 for catalog models, which have
+none), the sequence length is the model's maximum capped at ``DEFAULT_MAX_SEQUENCE`` (a
+long-context model's 131072 positions are a capability, not what it is trained at).
 """
 
 from __future__ import annotations
@@ -85,30 +85,38 @@ class CapacityEstimate:
         return tokens / self.tokens_per_s / 3600.0
 
 
+HF_DTYPE_KEYS = ("dtype", "torch_dtype")
+"""Where a config.json states its weights' dtype, first found wins: transformers >= 4.56 saves
+``dtype`` (huggingface/transformers#39782) and reads ``torch_dtype`` only from older files,
+keeping ``dtype`` when a file has both."""
+
+
 def default_dtype(model: str | ModelSpec) -> tuple[str, str]:
-    """(dtype, reason): a config.json's ``torch_dtype`` (or a parsed one's), else fp32."""
+    """(dtype, reason): a config.json's ``dtype`` / ``torch_dtype`` (or a parsed one's), else
+    fp32."""
     if isinstance(model, Mapping) and "model_type" in model:
-        return _hf_dtype(model.get("torch_dtype"), "the config.json dict")
+        return _hf_dtype(model, "the config.json dict")
     if isinstance(model, str) and (model.endswith(".json") or _is_dir(model)):
         file = Path(model).expanduser()
         file = file / "config.json" if _is_dir(model) else file
         try:  # bounded, regular files only (never a FIFO); reading the model says what is wrong
-            raw = json.loads(inputs.read_text(file, "model")).get("torch_dtype")
-        except (SailorSimError, OSError, ValueError, AttributeError):
-            raw = None
-        return _hf_dtype(raw, file.name)
+            config = json.loads(inputs.read_text(file, "model"))
+        except (SailorSimError, OSError, ValueError):
+            config = None
+        return _hf_dtype(config if isinstance(config, Mapping) else {}, file.name)
     return "fp32", "no torch_dtype in the model definition"
 
 
-def _hf_dtype(raw: Any, where: str) -> tuple[str, str]:
+def _hf_dtype(config: Mapping[str, Any], where: str) -> tuple[str, str]:
+    key = next((k for k in HF_DTYPE_KEYS if config.get(k) is not None), None)
+    if key is None:
+        return "fp32", "no torch_dtype in the model definition"
+    raw = config[key]
     if isinstance(raw, str) and raw in _HF_DTYPES:
-        return _HF_DTYPES[raw], f"torch_dtype {raw!r} of {where}"
-    if raw is not None:  # e.g. float8_e4m3fn: say why it was not taken
-        return "fp32", (
-            f"torch_dtype {str(raw)[:40]!r} of {where} is none of "
-            f"{', '.join(_HF_DTYPES)}; pass --precision to choose"
-        )
-    return "fp32", "no torch_dtype in the model definition"
+        return _HF_DTYPES[raw], f"{key} {raw!r} of {where}"
+    # e.g. float8_e4m3fn: say why it was not taken
+    why = f"{key} {str(raw)[:40]!r} of {where} is none of {', '.join(_HF_DTYPES)}"
+    return "fp32", f"{why}; pass --precision to choose"
 
 
 def _is_dir(model: str) -> bool:
