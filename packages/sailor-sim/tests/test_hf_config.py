@@ -467,3 +467,19 @@ def test_granite_is_read_as_llama_with_its_multipliers_ignored(tmp_path):
     assert 8.1e9 < a.total_params() < 8.2e9
     flops = [sum(m.forward_flops(i, 1, 4096) for i in range(m.num_layer_ids)) for m in specs]
     assert flops[0] == flops[1] > 0
+
+
+def test_a_config_folder_named_like_a_catalog_model_is_read(tmp_path, monkeypatch):
+    """'hf download mistralai/Mistral-7B-v0.3 --local-dir mistral-7b' then '--model
+    mistral-7b': the name is also a catalog alias (Mistral-7B, v0.1: vocabulary 32000), which
+    won, so the file the user pointed at was silently replaced by another model (while the
+    default dtype was read from that file). An existing config on disk is what was meant."""
+    v03 = {**dict(CONFIGS[1][1]), "vocab_size": 32768, "sliding_window": None}
+    (tmp_path / "mistral-7b").mkdir()
+    (tmp_path / "mistral-7b" / "config.json").write_text(json.dumps(v03))
+    monkeypatch.chdir(tmp_path)
+    for name in ("mistral-7b", "mistral-7b/config.json"):
+        spec = get_model(name)
+        assert spec.vocab_size == 32768 and spec.name.endswith("config.json"), name
+    assert Job.create("mistral-7b", 8, 4096).model.vocab_size == 32768
+    assert get_model("Mistral-7B").vocab_size == 32000  # no such folder: the catalog

@@ -914,8 +914,9 @@ def _is_required(field: dataclasses.Field) -> bool:
 def get_model(name: str | ModelSpec | Mapping[str, Any]) -> ModelSpec:
     """A model by catalog name or alias (case-insensitive), the JSON object of a spec's fields
     (``model_wire_name``), or a Hugging Face ``config.json`` (a path ending in .json, or a
-    folder holding one; read with ``read_hf_config``). A dict is a parsed config.json (it has
-    ``model_type``) or a spec's fields."""
+    folder holding one; read with ``read_hf_config``; an existing one is read even where its
+    path also spells a catalog name). A dict is a parsed config.json (it has ``model_type``)
+    or a spec's fields."""
     if isinstance(name, ModelSpec):
         return name
     if isinstance(name, Mapping):
@@ -926,6 +927,8 @@ def get_model(name: str | ModelSpec | Mapping[str, Any]) -> ModelSpec:
             f"dict (json.load) or a ModelSpec, got {name!r:.60}",
             field="model",
         )
+    if _config_on_disk(name):  # read even where the name is also a catalog alias (below)
+        return read_hf_config(name)
     spec = catalog_model(name)
     if spec is not None:
         return spec
@@ -963,6 +966,18 @@ def model_from_mapping(data: Mapping[str, Any]) -> ModelSpec:
     if not (isinstance(label, str) and label.strip()):
         label = f"config.json dict ({str(data['model_type'])[:40]})"
     return ModelSpec(**fields_from_hf_dict(dict(data), name=label))
+
+
+def _config_on_disk(name: str) -> bool:
+    """Whether ``name`` is an existing config.json (a .json file, or a folder holding one).
+    Such a path is what the user pointed at even when it also spells a catalog name or alias:
+    'hf download mistralai/Mistral-7B-v0.3 --local-dir mistral-7b' makes a folder named like
+    the catalog's Mistral-7B (v0.1, another vocabulary), which had silently replaced it."""
+    try:
+        path = Path(name).expanduser()
+        return (path.suffix == ".json" and path.is_file()) or (path / "config.json").is_file()
+    except (OSError, ValueError):  # a name too long for a path, or with a NUL
+        return False
 
 
 def _is_file(name: str) -> bool:
