@@ -90,3 +90,23 @@ def test_the_cli_flag_loads_the_file_and_bad_files_are_one_line(tmp_path) -> Non
 
 def test_validation_error_is_the_sim_family() -> None:
     assert issubclass(ValidationError, sailor_sim.SailorSimError)
+
+
+def test_a_catalog_gpu_states_its_fp8_peak(tmp_path) -> None:
+    """A cluster's own FP8 GPU (H800, H20, MI325X, B300) could not train in FP8: the FP8 peaks
+    came from data/fp8.json alone, so 'fp8' was refused with 'TEST-GPU-FP8 has no FP8 tensor
+    cores', which the file could not change. A GPU entry takes an optional dense
+    ``fp8_tflops``; without one the refusal names that field as the fix."""
+    with_fp8 = {**GPU, "name": "TEST-GPU-FP8", "fp8_tflops": 720}
+    without = {**GPU, "name": "TEST-GPU-NO-FP8"}
+    load_catalog(_write(tmp_path, {"format": "sailor-catalog/1", "gpus": [with_fp8, without]}))
+    args = dict(gbs=8, dp=4, seq=2048, options={"zero": "zero1"})
+    bf16 = sailor_sim.estimate("LLaMA-3.1-8B", "TEST-GPU-FP8", dtype="bf16", **args)
+    fp8 = sailor_sim.estimate("LLaMA-3.1-8B", "TEST-GPU-FP8", dtype="fp8", **args)
+    assert fp8.job.options.fp8 == "delayed" and fp8.iteration_time_s < bf16.iteration_time_s
+    with pytest.raises(ValidationError, match="fp8_tflops") as e:
+        sailor_sim.estimate("LLaMA-3.1-8B", "TEST-GPU-NO-FP8", dtype="fp8", **args)
+    assert e.value.field == "options.fp8"
+    bad = {**GPU, "name": "TEST-GPU-BAD-FP8", "fp8_tflops": -1}
+    with pytest.raises(ValidationError, match="fp8_tflops"):
+        load_catalog(_write(tmp_path, {"format": "sailor-catalog/1", "gpus": [bad]}))

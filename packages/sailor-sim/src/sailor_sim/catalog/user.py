@@ -6,6 +6,7 @@ The file (JSON, or TOML by its ``.toml`` suffix) holds::
     format = "sailor-catalog/1"
     [[gpus]]      # entries as in sailor_sim/data/gpus.json ("source" optional: the file)
     name = "H100-NVL" ...
+    fp8_tflops = 1670  # optional: dense FP8 peak (data/fp8.json's figure); none: no FP8
     [[prices]]    # $/GPU-hour of a GPU type, optionally per region and for spot
     gpu_type = "H100-NVL"
     usd_per_gpu_hour = 2.1
@@ -41,7 +42,8 @@ def _read(path: Path) -> dict[str, Any]:
 
 def load_catalog(path: str | Path) -> dict[str, list[str]]:
     """Register the GPUs and prices of a catalog file; returns the names of what it added."""
-    from .gpus import _gpu_from_entry, register_gpu, register_gpu_alias
+    from ..simulate.features.fp8 import register_fp8_peak
+    from .gpus import TFLOPS, _gpu_from_entry, register_gpu, register_gpu_alias
     from .prices import set_price
 
     file = Path(path).expanduser()
@@ -52,9 +54,14 @@ def load_catalog(path: str | Path) -> dict[str, list[str]]:
     added: dict[str, list[str]] = {"gpus": [], "prices": []}
     for i, entry in enumerate(_list(doc, "gpus", file)):
         where = f"{file} gpus[{i}]"
+        fp8 = None
         if isinstance(entry, dict):
             entry = {"source": f"user catalog {file.name}", **entry}
+            fp8 = entry.pop("fp8_tflops", None)  # data/fp8.json's figure, for this GPU
         gpu, aliases = _gpu_from_entry(entry, where)
+        if fp8 is not None:
+            tflops = inputs.positive_number(fp8, f"{where}.fp8_tflops")
+            register_fp8_peak(gpu.name, tflops * TFLOPS, entry["source"])
         register_gpu(gpu)
         for alias in aliases:
             register_gpu_alias(alias, gpu.name)

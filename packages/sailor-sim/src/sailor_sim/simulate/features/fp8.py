@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ... import revision
 from ...catalog.gpus import TFLOPS, GPUType
 from ...catalog.readers import check_keys, read_data
 from ...dtypes import dtype_bytes
@@ -56,9 +57,20 @@ def fp8_peaks() -> dict[str, tuple[float, str]]:
     return table
 
 
+_REGISTERED: dict[str, tuple[float, str]] = {}
+"""GPU type name -> (dense FP8 FLOP/s, source) of GPUs a catalog file adds (``fp8_tflops``),
+ahead of ``data/fp8.json``'s."""
+
+
+def register_fp8_peak(name: str, flops: float, source: str) -> None:
+    """State the dense FP8 peak of GPU type ``name`` (a ``--catalog`` GPU's ``fp8_tflops``)."""
+    _REGISTERED[name] = (flops, source)
+    revision.bump()  # a live Simulator drops the FP8 times it cached
+
+
 def fp8_peak(gpu: GPUType) -> float:
-    """Dense FP8 FLOP/s of ``gpu``; 0 when it has no FP8 tensor cores."""
-    return fp8_peaks().get(gpu.name, (0.0, ""))[0]
+    """Dense FP8 FLOP/s of ``gpu``; 0 when it has no FP8 tensor cores (or none was stated)."""
+    return _REGISTERED.get(gpu.name, fp8_peaks().get(gpu.name, (0.0, "")))[0]
 
 
 def fp8_speedup_bound(gpu: GPUType, dtype: str) -> float:
@@ -71,10 +83,11 @@ def fp8_speedup_bound(gpu: GPUType, dtype: str) -> float:
 def check_fp8(recipe: str, gpu: GPUType, dtype: str) -> None:
     """Refuse FP8 on a GPU without FP8 tensor cores, naming the option."""
     if recipe != "none" and fp8_peak(gpu) <= 0:
-        with_fp8 = ", ".join(fp8_peaks())
+        with_fp8 = ", ".join({**fp8_peaks(), **_REGISTERED})
         raise ValidationError(
             f"{gpu.name} has no FP8 tensor cores; train in {dtype} without fp8 "
-            f"(--precision {dtype}) or use one of {with_fp8}",
+            f"(--precision {dtype}) or use one of {with_fp8} (a --catalog GPU with FP8 states "
+            "its dense fp8_tflops)",
             field="options.fp8",
         )
 
