@@ -281,3 +281,22 @@ def test_the_option_search_is_no_worse_than_any_option_set_searched_alone():
             except NoFeasiblePlanError:
                 continue
             assert best <= alone.best.estimate.cost_per_iteration_usd * (1 + 1e-9), options
+
+
+def test_sequence_parallel_plans_only_at_tp_degrees_dividing_the_sequence(monkeypatch):
+    """With sequence parallelism each TP rank holds an equal chunk of a sequence, so the
+    engine refuses a TP that does not divide its tokens; the search never tabulates such a
+    degree (before, it built TP 8 stage tables for 2044 tokens and the simulator refused
+    their plans one by one), and the plan it returns runs."""
+    job = Job.create("OPT-350M", 64, 2044, "bf16", "adam", ExecutionOptions(sequence_parallel=True))
+    tabulated: set = set()
+    tables = Search._tables
+
+    def recording(self, g, p, m, t):
+        tabulated.update(t if isinstance(t, tuple) else (t,))
+        return tables(self, g, p, m, t)
+
+    monkeypatch.setattr(Search, "_tables", recording)
+    found = Planner(Simulator()).plan(job, INVENTORY, SearchOptions(search_execution_options=False))
+    assert tabulated and all(t > 1 and 2044 % t == 0 for t in tabulated), tabulated
+    assert found.best.estimate.fits

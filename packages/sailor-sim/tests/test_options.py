@@ -166,6 +166,17 @@ def test_sequence_parallelism_splits_the_replicated_activations():
     assert sp.time_breakdown_s["tp_comm"] == base.time_breakdown_s["tp_comm"]  # RS+AG = AR
 
 
+def test_sequence_parallelism_needs_tp_to_divide_the_sequence():
+    """The engine refuses SP where TP does not divide a sequence's tokens (each rank holds
+    an equal chunk): the simulator refused only tp 1, so `simulate --tp 8 --seq 2044 --sp`
+    predicted a plan `sailor run` refuses (the planner's side: test_execution_options)."""
+    odd = Job.create(MODEL, 16, 2044, "bf16", "adam", ExecutionOptions(sequence_parallel=True))
+    with pytest.raises(ValidationError, match="do not divide") as e:
+        Simulator().estimate(odd, Plan.uniform(odd, "A100-40", A, tp=8, pp=1, dp=1))
+    assert e.value.field.endswith("sequence_parallel")
+    assert Simulator().estimate(odd, Plan.uniform(odd, "A100-40", A, tp=4, pp=1, dp=1)).fits
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_an_eager_loss_holds_two_more_fp32_logits_copies_at_the_head(dtype):
     """The head stage's transient: the logits in the training dtype beside the stashed fp32

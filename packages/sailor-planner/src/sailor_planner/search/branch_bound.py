@@ -384,7 +384,8 @@ class Search:
         gpu = get_gpu(g)
         for tp in t if isinstance(t, tuple) else (t,):
             try:
-                check_replica(self.job.options, gpu, self.job.dtype, tp, p)
+                job = self.job
+                check_replica(job.options, gpu, job.dtype, tp, p, job.local_sequence_length)
             except SailorSimError:
                 return False
         return True

@@ -384,7 +384,7 @@ def memory(
         job = _job(model, 1, seq, dtype, optimizer, options)
         gpu_type = get_gpu(gpu)
         job.model.check_tp(tp)
-        check_replica(job.options, gpu_type, job.dtype, tp, pp)
+        check_replica(job.options, gpu_type, job.dtype, tp, pp, job.local_sequence_length)
         if tp > gpu_type.gpus_per_node:
             raise ValidationError(
                 f"TP {tp} exceeds the {gpu_type.gpus_per_node} GPUs of a {gpu_type.name} node",

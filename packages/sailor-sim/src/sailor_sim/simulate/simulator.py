@@ -924,7 +924,8 @@ class Simulator(MemoryComponents):
         if problem is not None:
             j = stage.replicas.index(r)
             raise PlanError(problem, field=f"plan.stages[{i}].replicas[{j}]")
-        check_replica(job.options, gpu, job.dtype, r.tp, p)  # names the option it refuses
+        # names the option it refuses
+        check_replica(job.options, gpu, job.dtype, r.tp, p, job.local_sequence_length)
         checked.add(key)
 
     def _node_problem(self, gpu, tp: int) -> str | None:

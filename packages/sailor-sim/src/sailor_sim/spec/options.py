@@ -253,8 +253,12 @@ def check_options(options: ExecutionOptions, dtype: str) -> None:
         )
 
 
-def check_replica(options: ExecutionOptions, gpu, dtype: str, tp: int, num_stages: int) -> None:
-    """Combinations refused for one replica of a plan (GPU, TP degree, pipeline depth)."""
+def check_replica(
+    options: ExecutionOptions, gpu, dtype: str, tp: int, num_stages: int, sequence_length: int = 0
+) -> None:
+    """Combinations refused for one replica of a plan (GPU, TP degree, pipeline depth; the
+    tokens of a sequence each rank's attention sees, ``Job.local_sequence_length``, where
+    known: 0 skips the checks that need it)."""
     if options.flash_attention is True and not flash_supported(gpu, dtype):
         raise ValidationError(
             f"flash attention is not supported on {gpu.name} (needs Ampere or later: bf16 "
@@ -272,6 +276,13 @@ def check_replica(options: ExecutionOptions, gpu, dtype: str, tp: int, num_stage
         raise ValidationError(
             "sequence parallelism splits activations over TP ranks and needs tp > 1 in every "
             "replica; set sequence_parallel=false or use tp >= 2",
+            field="options.sequence_parallel",
+        )
+    if options.sequence_parallel and sequence_length % tp:  # the engine's rule (options.py)
+        raise ValidationError(
+            f"sequence parallelism splits each sequence's {sequence_length} tokens over the "
+            f"{tp} TP ranks, which do not divide them; set sequence_parallel=false or use a "
+            "sequence length divisible by tp",
             field="options.sequence_parallel",
         )
     if options.shards_parameters and num_stages > 1:
