@@ -170,3 +170,32 @@ def test_an_option_flag_at_its_default_clashes_with_a_plan_files_job(tmp_path):
         assert r.exit_code == 2, (flags, r.output)
         assert r.output.startswith(f"error: {flags[0]}: ") and "already sets the job" in r.output
     assert run("simulate", str(path)).exit_code == 0  # no flag: the file's job
+
+
+def test_precision_fp8_with_fp8_none_is_a_contradiction_not_a_silent_recipe(tmp_path):
+    """--precision fp8 is bf16 with FP8 GEMMs ('delayed' unless a recipe is named): with
+    --fp8 none, or both in a --config file, it trained 'delayed' without a word. Now one
+    line naming --fp8, exit 2; the Python API refuses the same pair. A recipe named with it
+    is taken; --fp8 none alone is plain bf16."""
+    import pytest
+
+    import sailor_sim
+    from sailor_sim import ValidationError
+
+    base = ["simulate", "--model", "LLaMA-3.1-8B", "--gpu", "H100", "--tp", "8", "--gbs", "8"]
+    base += ["--seq", "4096"]
+    one_line_error(run(*base, "--precision", "fp8", "--fp8", "none"), "--fp8: none contradicts")
+    config = tmp_path / "run.toml"
+    config.write_text('precision = "fp8"\n[options]\nfp8 = "none"\n')
+    one_line_error(run(*base, "--config", str(config)), "contradicts precision fp8")
+    current = run(*base, "--precision", "fp8", "--fp8", "current", "--json")
+    assert (
+        current.exit_code == 0 and json.loads(current.output)["job"]["options"]["fp8"] == "current"
+    )
+    plain = run(*base, "--precision", "bf16", "--fp8", "none", "--json")
+    assert plain.exit_code == 0 and json.loads(plain.output)["job"]["options"]["fp8"] == "none"
+    with pytest.raises(ValidationError, match="contradicts") as e:
+        sailor_sim.estimate(
+            "LLaMA-3.1-8B", "H100-80", gbs=8, dp=8, seq=4096, dtype="fp8", options={"fp8": "none"}
+        )
+    assert e.value.field == "options.fp8"

@@ -35,7 +35,7 @@ from .simulate.features.context_parallel import sequence_splits
 from .simulate.result import Estimate
 from .simulate.simulator import Simulator
 from .spec.interleave import microbatch_step
-from .spec.job import Job
+from .spec.job import Job, check_fp8_precision
 from .spec.options import ExecutionOptions
 
 PROVIDERS = ("gcp", "aws", "azure")
@@ -136,6 +136,7 @@ def make_job(
 ) -> tuple[Job, dict[str, str]]:
     """A Job with user-sensible defaults, and the defaults it chose (``assumed``)."""
     spec = get_model(model)
+    check_fp8_precision(dtype, options)  # before the mapping becomes ExecutionOptions
     options = _options(options)
     assumed: dict[str, str] = {}
     if dtype is None:

@@ -309,14 +309,17 @@ def with_spec(
             given = {f.path: kwargs.pop("_".join(f.path)) for f in leaves}
             base = _merge(base_data, _file_data(cls, config)) if config is not None else base_data
             spec_data = _merge(base, _nest({p: v for p, v in given.items() if v is not None}))
+            file_keys = _leaf_names(_file_data(cls, config)) if config is not None else set()
+            named = frozenset({p[-1] for p, v in given.items() if v is not None} | file_keys)
             try:
                 out: dict[str, Any] = {"spec": from_dict(cls, spec_data, where="flags")}
+                check = getattr(out["spec"], "check_given", None)
+                if check is not None:  # fields valid alone that contradict each other
+                    check(named)
             except ValidationError as exc:
                 raise _as_flag(exc, by_name) from None
             if wants_given:  # the leaves set by a flag or the file, not by a default
-                file_keys = _leaf_names(_file_data(cls, config)) if config is not None else set()
-                named = {p[-1] for p, v in given.items() if v is not None}
-                out["given"] = frozenset(named | file_keys)
+                out["given"] = named
             return out
 
         config = inspect.Parameter(

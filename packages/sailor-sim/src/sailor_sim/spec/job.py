@@ -27,6 +27,21 @@ file, ``--gpus``, a pool built in Python)."""
 FP8_PRECISION = "fp8"
 """The precision name that means bf16 training with FP8 GEMMs (``ExecutionOptions.fp8``)."""
 _JOB_IDS: dict[tuple, int] = {}
+
+
+def check_fp8_precision(dtype, options) -> None:
+    """dtype 'fp8' with options (a mapping, as a user writes them) stating fp8 'none'
+    contradict each other: the dtype turns the recipe on ('delayed'), so the stated 'none'
+    was overruled silently. The CLIs' flags: ``RunSpec.check_given``."""
+    fp8 = isinstance(dtype, str) and dtype.lower() == FP8_PRECISION
+    if fp8 and isinstance(options, Mapping) and options.get("fp8") == "none":
+        raise ValidationError(
+            "'none' contradicts dtype 'fp8' (bf16 with FP8 GEMMs, recipe 'delayed' unless "
+            "another is set); drop options['fp8'] or train in dtype 'bf16'",
+            field="options.fp8",
+        )
+
+
 _NEXT_JOB_ID = itertools.count()
 """Interned ``Job.cache_id`` per distinct (model, sequence, dtype, optimizer, options)."""
 _TIMING_IDS: dict[int, int] = {}
@@ -101,6 +116,7 @@ class Job:
             return
         object.__setattr__(self, "dtype", "bf16")
         options = self.options
+        check_fp8_precision(FP8_PRECISION, options)
         if isinstance(options, Mapping) or options is None:
             options = ExecutionOptions.from_dict(options)
         if isinstance(options, ExecutionOptions) and options.fp8 == "none":

@@ -18,12 +18,10 @@ from typing import Any
 from .. import inputs
 from ..dtypes import check_dtype
 from ..errors import ValidationError
-from .job import OPTIMIZERS, Job
+from .job import FP8_PRECISION, OPTIMIZERS, Job
 from .options import ExecutionOptions
 from .recipe import Recipe
 
-FP8_PRECISION = "fp8"
-"""The precision that means bf16 with FP8 GEMMs (``capacity.make_job``)."""
 MAX_SEED = 2**32 - 1
 """numpy's seed range (torch accepts more; the data order uses numpy)."""
 
@@ -76,6 +74,17 @@ class RunSpec:
         inputs.integral(self.seed, "seed", minimum=0, maximum=MAX_SEED)
         if not isinstance(self.recipe, Recipe):
             raise ValidationError("must be a Recipe", field="recipe")
+
+    def check_given(self, given: frozenset[str]) -> None:
+        """Fields valid alone that contradict each other as given (``given``: the leaf names
+        a flag or the config file set): precision fp8 is bf16 with FP8 GEMMs, so an fp8
+        recipe of none stated with it was overruled silently (it trained 'delayed')."""
+        if self.precision == FP8_PRECISION and "fp8" in given and self.options.fp8 == "none":
+            raise ValidationError(
+                "none contradicts precision fp8 (bf16 with FP8 GEMMs, recipe 'delayed' unless "
+                "another is set); drop the fp8 setting or train in precision bf16",
+                field="fp8",
+            )
 
     def lr_schedule(self):
         """The engine's LRSchedule (a decay over the run's steps unless ``decay_steps``)."""
