@@ -110,3 +110,24 @@ def test_a_catalog_gpu_states_its_fp8_peak(tmp_path) -> None:
     bad = {**GPU, "name": "TEST-GPU-BAD-FP8", "fp8_tflops": -1}
     with pytest.raises(ValidationError, match="fp8_tflops"):
         load_catalog(_write(tmp_path, {"format": "sailor-catalog/1", "gpus": [bad]}))
+
+
+def test_a_catalog_gpu_states_its_architecture_for_the_calibration(tmp_path) -> None:
+    """The calibrated efficiencies were found by name prefix, so an H800 or H20 added with
+    --catalog (Hoppers whose names no prefix matches) fell back to the uncalibrated model
+    (its published-run error several times the calibrated one's), while 'H100-NVL' got the
+    calibration. An entry may state its ``architecture``; the same GPU then times as the
+    family's calibration says, and an unknown family is refused naming the field."""
+    hopper = {**GPU, "name": "TEST-GPU-HOPPER", "bf16_tflops": 989, "architecture": "hopper"}
+    plain = {**GPU, "name": "TEST-GPU-PLAIN", "bf16_tflops": 989}
+    load_catalog(_write(tmp_path, {"format": "sailor-catalog/1", "gpus": [hopper, plain]}))
+    args = dict(gbs=8, dp=4, seq=2048, dtype="bf16", options={"zero": "zero1"})
+    stated = sailor_sim.estimate("LLaMA-3.1-8B", "TEST-GPU-HOPPER", **args)
+    unstated = sailor_sim.estimate("LLaMA-3.1-8B", "TEST-GPU-PLAIN", **args)
+    assert stated.provenance[0]["provenance"] == "calibrated analytic", stated.provenance[0]
+    assert unstated.provenance[0]["provenance"] == "uncalibrated analytic", unstated.provenance[0]
+    assert stated.iteration_time_s != unstated.iteration_time_s
+    bad = {**GPU, "name": "TEST-GPU-BAD-ARCH", "architecture": "volta2"}
+    with pytest.raises(ValidationError, match="no calibration") as e:
+        load_catalog(_write(tmp_path, {"format": "sailor-catalog/1", "gpus": [bad]}))
+    assert e.value.field == "architecture"

@@ -7,6 +7,8 @@ The file (JSON, or TOML by its ``.toml`` suffix) holds::
     [[gpus]]      # entries as in sailor_sim/data/gpus.json ("source" optional: the file)
     name = "H100-NVL" ...
     fp8_tflops = 1670  # optional: dense FP8 peak (data/fp8.json's figure); none: no FP8
+    architecture = "hopper"  # optional: calibrated family (ampere, hopper, blackwell);
+                             # none: the name's prefix decides (H100-*), else uncalibrated
     [[prices]]    # $/GPU-hour of a GPU type, optionally per region and for spot
     gpu_type = "H100-NVL"
     usd_per_gpu_hour = 2.1
@@ -42,6 +44,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def load_catalog(path: str | Path) -> dict[str, list[str]]:
     """Register the GPUs and prices of a catalog file; returns the names of what it added."""
+    from ..profiles.analytic import register_gpu_family
     from ..simulate.features.fp8 import register_fp8_peak
     from .gpus import TFLOPS, _gpu_from_entry, register_gpu, register_gpu_alias
     from .prices import set_price
@@ -54,14 +57,20 @@ def load_catalog(path: str | Path) -> dict[str, list[str]]:
     added: dict[str, list[str]] = {"gpus": [], "prices": []}
     for i, entry in enumerate(_list(doc, "gpus", file)):
         where = f"{file} gpus[{i}]"
-        fp8 = None
+        fp8 = family = None
         if isinstance(entry, dict):
             entry = {"source": f"user catalog {file.name}", **entry}
             fp8 = entry.pop("fp8_tflops", None)  # data/fp8.json's figure, for this GPU
+            family = entry.pop("architecture", None)  # its calibration's family
         gpu, aliases = _gpu_from_entry(entry, where)
         if fp8 is not None:
             tflops = inputs.positive_number(fp8, f"{where}.fp8_tflops")
             register_fp8_peak(gpu.name, tflops * TFLOPS, entry["source"])
+        if family is not None:
+            try:
+                register_gpu_family(gpu.name, family)
+            except ValidationError as exc:
+                raise ValidationError(f"{where}: {exc}", field="architecture") from None
         register_gpu(gpu)
         for alias in aliases:
             register_gpu_alias(alias, gpu.name)

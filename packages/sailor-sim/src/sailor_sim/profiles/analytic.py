@@ -33,8 +33,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import revision
 from ..catalog.gpus import GPUType
 from ..dtypes import dtype_bytes
+from ..errors import ValidationError
 from ..model.spec import ModelSpec
 
 _FIT = "fit to original Sailor profiles_tmp.json, OPT-350 blocks, fp32, mbs 1-8, tp 1"
@@ -286,7 +288,31 @@ def set_calibration(table: dict[tuple[str, str], MatmulEfficiency]) -> None:
     CALIBRATION.update(table)
 
 
+_STATED_FAMILY: dict[str, str] = {}
+"""GPU type name -> architecture family a catalog file states for it (``architecture``)."""
+
+
+def register_gpu_family(name: str, family: str) -> None:
+    """State the architecture of GPU type ``name`` (a ``--catalog`` GPU's ``architecture``):
+    its calibrated efficiencies are then the family's (an H800 or H20 is a Hopper, though
+    no name prefix says so). Raises ValidationError for a family with no calibration."""
+    families = sorted(set(GPU_FAMILY.values()))
+    if family not in families:
+        raise ValidationError(
+            f"{family!r:.40} has no calibration; use one of {', '.join(families)} "
+            "(the SM generation: an H800 or H20 is hopper) or leave it out (uncalibrated)",
+            field="architecture",
+        )
+    _STATED_FAMILY[name] = family
+    revision.bump()  # a live Simulator drops the times it cached
+
+
 def gpu_family(gpu: GPUType) -> str | None:
+    """The calibrated architecture family of ``gpu``: the one its catalog entry states, else
+    the one its name's prefix names (``GPU_FAMILY``), else None (uncalibrated)."""
+    stated = _STATED_FAMILY.get(gpu.name)
+    if stated is not None:
+        return stated
     return next((f for prefix, f in GPU_FAMILY.items() if gpu.name.startswith(prefix)), None)
 
 
