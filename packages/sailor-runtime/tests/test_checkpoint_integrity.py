@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,22 @@ def train(tmp_path: Path, steps: int, checkpoints: Path | None = None):
     )
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """Checkpoints at steps 2 and 4, written by one real engine process; each test damages
+    its own copy (``checkpoints_at``)."""
+    folder = tmp_path_factory.mktemp("trained")
+    first = train(folder, 4)
+    assert first.returncode == 0, first.stderr[-2000:]
+    return folder / "ckpt"
+
+
+def checkpoints_at(trained: Path, where: Path) -> Path:
+    """A copy of the engine's checkpoints at ``where`` (its parents made)."""
+    where.parent.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copytree(trained, where))
+
+
 def steps_run(tmp_path: Path) -> list[int]:
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line)["step"] for line in lines if line.strip()]
@@ -59,9 +76,8 @@ def flip_bytes(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["same size", "truncated"])
-def test_a_damaged_checkpoint_is_skipped_for_the_older_one(tmp_path, damage):
-    first = train(tmp_path, 4)
-    assert first.returncode == 0, first.stderr[-2000:]
+def test_a_damaged_checkpoint_is_skipped_for_the_older_one(tmp_path, damage, trained):
+    checkpoints_at(trained, tmp_path / "ckpt")
     newest = ckpt.step_dir(tmp_path / "ckpt", 4)
     manifest = json.loads((newest / "manifest.json").read_text())
     assert all(len(e["sha256"]) == 64 for e in manifest["files"].values())
@@ -71,7 +87,6 @@ def test_a_damaged_checkpoint_is_skipped_for_the_older_one(tmp_path, damage):
     else:
         victim.write_bytes(victim.read_bytes()[:100])
     assert latest_checkpoint_step(tmp_path / "ckpt") == 2  # the controller agrees
-    (tmp_path / "metrics.jsonl").unlink()
     second = train(tmp_path, 6)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "__0_0.distcp" in second.stderr and "skipped" in second.stderr, second.stderr[-2000:]
@@ -96,11 +111,10 @@ def sailor_run(run_dir: Path, steps: int) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
-def test_a_rerun_with_nothing_to_train_or_only_damaged_checkpoints_says_so(tmp_path):
+def test_a_rerun_with_nothing_to_train_or_only_damaged_checkpoints_says_so(tmp_path, trained):
     """Checkpoints at steps 2 and 4, written by the real engine into a run folder."""
     run_dir = tmp_path / "run"
-    first = train(tmp_path, 4, run_dir / "checkpoints")
-    assert first.returncode == 0, first.stderr[-2000:]
+    checkpoints_at(trained, run_dir / "checkpoints")
     # --steps below the checkpoint: one line, exit 0, and no 0/3-steps summary.
     done = sailor_run(run_dir, 3)
     assert done.returncode == 0, done.stderr[-2000:]
