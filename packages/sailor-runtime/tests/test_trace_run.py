@@ -24,15 +24,17 @@ def write(tmp_path: Path, body: str) -> Path:
 
 @pytest.mark.timeout(400)
 def test_workers_follow_the_trace_and_the_replay_predicts_the_run(tmp_path):
-    # 3 CPU workers, one leaves gracefully, one joins back; 100 trace seconds = 16.7 s of wall.
+    # 3 CPU workers, one leaves gracefully, one joins back; 100 trace seconds = 8.3 s of wall
+    # (each state holds a change and some steps; the replay charges a restart per change
+    # whatever the states' length, and the assertions below hold for any time scale).
     trace = read_trace(
         write(tmp_path, "0,local,CPU,3,\n100,local,CPU,2,\n200,local,CPU,3,\n300,local,CPU,3,\n")
     )
     cfg = LocalRunConfig.create(
         run_dir=tmp_path / "run", checkpoint_every=4, profile=False, progress=False
     )
-    result = run_trace(cfg, trace, time_scale=6.0)
-    assert result.trace_wall_s == pytest.approx(50.0)
+    result = run_trace(cfg, trace, time_scale=12.0)
+    assert result.trace_wall_s == pytest.approx(25.0)
     assert result.changes == 2
     # The replay's every-change policy charges a restart at the leave and at the join; the
     # controller restarts only where the plan or its placement changes (a leaving worker the
