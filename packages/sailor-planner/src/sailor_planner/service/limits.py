@@ -2,8 +2,9 @@
 
 A search is CPU-bound Python: two at once already share the cores, more only add memory. So
 searches take a slot (``max_searches``), the next ``max_queued`` wait for one (in order, each
-still cancellable), and the rest are refused with RESOURCE_EXHAUSTED at once. The gRPC thread
-pool is larger than slots + queue, so Health and Simulate are always answered.
+still cancellable), and the rest are refused with RESOURCE_EXHAUSTED at once. A Simulate of a
+large plan takes a slot too (``free_simulate_replicas``). The gRPC thread pool is larger than
+slots + queue, so Health and the Simulate of a plan of usual size are always answered.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class ServerLimits:
     """GPUs in one inventory (the largest clusters planned today are ~25k GPUs)."""
     max_candidates: int = 200_000
     """Allocations one search scores at most (about a minute of CPU)."""
+    free_simulate_replicas: int = 1024
+    """Replicas a Simulate's plan may have without taking a search slot (~30 ms of work).
+    Its work grows with them (the estimate lists every replica): one of 65,536 replicas is
+    ~2 s of CPU and a 12 MB answer, so 48 such calls held every thread of the pool, starved
+    Health and ran on for a minute after their callers' deadlines had passed."""
 
     def __post_init__(self) -> None:
         for name in ("max_searches", "max_pools", "max_gpus", "max_candidates"):
@@ -53,8 +59,11 @@ class ServerLimits:
                 "more servers instead",
                 field="workers",
             )
-        if self.max_queued < 0 or self.spare_threads < 1:
-            raise WorkLimitError("max_queued >= 0 and spare_threads >= 1", field="limits")
+        if self.max_queued < 0 or self.spare_threads < 1 or self.free_simulate_replicas < 0:
+            raise WorkLimitError(
+                "max_queued >= 0, spare_threads >= 1 and free_simulate_replicas >= 0",
+                field="limits",
+            )
 
     @property
     def threads(self) -> int:
@@ -84,6 +93,12 @@ class ServerLimits:
                 "on; simulate a smaller plan",
                 field="plan",
             )
+
+    def simulate_needs_slot(self, plan_msg) -> bool:
+        """Whether a Simulate of the wire ``Plan`` must take a search slot; counted on the
+        message, before parsing it (parsing is part of the work)."""
+        replicas = sum(len(stage.replicas) for stage in plan_msg.stages)
+        return replicas > self.free_simulate_replicas
 
 
 class SearchSlots:

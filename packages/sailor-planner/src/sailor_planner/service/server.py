@@ -13,6 +13,7 @@ needs a token (``access``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -154,6 +155,12 @@ def _check_previous(previous: Plan, job: Job, inventory: Inventory) -> None:
             )
 
 
+def _stop_if(gone) -> None:
+    """End a request whose caller cancelled it or whose deadline passed."""
+    if gone():
+        raise RequestCancelledError("the caller went away", field="request")
+
+
 class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
     def __init__(self, limits: ServerLimits | None = None, roots: DataRoots | None = None) -> None:
         self.limits = limits or ServerLimits()
@@ -200,19 +207,30 @@ class PlannerService(planner_pb2_grpc.PlannerServiceServicer):
         return self._guard(context, run)
 
     def Simulate(self, request, context):  # noqa: N802
+        gone = lambda: not context.is_active()  # noqa: E731 (cancelled, or deadline passed)
+
         def run():
             req = self.roots.request(request)
             job = _job(req.job)
-            plan = _prefixed("plan", lambda: Plan.from_proto(req.plan).check(job))
-            self.limits.check_plan(plan)  # as large as an inventory this server plans on
-            sim = _prefixed(
-                "profiles",
-                lambda: planner_for(req.profile_dir or None, req.sailor_root or None).sim,
-            )
-            estimate = _prefixed("plan", lambda: sim.estimate(job, plan))
-            return planner_pb2.SimulateResponse(estimate=estimate.to_proto())
+            # A large plan is seconds of work: admitted like a search (queued, refused when
+            # the queue is full, left when the caller goes away), not on a spare thread.
+            large = self.limits.simulate_needs_slot(req.plan)
+            with self.slots.slot(gone) if large else contextlib.nullcontext():
+                return self._simulate(req, job, gone)
 
         return self._guard(context, run)
+
+    def _simulate(self, req, job: Job, gone) -> planner_pb2.SimulateResponse:
+        plan = _prefixed("plan", lambda: Plan.from_proto(req.plan).check(job))
+        self.limits.check_plan(plan)  # as large as an inventory this server plans on
+        sim = _prefixed(
+            "profiles",
+            lambda: planner_for(req.profile_dir or None, req.sailor_root or None).sim,
+        )
+        _stop_if(gone)
+        estimate = _prefixed("plan", lambda: sim.estimate(job, plan))
+        _stop_if(gone)  # encoding a large estimate is most of the work: not for nobody
+        return planner_pb2.SimulateResponse(estimate=estimate.to_proto())
 
     def Replay(self, request, context):  # noqa: N802
         """Admitted like Plan: every state's inventory within the limits, one search slot for
