@@ -228,6 +228,22 @@ def test_a_taken_port_is_one_line_from_every_server(tmp_path):
                        "in use")  # fmt: skip
 
 
+@pytest.mark.parametrize("host", ["192.0.2.1", "no-such-host.invalid"])
+def test_a_host_not_of_this_machine_is_one_line_naming_host_from_every_server(tmp_path, host):
+    """With --port 0 (every server's default) the address was not probed: the planner printed
+    the C-core line and 'address: cannot bind' (no flag, no reason), the worker the C-core
+    line, and the controller locked its run folder and loaded torch (~15 s) to blame
+    --store-port. 192.0.2.1 is TEST-NET-1 (RFC 5737): never a local address."""
+    need = f"--host: cannot listen on {host} ("
+    serve = ["serve", "--host", host, "--token", "t"]
+    one_line_error(cli("sailor-planner", *serve), need)
+    controller = ["controller", "--planner", "127.0.0.1:9", "--run-dir", str(tmp_path / "r")]
+    one_line_error(cli("sailor", *controller, "--host", host, "--token", "t"), need)
+    worker = ["worker", "--controller", "127.0.0.1:9", "--gpu-type", "CPU", "--cold"]
+    one_line_error(cli("sailor", *worker, "--workdir", str(tmp_path / "w"), "--host", host,
+                       "--token", "t"), need)  # fmt: skip
+
+
 def test_a_model_file_that_is_not_a_config_json_is_named_so(tmp_path):
     (tmp_path / "mytext.txt").write_text("to be or not to be\n")
     r = subprocess.run(

@@ -264,6 +264,10 @@ def serve(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         # '' was told to pass --token, as if it were a public address
         (["--host", ""], "host: '' is not a host name or IP address"),
         (["--host", "a b"], "host: 'a b' is not a host name or IP address"),
+        # with --port 0 (the default) a host that is not this machine's printed gRPC's C-core
+        # log line ('add_port.cc ... Failed to add port') and 'address: cannot bind', no reason
+        (["--host", "192.0.2.1", "--token", "t"], "--host: cannot listen on 192.0.2.1 ("),
+        (["--host", "no-such-host.invalid", "--token", "t"], "--host: cannot listen on no-such"),
     ],
 )
 def test_serve_refuses_bad_settings_in_one_line(args, needle):

@@ -393,6 +393,8 @@ def controller(
         )  # fmt: skip
         check_bind(host, token, "the controller")
         inputs.port(port, "--port")
+        # now, not once the run folder is locked and torch loaded (~15 s), nor as a store error
+        inputs.listenable(f"{inputs.host(host, '--host')}:{port}", "--port")
         _optional_hosts(advertise_host=advertise_host, tls_server_name=tls_server_name)
         inputs.claim_port_file(port_file)  # now, not after the server started
         if backend not in ("auto", "gloo", "nccl"):

@@ -75,11 +75,10 @@ def port(value: Any, field: str = "port") -> int:
 
 def listenable(address: str, field: str = "--port") -> None:
     """Refuse ``HOST:PORT`` when this machine cannot listen there (the port is taken, or the
-    host is not one of its addresses), before gRPC tries: gRPC's own failure prints a C-core
-    log line (``add_port.cc ... Failed to add port``) ahead of ours. Port 0 always binds."""
+    host is not one of its addresses or does not resolve), before gRPC tries: gRPC's own
+    failure prints a C-core log line (``add_port.cc ... Failed to add port``) ahead of ours.
+    Port 0 is probed too (any free port binds, so only the host can fail: ``--host``)."""
     where, _, port_text = address.rpartition(":")
-    if port_text == "0":
-        return
     host_name = where.strip("[]")
     try:
         family, kind, proto, _, sockaddr = socket.getaddrinfo(
@@ -90,6 +89,12 @@ def listenable(address: str, field: str = "--port") -> None:
             probe.bind(sockaddr)
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
+        if port_text == "0":
+            raise ValidationError(
+                f"cannot listen on {where} ({reason}); give a --host of this machine "
+                "(127.0.0.1, 0.0.0.0 or one of its addresses)",
+                field="--host",
+            ) from None
         raise ValidationError(
             f"cannot listen on {address} ({reason}); pick another {field} (0: any free one) "
             "or a --host of this machine",
