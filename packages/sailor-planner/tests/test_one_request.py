@@ -145,3 +145,28 @@ def test_client_counts_left_unset_are_the_servers_defaults() -> None:
             JOB, Inventory.parse(list(GPUS)), top_k=unset, pareto_points=unset
         )
         assert (wire.top_k, wire.pareto_points) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "address, needle",
+    [
+        ("127.0.0.1", "is not HOST:PORT"),  # gRPC dials port 443
+        ("127.0.0.1:70000", "port 70000 is not in 1..65535"),
+        ("not an address:::", "is not HOST:PORT"),
+        ("::1:50051", "write an IPv6 address as [ADDR]:PORT"),
+    ],
+)
+def test_a_client_address_that_is_no_host_and_port_is_refused_at_once(address, needle) -> None:
+    """These were dialed as given: each call waited for a server until its deadline (60 s by
+    default) and failed DEADLINE_EXCEEDED 'Deadline Exceeded', naming nothing."""
+    with pytest.raises(RequestError, match="^address: ") as exc:
+        PlannerClient(address, timeout_s=5)
+    assert needle in str(exc.value)
+
+
+def test_a_client_takes_grpc_uri_targets(address) -> None:
+    port = address.rsplit(":", 1)[1]
+    for target in (f"dns:///127.0.0.1:{port}", f"ipv4:127.0.0.1:{port}", f"localhost:{port}"):
+        with PlannerClient(target, timeout_s=60) as client:
+            got = client.plan(JOB, Inventory.parse(list(GPUS)), search_execution_options=False)
+            assert got.plans

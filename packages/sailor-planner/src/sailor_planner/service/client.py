@@ -11,12 +11,21 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sailor_sim import ExecutionOptions, Inventory, Job, Plan, options_from_proto
+from sailor_sim import (
+    ExecutionOptions,
+    Inventory,
+    Job,
+    Plan,
+    SailorSimError,
+    inputs,
+    options_from_proto,
+)
 
 from ..errors import CallAbortedError, RequestError
 from ..proto import planner_pb2, planner_pb2_grpc
@@ -66,6 +75,24 @@ def _seconds(value: Any, field: str = "timeout_s") -> float | None:
             field=field,
         )
     return float(value)
+
+
+_URI_TARGET = re.compile(r"^(unix|unix-abstract|vsock|ipv4|ipv6):|^[a-z][a-z0-9+.-]*://")
+"""A gRPC target in URI form (``dns:///host:port``, ``unix:/path``, ``ipv4:...``): passed on
+as it is."""
+
+
+def _target(address: Any) -> str:
+    """``address`` as ``HOST:PORT`` (or a gRPC URI target). A typo such as '127.0.0.1' (gRPC
+    reads port 443) or '127.0.0.1:70000' was dialed as given: the call waited for the server
+    until its deadline (60 s by default) and failed DEADLINE_EXCEEDED naming nothing."""
+    if isinstance(address, str) and _URI_TARGET.match(address):
+        return address
+    try:
+        host, port = inputs.address(address, "address")
+    except SailorSimError as exc:
+        raise RequestError(str(exc).removeprefix("address: "), field="address") from None
+    return f"{host}:{port}"
 
 
 def _count(name: str, value: Any, high: int) -> int:
@@ -130,7 +157,7 @@ class PlannerClient:
         token: str | None = None,
         ca: str | os.PathLike | None = None,
     ) -> None:
-        self.address = address
+        self.address = _target(address)
         self.timeout_s = _seconds(timeout_s)
         self._channel = client_channel(address, token, ca, channel_options())
         self._stub = planner_pb2_grpc.PlannerServiceStub(self._channel)
