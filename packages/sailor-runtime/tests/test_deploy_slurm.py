@@ -134,6 +134,10 @@ def test_sbatch_trains_with_the_controller_on_the_first_node(tmp_path):
         pytest.skip("a throw-away Slurm cluster runs its daemons as root here")
     slurm = OneNodeSlurm(tmp_path)
     run_dir = tmp_path / "run"
+    # the port file of an earlier job in this run folder (a resubmission resumes from it): the
+    # script read its dead port before the new planner, still starting, had removed it
+    run_dir.mkdir()
+    (run_dir / "planner.port").write_text(f"{free_port()}\n")
     try:
         slurm.start()
         env = {

@@ -319,9 +319,11 @@ PORT_FILE_HELP = (
 
 
 def claim_port_file(path: str | os.PathLike | None, field: str = "--port-file") -> None:
-    """Check ``path`` can be written and remove a stale one now, before the server starts: a
-    script that waits for the file (``until [ -s port ]``) must not read the port of an
-    earlier run, and a path that cannot be written is refused before anything listens."""
+    """Check ``path`` can be written and remove a stale one now, before the server starts, so
+    a path that cannot be written is refused before anything listens. A script that waits for
+    the file (``until [ -s port ]``) must remove it itself before starting the command: this
+    runs only once Python has started and imported (a second or more), and until then the
+    script would read an earlier run's port (deploy/slurm/sailor.sbatch does)."""
     if path is None:
         return
     output_file(path, field).unlink(missing_ok=True)
