@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -14,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sailor_sim import Job, Plan, ProfileStore
+from sailor_sim import Job, Plan, ProfileStore, inputs
+from sailor_sim.errors import ValidationError
 from sailor_sim.profiles.files import save_profile_dir
 from sailor_sim.profiles.store import LayerProfile, ProfileEntry, ProfileKey
 from sailor_sim.spec.examples import example_job, example_plan
@@ -209,3 +211,18 @@ def test_json_depth_is_linear_on_unterminated_escapes():
 
     assert json_depth('"\\"' * 200_000 + "\\") == 0
     assert json_depth('["a]", [[1]], "\\\\"]') == 3
+
+
+def test_a_host_listens_when_any_of_its_addresses_binds(monkeypatch):
+    """gRPC listens on every address a host resolves to and fails only when none binds; the
+    probe before it refused 'localhost' resolving to an unbindable ::1 first (a machine
+    without IPv6), now that it probes the default port 0 too. 192.0.2.1: TEST-NET-1."""
+
+    def entry(ip):
+        return (socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, 0))
+
+    answers = {"two": [entry("192.0.2.1"), entry("127.0.0.1")], "none": [entry("192.0.2.1")]}
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: answers[host])
+    inputs.listenable("two:0")
+    with pytest.raises(ValidationError, match=r"^--host: cannot listen on none \(Cannot assign"):
+        inputs.listenable("none:0")

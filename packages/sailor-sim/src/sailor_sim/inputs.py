@@ -79,27 +79,42 @@ def listenable(address: str, field: str = "--port") -> None:
     failure prints a C-core log line (``add_port.cc ... Failed to add port``) ahead of ours.
     Port 0 is probed too (any free port binds, so only the host can fail: ``--host``)."""
     where, _, port_text = address.rpartition(":")
-    host_name = where.strip("[]")
-    try:
-        family, kind, proto, _, sockaddr = socket.getaddrinfo(
-            host_name, int(port_text), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
-            probe.bind(sockaddr)
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        if port_text == "0":
-            raise ValidationError(
-                f"cannot listen on {where} ({reason}); give a --host of this machine "
-                "(127.0.0.1, 0.0.0.0 or one of its addresses)",
-                field="--host",
-            ) from None
+    reason = _bind_problem(where.strip("[]"), port_text)
+    if reason is None:
+        return
+    if port_text == "0":
         raise ValidationError(
-            f"cannot listen on {address} ({reason}); pick another {field} (0: any free one) "
-            "or a --host of this machine",
-            field=field,
-        ) from None
+            f"cannot listen on {where} ({reason}); give a --host of this machine "
+            "(127.0.0.1, 0.0.0.0 or one of its addresses)",
+            field="--host",
+        )
+    raise ValidationError(
+        f"cannot listen on {address} ({reason}); pick another {field} (0: any free one) "
+        "or a --host of this machine",
+        field=field,
+    )
+
+
+def _bind_problem(host_name: str, port_text: str) -> str | None:
+    """None when one of the addresses ``host_name`` resolves to binds the port (gRPC listens
+    when any does: 'localhost' may resolve to ::1 first on a machine without IPv6), else why
+    none does."""
+    try:
+        found = socket.getaddrinfo(
+            host_name, int(port_text), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (OSError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
+    reason = "it resolves to no address"
+    for family, kind, proto, _, sockaddr in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+                probe.bind(sockaddr)
+            return None
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+    return reason
 
 
 # ---- names and addresses ----------------------------------------------------------------------
