@@ -5,6 +5,7 @@ Real servers on 127.0.0.1:0 and real ``sailor-planner serve`` processes.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -138,13 +139,12 @@ def _simulate_request(replicas: int):
     return planner_pb2.SimulateRequest(job=JOB.to_proto(), plan=plan.to_proto())
 
 
-def test_a_large_simulate_is_admitted_like_a_search():
-    """A Simulate's work grows with its plan's replicas (65,536: ~2 s of CPU, a 12 MB answer)
-    and it took no search slot: 48 of them held every thread of the pool, slowed Health past
-    1 s and ran on for a minute after their callers' 5 s deadlines had passed. A plan beyond
-    ``free_simulate_replicas`` now takes a slot; a usual plan is answered at once."""
+@contextlib.contextmanager
+def _one_search_running(max_queued: int):
+    """(stub, service, the running search's future) of a server with one search slot, taken
+    by a long Plan, and Simulates beyond 8 replicas admitted like searches."""
     limits = ServerLimits(
-        max_searches=1, max_queued=0, max_candidates=10**9, free_simulate_replicas=8
+        max_searches=1, max_queued=max_queued, max_candidates=10**9, free_simulate_replicas=8
     )
     server, port = create_server("127.0.0.1:0", limits=limits)
     service = server.planner_service
@@ -153,39 +153,35 @@ def test_a_large_simulate_is_admitted_like_a_search():
             stub = planner_pb2_grpc.PlannerServiceStub(channel)
             search = stub.Plan.future(plan_request(wide_inventory(250)))
             wait_until(lambda: service.slots.load()[0] == 1, 10)
-            assert stub.Simulate(_simulate_request(8), timeout=60).estimate.iteration_time_s > 0
-            with pytest.raises(grpc.RpcError) as exc:
-                stub.Simulate(_simulate_request(16), timeout=60)
-            assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "retry later" in exc.value.details()
-            search.cancel()
-            wait_until(lambda: service.slots.load()[0] == 0, 5)
-            assert stub.Simulate(_simulate_request(16), timeout=60).estimate.iteration_time_s > 0
-            assert service.slots.load() == (0, 0)
+            yield stub, service, search
     finally:
         server.stop(grace=None)
+
+
+def test_a_large_simulate_is_admitted_like_a_search():
+    """A Simulate's work grows with its plan's replicas (65,536: ~2 s of CPU, a 12 MB answer)
+    and it took no search slot: 48 of them held every thread of the pool, slowed Health past
+    1 s and ran on for a minute after their callers' 5 s deadlines had passed. A plan beyond
+    ``free_simulate_replicas`` now takes a slot; a usual plan is answered at once."""
+    with _one_search_running(max_queued=0) as (stub, service, search):
+        assert stub.Simulate(_simulate_request(8), timeout=60).estimate.iteration_time_s > 0
+        with pytest.raises(grpc.RpcError) as exc:
+            stub.Simulate(_simulate_request(16), timeout=60)
+        assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "retry later" in exc.value.details()
+        search.cancel()
+        wait_until(lambda: service.slots.load()[0] == 0, 5)
+        assert stub.Simulate(_simulate_request(16), timeout=60).estimate.iteration_time_s > 0
+        assert service.slots.load() == (0, 0)
 
 
 def test_a_queued_simulate_leaves_the_queue_when_its_deadline_passes():
-    server, port = create_server(
-        "127.0.0.1:0",
-        limits=ServerLimits(
-            max_searches=1, max_queued=4, max_candidates=10**9, free_simulate_replicas=8
-        ),
-    )
-    service = server.planner_service
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = planner_pb2_grpc.PlannerServiceStub(channel)
-            search = stub.Plan.future(plan_request(wide_inventory(250)))
-            wait_until(lambda: service.slots.load()[0] == 1, 10)
-            with pytest.raises(grpc.RpcError) as exc:
-                stub.Simulate(_simulate_request(16), timeout=1.0)
-            assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            wait_until(lambda: service.slots.load() == (1, 0), 2)
-            search.cancel()
-    finally:
-        server.stop(grace=None)
+    with _one_search_running(max_queued=4) as (stub, service, search):
+        with pytest.raises(grpc.RpcError) as exc:
+            stub.Simulate(_simulate_request(16), timeout=1.0)
+        assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        wait_until(lambda: service.slots.load() == (1, 0), 2)
+        search.cancel()
 
 
 def test_long_messages_are_shortened_to_the_limit():
