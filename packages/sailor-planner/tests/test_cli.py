@@ -169,6 +169,12 @@ def test_table_output() -> None:
             ],
             "constraints",
         ),
+        # the flag, not only the request field (hC: "deadline_s: must be positive")
+        (
+            ["--model", "OPT-350M", "--gbs", "8", "--gpus", "A100-40@us-central1-a=4"]
+            + ["--deadline", "-1"],
+            "(CLI --deadline)",
+        ),
     ],
 )
 def test_errors_are_one_line_with_exit_status_2(args, field) -> None:

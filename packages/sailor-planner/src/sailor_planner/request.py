@@ -140,7 +140,10 @@ class SearchOptions:
         if self.max_candidates is not None and self.max_candidates < 1:
             raise RequestError(f"must be >= 1, got {self.max_candidates}", field="max_candidates")
         if self.deadline_s is not None and not self.deadline_s > 0:
-            raise RequestError(f"must be positive, got {self.deadline_s}", field="deadline_s")
+            raise RequestError(
+                f"must be a positive number of seconds (CLI --deadline), got {self.deadline_s}",
+                field="deadline_s",
+            )
 
 
 def _in_range(name: str, value: int, low: int, high: int, flag: str) -> None:
