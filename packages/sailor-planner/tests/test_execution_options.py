@@ -300,3 +300,14 @@ def test_sequence_parallel_plans_only_at_tp_degrees_dividing_the_sequence(monkey
     found = Planner(Simulator()).plan(job, INVENTORY, SearchOptions(search_execution_options=False))
     assert tabulated and all(t > 1 and 2044 % t == 0 for t in tabulated), tabulated
     assert found.best.estimate.fits
+
+
+def test_no_plan_names_the_options_that_ruled_shapes_out():
+    """When the job's options rule out every TP degree (sequence parallelism over 2041 tokens,
+    a prime), the refusal says so instead of only 'no plan fits in memory'."""
+    job = Job.create("OPT-350M", 64, 2041, "bf16", "adam", ExecutionOptions(sequence_parallel=True))
+    with pytest.raises(NoFeasiblePlanError) as info:
+        Planner(Simulator()).plan(job, INVENTORY, SearchOptions(search_execution_options=False))
+    message = str(info.value)
+    assert "among the shapes the job's options run" in message
+    assert "sequence parallelism splits each sequence's 2041 tokens" in message

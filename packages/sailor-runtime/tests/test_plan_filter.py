@@ -62,8 +62,27 @@ def test_the_best_plan_the_engine_runs_is_chosen(address, tmp_path):
 
 
 def test_no_runnable_plan_is_a_clear_line(address, tmp_path):
-    """Sequence parallelism splits the sequence over the TP ranks: with 31 tokens no plan the
-    planner finds (TP 2 and 4) runs, and the re-plan says why instead of starting ranks."""
+    """The engine refuses every plan the planner ranked (here: the run interleaves two virtual
+    stages, the job was planned without): the re-plan says why instead of starting ranks."""
+    interleaved = ExecutionOptions(virtual_stages=2)
+    link = PlannerLink(
+        address,
+        candidates=PLAN_CANDIDATES,
+        unsupported=lambda plan: unsupported_reason(interleaved, JOB, plan),
+    )
+    try:
+        with pytest.raises(PlannerUnavailableError) as info:
+            link.plan(JOB, INVENTORY)
+    finally:
+        link.close()
+    assert f"none of the planner's {PLAN_CANDIDATES} best plans" in str(info.value)
+    assert "virtual_stages: the run asks 2 but the job was planned with 1" in str(info.value)
+
+
+def test_options_no_shape_runs_with_are_named(address, tmp_path):
+    """Sequence parallelism splits the sequence over the TP ranks: with 31 tokens no TP degree
+    divides it, the planner tabulates no shape, and the re-plan names the option and why
+    (the planner's refusal, not only 'no plan fits in memory')."""
     options = ExecutionOptions(sequence_parallel=True)
     job = Job.create("tiny-llama", 8, 31, options=options)
     cfg = dataclasses.replace(_config(tmp_path, sequence_parallel=True), job=job)
@@ -73,8 +92,9 @@ def test_no_runnable_plan_is_a_clear_line(address, tmp_path):
             link.plan(job, INVENTORY)
     finally:
         link.close()
-    assert "none of the planner's" in str(info.value)
-    assert "sequence length 31 is not divisible by tp" in str(info.value)
+    message = str(info.value)
+    assert "among the shapes the job's options run" in message
+    assert "options.sequence_parallel: sequence parallelism splits each sequence's 31" in message
 
 
 def test_restricting_options_ask_for_more_plans(tmp_path):

@@ -78,6 +78,13 @@ def _no_plan_fix(job: Job, options: SearchOptions, constrained: bool) -> str:
     return "; ".join(fixes)
 
 
+def _refusals(reasons, shown: int = 3) -> str:
+    """The first ``shown`` of the search's distinct option refusals, and how many more."""
+    reasons = list(reasons)
+    more = f"; and {len(reasons) - shown} more" if len(reasons) > shown else ""
+    return "; ".join(reasons[:shown]) + more
+
+
 def _distinct_plans(found, ordered=None):
     """(position in the search's order, plan, its JSON) of each distinct plan among the
     admitted candidates of ``found``, best first (``ordered``: them, already sorted)."""
@@ -198,6 +205,8 @@ class Planner:
                 for v in (c.max_cost_per_iteration, c.max_cost_per_hour, c.min_throughput)
             )
             why = "no plan meets the constraints" if constrained else "no plan fits in memory"
+            if search.refused:  # the options ruled shapes out before memory was asked
+                why += f" among the shapes the job's options run ({_refusals(search.refused)})"
             v = job.options.virtual_stages
             if v > 1:  # the search keeps only plans interleaving runs on (spec.interleave)
                 why += (

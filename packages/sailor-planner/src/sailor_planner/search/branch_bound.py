@@ -117,6 +117,9 @@ class Search:
         keep = options.top_k + KEEP_MARGIN if keep is None else keep
         self.found = Found(options.objective, options.constraints, keep)
         self.partial = False
+        self.refused: dict[str, None] = {}
+        """The distinct reasons the job's options ruled shapes out (``_runs``; an ordered
+        set): what a search that finds no plan says besides memory."""
         self.deadline = (
             time.monotonic() + options.deadline_s if options.deadline_s is not None else math.inf
         )
@@ -386,7 +389,8 @@ class Search:
             try:
                 job = self.job
                 check_replica(job.options, gpu, job.dtype, tp, p, job.local_sequence_length)
-            except SailorSimError:
+            except SailorSimError as exc:
+                self.refused[str(exc)] = None
                 return False
         return True
 
