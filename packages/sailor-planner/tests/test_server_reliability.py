@@ -30,13 +30,17 @@ from sailor_planner.service.paths import DataRoots
 from sailor_planner.service.server import create_server
 from sailor_sim import Inventory, Job, Plan, Replica, Stage
 from sailor_sim.catalog.prices import zones_offering
-from sailor_testing import wait_until
+from sailor_testing import cpu_seconds, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 JOB = Job.create("OPT-350M", 256, 2048)
 SMALL = Inventory.of({("A100-40", "us-central1-a"): 8})
 TYPES = ("A100-40", "V100-16", "H100-80", "T4")
 BIG_JOB = Job.create("OPT-350M", 1024, 2048)
+SEARCHING_CPU_S = 3.0
+"""Server CPU seconds after which a ``wide_rows`` replay is in its first search (its admission,
+the trace's validation and first imports, took 0.8 s on the 2-core dev machine; the search
+takes minutes)."""
 
 
 def wide_rows(per_pool: int = 250, zones: int = 40) -> list[dict]:
@@ -203,7 +207,11 @@ def test_a_signal_stops_the_server_during_a_large_replay(signum):
             request = request_for(BIG_JOB, wide_rows(), policies=["sailor"])
             stream = stub.Replay(request, timeout=120)
             threading.Thread(target=lambda: list(_drain(stream)), daemon=True).start()
-            time.sleep(2.0)  # the replay's first search is running
+            # The replay's first search is running once the server has worked on it for a
+            # while: counted in CPU seconds, which a loaded machine does not stretch (a 2 s
+            # sleep left the request unadmitted on a busy CI machine).
+            idle = cpu_seconds(proc.pid)
+            wait_until(lambda: cpu_seconds(proc.pid) - idle >= SEARCHING_CPU_S, 90)
             assert proc.poll() is None
             sent = time.monotonic()
             os.kill(proc.pid, signum)
