@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -228,3 +229,19 @@ def test_a_rerun_that_fails_on_its_inputs_keeps_the_prepared_folder(small_text, 
     assert failed.returncode == 2 and "has no string field 'text'" in failed.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert TokenShards(out, "train", seq_len=16).vocab_size == 300
+
+
+def test_a_pipe_or_a_device_as_input_is_named_as_such(tmp_path):
+    """`sailor data prepare <(zcat corpus.gz)` or /dev/null: the path exists, it is just no
+    regular file (a source is read three times). The error said it "does not exist"."""
+    fifo = tmp_path / "corpus.txt"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "data", "prepare", "--out",
+           str(tmp_path / "o")]  # fmt: skip
+    for source in (fifo, "/dev/null"):
+        bad = subprocess.run(cmd + [str(source)], capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2
+        assert bad.stderr.strip().splitlines() == [
+            f"error: inputs: {source} is not a regular file (a pipe or a device); save the "
+            "text to a file and give that"
+        ]

@@ -48,6 +48,15 @@ def source_files(paths: list[Path], out_dir: Path | None = None) -> list[Path]:
                     field="inputs",
                 )
             files.append(path)
+        elif path.exists():
+            # A pipe or a device (`<(zcat corpus.gz)`, /dev/stdin): a source is read once for
+            # the tokenizer, once for the tokens and once for its SHA-256, and a pipe is empty
+            # after the first. It used to be reported as a path that "does not exist".
+            raise DataError(
+                f"{path} is not a regular file (a pipe or a device); save the text to a file "
+                "and give that",
+                field="inputs",
+            )
         else:
             raise DataError(f"{path} does not exist", field="inputs")
     return files
