@@ -167,3 +167,40 @@ def test_import_sailor_then_merge_with_a_measurement(tmp_path):
     assert {r.source for r in merged.records.values()} == {"imported:sailor", "measured"}
     merged_sim = Simulator.from_profile_dir(out)  # the network profile is carried over
     assert len(merged_sim.network.links) == len(sim.network.links)
+
+
+def test_merge_into_a_profile_folder_not_among_the_inputs_is_refused(tmp_path):
+    """`merge imported/ --out mine/` wrote the imported entry over mine/'s measured one of the
+    same key (and would have replaced its links.json), whatever the order of preference says;
+    now one line naming --out, and the folder named among the inputs merges into it."""
+    imported = folder(tmp_path / "imported", [entry(1, 1, 0.5, "imported:sailor")])
+    mine = folder(tmp_path / "mine", [entry(1, 1, 0.7, "measured")])
+    before = {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(app, ["merge", str(imported), "--out", str(mine)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"error: --out: {mine} already holds profiles (tiny-gpt__CPU__fp32__s128.json, "
+        f"profiler/provenance.json); to keep them, name {mine} among the folders to merge, or "
+        "give a new --out"
+    ]
+    assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before
+    result = CliRunner().invoke(app, ["merge", str(imported), str(mine), "--out", str(mine)])
+    assert result.exit_code == 0, result.output
+    assert merged_fwd(mine, 1) == 0.7  # measured wins, as merge promises
+
+
+@needs_reference
+def test_import_sailor_into_a_profile_folder_is_refused(tmp_path):
+    """`import-sailor --out prof/` over a folder holding measurements replaced its links.json
+    (a measured network profile) with the imported fits, and its entries of the same keys."""
+    mine = folder(tmp_path / "mine", [entry(1, 1, 0.7, "measured")])
+    (mine / "links.json").write_text('{"format": "sailor-network/1", "links": []}')
+    before = {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(
+        app, ["import-sailor", "--sailor-root", str(SAILOR_ROOT), "--out", str(mine)]
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: --out: {mine} already holds profiles (links.json, ")
+    assert line.endswith(f"then `sailor-profiler merge NEW {mine} --out {mine}`")
+    assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before

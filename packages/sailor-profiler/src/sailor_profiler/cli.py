@@ -15,8 +15,9 @@ import typer
 import sailor_profiler
 from sailor_sim import SailorSimError, inputs, version_option
 
-from .errors import SailorProfilerError, SweepError
+from .errors import ProfileFolderError, SailorProfilerError, SweepError
 from .network.measure import MAX_MESSAGE_BYTES, GiB
+from .profiles.store import PROVENANCE_FILE, SIDE_DIR
 from .timing import MAX_REPS
 
 MAX_MESSAGE_GIB = MAX_MESSAGE_BYTES // GiB
@@ -75,6 +76,20 @@ def parse_bytes(text: str, field: str) -> int:
     if not (digits.isascii() and digits.isdigit()) or unit not in _UNITS or int(digits) <= 0:
         raise SweepError(f"expected a size like 64K, 16M or 1G, got {text!r}", field=field)
     return int(digits) * _UNITS[unit]
+
+
+def fresh_profile_folder(out: Path, read: list[Path], fix: str) -> Path:
+    """``--out`` of merge and import-sailor, refused when it already holds profile files (every
+    ``*.json`` is read as one, links.json as the network profile) and is not a folder being
+    read: the command writes its entries and links.json over the folder's own of the same
+    names, whatever merge's order of preference says, and replaces the record sidecar."""
+    held = sorted(p.name for p in out.glob("*.json")) if out.is_dir() else []
+    if (out / SIDE_DIR / PROVENANCE_FILE).is_file():
+        held.append(f"{SIDE_DIR}/{PROVENANCE_FILE}")
+    if held and out.resolve() not in {p.resolve() for p in read}:
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise ProfileFolderError(f"{out} already holds profiles ({shown}); {fix}", field="--out")
+    return inputs.output_folder(out, "--out")
 
 
 @app.callback()
@@ -204,7 +219,9 @@ def import_sailor_cmd(
     """Convert the original Sailor profiles and network fits into our formats."""
     from .profiles.importer import import_sailor
 
-    out = inputs.output_folder(out, "--out")
+    out = fresh_profile_folder(
+        out, [], f"import into a new folder, then `sailor-profiler merge NEW {out} --out {out}`"
+    )
     counts = import_sailor(sailor_root, out)
     typer.echo(", ".join(f"{k}: {v}" for k, v in counts.items()) + f" -> {out}")
 
@@ -218,7 +235,9 @@ def merge_cmd(
     """Merge profile folders; per entry: ran > oom, measured > imported > analytic, newest."""
     from .profiles.merge import merge
 
-    out = inputs.output_folder(out, "--out")
+    out = fresh_profile_folder(
+        out, folders, f"to keep them, name {out} among the folders to merge, or give a new --out"
+    )
     merged = merge(list(folders), out)
     typer.echo(f"{len(merged.store)} entries, {len(merged.records)} records -> {out}")
 
