@@ -60,6 +60,13 @@ def test_bad_sweep_values(tmp_path):
     assert_one_line_error(run(["network", "--busy-ms", "-5", "--out", str(tmp_path)]), "busy_ms")
 
 
+def test_network_procs_beyond_the_cpu_limit_names_procs(tmp_path):
+    """network --procs 100 said "tp: TP 100 exceeds ...; use a smaller TP": no such flag there."""
+    result = run(["network", "--procs", "100", "--out", str(tmp_path)])
+    assert_one_line_error(result, "procs: --procs 100 exceeds", "use a smaller --procs")
+    assert "smaller TP" not in result.stderr
+
+
 def test_memory_limit_and_threads_beyond_reason(tmp_path):
     # NaN / inf once ended as "cannot convert float NaN to integer", naming no flag; 100000
     # threads as an internal MemoryError while the sweep started them.

@@ -80,25 +80,27 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def check_tp_fits(device: DeviceSpec, tp: int) -> None:
-    """Raise when the TP degree needs more devices than there are."""
+def check_tp_fits(device: DeviceSpec, tp: int, field: str = "tp", knob: str = "TP") -> None:
+    """Raise when the TP degree needs more devices than there are. ``field`` and ``knob`` name
+    what asked for ``tp`` processes: `network` checks its --procs here too, whose error told
+    users to "use a smaller TP", a flag that command does not have."""
     if tp < 1:
-        raise DeviceError(f"TP degree must be >= 1, got {tp}", field="tp")
+        raise DeviceError(f"{knob} must be >= 1, got {tp}", field=field)
     if device.kind == "cpu":
         limit = cpu_tp_limit()
         if tp > limit:
             raise DeviceError(
-                f"TP {tp} exceeds the CPU limit of {limit} processes; use a smaller TP "
+                f"{knob} {tp} exceeds the CPU limit of {limit} processes; use a smaller {knob} "
                 "(or set SAILOR_PROFILER_MAX_CPU_TP)",
-                field="tp",
+                field=field,
             )
         return
     available = cuda_device_count() - device.index
     if tp > available:
         raise DeviceError(
-            f"TP {tp} needs {tp} GPUs from cuda:{device.index} but only {available} exist; "
-            "use a smaller TP or a lower cuda:N",
-            field="tp",
+            f"{knob} {tp} needs {tp} GPUs from cuda:{device.index} but only {available} exist; "
+            f"use a smaller {knob} or a lower cuda:N",
+            field=field,
         )
 
 

@@ -112,7 +112,7 @@ def run_network(request: NetworkRequest) -> dict | None:
         procs = request.procs
         if procs < 2:
             raise SweepError(f"need at least 2 processes, got {procs}", field="procs")
-        check_tp_fits(dev, procs)
+        check_tp_fits(dev, procs, field="procs", knob="--procs")
         points = run_local(
             network_worker,
             procs,
