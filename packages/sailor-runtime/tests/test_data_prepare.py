@@ -245,3 +245,16 @@ def test_a_pipe_or_a_device_as_input_is_named_as_such(tmp_path):
             f"error: inputs: {source} is not a regular file (a pipe or a device); save the "
             "text to a file and give that"
         ]
+
+
+def test_an_empty_input_file_says_to_give_more_text(tmp_path):
+    """An empty or blank file said "1 tokens are too few to split": no word of the fix."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "data", "prepare", str(empty), "--out",
+           str(tmp_path / "o")]  # fmt: skip
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    (line,) = bad.stderr.strip().splitlines()
+    assert line.startswith("error: inputs: the inputs hold ")
+    assert line.endswith("too few to split into training and validation; give more text")

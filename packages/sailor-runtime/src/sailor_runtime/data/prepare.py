@@ -106,7 +106,12 @@ def prepare(cfg: PrepareConfig) -> dict:
         stream = _token_stream(files, tok, eos, cfg.text_field, dtype)
         n_val = max(1, int(len(stream) * cfg.val_fraction))
         if len(stream) - n_val < 2:
-            raise DataError(f"{len(stream)} tokens are too few to split", field="inputs")
+            # An empty or blank file still yields its end-of-text token: say so, and the fix.
+            raise DataError(
+                f"the inputs hold {len(stream)} tokens (end-of-text ones included), too few to "
+                "split into training and validation; give more text",
+                field="inputs",
+            )
         tok_sha = sha256_file(new_tokenizer)
         tok_file = out / f"tokenizer-{tok_sha[:HASH_CHARS]}.json"
         fsync_path(new_tokenizer)
