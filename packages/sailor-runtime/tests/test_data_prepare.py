@@ -258,3 +258,17 @@ def test_an_empty_input_file_says_to_give_more_text(tmp_path):
     (line,) = bad.stderr.strip().splitlines()
     assert line.startswith("error: inputs: the inputs hold ")
     assert line.endswith("too few to split into training and validation; give more text")
+
+
+def test_a_json_document_that_is_not_json_lines_says_what_is_read(tmp_path):
+    """A .json file holding one array of records (valid JSON) was called "not JSON"."""
+    docs = tmp_path / "docs.json"
+    docs.write_text(json.dumps([{"text": "to be"}, {"text": "or not"}], indent=1))
+    cmd = [sys.executable, "-m", "sailor_runtime.cli", "data", "prepare", str(docs), "--out",
+           str(tmp_path / "o")]  # fmt: skip
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"error: inputs: {docs}:1 is not a JSON line (Expecting value); .json files are read as "
+        'JSON lines: one object per line, e.g. {"text": "..."}'
+    ]

@@ -88,7 +88,13 @@ def _jsonl(path: Path, text_field: str) -> Iterator[str]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number} is not JSON ({exc.msg})", field="inputs") from None
+            # A .json file is read as JSON lines too: one pretty-printed document (or an array
+            # of records) failed at its line 1 "[" with a message calling valid JSON "not JSON".
+            raise DataError(
+                f"{path}:{number} is not a JSON line ({exc.msg}); {path.suffix} files are read "
+                f"as JSON lines: one object per line, e.g. {json.dumps({text_field: '...'})}",
+                field="inputs",
+            ) from None
         if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
             raise DataError(
                 f"{path}:{number} has no string field {text_field!r}; choose the field with "
