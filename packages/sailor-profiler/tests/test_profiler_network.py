@@ -88,3 +88,36 @@ def test_two_gloo_processes_produce_a_profile_the_simulator_loads(tmp_path):
     side = out / "profiler"
     for name in ("network.parquet", "network.csv", "network.png", "network.json"):
         assert (side / name).stat().st_size > 0, name
+
+
+def _measure(out, *zones: str):
+    args = ["network", "--procs", "2", "--max-bytes", "128K", "--reps", "2", "--warmup", "0"]
+    return CliRunner().invoke(app, [*args, *zones, "--out", str(out)])
+
+
+def test_a_second_zone_pair_measured_into_a_folder_keeps_the_first(tmp_path):
+    """links.json gains the new curves and keeps the folder's others; before, the second
+    measurement wrote over the first (a cross-zone link after an intra-zone one lost it)."""
+    out = tmp_path / "net"
+    assert _measure(out).exit_code == 0
+    local = Endpoint("local", "CPU", 1)
+    first = load_network_file(out / "links.json").link(local, local)
+    result = _measure(out, "--zone", "us-central1-a", "--peer-zone", "us-central1-b")
+    assert result.exit_code == 0, result.output
+    network = load_network_file(out / "links.json")
+    assert network.link(local, local) == first  # kept as it was
+    a, b = Endpoint("us-central1-a", "CPU", 1), Endpoint("us-central1-b", "CPU", 1)
+    assert network.link(a, b).source.startswith("measured")
+    doc = json.loads((out / "links.json").read_text())
+    assert len(doc["links"]) == 2 and len(doc["intra_node"]) == 1  # the group measured again
+
+
+def test_a_corrupt_links_file_stops_network_before_it_measures(tmp_path):
+    out = tmp_path / "net"
+    out.mkdir()
+    (out / "links.json").write_text("{not json")
+    result = _measure(out)
+    assert result.exit_code == 2
+    assert "links.json is corrupt" in result.output and "Traceback" not in result.output
+    assert (out / "links.json").read_text() == "{not json"  # left for its owner to look at
+    assert not (out / "profiler").exists()  # nothing measured

@@ -13,6 +13,7 @@ from ..devices import check_tp_fits, parse_device
 from ..errors import SweepError
 from ..launch import env_launched, run_from_env, run_local
 from ..profiles.provenance import gpu_type_for, provenance
+from ..profiles.store import NETWORK_FILE, read_network
 from ..timing import check_repetitions
 from .measure import (
     DEFAULT_MAX_BYTES,
@@ -98,6 +99,7 @@ def _size_name(size: int) -> str:
 def run_network(request: NetworkRequest) -> dict | None:
     """Measure, fit, write; returns a summary on the writing rank, None on the others."""
     check_out_dir(request.out)
+    read_network(Path(request.out) / NETWORK_FILE)  # a corrupt one stops us before measuring
     cfg = request.config()
     dev = cfg.device
     gpu = gpu_type_for(dev, request.gpu_type)

@@ -17,6 +17,8 @@ fitted
     takes ``2 (count - 1) * latency_s + 2 (count - 1) / count * m / max_bandwidth`` (NCCL
     tests' bus bandwidth; the ring's 2 (count - 1) steps, as ``sailor_sim.simulate.timing``
     ``tp_comm_time`` evaluates it), which equals the measured fit alpha + m / bandwidth.
+  A folder's earlier curves are kept; a curve measured again is replaced
+  (``keeping_other_curves``).
 * ``profiler/network.json``: every fit with its range, error and provenance (for people/tools).
 * ``profiler/network.parquet`` / ``.csv``: the measured points; ``profiler/network.png``.
 """
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..plots import plot_bandwidth
+from ..profiles.store import NETWORK_FILE, NETWORK_TABLES, network_key, read_network
 from ..tables import network_frame, write_table
 from .fit import LinkFit, fit_latency_bandwidth
 from .measure import NetPoint
@@ -109,6 +112,20 @@ def network_document(
     return doc
 
 
+def keeping_other_curves(earlier: dict | None, measured: dict) -> dict:
+    """``measured``'s curves added to the ``earlier`` links.json of the folder: a curve measured
+    again (same endpoints, or same intra-node group) replaces its old one, the others stay, so
+    measuring a second zone pair into a folder keeps the first."""
+    if earlier is None:
+        return measured
+    doc = dict(measured)
+    for name, fields in NETWORK_TABLES:
+        new = {network_key(item, fields) for item in measured[name]}
+        kept = [item for item in earlier.get(name, []) if network_key(item, fields) not in new]
+        doc[name] = kept + measured[name]
+    return doc
+
+
 def write_network_profile(
     points: list[NetPoint], out: str | Path, place: LinkPlace, provenance: dict
 ) -> list[Path]:
@@ -116,8 +133,10 @@ def write_network_profile(
     side = out / "profiler"
     side.mkdir(parents=True, exist_ok=True)
     fits = fit_ops(points)
-    doc = network_document(points, fits, place, provenance)
-    links = out / "links.json"
+    links = out / NETWORK_FILE
+    doc = keeping_other_curves(
+        read_network(links), network_document(points, fits, place, provenance)
+    )
     _write_json(links, doc)
     sizes = sorted({p.message_bytes for p in points})
     details = {

@@ -20,10 +20,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sailor_sim import ProfileStore, SailorSimError, load_network_file
+from sailor_sim import ProfileStore
 
-from ..errors import ProfileFolderError
-from .store import NETWORK_FILE, ProfileFolder, Record, entry_key, read_folder, write_folder
+from .store import (
+    NETWORK_FILE,
+    NETWORK_TABLES,
+    ProfileFolder,
+    Record,
+    entry_key,
+    network_key,
+    read_folder,
+    read_network,
+    write_folder,
+)
 
 _SOURCE_ORDER = ("measured", "imported", "interpolated", "analytic")
 
@@ -72,21 +81,13 @@ def merge_networks(paths: list[str | Path]) -> dict | None:
     intra: dict[str, tuple[int, dict]] = {}
     found = False
     for path in paths:
-        file = Path(path) / NETWORK_FILE
-        if not file.exists():
+        doc = read_network(Path(path) / NETWORK_FILE)
+        if doc is None:
             continue
         found = True
-        try:
-            load_network_file(file)  # validates
-            doc = json.loads(file.read_text())
-        except (SailorSimError, ValueError) as exc:
-            raise ProfileFolderError(f"{file} is corrupt: {exc}", field="network") from None
-        for table, items, key_fields in (
-            (links, doc.get("links", []), ("src", "dst")),
-            (intra, doc.get("intra_node", []), ("gpu_type", "count")),
-        ):
-            for item in items:
-                key = json.dumps([item[k] for k in key_fields], sort_keys=True)
+        for (name, key_fields), table in zip(NETWORK_TABLES, (links, intra), strict=True):
+            for item in doc.get(name, []):
+                key = network_key(item, key_fields)
                 rank = -source_rank(str(item.get("source", "")))
                 if key not in table or rank >= table[key][0]:
                     table[key] = (rank, item)

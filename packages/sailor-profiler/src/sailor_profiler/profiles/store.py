@@ -29,6 +29,7 @@ from sailor_sim import (
     ProfileKey,
     ProfileStore,
     SailorSimError,
+    load_network_file,
     read_profile_file,
     save_profile_dir,
 )
@@ -37,6 +38,29 @@ from ..errors import ProfileFolderError
 
 SIDE_DIR = "profiler"
 NETWORK_FILE = "links.json"
+
+NETWORK_TABLES = (("links", ("src", "dst")), ("intra_node", ("gpu_type", "count")))
+"""The network profile's lists and the fields that name one curve in each: a link between two
+endpoints (zone, GPU type, count), an intra-node group (GPU type, count)."""
+
+
+def network_key(item: dict, fields: tuple[str, ...]) -> str:
+    """One curve's identity in ``links.json`` (its ``fields`` of ``NETWORK_TABLES``)."""
+    return json.dumps([item[k] for k in fields], sort_keys=True)
+
+
+def read_network(file: Path) -> dict | None:
+    """The validated ``sailor-network/1`` document at ``file``, None when there is none;
+    ``ProfileFolderError`` naming the file when it is corrupt."""
+    if not file.exists():
+        return None
+    try:
+        load_network_file(file)  # validates
+        return json.loads(file.read_text())
+    except (SailorSimError, ValueError) as exc:
+        raise ProfileFolderError(f"{file} is corrupt: {exc}", field="network") from None
+
+
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_FORMAT = "sailor-profiler-provenance/1"
 _RECORD_KEYS = ("model", "gpu_type", "dtype", "sequence_length", "microbatch_size", "tp")
