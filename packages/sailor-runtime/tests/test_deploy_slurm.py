@@ -5,6 +5,7 @@ controller on the first node, a worker per node through srun, its type from the 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from sailor_runtime.slurm import gres_gpus
 from sailor_testing import free_port
 
 REPO = Path(__file__).resolve().parents[3]
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue")
 
 
 @pytest.mark.parametrize(
@@ -83,6 +84,7 @@ class OneNodeSlurm:
         self.node = socket.gethostname().split(".")[0]
         self.conf = folder / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.up = False
 
     def start(self) -> None:
         d = self.dir
@@ -108,11 +110,28 @@ class OneNodeSlurm:
             if time.monotonic() > deadline:
                 pytest.fail(f"the one-node Slurm cluster did not come up: {self.sinfo()}")
             time.sleep(0.5)
+        self.up = True
 
     def sinfo(self) -> str:
         r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
                            timeout=30, env=self.env)  # fmt: skip
         return r.stdout
+
+    def cancel_jobs(self) -> None:
+        """Cancel every job of this throw-away cluster and wait (up to 30 s) for them to end:
+        a job cut short by the test's timeout would otherwise run on after its daemons stop
+        (proctrack/linuxproc leaves the processes of a job to slurmd, which is gone by then)."""
+        if not self.up:
+            return  # the cluster never came up: no job to cancel
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        subprocess.run(["scancel", "--user", user], capture_output=True, timeout=30, env=self.env)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            r = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                               timeout=30, env=self.env)  # fmt: skip
+            if r.returncode != 0 or not r.stdout.strip():
+                return
+            time.sleep(0.5)
 
     def stop(self) -> None:
         for name in ("slurmd", "slurmctld", "munged"):  # each by the pid file it wrote
@@ -153,6 +172,7 @@ def test_sbatch_trains_with_the_controller_on_the_first_node(tmp_path):
             capture_output=True, text=True, timeout=200, env=env,
         )  # fmt: skip
     finally:
+        slurm.cancel_jobs()  # nothing left running when sbatch timed out or the test failed
         slurm.stop()
     out = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     logs = {p.name: p.read_text()[-1500:] for p in (run_dir / "logs").glob("*.log")}
