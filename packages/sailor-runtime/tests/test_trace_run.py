@@ -36,6 +36,11 @@ def test_workers_follow_the_trace_and_the_replay_predicts_the_run(tmp_path):
     result = run_trace(cfg, trace, time_scale=12.0)
     assert result.trace_wall_s == pytest.approx(25.0)
     assert result.changes == 2
+    # The driver made the trace's changes happen: a worker left at 100 s, a new one joined at 200 s
+    # (the steps noted are the controller's, which a restart from a checkpoint moves back).
+    events = result.worker_events
+    assert [e[0] for e in events] == ["leave", "join"], events
+    assert events[1][1] != events[0][1], events  # a new worker joined, not the one that left
     # The replay's every-change policy charges a restart at the leave and at the join; the
     # controller restarts only where the plan or its placement changes (a leaving worker the
     # plan did not use, or a join the planner does not use, costs no restart), so the run has

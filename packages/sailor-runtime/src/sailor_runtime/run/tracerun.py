@@ -70,6 +70,9 @@ class TraceRunResult:
     runnable: tuple[float, ...] = ()
     """Mean runnable processes on the machine in each state (the calibration assumed
     ``calibration.runnable``)."""
+    worker_events: tuple[tuple[str, str, int], ...] = ()
+    """What happened to the workers during the trace, in order: (``leave`` / ``preempted`` /
+    ``join``, or a failure injected by the run, worker name, the controller's step then)."""
 
     @property
     def boot_s(self) -> float:
@@ -89,6 +92,7 @@ class TraceRunResult:
             "calibration": self.calibration.to_dict(),
             "per_state": [list(p) for p in self.per_state],
             "runnable": list(self.runnable),
+            "worker_events": [list(e) for e in self.worker_events],
             "error": self.error,
         }
 
@@ -330,6 +334,11 @@ def run_trace(cfg: LocalRunConfig, trace: AvailabilityTrace, time_scale: float) 
             measured_iteration_s=_median_step_s(run, driver.start_step),
             calibration=driver.calibration,
             runnable=tuple(_mean(r) for r in driver.runnable),
+            worker_events=tuple(
+                (e["event"], e.get("worker", ""), e["step"])
+                for e in run.events
+                if e["at"] >= driver.start
+            ),
             per_state=tuple(
                 (predicted, (b - a) * run.job.global_batch_size)
                 for predicted, a, b in zip(
