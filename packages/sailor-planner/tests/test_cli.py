@@ -329,3 +329,16 @@ def test_plan_takes_the_defaults_every_cli_takes_and_says_so(tmp_path) -> None:
     assert table.returncode == 0, table.stderr
     first = table.stdout.splitlines()[0]
     assert "sequence 4096, bf16" in first and "assumed dtype bf16" in first
+
+
+def test_table_figures_keep_four_significant_digits() -> None:
+    """A small job's $/iteration printed 0.0000 in every ranked row (the cost objective's own
+    ranking figure unreadable) and s/iter 0.001 in each; now each keeps 4 significant digits."""
+    args = ["plan", "--model", "tiny-llama", "--gbs", "16", "--objective", "cost", "--top", "3"]
+    out = CliRunner().invoke(app, [*args, "--gpus", "A100-40@us-central1-a=4"])
+    assert out.exit_code == 0, out.output
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 3, out.stdout
+    for column in (2, 3):  # s/iter, $/iter
+        figures = [row[column] for row in rows]
+        assert all(float(f) > 0 for f in figures) and len(set(figures)) == 3, out.stdout

@@ -7,6 +7,7 @@ module never imports the CLI (no import cycle), so other front ends can call it 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -203,6 +204,15 @@ def zones_used(plan) -> str:
     return " ".join(f"{g}@{z}={n}" for (g, z), n in sorted(counts.items()))
 
 
+def figure(value: float, decimals: int) -> str:
+    """``value`` with at least ``decimals`` decimals and at least 4 significant digits: with
+    fixed decimals a small job's $/iteration printed 0.0000 in every row (the cost objective's
+    ranking unreadable) and two frontier points 0.017806 and 0.017818 both printed 0.0178."""
+    if value > 0 and math.isfinite(value):
+        decimals = max(decimals, 3 - math.floor(math.log10(value)))
+    return f"{value:.{decimals}f}"
+
+
 def plans_table(plans) -> Table:
     """Ranked plans (or frontier points) as a rich table."""
     from rich.table import Table
@@ -218,9 +228,9 @@ def plans_table(plans) -> Table:
         chosen = ranked.options.describe() if ranked.options is not None else "defaults"
         table.add_row(
             str(i),
-            f"{e.throughput_iters_per_s:.4f}",
-            f"{e.iteration_time_s:.3f}",
-            f"{e.cost_per_iteration_usd:.4f}",
+            figure(e.throughput_iters_per_s, 4),
+            figure(e.iteration_time_s, 3),
+            figure(e.cost_per_iteration_usd, 4),
             f"{e.cost_per_hour_usd:.2f}",
             str(p.num_gpus),
             zones_used(p),
