@@ -99,6 +99,23 @@ def test_replay_refuses_a_checkpoint_interval_under_a_second(seconds):
     )
 
 
+@pytest.mark.parametrize(
+    "flag, value, needle",
+    [
+        ("--plan-s", "nan", "--plan-s: must be a finite number"),
+        ("--plan-s", "-1", "--plan-s: must be >= 0"),
+        ("--hold-last", "0", "--hold-last: must be > 0"),
+        ("--min-throughput", "nan", "(CLI --min-throughput)"),
+        ("--max-cost-per-iteration", "-1", "(CLI --max-cost-per-iteration)"),
+    ],
+)
+def test_replay_names_the_flag_of_a_bad_number(flag, value, needle):
+    """--plan-s nan said 'reconfig.plan_s: must be >= 0', --hold-last 0 'hold_last_s: ...' and
+    --min-throughput nan 'min_throughput: ...': fields of the request, not the flags typed."""
+    replay = ["replay", "--trace", str(SPOT_TRACE), "--model", "OPT-350M", "--policies", "sailor"]
+    one_line_error(cli("sailor-planner", *replay, flag, value), needle)
+
+
 def test_an_empty_profile_folder_is_a_warning_not_silence(tmp_path):
     """A folder without a profile file estimated on the analytic profiles and said nothing, as
     if it held this machine's measurements."""

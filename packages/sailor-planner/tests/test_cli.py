@@ -169,6 +169,12 @@ def test_table_output() -> None:
             ],
             "constraints",
         ),
+        # a constraint names its flag too (hE: "max_cost_per_hour: must be a positive number")
+        (
+            ["--model", "OPT-350M", "--gbs", "8", "--gpus", "A100-40@us-central1-a=4"]
+            + ["--max-cost-per-hour", "0"],
+            "(CLI --max-cost-per-hour)",
+        ),
         # the flag, not only the request field (hC: "deadline_s: must be positive")
         (
             ["--model", "OPT-350M", "--gbs", "8", "--gpus", "A100-40@us-central1-a=4"]

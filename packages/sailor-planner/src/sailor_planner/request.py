@@ -49,7 +49,11 @@ class Constraints:
             if value is None:
                 continue
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise RequestError(f"must be a positive number, got {value!r}", field=name)
+                # The flag too, as --deadline, --top and --pareto: a CLI user typed no field.
+                flag = "--" + name.replace("_", "-")
+                raise RequestError(
+                    f"must be a positive number (CLI {flag}), got {value!r}", field=name
+                )
 
     def admits(self, throughput: float, cost_per_iteration: float, cost_per_hour: float) -> bool:
         """True when a plan with these figures respects every set limit."""

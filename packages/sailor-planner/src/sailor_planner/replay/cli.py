@@ -124,6 +124,12 @@ def replay_command(
             inputs.output_file(plot, "--plot")
         if checkpoint_interval is not None:
             check_interval(checkpoint_interval, "--checkpoint-interval")
+        # Checked under the flags typed: ReconfigModel and the trace reader name their own
+        # fields (reconfig.plan_s, hold_last_s), which no CLI user typed.
+        if plan_s is not None:
+            inputs.positive_number(plan_s, "--plan-s", allow_zero=True)
+        if hold_last is not None:
+            inputs.positive_number(hold_last, "--hold-last")
         if warning := empty_folder_warning(profile_dir, "--profile-dir"):
             typer.echo(warning, err=True)
         result = run_replay(
