@@ -303,6 +303,18 @@ def test_an_inventory_file_without_gpus_is_named(tmp_path, content) -> None:
     )
 
 
+def test_an_inventory_file_saved_with_a_byte_order_mark_is_read(tmp_path) -> None:
+    """A BOM (Notepad, PowerShell's Out-File) made the file 'not valid JSON, truncated?', while
+    --gpus with the same pool planned; a trace CSV with a BOM was already read."""
+    path = tmp_path / "inv.json"
+    path.write_bytes(b'\xef\xbb\xbf{"A100-40": {"us-central1-a": 4}}\r\n')
+    args = ["plan", "--model", "OPT-350M", "--gbs", "8", "--json"]
+    out = CliRunner().invoke(app, [*args, "--inventory", str(path)])
+    assert out.exit_code == 0, out.output
+    same = CliRunner().invoke(app, [*args, "--gpus", "A100-40@us-central1-a=4"])
+    assert json.loads(out.stdout)["plan"] == json.loads(same.stdout)["plan"]
+
+
 def test_plan_takes_the_defaults_every_cli_takes_and_says_so(tmp_path) -> None:
     """Without --seq-len / --precision, `plan` plans what `sailor-sim simulate` and `sailor
     run` would: the model's maximum sequence capped at 8192 and the config.json's torch_dtype

@@ -218,7 +218,10 @@ def read_text(
     if b"\x00" in raw:
         raise error(f"{p} is a binary file, not text (JSON expected)", field=field)
     try:
-        return raw.decode("utf-8")
+        # utf-8-sig drops a leading byte-order mark (Windows editors and PowerShell write one):
+        # an inventory saved so was 'not valid JSON, truncated?', while a trace CSV with one
+        # was read (polars skips it).
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise error(f"{p} is not UTF-8 text (JSON expected)", field=field) from None
 
