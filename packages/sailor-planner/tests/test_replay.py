@@ -243,3 +243,22 @@ def test_a_state_held_open_for_centuries_replays_at_once_with_exact_totals(tmp_p
     assert len(segments) < 20
     trained = sum(s.samples_per_s * (s.end_s - s.start_s) for s in segments)
     assert results[long_].summaries[0].samples == pytest.approx(trained)
+
+
+def test_a_replay_where_no_plan_fits_any_state_says_so(tmp_path) -> None:
+    """--min-throughput 1000 (or a model no state's GPUs hold) printed a table of zeros, exit
+    0, nothing said; plan on the same GPUs says why. Now one warning line on stderr; a replay
+    that trains stays quiet."""
+    path = trace_file(tmp_path, [f"0,{A100},8,,", f"1800,{A100},4,,", f"3600,{A100},8,,"])
+    args = ["replay", "--trace", str(path), "--model", "OPT-350M", "--gbs", "64"]
+    args += ["--plan-s", "1", "--policies", "sailor,static", "--json"]
+    out = CliRunner().invoke(app, [*args, "--min-throughput", "1000"])
+    assert out.exit_code == 0, out.output
+    assert all(p["samples"] == 0 for p in json.loads(out.stdout)["policies"])
+    assert out.stderr.splitlines() == [
+        "warning: no policy trained: no plan of OPT-350M fits and meets the constraints on the "
+        "GPUs of any state of trace t.csv; relax --min-throughput or replay a trace with more "
+        "GPUs"
+    ]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0 and out.stderr == "", out.output

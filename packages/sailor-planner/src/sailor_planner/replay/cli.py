@@ -67,6 +67,31 @@ def notes(result) -> list[str]:
     return lines
 
 
+def nothing_trained_warning(result, min_throughput, max_cost_per_iteration) -> str | None:
+    """One line when no policy held a plan in any state: the table of zeros (exit 0) read like
+    an answer, while ``plan`` on the same GPUs says why (no plan fits or meets the
+    constraints)."""
+    if any(e.gpus_used > 0 for e in result.events):
+        return None
+    t = result.trace
+    if not any(s.inventory.total_gpus for s in t.states):
+        return f"warning: no policy trained: trace {t.source} has no GPUs in any state"
+    given = [
+        flag
+        for flag, value in (
+            ("--min-throughput", min_throughput),
+            ("--max-cost-per-iteration", max_cost_per_iteration),
+        )
+        if value is not None
+    ]
+    fix = f"relax {' / '.join(given)} or " if given else ""
+    return (
+        f"warning: no policy trained: no plan of {result.job.model.name} fits"
+        f"{' and meets the constraints' if given else ''} on the GPUs of any state of trace "
+        f"{t.source}; {fix}replay a trace with more GPUs"
+    )
+
+
 @specs.with_spec(
     RunSpec,
     exclude=(*TRAINING_FIELDS, "optimizer"),
@@ -144,6 +169,8 @@ def replay_command(
     except (SailorPlannerError, SailorSimError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if warning := nothing_trained_warning(result, min_throughput, max_cost_per_iteration):
+        typer.echo(warning, err=True)
     if as_json:
         out = result.to_dict()
         out["plot"] = str(plot) if plot else None
