@@ -262,3 +262,14 @@ def test_a_replay_where_no_plan_fits_any_state_says_so(tmp_path) -> None:
     ]
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 0 and out.stderr == "", out.output
+
+
+def test_the_policy_table_keeps_four_significant_digits_of_a_small_cost(tmp_path) -> None:
+    """tiny-llama's $/1M tokens printed 0.003 and 0.005 (one digit; below 0.0005 it is 0.000)."""
+    path = trace_file(tmp_path, [f"0,{A100},8,,", f"3600,{A100},4,,", f"7200,{A100},8,,"])
+    args = ["replay", "--trace", str(path), "--model", "tiny-llama", "--gbs", "16"]
+    out = CliRunner().invoke(app, [*args, "--plan-s", "1", "--policies", "sailor,static"])
+    assert out.exit_code == 0, out.output
+    rows = [line.split() for line in out.stdout.splitlines()[1:3]]
+    per_m = [row[3] for row in rows]  # policy, samples, $, $/1M tok
+    assert all(len(f.lstrip("0.")) == 4 for f in per_m), out.stdout

@@ -28,6 +28,8 @@ def policy_table(result) -> Table:
     """One row per policy."""
     from rich.table import Table  # here: a plan command never pays for rich
 
+    from ..planrun import figure
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("policy")
     for name in (
@@ -36,7 +38,9 @@ def policy_table(result) -> Table:
     ):  # fmt: skip
         table.add_column(name, justify="right")
     for s in result.summaries:
-        per_m = f"{s.usd_per_million_tokens:.3f}" if s.usd_per_million_tokens else "-"
+        # 4 significant digits (planrun.figure): a small model's 0.0031 $/1M tokens printed
+        # 0.003, and below 0.0005 a cost of 0.000.
+        per_m = figure(s.usd_per_million_tokens, 3) if s.usd_per_million_tokens else "-"
         table.add_row(
             s.policy, f"{s.samples:,.0f}", f"{s.usd:,.2f}", per_m, f"{s.mean_samples_per_s:.2f}",
             f"{s.gpu_hours:,.1f}", str(s.replans), str(s.reconfigurations),
