@@ -273,3 +273,24 @@ def test_the_policy_table_keeps_four_significant_digits_of_a_small_cost(tmp_path
     rows = [line.split() for line in out.stdout.splitlines()[1:3]]
     per_m = [row[3] for row in rows]  # policy, samples, $, $/1M tok
     assert all(len(f.lstrip("0.")) == 4 for f in per_m), out.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "column"),
+    [
+        ("timestamp,zone,gpu_type,available,available\n0,us-central1-a,A100-40,8,3\n", "available"),
+        (",Timestamp,A100-40_us-central1-a,A100-40_us-central1-a\n0,0,8,8\n1,100,4,4\n",
+         "A100-40_us-central1-a"),
+    ],
+)  # fmt: skip
+def test_a_column_the_header_repeats_is_named(tmp_path, text, column) -> None:
+    """polars renamed the second copy NAME_duplicated_0: 'unknown column(s)
+    available_duplicated_0', and in the original format 'row 0, column zone: unknown zone
+    'us-central1-a_duplicated_0''."""
+    path = tmp_path / "dup.csv"
+    path.write_text(text)
+    out = CliRunner().invoke(app, ["replay", "--trace", str(path), "--model", "OPT-350M"])
+    assert out.exit_code == 2, out.output
+    assert out.stderr == (
+        f"error: dup.csv header: column '{column}' appears twice; keep one column of each name\n"
+    )

@@ -26,6 +26,7 @@ Every problem raises ``TraceError`` naming the file, the row (1 = first data row
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -125,6 +126,8 @@ def _read_frame(path: Path):
 
     if not path.is_file():
         raise TraceError(f"{path} is not a file; pass a trace CSV or Parquet file", field="trace")
+    if path.suffix.lower() != ".parquet":
+        _refuse_repeated_columns(path)
     try:
         if path.suffix.lower() == ".parquet":
             return pl.read_parquet(path)
@@ -137,6 +140,23 @@ def _read_frame(path: Path):
             "or as Parquet",
             field="trace",
         ) from None
+
+
+def _refuse_repeated_columns(path: Path) -> None:
+    """polars renames a repeated header name to NAME_duplicated_0, which the checks then
+    called an unknown column ('available_duplicated_0') or, in the original format, an unknown
+    zone 'us-central1-a_duplicated_0' at 'row 0': name the column the file repeats instead."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig", errors="replace") as f:
+            header = next(csv.reader(f), [])
+    except (OSError, csv.Error):
+        return  # polars' reading then reports the file
+    for i, name in enumerate(header):
+        if name in header[:i]:
+            raise TraceError(
+                f"column {name!r} appears twice; keep one column of each name",
+                field=f"{path.name} header",
+            )
 
 
 def _where(name: str, row: int, column: str) -> str:
