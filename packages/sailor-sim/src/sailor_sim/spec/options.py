@@ -101,7 +101,8 @@ class ExecutionOptions:
     isend/irecv on full-duplex links). False (DeepSpeed's PipelineEngine, under
     Megatron-DeepSpeed as in the original Sailor's GH200 runs): every TP rank sends the whole
     tensor, with blocking sends and receives one after the other (``p2p_full_duplex``).
-    The CLIs take it as ``--p2p megatron|deepspeed`` (``P2P_STYLES``)."""
+    Every CLI takes ``--p2p-scatter-gather / --no-p2p-scatter-gather``; sailor-sim's also
+    takes the framework's name, ``--p2p megatron|deepspeed`` (``P2P_STYLES``)."""
     fused_loss: bool = True
     """The framework's cross-entropy. True (Megatron-LM, our runtime): softmax and gradient in
     one fp32 buffer, in place. False (torchtitan, Hugging Face: eager F.cross_entropy on the
