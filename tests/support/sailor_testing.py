@@ -10,6 +10,7 @@ only by the functions that need it, so a test importing ``free_port`` does not p
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -37,12 +38,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+LISTEN_PORTS_FROM = 20000
+"""Lowest port ``free_port`` picks; it picks below the kernel's ephemeral range."""
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed), for
-    a server another process starts, or an address where nothing listens. Another process may
-    take it in between: where the code under test can bind port 0 itself, let it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+    """A TCP port free on every address a moment ago, for a server another process starts, or
+    an address where nothing listens. It is drawn at random below the kernel's ephemeral range:
+    a port the kernel handed out (bind to 0) went, in between, to the local end of some other
+    test's outgoing connection, and the controller of test_deploy_slurm could not listen
+    (CI, 2026-11-29). Another process may still take it: where the code under test can bind
+    port 0 itself, let it."""
+    floor = _ephemeral_floor()
+    draw = random.SystemRandom()
+    for _ in range(200 if floor - LISTEN_PORTS_FROM >= 1000 else 0):
+        port = draw.randrange(LISTEN_PORTS_FROM, floor)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range: the kernel's choice
+        s.bind(("0.0.0.0", 0))
         return s.getsockname()[1]
 
 
