@@ -124,11 +124,15 @@ def test_a_placements_bound_holds_for_its_score(request, source, options):
                     assert scored.throughput <= thr * (1 + 1e-9), where
                     assert scored.cost_per_iteration >= cost * (1 - 1e-9), where
                     assert scored.cost_per_hour >= hourly * (1 - 1e-9), where
+                if options.shards_gradients:  # one microbatch count for every pipeline
+                    assert len({(x.base, x.top) for x in scored.loads}) == 1, where
                 checked += 1
                 mixed += len(shape.classes) > 1
                 crossing += layout[0] != layout[-1]
     one_stage = options.zero in ("zero3", "hybrid")  # sharded weights: no pipelining
-    assert checked >= 50 and mixed >= 10, (checked, mixed)
+    # ZeRO-3 / hybrid score only the counts that divide the batch evenly
+    least = (30, 5) if options.shards_gradients else (50, 10)
+    assert checked >= least[0] and mixed >= least[1], (checked, mixed)
     assert one_stage or crossing >= 10, crossing
 
 

@@ -165,13 +165,13 @@ def test_plans_the_engine_cannot_shard_are_named():
     piped = Plan((Stage(0, 3, (R(1, 8, 1),)), Stage(4, 7, (R(1, 8, 1),))))
     assert "one-stage plans" in unsupported_reason(zero3, JOB, piped)
     mixed_tp = Plan((Stage(0, 7, (R(1, 2, 2), R(2, 2, 2))),))
-    assert "same TP degree" in unsupported_reason(zero3, JOB, mixed_tp)
+    assert "needs one TP degree" in unsupported_reason(zero3, JOB, mixed_tp)
     mixed_n = Plan((Stage(0, 7, (R(1, 2, 2), R(1, 4, 1))),))
-    assert "microbatch count" in unsupported_reason(zero3, JOB, mixed_n)
+    assert "needs the same count" in unsupported_reason(zero3, JOB, mixed_n)
     assert unsupported_reason(zero3, JOB, DP2) is None
     assert supports(zero3, JOB, DP2) and not supports(zero3, JOB, piped)
     hybrid = ExecutionOptions(zero="hybrid")
-    assert "do not divide 3" in unsupported_reason(hybrid, JOB, _three_t4())
+    assert "do not divide stage 0's 3 replicas" in unsupported_reason(hybrid, JOB, _three_t4())
     sp = ExecutionOptions(sequence_parallel=True)
     assert "tp > 1 in every replica" in unsupported_reason(sp, JOB, DP2)
     assert unsupported_reason(sp, JOB, SP_MIXED) is None

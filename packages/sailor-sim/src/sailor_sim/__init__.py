@@ -164,6 +164,8 @@ _FACE = {
     "resolve_cluster": "catalog.cluster",
     "run_app": "inputs",
     "sharding": "simulate.memory",
+    "sharding_problem": "simulate.features.sharding",
+    "hybrid_group": "simulate.features.sharding",
     "static_bytes": "simulate.memory",
     "transient_bytes": "simulate.memory",
     "usd_per_second": "catalog.prices",

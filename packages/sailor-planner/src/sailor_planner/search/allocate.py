@@ -23,12 +23,13 @@ from sailor_sim import (
     count_tied_ends,
     exposed_tail,
     get_gpu,
+    hybrid_group,
     microbatch_step,
     pipeline_time,
     usd_per_second,
 )
 
-from .balance import ClassLoad, balance
+from .balance import ClassLoad, balance, uniform
 from .costs import CostView
 from .templates import Shape
 
@@ -380,22 +381,39 @@ class Scorer:
     def score(self, shape: Shape, groups: tuple[Group, ...], layout: tuple = ()) -> Scored | None:
         return self.finish(self.draft(shape, groups), layout)
 
+    def loads(self, draft: Draft) -> list | None:
+        """Microbatches per pipeline of each group: balanced so the pipelines finish together,
+        or under ZeRO-2/3 / hybrid one count for all (``balance.uniform``; every stage then
+        needs one TP degree: ``sailor_sim``'s sharding rule); None where none exists."""
+        shape, groups, info = draft.shape, draft.groups, draft.info
+        counts = [g.count for g in groups]
+        mbs = [shape.classes[g.cls].mbs for g in groups]
+        step = self.step(shape.depth)  # interleaved 1F1B: counts multiples of p
+        if self.job.options.shards_gradients:
+            if len({shape.classes[g.cls].tps for g in groups}) > 1:
+                return None
+            if self.job.options.zero == "hybrid" and not self._hybrid_divides(shape, groups):
+                return None
+            return uniform(self.job.sample_slots, counts, mbs, step)
+        bottleneck, fill = [x[2] for x in info], [x[3] for x in info]
+        return balance(self.job.sample_slots, counts, mbs, bottleneck, fill, step)
+
+    @staticmethod
+    def _hybrid_divides(shape: Shape, groups: tuple[Group, ...]) -> bool:
+        """Whether every stage's hybrid shard group (one node of the lead pipeline's replicas,
+        ``sailor_sim.hybrid_group``) divides the pipelines."""
+        d = sum(g.count for g in groups)
+        lead = shape.classes[groups[0].cls]
+        return all(d % hybrid_group(lead.gpu, tp, d) == 0 for tp in lead.tps)
+
     def finish(self, draft: Draft, layout: tuple = ()) -> Scored | None:
         """The candidate ``draft`` stands for, balanced and scored; None where no balance
         exists or a replica does not fit."""
         shape, groups, kinds, firsts, info = draft
-        gbs = self.job.sample_slots
-        p = shape.depth
-        loads = balance(
-            gbs,
-            [g.count for g in groups],
-            [shape.classes[g.cls].mbs for g in groups],
-            [x[2] for x in info],
-            [x[3] for x in info],
-            self.step(p),  # interleaved 1F1B: counts multiples of p
-        )
+        loads = self.loads(draft)
         if loads is None:
             return None
+        p = shape.depth
         # The critical pipeline and its 1F1B time, exactly as the simulator computes it.
         crit_total, crit = -1.0, None
         for x, load in zip(info, loads, strict=True):

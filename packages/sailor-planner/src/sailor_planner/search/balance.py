@@ -17,6 +17,10 @@ Interleaved 1F1B needs every pipeline's microbatch count to be a multiple of its
 (``sailor_sim.spec.interleave``): ``step`` = p balances in units of p microbatches (a group's
 pipelines then differ by at most p), the same problem with p x the microbatch size and the
 bottleneck.
+
+ZeRO-2/3 and hybrid sharding run collectives every microbatch, so every pipeline needs the
+same count (``sailor_sim``'s ``features.sharding``): ``uniform`` gives each the one count that
+carries the batch, or None when the pipelines' samples per microbatch do not divide it.
 """
 
 from __future__ import annotations
@@ -101,6 +105,17 @@ def balance(
         else:
             out.append(ClassLoad(base[c] - 1, top_count[c]))
     return out
+
+
+def uniform(
+    gbs: int, pipelines: list[int], mbs: list[int], step: int = 1
+) -> list[ClassLoad] | None:
+    """One microbatch count M for every pipeline (a multiple of ``step``), sum d_j mbs_j M =
+    ``gbs``; None where none exists."""
+    per_level = sum(d * m for d, m in zip(pipelines, mbs, strict=True))
+    if gbs % per_level or (gbs // per_level) % step:
+        return None
+    return [ClassLoad(gbs // per_level, 0)] * len(pipelines)
 
 
 def _single(gbs: int, d: int, m: int) -> list[ClassLoad] | None:

@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sailor_sim import ExecutionOptions, SailorError
+from sailor_sim import ExecutionOptions, SailorError, sharding_problem
 
 from .parallel.schedule import interleave_problem
 
@@ -115,11 +115,11 @@ def options_from_dict(data: Mapping[str, Any] | None) -> tuple[str | None, Execu
 
 def hybrid_shard_size(plan) -> int:
     """Replicas per hybrid-shard group: those that fit one node of the first replica's GPU
-    type (``gpus_per_node // tp``), as the simulator's ``shard_group`` counts them."""
-    from sailor_sim import get_gpu
+    type (``sailor_sim.hybrid_group``, as the simulator's ``shard_group`` counts them)."""
+    from sailor_sim import hybrid_group
 
     rep = plan.stages[0].replicas[0]
-    return max(1, min(plan.num_pipelines, get_gpu(rep.gpu_type).gpus_per_node // rep.tp))
+    return hybrid_group(rep.gpu_type, rep.tp, plan.num_pipelines)
 
 
 def supports(options: ExecutionOptions, job, plan) -> bool:
@@ -146,18 +146,9 @@ def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
                 f"zero: {options.zero} (FSDP) runs on one-stage plans, this one has "
                 f"{plan.num_stages} stages; use zero1 with pipelining"
             )
-        if len({r.tp for r in replicas}) > 1 or len({r.num_microbatches for r in replicas}) > 1:
-            return (
-                f"zero: {options.zero} (FSDP) needs every replica with the same TP degree and "
-                "microbatch count (one all-gather per microbatch in each shard group); "
-                "use zero1 on this plan"
-            )
-        shard = hybrid_shard_size(plan)
-        if options.zero == "hybrid" and plan.num_pipelines % shard:
-            return (
-                f"zero: hybrid shards over groups of {shard} replicas, which do not divide "
-                f"{plan.num_pipelines}; use zero3"
-            )
+        problem = sharding_problem(options.zero, plan)  # the simulator's rule, one place
+        if problem is not None:
+            return f"zero: {problem}"
     if options.sequence_parallel:
         if any(r.tp < 2 for r in replicas):
             return "sequence_parallel: needs tp > 1 in every replica; use false on this plan"

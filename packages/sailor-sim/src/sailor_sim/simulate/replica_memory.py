@@ -28,6 +28,7 @@ from ..spec.options import (
 )
 from ..spec.plan import StageSlice
 from .features.fp8 import FP8_WEIGHT_COPIES, fp8_weight_copy_bytes
+from .features.sharding import hybrid_group
 from .memory import (
     GRAD_BYTES,
     FrameworkOverhead,
@@ -274,5 +275,5 @@ class MemoryComponents:
         if job.options.zero == "none":
             return 1
         if job.options.zero == "hybrid":
-            return max(1, min(dp, get_gpu(gpu_type).gpus_per_node // tp))
+            return hybrid_group(gpu_type, tp, dp)
         return dp

@@ -58,6 +58,7 @@ from .features.context_parallel import (
     kv_exchange_exposed,
 )
 from .features.fp8 import fp8_speedup_bound, fp8_time_delta
+from .features.sharding import check_plan_sharding
 from .memory import GRAD_BYTES
 from .network import Endpoint, NetworkModel
 from .replica_memory import MemoryComponents
@@ -126,8 +127,10 @@ class Simulator(MemoryComponents):
         replica's TP degree and dtype support when its numbers are first computed
         (``replica_info``), so cached replicas are not re-validated on every plan. Plans the
         options cannot run on are refused with ``PlanError`` naming the option: expert and
-        context parallel groups, and interleaved 1F1B's rule (``spec.interleave``: >= 2
-        stages, microbatch counts multiples of the stage count, a layer in every chunk)."""
+        context parallel groups, sharded data parallelism (``features.sharding``: one TP degree
+        and one microbatch count per stage), and interleaved 1F1B's rule
+        (``spec.interleave``: >= 2 stages, microbatch counts multiples of the stage count, a
+        layer in every chunk)."""
         if plan.stages[-1].last_layer != job.model.head_layer_id:
             plan.check(job)
         if plan.stages[0]._samples != job.sample_slots:
@@ -136,6 +139,8 @@ class Simulator(MemoryComponents):
         if options.expert_parallel != 1 or options.context_parallel != 1:  # else nothing to do
             check_plan_expert_parallel(options.expert_parallel, plan)
             check_plan_context_parallel(options.context_parallel, plan)
+        if options.shards_gradients:
+            check_plan_sharding(options.zero, plan)
         if options.virtual_stages != 1:
             check_interleave(plan, job.model.head_layer_id, options.virtual_stages)
 
