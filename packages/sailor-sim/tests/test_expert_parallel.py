@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from sailor_sim import Job, Plan, PlanError, Simulator, StageSlice, ValidationError
+from sailor_sim import (
+    Job,
+    Plan,
+    PlanError,
+    Replica,
+    Simulator,
+    Stage,
+    StageSlice,
+    ValidationError,
+)
 from sailor_sim.model.moe import all_to_all_time
 from sailor_sim.simulate.network import LinkCurve
 from sailor_sim.spec.options import ExecutionOptions
@@ -128,3 +137,22 @@ def test_zero_shards_expert_states_only_over_the_ranks_holding_the_same_experts(
     j = job(8, zero="zero1")
     est = Simulator().estimate(j, Plan.uniform(j, "H100-80", A, tp=1, pp=1, dp=8))
     assert not est.fits  # ~47 GB of expert states alone per GPU, beside the weights
+
+
+def test_an_expert_group_needs_one_tp_degree_and_one_microbatch_count():
+    """Its ranks run the all-to-alls every layer of every microbatch together: a group with
+    5 and 3 microbatches would hang, and was predicted."""
+    j = job(2, zero="none")
+    last = j.model.head_layer_id
+
+    def plan(*counts_tps):
+        reps = tuple(Replica("H100-80", A, tp, 1, n) for n, tp in counts_tps)
+        return Plan((Stage(0, last, reps),))
+
+    with pytest.raises(PlanError, match="one TP degree and one microbatch count") as err:
+        Simulator().estimate(j, plan((40, 1), (24, 1)))
+    assert err.value.field == "options.expert_parallel"
+    with pytest.raises(PlanError, match="replicas 0..1 of stage 0"):
+        Simulator().estimate(j, plan((32, 1), (32, 2)))
+    # groups of two alike replicas run, whatever the next group holds
+    assert Simulator().estimate(j, plan((20, 1), (20, 1), (12, 1), (12, 1))).iteration_time_s > 0

@@ -383,13 +383,14 @@ class Scorer:
 
     def loads(self, draft: Draft) -> list | None:
         """Microbatches per pipeline of each group: balanced so the pipelines finish together,
-        or under ZeRO-2/3 / hybrid one count for all (``balance.uniform``; every stage then
-        needs one TP degree: ``sailor_sim``'s sharding rule); None where none exists."""
+        or under ZeRO-2/3 / hybrid and expert parallelism one count for all
+        (``balance.uniform``; every stage then needs one TP degree: collectives every
+        microbatch, ``sailor_sim``'s sharding and expert-group rules); None where none exists."""
         shape, groups, info = draft.shape, draft.groups, draft.info
         counts = [g.count for g in groups]
         mbs = [shape.classes[g.cls].mbs for g in groups]
         step = self.step(shape.depth)  # interleaved 1F1B: counts multiples of p
-        if self.job.options.shards_gradients:
+        if self.job.options.shards_gradients or self.job.options.expert_parallel > 1:
             if len({shape.classes[g.cls].tps for g in groups}) > 1:
                 return None
             if self.job.options.zero == "hybrid" and not self._hybrid_divides(shape, groups):

@@ -191,16 +191,30 @@ def expert_comm_per_microbatch(
 
 
 def check_plan_expert_parallel(ep: int, plan) -> None:
-    """Every stage needs a replica count that ``ep`` divides (expert groups of ep replicas)."""
+    """Every stage needs a replica count that ``ep`` divides (expert groups of ep consecutive
+    replicas), and the replicas of a group one TP degree and one microbatch count: the group
+    runs its all-to-alls every layer of every microbatch, rank for rank (a replica with one
+    microbatch fewer leaves the others waiting in an all-to-all)."""
     if ep == 1:
         return
     from ..errors import PlanError
 
     for i, stage in enumerate(plan.stages):
-        if len(stage.replicas) % ep:
+        replicas = stage.replicas
+        if len(replicas) % ep:
             raise PlanError(
-                f"expert_parallel {ep} does not divide the {len(stage.replicas)} replicas of "
+                f"expert_parallel {ep} does not divide the {len(replicas)} replicas of "
                 f"stage {i}; use a data-parallel degree that is a multiple of {ep} or a smaller "
                 "expert_parallel",
                 field="options.expert_parallel",
             )
+        for start in range(0, len(replicas), ep):
+            group = {(r.tp, r.num_microbatches) for r in replicas[start : start + ep]}
+            if len(group) > 1:
+                raise PlanError(
+                    f"replicas {start}..{start + ep - 1} of stage {i} form an expert-parallel "
+                    "group, which runs its all-to-alls every microbatch, and must have one TP "
+                    "degree and one microbatch count; use a smaller expert_parallel or a "
+                    "data-parallel degree that divides the batch",
+                    field="options.expert_parallel",
+                )
