@@ -181,6 +181,11 @@ def test_table_output() -> None:
             + ["--deadline", "-1"],
             "(CLI --deadline)",
         ),
+        (
+            ["--model", "OPT-350M", "--gbs", "8", "--gpus", "A100-40@us-central1-a=4"]
+            + ["--max-pipeline-depth", "0"],
+            "(CLI --max-pipeline-depth)",
+        ),
     ],
 )
 def test_errors_are_one_line_with_exit_status_2(args, field) -> None:
@@ -188,6 +193,20 @@ def test_errors_are_one_line_with_exit_status_2(args, field) -> None:
     assert out.exit_code == 2, out.output
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0]
+
+
+def test_max_pipeline_depth_one_plans_without_pipelining() -> None:
+    """Each of the 3 best ZeRO-2 plans of OPT-350M on 8 V100s is pipelined; depth 1 asks
+    for those without pipeline parallelism (what FSDP runs)."""
+    args = ["plan", "--model", "OPT-350M", "--gbs", "16", "--seq-len", "2048", "--top", "3"]
+    args += ["--gpus", "V100-16@us-central1-a=8", "--zero", "zero2", "--fixed-options", "--json"]
+    depths = []
+    for extra in ([], ["--max-pipeline-depth", "1"]):
+        out = CliRunner().invoke(app, [*args, *extra])
+        assert out.exit_code == 0, out.output
+        plans = json.loads(out.stdout)["plans"]
+        depths.append({len(p["plan"]["stages"]) for p in plans})
+    assert min(depths[0]) > 1 and depths[1] == {1}
 
 
 def test_console_script_errors_are_one_line() -> None:

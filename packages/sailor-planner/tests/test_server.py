@@ -10,7 +10,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from sailor_planner.errors import CallAbortedError
+from sailor_planner.errors import CallAbortedError, RequestError
 from sailor_planner.proto import planner_pb2, planner_pb2_grpc
 from sailor_planner.service.client import PlannerClient
 from sailor_planner.service.server import SERVICE_NAME, create_server
@@ -105,6 +105,7 @@ def test_concurrent_requests(address) -> None:
         (lambda r: setattr(r, "max_cost_per_iteration", -1.0), "max_cost_per_iteration"),
         (lambda r: setattr(r, "min_throughput", float("nan")), "min_throughput"),
         (lambda r: setattr(r, "top_k", 100000), "top_k"),
+        (lambda r: setattr(r, "max_pipeline_depth", 5000), "max_pipeline_depth"),
         (lambda r: setattr(r, "profile_dir", "/nonexistent/profiles"), "profile_dir"),
         # an enum value this server does not know (a newer client's): the fix is named
         (lambda r: setattr(r, "objective", 7), "objective: unknown objective 7; use "),
@@ -220,3 +221,18 @@ def test_the_wire_objectives_are_the_protos_enum() -> None:
         planner_pb2.OBJECTIVE_THROUGHPUT: "throughput",
         planner_pb2.OBJECTIVE_COST: "cost",
     }
+
+
+def test_max_pipeline_depth_reaches_the_search(client) -> None:
+    """OPT-350M ZeRO-2 on 8 V100s: each of the 8 best plans is pipelined; a runtime that
+    shards with FSDP (one stage only) asks for depth 1 and gets the best one-stage plans.
+    Before, the request had no such field and such a run found no plan."""
+    job = Job.create("OPT-350M", 16, 2048, options={"zero": "zero2"})
+    inventory = Inventory.parse(["V100-16@us-central1-a=8"])
+    kwargs = {"top_k": 8, "search_execution_options": False}
+    free = client.plan(job, inventory, **kwargs).plans
+    assert all(r.plan.num_stages > 1 for r in free)
+    flat = client.plan(job, inventory, max_pipeline_depth=1, **kwargs).plans
+    assert flat and all(r.plan.num_stages == 1 for r in flat)
+    with pytest.raises(RequestError, match="max_pipeline_depth: must be an integer from 0"):
+        client.plan(job, inventory, max_pipeline_depth=-1)

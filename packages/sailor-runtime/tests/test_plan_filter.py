@@ -99,7 +99,9 @@ def test_options_no_shape_runs_with_are_named(address, tmp_path):
 
 def test_restricting_options_ask_for_more_plans(tmp_path):
     assert engine_filter(_config(tmp_path))["candidates"] == 1
+    assert engine_filter(_config(tmp_path))["max_pipeline_depth"] == 0  # the planner's default
     assert engine_filter(_config(tmp_path, zero="zero3"))["candidates"] == PLAN_CANDIDATES
+    assert engine_filter(_config(tmp_path, zero="zero2"))["max_pipeline_depth"] == 1
     cfg = _config(tmp_path)
     fp8 = dataclasses.replace(cfg.run.options, fp8="delayed")
     bad = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, options=fp8))
@@ -139,3 +141,19 @@ def test_interleaved_runs_get_a_plan_the_engine_interleaves(address, tmp_path):
     assert unsupported_reason(options, job, plan) is None
     with pytest.raises(SailorRuntimeError, match="virtual_stages 2 differs from the job's 1"):
         engine_filter(_config(tmp_path, virtual_stages=2))
+
+
+def test_fsdp_runs_get_a_one_stage_plan_where_the_best_are_pipelined(address, tmp_path):
+    """OPT-350M ZeRO-2 on 8 V100s: the planner's 8 best plans are all pipelined, which FSDP
+    does not run; the link asks for one-stage plans only (``engine_filter``) and gets one the
+    engine runs. Before, the re-plan said 'none of the planner's 8 best plans runs'."""
+    options = ExecutionOptions(zero="zero2")
+    job = Job.create("OPT-350M", 16, 2048, options=options)
+    cfg = dataclasses.replace(_config(tmp_path, zero="zero2"), job=job)
+    link = PlannerLink(address, **engine_filter(cfg))
+    try:
+        plan = link.plan(job, Inventory.parse(["V100-16@us-central1-a=8"])).plan
+    finally:
+        link.close()
+    assert plan.num_stages == 1
+    assert unsupported_reason(options, job, plan) is None

@@ -36,6 +36,7 @@ from sailor_sim import (
 
 from .errors import SailorPlannerError
 from .replay.cli import replay_command
+from .request import DEFAULT_MAX_PIPELINE_DEPTH
 
 # The help is the docstring's first paragraph: the rest is the Python API, not the CLI's.
 app = typer.Typer(
@@ -106,6 +107,13 @@ def plan(
     allow_cross_region_dp: Annotated[
         bool, typer.Option("--allow-cross-region-dp", help="Let replicas of a stage span regions.")
     ] = False,
+    max_pipeline_depth: Annotated[
+        int,
+        typer.Option(
+            "--max-pipeline-depth",
+            help="Deepest pipeline considered (1: no pipeline parallelism, e.g. for FSDP).",
+        ),
+    ] = DEFAULT_MAX_PIPELINE_DEPTH,
     deadline: Annotated[
         float | None, typer.Option("--deadline", help="Stop after this many s.")
     ] = None,
@@ -161,6 +169,7 @@ def plan(
             search_options,
             profiled_only,
             fabric=fabric,
+            max_pipeline_depth=max_pipeline_depth,
         )
     )
     if code:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sailor_sim import ExecutionOptions, Inventory, Job, SailorSimError, inputs
 
 from .errors import RequestError, SailorPlannerError
+from .request import DEFAULT_MAX_PIPELINE_DEPTH
 from .result import PlanResult
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class PlanArgs:
     """``--fabric``: a catalog fabric name or a sailor-cluster/1 file
     (``sailor_sim.catalog.cluster``)
     for the links between nodes; None: the GPU types' catalog defaults."""
+    max_pipeline_depth: int = DEFAULT_MAX_PIPELINE_DEPTH
 
 
 PIPED_WIDTH = 4096
@@ -102,6 +104,7 @@ def search(args: PlanArgs) -> tuple[Job, PlanResult, dict[str, str]]:
         pareto_points=args.pareto,
         search_execution_options=args.search_options,
         profiled_only=args.profiled_only,
+        max_pipeline_depth=args.max_pipeline_depth,
     )
     for path, flag in ((args.profile_dir, "--profile-dir"), (args.sailor_root, "--sailor-root")):
         if path is not None:  # named by its flag (the library names its parameter)

@@ -25,6 +25,10 @@ def objective_from_wire(value: int) -> str:
 
 
 MAX_TOP_K = 100
+DEFAULT_MAX_PIPELINE_DEPTH = 16
+"""Deepest pipeline a search considers unless told (CLI --max-pipeline-depth, PlanRequest)."""
+MAX_PIPELINE_DEPTH = 1024
+"""Most a request may ask for (the model's layer ids bound a search anyway)."""
 """Most ranked plans one request returns (CLI --top, gRPC top_k): each is re-scored by the
 simulator and sent whole."""
 MAX_PARETO_POINTS = 100
@@ -99,7 +103,7 @@ class SearchOptions:
     top_k: int = 1
     allow_cross_region_data_parallel: bool = False
     """Replicas of one stage may sit in different regions (slow all-reduce); off by default."""
-    max_pipeline_depth: int = 16
+    max_pipeline_depth: int = DEFAULT_MAX_PIPELINE_DEPTH
     """Deepest pipeline considered (also bounded by the model's layer ids and the inventory)."""
     microbatch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     exact_partition_limit: int = 3000
@@ -135,10 +139,10 @@ class SearchOptions:
             )
         _in_range("top_k", self.top_k, 1, MAX_TOP_K, "--top")
         _in_range("pareto_points", self.pareto_points, 0, MAX_PARETO_POINTS, "--pareto")
-        if self.max_pipeline_depth < 1:
-            raise RequestError(
-                f"must be >= 1, got {self.max_pipeline_depth}", field="max_pipeline_depth"
-            )
+        _in_range(
+            "max_pipeline_depth", self.max_pipeline_depth, 1, MAX_PIPELINE_DEPTH,
+            "--max-pipeline-depth",
+        )  # fmt: skip
         if not self.microbatch_sizes or min(self.microbatch_sizes) < 1:
             raise RequestError("needs positive sizes", field="microbatch_sizes")
         if self.max_candidates is not None and self.max_candidates < 1:

@@ -20,7 +20,7 @@ OBJECTIVE_THROUGHPUT: Objective
 OBJECTIVE_COST: Objective
 
 class PlanRequest(_message.Message):
-    __slots__ = ("job", "inventory", "objective", "max_cost_per_iteration", "max_cost_per_hour", "min_throughput", "top_k", "allow_cross_region_data_parallel", "profile_dir", "sailor_root", "pareto_points", "search_execution_options", "profiled_only")
+    __slots__ = ("job", "inventory", "objective", "max_cost_per_iteration", "max_cost_per_hour", "min_throughput", "top_k", "allow_cross_region_data_parallel", "profile_dir", "sailor_root", "pareto_points", "search_execution_options", "profiled_only", "max_pipeline_depth")
     JOB_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class PlanRequest(_message.Message):
     PARETO_POINTS_FIELD_NUMBER: _ClassVar[int]
     SEARCH_EXECUTION_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     PROFILED_ONLY_FIELD_NUMBER: _ClassVar[int]
+    MAX_PIPELINE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     job: _job_pb2.Job
     inventory: _job_pb2.Inventory
     objective: Objective
@@ -47,7 +48,8 @@ class PlanRequest(_message.Message):
     pareto_points: int
     search_execution_options: bool
     profiled_only: bool
-    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., inventory: _Optional[_Union[_job_pb2.Inventory, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., max_cost_per_iteration: _Optional[float] = ..., max_cost_per_hour: _Optional[float] = ..., min_throughput: _Optional[float] = ..., top_k: _Optional[int] = ..., allow_cross_region_data_parallel: _Optional[bool] = ..., profile_dir: _Optional[str] = ..., sailor_root: _Optional[str] = ..., pareto_points: _Optional[int] = ..., search_execution_options: _Optional[bool] = ..., profiled_only: _Optional[bool] = ...) -> None: ...
+    max_pipeline_depth: int
+    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., inventory: _Optional[_Union[_job_pb2.Inventory, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., max_cost_per_iteration: _Optional[float] = ..., max_cost_per_hour: _Optional[float] = ..., min_throughput: _Optional[float] = ..., top_k: _Optional[int] = ..., allow_cross_region_data_parallel: _Optional[bool] = ..., profile_dir: _Optional[str] = ..., sailor_root: _Optional[str] = ..., pareto_points: _Optional[int] = ..., search_execution_options: _Optional[bool] = ..., profiled_only: _Optional[bool] = ..., max_pipeline_depth: _Optional[int] = ...) -> None: ...
 
 class RankedPlan(_message.Message):
     __slots__ = ("plan", "estimate", "options", "metrics")

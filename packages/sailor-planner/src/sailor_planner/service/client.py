@@ -29,7 +29,7 @@ from sailor_sim import (
 
 from ..errors import CallAbortedError, RequestError
 from ..proto import planner_pb2, planner_pb2_grpc
-from ..request import MAX_PARETO_POINTS, MAX_TOP_K
+from ..request import MAX_PARETO_POINTS, MAX_PIPELINE_DEPTH, MAX_TOP_K
 from .access import client_channel
 
 if TYPE_CHECKING:  # the replay (polars) loads only when a replay is asked for
@@ -214,6 +214,7 @@ class PlannerClient:
         pareto_points: int = 0,
         search_execution_options: bool | None = None,
         profiled_only: bool = False,
+        max_pipeline_depth: int = 0,
     ):
         """The wire ``PlanRequest`` (0 / "" / None = unset: the server's default, which is
         SearchOptions' default, as on the CLI). An unknown objective raises RequestError."""
@@ -236,6 +237,7 @@ class PlannerClient:
             profile_dir=profile_dir,
             sailor_root=sailor_root,
             pareto_points=_count("pareto_points", pareto_points, MAX_PARETO_POINTS),
+            max_pipeline_depth=_count("max_pipeline_depth", max_pipeline_depth, MAX_PIPELINE_DEPTH),
         )
 
     def plan(

@@ -34,7 +34,12 @@ from ..errors import (
     WorkLimitError,
 )
 from ..proto import planner_pb2, planner_pb2_grpc
-from ..request import Constraints, SearchOptions, objective_from_wire
+from ..request import (
+    DEFAULT_MAX_PIPELINE_DEPTH,
+    Constraints,
+    SearchOptions,
+    objective_from_wire,
+)
 from ..sources import planner_for
 from .access import Access, check_bind
 from .limits import SearchSlots, ServerLimits
@@ -113,6 +118,7 @@ def _options(req, context, limits: ServerLimits) -> SearchOptions:
         pareto_points=req.pareto_points,
         max_candidates=limits.max_candidates,
         profiled_only=req.profiled_only,
+        max_pipeline_depth=req.max_pipeline_depth or DEFAULT_MAX_PIPELINE_DEPTH,
         **chosen,
     )
 

@@ -173,11 +173,15 @@ def engine_filter(config: ControllerConfig) -> dict:
             "the planner plans with; give the job the same value",
             field="options.virtual_stages",
         )
-    restricted = options.zero in FSDP_ZERO or options.sequence_parallel
+    fsdp = options.zero in FSDP_ZERO
+    restricted = fsdp or options.sequence_parallel
     restricted = restricted or options.virtual_stages > 1  # microbatches a multiple of p
     return {
         "unsupported": lambda plan: unsupported_reason(options, config.job, plan),
         "candidates": PLAN_CANDIDATES if restricted else 1,
+        # The engine shards with FSDP on one-stage plans only: the planner searches only
+        # those (its best 8 plans could all be pipelined, and the run found none).
+        "max_pipeline_depth": 1 if fsdp else 0,
     }
 
 

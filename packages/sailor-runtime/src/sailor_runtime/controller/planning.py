@@ -57,6 +57,7 @@ class PlannerLink:
         wait_s: float = 300.0,
         unsupported: Callable[[Plan], str | None] = lambda plan: None,
         candidates: int = 1,
+        max_pipeline_depth: int = 0,
         token: str | None = None,
         ca: Path | None = None,
     ) -> None:
@@ -64,6 +65,8 @@ class PlannerLink:
         self.unsupported = unsupported
         self.candidates = candidates
         """Plans asked for per search (more when the options rule some plans out)."""
+        self.max_pipeline_depth = max_pipeline_depth
+        """Deepest pipeline the planner may search (0: its default; 1 under FSDP)."""
         self.profile_dir = profile_dir
         self.objective = objective
         self.wait_s = wait_s
@@ -85,6 +88,7 @@ class PlannerLink:
                 profile_dir=self.profile_dir,
                 search_execution_options=False,  # the runtime runs the job's own options
                 top_k=self.candidates,
+                max_pipeline_depth=self.max_pipeline_depth,
                 abort=should_abort,
             )
         except CallAbortedError:
