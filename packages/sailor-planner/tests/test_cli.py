@@ -186,6 +186,16 @@ def test_table_output() -> None:
             + ["--max-pipeline-depth", "0"],
             "(CLI --max-pipeline-depth)",
         ),
+        # a pool's bad part is named with the --gpus value it came from (was 'gpu_type: ...')
+        (
+            ["--model", "OPT-350M", "--gbs", "8", "--gpus", "A100-40@us-central1-a=4"]
+            + ["--gpus", "Z80@us-central1-a=4"],
+            "gpus: 'Z80@us-central1-a=4': gpu_type: unknown GPU type 'Z80'",
+        ),
+        (
+            ["--model", "OPT-350M", "--gbs", "8", "--gpus", "A100-40@mars=4"],
+            "gpus: 'A100-40@mars=4': zone: unknown zone 'mars'",
+        ),
     ],
 )
 def test_errors_are_one_line_with_exit_status_2(args, field) -> None:

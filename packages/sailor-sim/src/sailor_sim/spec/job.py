@@ -12,7 +12,7 @@ from .. import inputs
 from ..catalog.gpus import get_gpu
 from ..catalog.zones import get_zone
 from ..dtypes import check_dtype
-from ..errors import SailorSimError, ValidationError
+from ..errors import SailorSimError, UnknownNameError, ValidationError
 from ..model.moe import check_expert_parallel
 from ..model.spec import ModelSpec, default_sequence, get_model, model_wire_name
 from ..simulate.features.context_parallel import check_context_parallel
@@ -290,9 +290,9 @@ class Inventory:
                 left, count = spec.split("=")
                 gpu_type, zone = left.split("@")
                 pools.append(GpuPool(gpu_type.strip(), zone.strip(), int(count)))
-            except ValueError as exc:
-                if isinstance(exc, SailorSimError):  # unknown GPU type or zone: keep it
-                    raise
+            except (ValidationError, UnknownNameError) as exc:  # named after the flag's value
+                raise type(exc)(f"{spec!r}: {exc}", field="gpus") from None
+            except ValueError:
                 raise ValidationError(
                     f"{spec!r} is not TYPE@ZONE=COUNT, e.g. A100-40@us-central1-a=8", field="gpus"
                 ) from None
