@@ -119,3 +119,19 @@ def test_compute_under_torchrun_is_refused(tmp_path, monkeypatch):
     ):
         monkeypatch.setenv(key, value)
     assert_one_line_error(compute(tmp_path), "launch", "torchrun")
+
+
+def test_a_failed_command_leaves_no_out_folder_it_created(tmp_path):
+    """A misspelled --dtype left an empty --out folder (and its new parents) behind, which a
+    later command took for an earlier run's; a folder that existed before is kept."""
+    out = tmp_path / "new" / "deeper"
+    result = run(["compute", "--model", "tiny-gpt", "--out", str(out), "--dtype", "fp4"])
+    assert_one_line_error(result, "dtype", "fp4")
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    result = run(["compute", "--model", "tiny-gpt", "--out", str(kept), "--dtype", "fp4"])
+    assert_one_line_error(result, "dtype")
+    assert kept.is_dir()
+    result = run(["network", "--out", str(out), "--procs", "100"])
+    assert result.exit_code == 2 and not (tmp_path / "new").exists()

@@ -28,17 +28,44 @@ app = typer.Typer(
 
 
 def one_line_errors(fn):
-    """Turn the package's and sailor-sim's input errors into one line and exit status 2."""
+    """Turn the package's and sailor-sim's input errors into one line and exit status 2. A
+    command that fails leaves no ``--out`` folder it created and wrote nothing into (a
+    misspelled --dtype left an empty folder behind, which the next run then 'merged')."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        created = _missing_ancestors(kwargs.get("out"))
         try:
             return fn(*args, **kwargs)
         except (SailorProfilerError, SailorSimError) as exc:
+            _remove_empty(created)
             typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
             raise typer.Exit(2) from None
+        except BaseException:  # interrupted, or a failure with its own message
+            _remove_empty(created)
+            raise
 
     return wrapper
+
+
+def _missing_ancestors(out) -> list[Path]:
+    """``out`` and its parents that do not exist yet, deepest first (what mkdir creates)."""
+    if out is None:
+        return []
+    missing, p = [], Path(out).absolute()
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a failed command created, deepest first, where still empty."""
+    for p in folders:
+        try:
+            p.rmdir()
+        except OSError:  # holds files (written before the failure), or was never made
+            return
 
 
 def parse_int_list(text: str, field: str) -> tuple[int, ...]:
