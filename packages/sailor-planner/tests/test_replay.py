@@ -294,3 +294,36 @@ def test_a_column_the_header_repeats_is_named(tmp_path, text, column) -> None:
     assert out.stderr == (
         f"error: dup.csv header: column '{column}' appears twice; keep one column of each name\n"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "timestamp,zone,gpu_type,available\n0,us-central1-a,A100-40,8\n"
+        "2026-01-01T00:00:00,us-central1-a,A100-40,4\n",
+        ",Timestamp,A100-40_us-central1-a\n0,2026-01-01T00:00:00,8\n1,3600,4\n",
+    ],
+    ids=["long", "sailor"],
+)
+def test_a_trace_mixing_seconds_and_dates_is_refused(tmp_path, text) -> None:
+    """Seconds from 0 then a date: one state of 56 years was replayed (51e9 samples)."""
+    path = tmp_path / "mixed.csv"
+    path.write_text(text)
+    out = CliRunner().invoke(app, ["replay", "--trace", str(path), "--model", "OPT-350M"])
+    assert out.exit_code == 2, out.output
+    line = out.stderr.strip()
+    assert line.count("\n") == 0 and "mixed.csv row 2" in line
+    assert "write every timestamp one way" in line
+
+
+@pytest.mark.parametrize("policies", ["sailor,,static", "sailor,", ""])
+def test_an_empty_policy_name_is_refused(tmp_path, policies) -> None:
+    """'a,,b' ran a and b without a word, '' said 'unknown policy (none)'."""
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "timestamp,zone,gpu_type,available\n0,us-central1-a,A100-40,8\n3600,us-central1-a,A100-40,4\n"
+    )
+    args = ["replay", "--trace", str(path), "--model", "OPT-350M", "--policies", policies]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 2, out.output
+    assert out.stderr.startswith(f"error: policies: {policies!r} has an empty name")

@@ -207,9 +207,25 @@ def run_replay(
         trace=read_trace(trace, hold_last),
         options=SearchOptions(objective, Constraints(max_cost_per_iteration, None, min_throughput)),
         reconfig=reconfig,
-        policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
+        policies=_policy_names(policies),
     )
     planner = planner_for(
         str(profile_dir) if profile_dir else None, str(sailor_root) if sailor_root else None
     )
     return replay(planner, request)
+
+
+def _policy_names(text: str) -> tuple[str, ...]:
+    """--policies as names; an empty one (``a,,b``, a trailing comma) is refused, not
+    dropped: it is a name left out by mistake."""
+    from ..errors import RequestError
+    from .policies import KNOWN_POLICIES
+
+    names = tuple(p.strip() for p in text.split(","))
+    if any(not p for p in names):
+        raise RequestError(
+            f"{text!r} has an empty name; list names separated by single commas, some of "
+            f"{', '.join(KNOWN_POLICIES)}",
+            field="policies",
+        )
+    return names

@@ -185,6 +185,42 @@ def _seconds(value: Any, where: str) -> float:
     return seconds
 
 
+class _Timestamps:
+    """A trace's timestamps, all seconds or all date-times: a trace mixing them (0, then
+    2026-01-01T00:00:00) was read as one state lasting 56 years, and replayed as such."""
+
+    def __init__(self, name: str, column: str) -> None:
+        self.name, self.column = name, column
+        self.first: tuple[str, int, str] | None = None
+        """(form, row, text) of the first timestamp."""
+
+    def seconds(self, value: Any, row: int) -> float:
+        where = _where(self.name, row, self.column)
+        seconds = _seconds(value, where)
+        text = str(value).strip()
+        form = "a number of seconds" if _is_number(value) else "a date-time"
+        if self.first is None:
+            self.first = (form, row, text)
+        elif form != self.first[0]:
+            was, first_row, first_text = self.first
+            raise TraceError(
+                f"{text!r} is {form}, but row {first_row}'s {first_text!r} is {was}; write every "
+                "timestamp one way (all seconds or all ISO-8601 date-times)",
+                field=where,
+            )
+        return seconds
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, datetime):
+        return False
+    try:
+        float(str(value).strip())
+    except ValueError:
+        return False
+    return True
+
+
 def _count(value: Any, where: str, blank_ok: bool = False) -> int | None:
     text = "" if value is None else str(value).strip()
     if text == "" and blank_ok:
@@ -258,8 +294,9 @@ def _from_long_frame(frame, name: str, hold_last_s: float | None) -> Availabilit
             field="trace",
         )
     events: list[_Event] = []
+    clock = _Timestamps(name, "timestamp")
     for row, rec in enumerate(frame.iter_rows(named=True), start=1):
-        time = _seconds(rec["timestamp"], _where(name, row, "timestamp"))
+        time = clock.seconds(rec["timestamp"], row)
         if events and time < events[-1].time:
             raise TraceError(
                 f"{time:g} comes before the previous row's {events[-1].time:g}; sort the trace "
@@ -308,8 +345,9 @@ def _from_sailor_frame(frame, name: str, hold_last_s: float | None) -> Availabil
     if not pools:
         raise TraceError(f"{name} has no <GPU>_<zone> columns", field=f"{name} header")
     events: list[_Event] = []
+    clock = _Timestamps(name, "Timestamp")
     for row, rec in enumerate(frame.iter_rows(named=True), start=1):
-        time = _seconds(rec["Timestamp"], _where(name, row, "Timestamp"))
+        time = clock.seconds(rec["Timestamp"], row)
         if events and time <= events[-1].time:
             raise TraceError(
                 f"{time:g} does not come after the previous row's {events[-1].time:g}; sort the "
