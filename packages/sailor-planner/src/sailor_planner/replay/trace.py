@@ -6,12 +6,12 @@ Sailor format, one row per (timestamp, zone, GPU type), read with polars (README
     0,us-central1-a,A100-40,32,,
     3600,us-central1-a,A100-40,24,1.10,8
 
-``timestamp`` is seconds (any origin) or an ISO-8601 date-time; ``available`` is the pool's GPU
-count from that moment until a later row of the same pool changes it; ``price`` (optional, $/GPU-
-hour, e.g. a spot price) replaces the catalog's on-demand price from then on; ``preempted``
-(optional) counts GPUs of the pool reclaimed without notice at that moment. The last timestamp
-closes the trace (as the original Sailor reader does), unless ``hold_last_s`` says how long the
-last state lasts.
+``timestamp`` is seconds (any origin) or an ISO-8601 date-time (one form per trace);
+``available`` is the pool's GPU count from that moment until a later row of the same pool
+changes it; ``price`` (optional, $/GPU-hour, e.g. a spot price) replaces the catalog's on-demand
+price from then on; ``preempted`` (optional) counts GPUs of the pool reclaimed without notice at
+that moment. The last timestamp closes the trace (as the original Sailor reader does), unless
+``hold_last_s`` says how long the last state lasts.
 
 The original traces (``Planner/simulations/configs/gpu_trace_*.csv``) have an index column, a
 ``Timestamp`` column (Unix seconds; 121-123 s apart in the shipped files) and one column
