@@ -56,7 +56,8 @@ def test_negative_counts_name_the_field():
     assert e.value.field == "microbatch_size"
     with pytest.raises(ValidationError) as e:
         Inventory.parse(["A100-40@us-central1-a=-2"])
-    assert e.value.field == "count"
+    assert e.value.field == "gpus"  # the CLI flag it parses, with the value and the part
+    assert "'A100-40@us-central1-a=-2': count: must be >= 0" in str(e.value)
     with pytest.raises(ValidationError) as e:
         Job.create("OPT-350M", -1)
     assert e.value.field == "global_batch_size"
