@@ -25,15 +25,15 @@ def objective_from_wire(value: int) -> str:
 
 
 MAX_TOP_K = 100
-DEFAULT_MAX_PIPELINE_DEPTH = 16
-"""Deepest pipeline a search considers unless told (CLI --max-pipeline-depth, PlanRequest)."""
-MAX_PIPELINE_DEPTH = 1024
-"""Most a request may ask for (the model's layer ids bound a search anyway)."""
 """Most ranked plans one request returns (CLI --top, gRPC top_k): each is re-scored by the
 simulator and sent whole."""
 MAX_PARETO_POINTS = 100
 """Most frontier points one request returns (CLI --pareto, gRPC pareto_points), for the same
 reason."""
+DEFAULT_MAX_PIPELINE_DEPTH = 16
+"""Deepest pipeline a search considers unless told (CLI --max-pipeline-depth, PlanRequest)."""
+MAX_PIPELINE_DEPTH = 1024
+"""Most a request may ask for (the model's layer ids bound a search anyway)."""
 
 
 @dataclass(frozen=True)

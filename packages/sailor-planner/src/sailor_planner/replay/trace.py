@@ -163,15 +163,16 @@ def _where(name: str, row: int, column: str) -> str:
     return f"{name} row {row}, column {column}"
 
 
-def _seconds(value: Any, where: str) -> float:
+def _seconds(value: Any, where: str) -> tuple[float, bool]:
+    """(seconds, whether it was written as a date-time)."""
     if isinstance(value, datetime):
-        return value.timestamp()
+        return value.timestamp(), True
     text = "" if value is None else str(value).strip()
     try:
         seconds = float(text)
     except ValueError:
         try:
-            return datetime.fromisoformat(text).timestamp()
+            return datetime.fromisoformat(text).timestamp(), True
         except ValueError:
             raise TraceError(
                 f"{text!r} is neither seconds nor an ISO-8601 date-time (e.g. 2024-04-08T10:00:00)",
@@ -182,7 +183,7 @@ def _seconds(value: Any, where: str) -> float:
             f"must be a finite number of seconds within +-{MAX_SECONDS:g}, got {text!r}",
             field=where,
         )
-    return seconds
+    return seconds, False
 
 
 class _Timestamps:
@@ -196,9 +197,9 @@ class _Timestamps:
 
     def seconds(self, value: Any, row: int) -> float:
         where = _where(self.name, row, self.column)
-        seconds = _seconds(value, where)
+        seconds, dated = _seconds(value, where)
         text = str(value).strip()
-        form = "a number of seconds" if _is_number(value) else "a date-time"
+        form = "a date-time" if dated else "a number of seconds"
         if self.first is None:
             self.first = (form, row, text)
         elif form != self.first[0]:
@@ -209,16 +210,6 @@ class _Timestamps:
                 field=where,
             )
         return seconds
-
-
-def _is_number(value: Any) -> bool:
-    if isinstance(value, datetime):
-        return False
-    try:
-        float(str(value).strip())
-    except ValueError:
-        return False
-    return True
 
 
 def _count(value: Any, where: str, blank_ok: bool = False) -> int | None:

@@ -73,6 +73,9 @@ from .interleave import depth_problem
 
 RECOMPUTE = ("none", "selective", "full", "selective_op")
 ZERO = ("none", "zero1", "zero2", "zero3", "hybrid")
+ZERO_PER_MICROBATCH = ("zero2", "zero3", "hybrid")
+"""The stages that shard gradients (and zero3/hybrid parameters): collectives every microbatch
+(``simulate.features.sharding``)."""
 GRAD_DTYPES = ("fp32", "bf16")
 FP8_RECIPES = ("none", "delayed", "current")
 
@@ -172,7 +175,7 @@ class ExecutionOptions:
 
     @property
     def shards_gradients(self) -> bool:
-        return self.zero in ("zero2", "zero3", "hybrid")
+        return self.zero in ZERO_PER_MICROBATCH
 
     @property
     def shards_parameters(self) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from ...catalog.gpus import get_gpu
 from ...errors import PlanError
+from ...spec.options import ZERO_PER_MICROBATCH
 
 
 def hybrid_group(gpu_type: str, tp: int, replicas: int) -> int:
@@ -33,7 +34,7 @@ def hybrid_group(gpu_type: str, tp: int, replicas: int) -> int:
 def sharding_problem(zero: str, plan) -> str | None:
     """Why ``plan``'s stages cannot run ZeRO stage ``zero`` (one line naming the fix), or
     None (always None for 'none' and 'zero1')."""
-    if zero not in ("zero2", "zero3", "hybrid"):
+    if zero not in ZERO_PER_MICROBATCH:
         return None
     for i, stage in enumerate(plan.stages):
         tps = sorted({r.tp for r in stage.replicas})
