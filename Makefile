@@ -8,12 +8,21 @@ UV ?= $(shell command -v uv 2>/dev/null || { test -x "$$HOME/.local/bin/uv" && e
 
 .PHONY: setup test lint proto proto-check demo bench
 
+# Bytecode is compiled once here, for the installed packages (uv's --compile-bytecode; a
+# second sync recompiles nothing) and the workspace's own sources (editable, so outside
+# site-packages). Where the environment sets PYTHONDONTWRITEBYTECODE (the development
+# machines of 2026-11 do, as many Docker images), Python never caches what it compiles, so
+# every process compiled every module it imported: `import torch` took 6.2 s CPU instead of
+# 3.9, and test_run_options.py (a `sailor run --local` with its workers and ranks) 126 s CPU
+# instead of 64 (2026-11-29).
 setup:
 	@if ! $(UV) --version >/dev/null 2>&1; then \
 		echo "uv not found; installing it from PyPI"; \
 		$(PYTHON) -m pip install --user uv || $(PYTHON) -m pip install uv; \
 	fi
-	$(UV) sync --all-packages --locked
+	$(UV) sync --all-packages --locked --compile-bytecode
+	$(UV) run python -m compileall -q packages/sailor-sim/src packages/sailor-planner/src \
+		packages/sailor-profiler/src packages/sailor-runtime/src
 
 # Test files spread over TEST_WORKERS processes (pytest-xdist; a file's tests stay together, so
 # a module's fixtures are built once). 2 = CI's cores: the in-process package tests use one
