@@ -130,3 +130,19 @@ def test_unset_job_fields_on_the_wire_are_the_documented_defaults() -> None:
     assert get_model("LLaMA-3.1-8B").max_seq_len == 131072
     long = Job.from_proto(job_pb2.Job(model="LLaMA-3.1-8B", global_batch_size=8))
     assert long.sequence_length == 8192 == Job.create("LLaMA-3.1-8B", 8).sequence_length
+
+
+def test_unlike_group_names_the_first_stage_and_group_that_break_lock_step():
+    """``Plan.unlike_group``: the rule context- and expert-parallel groups share (consecutive
+    replicas of a stage, equal under a key)."""
+
+    def stage(first, last, tps):
+        return Stage(first, last, tuple(Replica("A100-40", "us-central1-a", t, 2, 2) for t in tps))
+
+    plan = Plan((stage(0, 12, (1, 1, 2, 2)), stage(13, 25, (1, 1, 1, 2))))
+    by_tp = lambda r: r.tp  # noqa: E731
+    assert plan.unlike_group(2, by_tp) == (1, 2)  # stage 1's second pair mixes TP 1 and 2
+    assert plan.unlike_group(4, by_tp) == (0, 0)
+    assert plan.unlike_group(3, by_tp) == (0, None)  # 3 does not divide 4 replicas
+    assert plan.unlike_group(1, by_tp) is None
+    assert plan.unlike_group(2, lambda r: r.gpu_type) is None

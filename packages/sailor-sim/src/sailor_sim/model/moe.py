@@ -199,22 +199,21 @@ def check_plan_expert_parallel(ep: int, plan) -> None:
         return
     from ..errors import PlanError
 
-    for i, stage in enumerate(plan.stages):
-        replicas = stage.replicas
-        if len(replicas) % ep:
-            raise PlanError(
-                f"expert_parallel {ep} does not divide the {len(replicas)} replicas of "
-                f"stage {i}; use a data-parallel degree that is a multiple of {ep} or a smaller "
-                "expert_parallel",
-                field="options.expert_parallel",
-            )
-        for start in range(0, len(replicas), ep):
-            group = {(r.tp, r.num_microbatches) for r in replicas[start : start + ep]}
-            if len(group) > 1:
-                raise PlanError(
-                    f"replicas {start}..{start + ep - 1} of stage {i} form an expert-parallel "
-                    "group, which runs its all-to-alls every microbatch, and must have one TP "
-                    "degree and one microbatch count; use a smaller expert_parallel or a "
-                    "data-parallel degree that divides the batch",
-                    field="options.expert_parallel",
-                )
+    bad = plan.unlike_group(ep, lambda r: (r.tp, r.num_microbatches))
+    if bad is None:
+        return
+    i, start = bad
+    if start is None:
+        raise PlanError(
+            f"expert_parallel {ep} does not divide the {len(plan.stages[i].replicas)} "
+            f"replicas of stage {i}; use a data-parallel degree that is a multiple of {ep} or a "
+            "smaller expert_parallel",
+            field="options.expert_parallel",
+        )
+    raise PlanError(
+        f"replicas {start}..{start + ep - 1} of stage {i} form an expert-parallel group, "
+        "which runs its all-to-alls every microbatch, and must have one TP degree and one "
+        "microbatch count; use a smaller expert_parallel or a data-parallel degree that "
+        "divides the batch",
+        field="options.expert_parallel",
+    )

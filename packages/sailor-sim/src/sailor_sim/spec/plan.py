@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -204,6 +204,22 @@ class Plan:
             for r in stage.replicas:
                 counts[(r.gpu_type, r.zone)] += r.tp
         return dict(counts)
+
+    def unlike_group(
+        self, size: int, alike: Callable[[Replica], Any]
+    ) -> tuple[int, int | None] | None:
+        """The first stage whose replicas do not form groups of ``size`` consecutive replicas
+        equal under ``alike`` (a context- or expert-parallel group runs in lock step):
+        (stage index, first replica of its first unlike group, or None where ``size`` does not
+        divide the stage's replica count); None when every stage does."""
+        for i, stage in enumerate(self.stages):
+            replicas = stage.replicas
+            if len(replicas) % size:
+                return i, None
+            for start in range(0, len(replicas), size):
+                if len({alike(r) for r in replicas[start : start + size]}) > 1:
+                    return i, start
+        return None
 
     def stage_of_layer(self, layer_id: int) -> int:
         for i, stage in enumerate(self.stages):

@@ -46,23 +46,21 @@ def check_plan_context_parallel(cp: int, plan) -> None:
     """Each stage's replicas form groups of ``cp`` alike consecutive replicas."""
     if cp == 1:
         return
-    for i, stage in enumerate(plan.stages):
-        replicas = stage.replicas
-        if len(replicas) % cp:
-            raise PlanError(
-                f"context_parallel {cp} does not divide the {len(replicas)} replicas of stage "
-                f"{i}; use a data-parallel degree that is a multiple of {cp}",
-                field="options.context_parallel",
-            )
-        for start in range(0, len(replicas), cp):
-            group = {(r.gpu_type, r.tp, r.microbatch_size, r.num_microbatches)
-                     for r in replicas[start : start + cp]}  # fmt: skip
-            if len(group) > 1:
-                raise PlanError(
-                    f"replicas {start}..{start + cp - 1} of stage {i} form a context-parallel "
-                    "group and must have the same GPU type, TP and microbatches",
-                    field="options.context_parallel",
-                )
+    bad = plan.unlike_group(cp, lambda r: (r.gpu_type, r.tp, r.microbatch_size, r.num_microbatches))
+    if bad is None:
+        return
+    i, start = bad
+    if start is None:
+        raise PlanError(
+            f"context_parallel {cp} does not divide the {len(plan.stages[i].replicas)} "
+            f"replicas of stage {i}; use a data-parallel degree that is a multiple of {cp}",
+            field="options.context_parallel",
+        )
+    raise PlanError(
+        f"replicas {start}..{start + cp - 1} of stage {i} form a context-parallel group and "
+        "must have the same GPU type, TP and microbatches",
+        field="options.context_parallel",
+    )
 
 
 def attention_extra_flops(model, mbs: int, seq: int, tp: int, cp: int) -> float:
