@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..engine.checkpoints import folders
 from ..errors import SailorRuntimeError
 
 
@@ -18,9 +19,7 @@ def latest_checkpoint_step(directory: str | Path) -> int:
     lists files that all exist with their sizes), so the controller and the ranks agree on
     where training resumes.
     """
-    from ..engine.checkpoints import checkpoint
-
-    found = checkpoint.latest(Path(directory))
+    found = folders.latest(Path(directory))
     return int(found[1].get("step", 0)) if found else 0
 
 
@@ -28,13 +27,11 @@ def resume_step(directory: str | Path) -> int:
     """The step a run in ``directory`` resumes after (0: no checkpoint, a fresh start). Each
     damaged checkpoint is logged once; when there are checkpoints but none is usable, the run
     is refused rather than silently restarted from step 0 (it would overwrite them)."""
-    from ..engine.checkpoints import checkpoint
-
     directory = Path(directory)
-    found = checkpoint.latest(directory)
+    found = folders.latest(directory)
     if found is not None:
         return int(found[1].get("step", 0))
-    damaged = checkpoint.complete_dirs(directory)
+    damaged = folders.complete_dirs(directory)
     if damaged:
         raise UnusableCheckpointsError(
             f"none of the {len(damaged)} checkpoints in {directory} is usable (see the warnings "

@@ -5,6 +5,7 @@ run`` reads its figures back from this file (``read_metrics``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -63,6 +64,10 @@ class MetricsLog:
 
 
 def _tensorboard(folder: Path):
+    # Asked first: torch.utils.tensorboard imports torch (~4 s CPU on a 2-core machine) before
+    # it finds tensorboard missing, and the controller needs torch for nothing else.
+    if importlib.util.find_spec("tensorboard") is None:
+        return None  # tensorboard is optional: the JSONL file has everything
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is optional: the JSONL file has everything

@@ -37,7 +37,6 @@ import json
 import logging
 import os
 import random
-import shutil
 import threading
 import time
 import warnings
@@ -55,17 +54,22 @@ from sailor_profiler import full_shape, get_split
 
 from ...durable import durable_write, fsync_path
 from . import fence, integrity
+from .folders import (  # noqa: F401 (the folder readers, re-exported for the engine's users)
+    FORMAT,
+    complete_dirs,
+    latest,
+    manifest_problem,
+    read_manifest,
+    remove_partial,
+    remove_step,
+    step_dir,
+)
 
-FORMAT = "sailor-ckpt-v2-dcp"
 STATE_KINDS = ("exp_avg", "exp_avg_sq")
 # Test knob: seconds global rank 0 waits between DCP's completion and the manifest (to kill -9
 # a save in flight).
 DELAY_ENV = "SAILOR_CKPT_WRITE_DELAY_S"
 log = logging.getLogger("sailor.checkpoint")
-
-
-def step_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step_{step:08d}"
 
 
 def key(layer_id: int, kind: str, name: str) -> str:
@@ -260,7 +264,7 @@ class AsyncSaver:
             final = step_dir(self.root, step)
             fence.check(self.root, self.generation)  # a newer generation owns the folder now?
             if final.exists():  # an older save of the same step (a rerun): replace it
-                _remove(final)
+                remove_step(final)
             os.rename(tmp, final)
             fsync_path(self.root)
             self._prune()
@@ -269,80 +273,7 @@ class AsyncSaver:
 
     def _prune(self) -> None:
         for old in complete_dirs(self.root)[: -self.keep] if self.keep > 0 else []:
-            _remove(old)
-
-
-def _remove(step_folder: Path) -> None:
-    """Delete a checkpoint folder: renamed out of sight first (a ``.tmp`` name, which readers
-    skip), so no reader sees it half deleted and warns that it is damaged."""
-    gone = step_folder.with_name(f"{step_folder.name}.removed.tmp")
-    try:
-        os.rename(step_folder, gone)
-    except OSError:
-        gone = step_folder
-    shutil.rmtree(gone, ignore_errors=True)
-
-
-def remove_partial(root: str | Path) -> None:
-    """Delete ``*.tmp`` leftovers of interrupted saves (rank 0, before training)."""
-    root = Path(root)
-    if root.is_dir():
-        for p in root.glob("step_*.tmp"):
-            shutil.rmtree(p, ignore_errors=True)
-
-
-def manifest_problem(path: Path) -> tuple[dict | None, str]:
-    """(manifest, "") of a complete checkpoint folder, or (None, why it is not usable)."""
-    try:
-        manifest = json.loads((path / "manifest.json").read_text())
-    except FileNotFoundError:
-        return None, "it has no manifest.json (a damaged folder: saves write it before the rename)"
-    except (OSError, ValueError) as exc:
-        return None, f"its manifest.json is unreadable or not JSON ({str(exc)[:80]})"
-    if not isinstance(manifest, dict):
-        return None, "its manifest.json is not a JSON object"
-    if manifest.get("format") != FORMAT:
-        return None, (
-            f"its format is {manifest.get('format')!r}, this engine reads {FORMAT!r} (a "
-            "checkpoint written before torch.distributed.checkpoint)"
-        )
-    files = manifest.get("files")
-    problem = "its manifest lists no files" if not isinstance(files, dict) or not files else None
-    problem = problem or integrity.verify(path, files)
-    return (None, problem) if problem else (manifest, "")
-
-
-_warned: set[tuple[str, str]] = set()
-"""(folder, problem) already logged by this process: one warning per bad checkpoint, however
-often the folder is scanned (the controller looks at every re-plan)."""
-
-
-def read_manifest(path: Path) -> dict | None:
-    """The manifest of a complete checkpoint directory, or None if it is not usable (logged
-    once, with the file at fault)."""
-    manifest, problem = manifest_problem(path)
-    if problem and (str(path), problem) not in _warned:
-        _warned.add((str(path), problem))
-        log.warning("checkpoint %s skipped: %s; trying the next older one", path, problem)
-    return manifest
-
-
-def complete_dirs(root: str | Path) -> list[Path]:
-    """The step folders under ``root`` that claim to be checkpoints (not ``.tmp``), oldest
-    first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.glob("step_*") if not p.name.endswith(".tmp"))
-
-
-def latest(root: str | Path) -> tuple[Path, dict] | None:
-    """The newest valid checkpoint under ``root`` (and its manifest), or None."""
-    for p in reversed(complete_dirs(root)):
-        manifest = read_manifest(p)
-        if manifest is not None:
-            return p, manifest
-    return None
+            remove_step(old)
 
 
 def saved_keys(path: Path) -> set[str]:
