@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import random
 import threading
@@ -69,7 +68,6 @@ STATE_KINDS = ("exp_avg", "exp_avg_sq")
 # Test knob: seconds global rank 0 waits between DCP's completion and the manifest (to kill -9
 # a save in flight).
 DELAY_ENV = "SAILOR_CKPT_WRITE_DELAY_S"
-log = logging.getLogger("sailor.checkpoint")
 
 
 def key(layer_id: int, kind: str, name: str) -> str:
