@@ -70,7 +70,7 @@ def _tensorboard(folder: Path):
         return None  # tensorboard is optional: the JSONL file has everything
     try:
         from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # tensorboard is optional: the JSONL file has everything
+    except ImportError:  # installed but unusable (a partial install): as if absent
         return None
     try:
         return SummaryWriter(str(folder))

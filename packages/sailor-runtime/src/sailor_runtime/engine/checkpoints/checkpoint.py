@@ -57,7 +57,6 @@ from .folders import (  # noqa: F401 (the folder readers, re-exported for the en
     FORMAT,
     complete_dirs,
     latest,
-    manifest_problem,
     read_manifest,
     remove_partial,
     remove_step,
