@@ -52,7 +52,10 @@ system-deps:
 		|| echo "warning: slurm-wlm did not install; the Slurm launch test will skip"; \
 	fi
 
+# The tests' runs keep their measured profiles in .test-profile-cache (conftest.py), emptied
+# here so each `make test` measures every profile once and its later runs reuse it.
 test: setup system-deps lint
+	rm -rf .test-profile-cache
 	$(UV) run pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: setup

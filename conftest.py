@@ -11,6 +11,7 @@ file keeps its place, every file keeps its tests' order.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 LONG_FILES = (
@@ -38,6 +39,15 @@ LONG_FILES = (
     ("tests/test_engine_overhead.py", 18),
 )
 ROOT = Path(__file__).parent
+PROFILE_CACHE = ROOT / ".test-profile-cache"
+"""Where the tests' `sailor run`s keep their profiles (``sailor_runtime.run.profilecache``),
+not the user's own cache: the first run of a model and worker type measures it, later runs
+of the same reuse it (about 40 s of CPU each on 2 cores). ``make test`` empties it first, so
+every suite measures each profile once; a set ``SAILOR_PROFILE_CACHE`` wins."""
+
+
+def pytest_configure(config) -> None:
+    os.environ.setdefault("SAILOR_PROFILE_CACHE", str(PROFILE_CACHE))
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:

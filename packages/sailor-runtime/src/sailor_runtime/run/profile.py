@@ -28,7 +28,8 @@ runs. What the prediction uses, and why:
   are loopback between processes of this machine whatever their types, so one measurement
   serves every pair.
 
-Measurements are kept in ``RUN_DIR/profiling`` and reused when already there.
+Measurements are kept in ``RUN_DIR/profiling`` and reused when already there, and kept per
+machine for later runs of the same model and settings (``profilecache``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -46,6 +48,7 @@ from sailor_sim import get_gpu
 from ..agent.cputypes import CpuWorkerType, cpu_worker_type, usable_cpus
 from ..engine.backend import is_cpu_type
 from ..errors import SailorRuntimeError
+from . import profilecache
 
 MICROBATCH_SIZES = (1, 2, 4, 8, 16)
 CPU_TP_DEGREES = (1, 2)
@@ -74,9 +77,42 @@ def measure_compute(run_dir: Path, job, gpu_type: str) -> dict:
     label = gpu_type if worker or gpu else "CPU"
     compute = run_dir / "profiling" / f"compute-{label}"
     if not list(compute.glob("*.json")):
-        print(f"profiling {job.model.name} on {gpu_type} ...", file=sys.stderr, flush=True)
-        _run(_profiler("compute", *compute_args(job, compute, gpu, label)), "compute", worker)
+        args = compute_args(job, compute, gpu, label)
+        _measure_or_reuse(
+            "compute", args, compute, job.model, f"{job.model.name} on {gpu_type}", worker
+        )
     return json.loads(sorted(compute.glob("*.json"))[0].read_text())
+
+
+def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, worker=None):
+    """Fill ``out`` with ``sailor-profiler KIND ARGS``'s measurement: the one kept for the same
+    key (``profilecache``: same arguments, model, software and hardware) where one reads back,
+    else measured now and kept."""
+    key = profilecache.profile_key(kind, args, model)
+    meta = profilecache.restore(key, out)
+    if meta is not None and _reads_back(out):
+        print(
+            f"profile of {what}: measured {meta.get('measured_at', '?')}, reused from "
+            f"{profilecache.cache_root()} ({profilecache.CACHE_ENV}=off measures it again)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    if meta is not None:  # kept, but its files do not read back: measure and replace it
+        profilecache.drop(key)
+        shutil.rmtree(out, ignore_errors=True)
+    print(f"profiling {what} ...", file=sys.stderr, flush=True)
+    _run(_profiler(kind, *args), kind, worker)
+    profilecache.keep(key, out, what)
+
+
+def _reads_back(out: Path) -> bool:
+    """Whether every JSON file of a restored profile parses (a truncated one is no profile)."""
+    files = list(out.glob("*.json"))
+    try:
+        return bool(files) and all(isinstance(json.loads(f.read_text()), dict) for f in files)
+    except (OSError, ValueError):
+        return False
 
 
 def compute_args(job, out: Path, gpu: bool, label: str) -> list[str]:
@@ -110,11 +146,12 @@ def measure(run_dir: Path, job, ranks: int = 2, gpu_type: str = "CPU") -> tuple[
     measured = measure_compute(run_dir, job, gpu_type)
     net = run_dir / "profiling" / "net"
     if not (net / "links.json").exists():
-        _run(_profiler(
-            "network", "--out", str(net), "--device", "cpu", "--procs", str(max(2, ranks)),
+        args = [
+            "--out", str(net), "--device", "cpu", "--procs", str(max(2, ranks)),
             "--min-bytes", "4K", "--max-bytes", "4M", "--reps", "7", "--busy-ms", "10",
             "--zone", "local", "--gpu-type", "CPU", "--json",
-        ), "network")  # fmt: skip
+        ]  # fmt: skip
+        _measure_or_reuse("network", args, net, None, f"the links of {max(2, ranks)} processes")
     return measured, json.loads((net / "links.json").read_text())
 
 

@@ -1,0 +1,165 @@
+"""Profiles measured once per machine, reused by later runs (as the original Sailor profiles
+once, offline).
+
+``sailor run`` measures each worker type's layers and the links before it plans. On the 2-core
+machine of 2026-11-29 that was 43 s of a 72 s demo run (the 6-layer Shakespeare Llama on
+cpu-1t and cpu-2t), on GPUs it is minutes of the cluster's time, and a second run of the same
+model on the same hardware measured it all again. So each measurement is also kept in a cache
+folder, keyed by everything it depends on:
+
+- the profiler's own arguments (model, dtype, sequence, microbatch sizes, TP degrees,
+  optimizer, worker type or the link settings and process count), the output folder left out;
+- the model's content (its ``ModelSpec``: a config.json edited in place is a new model);
+- the software (torch's version, which names its CUDA build, Python's, and the content of the
+  sailor-profiler and sailor-sim sources that measure and describe the layers);
+- the hardware (the CPU's model name and core count; a GPU worker type names its GPU).
+
+A later run of the same key copies the kept files into its run folder instead of measuring,
+and says so on one line, with when the profile was measured. ``SAILOR_PROFILE_CACHE`` names the
+folder (default ``$XDG_CACHE_HOME/sailor/profiles``, else ``~/.cache/sailor/profiles``);
+``SAILOR_PROFILE_CACHE=off`` measures every run. An entry is complete once its ``entry.json``
+is written, last, and only entries owned by this user are read; a damaged one is measured
+again and replaced. Any problem writing the cache leaves the run as it was (measured, not
+kept).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+CACHE_ENV = "SAILOR_PROFILE_CACHE"
+ENTRY_FILE = "entry.json"
+KEY_FORMAT = 1
+"""Bumped when what a key holds changes, so older entries are never read as new ones."""
+
+
+def cache_root() -> Path | None:
+    """The cache folder, or None where ``SAILOR_PROFILE_CACHE=off``."""
+    raw = os.environ.get(CACHE_ENV, "")
+    if raw == "off":
+        return None
+    if raw:
+        return Path(raw)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "sailor" / "profiles"
+
+
+def profile_key(kind: str, argv: list[str], model) -> str:
+    """The cache key of one profiler run: ``argv`` without its ``--out`` value, the model's
+    fields (``repr`` of its ModelSpec), the software and the hardware."""
+    args, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--out":
+            skip = True
+            continue
+        args.append(a)
+    ident = repr((KEY_FORMAT, kind, tuple(args), repr(model), software(), hardware()))
+    return f"{kind}-{hashlib.sha256(ident.encode()).hexdigest()[:32]}"
+
+
+@functools.lru_cache(maxsize=1)
+def software() -> tuple:
+    """torch's and Python's versions and a digest of the code that measures and describes the
+    layers (sailor-profiler, sailor-sim), read without importing torch (the controller
+    process does not load it)."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
+    return (torch_version, sys.version.split()[0], _code_digest(("sailor_profiler", "sailor_sim")))
+
+
+def _code_digest(packages: tuple[str, ...]) -> str:
+    """sha256 of every ``.py`` file of ``packages`` (name and content, in name order)."""
+    import importlib.util
+
+    digest = hashlib.sha256()
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            digest.update(f"{name}: absent".encode())
+            continue
+        root = Path(next(iter(spec.submodule_search_locations)))
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def hardware() -> tuple:
+    """The CPU's model name, this machine's core count and architecture (a GPU worker type in
+    the profiler's arguments names its GPU)."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (platform.machine(), model, os.cpu_count())
+
+
+def restore(key: str, dest: Path) -> dict | None:
+    """Copy the kept entry ``key`` into ``dest`` (a folder that holds no profile yet); its
+    ``entry.json`` (what was measured, when), or None where there is no complete entry of
+    ours (then ``dest`` is removed: a half copy is no profile)."""
+    root = cache_root()
+    if root is None:
+        return None
+    entry = root / key
+    marker = entry / ENTRY_FILE
+    try:
+        if not marker.is_file() or marker.stat().st_uid != os.getuid():
+            return None
+        meta = json.loads(marker.read_text())
+        shutil.copytree(entry, dest, ignore=shutil.ignore_patterns(ENTRY_FILE), dirs_exist_ok=True)
+        return meta
+    except (OSError, ValueError):
+        shutil.rmtree(dest, ignore_errors=True)
+        return None
+
+
+def keep(key: str, src: Path, what: str) -> None:
+    """Keep the files of ``src`` (one profiler run's output) as entry ``key``: copied into a
+    temporary folder, its ``entry.json`` written last, then renamed into place (a reader sees
+    the whole entry or none; an entry another run kept meanwhile stays). Never fails the run."""
+    root = cache_root()
+    if root is None:
+        return
+    tmp = root / f".{key}.{os.getpid()}.tmp"
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        meta = {"what": what, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        (tmp / ENTRY_FILE).write_text(json.dumps(meta))
+        final = root / key
+        if (final / ENTRY_FILE).is_file():  # kept by a concurrent run: keep that one
+            return
+        shutil.rmtree(final, ignore_errors=True)  # an incomplete one (no entry.json) is replaced
+        os.replace(tmp, final)
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def drop(key: str) -> None:
+    """Remove entry ``key`` (its files did not read back)."""
+    root = cache_root()
+    if root is not None:
+        shutil.rmtree(root / key, ignore_errors=True)

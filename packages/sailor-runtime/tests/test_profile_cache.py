@@ -1,0 +1,110 @@
+"""Profiles kept per machine (``run/profilecache.py``): a later run of the same model and
+settings reuses the measurement, a changed model or a damaged entry is measured again. The
+profiler really runs (one CPU worker type, one microbatch size: seconds each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sailor_runtime.run import profilecache
+from sailor_runtime.run.profile import compute_args, measure, measure_compute
+from sailor_sim.spec.job import Job
+
+DEMO = Path(__file__).parents[3] / "examples" / "shakespeare-demo" / "config.json"
+
+
+def _job(config: Path) -> Job:
+    # gbs 1: the profiler measures microbatch 1 only (profiled_shapes), the fastest sweep
+    return Job.create(str(config), 1, 16, dtype="fp32")
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.iterdir() if not p.name.startswith("."))
+
+
+@pytest.mark.timeout(600)
+def test_a_second_run_reuses_the_measurement_and_a_changed_model_is_measured_again(
+    tmp_path, monkeypatch, capsys
+):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(profilecache.CACHE_ENV, str(cache))
+    config = tmp_path / "model" / "config.json"
+    config.parent.mkdir()
+    shutil.copy(DEMO, config)
+    job = _job(config)
+
+    compute, links = measure(tmp_path / "run1", job, ranks=2, gpu_type="cpu-1t")
+    assert "profiling" in capsys.readouterr().err
+    assert len(_entries(cache)) == 2  # the compute profile and the links
+
+    # Another run folder: both come from the cache, number for number (a second measurement
+    # of millisecond kernels would differ), and the run says where they came from.
+    again = measure(tmp_path / "run2", job, ranks=2, gpu_type="cpu-1t")
+    err = capsys.readouterr().err
+    assert again == (compute, links)
+    assert err.count("reused from") == 2 and "profiling" not in err
+    assert (tmp_path / "run2" / "profiling" / "net" / "links.json").is_file()
+
+    # A damaged entry (its profile truncated) is measured again and replaced.
+    entry = next(p for p in _entries(cache) if p.name.startswith("compute-"))
+    kept = next(entry.glob("*.json"))
+    kept.write_text(kept.read_text()[:50])
+    remeasured = measure_compute(tmp_path / "run3", job, "cpu-1t")
+    assert "profiling" in capsys.readouterr().err
+    assert remeasured["entries"] and json.loads(next(entry.glob("*.json")).read_text())
+    assert measure_compute(tmp_path / "run4", job, "cpu-1t") == remeasured
+    assert "reused from" in capsys.readouterr().err
+
+    # The same path with other content is another model: measured, not reused.
+    changed = json.loads(config.read_text())
+    changed["intermediate_size"] = 2 * changed["intermediate_size"]
+    config.write_text(json.dumps(changed))
+    other = measure_compute(tmp_path / "run5", _job(config), "cpu-1t")
+    assert "profiling" in capsys.readouterr().err
+    block = lambda profile: profile["entries"][0]["layers"][1]  # noqa: E731
+    assert block(other)["activation_bytes"] > block(compute)["activation_bytes"]  # wider MLP
+    assert len(_entries(cache)) == 3
+
+
+def test_the_key_holds_what_the_measurement_depends_on_and_not_the_output_folder(tmp_path):
+    job = _job(DEMO)
+    args = compute_args(job, tmp_path / "a", False, "cpu-1t")
+    key = profilecache.profile_key("compute", args, job.model)
+    assert key == profilecache.profile_key(
+        "compute", compute_args(job, tmp_path / "b", False, "cpu-1t"), job.model
+    )
+    for other in (
+        compute_args(job, tmp_path / "a", False, "cpu-2t"),  # another worker type
+        compute_args(Job.create(str(DEMO), 4, 16), tmp_path / "a", False, "cpu-1t"),  # mbs 1-4
+        compute_args(Job.create(str(DEMO), 1, 32), tmp_path / "a", False, "cpu-1t"),  # seq
+    ):
+        assert profilecache.profile_key("compute", other, job.model) != key
+    assert profilecache.profile_key("compute", args, Job.create("tiny-gpt", 1, 16).model) != key
+    assert profilecache.profile_key("network", args, job.model) != key
+
+
+def test_off_keeps_nothing_and_an_entry_of_another_user_is_not_read(tmp_path, monkeypatch):
+    src = tmp_path / "measured"
+    src.mkdir()
+    (src / "profile.json").write_text('{"entries": []}')
+    monkeypatch.setenv(profilecache.CACHE_ENV, "off")
+    assert profilecache.cache_root() is None
+    profilecache.keep("compute-x", src, "a model")
+    assert profilecache.restore("compute-x", tmp_path / "out") is None
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(profilecache.CACHE_ENV, str(cache))
+    profilecache.keep("compute-x", src, "a model")
+    meta = profilecache.restore("compute-x", tmp_path / "out")
+    assert meta["what"] == "a model"
+    assert (tmp_path / "out" / "profile.json").read_text() == '{"entries": []}'
+    if os.geteuid() != 0:
+        return  # only root can hand a file to another user
+    os.chown(cache / "compute-x" / profilecache.ENTRY_FILE, 65534, 65534)
+    assert profilecache.restore("compute-x", tmp_path / "elsewhere") is None
+    assert not (tmp_path / "elsewhere").exists()
