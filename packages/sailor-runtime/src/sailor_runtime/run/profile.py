@@ -88,8 +88,9 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
     """Fill ``out`` with ``sailor-profiler KIND ARGS``'s measurement: the one kept for the same
     key (``profilecache``: same arguments, model, software and hardware) where one reads back,
     else measured now and kept."""
-    key = profilecache.profile_key(kind, args, model)
-    meta = profilecache.restore(key, out)
+    cached = profilecache.cache_root() is not None  # off: no key (it reads the sources)
+    key = profilecache.profile_key(kind, args, model) if cached else ""
+    meta = profilecache.restore(key, out) if cached else None
     if meta is not None and _reads_back(out):
         print(
             f"profile of {what}: measured {meta.get('measured_at', '?')}, reused from "
@@ -103,7 +104,8 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
         shutil.rmtree(out, ignore_errors=True)
     print(f"profiling {what} ...", file=sys.stderr, flush=True)
     _run(_profiler(kind, *args), kind, worker)
-    profilecache.keep(key, out, what)
+    if cached:
+        profilecache.keep(key, out, what)
 
 
 def _reads_back(out: Path) -> bool:
