@@ -103,6 +103,11 @@ def test_off_keeps_nothing_and_an_entry_of_another_user_is_not_read(tmp_path, mo
     meta = profilecache.restore("compute-x", tmp_path / "out")
     assert meta["what"] == "a model"
     assert (tmp_path / "out" / "profile.json").read_text() == '{"entries": []}'
+    (cache / "compute-x" / profilecache.ENTRY_FILE).write_text("[1, 2]")  # damaged
+    assert profilecache.restore("compute-x", tmp_path / "damaged") is None
+    assert not (tmp_path / "damaged").exists() and not (cache / "compute-x").exists()
+    profilecache.keep("compute-x", src, "a model")  # measured again: kept again
+    assert profilecache.restore("compute-x", tmp_path / "again")["what"] == "a model"
     if os.geteuid() != 0:
         return  # only root can hand a file to another user
     os.chown(cache / "compute-x" / profilecache.ENTRY_FILE, 65534, 65534)

@@ -116,7 +116,7 @@ def hardware() -> tuple:
 def restore(key: str, dest: Path) -> dict | None:
     """Copy the kept entry ``key`` into ``dest`` (a folder that holds no profile yet); its
     ``entry.json`` (what was measured, when), or None where there is no complete entry of
-    ours (then ``dest`` is removed: a half copy is no profile)."""
+    ours (then ``dest`` is removed: a half copy is no profile; a damaged entry is removed too)."""
     root = cache_root()
     if root is None:
         return None
@@ -126,10 +126,13 @@ def restore(key: str, dest: Path) -> dict | None:
         if not marker.is_file() or marker.stat().st_uid != os.getuid():
             return None
         meta = json.loads(marker.read_text())
+        if not isinstance(meta, dict):
+            raise ValueError(f"{marker} is not an entry")
         shutil.copytree(entry, dest, ignore=shutil.ignore_patterns(ENTRY_FILE), dirs_exist_ok=True)
         return meta
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # a damaged entry: dropped, so this run's measurement replaces it
         shutil.rmtree(dest, ignore_errors=True)
+        shutil.rmtree(entry, ignore_errors=True)
         return None
 
 
