@@ -226,3 +226,17 @@ def test_a_host_listens_when_any_of_its_addresses_binds(monkeypatch):
     inputs.listenable("two:0")
     with pytest.raises(ValidationError, match=r"^--host: cannot listen on none \(Cannot assign"):
         inputs.listenable("none:0")
+
+
+def test_a_cache_folder_is_the_variables_off_or_under_the_xdg_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SAILOR_X_CACHE", str(tmp_path / "mine"))
+    assert inputs.cache_folder("SAILOR_X_CACHE", "sailor", "x") == tmp_path / "mine"
+    monkeypatch.setenv("SAILOR_X_CACHE", "off")
+    assert inputs.cache_folder("SAILOR_X_CACHE", "sailor", "x") is None
+    monkeypatch.delenv("SAILOR_X_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert inputs.cache_folder("SAILOR_X_CACHE", "sailor", "x") == tmp_path / "xdg" / "sailor" / "x"
+    monkeypatch.setenv("XDG_CACHE_HOME", "")  # set but empty: the home's .cache, as XDG says
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    expected = tmp_path / "home" / ".cache" / "sailor" / "x"
+    assert inputs.cache_folder("SAILOR_X_CACHE", "sailor", "x") == expected

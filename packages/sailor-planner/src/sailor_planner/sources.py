@@ -40,11 +40,9 @@ CACHE_ENV = "SAILOR_PLANNER_CACHE"
 
 
 def _cache_folder() -> Path | None:
-    raw = os.environ.get(CACHE_ENV)
-    if raw == "off":
-        return None
-    base = Path(raw) if raw else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base if raw else base / "sailor-planner"
+    from sailor_sim import inputs
+
+    return inputs.cache_folder(CACHE_ENV, "sailor-planner")
 
 
 def simulator_code() -> tuple:

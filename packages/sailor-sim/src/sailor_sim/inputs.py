@@ -336,6 +336,19 @@ PORT_FILE_HELP = (
 `sailor-planner serve`): a script learns an ephemeral port without parsing the log."""
 
 
+def cache_folder(env: str, *default: str) -> Path | None:
+    """The folder a per-user cache of Sailor keeps its files in: the one the environment
+    variable ``env`` names, None where it says ``off``, else ``default`` under
+    ``$XDG_CACHE_HOME`` (``~/.cache``). One rule for the planner's parsed profiles and the
+    runtime's measured ones."""
+    raw = os.environ.get(env, "")
+    if raw == "off":
+        return None
+    if raw:
+        return Path(raw)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", *default)
+
+
 def claim_port_file(path: str | os.PathLike | None, field: str = "--port-file") -> None:
     """Check ``path`` can be written and remove a stale one now, before the server starts, so
     a path that cannot be written is refused before anything listens. A script that waits for

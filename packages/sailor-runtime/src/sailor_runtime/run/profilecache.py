@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from sailor_sim import inputs
+
 CACHE_ENV = "SAILOR_PROFILE_CACHE"
 ENTRY_FILE = "entry.json"
 KEY_FORMAT = 1
@@ -44,13 +46,7 @@ KEY_FORMAT = 1
 
 def cache_root() -> Path | None:
     """The cache folder, or None where ``SAILOR_PROFILE_CACHE=off``."""
-    raw = os.environ.get(CACHE_ENV, "")
-    if raw == "off":
-        return None
-    if raw:
-        return Path(raw)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "sailor" / "profiles"
+    return inputs.cache_folder(CACHE_ENV, "sailor", "profiles")
 
 
 def profile_key(kind: str, argv: list[str], model) -> str:
