@@ -49,6 +49,10 @@ def test_a_second_run_reuses_the_measurement_and_a_changed_model_is_measured_aga
     assert again == (compute, links)
     assert err.count("reused from") == 2 and "profiling" not in err
     assert (tmp_path / "run2" / "profiling" / "net" / "links.json").is_file()
+    # the run folder says which measurements were its own and which were reused
+    assert "for this run" in (tmp_path / "run1" / "profiling" / "provenance.txt").read_text()
+    reused = (tmp_path / "run2" / "profiling" / "provenance.txt").read_text().splitlines()
+    assert len(reused) == 2 and all("reused from" in line for line in reused)
 
     # A damaged entry (its profile truncated) is measured again and replaced.
     entry = next(p for p in _entries(cache) if p.name.startswith("compute-"))

@@ -92,20 +92,34 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
     key = profilecache.profile_key(kind, args, model) if cached else ""
     meta = profilecache.restore(key, out) if cached else None
     if meta is not None and _reads_back(out):
+        line = f"profile of {what}: measured {meta.get('measured_at', '?')}, reused from "
         print(
-            f"profile of {what}: measured {meta.get('measured_at', '?')}, reused from "
-            f"{profilecache.cache_root()} ({profilecache.CACHE_ENV}=off measures it again)",
+            f"{line}{profilecache.cache_root()} ({profilecache.CACHE_ENV}=off measures it again)",
             file=sys.stderr,
             flush=True,
         )
+        _record(out, f"{line}{profilecache.cache_root()}")
         return
     if meta is not None:  # kept, but its files do not read back: measure and replace it
         profilecache.drop(key)
         shutil.rmtree(out, ignore_errors=True)
     print(f"profiling {what} ...", file=sys.stderr, flush=True)
     _run(_profiler(kind, *args), kind, worker)
+    _record(
+        out, f"profile of {what}: measured {time.strftime('%Y-%m-%d %H:%M:%S %Z')} for this run"
+    )
     if cached:
         profilecache.keep(key, out, what)
+
+
+PROVENANCE = "provenance.txt"
+"""In ``RUN_DIR/profiling``: one line per measurement the run used, measured for it or reused
+(``profilecache``), copied into the planning profile's README.txt."""
+
+
+def _record(out: Path, line: str) -> None:
+    with open(out.parent / PROVENANCE, "a") as f:
+        f.write(line + "\n")
 
 
 def _reads_back(out: Path) -> bool:
@@ -239,10 +253,12 @@ def machine_profile(
         stretch = factor if is_cpu_type(gpu_type) else 1.0  # GPUs do not share the cores
         (folder / name).write_text(json.dumps(_scaled(measured, gpu_type, stretch)))
     (folder / "links.json").write_text(json.dumps(_relabel_links(links, gpu_types)))
+    provenance = run_dir / "profiling" / PROVENANCE
     (folder / "README.txt").write_text(
         "Measured on this machine, each CPU worker type with its threads and cores; layer and "
         f"optimizer times scaled by {factor:.2f} for sharing its {cores()} cores; links "
         f"measured with {ranks} busy ranks, as they are; see sailor_runtime.run.profile.\n"
+        + (provenance.read_text() if provenance.is_file() else "")
     )
     return str(folder)
 
