@@ -64,6 +64,18 @@ def test_a_second_run_reuses_the_measurement_and_a_changed_model_is_measured_aga
     assert measure_compute(tmp_path / "run4", job, "cpu-1t") == remeasured
     assert "reused from" in capsys.readouterr().err
 
+    # A run over more microbatch sizes is measured, and its entry replaces the smaller one;
+    # a run over fewer is then served from it, trimmed to its own sizes.
+    wider = measure_compute(
+        tmp_path / "run6", Job.create(str(config), 2, 16, dtype="fp32"), "cpu-1t"
+    )
+    assert "profiling" in capsys.readouterr().err
+    assert [e["microbatch_size"] for e in wider["entries"]] == [1, 2]
+    assert len(_entries(cache)) == 2
+    narrow = measure_compute(tmp_path / "run7", job, "cpu-1t")
+    assert "reused from" in capsys.readouterr().err
+    assert narrow["entries"] == wider["entries"][:1]
+
     # The same path with other content is another model: measured, not reused.
     changed = json.loads(config.read_text())
     changed["intermediate_size"] = 2 * changed["intermediate_size"]
@@ -82,10 +94,13 @@ def test_the_key_holds_what_the_measurement_depends_on_and_not_the_output_folder
     assert key == profilecache.profile_key(
         "compute", compute_args(job, tmp_path / "b", False, "cpu-1t"), job.model
     )
+    # the sweep is not in the key: an entry records it (a wider one serves a narrower run)
+    sweep = compute_args(Job.create(str(DEMO), 4, 16), tmp_path / "a", False, "cpu-1t")
+    assert "1,2,4" in sweep and profilecache.profile_key("compute", sweep, job.model) == key
     for other in (
         compute_args(job, tmp_path / "a", False, "cpu-2t"),  # another worker type
-        compute_args(Job.create(str(DEMO), 4, 16), tmp_path / "a", False, "cpu-1t"),  # mbs 1-4
         compute_args(Job.create(str(DEMO), 1, 32), tmp_path / "a", False, "cpu-1t"),  # seq
+        compute_args(_job(DEMO), tmp_path / "a", True, "cpu-1t"),  # on the GPU
     ):
         assert profilecache.profile_key("compute", other, job.model) != key
     assert profilecache.profile_key("compute", args, Job.create("tiny-gpt", 1, 16).model) != key
@@ -112,6 +127,14 @@ def test_off_keeps_nothing_and_an_entry_of_another_user_is_not_read(tmp_path, mo
     assert not (tmp_path / "damaged").exists() and not (cache / "compute-x").exists()
     profilecache.keep("compute-x", src, "a model")  # measured again: kept again
     assert profilecache.restore("compute-x", tmp_path / "again")["what"] == "a model"
+    # a wider sweep replaces a narrower entry, never the reverse; a run needing sizes the
+    # entry lacks is not served from it
+    profilecache.keep("compute-s", src, "narrow", {(1, 1)})
+    profilecache.keep("compute-s", src, "wide", {(1, 1), (2, 1)})
+    profilecache.keep("compute-s", src, "narrow again", {(1, 1)})
+    assert profilecache.restore("compute-s", tmp_path / "s1", {(1, 1)})["what"] == "wide"
+    assert profilecache.restore("compute-s", tmp_path / "s2", {(4, 1)}) is None
+    assert (cache / "compute-s" / profilecache.ENTRY_FILE).is_file()
     if os.geteuid() != 0:
         return  # only root can hand a file to another user
     os.chown(cache / "compute-x" / profilecache.ENTRY_FILE, 65534, 65534)

@@ -90,8 +90,9 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
     else measured now and kept."""
     cached = profilecache.cache_root() is not None  # off: no key (it reads the sources)
     key = profilecache.profile_key(kind, args, model) if cached else ""
-    meta = profilecache.restore(key, out) if cached else None
-    if meta is not None and _reads_back(out):
+    sweep = _sweep(args)
+    meta = profilecache.restore(key, out, sweep) if cached else None
+    if meta is not None and _reads_back(out) and _keep_only(out, sweep):
         line = f"profile of {what}: measured {meta.get('measured_at', '?')}, reused from "
         print(
             f"{line}{profilecache.cache_root()} ({profilecache.CACHE_ENV}=off measures it again)",
@@ -109,7 +110,7 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
         out, f"profile of {what}: measured {time.strftime('%Y-%m-%d %H:%M:%S %Z')} for this run"
     )
     if cached:
-        profilecache.keep(key, out, what)
+        profilecache.keep(key, out, what, sweep)
 
 
 PROVENANCE = "provenance.txt"
@@ -120,6 +121,31 @@ PROVENANCE = "provenance.txt"
 def _record(out: Path, line: str) -> None:
     with open(out.parent / PROVENANCE, "a") as f:
         f.write(line + "\n")
+
+
+def _sweep(args: list[str]) -> set | None:
+    """The (microbatch size, TP) pairs ``sailor-profiler compute ARGS`` measures; None for a
+    profiler without a sweep (the links)."""
+    if "--mbs" not in args:
+        return None
+    values = lambda flag: [int(v) for v in args[args.index(flag) + 1].split(",")]  # noqa: E731
+    return {(m, t) for m in values("--mbs") for t in values("--tp")}
+
+
+def _keep_only(out: Path, sweep: set | None) -> bool:
+    """Trim a reused compute profile to this run's sweep (its entry may hold more sizes,
+    each measured on its own), as the profiler would have measured it; False where it is not
+    a profile (then it is measured again)."""
+    if sweep is None:
+        return True
+    try:
+        for path in out.glob("*.json"):
+            profile = json.loads(path.read_text())
+            entries = [e for e in profile["entries"] if (e["microbatch_size"], e["tp"]) in sweep]
+            path.write_text(json.dumps({**profile, "entries": entries}))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def _reads_back(out: Path) -> bool:

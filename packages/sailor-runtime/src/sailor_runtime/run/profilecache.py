@@ -7,8 +7,10 @@ cpu-1t and cpu-2t), on GPUs it is minutes of the cluster's time, and a second ru
 model on the same hardware measured it all again. So each measurement is also kept in a cache
 folder, keyed by everything it depends on:
 
-- the profiler's own arguments (model, dtype, sequence, microbatch sizes, TP degrees,
-  optimizer, worker type or the link settings and process count), the output folder left out;
+- the profiler's own arguments (model, dtype, sequence, optimizer, worker type or the link
+  settings and process count), the output folder left out; the microbatch sizes and TP
+  degrees it sweeps are recorded by the entry instead (each is measured on its own, so an
+  entry over more of them serves a run that needs fewer, trimmed to its own);
 - the model's content (its ``ModelSpec``: a config.json edited in place is a new model);
 - the software (torch's version, which names its CUDA build, Python's, and the content of the
   sailor-profiler and sailor-sim sources that measure and describe the layers);
@@ -49,15 +51,21 @@ def cache_root() -> Path | None:
     return inputs.cache_folder(CACHE_ENV, "sailor", "profiles")
 
 
+SWEEP_FLAGS = ("--mbs", "--tp")
+"""The compute profiler's sweep: each (microbatch size, TP degree) is measured on its own, so
+an entry measured over more of them serves a run that asks for fewer (``restore``'s ``want``)."""
+
+
 def profile_key(kind: str, argv: list[str], model) -> str:
-    """The cache key of one profiler run: ``argv`` without its ``--out`` value, the model's
-    fields (``repr`` of its ModelSpec), the software and the hardware."""
+    """The cache key of one profiler run: ``argv`` without its ``--out`` value and its sweep
+    (``SWEEP_FLAGS``: the entry records which sizes it holds), the model's fields (``repr``
+    of its ModelSpec), the software and the hardware."""
     args, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
-        if a == "--out":
+        if a == "--out" or a in SWEEP_FLAGS:
             skip = True
             continue
         args.append(a)
@@ -109,10 +117,11 @@ def hardware() -> tuple:
     return (platform.machine(), model, os.cpu_count())
 
 
-def restore(key: str, dest: Path) -> dict | None:
+def restore(key: str, dest: Path, want: set | None = None) -> dict | None:
     """Copy the kept entry ``key`` into ``dest`` (a folder that holds no profile yet); its
-    ``entry.json`` (what was measured, when), or None where there is no complete entry of
-    ours (then ``dest`` is removed: a half copy is no profile; a damaged entry is removed too)."""
+    ``entry.json`` (what was measured, when, its sweep), or None where there is no complete
+    entry of ours or its sweep lacks a (microbatch size, TP) of ``want`` (then ``dest`` is
+    removed: a half copy is no profile; a damaged entry is removed too)."""
     root = cache_root()
     if root is None:
         return None
@@ -124,6 +133,8 @@ def restore(key: str, dest: Path) -> dict | None:
         meta = json.loads(marker.read_text())
         if not isinstance(meta, dict):
             raise ValueError(f"{marker} is not an entry")
+        if want is not None and not want <= _sweep_of(meta):
+            return None  # measured over fewer sizes than this run needs
         shutil.copytree(entry, dest, ignore=shutil.ignore_patterns(ENTRY_FILE), dirs_exist_ok=True)
         return meta
     except (OSError, ValueError):  # a damaged entry: dropped, so this run's measurement replaces it
@@ -132,29 +143,51 @@ def restore(key: str, dest: Path) -> dict | None:
         return None
 
 
-def keep(key: str, src: Path, what: str) -> None:
-    """Keep the files of ``src`` (one profiler run's output) as entry ``key``: copied into a
-    temporary folder, its ``entry.json`` written last, then renamed into place (a reader sees
-    the whole entry or none; an entry another run kept meanwhile stays). Never fails the run."""
+def keep(key: str, src: Path, what: str, sweep: set | None = None) -> None:
+    """Keep the files of ``src`` (one profiler run's output, over ``sweep``'s (microbatch
+    size, TP) pairs) as entry ``key``: copied into a temporary folder, its ``entry.json``
+    written last, then renamed into place (a reader sees the whole entry or none). An entry
+    already there stays unless this one's sweep is larger (kept by a concurrent run, or over
+    more sizes). Never fails the run."""
     root = cache_root()
     if root is None:
         return
     tmp = root / f".{key}.{os.getpid()}.tmp"
+    old = root / f".{key}.{os.getpid()}.old"
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(src, tmp)
         meta = {"what": what, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        if sweep is not None:
+            meta["sweep"] = sorted(sweep)
         (tmp / ENTRY_FILE).write_text(json.dumps(meta))
         final = root / key
-        if (final / ENTRY_FILE).is_file():  # kept by a concurrent run: keep that one
+        there = _meta(final)
+        if there is not None and len(_sweep_of(there)) >= len(sweep or ()):
             return
-        shutil.rmtree(final, ignore_errors=True)  # an incomplete one (no entry.json) is replaced
+        if final.exists():  # incomplete (no entry.json) or over fewer sizes: replaced
+            os.replace(final, old)
         os.replace(tmp, final)
     except OSError:
         pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _meta(entry: Path) -> dict | None:
+    try:
+        meta = json.loads((entry / ENTRY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _sweep_of(meta: dict) -> set:
+    """The (microbatch size, TP) pairs an entry holds (none recorded: a profile without a
+    sweep, the links)."""
+    return {tuple(pair) for pair in meta.get("sweep", ())}
 
 
 def drop(key: str) -> None:
