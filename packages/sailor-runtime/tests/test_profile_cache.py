@@ -127,6 +127,13 @@ def test_off_keeps_nothing_and_an_entry_of_another_user_is_not_read(tmp_path, mo
     assert not (tmp_path / "damaged").exists() and not (cache / "compute-x").exists()
     profilecache.keep("compute-x", src, "a model")  # measured again: kept again
     assert profilecache.restore("compute-x", tmp_path / "again")["what"] == "a model"
+    # what a run killed while copying left behind goes with the next keep, once stale
+    stale, fresh = cache / ".compute-y.1.tmp", cache / ".compute-z.2.tmp"
+    stale.mkdir()
+    fresh.mkdir()
+    os.utime(stale, (0, 0))
+    profilecache.keep("compute-x2", src, "a model")
+    assert not stale.exists() and fresh.exists()
     # a wider sweep replaces a narrower entry, never the reverse; a run needing sizes the
     # entry lacks is not served from it
     profilecache.keep("compute-s", src, "narrow", {(1, 1)})

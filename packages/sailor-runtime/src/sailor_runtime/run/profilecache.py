@@ -156,6 +156,7 @@ def keep(key: str, src: Path, what: str, sweep: set | None = None) -> None:
     old = root / f".{key}.{os.getpid()}.old"
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _remove_stale(root)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(src, tmp)
         meta = {"what": what, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -174,6 +175,21 @@ def keep(key: str, src: Path, what: str, sweep: set | None = None) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+STALE_S = 3600.0
+"""Age after which a temporary folder of ``keep`` is a leftover (its run was killed while
+copying) and the next ``keep`` removes it."""
+
+
+def _remove_stale(root: Path) -> None:
+    now = time.time()
+    for path in root.glob(".*.*"):
+        try:
+            if path.suffix in (".tmp", ".old") and now - path.stat().st_mtime > STALE_S:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _meta(entry: Path) -> dict | None:
