@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -90,9 +89,9 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
     else measured now and kept."""
     cached = profilecache.cache_root() is not None  # off: no key (it reads the sources)
     key = profilecache.profile_key(kind, args, model) if cached else ""
-    sweep = _sweep(args)
+    sweep = profilecache.sweep_pairs(args)
     meta = profilecache.restore(key, out, sweep) if cached else None
-    if meta is not None and _reads_back(out) and _keep_only(out, sweep):
+    if meta is not None:
         line = f"profile of {what}: measured {meta.get('measured_at', '?')}, reused from "
         print(
             f"{line}{profilecache.cache_root()} ({profilecache.CACHE_ENV}=off measures it again)",
@@ -101,9 +100,6 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
         )
         _record(out, f"{line}{profilecache.cache_root()}")
         return
-    if meta is not None:  # kept, but its files do not read back: measure and replace it
-        profilecache.drop(key)
-        shutil.rmtree(out, ignore_errors=True)
     print(f"profiling {what} ...", file=sys.stderr, flush=True)
     _run(_profiler(kind, *args), kind, worker)
     _record(
@@ -121,40 +117,6 @@ PROVENANCE = "provenance.txt"
 def _record(out: Path, line: str) -> None:
     with open(out.parent / PROVENANCE, "a") as f:
         f.write(line + "\n")
-
-
-def _sweep(args: list[str]) -> set | None:
-    """The (microbatch size, TP) pairs ``sailor-profiler compute ARGS`` measures; None for a
-    profiler without a sweep (the links)."""
-    if "--mbs" not in args:
-        return None
-    values = lambda flag: [int(v) for v in args[args.index(flag) + 1].split(",")]  # noqa: E731
-    return {(m, t) for m in values("--mbs") for t in values("--tp")}
-
-
-def _keep_only(out: Path, sweep: set | None) -> bool:
-    """Trim a reused compute profile to this run's sweep (its entry may hold more sizes,
-    each measured on its own), as the profiler would have measured it; False where it is not
-    a profile (then it is measured again)."""
-    if sweep is None:
-        return True
-    try:
-        for path in out.glob("*.json"):
-            profile = json.loads(path.read_text())
-            entries = [e for e in profile["entries"] if (e["microbatch_size"], e["tp"]) in sweep]
-            path.write_text(json.dumps({**profile, "entries": entries}))
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return True
-
-
-def _reads_back(out: Path) -> bool:
-    """Whether every JSON file of a restored profile parses (a truncated one is no profile)."""
-    files = list(out.glob("*.json"))
-    try:
-        return bool(files) and all(isinstance(json.loads(f.read_text()), dict) for f in files)
-    except (OSError, ValueError):
-        return False
 
 
 def compute_args(job, out: Path, gpu: bool, label: str) -> list[str]:

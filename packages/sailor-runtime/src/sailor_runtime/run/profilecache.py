@@ -117,11 +117,21 @@ def hardware() -> tuple:
     return (platform.machine(), model, os.cpu_count())
 
 
+def sweep_pairs(args: list[str]) -> set | None:
+    """The (microbatch size, TP) pairs ``sailor-profiler compute ARGS`` measures; None for a
+    profiler without a sweep (the links)."""
+    if SWEEP_FLAGS[0] not in args:
+        return None
+    values = lambda flag: [int(v) for v in args[args.index(flag) + 1].split(",")]  # noqa: E731
+    return {(m, t) for m in values("--mbs") for t in values("--tp")}
+
+
 def restore(key: str, dest: Path, want: set | None = None) -> dict | None:
-    """Copy the kept entry ``key`` into ``dest`` (a folder that holds no profile yet); its
-    ``entry.json`` (what was measured, when, its sweep), or None where there is no complete
-    entry of ours or its sweep lacks a (microbatch size, TP) of ``want`` (then ``dest`` is
-    removed: a half copy is no profile; a damaged entry is removed too)."""
+    """Copy the kept entry ``key`` into ``dest`` (a folder that holds no profile yet), its
+    profile trimmed to the (microbatch size, TP) pairs of ``want``; its ``entry.json`` (what
+    was measured, when, its sweep), or None where there is no complete entry of ours or its
+    sweep lacks a pair of ``want``. A damaged entry (an ``entry.json`` or a profile that does
+    not read back) is removed, as is what it copied into ``dest``: a half copy is no profile."""
     root = cache_root()
     if root is None:
         return None
@@ -133,14 +143,32 @@ def restore(key: str, dest: Path, want: set | None = None) -> dict | None:
         meta = json.loads(marker.read_text())
         if not isinstance(meta, dict):
             raise ValueError(f"{marker} is not an entry")
-        if want is not None and not want <= _sweep_of(meta):
+        if want is not None and not want <= _recorded_sweep(meta):
             return None  # measured over fewer sizes than this run needs
         shutil.copytree(entry, dest, ignore=shutil.ignore_patterns(ENTRY_FILE), dirs_exist_ok=True)
+        _trim(dest, want)
         return meta
-    except (OSError, ValueError):  # a damaged entry: dropped, so this run's measurement replaces it
+    except (OSError, ValueError, KeyError, TypeError):  # damaged: the run's measurement replaces it
         shutil.rmtree(dest, ignore_errors=True)
         shutil.rmtree(entry, ignore_errors=True)
         return None
+
+
+def _trim(folder: Path, want: set | None) -> None:
+    """Check that every profile JSON of a restored entry reads back (``ValueError`` if not),
+    and keep in a compute profile only the entries of ``want``'s pairs, as the profiler
+    measures them for that sweep (each pair on its own)."""
+    files = list(folder.glob("*.json"))
+    if not files:
+        raise ValueError(f"{folder} holds no profile")
+    for path in files:
+        profile = json.loads(path.read_text())
+        if not isinstance(profile, dict):
+            raise ValueError(f"{path} is not a profile")
+        if want is not None:
+            pairs = lambda e: (e["microbatch_size"], e["tp"])  # noqa: E731
+            entries = [e for e in profile["entries"] if pairs(e) in want]
+            path.write_text(json.dumps({**profile, "entries": entries}))
 
 
 def keep(key: str, src: Path, what: str, sweep: set | None = None) -> None:
@@ -165,7 +193,7 @@ def keep(key: str, src: Path, what: str, sweep: set | None = None) -> None:
         (tmp / ENTRY_FILE).write_text(json.dumps(meta))
         final = root / key
         there = _meta(final)
-        if there is not None and len(_sweep_of(there)) >= len(sweep or ()):
+        if there is not None and len(_recorded_sweep(there)) >= len(sweep or ()):
             return
         if final.exists():  # incomplete (no entry.json) or over fewer sizes: replaced
             os.replace(final, old)
@@ -200,14 +228,7 @@ def _meta(entry: Path) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _sweep_of(meta: dict) -> set:
+def _recorded_sweep(meta: dict) -> set:
     """The (microbatch size, TP) pairs an entry holds (none recorded: a profile without a
     sweep, the links)."""
     return {tuple(pair) for pair in meta.get("sweep", ())}
-
-
-def drop(key: str) -> None:
-    """Remove entry ``key`` (its files did not read back)."""
-    root = cache_root()
-    if root is not None:
-        shutil.rmtree(root / key, ignore_errors=True)
