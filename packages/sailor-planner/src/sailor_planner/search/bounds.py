@@ -16,8 +16,11 @@ from .templates import Shape
 
 
 class Bounder:
-    def __init__(self, job, scorer, options, free: dict, groups=None) -> None:
+    def __init__(self, job, scorer, options, free: dict, groups=None, poll=None) -> None:
         self.job = job
+        self.poll = poll or (lambda: None)
+        """The search's ``_poll``, called in the loops over zones: over hundreds of pools one
+        bound's rings took 0.15 s, long enough to keep a cancelled search running."""
         self.groups = [tuple(sorted({z for _g, z in free}))] if groups is None else groups
         """Zone groups a stage's replicas may spread over (``state.region_groups``)."""
         self.scorer = scorer
@@ -201,12 +204,11 @@ class Bounder:
             types = [g for (g, _tp), _n in kinds]
             zones = set.intersection(*(self.zones_of.get(g, set()) for g in types))
             zones = zones or set.union(*(self.zones_of.get(g, set()) for g in types))
-            one_zone = min(
-                self.scorer.sync(
-                    shape, 0, tuple(sorted(((z, *k), n) for k, n in kinds)), 1, kinds[0][0]
-                ).seconds
-                for z in self._distinct_zones(tuple(sorted(set(types))), zones)
-            )
+            one_zone = math.inf
+            for z in self._distinct_zones(tuple(sorted(set(types))), zones):
+                self.poll()
+                ring = tuple(sorted(((z, *k), n) for k, n in kinds))
+                one_zone = min(one_zone, self.scorer.sync(shape, 0, ring, 1, kinds[0][0]).seconds)
             hit = self._sync[key] = min(one_zone, self._any_spanning_ring(shape, kinds))
         return hit
 
@@ -294,9 +296,11 @@ class Bounder:
             return tuple((g, tp) for g, tp in stage0 if self.free.get((g, z), 0))
 
         for z in self._distinct_zones(types, zones, kinds_in):
+            self.poll()
             held = [(z, g, tp) for g, tp in kinds_in(z)]
             for a in held:
                 for b in held:
+                    self.poll()
                     t = seconds(a, b, ranks, nbytes)
                     if t is None:
                         return 0.0
@@ -343,6 +347,7 @@ class Bounder:
         outbound: dict[str, float] = {}
         for a in kinds:
             for b in kinds:
+                self.poll()
                 if a[0] != b[0]:
                     t = seconds(a, b, ranks, nbytes)
                     inbound[b[0]] = min(inbound.get(b[0], math.inf), t)

@@ -130,7 +130,7 @@ class Search:
         self.ref_zone = {g: fastest_zone(self.cv.sim, g, self.free) for g in self.types}
         self.orders = zone_orders(self.groups, self.free, self.cv.sim, self.types)
         self.total = sum(self.free.values())
-        self.bnd = Bounder(self.job, scorer, options, self.free, self.groups)
+        self.bnd = Bounder(self.job, scorer, options, self.free, self.groups, self._poll)
         self._cross: dict[tuple, float] = {}
         self._lbs: dict[tuple, tuple] = {}
         self._shape_bounds: dict[tuple, float | None] = {}
@@ -287,7 +287,7 @@ class Search:
         if key in self.memo.tables:
             self.stats.memo_hits += 1
             return self.memo.tables[key]
-        tab = stage_tables(self.cv, g, p, m, t, self.ref_zone[g])
+        tab = stage_tables(self.cv, g, p, m, t, self.ref_zone[g], self._poll)
         self.memo.tables[key] = tab
         return tab
 
@@ -852,7 +852,12 @@ class Search:
         hit = self._p2p.get(key)
         if hit is None:
             zones = sorted(z for (t, z), n in self.free.items() if t == g and n > 0)
-            hit = self._p2p[key] = min(self._zone_p2p(g, a, m, tp, b) for a in zones for b in zones)
+            hit = math.inf
+            for a in zones:  # every pair, 1,600 over 40 zones: a first link is ms of work
+                for b in zones:
+                    self._poll()
+                    hit = min(hit, self._zone_p2p(g, a, m, tp, b))
+            self._p2p[key] = hit
         return hit
 
     def _zone_p2p(self, g: str, z: str, m: int, tp: int, to: str | None = None) -> float:
@@ -874,18 +879,14 @@ class Search:
         hit = self._cross.get(key)
         if hit is None:
             g = cls.gpu
-            cross = min(
-                self.cv.sim.p2p_time(
-                    self.job,
-                    0,  # as the tables' p2p: every boundary sends the same tensor
-                    self.scorer.replica(g, za, tps[0], cls.mbs),
-                    self.scorer.replica(g, zb, tps[1], cls.mbs),
-                )
-                for za in src
-                if self.free.get((g, za), 0)
-                for zb in dst
-                if self.free.get((g, zb), 0)
-            )
+            cross = math.inf
+            for za in (z for z in src if self.free.get((g, z), 0)):
+                for zb in (z for z in dst if self.free.get((g, z), 0)):
+                    self._poll()
+                    a = self.scorer.replica(g, za, tps[0], cls.mbs)
+                    b = self.scorer.replica(g, zb, tps[1], cls.mbs)
+                    # as the tables' p2p (boundary 0): every boundary sends the same tensor
+                    cross = min(cross, self.cv.sim.p2p_time(self.job, 0, a, b))
             hit = self._cross[key] = tuple(cross - self._fastest_p2p(g, cls.mbs, tp) for tp in tps)
         return hit
 

@@ -61,12 +61,13 @@ class StageTables:
 
 
 def stage_tables(
-    cv: CostView, g: str, p: int, m: int, t: int | tuple[int, ...], zone: str
+    cv: CostView, g: str, p: int, m: int, t: int | tuple[int, ...], zone: str, poll=None
 ) -> StageTables | None:
     """None when some position cannot hold even one layer id (early stop).
 
     ``t`` is a base TP degree (each stage takes the smallest degree >= t that fits) or a
-    tuple with exactly one degree per stage.
+    tuple with exactly one degree per stage. ``poll`` (the search's) is called per position:
+    a deep table took 0.1 s, long enough to keep a cancelled search running.
     """
     job = cv.job
     mm = max(1, job.sample_slots // m)
@@ -85,6 +86,8 @@ def stage_tables(
     costs, tps = [], []
     p2p = _p2p_same_zone(cv, g, m, sorted({d for ds in per_stage for d in ds}), zone)
     for i in range(p):
+        if poll is not None:
+            poll()
         neighbours = (i > 0) + (i < p - 1)
         best, choice, diag = _position(
             cv, g, m, tuple(per_stage[i]), min(p - i, mm), neighbours, cap, p2p, (i, p, mm)
