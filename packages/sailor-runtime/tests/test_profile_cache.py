@@ -105,6 +105,7 @@ def test_the_key_holds_what_the_measurement_depends_on_and_not_the_output_folder
         assert profilecache.profile_key("compute", other, job.model) != key
     assert profilecache.profile_key("compute", args, Job.create("tiny-gpt", 1, 16).model) != key
     assert profilecache.profile_key("network", args, job.model) != key
+    assert "__version__ = " in profilecache.software()[0]  # torch's build, its +cuXXX tag too
 
 
 def test_off_keeps_nothing_and_an_entry_of_another_user_is_not_read(tmp_path, monkeypatch):

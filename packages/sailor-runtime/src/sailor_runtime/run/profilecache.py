@@ -12,8 +12,9 @@ folder, keyed by everything it depends on:
   degrees it sweeps are recorded by the entry instead (each is measured on its own, so an
   entry over more of them serves a run that needs fewer, trimmed to its own);
 - the model's content (its ``ModelSpec``: a config.json edited in place is a new model);
-- the software (torch's version, which names its CUDA build, Python's, and the content of the
-  sailor-profiler and sailor-sim sources that measure and describe the layers);
+- the software (torch's build: its ``version.py``, with the CUDA or ROCm version and git
+  commit; Python's version; and the content of the sailor-profiler and sailor-sim sources
+  that measure and describe the layers);
 - the hardware (the CPU's model name and core count; a GPU worker type names its GPU).
 
 A later run of the same key copies the kept files into its run folder instead of measuring,
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -75,20 +76,26 @@ def profile_key(kind: str, argv: list[str], model) -> str:
 
 @functools.lru_cache(maxsize=1)
 def software() -> tuple:
-    """torch's and Python's versions and a digest of the code that measures and describes the
-    layers (sailor-profiler, sailor-sim), read without importing torch (the controller
+    """torch's build, Python's version and a digest of the code that measures and describes
+    the layers (sailor-profiler, sailor-sim), read without importing torch (the controller
     process does not load it)."""
+    return (_torch_build(), sys.version.split()[0], _code_digest(("sailor_profiler", "sailor_sim")))
+
+
+def _torch_build() -> str | None:
+    """The text of ``torch/version.py``: its version with the local build tag (``+cu132``;
+    the package metadata drops it), CUDA / ROCm versions and git commit."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
     try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        torch_version = None
-    return (torch_version, sys.version.split()[0], _code_digest(("sailor_profiler", "sailor_sim")))
+        return (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return None
 
 
 def _code_digest(packages: tuple[str, ...]) -> str:
     """sha256 of every ``.py`` file of ``packages`` (name and content, in name order)."""
-    import importlib.util
-
     digest = hashlib.sha256()
     for name in packages:
         spec = importlib.util.find_spec(name)
