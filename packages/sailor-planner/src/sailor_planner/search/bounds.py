@@ -296,7 +296,6 @@ class Bounder:
             return tuple((g, tp) for g, tp in stage0 if self.free.get((g, z), 0))
 
         for z in self._distinct_zones(types, zones, kinds_in):
-            self.poll()
             held = [(z, g, tp) for g, tp in kinds_in(z)]
             for a in held:
                 for b in held:

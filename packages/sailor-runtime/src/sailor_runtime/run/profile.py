@@ -87,25 +87,23 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
     """Fill ``out`` with ``sailor-profiler KIND ARGS``'s measurement: the one kept for the same
     key (``profilecache``: same arguments, model, software and hardware) where one reads back,
     else measured now and kept."""
-    cached = profilecache.cache_root() is not None  # off: no key (it reads the sources)
-    key = profilecache.profile_key(kind, args, model) if cached else ""
+    root = profilecache.cache_root()  # None (off): no key either (it reads the sources)
+    key = profilecache.profile_key(kind, args, model) if root else ""
     sweep = profilecache.sweep_pairs(args)
-    meta = profilecache.restore(key, out, sweep) if cached else None
+    meta = profilecache.restore(key, out, sweep) if root else None
     if meta is not None:
-        line = f"profile of {what}: measured {meta.get('measured_at', '?')}, reused from "
+        line = f"profile of {what}: measured {meta.get('measured_at', '?')}, reused from {root}"
         print(
-            f"{line}{profilecache.cache_root()} ({profilecache.CACHE_ENV}=off measures it again)",
-            file=sys.stderr,
-            flush=True,
+            f"{line} ({profilecache.CACHE_ENV}=off measures it again)", file=sys.stderr, flush=True
         )
-        _record(out, f"{line}{profilecache.cache_root()}")
+        _record(out, line)
         return
     print(f"profiling {what} ...", file=sys.stderr, flush=True)
     _run(_profiler(kind, *args), kind, worker)
     _record(
         out, f"profile of {what}: measured {time.strftime('%Y-%m-%d %H:%M:%S %Z')} for this run"
     )
-    if cached:
+    if root:
         profilecache.keep(key, out, what, sweep)
 
 

@@ -127,10 +127,11 @@ def hardware() -> tuple:
 def sweep_pairs(args: list[str]) -> set | None:
     """The (microbatch size, TP) pairs ``sailor-profiler compute ARGS`` measures; None for a
     profiler without a sweep (the links)."""
-    if SWEEP_FLAGS[0] not in args:
+    mbs_flag, tp_flag = SWEEP_FLAGS
+    if mbs_flag not in args:
         return None
     values = lambda flag: [int(v) for v in args[args.index(flag) + 1].split(",")]  # noqa: E731
-    return {(m, t) for m in values("--mbs") for t in values("--tp")}
+    return {(m, t) for m in values(mbs_flag) for t in values(tp_flag)}
 
 
 def restore(key: str, dest: Path, want: set | None = None) -> dict | None:
