@@ -148,3 +148,23 @@ def test_off_keeps_nothing_and_an_entry_of_another_user_is_not_read(tmp_path, mo
     os.chown(cache / "compute-x" / profilecache.ENTRY_FILE, 65534, 65534)
     assert profilecache.restore("compute-x", tmp_path / "elsewhere") is None
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_run_folder_that_cannot_be_written_keeps_the_entry(tmp_path, monkeypatch):
+    """A restore that fails writing (here the run folder's parent is a file; a full disk
+    reads the same) removes its half copy but never the kept measurement; the profiler's own
+    folder (nested) comes back with the profile."""
+    monkeypatch.setenv(profilecache.CACHE_ENV, str(tmp_path / "cache"))
+    src = tmp_path / "measured"
+    (src / "profiler" / "layers__").mkdir(parents=True)
+    (src / "profile.json").write_text('{"entries": []}')
+    (src / "profiler" / "layers__" / "log.txt").write_text("measured")
+    profilecache.keep("compute-w", src, "a model")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert profilecache.restore("compute-w", blocker / "out") is None
+    assert (tmp_path / "cache" / "compute-w" / profilecache.ENTRY_FILE).is_file()
+    assert profilecache.restore("compute-w", tmp_path / "out")["what"] == "a model"
+    assert (tmp_path / "out" / "profile.json").read_text() == '{"entries": []}'
+    assert (tmp_path / "out" / "profiler" / "layers__" / "log.txt").read_text() == "measured"
+    assert not (tmp_path / "out" / profilecache.ENTRY_FILE).exists()

@@ -138,8 +138,10 @@ def restore(key: str, dest: Path, want: set | None = None) -> dict | None:
     """Copy the kept entry ``key`` into ``dest`` (a folder that holds no profile yet), its
     profile trimmed to the (microbatch size, TP) pairs of ``want``; its ``entry.json`` (what
     was measured, when, its sweep), or None where there is no complete entry of ours or its
-    sweep lacks a pair of ``want``. A damaged entry (an ``entry.json`` or a profile that does
-    not read back) is removed, as is what it copied into ``dest``: a half copy is no profile."""
+    sweep lacks a pair of ``want``. The entry is read whole before anything is written: a
+    damaged one (an ``entry.json`` or a profile that does not read back) is removed, so the
+    run's measurement replaces it; a ``dest`` that cannot be written (a full disk) leaves the
+    entry as it is and removes only the half copy (a half copy is no profile)."""
     root = cache_root()
     if root is None:
         return None
@@ -153,30 +155,43 @@ def restore(key: str, dest: Path, want: set | None = None) -> dict | None:
             raise ValueError(f"{marker} is not an entry")
         if want is not None and not want <= _recorded_sweep(meta):
             return None  # measured over fewer sizes than this run needs
-        shutil.copytree(entry, dest, ignore=shutil.ignore_patterns(ENTRY_FILE), dirs_exist_ok=True)
-        _trim(dest, want)
-        return meta
+        files = _read_entry(entry, want)
     except (OSError, ValueError, KeyError, TypeError):  # damaged: the run's measurement replaces it
-        shutil.rmtree(dest, ignore_errors=True)
         shutil.rmtree(entry, ignore_errors=True)
         return None
+    try:
+        for name, data in files.items():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes(data)
+    except OSError:  # the run folder's problem, not the entry's: the entry stays
+        shutil.rmtree(dest, ignore_errors=True)
+        return None
+    return meta
 
 
-def _trim(folder: Path, want: set | None) -> None:
-    """Check that every profile JSON of a restored entry reads back (``ValueError`` if not),
-    and keep in a compute profile only the entries of ``want``'s pairs, as the profiler
-    measures them for that sweep (each pair on its own)."""
-    files = list(folder.glob("*.json"))
-    if not files:
-        raise ValueError(f"{folder} holds no profile")
-    for path in files:
-        profile = json.loads(path.read_text())
+def _read_entry(entry: Path, want: set | None) -> dict[str, bytes]:
+    """The files of a kept entry (its ``entry.json`` aside; paths relative to it, the
+    profiler's own folder included) as they go into a run folder: every profile JSON (the
+    entry's top level) checked to read back (``ValueError`` if not) and, in a compute
+    profile, only the entries of ``want``'s pairs kept, as the profiler measures them for
+    that sweep (each pair on its own)."""
+    files = {
+        p.relative_to(entry).as_posix(): p.read_bytes()
+        for p in sorted(entry.rglob("*"))
+        if p.is_file() and p != entry / ENTRY_FILE
+    }
+    profiles = [name for name in files if "/" not in name and name.endswith(".json")]
+    if not profiles:
+        raise ValueError(f"{entry} holds no profile")
+    for name in profiles:
+        profile = json.loads(files[name])
         if not isinstance(profile, dict):
-            raise ValueError(f"{path} is not a profile")
+            raise ValueError(f"{entry / name} is not a profile")
         if want is not None:
             pairs = lambda e: (e["microbatch_size"], e["tp"])  # noqa: E731
             entries = [e for e in profile["entries"] if pairs(e) in want]
-            path.write_text(json.dumps({**profile, "entries": entries}))
+            files[name] = json.dumps({**profile, "entries": entries}).encode()
+    return files
 
 
 def keep(key: str, src: Path, what: str, sweep: set | None = None) -> None:
