@@ -38,6 +38,7 @@ TEST_WORKERS ?= 2
 # where we are root with apt-get (about 12 s, 2026-11-29); anywhere else, or when apt fails,
 # the test skips and says how to install it. SYSTEM_DEPS=0 leaves the system alone.
 SYSTEM_DEPS ?= 1
+# The commands the test runs (it reads this line).
 SLURM_COMMANDS := munged slurmctld slurmd sbatch scontrol scancel squeue
 
 system-deps:

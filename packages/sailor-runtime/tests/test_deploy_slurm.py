@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -21,7 +22,10 @@ from sailor_runtime.slurm import gres_gpus
 from sailor_testing import free_port
 
 REPO = Path(__file__).resolve().parents[3]
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue")
+DAEMONS = tuple(
+    re.search(r"^SLURM_COMMANDS := (.+)$", (REPO / "Makefile").read_text(), re.M).group(1).split()
+)
+"""The Slurm commands this test runs: the Makefile's list, which `make test` installs."""
 
 
 @pytest.mark.parametrize(
