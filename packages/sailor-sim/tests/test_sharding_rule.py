@@ -18,6 +18,7 @@ from sailor_sim import (
     Replica,
     Simulator,
     Stage,
+    hybrid_divides,
     sharding_problem,
 )
 from sailor_sim.cli.app import app
@@ -89,3 +90,15 @@ def test_the_cli_names_the_option_in_one_line(tmp_path) -> None:
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "options.zero" in lines[0] and "use zero1" in lines[0], r.output
+
+
+def test_the_replicas_must_match_where_collectives_run_every_microbatch():
+    """``ExecutionOptions.uniform_replicas``: the planner's balance follows the same rule as
+    ``sharding_problem`` and the expert-group check (one TP degree, one microbatch count)."""
+    zeros = ("none", "zero1", "zero2", "zero3", "hybrid")
+    uniform = {z: ExecutionOptions(zero=z).uniform_replicas for z in zeros}
+    assert uniform == {"none": False, "zero1": False, "zero2": True, "zero3": True, "hybrid": True}
+    assert ExecutionOptions(expert_parallel=2).uniform_replicas
+    # A100-40 nodes hold 8 GPUs: 4 replicas of TP 2 per group
+    assert hybrid_divides("A100-40", 2, 8) and not hybrid_divides("A100-40", 2, 6)
+    assert hybrid_divides("A100-40", 2, 3)  # fewer replicas than a node: one group of them

@@ -166,6 +166,7 @@ _FACE = {
     "sharding": "simulate.memory",
     "sharding_problem": "simulate.features.sharding",
     "hybrid_group": "simulate.features.sharding",
+    "hybrid_divides": "simulate.features.sharding",
     "static_bytes": "simulate.memory",
     "transient_bytes": "simulate.memory",
     "usd_per_second": "catalog.prices",

@@ -23,7 +23,7 @@ from sailor_sim import (
     count_tied_ends,
     exposed_tail,
     get_gpu,
-    hybrid_group,
+    hybrid_divides,
     microbatch_step,
     pipeline_time,
     usd_per_second,
@@ -384,13 +384,13 @@ class Scorer:
     def loads(self, draft: Draft) -> list | None:
         """Microbatches per pipeline of each group: balanced so the pipelines finish together,
         or under ZeRO-2/3 / hybrid and expert parallelism one count for all
-        (``balance.uniform``; every stage then needs one TP degree: collectives every
-        microbatch, ``sailor_sim``'s sharding and expert-group rules); None where none exists."""
+        (``balance.uniform``; every stage then needs one TP degree:
+        ``ExecutionOptions.uniform_replicas``); None where none exists."""
         shape, groups, info = draft.shape, draft.groups, draft.info
         counts = [g.count for g in groups]
         mbs = [shape.classes[g.cls].mbs for g in groups]
         step = self.step(shape.depth)  # interleaved 1F1B: counts multiples of p
-        if self.job.options.shards_gradients or self.job.options.expert_parallel > 1:
+        if self.job.options.uniform_replicas:
             if len({shape.classes[g.cls].tps for g in groups}) > 1:
                 return None
             if self.job.options.zero == "hybrid" and not self._hybrid_divides(shape, groups):
@@ -402,10 +402,10 @@ class Scorer:
     @staticmethod
     def _hybrid_divides(shape: Shape, groups: tuple[Group, ...]) -> bool:
         """Whether every stage's hybrid shard group (one node of the lead pipeline's replicas,
-        ``sailor_sim.hybrid_group``) divides the pipelines."""
+        ``sailor_sim.hybrid_divides``) divides the pipelines."""
         d = sum(g.count for g in groups)
         lead = shape.classes[groups[0].cls]
-        return all(d % hybrid_group(lead.gpu, tp, d) == 0 for tp in lead.tps)
+        return all(hybrid_divides(lead.gpu, tp, d) for tp in lead.tps)
 
     def finish(self, draft: Draft, layout: tuple = ()) -> Scored | None:
         """The candidate ``draft`` stands for, balanced and scored; None where no balance

@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sailor_sim import ExecutionOptions, SailorError, sharding_problem
+from sailor_sim.spec.options import ZERO_PER_MICROBATCH
 
 from .parallel.schedule import interleave_problem
 
@@ -54,9 +55,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 """The ``RunSpec.precision`` values the engine trains in (None: the job's dtype)."""
 RECOMPUTE = ("none", "selective", "full")
 """The ``ExecutionOptions.recompute`` values the engine runs."""
-FSDP_ZERO = ("zero2", "zero3", "hybrid")
-"""Run through FSDP2 (``engine.parallel.fsdp``); ZeRO-1 is ``engine.parallel.zero``. Every
-``zero`` value of the simulator runs (see ``unsupported_reason`` for the plans each needs)."""
+FSDP_ZERO = ZERO_PER_MICROBATCH
+"""The stages that shard gradients (zero2, zero3, hybrid: the simulator's) run through FSDP2
+(``engine.parallel.fsdp``); ZeRO-1 is ``engine.parallel.zero``. Every ``zero`` value of the
+simulator runs (see ``unsupported_reason`` for the plans each needs)."""
 LEGACY_KEYS = ("precision", "recompute", "flash_attention", "zero", "sequence_parallel",
                "virtual_stages")  # fmt: skip
 """The keys of the options dict the engine wrote before it read the simulator's options

@@ -178,6 +178,14 @@ class ExecutionOptions:
         return self.zero in ZERO_PER_MICROBATCH
 
     @property
+    def uniform_replicas(self) -> bool:
+        """Whether every replica of a stage runs collectives every microbatch (sharded
+        gradients: ``features.sharding``; expert parallelism's all-to-alls:
+        ``moe.check_plan_expert_parallel``), so they all need one TP degree and one
+        microbatch count."""
+        return self.shards_gradients or self.expert_parallel > 1
+
+    @property
     def shards_parameters(self) -> bool:
         return self.zero in ("zero3", "hybrid")
 

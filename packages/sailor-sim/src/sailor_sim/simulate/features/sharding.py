@@ -31,6 +31,11 @@ def hybrid_group(gpu_type: str, tp: int, replicas: int) -> int:
     return max(1, min(replicas, get_gpu(gpu_type).gpus_per_node // tp))
 
 
+def hybrid_divides(gpu_type: str, tp: int, replicas: int) -> bool:
+    """Whether hybrid sharding's groups (``hybrid_group``) divide a stage's ``replicas``."""
+    return replicas % hybrid_group(gpu_type, tp, replicas) == 0
+
+
 def sharding_problem(zero: str, plan) -> str | None:
     """Why ``plan``'s stages cannot run ZeRO stage ``zero`` (one line naming the fix), or
     None (always None for 'none' and 'zero1')."""
@@ -53,8 +58,8 @@ def sharding_problem(zero: str, plan) -> str | None:
             )
         if zero == "hybrid":
             lead = stage.replicas[0]
-            group = hybrid_group(lead.gpu_type, lead.tp, len(stage.replicas))
-            if len(stage.replicas) % group:
+            if not hybrid_divides(lead.gpu_type, lead.tp, len(stage.replicas)):
+                group = hybrid_group(lead.gpu_type, lead.tp, len(stage.replicas))
                 return (
                     f"hybrid shards within groups of {group} replicas (one "
                     f"{lead.gpu_type} node), which do not divide stage {i}'s "
