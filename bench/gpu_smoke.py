@@ -18,9 +18,9 @@ pipeline across two GPUs over NCCL (batched p2p) unless ``--pp 1``.
    tensor memory (the simulator's memory terms without its framework term), written to
    ``prediction.json`` before any training starts.
 3. Train ``--steps`` steps of the plan (PP ``--pp``, DP 1, TP 1) with bf16 autocast, SDPA and
-   ``--recompute`` (default full) and ``--zero`` (default none; zero2/zero3 run FSDP2, on one
-   stage, so ``--pp 1``); checkpoint at the half; a second launch resumes from it and trains to the
-   end (its first step must be the half + 1).
+   ``--recompute`` (default full) and ``--zero`` (default none; zero2/zero3 run FSDP2, zero3
+   on one stage only: the engine's ``fsdp_depth_problem``); checkpoint at the half; a second
+   launch resumes from it and trains to the end (its first step must be the half + 1).
 4. Reshard the final checkpoint into a CPU layout: the full model built on the CPU in fp32,
    every tensor read from the checkpoint by layer id (whatever plan wrote it), and one forward
    pass whose loss is finite.
@@ -216,22 +216,24 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.steps < 4 or a.pp < 0 or a.gbs < 1 or a.seq < 2:
         p.error("need --steps >= 4 (half, resumed, 2 timed), --pp >= 0, --gbs >= 1, --seq >= 2")
-    if a.zero in ("zero2", "zero3") and a.pp > 1:
-        p.error(f"--zero {a.zero} runs FSDP2 on one stage; use --pp 1 or --zero zero1")
-    torch = _lib()
+    from sailor_runtime.engine.options import fsdp_depth_problem
     from sailor_sim.spec.job import Job
 
     options = _options(a.recompute, a.zero)
+    job = Job.create(a.model, a.gbs, a.seq, dtype="bf16", options=options)
+    problem = fsdp_depth_problem(options, job, max(a.pp, 1))  # the engine's rule
+    if problem is not None:
+        p.error(f"--zero {a.zero} --pp {a.pp}: {problem}")
+    torch = _lib()
 
     device, backend, gpu_type = pick_device(a.device)
     if a.pp == 0:  # the 2-rank NCCL pipeline whenever the machine has the GPUs for it
-        fsdp = a.zero in ("zero2", "zero3")
-        a.pp = 2 if device == "cuda" and torch.cuda.device_count() >= 2 and not fsdp else 1
+        pipelines = fsdp_depth_problem(options, job, 2) is None
+        a.pp = 2 if device == "cuda" and torch.cuda.device_count() >= 2 and pipelines else 1
     if device == "cuda" and a.pp > torch.cuda.device_count():
         p.error(f"--pp {a.pp} needs {a.pp} GPUs; {torch.cuda.device_count()} visible")
     root = a.out or Path(tempfile.mkdtemp(prefix="sailor-gpu-smoke-"))
     root.mkdir(parents=True, exist_ok=True)
-    job = Job.create(a.model, a.gbs, a.seq, dtype="bf16", options=options)
     plan = make_plan(job, a.pp, gpu_type)
     sim = profile(root / "profile", job, device, gpu_type)
     pred = predict(sim, job, plan)

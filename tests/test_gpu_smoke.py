@@ -65,7 +65,10 @@ def test_verdict_names_misses_and_missing_figures():
 
 @pytest.mark.parametrize(
     "args, message",
-    [(["--steps", "2"], "--steps >= 4"), (["--zero", "zero3", "--pp", "2"], "FSDP2 on one stage")],
+    [
+        (["--steps", "2"], "--steps >= 4"),
+        (["--zero", "zero3", "--pp", "2"], "runs on one-stage plans"),
+    ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, message):
     done = subprocess.run(

@@ -38,6 +38,9 @@ SP_PIPELINE = Plan((Stage(0, 3, (R(2, 4, 2),)), Stage(4, 7, (R(2, 4, 2),))))
 # two replicas of different microbatch size per stage.
 INTERLEAVED = Plan((Stage(0, 3, (R(2, 3, 2), R(2, 1, 2))), Stage(4, 7, (R(2, 3, 2), R(2, 1, 2)))))
 JOB_V2 = Job.create("tiny-llama", 8, 32, options=SimOptions(virtual_stages=2))
+# ZeRO-2 under pipelining: two stages of different TP degree (2 + 4 ranks), each stage's two
+# replicas of different microbatch size (3 and 1 samples, 2 microbatches each).
+ZERO2_PP = Plan((Stage(0, 3, (R(1, 3, 2), R(1, 1, 2))), Stage(4, 7, (R(2, 3, 2), R(2, 1, 2)))))
 
 RUNS: dict[str, tuple[Plan, dict, int]] = {
     "zero3": (DP2, {"zero": "zero3"}, STEPS),
@@ -61,10 +64,16 @@ RUNS: dict[str, tuple[Plan, dict, int]] = {
     # checkpoint format is read by a plan without FSDP.
     "zero3_first": (DP2_TP2, {"zero": "zero3"}, 2),
     "zero3_resumed": (DP2_TP2, {"zero": "zero3"}, STEPS),
+    "zero2_pp": (ZERO2_PP, {"zero": "zero2"}, STEPS),
+    # saved at step 2 (each stage's shards gathered over its own mesh) and resumed
+    "zero2_pp_first": (ZERO2_PP, {"zero": "zero2"}, 2),
+    "zero2_pp_resumed": (ZERO2_PP, {"zero": "zero2"}, STEPS),
 }
 SHARED_CKPT = {
     "zero3_first": "resume",
     "zero3_resumed": "resume",
+    "zero2_pp_first": "resume_pp",
+    "zero2_pp_resumed": "resume_pp",
     "zero3_fused_first": "fused",
     "zero3_fused": "fused",
 }
@@ -115,7 +124,7 @@ def _close(got: torch.Tensor, want, rtol: float = 1e-5) -> None:
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=rtol, atol=0)
 
 
-@pytest.mark.parametrize("name", ["zero3", "zero2", "zero3_tp2", "hybrid", "hybrid_1"])
+@pytest.mark.parametrize("name", ["zero3", "zero2", "zero3_tp2", "hybrid", "hybrid_1", "zero2_pp"])
 def test_fsdp_matches_single_process(runs, reference, name):
     losses, model = reference
     _close(_losses(runs, name), losses)
@@ -160,10 +169,35 @@ def test_zero3_resumes_from_its_checkpoint(runs):
     assert torch.equal(torch.cat([first, second]), _losses(runs, "zero3_tp2"))
 
 
-def test_plans_the_engine_cannot_shard_are_named():
+def test_zero2_under_pipelining_resumes_and_shards_each_stage(runs, reference):
+    """ZeRO-2 over two stages, saved at step 2 and resumed: the uninterrupted run's losses bit
+    for bit; each stage's ranks hold half of their own stage's AdamW states."""
+    first, second = _losses(runs, "zero2_pp_first"), _losses(runs, "zero2_pp_resumed")
+    assert len(first) == 2 and len(second) == STEPS - 2
+    assert torch.equal(torch.cat([first, second]), _losses(runs, "zero2_pp"))
+    model = reference[1]
+    stage0 = sum(p.numel() * 4 for lid in range(4) for p in model.layer_params(lid).values())
+    memory = json.loads((runs / "zero2_pp" / "metrics.jsonl.rank0.memory.json").read_text())
+    assert memory["optimizer_states"] == pytest.approx(2 * stage0 / 2, rel=0.02)
+
+
+def test_plans_the_engine_cannot_shard_are_named(tmp_path):
     zero3 = ExecutionOptions(zero="zero3")
     piped = Plan((Stage(0, 3, (R(1, 8, 1),)), Stage(4, 7, (R(1, 8, 1),))))
     assert "one-stage plans" in unsupported_reason(zero3, JOB, piped)
+    assert "one-stage plans" in unsupported_reason(ExecutionOptions(zero="hybrid"), JOB, piped)
+    zero2 = ExecutionOptions(zero="zero2")
+    assert unsupported_reason(zero2, JOB, piped) is None
+    assert unsupported_reason(zero2, JOB, ZERO2_PP) is None
+    v2 = ExecutionOptions(zero="zero2", virtual_stages=2)
+    assert "interleaved" in unsupported_reason(v2, JOB_V2, INTERLEAVED)
+    tied = tmp_path / "tied.json"
+    tied.write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_layer": 6, "n_head": 2,
+                                "n_positions": 64, "vocab_size": 256}))  # fmt: skip
+    tied_job = Job.create(str(tied), 8, 32)
+    assert tied_job.model.tie_word_embeddings
+    assert "tied embedding" in unsupported_reason(zero2, tied_job, piped)
+    assert unsupported_reason(zero2, tied_job, DP2) is None
     mixed_tp = Plan((Stage(0, 7, (R(1, 2, 2), R(2, 2, 2))),))
     assert "needs one TP degree" in unsupported_reason(zero3, JOB, mixed_tp)
     mixed_n = Plan((Stage(0, 7, (R(1, 2, 2), R(1, 4, 1))),))

@@ -101,7 +101,8 @@ def test_restricting_options_ask_for_more_plans(tmp_path):
     assert engine_filter(_config(tmp_path))["candidates"] == 1
     assert engine_filter(_config(tmp_path))["max_pipeline_depth"] == 0  # the planner's default
     assert engine_filter(_config(tmp_path, zero="zero3"))["candidates"] == PLAN_CANDIDATES
-    assert engine_filter(_config(tmp_path, zero="zero2"))["max_pipeline_depth"] == 1
+    assert engine_filter(_config(tmp_path, zero="zero3"))["max_pipeline_depth"] == 1
+    assert engine_filter(_config(tmp_path, zero="zero2"))["max_pipeline_depth"] == 0  # pipelines
     cfg = _config(tmp_path)
     fp8 = dataclasses.replace(cfg.run.options, fp8="delayed")
     bad = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, options=fp8))
@@ -144,16 +145,21 @@ def test_interleaved_runs_get_a_plan_the_engine_interleaves(address, tmp_path):
 
 
 def test_fsdp_runs_get_a_one_stage_plan_where_the_best_are_pipelined(address, tmp_path):
-    """OPT-350M ZeRO-2 on 8 V100s: the planner's 8 best plans are all pipelined, which FSDP
-    does not run; the link asks for one-stage plans only (``engine_filter``) and gets one the
-    engine runs. Before, the re-plan said 'none of the planner's 8 best plans runs'."""
-    options = ExecutionOptions(zero="zero2")
-    job = Job.create("OPT-350M", 16, 2048, options=options)
-    cfg = dataclasses.replace(_config(tmp_path, zero="zero2"), job=job)
-    link = PlannerLink(address, **engine_filter(cfg))
-    try:
-        plan = link.plan(job, Inventory.parse(["V100-16@us-central1-a=8"])).plan
-    finally:
-        link.close()
-    assert plan.num_stages == 1
-    assert unsupported_reason(options, job, plan) is None
+    """OPT-350M on 8 V100s: ZeRO-3 does not pipeline, so the link asks for one-stage plans
+    only (``engine_filter``) and gets one the engine runs (when ZeRO-2 did not pipeline
+    either, its 8 best plans were all pipelined and the re-plan said 'none of the planner's 8
+    best plans runs'). ZeRO-2 pipelines (``engine.parallel.fsdp``): its run takes the
+    planner's pipelined best."""
+    plans = {}
+    for zero in ("zero3", "zero2"):
+        options = ExecutionOptions(zero=zero)
+        job = Job.create("OPT-350M", 16, 2048, options=options)
+        cfg = dataclasses.replace(_config(tmp_path, zero=zero), job=job)
+        link = PlannerLink(address, **engine_filter(cfg))
+        try:
+            plans[zero] = link.plan(job, Inventory.parse(["V100-16@us-central1-a=8"])).plan
+        finally:
+            link.close()
+        assert unsupported_reason(options, job, plans[zero]) is None
+    assert plans["zero3"].num_stages == 1
+    assert plans["zero2"].num_stages > 1

@@ -162,7 +162,7 @@ def engine_filter(config: ControllerConfig) -> dict:
     """The ``PlannerLink`` arguments that keep the plans the engine cannot run with the run's
     options out (``engine.options.unsupported_reason``). Bad options are refused here, with
     the field and the fix, before the controller serves anyone."""
-    from ..engine.options import unsupported_reason
+    from ..engine.options import pipelines_fsdp, unsupported_reason
 
     check_engine_runs(config.run)
     options = config.options
@@ -179,9 +179,9 @@ def engine_filter(config: ControllerConfig) -> dict:
     return {
         "unsupported": lambda plan: unsupported_reason(options, config.job, plan),
         "candidates": PLAN_CANDIDATES if restricted else 1,
-        # The engine shards with FSDP on one-stage plans only: the planner searches only
+        # ZeRO-3 / hybrid shard with FSDP on one-stage plans only: the planner searches only
         # those (its best 8 plans could all be pipelined, and the run found none).
-        "max_pipeline_depth": 1 if fsdp else 0,
+        "max_pipeline_depth": 0 if pipelines_fsdp(options, config.job) else 1,
     }
 
 

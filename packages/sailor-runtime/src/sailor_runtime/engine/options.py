@@ -129,6 +129,39 @@ def supports(options: ExecutionOptions, job, plan) -> bool:
     return unsupported_reason(options, job, plan) is None
 
 
+def fsdp_depth_problem(options: ExecutionOptions, job, num_stages: int) -> str | None:
+    """Why FSDP (``options.zero`` in ``FSDP_ZERO``; None for the other values) cannot run a
+    plan of ``num_stages`` stages, or None. ZeRO-3 / hybrid free the gathered parameters
+    after each layer, so they run on one stage (the simulator's rule too); ZeRO-2 pipelines,
+    except over interleaved chunks or a tied embedding whose two copies sit on different
+    stages (neither is built)."""
+    if num_stages == 1 or options.zero not in FSDP_ZERO:
+        return None
+    zero = options.zero
+    if options.shards_parameters:
+        return (
+            f"zero: {zero} (FSDP) runs on one-stage plans, this one has {num_stages} stages; "
+            "use zero2 or zero1 with pipelining"
+        )
+    if options.virtual_stages > 1:
+        return (
+            f"zero: {zero} (FSDP) does not run interleaved 1F1B; use zero1 with "
+            "virtual_stages > 1, or virtual_stages 1"
+        )
+    if job.model.tie_word_embeddings:
+        return (
+            f"zero: {zero} (FSDP) cannot shard a tied embedding over {num_stages} stages; use "
+            "zero1 with pipelining, or one stage"
+        )
+    return None
+
+
+def pipelines_fsdp(options: ExecutionOptions, job) -> bool:
+    """Whether the engine runs ``options``' FSDP (or no FSDP) on plans of several stages: the
+    controller asks the planner for one-stage plans only where it does not."""
+    return fsdp_depth_problem(options, job, 2) is None
+
+
 def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
     """Why the engine cannot run ``plan`` of ``job`` with ``options`` (one line naming the
     fix), or None when it can. Torch-free: the controller filters the planner's plans by it."""
@@ -143,11 +176,9 @@ def unsupported_reason(options: ExecutionOptions, job, plan) -> str | None:
     if problem is not None:
         return problem
     if options.zero in FSDP_ZERO:
-        if plan.num_stages > 1:
-            return (
-                f"zero: {options.zero} (FSDP) runs on one-stage plans, this one has "
-                f"{plan.num_stages} stages; use zero1 with pipelining"
-            )
+        problem = fsdp_depth_problem(options, job, plan.num_stages)
+        if problem is not None:
+            return problem
         problem = sharding_problem(options.zero, plan)  # the simulator's rule, one place
         if problem is not None:
             return f"zero: {problem}"

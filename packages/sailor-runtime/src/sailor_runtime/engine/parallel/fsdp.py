@@ -1,16 +1,21 @@
 """ZeRO-2, ZeRO-3 and hybrid shard through FSDP2 (``torch.distributed.fsdp.fully_shard``).
 
-Where it applies (``options.unsupported_reason`` refuses the rest): one pipeline stage (the
-simulator refuses sharded parameters with PP > 1, as DeepSpeed and FSDP do), every replica of
-the same TP degree and the same microbatch count (FSDP all-gathers and reduce-scatters once per
-microbatch, so every member of a shard group must run as many forwards and backwards).
-Replicas may still differ in microbatch size: the loss of a microbatch is weighted by its
-samples (``pipeline``), and the gradients are *summed* (divide factor 1), not averaged.
+Where it applies (``options.unsupported_reason`` refuses the rest): ZeRO-3 and hybrid on one
+pipeline stage (parameters gathered per layer and freed again do not pipeline: the simulator
+refuses sharded parameters with PP > 1, as DeepSpeed and FSDP do); ZeRO-2 on any depth, as
+torchtitan runs FSDP under pipelining (parameters stay gathered from a step's first forward to
+its last backward, so the 1F1B interleaving of microbatches gathers nothing again); every
+replica of a stage of the same TP degree and the same microbatch count (FSDP reduce-scatters
+once per microbatch, so every member of a shard group must run as many backwards). Replicas
+may still differ in microbatch size: the loss of a microbatch is weighted by its samples
+(``pipeline``), and the gradients are *summed* (divide factor 1), not averaged.
 
-Ranks are numbered replica-major then TP rank (``topology``), so with one stage the world is a
-``(dp, tp)`` device mesh in rank order; FSDP shards over its ``dp`` dimension (each TP rank
-with the members holding the same TP shard). Hybrid shard (FSDP HYBRID_SHARD) splits ``dp``
-into ``(replicate, shard)``: ZeRO-3 inside groups of ``shard`` consecutive replicas (the
+Ranks are numbered stage-major, then replica, then TP rank (``topology``), so each stage's
+ranks form a ``(dp, tp)`` device mesh in rank order (with one stage, the world); FSDP shards a
+stage over its mesh's ``dp`` dimension (each TP rank with the members holding the same TP
+shard). Every rank builds every stage's mesh, in stage order (their process groups are
+created collectively), and keeps its own. Hybrid shard (FSDP HYBRID_SHARD) splits ``dp`` into
+``(replicate, shard)``: ZeRO-3 inside groups of ``shard`` consecutive replicas (the
 simulator's ``shard_group``: the replicas that fit one node), replicated across them.
 
 - ``zero3`` / ``hybrid``: ``reshard_after_forward=True``: parameters are gathered per layer
@@ -27,10 +32,11 @@ local shards (elementwise: the same numbers as without sharding).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
@@ -53,21 +59,53 @@ class ShardLayout:
         return (self.replicate, self.shard, self.tp)
 
 
-def shard_layout(topo: Topology, zero: str) -> ShardLayout:
-    """The mesh shape of a one-stage plan (checked by ``options.unsupported_reason``)."""
-    dp, tp = topo.num_replicas, topo.tp(0, 0)
+MESH_DIMS = ("replicate", "shard", "tp")
+_MESHES_BUILT = itertools.count()
+"""Numbers the dimension names of every mesh this process builds. torch's DTensor constructor
+keeps one spec per distinct value, and meshes compare equal by rank layout and dimension names
+alone: a process that trains again after destroying its process groups (``multirun``: several
+runs in one process) got its parameters on an earlier run's equal mesh, whose group name now
+named another group (ZeRO-2 on two stages after a one-stage run all-gathered its stage-0
+shards over the whole new world: 768 rows instead of 256). Names never seen before never
+compare equal. A rank that trains once is unaffected."""
+
+
+def _dim(mesh: DeviceMesh, name: str) -> str:
+    """The name ``mesh`` gives ``MESH_DIMS``' dimension ``name`` (numbered: ``_MESHES_BUILT``)."""
+    return mesh.mesh_dim_names[MESH_DIMS.index(name)]
+
+
+def shard_layout(topo: Topology, zero: str, stage: int) -> ShardLayout:
+    """The mesh shape of ``stage`` (one TP degree per stage: ``options.unsupported_reason``;
+    hybrid only on one-stage plans)."""
+    dp, tp = topo.num_replicas, topo.tp(stage, 0)
     shard = hybrid_shard_size(topo.plan) if zero == "hybrid" else dp
     return ShardLayout(dp // shard, shard, tp)
 
 
-def build_mesh(layout: ShardLayout, device: torch.device) -> DeviceMesh:
-    """The world as a ``(replicate, shard, tp)`` mesh (collective: every rank calls it)."""
-    return init_device_mesh(device.type, layout.dims, mesh_dim_names=("replicate", "shard", "tp"))
+def build_mesh(topo: Topology, zero: str, stage: int, device: torch.device) -> DeviceMesh:
+    """``stage``'s ranks as a ``(replicate, shard, tp)`` mesh. Collective: every rank builds
+    every stage's mesh, in stage order, and keeps its own."""
+    built = next(_MESHES_BUILT)
+    names = tuple(f"{dim}#{built}" for dim in MESH_DIMS)
+    mine = None
+    for i in range(topo.num_stages):
+        layout = shard_layout(topo, zero, i)
+        ranks = [topo.rank(i, j, t) for j in range(topo.num_replicas) for t in range(layout.tp)]
+        mesh = DeviceMesh(
+            device.type,
+            torch.tensor(ranks, dtype=torch.int).view(layout.dims),
+            mesh_dim_names=names,
+        )
+        if i == stage:
+            mine = mesh
+    return mine
 
 
 def apply_fsdp(stage_module: torch.nn.Module, mesh: DeviceMesh, zero: str) -> torch.nn.Module:
     """Shard ``stage_module`` in place (each layer one FSDP unit, the stage the root)."""
-    dp_mesh = mesh["replicate", "shard"] if mesh["replicate"].size() > 1 else mesh["shard"]
+    replicate, shard = _dim(mesh, "replicate"), _dim(mesh, "shard")
+    dp_mesh = mesh[replicate, shard] if mesh[replicate].size() > 1 else mesh[shard]
     splits = {name: get_split(p) for name, p in stage_module.named_parameters()}
     reshard = zero != "zero2"
     for layer in stage_module.layers.values():
@@ -86,7 +124,7 @@ def apply_fsdp(stage_module: torch.nn.Module, mesh: DeviceMesh, zero: str) -> to
 
 def is_replicate_leader(mesh: DeviceMesh) -> bool:
     """Whether this rank is in the first replicate group (hybrid: the others hold copies)."""
-    return mesh["replicate"].get_local_rank() == 0
+    return mesh[_dim(mesh, "replicate")].get_local_rank() == 0
 
 
 def local_norm_sq(params: list, slot: Slot, mesh: DeviceMesh) -> torch.Tensor | None:

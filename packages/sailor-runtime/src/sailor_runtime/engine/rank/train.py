@@ -316,7 +316,9 @@ def _optimizer_and_resume(cfg, rank, topo, slot, groups, model, device, layout, 
             fsdp,  # torch.distributed.fsdp: imported only by the ranks that use it
         )
 
-        mesh, opt, resume = _shard_with_fsdp(cfg, rank, topo, model, device, layout, group, scaler)
+        mesh, opt, resume = _shard_with_fsdp(
+            cfg, rank, topo, slot, model, device, layout, group, scaler
+        )
         return opt, mesh, fsdp.full, resume
     params = list(model.parameters())
     if cfg.options.zero == "zero1" and groups.dp:
@@ -517,7 +519,7 @@ def _fsdp_norm_share(params, slot, mesh):
     return fsdp_share(params, slot, mesh)
 
 
-def _shard_with_fsdp(cfg, rank, topo, model, device, layout, ckpt_group, scaler):
+def _shard_with_fsdp(cfg, rank, topo, slot, model, device, layout, ckpt_group, scaler):
     """Resume the unsharded stage (the checkpoint holds TP shards), shard it with FSDP2 and
     give the optimizer the loaded states cut to the DP shards; (mesh, optimizer, resume)."""
     from ..parallel import fsdp
@@ -525,7 +527,7 @@ def _shard_with_fsdp(cfg, rank, topo, model, device, layout, ckpt_group, scaler)
     loaded = _StateHolder(fused=_optimizer_impl(cfg, device) == "torch-fused")
     resume = _resume(cfg, rank, model, loaded, layout, ckpt_group, scaler, device)
     names = {p: n for n, p in model.named_parameters()}
-    mesh = fsdp.build_mesh(fsdp.shard_layout(topo, cfg.options.zero), device)
+    mesh = fsdp.build_mesh(topo, cfg.options.zero, slot.stage, device)
     fsdp.apply_fsdp(model, mesh, cfg.options.zero)
     opt = _optimizer(list(model.parameters()), cfg, device)
     opt.state.update(fsdp.shard_states(loaded.state, names, model))
