@@ -123,6 +123,7 @@ _FACE = {
     "provenance": "simulate.metrics",
     "throughput": "simulate.metrics",
     "GRAD_BYTES": "simulate.memory",
+    "ZERO_PER_MICROBATCH": "spec.options",
     "LRSchedule": "spec.recipe",
     "OPTIMIZERS": "spec.job",
     "OptimConfig": "spec.recipe",

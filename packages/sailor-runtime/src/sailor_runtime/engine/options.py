@@ -46,8 +46,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sailor_sim import ExecutionOptions, SailorError, sharding_problem
-from sailor_sim.spec.options import ZERO_PER_MICROBATCH
+from sailor_sim import ZERO_PER_MICROBATCH, ExecutionOptions, SailorError, sharding_problem
 
 from .parallel.schedule import interleave_problem
 
