@@ -100,9 +100,7 @@ def _measure_or_reuse(kind: str, args: list[str], out: Path, model, what: str, w
         return
     print(f"profiling {what} ...", file=sys.stderr, flush=True)
     _run(_profiler(kind, *args), kind, worker)
-    _record(
-        out, f"profile of {what}: measured {time.strftime('%Y-%m-%d %H:%M:%S %Z')} for this run"
-    )
+    _record(out, f"profile of {what}: measured {profilecache.timestamp()} for this run")
     if root:
         profilecache.keep(key, out, what, sweep)
 

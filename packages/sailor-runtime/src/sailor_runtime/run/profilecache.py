@@ -150,8 +150,8 @@ def restore(key: str, dest: Path, want: set | None = None) -> dict | None:
     try:
         if not marker.is_file() or marker.stat().st_uid != os.getuid():
             return None
-        meta = json.loads(marker.read_text())
-        if not isinstance(meta, dict):
+        meta = _meta(entry)
+        if meta is None:
             raise ValueError(f"{marker} is not an entry")
         if want is not None and not want <= _recorded_sweep(meta):
             return None  # measured over fewer sizes than this run needs
@@ -208,16 +208,16 @@ def keep(key: str, src: Path, what: str, sweep: set | None = None) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         _remove_stale(root)
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
-        meta = {"what": what, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-        if sweep is not None:
-            meta["sweep"] = sorted(sweep)
-        (tmp / ENTRY_FILE).write_text(json.dumps(meta))
         final = root / key
         there = _meta(final)
         if there is not None and len(_recorded_sweep(there)) >= len(sweep or ()):
-            return
+            return  # before copying: a complete entry over as many sizes stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        meta = {"what": what, "measured_at": timestamp()}
+        if sweep is not None:
+            meta["sweep"] = sorted(sweep)
+        (tmp / ENTRY_FILE).write_text(json.dumps(meta))
         if final.exists():  # incomplete (no entry.json) or over fewer sizes: replaced
             os.replace(final, old)
         os.replace(tmp, final)
@@ -226,6 +226,11 @@ def keep(key: str, src: Path, what: str, sweep: set | None = None) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def timestamp() -> str:
+    """When a profile was measured, as entries and run provenance lines print it."""
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 STALE_S = 3600.0
